@@ -1,0 +1,1 @@
+//! tailtrim-bench (placeholder; filled in by its issue).

@@ -1,0 +1,1 @@
+//! tailtrim-client (placeholder; filled in by its issue).

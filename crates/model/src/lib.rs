@@ -1,0 +1,1 @@
+//! tailtrim-model (placeholder; filled in by its issue).

@@ -1,0 +1,1 @@
+//! tailtrim-policy (placeholder; filled in by its issue).

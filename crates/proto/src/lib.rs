@@ -1,0 +1,1 @@
+//! tailtrim-proto (placeholder; filled in by its issue).

@@ -1,0 +1,1 @@
+//! tailtrim-proxy (placeholder; filled in by its issue).

@@ -1,0 +1,1 @@
+//! tailtrim-server (placeholder; filled in by its issue).

@@ -1,0 +1,1 @@
+//! tailtrim-store (placeholder; filled in by its issue).
