@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The project's one test command (README, .ci/run). Runs, in order:
+#   setup-deps -> cargo fmt --check -> clippy -D warnings -> release build -> cargo test --release
+#   -> cargo doc (-D warnings) -> pytest tests/python -> go test tests/go
+# against the release binary target/release/tailtrim, then prints `N passed, M failed`
+# (tests of all suites; a failed check step such as fmt or clippy counts as one failure)
+# and exits non-zero on any failure.
+#
+# Environment: TAILTRIM_SERVE_ARGS is passed to every server the suites start
+# (e.g. "--dispatch size-aware"); CI=true turns "memcached missing" skips into failures.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+repo="$(pwd)"
+
+passed=0
+failed=0
+failures=()
+logdir="$(mktemp -d)"
+trap 'rm -rf "$logdir"' EXIT
+
+step() { printf '\n==> %s\n' "$*"; }
+note_failure() {
+    failed=$((failed + 1))
+    failures+=("$1")
+}
+# Runs a check step whose success counts as nothing and whose failure counts as one failure.
+check() {
+    local name="$1"
+    shift
+    step "$name"
+    if ! "$@"; then note_failure "$name"; fi
+}
+
+step "setup-deps"
+if ! bash scripts/setup-deps.sh; then
+    echo "setup-deps failed; continuing so that the other suites still report" >&2
+    note_failure "setup-deps"
+fi
+export PATH="$PATH:/usr/local/go/bin"
+export CARGO_TERM_COLOR=never
+
+check "cargo fmt --check" cargo fmt --all -- --check
+check "cargo clippy" cargo clippy --workspace --all-targets -- -D warnings
+check "cargo build --release" cargo build --release --workspace
+
+step "cargo test --release"
+cargo test --release --workspace 2>&1 | tee "$logdir/cargo-test.log"
+cargo_status=${PIPESTATUS[0]}
+read -r cargo_passed cargo_failed < <(awk '/^test result:/ {
+        for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i }
+    } END { print p + 0, f + 0 }' "$logdir/cargo-test.log")
+passed=$((passed + cargo_passed))
+failed=$((failed + cargo_failed))
+if [ "$cargo_status" -ne 0 ] && [ "$cargo_failed" -eq 0 ]; then note_failure "cargo test (status $cargo_status)"; fi
+[ "$cargo_failed" -gt 0 ] && failures+=("cargo test: $cargo_failed failed")
+
+step "cargo doc"
+check_doc() { RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet; }
+if ! check_doc; then note_failure "cargo doc"; fi
+
+export TAILTRIM_BIN="${TAILTRIM_BIN:-$repo/target/release/tailtrim}"
+
+step "pytest tests/python"
+if [ -x .venv/bin/python ]; then
+    .venv/bin/python -m pytest -q -p no:cacheprovider tests/python 2>&1 | tee "$logdir/pytest.log"
+    py_status=${PIPESTATUS[0]}
+    read -r py_passed py_failed < <(tail -n 1 "$logdir/pytest.log" | awk '{
+            for (i = 2; i <= NF; i++) { w = $i; sub(/[,;]$/, "", w)
+                if (w == "passed") p += $(i-1); if (w == "failed" || w == "error" || w == "errors") f += $(i-1) }
+        } END { print p + 0, f + 0 }')
+    passed=$((passed + py_passed))
+    failed=$((failed + py_failed))
+    [ "$py_failed" -gt 0 ] && failures+=("pytest: $py_failed failed")
+    if [ "$py_status" -ne 0 ] && [ "$py_failed" -eq 0 ]; then note_failure "pytest (status $py_status)"; fi
+else
+    note_failure "pytest (no .venv)"
+fi
+
+step "go test tests/go"
+(cd tests/go && go test -count=1 -v ./...) 2>&1 | tee "$logdir/go.log"
+go_status=${PIPESTATUS[0]}
+go_passed="$(grep -cE '^--- PASS' "$logdir/go.log" || true)"
+go_failed="$(grep -cE '^--- FAIL' "$logdir/go.log" || true)"
+passed=$((passed + go_passed))
+failed=$((failed + go_failed))
+[ "$go_failed" -gt 0 ] && failures+=("go test: $go_failed failed")
+if [ "$go_status" -ne 0 ] && [ "$go_failed" -eq 0 ]; then note_failure "go test (status $go_status)"; fi
+
+echo
+if [ "${#failures[@]}" -gt 0 ]; then
+    echo "failures:"
+    printf '  %s\n' "${failures[@]}"
+fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ] && [ "${#failures[@]}" -eq 0 ]
