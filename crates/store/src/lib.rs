@@ -1,1 +1,125 @@
-//! tailtrim-store (placeholder; filled in by its issue).
+//! tailtrim-store: memcached-style item storage. No I/O, no clock reads:
+//! time is a parameter ([`UnixSecs`], whole Unix seconds).
+//!
+//! ```text
+//!   worker 1 ─┐                     Arc<Store>
+//!   worker 2 ─┼─ key ─ hash ─▶ shard i = hash % N ─▶ Mutex<ShardState>
+//!   worker N ─┘                                       ├ HashMap<key, slot>
+//!                                                     ├ slab of nodes + LRU list
+//!                                                     └ counters
+//!   global atomics: used_bytes (≤ max_bytes) · CAS counter · flush watermark
+//!   housekeeping thread ─▶ crawl_expired(now, budget) ─▶ one shard at a time
+//! ```
+//!
+//! # Concurrency and lock order
+//!
+//! The index is striped over `shards` (default 64) independent
+//! `parking_lot::Mutex<ShardState>`s, chosen by a seeded hash of the key.
+//! **A thread never holds more than one lock at a time** — no shard lock is
+//! held while taking another shard lock or the flush lock — so there is no
+//! lock order to get wrong and no deadlock. Everything shared across shards
+//! is an atomic: the byte budget `used_bytes`, the CAS counter, the flush
+//! watermark, and each shard's published "oldest access" second.
+//!
+//! Values are [`bytes::Bytes`]: a read clones the handle under the lock and
+//! the caller writes the value to the socket after the lock is gone.
+//!
+//! # Memory limit and eviction
+//!
+//! Each item is accounted as [`item_size`]: key + value + 59 bytes of
+//! memcached-1.6 header (+4 for non-zero flags). `used_bytes` is a single
+//! global counter, only ever increased by a compare-and-swap that keeps it
+//! `<= max_bytes`, so the store **never** holds more than the limit, and any
+//! item up to `-I` can be stored whichever shard it hashes to (shards share
+//! the global budget; they have no quotas of their own).
+//!
+//! A store first *reserves* its bytes. If the budget is full it evicts one
+//! item at a time until the reservation fits: the victim shard is the one
+//! whose LRU tail was accessed longest ago (each shard publishes its tail's
+//! last-access second in an atomic; ties go to the writer's own shard), so
+//! eviction approximates a global LRU. Within the victim shard it looks at
+//! the 5 oldest items for an expired/flushed one to *reclaim* first, else it
+//! *evicts* the LRU tail. Eviction takes only the victim's lock, never while
+//! holding another. Stores whose size depends on the old item (append,
+//! incr) try to claim the bytes under their shard lock; if that would need
+//! eviction they drop the lock, evict, and re-run the decision on the
+//! (possibly changed) item.
+//!
+//! # Semantics (memcached 1.6)
+//!
+//! * TTL: [`Expiry::from_protocol`] — 0 never, negative expired, ≤ 30 days
+//!   relative, larger absolute. Dead items are removed lazily on access,
+//!   by eviction and by [`Store::crawl_expired`].
+//! * CAS uniques come from one global counter (1, 2, 3, …), or from the
+//!   caller (`ms … E`).
+//! * Every read ([`Store::get`], [`Store::meta_get`] without `u`) marks the
+//!   item fetched and moves it to the LRU head; `add` on an existing item
+//!   moves it to the head without marking it fetched.
+//! * incr wraps at 2^64, decr floors at 0, results shorter than the old
+//!   value are space-padded (memcached's in-place update).
+//!
+//! # Statistics
+//!
+//! [`Store::stats`] provides `curr_items total_items bytes limit_maxbytes
+//! evictions evicted_unfetched expired_unfetched reclaimed`; command and
+//! hit/miss counters (`cmd_get`, `get_hits`, …) are the server's job.
+//!
+//! # Example
+//!
+//! ```
+//! use bytes::Bytes;
+//! use tailtrim_store::{
+//!     ArithOutcome, Expiry, MetaGetRequest, Store, StoreConfig, StoreStatus, UnixSecs,
+//! };
+//!
+//! let store = Store::new(StoreConfig::default()).expect("valid config");
+//! let now = UnixSecs(1_700_000_000);
+//!
+//! // set foo 5 60 3 / bar
+//! let expiry = Expiry::from_protocol(60, now);
+//! let stored = store.set(b"foo", Bytes::from_static(b"bar"), 5, expiry, now).unwrap();
+//! assert_eq!(stored.status, StoreStatus::Stored);
+//!
+//! // gets foo
+//! let item = store.get(b"foo", now).expect("hit");
+//! assert_eq!((&item.value[..], item.flags, item.cas), (&b"bar"[..], 5, stored.cas));
+//!
+//! // cas with a stale unique
+//! let again = store.cas(b"foo", Bytes::from_static(b"baz"), 0, expiry, stored.cas + 99, now);
+//! assert_eq!(again.unwrap().status, StoreStatus::Exists);
+//!
+//! // incr on a counter
+//! store.set(b"n", Bytes::from_static(b"41"), 0, Expiry::Never, now).unwrap();
+//! assert!(matches!(store.incr(b"n", 1, now), Ok(ArithOutcome::Updated(i)) if i.value == 42));
+//!
+//! // mg foo N30: a miss that vivifies; this caller wins the recache token.
+//! let request = MetaGetRequest { vivify: Some(Expiry::from_protocol(30, now)), ..Default::default() };
+//! let hit = store.meta_get(b"missing", &request, now).unwrap().expect("vivified");
+//! assert!(hit.won && hit.created);
+//!
+//! // 61 seconds later foo has expired.
+//! assert!(store.get(b"foo", UnixSecs(now.0 + 61)).is_none());
+//! ```
+
+mod error;
+mod item;
+mod ops;
+mod shard;
+mod store;
+mod time;
+
+#[cfg(test)]
+mod tests;
+
+pub use crate::error::StoreError;
+pub use crate::item::{item_size, ItemView, ITEM_FLAGS_BYTES, ITEM_HEADER_BYTES, KEY_MAX_LEN};
+pub use crate::ops::{
+    flush_deadline, ArithDirection, ArithItem, ArithOutcome, ArithRequest, ArithVivify,
+    CrawlReport, DeleteOutcome, DeleteRequest, MetaGetHit, MetaGetRequest, StoreMode, StoreOutcome,
+    StoreRequest, StoreStats, StoreStatus,
+};
+pub use crate::store::{
+    parse_counter, validate_key, Store, StoreConfig, CRAWL_SLICE, DEFAULT_HASH_SEED,
+    DEFAULT_ITEM_SIZE_MAX, DEFAULT_MAX_BYTES, DEFAULT_SHARDS, EVICTION_TAIL_SEARCH,
+};
+pub use crate::time::{Expiry, UnixSecs, RELATIVE_EXPTIME_MAX};

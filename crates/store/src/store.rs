@@ -1,0 +1,1093 @@
+//! The concurrent store: shards, the global byte budget, CAS and flush state.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+
+use crate::error::StoreError;
+use crate::item::{
+    item_size, Item, ItemView, KEY_MAX_LEN, STATE_FETCHED, STATE_STALE, STATE_WIN_TOKEN_SENT,
+};
+use crate::ops::{
+    ArithDirection, ArithItem, ArithOutcome, ArithRequest, CrawlReport, DeleteOutcome,
+    DeleteRequest, MetaGetHit, MetaGetRequest, StoreMode, StoreOutcome, StoreRequest, StoreStats,
+    StoreStatus,
+};
+use crate::shard::{is_live, FlushMark, ShardState};
+use crate::time::{Expiry, UnixSecs};
+
+/// Default memory limit: 64 MiB, memcached's `-m 64`.
+pub const DEFAULT_MAX_BYTES: u64 = 64 * 1024 * 1024;
+/// Default item size limit: 1 MiB, memcached's `-I 1m`.
+pub const DEFAULT_ITEM_SIZE_MAX: u64 = 1024 * 1024;
+/// Default shard count (a power of two comfortably above the worker count).
+pub const DEFAULT_SHARDS: usize = 64;
+/// Default seed of the key hashers (fixed so runs are reproducible).
+pub const DEFAULT_HASH_SEED: u64 = 0x7a11_7a11_5eed_0001;
+/// How many items from an LRU tail eviction inspects for a dead one to
+/// reclaim before evicting the live tail (memcached looks at 5).
+pub const EVICTION_TAIL_SEARCH: usize = 5;
+/// Slots the crawler inspects per shard lock hold.
+pub const CRAWL_SLICE: usize = 64;
+
+/// Store configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// Memory limit in accounted item bytes (`-m` × 1 MiB).
+    pub max_bytes: u64,
+    /// Largest accounted item size (`-I`).
+    pub item_size_max: u64,
+    /// Number of lock stripes.
+    pub shards: usize,
+    /// Seed of the key hashers.
+    pub hash_seed: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> StoreConfig {
+        StoreConfig {
+            max_bytes: DEFAULT_MAX_BYTES,
+            item_size_max: DEFAULT_ITEM_SIZE_MAX,
+            shards: DEFAULT_SHARDS,
+            hash_seed: DEFAULT_HASH_SEED,
+        }
+    }
+}
+
+/// One lock stripe, padded to its own cache line.
+#[repr(align(128))]
+struct Shard {
+    state: Mutex<ShardState>,
+    /// Last-access second of this shard's LRU tail (`u64::MAX` if empty),
+    /// readable without the lock; eviction evicts from the shard whose tail
+    /// is oldest.
+    oldest_access: AtomicU64,
+}
+
+impl Shard {
+    fn publish(&self, state: &ShardState) {
+        let oldest = state.oldest_access();
+        if self.oldest_access.load(Ordering::Relaxed) != oldest {
+            self.oldest_access.store(oldest, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Bytes claimed from the global budget and not yet owned by a stored item.
+/// Whatever is left when it is dropped goes back to the budget.
+struct Reservation<'a> {
+    used: &'a AtomicU64,
+    max: u64,
+    bytes: u64,
+}
+
+impl<'a> Reservation<'a> {
+    fn new(used: &'a AtomicU64, max: u64) -> Reservation<'a> {
+        Reservation {
+            used,
+            max,
+            bytes: 0,
+        }
+    }
+
+    /// Claims `extra` more bytes if that keeps the total within the limit.
+    fn try_grow(&mut self, extra: u64) -> bool {
+        let claimed = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                let next = used.checked_add(extra)?;
+                (next <= self.max).then_some(next)
+            })
+            .is_ok();
+        if claimed {
+            self.bytes += extra;
+        }
+        claimed
+    }
+
+    /// Hands `bytes` of the reservation over to a stored item.
+    fn consume(&mut self, bytes: u64) {
+        debug_assert!(bytes <= self.bytes);
+        self.bytes -= bytes;
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if self.bytes > 0 {
+            self.used.fetch_sub(self.bytes, Ordering::AcqRel);
+        }
+    }
+}
+
+/// What a mutation decided, under the shard lock.
+enum Plan<R> {
+    /// Leave the index as is (the closure may have changed the item in
+    /// place); optionally move the item in the LRU.
+    Keep { result: R, lru: LruMove },
+    /// Insert or replace the item with this one.
+    Put { item: Item, result: R },
+    /// Remove the item.
+    Remove { result: R },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LruMove {
+    None,
+    /// A read: mark fetched, update last access, move to head.
+    Read,
+    /// A write that keeps the item: move to head.
+    Write,
+}
+
+/// The item store. Share it between threads as `Arc<Store>`; every method
+/// takes `&self`.
+pub struct Store {
+    shards: Box<[Shard]>,
+    shard_hasher: ahash::RandomState,
+    max_bytes: u64,
+    item_size_max: u64,
+    /// Accounted bytes of stored items plus in-flight reservations; never
+    /// exceeds `max_bytes`.
+    used_bytes: AtomicU64,
+    /// Last CAS unique handed out.
+    last_cas: AtomicU64,
+    /// flush_all watermark: `oldest_live + 1` (0 = no flush yet).
+    flush_oldest_live_plus_one: AtomicU64,
+    flush_oldest_cas: AtomicU64,
+    flush_lock: Mutex<()>,
+    crawl_next_shard: AtomicUsize,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("shards", &self.shards.len())
+            .field("max_bytes", &self.max_bytes)
+            .field("item_size_max", &self.item_size_max)
+            .field("used_bytes", &self.used_bytes.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+/// Checks the store's own key rule: 1..=250 bytes. (Control characters and
+/// spaces are the protocol's concern: a base64 meta key may decode to any
+/// bytes.)
+pub fn validate_key(key: &[u8]) -> Result<(), StoreError> {
+    if key.is_empty() {
+        Err(StoreError::EmptyKey)
+    } else if key.len() > KEY_MAX_LEN {
+        Err(StoreError::KeyTooLong {
+            len: key.len(),
+            max: KEY_MAX_LEN,
+        })
+    } else {
+        Ok(())
+    }
+}
+
+/// Parses an item value as memcached's `safe_strtoull` does for incr/decr:
+/// optional leading whitespace and sign, decimal digits, then whitespace or
+/// the end. A `-` is only accepted when the result is not negative as an
+/// `i64` (so `-0` is 0). `None` means "non-numeric".
+pub fn parse_counter(value: &[u8]) -> Option<u64> {
+    let is_space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
+    let mut pos = 0;
+    while pos < value.len() && is_space(value[pos]) {
+        pos += 1;
+    }
+    let mut negative = false;
+    if pos < value.len() && (value[pos] == b'+' || value[pos] == b'-') {
+        negative = value[pos] == b'-';
+        pos += 1;
+    }
+    let digits_start = pos;
+    let mut number: u64 = 0;
+    while pos < value.len() && value[pos].is_ascii_digit() {
+        number = number
+            .checked_mul(10)?
+            .checked_add(u64::from(value[pos] - b'0'))?;
+        pos += 1;
+    }
+    if pos == digits_start {
+        return None;
+    }
+    // The stored value is followed by "\r\n" in memcached, so the end of the
+    // value counts as whitespace.
+    if pos < value.len() && !is_space(value[pos]) {
+        return None;
+    }
+    if negative {
+        number = number.wrapping_neg();
+        if (number as i64) < 0 {
+            return None;
+        }
+    }
+    Some(number)
+}
+
+/// Formats an incr/decr result like memcached: when the new number is not
+/// longer than the old value, it is written in place and padded with spaces
+/// to the old length; otherwise the value becomes exactly the digits.
+fn format_counter(number: u64, old_len: usize) -> Bytes {
+    let digits = number.to_string();
+    if digits.len() < old_len {
+        let mut buf = BytesMut::with_capacity(old_len);
+        buf.extend_from_slice(digits.as_bytes());
+        buf.resize(old_len, b' ');
+        buf.freeze()
+    } else {
+        Bytes::from(digits)
+    }
+}
+
+impl Store {
+    /// Creates an empty store.
+    pub fn new(config: StoreConfig) -> Result<Store, StoreError> {
+        if config.shards == 0 {
+            return Err(StoreError::InvalidConfig(
+                "shards must be at least 1".into(),
+            ));
+        }
+        if config.max_bytes == 0 {
+            return Err(StoreError::InvalidConfig(
+                "max_bytes must be positive".into(),
+            ));
+        }
+        if config.item_size_max < item_size(1, 0, 0) {
+            return Err(StoreError::InvalidConfig(format!(
+                "item_size_max must be at least {} bytes",
+                item_size(1, 0, 0)
+            )));
+        }
+        let seed = config.hash_seed;
+        let shard_hasher = ahash::RandomState::with_seeds(seed, seed ^ 0x5555, seed ^ 0xaaaa, 1);
+        let shards = (0..config.shards)
+            .map(|index| Shard {
+                state: Mutex::new(ShardState::new(ahash::RandomState::with_seeds(
+                    seed.rotate_left(17),
+                    seed ^ 0x0f0f_0f0f,
+                    seed.wrapping_add(index as u64),
+                    2,
+                ))),
+                oldest_access: AtomicU64::new(u64::MAX),
+            })
+            .collect();
+        Ok(Store {
+            shards,
+            shard_hasher,
+            max_bytes: config.max_bytes,
+            item_size_max: config.item_size_max,
+            used_bytes: AtomicU64::new(0),
+            last_cas: AtomicU64::new(0),
+            flush_oldest_live_plus_one: AtomicU64::new(0),
+            flush_oldest_cas: AtomicU64::new(0),
+            flush_lock: Mutex::new(()),
+            crawl_next_shard: AtomicUsize::new(0),
+        })
+    }
+
+    /// The memory limit in accounted bytes.
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
+    /// The item size limit.
+    pub fn item_size_max(&self) -> u64 {
+        self.item_size_max
+    }
+
+    /// Accounted bytes in use right now (stored items plus in-flight
+    /// reservations). Never above [`Store::max_bytes`].
+    pub fn used_bytes(&self) -> u64 {
+        self.used_bytes.load(Ordering::Acquire)
+    }
+
+    /// Draws the next CAS unique from the global counter (1, 2, 3, …).
+    pub fn next_cas(&self) -> u64 {
+        self.last_cas.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    fn shard_index(&self, key: &[u8]) -> usize {
+        (self.shard_hasher.hash_one(key) % self.shards.len() as u64) as usize
+    }
+
+    fn flush_mark(&self) -> FlushMark {
+        let plus_one = self.flush_oldest_live_plus_one.load(Ordering::Acquire);
+        FlushMark {
+            oldest_live: plus_one.checked_sub(1),
+            oldest_cas: self.flush_oldest_cas.load(Ordering::Acquire),
+        }
+    }
+
+    /// Looks `key` up; a dead (expired or flushed) item is removed on the
+    /// spot and reported as absent.
+    fn live_slot(
+        &self,
+        state: &mut ShardState,
+        key: &[u8],
+        now: UnixSecs,
+        flush: &FlushMark,
+    ) -> Option<u32> {
+        let slot = state.lookup(key)?;
+        if is_live(state.item(slot), now, flush) {
+            return Some(slot);
+        }
+        let dead = state.remove(slot);
+        if !dead.has(STATE_FETCHED) {
+            state.counters.expired_unfetched += 1;
+        }
+        self.used_bytes.fetch_sub(dead.size(), Ordering::AcqRel);
+        None
+    }
+
+    /// Evicts (or reclaims) one item from the shard whose LRU tail is the
+    /// oldest, `home` winning ties. Takes exactly one shard lock and no other.
+    /// Returns false if every shard looked empty.
+    fn evict_one(&self, home: usize, now: UnixSecs) -> bool {
+        let mut victim = home;
+        let mut victim_age = self.shards[home].oldest_access.load(Ordering::Relaxed);
+        for (index, shard) in self.shards.iter().enumerate() {
+            let age = shard.oldest_access.load(Ordering::Relaxed);
+            if age < victim_age {
+                victim = index;
+                victim_age = age;
+            }
+        }
+        if victim_age == u64::MAX {
+            return false;
+        }
+        let shard = &self.shards[victim];
+        let mut state = shard.state.lock();
+        let flush = self.flush_mark();
+        let mut chosen = None;
+        let mut cursor = state.tail();
+        for _ in 0..EVICTION_TAIL_SEARCH {
+            let Some(slot) = cursor else { break };
+            if !is_live(state.item(slot), now, &flush) {
+                chosen = Some((slot, true));
+                break;
+            }
+            cursor = state.newer_than(slot);
+        }
+        let chosen = chosen.or_else(|| state.tail().map(|slot| (slot, false)));
+        if let Some((slot, dead)) = chosen {
+            let item = state.remove(slot);
+            let unfetched = !item.has(STATE_FETCHED);
+            if dead {
+                state.counters.reclaimed += 1;
+                if unfetched {
+                    state.counters.expired_unfetched += 1;
+                }
+            } else {
+                state.counters.evictions += 1;
+                if unfetched {
+                    state.counters.evicted_unfetched += 1;
+                }
+            }
+            self.used_bytes.fetch_sub(item.size(), Ordering::AcqRel);
+        }
+        shard.publish(&state);
+        true
+    }
+
+    /// Grows `reservation` to `target` bytes, evicting as needed. Must be
+    /// called with no shard lock held.
+    fn reserve(
+        &self,
+        reservation: &mut Reservation<'_>,
+        target: u64,
+        home: usize,
+        now: UnixSecs,
+    ) -> Result<(), StoreError> {
+        if target > self.max_bytes {
+            return Err(StoreError::OutOfMemory { size: target });
+        }
+        let mut fruitless = 0u32;
+        while reservation.bytes < target {
+            if reservation.try_grow(target - reservation.bytes) {
+                break;
+            }
+            if self.evict_one(home, now) {
+                fruitless = 0;
+            } else {
+                // Everything left is held by concurrent reservations.
+                fruitless += 1;
+                if fruitless > 64 {
+                    return Err(StoreError::OutOfMemory { size: target });
+                }
+                std::thread::yield_now();
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `plan` on the live item for `key` (if any) under its shard lock
+    /// and applies the decision. A `Put` that needs more bytes than can be
+    /// claimed without evicting releases the lock, evicts (one shard lock at a
+    /// time), and runs `plan` again on whatever the item is then.
+    fn mutate<R>(
+        &self,
+        key: &[u8],
+        now: UnixSecs,
+        pre_reserve: u64,
+        mut plan: impl FnMut(Option<&mut Item>) -> Result<Plan<R>, StoreError>,
+    ) -> Result<R, StoreError> {
+        let home = self.shard_index(key);
+        let shard = &self.shards[home];
+        let mut reservation = Reservation::new(&self.used_bytes, self.max_bytes);
+        if pre_reserve > 0 {
+            self.reserve(&mut reservation, pre_reserve, home, now)?;
+        }
+        loop {
+            let mut state = shard.state.lock();
+            let flush = self.flush_mark();
+            let slot = self.live_slot(&mut state, key, now, &flush);
+            let decision = plan(slot.map(|slot| state.item_mut(slot)))?;
+            let result = match decision {
+                Plan::Keep { result, lru } => {
+                    if let Some(slot) = slot {
+                        match lru {
+                            LruMove::None => {}
+                            LruMove::Read => state.bump(slot, now),
+                            LruMove::Write => state.refresh(slot),
+                        }
+                    }
+                    result
+                }
+                Plan::Remove { result } => {
+                    if let Some(slot) = slot {
+                        let item = state.remove(slot);
+                        self.used_bytes.fetch_sub(item.size(), Ordering::AcqRel);
+                    }
+                    result
+                }
+                Plan::Put { item, result } => {
+                    let need = item.size();
+                    if need > self.item_size_max {
+                        return Err(StoreError::TooLarge {
+                            size: need,
+                            max: self.item_size_max,
+                        });
+                    }
+                    if reservation.bytes < need && !reservation.try_grow(need - reservation.bytes) {
+                        drop(state);
+                        self.reserve(&mut reservation, need, home, now)?;
+                        continue;
+                    }
+                    reservation.consume(need);
+                    match slot {
+                        Some(slot) => {
+                            let old = state.replace(slot, item);
+                            self.used_bytes.fetch_sub(old.size(), Ordering::AcqRel);
+                        }
+                        None => {
+                            state.insert(item);
+                        }
+                    }
+                    result
+                }
+            };
+            shard.publish(&state);
+            return Ok(result);
+        }
+    }
+
+    fn new_item(
+        &self,
+        key: &[u8],
+        value: Bytes,
+        flags: u32,
+        expiry: Expiry,
+        cas: u64,
+        now: UnixSecs,
+    ) -> Item {
+        Item {
+            key: Bytes::copy_from_slice(key),
+            value,
+            flags,
+            expiry,
+            cas,
+            last_access: now,
+            state: 0,
+        }
+    }
+
+    // ----- reads -------------------------------------------------------
+
+    /// `get`/`gets`: the live item, bumped to the LRU head and marked fetched.
+    /// An invalid key is simply a miss.
+    pub fn get(&self, key: &[u8], now: UnixSecs) -> Option<ItemView> {
+        if validate_key(key).is_err() {
+            return None;
+        }
+        let home = self.shard_index(key);
+        let shard = &self.shards[home];
+        let mut state = shard.state.lock();
+        let flush = self.flush_mark();
+        let found = self.live_slot(&mut state, key, now, &flush).map(|slot| {
+            state.bump(slot, now);
+            state.item(slot).view()
+        });
+        shard.publish(&state);
+        found
+    }
+
+    /// The live item without bumping it or marking it fetched (for
+    /// debugging / `me`-style inspection).
+    pub fn peek(&self, key: &[u8], now: UnixSecs) -> Option<ItemView> {
+        if validate_key(key).is_err() {
+            return None;
+        }
+        let shard = &self.shards[self.shard_index(key)];
+        let state = shard.state.lock();
+        let flush = self.flush_mark();
+        let slot = state.lookup(key)?;
+        let item = state.item(slot);
+        is_live(item, now, &flush).then(|| item.view())
+    }
+
+    /// `touch`: sets a new expiry on a live item and bumps it. Returns false
+    /// (`NOT_FOUND`) if there is no live item.
+    pub fn touch(&self, key: &[u8], expiry: Expiry, now: UnixSecs) -> bool {
+        self.get_and_touch(key, expiry, now).is_some()
+    }
+
+    /// `gat`/`gats`: like [`Store::get`] but also sets a new expiry.
+    pub fn get_and_touch(&self, key: &[u8], expiry: Expiry, now: UnixSecs) -> Option<ItemView> {
+        if validate_key(key).is_err() {
+            return None;
+        }
+        let home = self.shard_index(key);
+        let shard = &self.shards[home];
+        let mut state = shard.state.lock();
+        let flush = self.flush_mark();
+        let found = self.live_slot(&mut state, key, now, &flush).map(|slot| {
+            state.item_mut(slot).expiry = expiry;
+            state.bump(slot, now);
+            state.item(slot).view()
+        });
+        shard.publish(&state);
+        found
+    }
+
+    /// `mg`: look up, optionally touch (`T`), vivify on miss (`N`), compute
+    /// `h`/`l` from the state *before* this request, hand out the win token
+    /// (`W` when vivified, stale, or `R` threshold reached; `Z` if already
+    /// handed out; `X` if stale), then bump unless `no_bump` — all in one
+    /// shard-lock hold. `Ok(None)` is a miss (`EN`).
+    pub fn meta_get(
+        &self,
+        key: &[u8],
+        request: &MetaGetRequest,
+        now: UnixSecs,
+    ) -> Result<Option<MetaGetHit>, StoreError> {
+        validate_key(key)?;
+        let bump = if request.no_bump {
+            LruMove::None
+        } else {
+            LruMove::Read
+        };
+        self.mutate(key, now, 0, |existing| {
+            let Some(item) = existing else {
+                let Some(expiry) = request.vivify else {
+                    return Ok(Plan::Keep {
+                        result: None,
+                        lru: LruMove::None,
+                    });
+                };
+                let mut item = self.new_item(key, Bytes::new(), 0, expiry, self.next_cas(), now);
+                item.state = STATE_WIN_TOKEN_SENT;
+                if !request.no_bump {
+                    item.state |= STATE_FETCHED;
+                }
+                let hit = MetaGetHit {
+                    item: item.view(),
+                    hit_before: false,
+                    secs_since_access: 0,
+                    won: true,
+                    token_already_sent: false,
+                    stale: false,
+                    created: true,
+                };
+                return Ok(Plan::Put {
+                    item,
+                    result: Some(hit),
+                });
+            };
+            let hit_before = item.has(STATE_FETCHED);
+            let secs_since_access = now.saturating_since(item.last_access);
+            if let Some(expiry) = request.new_expiry {
+                item.expiry = expiry;
+            }
+            let token_already_sent = item.has(STATE_WIN_TOKEN_SENT);
+            let stale = item.has(STATE_STALE);
+            let mut won = false;
+            if !token_already_sent {
+                if stale {
+                    won = true;
+                }
+                if let (Some(Expiry::At(threshold)), Expiry::At(expires)) =
+                    (request.recache_before, item.expiry)
+                {
+                    if expires < threshold {
+                        won = true;
+                    }
+                }
+            }
+            if won {
+                item.state |= STATE_WIN_TOKEN_SENT;
+            }
+            Ok(Plan::Keep {
+                result: Some(MetaGetHit {
+                    item: item.view(),
+                    hit_before,
+                    secs_since_access,
+                    won,
+                    token_already_sent,
+                    stale,
+                    created: false,
+                }),
+                lru: bump,
+            })
+        })
+    }
+
+    // ----- writes ------------------------------------------------------
+
+    /// Any storage command: `set add replace append prepend cas` and `ms`
+    /// with its modes and `C`/`E`/`I` flags. See [`StoreRequest`].
+    ///
+    /// An item over `-I` is `Err(TooLarge)`; like memcached, a `Set` that is
+    /// too large also removes the key's current item (so no stale value
+    /// survives a failed overwrite).
+    pub fn store(
+        &self,
+        key: &[u8],
+        value: Bytes,
+        request: &StoreRequest,
+        now: UnixSecs,
+    ) -> Result<StoreOutcome, StoreError> {
+        validate_key(key)?;
+        let size = item_size(key.len(), value.len(), request.flags);
+        if size > self.item_size_max {
+            if request.mode == StoreMode::Set {
+                self.delete(key, now);
+            }
+            return Err(StoreError::TooLarge {
+                size,
+                max: self.item_size_max,
+            });
+        }
+        let not = |status| StoreOutcome { status, cas: 0 };
+        let keep = |status| Plan::Keep {
+            result: not(status),
+            lru: LruMove::None,
+        };
+        let pre_reserve = match request.mode {
+            StoreMode::Append | StoreMode::Prepend => 0,
+            _ => size,
+        };
+        self.mutate(key, now, pre_reserve, |existing| {
+            let cas_mode = request.compare_cas.is_some()
+                && matches!(request.mode, StoreMode::Set | StoreMode::Replace);
+            let new_item = |value: Bytes, flags: u32, expiry: Expiry| {
+                let cas = request.new_cas.unwrap_or_else(|| self.next_cas());
+                self.new_item(key, value, flags, expiry, cas, now)
+            };
+            let put = |item: Item| {
+                let cas = item.cas;
+                Ok(Plan::Put {
+                    item,
+                    result: StoreOutcome {
+                        status: StoreStatus::Stored,
+                        cas,
+                    },
+                })
+            };
+            match existing {
+                None => match request.mode {
+                    _ if cas_mode => Ok(keep(StoreStatus::NotFound)),
+                    StoreMode::Set | StoreMode::Add => {
+                        put(new_item(value.clone(), request.flags, request.expiry))
+                    }
+                    StoreMode::Replace | StoreMode::Append | StoreMode::Prepend => {
+                        Ok(keep(StoreStatus::NotStored))
+                    }
+                },
+                Some(old) => {
+                    if cas_mode {
+                        let supplied = request.compare_cas.unwrap_or(0);
+                        if supplied != 0 && supplied == old.cas {
+                            return put(new_item(value.clone(), request.flags, request.expiry));
+                        }
+                        if supplied != 0 && request.invalidate && supplied < old.cas {
+                            let mut item = new_item(value.clone(), request.flags, old.expiry);
+                            item.state = STATE_STALE | (old.state & STATE_WIN_TOKEN_SENT);
+                            return put(item);
+                        }
+                        return Ok(keep(StoreStatus::Exists));
+                    }
+                    match request.mode {
+                        StoreMode::Set | StoreMode::Replace => {
+                            put(new_item(value.clone(), request.flags, request.expiry))
+                        }
+                        StoreMode::Add => Ok(Plan::Keep {
+                            result: not(StoreStatus::NotStored),
+                            lru: LruMove::Write,
+                        }),
+                        StoreMode::Append | StoreMode::Prepend => {
+                            if let Some(supplied) = request.compare_cas {
+                                if supplied != 0 && supplied != old.cas {
+                                    return Ok(keep(StoreStatus::Exists));
+                                }
+                            }
+                            if item_size(key.len(), old.value.len() + value.len(), old.flags)
+                                > self.item_size_max
+                            {
+                                return Ok(keep(StoreStatus::NotStored));
+                            }
+                            let mut joined = BytesMut::with_capacity(old.value.len() + value.len());
+                            if request.mode == StoreMode::Append {
+                                joined.extend_from_slice(&old.value);
+                                joined.extend_from_slice(&value);
+                            } else {
+                                joined.extend_from_slice(&value);
+                                joined.extend_from_slice(&old.value);
+                            }
+                            put(new_item(joined.freeze(), old.flags, old.expiry))
+                        }
+                    }
+                }
+            }
+        })
+    }
+
+    /// `set`.
+    pub fn set(
+        &self,
+        key: &[u8],
+        value: Bytes,
+        flags: u32,
+        expiry: Expiry,
+        now: UnixSecs,
+    ) -> Result<StoreOutcome, StoreError> {
+        self.store(
+            key,
+            value,
+            &StoreRequest::new(StoreMode::Set, flags, expiry),
+            now,
+        )
+    }
+
+    /// `add`.
+    pub fn add(
+        &self,
+        key: &[u8],
+        value: Bytes,
+        flags: u32,
+        expiry: Expiry,
+        now: UnixSecs,
+    ) -> Result<StoreOutcome, StoreError> {
+        self.store(
+            key,
+            value,
+            &StoreRequest::new(StoreMode::Add, flags, expiry),
+            now,
+        )
+    }
+
+    /// `replace`.
+    pub fn replace(
+        &self,
+        key: &[u8],
+        value: Bytes,
+        flags: u32,
+        expiry: Expiry,
+        now: UnixSecs,
+    ) -> Result<StoreOutcome, StoreError> {
+        self.store(
+            key,
+            value,
+            &StoreRequest::new(StoreMode::Replace, flags, expiry),
+            now,
+        )
+    }
+
+    /// `append` (the item keeps its flags and expiry).
+    pub fn append(
+        &self,
+        key: &[u8],
+        data: Bytes,
+        now: UnixSecs,
+    ) -> Result<StoreOutcome, StoreError> {
+        self.store(
+            key,
+            data,
+            &StoreRequest::new(StoreMode::Append, 0, Expiry::Never),
+            now,
+        )
+    }
+
+    /// `prepend` (the item keeps its flags and expiry).
+    pub fn prepend(
+        &self,
+        key: &[u8],
+        data: Bytes,
+        now: UnixSecs,
+    ) -> Result<StoreOutcome, StoreError> {
+        self.store(
+            key,
+            data,
+            &StoreRequest::new(StoreMode::Prepend, 0, Expiry::Never),
+            now,
+        )
+    }
+
+    /// `cas`: `Stored` if `cas_unique` matches, `Exists` if not, `NotFound`
+    /// if there is no live item.
+    pub fn cas(
+        &self,
+        key: &[u8],
+        value: Bytes,
+        flags: u32,
+        expiry: Expiry,
+        cas_unique: u64,
+        now: UnixSecs,
+    ) -> Result<StoreOutcome, StoreError> {
+        let mut request = StoreRequest::new(StoreMode::Set, flags, expiry);
+        request.compare_cas = Some(cas_unique);
+        self.store(key, value, &request, now)
+    }
+
+    /// `delete`: true if a live item was removed (`DELETED`), false for
+    /// `NOT_FOUND`.
+    pub fn delete(&self, key: &[u8], now: UnixSecs) -> bool {
+        matches!(
+            self.meta_delete(key, &DeleteRequest::default(), now),
+            Ok(DeleteOutcome::Deleted)
+        )
+    }
+
+    /// `md`: delete, or with `invalidate` mark stale (clearing the win token
+    /// and giving a new CAS), optionally guarded by a CAS compare.
+    pub fn meta_delete(
+        &self,
+        key: &[u8],
+        request: &DeleteRequest,
+        now: UnixSecs,
+    ) -> Result<DeleteOutcome, StoreError> {
+        validate_key(key)?;
+        self.mutate(key, now, 0, |existing| {
+            let Some(item) = existing else {
+                return Ok(Plan::Keep {
+                    result: DeleteOutcome::NotFound,
+                    lru: LruMove::None,
+                });
+            };
+            if let Some(supplied) = request.compare_cas {
+                if supplied != item.cas {
+                    return Ok(Plan::Keep {
+                        result: DeleteOutcome::Exists,
+                        lru: LruMove::None,
+                    });
+                }
+            }
+            if request.invalidate {
+                if let Some(expiry) = request.new_expiry {
+                    item.expiry = expiry;
+                }
+                item.state = (item.state | STATE_STALE) & !STATE_WIN_TOKEN_SENT;
+                item.cas = request.new_cas.unwrap_or_else(|| self.next_cas());
+                return Ok(Plan::Keep {
+                    result: DeleteOutcome::Invalidated,
+                    lru: LruMove::None,
+                });
+            }
+            Ok(Plan::Remove {
+                result: DeleteOutcome::Deleted,
+            })
+        })
+    }
+
+    /// `incr`: adds `delta`, wrapping at 2^64.
+    pub fn incr(&self, key: &[u8], delta: u64, now: UnixSecs) -> Result<ArithOutcome, StoreError> {
+        self.arithmetic(key, &ArithRequest::new(ArithDirection::Incr, delta), now)
+    }
+
+    /// `decr`: subtracts `delta`, flooring at 0.
+    pub fn decr(&self, key: &[u8], delta: u64, now: UnixSecs) -> Result<ArithOutcome, StoreError> {
+        self.arithmetic(key, &ArithRequest::new(ArithDirection::Decr, delta), now)
+    }
+
+    /// `incr`/`decr`/`ma`. The value must parse as a decimal u64
+    /// ([`parse_counter`]); the result replaces it (space-padded to the old
+    /// length if shorter, as memcached does) with a new CAS, keeping flags
+    /// and expiry unless `new_expiry` is given.
+    pub fn arithmetic(
+        &self,
+        key: &[u8],
+        request: &ArithRequest,
+        now: UnixSecs,
+    ) -> Result<ArithOutcome, StoreError> {
+        validate_key(key)?;
+        self.mutate(key, now, 0, |existing| {
+            let keep = |result| {
+                Ok(Plan::Keep {
+                    result,
+                    lru: LruMove::None,
+                })
+            };
+            let cas = || request.new_cas.unwrap_or_else(|| self.next_cas());
+            let Some(old) = existing else {
+                let Some(vivify) = request.vivify else {
+                    return keep(ArithOutcome::NotFound);
+                };
+                let expiry = request.new_expiry.unwrap_or(vivify.expiry);
+                let value = Bytes::from(vivify.initial.to_string());
+                let item = self.new_item(key, value, 0, expiry, cas(), now);
+                let created = ArithItem {
+                    value: vivify.initial,
+                    cas: item.cas,
+                    expiry,
+                };
+                return Ok(Plan::Put {
+                    item,
+                    result: ArithOutcome::Created(created),
+                });
+            };
+            if old.value.is_empty() {
+                return keep(ArithOutcome::NonNumeric);
+            }
+            if let Some(supplied) = request.compare_cas {
+                if supplied != 0 && supplied != old.cas {
+                    return keep(ArithOutcome::Exists);
+                }
+            }
+            let Some(current) = parse_counter(&old.value) else {
+                return keep(ArithOutcome::NonNumeric);
+            };
+            let number = match request.direction {
+                ArithDirection::Incr => current.wrapping_add(request.delta),
+                ArithDirection::Decr => current.saturating_sub(request.delta),
+            };
+            let expiry = request.new_expiry.unwrap_or(old.expiry);
+            let mut item = self.new_item(
+                key,
+                format_counter(number, old.value.len()),
+                old.flags,
+                expiry,
+                cas(),
+                now,
+            );
+            item.state = old.state;
+            let updated = ArithItem {
+                value: number,
+                cas: item.cas,
+                expiry,
+            };
+            Ok(Plan::Put {
+                item,
+                result: ArithOutcome::Updated(updated),
+            })
+        })
+    }
+
+    // ----- whole-store operations ---------------------------------------
+
+    /// `flush_all [delay]`: every item stored (last accessed) before the
+    /// flush moment becomes invalid once that moment arrives. `at = None`
+    /// flushes now; `Some(t)` (see [`crate::flush_deadline`]) at `t`.
+    /// Mirrors memcached: the watermark is `t - 1` seconds, and an immediate
+    /// flush also invalidates every CAS issued so far (so items written
+    /// earlier in the current second are gone too). Items are removed lazily
+    /// on access, by eviction, and by [`Store::crawl_expired`].
+    pub fn flush_all(&self, at: Option<UnixSecs>, now: UnixSecs) {
+        let _serialise = self.flush_lock.lock();
+        let new_oldest = at.unwrap_or(now).0;
+        let oldest_live = new_oldest.saturating_sub(1);
+        if oldest_live <= now.0 {
+            let cas = self.next_cas();
+            self.flush_oldest_cas.store(cas, Ordering::Release);
+        }
+        self.flush_oldest_live_plus_one
+            .store(oldest_live + 1, Ordering::Release);
+    }
+
+    /// Background expiry: inspects up to `budget` slots, a slice of one shard
+    /// at a time (round robin, resuming where the last call stopped), and
+    /// removes expired or flushed items. Call it periodically from a
+    /// housekeeping thread.
+    pub fn crawl_expired(&self, now: UnixSecs, budget: usize) -> CrawlReport {
+        let mut report = CrawlReport::default();
+        let mut remaining = budget;
+        while remaining > 0 {
+            let index = self.crawl_next_shard.fetch_add(1, Ordering::Relaxed) % self.shards.len();
+            let shard = &self.shards[index];
+            let mut state = shard.state.lock();
+            let flush = self.flush_mark();
+            let slots = state.slot_count();
+            let take = remaining.min(CRAWL_SLICE).min(slots).max(1);
+            remaining -= take;
+            if slots == 0 {
+                continue;
+            }
+            for _ in 0..take {
+                let slot = state.crawl_cursor % slots;
+                state.crawl_cursor = (slot + 1) % slots;
+                report.inspected += 1;
+                let dead = match state.slot_item(slot) {
+                    Some(item) => !is_live(item, now, &flush),
+                    None => false,
+                };
+                if dead {
+                    let item = state.remove(slot as u32);
+                    state.counters.reclaimed += 1;
+                    if !item.has(STATE_FETCHED) {
+                        state.counters.expired_unfetched += 1;
+                    }
+                    self.used_bytes.fetch_sub(item.size(), Ordering::AcqRel);
+                    report.reclaimed += 1;
+                }
+            }
+            shard.publish(&state);
+        }
+        report
+    }
+
+    /// Item statistics, summed over shards (each locked briefly, one at a
+    /// time, so the figures are not one atomic snapshot).
+    pub fn stats(&self) -> StoreStats {
+        let mut stats = StoreStats {
+            limit_maxbytes: self.max_bytes,
+            item_size_max: self.item_size_max,
+            shards: self.shards.len() as u64,
+            ..StoreStats::default()
+        };
+        for shard in self.shards.iter() {
+            let state = shard.state.lock();
+            stats.curr_items += state.len() as u64;
+            stats.bytes += state.bytes;
+            stats.total_items += state.counters.total_items;
+            stats.evictions += state.counters.evictions;
+            stats.evicted_unfetched += state.counters.evicted_unfetched;
+            stats.expired_unfetched += state.counters.expired_unfetched;
+            stats.reclaimed += state.counters.reclaimed;
+        }
+        stats
+    }
+
+    /// Checks every shard's internal consistency (tests only).
+    #[cfg(test)]
+    pub(crate) fn check_invariants(&self) {
+        let mut bytes = 0;
+        for shard in self.shards.iter() {
+            let state = shard.state.lock();
+            state.check_invariants();
+            bytes += state.bytes;
+        }
+        assert!(bytes <= self.max_bytes);
+        assert_eq!(bytes, self.used_bytes());
+    }
+}
