@@ -1,0 +1,233 @@
+//! Meta-command flags (`mg`, `ms`, `md`, `ma`): single letters, some with a
+//! token (`T30`, `Oabc`, `MS`). Order is kept because memcached echoes the
+//! return flags in the order the client asked for them.
+
+use bytes::Bytes;
+
+use crate::error::ProtoError;
+use crate::number::{parse_i32, parse_u32, parse_u64};
+
+/// One flag of a meta command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaFlag {
+    /// The flag letter (`b'v'`, `b'T'`, ...).
+    pub letter: u8,
+    /// Whatever followed the letter in the token (may be empty).
+    pub token: Bytes,
+}
+
+/// The flags of one meta command, in request order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetaFlags {
+    /// Flags as given.
+    pub list: Vec<MetaFlag>,
+}
+
+/// Which meta command a flag set belongs to (each accepts different letters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetaKind {
+    /// `mg`
+    Get,
+    /// `ms`
+    Set,
+    /// `md`
+    Delete,
+    /// `ma`
+    Arithmetic,
+}
+
+impl MetaKind {
+    fn accepts(self, letter: u8) -> bool {
+        let allowed: &[u8] = match self {
+            MetaKind::Get => b"bcfhklOqstuvENRTP",
+            MetaKind::Set => b"bcCEFIkOqsSTMP",
+            MetaKind::Delete => b"bCEIkOqTxP",
+            MetaKind::Arithmetic => b"bCENJDTMOqtcvkP",
+        };
+        allowed.contains(&letter)
+    }
+}
+
+/// Largest opaque token memcached accepts.
+const MAX_OPAQUE_LEN: usize = 32;
+
+impl MetaFlags {
+    /// Parses the flag tokens of a meta command of kind `kind`.
+    pub fn parse<'a>(
+        kind: MetaKind,
+        tokens: impl Iterator<Item = &'a [u8]>,
+    ) -> Result<MetaFlags, ProtoError> {
+        let mut seen = [false; 128];
+        let mut list = Vec::new();
+        for token in tokens {
+            let letter = token[0];
+            if !letter.is_ascii_alphabetic() || !kind.accepts(letter) {
+                return Err(ProtoError::InvalidMetaFlag);
+            }
+            let slot = usize::from(letter);
+            if seen[slot] {
+                return Err(ProtoError::DuplicateMetaFlag);
+            }
+            seen[slot] = true;
+            let rest = &token[1..];
+            if letter == b'O' && rest.len() > MAX_OPAQUE_LEN {
+                return Err(ProtoError::BadMetaToken);
+            }
+            list.push(MetaFlag {
+                letter,
+                token: Bytes::copy_from_slice(rest),
+            });
+        }
+        Ok(MetaFlags { list })
+    }
+
+    /// True when the flag is present.
+    pub fn has(&self, letter: u8) -> bool {
+        self.list.iter().any(|f| f.letter == letter)
+    }
+
+    /// The token of a flag, if present.
+    pub fn token(&self, letter: u8) -> Option<&Bytes> {
+        self.list
+            .iter()
+            .find(|f| f.letter == letter)
+            .map(|f| &f.token)
+    }
+
+    /// A signed 32-bit numeric token (TTLs), validated.
+    pub fn ttl(&self, letter: u8) -> Result<Option<i32>, ProtoError> {
+        match self.token(letter) {
+            None => Ok(None),
+            Some(t) => parse_i32(t).map(Some).ok_or(ProtoError::BadMetaToken),
+        }
+    }
+
+    /// An unsigned 64-bit numeric token (CAS, deltas), validated.
+    pub fn u64(&self, letter: u8) -> Result<Option<u64>, ProtoError> {
+        match self.token(letter) {
+            None => Ok(None),
+            Some(t) => parse_u64(t).map(Some).ok_or(ProtoError::BadMetaToken),
+        }
+    }
+
+    /// An unsigned 32-bit numeric token (client flags), validated.
+    pub fn u32(&self, letter: u8) -> Result<Option<u32>, ProtoError> {
+        match self.token(letter) {
+            None => Ok(None),
+            Some(t) => parse_u32(t).map(Some).ok_or(ProtoError::BadMetaToken),
+        }
+    }
+
+    /// The mode letter of the `M` flag, if given.
+    pub fn mode(&self) -> Option<u8> {
+        self.token(b'M').and_then(|t| t.first().copied())
+    }
+
+    /// `q`: quiet mode.
+    pub fn quiet(&self) -> bool {
+        self.has(b'q')
+    }
+}
+
+/// Decodes standard base64 (with padding) as the `b` flag requires.
+pub fn decode_base64(input: &[u8]) -> Option<Vec<u8>> {
+    fn value(c: u8) -> Option<u32> {
+        match c {
+            b'A'..=b'Z' => Some(u32::from(c - b'A')),
+            b'a'..=b'z' => Some(u32::from(c - b'a') + 26),
+            b'0'..=b'9' => Some(u32::from(c - b'0') + 52),
+            b'+' => Some(62),
+            b'/' => Some(63),
+            _ => None,
+        }
+    }
+    if input.is_empty() || !input.len().is_multiple_of(4) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(input.len() / 4 * 3);
+    for chunk in input.chunks(4) {
+        let pad = chunk.iter().rev().take_while(|&&c| c == b'=').count();
+        if pad > 2 {
+            return None;
+        }
+        let mut acc = 0u32;
+        for (i, &c) in chunk.iter().enumerate() {
+            let v = if i >= 4 - pad { 0 } else { value(c)? };
+            acc = (acc << 6) | v;
+        }
+        let bytes = [(acc >> 16) as u8, (acc >> 8) as u8, acc as u8];
+        out.extend_from_slice(&bytes[..3 - pad]);
+    }
+    Some(out)
+}
+
+/// Encodes standard base64 with padding (for returning `b` keys).
+pub fn encode_base64(input: &[u8]) -> Vec<u8> {
+    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = Vec::with_capacity(input.len().div_ceil(3) * 4);
+    for chunk in input.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let acc = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(TABLE[((acc >> (18 - 6 * i)) & 63) as usize]);
+            } else {
+                out.push(b'=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_keep_order_and_tokens() {
+        let toks: Vec<&[u8]> = vec![b"s", b"v", b"T30", b"Oab"];
+        let flags = MetaFlags::parse(MetaKind::Get, toks.into_iter()).unwrap();
+        assert_eq!(flags.list.len(), 4);
+        assert_eq!(flags.ttl(b'T').unwrap(), Some(30));
+        assert_eq!(flags.token(b'O').unwrap().as_ref(), b"ab");
+        assert!(flags.has(b'v') && !flags.has(b'k'));
+    }
+
+    #[test]
+    fn rejects_unknown_and_duplicate() {
+        let bad: Vec<&[u8]> = vec![b"zz"];
+        assert_eq!(
+            MetaFlags::parse(MetaKind::Get, bad.into_iter()),
+            Err(ProtoError::InvalidMetaFlag)
+        );
+        let dup: Vec<&[u8]> = vec![b"v", b"v"];
+        assert_eq!(
+            MetaFlags::parse(MetaKind::Get, dup.into_iter()),
+            Err(ProtoError::DuplicateMetaFlag)
+        );
+        let not_for_delete: Vec<&[u8]> = vec![b"v"];
+        assert_eq!(
+            MetaFlags::parse(MetaKind::Delete, not_for_delete.into_iter()),
+            Err(ProtoError::InvalidMetaFlag)
+        );
+    }
+
+    #[test]
+    fn base64_round_trip() {
+        for input in [&b""[..], b"f", b"fo", b"foo", b"foob", b"fooba", b"foobar"] {
+            let enc = encode_base64(input);
+            if input.is_empty() {
+                assert!(decode_base64(&enc).is_none());
+            } else {
+                assert_eq!(decode_base64(&enc).unwrap(), input);
+            }
+        }
+        assert_eq!(encode_base64(b"foobar"), b"Zm9vYmFy");
+        assert_eq!(decode_base64(b"Zm8="), Some(b"fo".to_vec()));
+        assert_eq!(decode_base64(b"Zm8"), None);
+    }
+}

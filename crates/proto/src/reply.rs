@@ -1,0 +1,235 @@
+//! Server-side reply composition.
+//!
+//! Replies accumulate in a [`ReplyBuf`]: small pieces are copied into a
+//! scratch buffer, large values are appended as shared [`Bytes`] chunks so a
+//! 500 KB value is never copied (the socket owner writes the chunks with
+//! vectored I/O).
+
+use std::collections::VecDeque;
+
+use bytes::{Buf, Bytes, BytesMut};
+
+use crate::error::ProtoError;
+
+/// Values at least this long are queued by reference instead of copied.
+pub const ZERO_COPY_THRESHOLD: usize = 4096;
+
+/// An ordered queue of reply bytes.
+#[derive(Debug, Default)]
+pub struct ReplyBuf {
+    chunks: VecDeque<Bytes>,
+    scratch: BytesMut,
+    len: usize,
+}
+
+impl ReplyBuf {
+    /// An empty buffer.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Total bytes not yet consumed.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Appends a copy of `bytes`.
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.scratch.extend_from_slice(bytes);
+        self.len += bytes.len();
+    }
+
+    /// Appends a value, by reference when large.
+    pub fn push_value(&mut self, value: &Bytes) {
+        if value.len() >= ZERO_COPY_THRESHOLD {
+            self.seal();
+            self.len += value.len();
+            self.chunks.push_back(value.clone());
+        } else {
+            self.push(value);
+        }
+    }
+
+    /// Appends a decimal number.
+    pub fn push_u64(&mut self, n: u64) {
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        let mut v = n;
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        self.push(&digits[i..]);
+    }
+
+    /// Appends a signed decimal number.
+    pub fn push_i64(&mut self, n: i64) {
+        if n < 0 {
+            self.push(b"-");
+        }
+        self.push_u64(n.unsigned_abs());
+    }
+
+    /// Moves the scratch bytes into the chunk queue.
+    fn seal(&mut self) {
+        if !self.scratch.is_empty() {
+            self.chunks.push_back(self.scratch.split().freeze());
+        }
+    }
+
+    /// Appends everything queued in `other`, keeping order.
+    pub fn append(&mut self, other: &mut ReplyBuf) {
+        other.seal();
+        self.seal();
+        self.len += other.len;
+        self.chunks.append(&mut other.chunks);
+        other.len = 0;
+    }
+
+    /// The queued chunks, in order, for vectored writes (seals scratch first).
+    pub fn chunks(&mut self) -> impl Iterator<Item = &Bytes> {
+        self.seal();
+        self.chunks.iter()
+    }
+
+    /// Drops the first `n` bytes (after a partial write).
+    pub fn advance(&mut self, mut n: usize) {
+        self.seal();
+        self.len -= n.min(self.len);
+        while n > 0 {
+            let Some(front) = self.chunks.front_mut() else {
+                break;
+            };
+            if front.len() <= n {
+                n -= front.len();
+                self.chunks.pop_front();
+            } else {
+                front.advance(n);
+                n = 0;
+            }
+        }
+    }
+
+    /// Takes everything queued as one contiguous buffer (copies; for UDP and tests).
+    pub fn take_contiguous(&mut self) -> Vec<u8> {
+        self.seal();
+        let mut out = Vec::with_capacity(self.len);
+        for chunk in self.chunks.drain(..) {
+            out.extend_from_slice(&chunk);
+        }
+        self.len = 0;
+        out
+    }
+
+    /// Discards everything queued.
+    pub fn clear(&mut self) {
+        self.chunks.clear();
+        self.scratch.clear();
+        self.len = 0;
+    }
+}
+
+/// `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n`
+pub fn value(out: &mut ReplyBuf, key: &[u8], flags: u32, data: &Bytes, cas: Option<u64>) {
+    out.push(b"VALUE ");
+    out.push(key);
+    out.push(b" ");
+    out.push_u64(u64::from(flags));
+    out.push(b" ");
+    out.push_u64(data.len() as u64);
+    if let Some(cas) = cas {
+        out.push(b" ");
+        out.push_u64(cas);
+    }
+    out.push(b"\r\n");
+    out.push_value(data);
+    out.push(b"\r\n");
+}
+
+/// A status line such as `STORED`, followed by `\r\n`.
+pub fn line(out: &mut ReplyBuf, text: &[u8]) {
+    out.push(text);
+    out.push(b"\r\n");
+}
+
+/// A number line (incr/decr result).
+pub fn number(out: &mut ReplyBuf, n: u64) {
+    out.push_u64(n);
+    out.push(b"\r\n");
+}
+
+/// A `STAT <name> <value>` line.
+pub fn stat(out: &mut ReplyBuf, name: &str, value: &dyn std::fmt::Display) {
+    out.push(format!("STAT {name} {value}\r\n").as_bytes());
+}
+
+/// The reply for a protocol error, unless memcached would stay silent.
+pub fn error(out: &mut ReplyBuf, err: &ProtoError) {
+    if err.silent() || err.closes_connection() {
+        return;
+    }
+    out.push(err.reply_line().as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn value_line_and_zero_copy() {
+        let mut out = ReplyBuf::new();
+        value(&mut out, b"k", 5, &Bytes::from_static(b"hi"), Some(9));
+        assert_eq!(out.take_contiguous(), b"VALUE k 5 2 9\r\nhi\r\n");
+
+        let big = Bytes::from(vec![7u8; 10_000]);
+        value(&mut out, b"big", 0, &big, None);
+        line(&mut out, b"END");
+        let ptrs: Vec<*const u8> = out.chunks().map(|c| c.as_ptr()).collect();
+        assert!(
+            ptrs.contains(&big.as_ptr()),
+            "large value must not be copied"
+        );
+        assert_eq!(out.len(), "VALUE big 0 10000\r\n".len() + 10_000 + 2 + 5);
+    }
+
+    #[test]
+    fn advance_across_chunks() {
+        let mut out = ReplyBuf::new();
+        out.push(b"abc");
+        out.push_value(&Bytes::from(vec![b'x'; ZERO_COPY_THRESHOLD]));
+        out.push(b"def");
+        out.advance(2);
+        out.advance(ZERO_COPY_THRESHOLD);
+        assert_eq!(out.len(), 4);
+        assert_eq!(out.take_contiguous(), b"xdef");
+    }
+
+    #[test]
+    fn numbers() {
+        let mut out = ReplyBuf::new();
+        out.push_u64(0);
+        out.push(b" ");
+        out.push_u64(u64::MAX);
+        out.push(b" ");
+        out.push_i64(-1);
+        assert_eq!(out.take_contiguous(), b"0 18446744073709551615 -1");
+    }
+
+    #[test]
+    fn silent_errors() {
+        let mut out = ReplyBuf::new();
+        error(&mut out, &ProtoError::BadCommandLine { noreply: true });
+        assert!(out.is_empty());
+        error(&mut out, &ProtoError::UnknownCommand);
+        assert_eq!(out.take_contiguous(), b"ERROR\r\n");
+    }
+}

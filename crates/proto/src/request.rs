@@ -1,0 +1,735 @@
+//! Server-side request parser for the text and meta protocols.
+//!
+//! [`parse_request`] looks at the bytes buffered for a connection and returns
+//! one of: [`Parsed::Incomplete`] (wait for more bytes), [`Parsed::Complete`]
+//! (a request and the bytes it used) or [`Parsed::Invalid`] (memcached's error
+//! reply and the bytes to drop). Validation follows memcached 1.6's
+//! `proto_text.c` order of checks so that error replies match byte for byte.
+
+use std::ops::Range;
+
+use bytes::Bytes;
+
+use crate::error::ProtoError;
+use crate::meta::{decode_base64, MetaFlags, MetaKind};
+use crate::number::{parse_i32, parse_u32, parse_u64};
+use crate::{
+    split_line, tokens, Limits, Parsed, MAX_GET_LINE, MAX_KEY_LEN, MAX_LINE_WITHOUT_NEWLINE,
+};
+
+/// Per-item overhead memcached adds when checking `-I`: a 48-byte header,
+/// 8 bytes of CAS, the key's terminating NUL and the value's `\r\n`.
+pub const ITEM_SIZE_OVERHEAD: usize = 56 + 1 + 2;
+
+/// True when an item with this key and value length exceeds `item_size_max`,
+/// computed exactly as memcached's `item_size_ok`.
+pub fn item_too_large(key_len: usize, value_len: usize, item_size_max: usize) -> bool {
+    ITEM_SIZE_OVERHEAD + key_len + value_len > item_size_max
+}
+
+/// The storage commands of the text protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreMode {
+    /// `set`: store unconditionally.
+    Set,
+    /// `add`: store only if absent.
+    Add,
+    /// `replace`: store only if present.
+    Replace,
+    /// `append`: add data after the existing value.
+    Append,
+    /// `prepend`: add data before the existing value.
+    Prepend,
+    /// `cas`: store only if the CAS unique still matches.
+    Cas,
+}
+
+/// A storage command (`set`, `add`, `replace`, `append`, `prepend`, `cas`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreCommand {
+    /// Which command.
+    pub mode: StoreMode,
+    /// The key.
+    pub key: Bytes,
+    /// Opaque client flags.
+    pub flags: u32,
+    /// Expiration as sent (0 never, ≤ 30 days relative, else absolute, < 0 expired).
+    pub exptime: i32,
+    /// CAS unique for `cas` (0 otherwise).
+    pub cas_unique: u64,
+    /// Where the value lies in the parsed input (without the trailing `\r\n`).
+    pub data: Range<usize>,
+    /// `noreply` was given.
+    pub noreply: bool,
+}
+
+/// A decoded request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// `get`/`gets`.
+    Get {
+        /// Keys in request order.
+        keys: Vec<Bytes>,
+        /// `gets`: return CAS uniques.
+        with_cas: bool,
+    },
+    /// `gat`/`gats`: get and touch.
+    GetAndTouch {
+        /// New expiration.
+        exptime: i32,
+        /// Keys in request order.
+        keys: Vec<Bytes>,
+        /// `gats`: return CAS uniques.
+        with_cas: bool,
+    },
+    /// A storage command.
+    Store(StoreCommand),
+    /// `delete`.
+    Delete {
+        /// The key.
+        key: Bytes,
+        /// `noreply` was given.
+        noreply: bool,
+    },
+    /// `incr`/`decr`.
+    Arithmetic {
+        /// The key.
+        key: Bytes,
+        /// Amount to add or subtract.
+        delta: u64,
+        /// `incr` (true) or `decr` (false).
+        incr: bool,
+        /// `noreply` was given.
+        noreply: bool,
+    },
+    /// `touch`.
+    Touch {
+        /// The key.
+        key: Bytes,
+        /// New expiration.
+        exptime: i32,
+        /// `noreply` was given.
+        noreply: bool,
+    },
+    /// `flush_all [delay]`.
+    FlushAll {
+        /// Delay in seconds (same rules as exptime), if given.
+        delay: Option<i32>,
+        /// `noreply` was given.
+        noreply: bool,
+    },
+    /// `version`.
+    Version,
+    /// `verbosity N`.
+    Verbosity {
+        /// `noreply` was given.
+        noreply: bool,
+    },
+    /// `quit`.
+    Quit,
+    /// `stats [group ...]`.
+    Stats {
+        /// Arguments after `stats`.
+        args: Vec<Bytes>,
+    },
+    /// `mg`.
+    MetaGet {
+        /// The key (decoded if the `b` flag was given).
+        key: Bytes,
+        /// Flags in request order.
+        flags: MetaFlags,
+    },
+    /// `ms`.
+    MetaSet {
+        /// The key (decoded if `b`).
+        key: Bytes,
+        /// Flags in request order.
+        flags: MetaFlags,
+        /// Where the value lies in the parsed input.
+        data: Range<usize>,
+    },
+    /// `md`.
+    MetaDelete {
+        /// The key (decoded if `b`).
+        key: Bytes,
+        /// Flags in request order.
+        flags: MetaFlags,
+    },
+    /// `ma`.
+    MetaArithmetic {
+        /// The key (decoded if `b`).
+        key: Bytes,
+        /// Flags in request order.
+        flags: MetaFlags,
+    },
+    /// `mn`.
+    MetaNoop,
+    /// `me`.
+    MetaDebug {
+        /// The key.
+        key: Bytes,
+    },
+}
+
+impl Request {
+    /// Keys the request touches, for routing and dispatch decisions.
+    pub fn keys(&self) -> Vec<&Bytes> {
+        match self {
+            Request::Get { keys, .. } | Request::GetAndTouch { keys, .. } => keys.iter().collect(),
+            Request::Store(cmd) => vec![&cmd.key],
+            Request::Delete { key, .. }
+            | Request::Arithmetic { key, .. }
+            | Request::Touch { key, .. }
+            | Request::MetaGet { key, .. }
+            | Request::MetaSet { key, .. }
+            | Request::MetaDelete { key, .. }
+            | Request::MetaArithmetic { key, .. }
+            | Request::MetaDebug { key } => vec![key],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Declared value length of a storage request (bytes on the wire, without `\r\n`).
+    pub fn data_len(&self) -> Option<usize> {
+        match self {
+            Request::Store(cmd) => Some(cmd.data.len()),
+            Request::MetaSet { data, .. } => Some(data.len()),
+            _ => None,
+        }
+    }
+}
+
+fn is_noreply(token: Option<&&[u8]>) -> bool {
+    token.is_some_and(|t| *t == b"noreply")
+}
+
+fn key_bytes(token: &[u8]) -> Result<Bytes, ProtoError> {
+    if token.len() > MAX_KEY_LEN {
+        return Err(ProtoError::BadCommandLine { noreply: false });
+    }
+    Ok(Bytes::copy_from_slice(token))
+}
+
+/// When a storage command's line is complete, how many bytes the whole
+/// request (line + data + `\r\n`) needs. Lets a server classify a large `set`
+/// by its declared length before the value has arrived.
+pub fn declared_total(buf: &[u8]) -> Option<usize> {
+    let (line, line_len) = split_line(buf)?;
+    let toks: Vec<&[u8]> = tokens(line).collect();
+    let len_token = match toks.first().copied() {
+        Some(b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas") => toks.get(4),
+        Some(b"ms") => toks.get(2),
+        _ => None,
+    }?;
+    let len = usize::try_from(parse_i32(len_token)?).ok()?;
+    Some(line_len + len + 2)
+}
+
+/// Parses one request from the front of `buf`.
+pub fn parse_request(buf: &[u8], limits: &Limits) -> Parsed<Request> {
+    let Some((line, line_len)) = split_line(buf) else {
+        return incomplete_line(buf);
+    };
+    let toks: Vec<&[u8]> = tokens(line).collect();
+    let Some(&command) = toks.first() else {
+        return invalid(ProtoError::UnknownCommand, line_len);
+    };
+    let result = match command {
+        b"get" | b"gets" => parse_get(&toks, command == b"gets").map(done(line_len)),
+        b"gat" | b"gats" => parse_gat(&toks, command == b"gats").map(done(line_len)),
+        b"set" => return parse_store(StoreMode::Set, &toks, buf, line_len, limits),
+        b"add" => return parse_store(StoreMode::Add, &toks, buf, line_len, limits),
+        b"replace" => return parse_store(StoreMode::Replace, &toks, buf, line_len, limits),
+        b"append" => return parse_store(StoreMode::Append, &toks, buf, line_len, limits),
+        b"prepend" => return parse_store(StoreMode::Prepend, &toks, buf, line_len, limits),
+        b"cas" => return parse_store(StoreMode::Cas, &toks, buf, line_len, limits),
+        b"delete" => parse_delete(&toks).map(done(line_len)),
+        b"incr" | b"decr" => parse_arithmetic(&toks, command == b"incr").map(done(line_len)),
+        b"touch" => parse_touch(&toks).map(done(line_len)),
+        b"flush_all" => parse_flush_all(&toks).map(done(line_len)),
+        b"version" => Ok(Request::Version).map(done(line_len)),
+        b"verbosity" if matches!(toks.len(), 2 | 3) => Ok(Request::Verbosity {
+            noreply: is_noreply(toks.last()),
+        })
+        .map(done(line_len)),
+        b"quit" => Ok(Request::Quit).map(done(line_len)),
+        b"stats" => Ok(Request::Stats {
+            args: toks[1..]
+                .iter()
+                .map(|t| Bytes::copy_from_slice(t))
+                .collect(),
+        })
+        .map(done(line_len)),
+        b"mn" => Ok(Request::MetaNoop).map(done(line_len)),
+        b"mg" => parse_meta_keyed(MetaKind::Get, &toks)
+            .map(|(key, flags)| (Request::MetaGet { key, flags }, line_len)),
+        b"md" => parse_meta_keyed(MetaKind::Delete, &toks)
+            .map(|(key, flags)| (Request::MetaDelete { key, flags }, line_len)),
+        b"ma" => parse_meta_keyed(MetaKind::Arithmetic, &toks)
+            .map(|(key, flags)| (Request::MetaArithmetic { key, flags }, line_len)),
+        b"me" => match toks.get(1) {
+            Some(k) if toks.len() == 2 => {
+                key_bytes(k).map(|key| (Request::MetaDebug { key }, line_len))
+            }
+            _ => Err(ProtoError::BadCommandLine { noreply: false }),
+        },
+        b"ms" => return parse_meta_set(&toks, buf, line_len, limits),
+        _ => Err(ProtoError::UnknownCommand),
+    };
+    match result {
+        Ok((value, consumed)) => Parsed::Complete { value, consumed },
+        Err(error) => invalid(error, line_len),
+    }
+}
+
+fn done(line_len: usize) -> impl FnOnce(Request) -> (Request, usize) {
+    move |r| (r, line_len)
+}
+
+fn invalid(error: ProtoError, consumed: usize) -> Parsed<Request> {
+    Parsed::Invalid { error, consumed }
+}
+
+/// No newline yet: wait, unless the line is already longer than memcached
+/// tolerates (then the connection is closed, as memcached does).
+fn incomplete_line(buf: &[u8]) -> Parsed<Request> {
+    if buf.len() <= MAX_LINE_WITHOUT_NEWLINE {
+        return Parsed::Incomplete;
+    }
+    let start = buf.iter().position(|&b| b != b' ').unwrap_or(buf.len());
+    let rest = &buf[start..];
+    let is_get = rest.starts_with(b"get ") || rest.starts_with(b"gets ");
+    if start <= 100 && is_get && buf.len() <= MAX_GET_LINE {
+        Parsed::Incomplete
+    } else {
+        Parsed::Invalid {
+            error: ProtoError::LineTooLong,
+            consumed: buf.len(),
+        }
+    }
+}
+
+fn parse_keys(toks: &[&[u8]]) -> Result<Vec<Bytes>, ProtoError> {
+    toks.iter().map(|t| key_bytes(t)).collect()
+}
+
+fn parse_get(toks: &[&[u8]], with_cas: bool) -> Result<Request, ProtoError> {
+    if toks.len() < 2 {
+        return Err(ProtoError::UnknownCommand);
+    }
+    Ok(Request::Get {
+        keys: parse_keys(&toks[1..])?,
+        with_cas,
+    })
+}
+
+fn parse_gat(toks: &[&[u8]], with_cas: bool) -> Result<Request, ProtoError> {
+    if toks.len() < 3 {
+        return Err(ProtoError::UnknownCommand);
+    }
+    let exptime = parse_i32(toks[1]).ok_or(ProtoError::InvalidExptime { noreply: false })?;
+    Ok(Request::GetAndTouch {
+        exptime,
+        keys: parse_keys(&toks[2..])?,
+        with_cas,
+    })
+}
+
+fn parse_store(
+    mode: StoreMode,
+    toks: &[&[u8]],
+    buf: &[u8],
+    line_len: usize,
+    limits: &Limits,
+) -> Parsed<Request> {
+    let base = if mode == StoreMode::Cas { 6 } else { 5 };
+    if toks.len() != base && toks.len() != base + 1 {
+        return invalid(ProtoError::UnknownCommand, line_len);
+    }
+    let noreply = is_noreply(toks.last());
+    let bad = ProtoError::BadCommandLine { noreply };
+    if toks[1].len() > MAX_KEY_LEN {
+        return invalid(bad, line_len);
+    }
+    let (Some(flags), Some(exptime), Some(vlen)) =
+        (parse_u32(toks[2]), parse_i32(toks[3]), parse_i32(toks[4]))
+    else {
+        return invalid(bad, line_len);
+    };
+    let cas_unique = if mode == StoreMode::Cas {
+        match parse_u64(toks[5]) {
+            Some(c) => c,
+            None => return invalid(bad, line_len),
+        }
+    } else {
+        0
+    };
+    let Ok(vlen) = usize::try_from(vlen) else {
+        return invalid(bad, line_len);
+    };
+    let key = Bytes::copy_from_slice(toks[1]);
+    if item_too_large(key.len(), vlen, limits.item_size_max) {
+        let unlink_key = (mode == StoreMode::Set).then(|| key.clone());
+        return invalid(
+            ProtoError::TooLarge {
+                swallow: vlen + 2,
+                noreply,
+                unlink_key,
+            },
+            line_len,
+        );
+    }
+    let total = line_len + vlen + 2;
+    if buf.len() < total {
+        return Parsed::Incomplete;
+    }
+    if &buf[line_len + vlen..total] != b"\r\n" {
+        return invalid(ProtoError::BadDataChunk { noreply }, total);
+    }
+    Parsed::Complete {
+        value: Request::Store(StoreCommand {
+            mode,
+            key,
+            flags,
+            exptime,
+            cas_unique,
+            data: line_len..line_len + vlen,
+            noreply,
+        }),
+        consumed: total,
+    }
+}
+
+fn parse_delete(toks: &[&[u8]]) -> Result<Request, ProtoError> {
+    if !(2..=4).contains(&toks.len()) {
+        return Err(ProtoError::UnknownCommand);
+    }
+    let noreply = is_noreply(toks.last());
+    if toks.len() > 2 {
+        let hold_is_zero = toks[2] == b"0";
+        let valid = (toks.len() == 3 && (hold_is_zero || noreply))
+            || (toks.len() == 4 && hold_is_zero && noreply);
+        if !valid {
+            return Err(ProtoError::DeleteUsage { noreply });
+        }
+    }
+    if toks[1].len() > MAX_KEY_LEN {
+        return Err(ProtoError::BadCommandLine { noreply });
+    }
+    Ok(Request::Delete {
+        key: Bytes::copy_from_slice(toks[1]),
+        noreply,
+    })
+}
+
+fn parse_arithmetic(toks: &[&[u8]], incr: bool) -> Result<Request, ProtoError> {
+    if toks.len() != 3 && toks.len() != 4 {
+        return Err(ProtoError::UnknownCommand);
+    }
+    let noreply = is_noreply(toks.last());
+    if toks[1].len() > MAX_KEY_LEN {
+        return Err(ProtoError::BadCommandLine { noreply });
+    }
+    let delta = parse_u64(toks[2]).ok_or(ProtoError::InvalidDelta { noreply })?;
+    Ok(Request::Arithmetic {
+        key: Bytes::copy_from_slice(toks[1]),
+        delta,
+        incr,
+        noreply,
+    })
+}
+
+fn parse_touch(toks: &[&[u8]]) -> Result<Request, ProtoError> {
+    if toks.len() != 3 && toks.len() != 4 {
+        return Err(ProtoError::UnknownCommand);
+    }
+    let noreply = is_noreply(toks.last());
+    if toks[1].len() > MAX_KEY_LEN {
+        return Err(ProtoError::BadCommandLine { noreply });
+    }
+    let exptime = parse_i32(toks[2]).ok_or(ProtoError::InvalidExptime { noreply })?;
+    Ok(Request::Touch {
+        key: Bytes::copy_from_slice(toks[1]),
+        exptime,
+        noreply,
+    })
+}
+
+fn parse_flush_all(toks: &[&[u8]]) -> Result<Request, ProtoError> {
+    if toks.len() > 3 {
+        return Err(ProtoError::UnknownCommand);
+    }
+    let noreply = is_noreply(toks.last()) && toks.len() > 1;
+    let expected_without_delay = if noreply { 2 } else { 1 };
+    let delay = if toks.len() != expected_without_delay {
+        Some(parse_i32(toks[1]).ok_or(ProtoError::InvalidExptime { noreply })?)
+    } else {
+        None
+    };
+    Ok(Request::FlushAll { delay, noreply })
+}
+
+fn meta_key(raw: &[u8], flags: &MetaFlags) -> Result<Bytes, ProtoError> {
+    if raw.len() > MAX_KEY_LEN {
+        return Err(ProtoError::BadCommandLine { noreply: false });
+    }
+    if flags.has(b'b') {
+        let decoded = decode_base64(raw).ok_or(ProtoError::BadBase64Key)?;
+        if decoded.len() > MAX_KEY_LEN {
+            return Err(ProtoError::BadCommandLine { noreply: false });
+        }
+        return Ok(Bytes::from(decoded));
+    }
+    Ok(Bytes::copy_from_slice(raw))
+}
+
+fn parse_meta_keyed(kind: MetaKind, toks: &[&[u8]]) -> Result<(Bytes, MetaFlags), ProtoError> {
+    let Some(raw_key) = toks.get(1) else {
+        return Err(ProtoError::BadCommandLine { noreply: false });
+    };
+    let flags = MetaFlags::parse(kind, toks[2..].iter().copied())?;
+    let key = meta_key(raw_key, &flags)?;
+    Ok((key, flags))
+}
+
+fn parse_meta_set(toks: &[&[u8]], buf: &[u8], line_len: usize, limits: &Limits) -> Parsed<Request> {
+    let bad = ProtoError::BadCommandLine { noreply: false };
+    let (Some(raw_key), Some(len_token)) = (toks.get(1), toks.get(2)) else {
+        return invalid(bad, line_len);
+    };
+    let Some(vlen) = parse_i32(len_token).and_then(|v| usize::try_from(v).ok()) else {
+        return invalid(bad, line_len);
+    };
+    let swallow = vlen + 2;
+    let flags = match MetaFlags::parse(MetaKind::Set, toks[3..].iter().copied()) {
+        Ok(flags) => flags,
+        Err(error) => return invalid(error, line_len),
+    };
+    if let Some(mode) = flags.mode() {
+        if !b"EAPRSeaprs".contains(&mode) {
+            return invalid(ProtoError::InvalidMetaSetMode { swallow }, line_len);
+        }
+    }
+    let key = match meta_key(raw_key, &flags) {
+        Ok(key) => key,
+        Err(error) => return invalid(error, line_len),
+    };
+    if item_too_large(key.len(), vlen, limits.item_size_max) {
+        let set_mode = matches!(flags.mode(), None | Some(b'S' | b's'));
+        return invalid(
+            ProtoError::TooLarge {
+                swallow,
+                noreply: false,
+                unlink_key: set_mode.then(|| key.clone()),
+            },
+            line_len,
+        );
+    }
+    let total = line_len + vlen + 2;
+    if buf.len() < total {
+        return Parsed::Incomplete;
+    }
+    if &buf[line_len + vlen..total] != b"\r\n" {
+        return invalid(ProtoError::BadDataChunk { noreply: false }, total);
+    }
+    Parsed::Complete {
+        value: Request::MetaSet {
+            key,
+            flags,
+            data: line_len..line_len + vlen,
+        },
+        consumed: total,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(input: &[u8]) -> Parsed<Request> {
+        parse_request(input, &Limits::default())
+    }
+
+    #[test]
+    fn get_many_keys() {
+        let Parsed::Complete { value, consumed } = parse(b"gets a b c\r\nrest") else {
+            panic!("expected complete");
+        };
+        assert_eq!(consumed, 12);
+        assert_eq!(
+            value,
+            Request::Get {
+                keys: vec![Bytes::from("a"), Bytes::from("b"), Bytes::from("c")],
+                with_cas: true
+            }
+        );
+    }
+
+    #[test]
+    fn set_waits_for_data_then_gives_range() {
+        assert_eq!(parse(b"set k 1 2 5\r\nhel"), Parsed::Incomplete);
+        let input = b"set k 1 2 5\r\nhello\r\n";
+        let Parsed::Complete {
+            value: Request::Store(cmd),
+            consumed,
+        } = parse(input)
+        else {
+            panic!("expected a store");
+        };
+        assert_eq!(consumed, input.len());
+        assert_eq!(&input[cmd.data.clone()], b"hello");
+        assert_eq!((cmd.flags, cmd.exptime, cmd.noreply), (1, 2, false));
+        assert_eq!(declared_total(b"set k 1 2 5\r\n"), Some(input.len()));
+    }
+
+    #[test]
+    fn bad_data_chunk_consumes_declared_length() {
+        let input = b"set a 0 0 1\r\nxyz\r\n";
+        assert_eq!(
+            parse(input),
+            Parsed::Invalid {
+                error: ProtoError::BadDataChunk { noreply: false },
+                consumed: 16
+            }
+        );
+    }
+
+    #[test]
+    fn errors_match_memcached() {
+        let cases: &[(&[u8], ProtoError)] = &[
+            (b"foo\r\n", ProtoError::UnknownCommand),
+            (b"\r\n", ProtoError::UnknownCommand),
+            (b"get\r\n", ProtoError::UnknownCommand),
+            (b"set a 0 0\r\n", ProtoError::UnknownCommand),
+            (
+                b"set a 0 0 -1\r\n",
+                ProtoError::BadCommandLine { noreply: false },
+            ),
+            (
+                b"set a x 0 1\r\n",
+                ProtoError::BadCommandLine { noreply: false },
+            ),
+            (
+                b"cas a 0 0 1 abc\r\n",
+                ProtoError::BadCommandLine { noreply: false },
+            ),
+            (b"incr a x\r\n", ProtoError::InvalidDelta { noreply: false }),
+            (
+                b"touch a x\r\n",
+                ProtoError::InvalidExptime { noreply: false },
+            ),
+            (
+                b"delete a 1\r\n",
+                ProtoError::DeleteUsage { noreply: false },
+            ),
+            (
+                b"flush_all x\r\n",
+                ProtoError::InvalidExptime { noreply: false },
+            ),
+            (b"verbosity\r\n", ProtoError::UnknownCommand),
+            (b"mg k zz\r\n", ProtoError::InvalidMetaFlag),
+            (b"mg k v v\r\n", ProtoError::DuplicateMetaFlag),
+        ];
+        for (input, expected) in cases {
+            match parse(input) {
+                Parsed::Invalid { error, .. } => {
+                    assert_eq!(&error, expected, "{}", String::from_utf8_lossy(input))
+                }
+                other => panic!("{}: {other:?}", String::from_utf8_lossy(input)),
+            }
+        }
+    }
+
+    #[test]
+    fn long_key_rejected() {
+        let mut line = b"get ".to_vec();
+        line.extend(std::iter::repeat_n(b'k', 251));
+        line.extend_from_slice(b"\r\n");
+        assert!(matches!(
+            parse(&line),
+            Parsed::Invalid {
+                error: ProtoError::BadCommandLine { .. },
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn too_large_swallows_and_unlinks() {
+        let limits = Limits {
+            item_size_max: 1024,
+        };
+        match parse_request(b"set big 0 0 5000\r\n", &limits) {
+            Parsed::Invalid {
+                error:
+                    ProtoError::TooLarge {
+                        swallow,
+                        unlink_key,
+                        ..
+                    },
+                consumed,
+            } => {
+                assert_eq!(swallow, 5002);
+                assert_eq!(consumed, 18);
+                assert_eq!(unlink_key, Some(Bytes::from("big")));
+            }
+            other => panic!("{other:?}"),
+        }
+        // memcached's exact boundary: 56 + key + 1 + value + 2 <= -I
+        assert!(!item_too_large(1, 1_048_516, 1_048_576));
+        assert!(item_too_large(1, 1_048_517, 1_048_576));
+        assert!(!item_too_large(100, 1_048_417, 1_048_576));
+    }
+
+    #[test]
+    fn unterminated_lines() {
+        assert_eq!(parse(&[b'a'; 2048]), Parsed::Incomplete);
+        assert!(matches!(
+            parse(&[b'a'; 2049]),
+            Parsed::Invalid {
+                error: ProtoError::LineTooLong,
+                ..
+            }
+        ));
+        let mut get = b"get ".to_vec();
+        get.extend(std::iter::repeat_n(b'k', 5000));
+        assert_eq!(parse(&get), Parsed::Incomplete);
+    }
+
+    #[test]
+    fn meta_set_and_modes() {
+        let input = b"ms k 2 T0 F5 MA\r\nhi\r\n";
+        let Parsed::Complete {
+            value: Request::MetaSet { key, flags, data },
+            consumed,
+        } = parse(input)
+        else {
+            panic!()
+        };
+        assert_eq!((key.as_ref(), consumed), (&b"k"[..], input.len()));
+        assert_eq!(&input[data], b"hi");
+        assert_eq!(flags.mode(), Some(b'A'));
+        assert!(matches!(
+            parse(b"ms k 2 MZ\r\nhi\r\n"),
+            Parsed::Invalid {
+                error: ProtoError::InvalidMetaSetMode { swallow: 4 },
+                ..
+            }
+        ));
+        assert!(matches!(
+            parse(b"ms x S1\r\n"),
+            Parsed::Invalid {
+                error: ProtoError::BadCommandLine { .. },
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn bare_newline_accepted() {
+        assert!(matches!(
+            parse(b"get a\n"),
+            Parsed::Complete { consumed: 6, .. }
+        ));
+    }
+}
