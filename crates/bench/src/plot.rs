@@ -1,0 +1,295 @@
+//! Plots as SVG and PNG: percentile curves per class, per-second throughput
+//! and p99, and the latency-versus-throughput curve of a sweep.
+
+use std::path::{Path, PathBuf};
+
+use plotters::coord::Shift;
+use plotters::prelude::{
+    BitMapBackend, ChartBuilder, Circle, Color, DrawingArea, DrawingBackend, IntoDrawingArea,
+    IntoLogRange, LineSeries, Palette, Palette99, PathElement, PointSeries, SVGBackend, BLACK,
+    WHITE,
+};
+
+use crate::class::Class;
+use crate::report::{RunReport, SweepReport};
+use crate::BenchError;
+
+const SIZE: (u32, u32) = (900, 600);
+
+fn plot_error(error: impl std::fmt::Display) -> BenchError {
+    BenchError::Plot(error.to_string())
+}
+
+fn color(index: usize) -> plotters::style::RGBColor {
+    let (red, green, blue) = Palette99::COLORS[index % Palette99::COLORS.len()];
+    plotters::style::RGBColor(red, green, blue)
+}
+
+fn bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (low, high) = values
+        .filter(|value| value.is_finite() && *value > 0.0)
+        .fold((f64::INFINITY, 0.0f64), |(low, high), value| {
+            (low.min(value), high.max(value))
+        });
+    if low.is_finite() {
+        (low / 1.5, high * 1.5)
+    } else {
+        (1.0, 10.0)
+    }
+}
+
+/// Writes `name.svg` and `name.png` in `directory` with `draw`.
+fn write_both(
+    directory: &Path,
+    name: &str,
+    draw_svg: impl Fn(DrawingArea<SVGBackend<'_>, Shift>) -> Result<(), BenchError>,
+    draw_png: impl Fn(DrawingArea<BitMapBackend<'_>, Shift>) -> Result<(), BenchError>,
+) -> Result<Vec<PathBuf>, BenchError> {
+    std::fs::create_dir_all(directory).map_err(|source| BenchError::Io {
+        context: format!("creating {}", directory.display()),
+        source,
+    })?;
+    let svg = directory.join(format!("{name}.svg"));
+    let png = directory.join(format!("{name}.png"));
+    draw_svg(SVGBackend::new(&svg, SIZE).into_drawing_area())?;
+    draw_png(BitMapBackend::new(&png, SIZE).into_drawing_area())?;
+    Ok(vec![svg, png])
+}
+
+/// Writes the plots of one run (`percentiles`, `timeseries`) into `directory`.
+pub fn plot_run(report: &RunReport, directory: &Path) -> Result<Vec<PathBuf>, BenchError> {
+    let mut written = write_both(
+        directory,
+        "percentiles",
+        |root| draw_percentiles(&root, report),
+        |root| draw_percentiles(&root, report),
+    )?;
+    if !report.timeseries.is_empty() {
+        written.extend(write_both(
+            directory,
+            "timeseries",
+            |root| draw_timeseries(&root, report),
+            |root| draw_timeseries(&root, report),
+        )?);
+    }
+    Ok(written)
+}
+
+/// Writes the latency-versus-throughput plot of a sweep (`sweep`) into `directory`.
+pub fn plot_sweep(sweep: &SweepReport, directory: &Path) -> Result<Vec<PathBuf>, BenchError> {
+    write_both(
+        directory,
+        "sweep",
+        |root| draw_sweep(&root, sweep),
+        |root| draw_sweep(&root, sweep),
+    )
+}
+
+/// Maps a percentile to the "number of nines" axis: `1 / (1 - p)`.
+fn nines(percentile: f64) -> f64 {
+    1.0 / (1.0 - percentile / 100.0).max(1e-6)
+}
+
+fn draw_percentiles<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    report: &RunReport,
+) -> Result<(), BenchError> {
+    root.fill(&WHITE).map_err(plot_error)?;
+    let classes: Vec<(Class, Vec<(f64, f64)>)> = Class::ALL
+        .iter()
+        .map(|class| {
+            let points = report
+                .class(*class)
+                .curve
+                .iter()
+                .map(|[percentile, micros]| (nines(*percentile), micros.max(0.1)))
+                .collect::<Vec<_>>();
+            (*class, points)
+        })
+        .filter(|(_, points)| !points.is_empty())
+        .collect();
+    let (low, high) = bounds(classes.iter().flat_map(|(_, points)| points.iter().map(|p| p.1)));
+    let title = format!(
+        "{}: latency percentiles at {:.0} rps (achieved {:.0})",
+        report.workload, report.target_rps, report.achieved_rps
+    );
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d((1.0f64..1e5).log_scale(), (low..high).log_scale())
+        .map_err(plot_error)?;
+    chart
+        .configure_mesh()
+        .x_desc("percentile")
+        .y_desc("latency (µs)")
+        .x_label_formatter(&|x| format!("{}%", trim_percent(100.0 * (1.0 - 1.0 / x))))
+        .draw()
+        .map_err(plot_error)?;
+    for (index, (class, points)) in classes.into_iter().enumerate() {
+        let series_color = color(index);
+        chart
+            .draw_series(LineSeries::new(points, series_color.stroke_width(2)))
+            .map_err(plot_error)?
+            .label(class.name())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], series_color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(plot_error)?;
+    root.present().map_err(plot_error)
+}
+
+fn trim_percent(value: f64) -> String {
+    let text = format!("{value:.3}");
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+fn draw_timeseries<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    report: &RunReport,
+) -> Result<(), BenchError> {
+    root.fill(&WHITE).map_err(plot_error)?;
+    let (top, bottom) = root.split_vertically(SIZE.1 / 2);
+    let seconds = report.timeseries.len().max(1) as f64;
+    let throughput: Vec<(f64, f64)> = report
+        .timeseries
+        .iter()
+        .map(|sample| (sample.second as f64 + 0.5, sample.throughput_rps))
+        .collect();
+    let max_throughput = throughput
+        .iter()
+        .map(|point| point.1)
+        .fold(report.target_rps, f64::max)
+        * 1.15;
+    let mut upper = ChartBuilder::on(&top)
+        .caption(
+            format!("{}: throughput per second (target {:.0} rps)", report.workload, report.target_rps),
+            ("sans-serif", 18),
+        )
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..seconds, 0.0..max_throughput.max(1.0))
+        .map_err(plot_error)?;
+    upper
+        .configure_mesh()
+        .y_desc("replies/s")
+        .draw()
+        .map_err(plot_error)?;
+    upper
+        .draw_series(LineSeries::new(throughput.clone(), color(0).stroke_width(2)))
+        .map_err(plot_error)?;
+    upper
+        .draw_series(PointSeries::of_element(throughput, 3, color(0).filled(), &|coord, size, style| {
+            Circle::new(coord, size, style)
+        }))
+        .map_err(plot_error)?;
+    let p99: Vec<(f64, f64)> = report
+        .timeseries
+        .iter()
+        .map(|sample| (sample.second as f64 + 0.5, sample.p99_us.max(0.1)))
+        .collect();
+    let (low, high) = bounds(p99.iter().map(|point| point.1));
+    let mut lower = ChartBuilder::on(&bottom)
+        .caption("p99 latency of requests scheduled in each second", ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..seconds, (low..high).log_scale())
+        .map_err(plot_error)?;
+    lower
+        .configure_mesh()
+        .x_desc("second")
+        .y_desc("p99 (µs)")
+        .draw()
+        .map_err(plot_error)?;
+    lower
+        .draw_series(LineSeries::new(p99.clone(), color(1).stroke_width(2)))
+        .map_err(plot_error)?;
+    lower
+        .draw_series(PointSeries::of_element(p99, 3, color(1).filled(), &|coord, size, style| {
+            Circle::new(coord, size, style)
+        }))
+        .map_err(plot_error)?;
+    root.present().map_err(plot_error)
+}
+
+fn draw_sweep<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    sweep: &SweepReport,
+) -> Result<(), BenchError> {
+    root.fill(&WHITE).map_err(plot_error)?;
+    type Pick = fn(&crate::report::CurvePoint) -> f64;
+    let series: [(&str, Pick); 5] = [
+        ("p50 all", |point| point.p50_us),
+        ("p99 all", |point| point.p99_us),
+        ("p99.9 all", |point| point.p999_us),
+        ("p99 small", |point| point.small_p99_us),
+        ("p99 large", |point| point.large_p99_us),
+    ];
+    let lines: Vec<(&str, Vec<(f64, f64)>)> = series
+        .iter()
+        .map(|(name, pick)| {
+            let points: Vec<(f64, f64)> = sweep
+                .curve
+                .iter()
+                .filter(|point| pick(point) > 0.0)
+                .map(|point| (point.achieved_rps, pick(point)))
+                .collect();
+            (*name, points)
+        })
+        .filter(|(_, points)| !points.is_empty())
+        .collect();
+    let (low, high) = bounds(lines.iter().flat_map(|(_, points)| points.iter().map(|p| p.1)));
+    let max_rate = sweep
+        .curve
+        .iter()
+        .map(|point| point.achieved_rps.max(point.target_rps))
+        .fold(1.0, f64::max)
+        * 1.05;
+    let mut chart = ChartBuilder::on(root)
+        .caption(
+            format!("{}: latency vs throughput ({})", sweep.workload, sweep.server),
+            ("sans-serif", 20),
+        )
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..max_rate, (low..high).log_scale())
+        .map_err(plot_error)?;
+    chart
+        .configure_mesh()
+        .x_desc("achieved throughput (requests/s)")
+        .y_desc("latency (µs)")
+        .draw()
+        .map_err(plot_error)?;
+    for (index, (name, points)) in lines.into_iter().enumerate() {
+        let series_color = color(index);
+        chart
+            .draw_series(LineSeries::new(points.clone(), series_color.stroke_width(2)))
+            .map_err(plot_error)?
+            .label(name)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], series_color.stroke_width(2))
+            });
+        chart
+            .draw_series(PointSeries::of_element(points, 3, series_color.filled(), &|coord, size, style| {
+                Circle::new(coord, size, style)
+            }))
+            .map_err(plot_error)?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(plot_error)?;
+    root.present().map_err(plot_error)
+}
