@@ -1,1 +1,18 @@
-//! tailtrim-policy (placeholder; filled in by its issue).
+//! tailtrim-policy: pure decisions, no I/O and no clock of its own.
+//!
+//! ```text
+//!   key ──► ring (hash + distribution) ──► replica set ──┐
+//!                                                        ▼
+//!   request ──► planner::plan(&request, &view) ──► Vec<Action> ──► client/proxy (owns sockets)
+//!                      ▲                                  │
+//!                      └── health (TKO state, EWMA) ◄─────┘ observations (time is a parameter)
+//! ```
+//!
+//! Every module is deterministic: time comes in as [`health::Timestamp`], randomness (if any)
+//! from a seed in the caller's config. The runtime (`tailtrim-client`) and the simulator run the
+//! same code.
+
+pub mod error;
+pub mod health;
+pub mod planner;
+pub mod ring;

@@ -1,0 +1,353 @@
+//! Backend health and load bookkeeping: the down-host (TKO) tracker, EWMA latency, and the
+//! C3-style replica choice. Pure: every method takes the current time as a [`Timestamp`].
+//!
+//! ```text
+//!              success                    failure × limit
+//!   ┌────┐ ◄──────────── ┌─────────┐ ◄──────────────── ┌──────┐
+//!   │ Up │               │ Probing │                   │ Down │
+//!   └────┘ ──────────────►└─────────┘ ───────────────► └──────┘
+//!       failure × limit   (one request allowed   failure     ▲ retry_after elapsed
+//!        → Down            after retry_after)    → Down ─────┘   → Probing
+//! ```
+
+/// A point in time, in nanoseconds from an arbitrary origin chosen by the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Timestamp(pub u64);
+
+impl Timestamp {
+    /// From nanoseconds.
+    pub const fn from_nanos(nanos: u64) -> Self {
+        Timestamp(nanos)
+    }
+
+    /// Nanoseconds since the caller's origin.
+    pub const fn as_nanos(self) -> u64 {
+        self.0
+    }
+
+    /// `self + nanos`, saturating.
+    pub const fn plus_nanos(self, nanos: u64) -> Self {
+        Timestamp(self.0.saturating_add(nanos))
+    }
+
+    /// Nanoseconds from `earlier` to `self` (0 if `earlier` is later).
+    pub const fn nanos_since(self, earlier: Timestamp) -> u64 {
+        self.0.saturating_sub(earlier.0)
+    }
+}
+
+/// Default consecutive failures that mark a backend down (twemproxy's `server_failure_limit`
+/// default is 2; we are a little more tolerant of a single slow reply).
+pub const DEFAULT_FAILURE_LIMIT: u32 = 3;
+/// Default wait before a down backend gets a probe request (twemproxy's
+/// `server_retry_timeout` default is 30 s; a cache tier wants its server back sooner).
+pub const DEFAULT_RETRY_AFTER_NANOS: u64 = 1_000_000_000;
+
+/// Settings of a [`HealthTracker`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthSettings {
+    /// Consecutive failures (errors or timeouts) that mark the backend down.
+    pub failure_limit: u32,
+    /// How long a down backend is skipped before one probe request is let through.
+    pub retry_after_nanos: u64,
+}
+
+impl Default for HealthSettings {
+    fn default() -> Self {
+        HealthSettings {
+            failure_limit: DEFAULT_FAILURE_LIMIT,
+            retry_after_nanos: DEFAULT_RETRY_AFTER_NANOS,
+        }
+    }
+}
+
+/// Where a backend stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealthState {
+    /// Serving; `consecutive_failures` < limit.
+    Up {
+        /// Failures since the last success.
+        consecutive_failures: u32,
+    },
+    /// Skipped until `retry_at`.
+    Down {
+        /// When a probe may be sent.
+        retry_at: Timestamp,
+    },
+    /// One probe is in flight; other requests still skip the backend.
+    Probing,
+}
+
+/// What a recorded outcome changed, so the runtime can log and count transitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealthTransition {
+    /// No state change worth reporting.
+    None,
+    /// The backend was just marked down.
+    MarkedDown,
+    /// A down backend answered its probe and is back.
+    Revived,
+}
+
+/// Down-host (TKO) tracker of one backend.
+#[derive(Debug, Clone)]
+pub struct HealthTracker {
+    settings: HealthSettings,
+    state: HealthState,
+}
+
+impl HealthTracker {
+    /// A tracker for a backend that starts up.
+    pub fn new(settings: HealthSettings) -> Self {
+        HealthTracker {
+            settings,
+            state: HealthState::Up {
+                consecutive_failures: 0,
+            },
+        }
+    }
+
+    /// Current state.
+    pub fn state(&self) -> HealthState {
+        self.state
+    }
+
+    /// True when ordinary requests may go to this backend.
+    pub fn is_up(&self) -> bool {
+        matches!(self.state, HealthState::Up { .. })
+    }
+
+    /// Asks to send a request at `now`. Returns true if it may be sent: always when up; once
+    /// (as the probe) when down and the retry time has come.
+    pub fn try_acquire(&mut self, now: Timestamp) -> bool {
+        match self.state {
+            HealthState::Up { .. } => true,
+            HealthState::Down { retry_at } if now >= retry_at => {
+                self.state = HealthState::Probing;
+                true
+            }
+            HealthState::Down { .. } | HealthState::Probing => false,
+        }
+    }
+
+    /// True if [`HealthTracker::try_acquire`] would succeed at `now` (no state change).
+    pub fn would_accept(&self, now: Timestamp) -> bool {
+        match self.state {
+            HealthState::Up { .. } => true,
+            HealthState::Down { retry_at } => now >= retry_at,
+            HealthState::Probing => false,
+        }
+    }
+
+    /// Records a reply.
+    pub fn record_success(&mut self) -> HealthTransition {
+        let was_down = !self.is_up();
+        self.state = HealthState::Up {
+            consecutive_failures: 0,
+        };
+        if was_down {
+            HealthTransition::Revived
+        } else {
+            HealthTransition::None
+        }
+    }
+
+    /// Records an error or timeout at `now`.
+    pub fn record_failure(&mut self, now: Timestamp) -> HealthTransition {
+        let retry_at = now.plus_nanos(self.settings.retry_after_nanos);
+        match self.state {
+            HealthState::Up {
+                consecutive_failures,
+            } => {
+                let failures = consecutive_failures + 1;
+                if failures >= self.settings.failure_limit.max(1) {
+                    self.state = HealthState::Down { retry_at };
+                    HealthTransition::MarkedDown
+                } else {
+                    self.state = HealthState::Up {
+                        consecutive_failures: failures,
+                    };
+                    HealthTransition::None
+                }
+            }
+            HealthState::Probing | HealthState::Down { .. } => {
+                self.state = HealthState::Down { retry_at };
+                HealthTransition::None
+            }
+        }
+    }
+}
+
+/// Default EWMA weight of a new sample.
+pub const DEFAULT_EWMA_ALPHA: f64 = 0.1;
+
+/// Exponentially weighted moving average of a latency, in nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ewma {
+    alpha: f64,
+    value: Option<f64>,
+}
+
+impl Ewma {
+    /// An empty average with weight `alpha` (0 < alpha ≤ 1) for each new sample.
+    pub fn new(alpha: f64) -> Self {
+        Ewma {
+            alpha: alpha.clamp(f64::MIN_POSITIVE, 1.0),
+            value: None,
+        }
+    }
+
+    /// Adds a sample; the first sample sets the value.
+    pub fn observe(&mut self, sample: f64) {
+        self.value = Some(match self.value {
+            None => sample,
+            Some(current) => current + self.alpha * (sample - current),
+        });
+    }
+
+    /// The current average, if any sample was seen.
+    pub fn value(&self) -> Option<f64> {
+        self.value
+    }
+}
+
+impl Default for Ewma {
+    fn default() -> Self {
+        Ewma::new(DEFAULT_EWMA_ALPHA)
+    }
+}
+
+/// What the replica chooser knows of one backend.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BackendLoad {
+    /// Requests sent and not yet answered.
+    pub outstanding: u32,
+    /// EWMA of reply latency in nanoseconds (`None` before the first reply).
+    pub ewma_nanos: Option<f64>,
+    /// False when the down-host tracker says to skip it.
+    pub available: bool,
+}
+
+/// C3-style expected cost of sending one more request: `(outstanding + 1) × EWMA latency`.
+/// A backend with no latency sample yet is treated as the cheapest (so it gets measured).
+pub fn expected_cost(load: &BackendLoad) -> f64 {
+    let latency = load.ewma_nanos.unwrap_or(0.0);
+    (f64::from(load.outstanding) + 1.0) * latency
+}
+
+/// Picks, among `candidates` (in preference order, owner first), the available backend with the
+/// lowest [`expected_cost`]; ties go to the earlier candidate. `None` if none is available.
+pub fn choose_replica(
+    candidates: &[usize],
+    mut load_of: impl FnMut(usize) -> BackendLoad,
+) -> Option<usize> {
+    let mut best: Option<(usize, f64)> = None;
+    for &candidate in candidates {
+        let load = load_of(candidate);
+        if !load.available {
+            continue;
+        }
+        let cost = expected_cost(&load);
+        match best {
+            Some((_, best_cost)) if best_cost <= cost => {}
+            _ => best = Some((candidate, cost)),
+        }
+    }
+    best.map(|(candidate, _)| candidate)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECOND: u64 = 1_000_000_000;
+
+    #[test]
+    fn goes_down_after_limit_and_probes_once_after_retry_time() {
+        let mut tracker = HealthTracker::new(HealthSettings {
+            failure_limit: 2,
+            retry_after_nanos: SECOND,
+        });
+        let start = Timestamp(10);
+        assert_eq!(tracker.record_failure(start), HealthTransition::None);
+        assert!(tracker.is_up());
+        assert_eq!(tracker.record_failure(start), HealthTransition::MarkedDown);
+        assert!(!tracker.try_acquire(start.plus_nanos(SECOND - 1)));
+        assert!(tracker.try_acquire(start.plus_nanos(SECOND)));
+        // Only one probe at a time.
+        assert!(!tracker.try_acquire(start.plus_nanos(SECOND + 5)));
+        assert_eq!(tracker.record_success(), HealthTransition::Revived);
+        assert!(tracker.try_acquire(start.plus_nanos(SECOND + 6)));
+    }
+
+    #[test]
+    fn failed_probe_pushes_retry_time_out() {
+        let mut tracker = HealthTracker::new(HealthSettings {
+            failure_limit: 1,
+            retry_after_nanos: 100,
+        });
+        tracker.record_failure(Timestamp(0));
+        assert!(tracker.try_acquire(Timestamp(100)));
+        tracker.record_failure(Timestamp(150));
+        assert_eq!(
+            tracker.state(),
+            HealthState::Down {
+                retry_at: Timestamp(250)
+            }
+        );
+        assert!(!tracker.would_accept(Timestamp(249)));
+        assert!(tracker.would_accept(Timestamp(250)));
+    }
+
+    #[test]
+    fn success_resets_the_failure_count() {
+        let mut tracker = HealthTracker::new(HealthSettings {
+            failure_limit: 2,
+            retry_after_nanos: 1,
+        });
+        tracker.record_failure(Timestamp(0));
+        tracker.record_success();
+        tracker.record_failure(Timestamp(0));
+        assert!(tracker.is_up());
+    }
+
+    #[test]
+    fn ewma_moves_toward_samples() {
+        let mut ewma = Ewma::new(0.5);
+        assert_eq!(ewma.value(), None);
+        ewma.observe(100.0);
+        ewma.observe(200.0);
+        assert_eq!(ewma.value(), Some(150.0));
+    }
+
+    #[test]
+    fn replica_choice_weighs_queue_by_latency_and_skips_unavailable() {
+        let loads = [
+            BackendLoad {
+                outstanding: 4,
+                ewma_nanos: Some(100.0),
+                available: true,
+            },
+            BackendLoad {
+                outstanding: 0,
+                ewma_nanos: Some(300.0),
+                available: true,
+            },
+            BackendLoad {
+                outstanding: 0,
+                ewma_nanos: Some(10.0),
+                available: false,
+            },
+        ];
+        // 5·100 = 500 vs 1·300 = 300 → backend 1.
+        assert_eq!(choose_replica(&[0, 1, 2], |index| loads[index]), Some(1));
+        assert_eq!(choose_replica(&[2], |index| loads[index]), None);
+        // Equal cost: preference order wins.
+        let equal = BackendLoad {
+            outstanding: 1,
+            ewma_nanos: Some(50.0),
+            available: true,
+        };
+        assert_eq!(choose_replica(&[3, 7], |_| equal), Some(3));
+    }
+}

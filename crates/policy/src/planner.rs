@@ -1,0 +1,313 @@
+//! Multiget planners: turn a read of many keys and a view of the cluster into actions.
+//!
+//! ```text
+//!   PlanRequest{keys, now} ─┐
+//!                           ├─► Planner::plan ─► [Fetch{backend, key indices, not_before, priority},
+//!   &dyn ClusterView ───────┘                     Unavailable{key indices}]
+//!        ▲  replicas(key), load(backend)                  │ client sends, times the replies
+//!        │                                                ▼
+//!        └──────────── runtime state ◄──── Planner::observe(Observation{backend, keys, bytes, latency})
+//! ```
+//!
+//! Planners never touch sockets or clocks: the runtime sends the fetches and reports what it saw
+//! back through [`Planner::observe`], which is how learning planners (Chisel's latency model,
+//! TailX's large-key filter) will be fed. `batch`, the state of practice, sends one
+//! `get k1 … kn` per backend. A [`Fetch`] can carry a start time (`not_before`, for TailX's
+//! delay queue) and a priority (for Rein), so those planners fit without changing the runtime's
+//! contract.
+
+use crate::error::PolicyError;
+use crate::health::{choose_replica, BackendLoad, Timestamp};
+
+/// Names accepted by [`PlannerKind::from_name`].
+pub const PLANNER_NAMES: [&str; 1] = ["batch"];
+
+/// A read of one or more keys.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanRequest<'a> {
+    /// Keys in the client's order (duplicates allowed).
+    pub keys: &'a [&'a [u8]],
+    /// Time at which the plan is made.
+    pub now: Timestamp,
+}
+
+/// What a planner may know about the cluster.
+pub trait ClusterView {
+    /// Number of backends; backend ids are `0..backend_count()`.
+    fn backend_count(&self) -> usize;
+    /// Fills `out` with the backends holding `key`, in preference order (owner first).
+    fn replicas(&self, key: &[u8], out: &mut Vec<usize>);
+    /// Load and availability of `backend`.
+    fn load(&self, backend: usize) -> BackendLoad;
+}
+
+/// One request to send to one backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fetch {
+    /// Target backend id.
+    pub backend: usize,
+    /// Indices into [`PlanRequest::keys`], ascending.
+    pub keys: Vec<u32>,
+    /// Do not send before this time (`None`: at once).
+    pub not_before: Option<Timestamp>,
+    /// Scheduling priority for backends that understand it (`None`: default).
+    pub priority: Option<u8>,
+}
+
+/// A planner decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Send a multiget for some keys to one backend.
+    Fetch(Fetch),
+    /// No backend can serve these keys now (all replicas down): fail them fast.
+    Unavailable {
+        /// Indices into [`PlanRequest::keys`], ascending.
+        keys: Vec<u32>,
+    },
+}
+
+/// What the runtime saw for one completed fetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Observation {
+    /// Backend that answered.
+    pub backend: usize,
+    /// Keys asked for.
+    pub keys: u32,
+    /// Keys found.
+    pub hits: u32,
+    /// Value bytes returned.
+    pub value_bytes: u64,
+    /// Time from send to the last byte of the reply.
+    pub latency_nanos: u64,
+    /// When the reply completed.
+    pub at: Timestamp,
+}
+
+/// A multiget scheduler.
+pub trait Planner: Send {
+    /// Config name (`batch`, …).
+    fn name(&self) -> &'static str;
+    /// Decides how to fetch `request.keys`. Every key index appears in exactly one action.
+    fn plan(&mut self, request: &PlanRequest<'_>, view: &dyn ClusterView) -> Vec<Action>;
+    /// Feedback after a fetch completes. Default: ignored.
+    fn observe(&mut self, _observation: &Observation) {}
+}
+
+/// Selectable planners.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlannerKind {
+    /// One multiget per backend.
+    Batch,
+}
+
+impl PlannerKind {
+    /// Parses a planner name.
+    pub fn from_name(name: &str) -> Result<Self, PolicyError> {
+        match name {
+            "batch" => Ok(PlannerKind::Batch),
+            other => Err(PolicyError::UnknownPlanner(other.to_string())),
+        }
+    }
+
+    /// The config name.
+    pub fn name(self) -> &'static str {
+        match self {
+            PlannerKind::Batch => "batch",
+        }
+    }
+
+    /// A fresh planner of this kind.
+    pub fn build(self) -> Box<dyn Planner> {
+        match self {
+            PlannerKind::Batch => Box::new(BatchPlanner::default()),
+        }
+    }
+}
+
+/// Picks the backend for one key: the cheapest available replica (C3 rule), or `None`.
+pub fn route_key(key: &[u8], view: &dyn ClusterView, scratch: &mut Vec<usize>) -> Option<usize> {
+    view.replicas(key, scratch);
+    choose_replica(scratch, |backend| view.load(backend))
+}
+
+/// The state of practice: every key goes to its chosen replica, one fetch per backend, fetches
+/// ordered by the first key that needs them.
+#[derive(Debug, Default, Clone)]
+pub struct BatchPlanner {
+    scratch: Vec<usize>,
+}
+
+impl Planner for BatchPlanner {
+    fn name(&self) -> &'static str {
+        "batch"
+    }
+
+    fn plan(&mut self, request: &PlanRequest<'_>, view: &dyn ClusterView) -> Vec<Action> {
+        let mut fetches: Vec<Fetch> = Vec::new();
+        let mut unavailable: Vec<u32> = Vec::new();
+        for (index, key) in request.keys.iter().enumerate() {
+            let index = index as u32;
+            match route_key(key, view, &mut self.scratch) {
+                Some(backend) => match fetches.iter_mut().find(|f| f.backend == backend) {
+                    Some(fetch) => fetch.keys.push(index),
+                    None => fetches.push(Fetch {
+                        backend,
+                        keys: vec![index],
+                        not_before: None,
+                        priority: None,
+                    }),
+                },
+                None => unavailable.push(index),
+            }
+        }
+        let mut actions: Vec<Action> = fetches.into_iter().map(Action::Fetch).collect();
+        if !unavailable.is_empty() {
+            actions.push(Action::Unavailable { keys: unavailable });
+        }
+        actions
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::{Ring, RingOptions, RingServer};
+
+    struct TestView {
+        ring: Ring,
+        copies: usize,
+        loads: Vec<BackendLoad>,
+    }
+
+    impl ClusterView for TestView {
+        fn backend_count(&self) -> usize {
+            self.ring.server_count()
+        }
+        fn replicas(&self, key: &[u8], out: &mut Vec<usize>) {
+            self.ring.replicas_for(key, self.copies, out);
+        }
+        fn load(&self, backend: usize) -> BackendLoad {
+            self.loads[backend]
+        }
+    }
+
+    fn view(servers: usize, copies: usize) -> TestView {
+        let list: Vec<RingServer> = (0..servers)
+            .map(|index| RingServer {
+                name: format!("10.0.0.{index}:11311"),
+                weight: 1,
+            })
+            .collect();
+        TestView {
+            ring: Ring::new(
+                &list,
+                RingOptions {
+                    hash: crate::ring::HashFunction::Md5,
+                    ..RingOptions::default()
+                },
+            )
+            .unwrap(),
+            copies,
+            loads: vec![
+                BackendLoad {
+                    outstanding: 0,
+                    ewma_nanos: Some(100.0),
+                    available: true
+                };
+                servers
+            ],
+        }
+    }
+
+    fn keys(count: usize) -> Vec<Vec<u8>> {
+        (0..count)
+            .map(|i| format!("key-{i}").into_bytes())
+            .collect()
+    }
+
+    fn plan(view: &TestView, owned: &[Vec<u8>]) -> Vec<Action> {
+        let borrowed: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+        let request = PlanRequest {
+            keys: &borrowed,
+            now: Timestamp(0),
+        };
+        BatchPlanner::default().plan(&request, view)
+    }
+
+    #[test]
+    fn batch_sends_one_fetch_per_backend_covering_every_key_once() {
+        let view = view(4, 1);
+        let owned = keys(100);
+        let actions = plan(&view, &owned);
+        let mut seen = vec![0u32; owned.len()];
+        let mut backends = Vec::new();
+        for action in &actions {
+            let Action::Fetch(fetch) = action else {
+                panic!("unexpected {action:?}");
+            };
+            assert!(
+                !backends.contains(&fetch.backend),
+                "two fetches to one backend"
+            );
+            backends.push(fetch.backend);
+            assert!(fetch.keys.windows(2).all(|pair| pair[0] < pair[1]));
+            for &index in &fetch.keys {
+                seen[index as usize] += 1;
+                assert_eq!(view.ring.server_for(&owned[index as usize]), fetch.backend);
+            }
+        }
+        assert!(seen.iter().all(|&count| count == 1));
+        assert_eq!(backends.len(), 4);
+    }
+
+    #[test]
+    fn keys_whose_replicas_are_all_down_are_unavailable() {
+        let mut view = view(3, 1);
+        view.loads[1].available = false;
+        let owned = keys(60);
+        let actions = plan(&view, &owned);
+        let mut unavailable = Vec::new();
+        for action in &actions {
+            match action {
+                Action::Fetch(fetch) => assert_ne!(fetch.backend, 1),
+                Action::Unavailable { keys } => unavailable.extend(keys.iter().copied()),
+            }
+        }
+        let expected: Vec<u32> = (0..60u32)
+            .filter(|&i| view.ring.server_for(&owned[i as usize]) == 1)
+            .collect();
+        assert!(!expected.is_empty());
+        assert_eq!(unavailable, expected);
+    }
+
+    #[test]
+    fn replicated_reads_fail_over_and_prefer_the_cheaper_replica() {
+        let mut view = view(3, 2);
+        view.loads[0].available = false;
+        let owned = keys(60);
+        let actions = plan(&view, &owned);
+        assert!(actions
+            .iter()
+            .all(|a| matches!(a, Action::Fetch(f) if f.backend != 0)));
+        // Make backend 2 expensive: keys replicated on {1,2} go to 1.
+        view.loads[0].available = true;
+        view.loads[2].outstanding = 50;
+        let mut scratch = Vec::new();
+        for key in &owned {
+            view.ring.replicas_for(key, 2, &mut scratch);
+            let chosen = route_key(key, &view, &mut Vec::new()).unwrap();
+            if scratch.contains(&1) && scratch.contains(&2) {
+                assert_eq!(chosen, 1);
+            }
+            assert!(scratch.contains(&chosen));
+        }
+    }
+
+    #[test]
+    fn planner_names_parse() {
+        for name in PLANNER_NAMES {
+            assert_eq!(PlannerKind::from_name(name).unwrap().build().name(), name);
+        }
+        assert!(PlannerKind::from_name("nope").is_err());
+    }
+}
