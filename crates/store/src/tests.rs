@@ -1,1 +1,843 @@
-//! Unit tests.
+//! Unit tests of the store's memcached semantics, limits and concurrency.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use proptest::prelude::{prop, prop_assert, prop_assert_eq, proptest, ProptestConfig, Strategy};
+
+use crate::{
+    item_size, ArithDirection, ArithOutcome, ArithRequest, ArithVivify, DeleteOutcome,
+    DeleteRequest, Expiry, MetaGetRequest, Store, StoreConfig, StoreError, StoreMode, StoreRequest,
+    StoreStatus, UnixSecs, RELATIVE_EXPTIME_MAX,
+};
+
+const T0: UnixSecs = UnixSecs(1_700_000_000);
+
+fn at(offset: u64) -> UnixSecs {
+    UnixSecs(T0.0 + offset)
+}
+
+fn store_with(max_bytes: u64, shards: usize) -> Store {
+    Store::new(StoreConfig {
+        max_bytes,
+        shards,
+        ..StoreConfig::default()
+    })
+    .expect("valid test config")
+}
+
+fn store() -> Store {
+    store_with(64 * 1024 * 1024, 8)
+}
+
+fn b(text: &str) -> Bytes {
+    Bytes::copy_from_slice(text.as_bytes())
+}
+
+fn value_of(store: &Store, key: &str, now: UnixSecs) -> Option<String> {
+    store
+        .get(key.as_bytes(), now)
+        .map(|item| String::from_utf8_lossy(&item.value).into_owned())
+}
+
+fn set(store: &Store, key: &str, value: &str, exptime: i64, now: UnixSecs) -> u64 {
+    let outcome = store
+        .set(
+            key.as_bytes(),
+            b(value),
+            0,
+            Expiry::from_protocol(exptime, now),
+            now,
+        )
+        .expect("set succeeds");
+    assert_eq!(outcome.status, StoreStatus::Stored);
+    outcome.cas
+}
+
+fn counter(outcome: Result<ArithOutcome, StoreError>) -> u64 {
+    match outcome {
+        Ok(ArithOutcome::Updated(item)) | Ok(ArithOutcome::Created(item)) => item.value,
+        other => panic!("expected a number, got {other:?}"),
+    }
+}
+
+// ----- TTL ---------------------------------------------------------------
+
+#[test]
+fn exptime_conversion_follows_memcached_rules() {
+    assert_eq!(Expiry::from_protocol(0, T0), Expiry::Never);
+    assert_eq!(Expiry::from_protocol(100, T0), Expiry::At(at(100)));
+    assert_eq!(
+        Expiry::from_protocol(RELATIVE_EXPTIME_MAX, T0),
+        Expiry::At(at(RELATIVE_EXPTIME_MAX as u64))
+    );
+    // One past 30 days is an absolute Unix time (1970 + 30 days: the past).
+    let absolute_past = Expiry::from_protocol(RELATIVE_EXPTIME_MAX + 1, T0);
+    assert_eq!(absolute_past, Expiry::At(UnixSecs(2_592_001)));
+    assert!(absolute_past.is_expired(T0));
+    let absolute_future = Expiry::from_protocol((T0.0 + 500) as i64, T0);
+    assert_eq!(absolute_future, Expiry::At(at(500)));
+    assert!(!absolute_future.is_expired(at(499)));
+    assert!(absolute_future.is_expired(at(500)));
+    assert!(Expiry::from_protocol(-1, T0).is_expired(T0));
+    assert!(Expiry::from_protocol(i64::MIN, T0).is_expired(T0));
+    assert_eq!(Expiry::Never.ttl_remaining(T0), None);
+    assert_eq!(Expiry::At(at(30)).ttl_remaining(at(10)), Some(20));
+}
+
+#[test]
+fn stored_items_expire_per_exptime() {
+    let s = store();
+    set(&s, "never", "v", 0, T0);
+    set(&s, "relative", "v", 10, T0);
+    set(&s, "absolute", "v", (T0.0 + 20) as i64, T0);
+    set(&s, "negative", "v", -1, T0);
+    set(&s, "past", "v", (T0.0 - 5) as i64, T0);
+    assert_eq!(value_of(&s, "negative", T0), None);
+    assert_eq!(value_of(&s, "past", T0), None);
+    assert!(value_of(&s, "relative", at(9)).is_some());
+    assert_eq!(value_of(&s, "relative", at(10)), None);
+    assert!(value_of(&s, "absolute", at(19)).is_some());
+    assert_eq!(value_of(&s, "absolute", at(20)), None);
+    assert!(value_of(&s, "never", at(100 * 365 * 86_400)).is_some());
+    s.check_invariants();
+    // Lazily expired items are gone from the index and the byte count.
+    assert_eq!(s.stats().curr_items, 1);
+}
+
+#[test]
+fn touch_and_gat_move_expiry() {
+    let s = store();
+    set(&s, "k", "v", 10, T0);
+    assert!(s.touch(b"k", Expiry::from_protocol(100, at(5)), at(5)));
+    assert!(value_of(&s, "k", at(50)).is_some());
+    let item = s
+        .get_and_touch(b"k", Expiry::from_protocol(1, at(50)), at(50))
+        .expect("hit");
+    assert_eq!(item.expiry, Expiry::At(at(51)));
+    assert_eq!(value_of(&s, "k", at(51)), None);
+    assert!(!s.touch(b"k", Expiry::Never, at(52)));
+}
+
+#[test]
+fn crawler_reclaims_expired_items() {
+    let s = store();
+    for i in 0..100 {
+        set(&s, &format!("short{i}"), "v", 5, T0);
+        set(&s, &format!("long{i}"), "v", 0, T0);
+    }
+    let report = s.crawl_expired(at(10), 10_000);
+    assert_eq!(report.reclaimed, 100);
+    let stats = s.stats();
+    assert_eq!(stats.curr_items, 100);
+    assert_eq!(stats.reclaimed, 100);
+    assert_eq!(stats.expired_unfetched, 100);
+    // long0..long9 have 5-byte keys, long10..long99 6-byte keys.
+    let expected_bytes = 10 * item_size(5, 1, 0) + 90 * item_size(6, 1, 0);
+    assert_eq!(stats.bytes, expected_bytes);
+    s.check_invariants();
+}
+
+// ----- incr / decr --------------------------------------------------------
+
+#[test]
+fn incr_wraps_at_2_pow_64_and_decr_floors_at_zero() {
+    let s = store();
+    set(&s, "n", &u64::MAX.to_string(), 0, T0);
+    assert_eq!(counter(s.incr(b"n", 1, T0)), 0);
+    // In-place update pads to the old length, like memcached.
+    assert_eq!(value_of(&s, "n", T0).unwrap(), format!("{:<20}", "0"));
+    assert_eq!(counter(s.incr(b"n", 5, T0)), 5);
+    assert_eq!(counter(s.incr(b"n", u64::MAX, T0)), 4);
+    assert_eq!(counter(s.decr(b"n", 10, T0)), 0);
+    assert_eq!(counter(s.decr(b"n", 1, T0)), 0);
+    set(&s, "m", "100", 0, T0);
+    assert_eq!(counter(s.decr(b"m", 95, T0)), 5);
+    assert_eq!(value_of(&s, "m", T0).unwrap(), "5  ");
+    set(&s, "g", "99", 0, T0);
+    assert_eq!(counter(s.incr(b"g", 1, T0)), 100);
+    assert_eq!(value_of(&s, "g", T0).unwrap(), "100");
+    s.check_invariants();
+}
+
+#[test]
+fn incr_on_non_numbers_and_missing_items() {
+    let s = store();
+    for bad in ["abc", "12abc", "", "1x2", "-5", "18446744073709551616"] {
+        set(&s, "k", bad, 0, T0);
+        assert_eq!(
+            s.incr(b"k", 1, T0),
+            Ok(ArithOutcome::NonNumeric),
+            "value {bad:?}"
+        );
+        assert_eq!(value_of(&s, "k", T0).unwrap(), bad, "item kept");
+    }
+    for (good, expected) in [(" 12 ", 13), ("-0", 1), ("+7", 8), ("5\t", 6)] {
+        set(&s, "k", good, 0, T0);
+        assert_eq!(counter(s.incr(b"k", 1, T0)), expected, "value {good:?}");
+    }
+    assert_eq!(s.incr(b"missing", 1, T0), Ok(ArithOutcome::NotFound));
+}
+
+#[test]
+fn incr_keeps_flags_and_expiry_and_changes_cas() {
+    let s = store();
+    let expiry = Expiry::from_protocol(100, T0);
+    let first = s.set(b"n", b("1"), 42, expiry, T0).unwrap();
+    let Ok(ArithOutcome::Updated(after)) = s.incr(b"n", 1, T0) else {
+        panic!("incr failed")
+    };
+    assert_ne!(after.cas, first.cas);
+    let item = s.get(b"n", T0).unwrap();
+    assert_eq!((item.flags, item.expiry, item.cas), (42, expiry, after.cas));
+}
+
+#[test]
+fn meta_arithmetic_vivify_cas_and_ttl() {
+    let s = store();
+    let mut request = ArithRequest::new(ArithDirection::Incr, 5);
+    request.vivify = Some(ArithVivify {
+        initial: 10,
+        expiry: Expiry::from_protocol(30, T0),
+    });
+    let Ok(ArithOutcome::Created(created)) = s.arithmetic(b"c", &request, T0) else {
+        panic!("expected vivify")
+    };
+    assert_eq!(created.value, 10);
+    assert_eq!(created.expiry, Expiry::At(at(30)));
+    assert_eq!(counter(s.arithmetic(b"c", &request, T0)), 15);
+    request.compare_cas = Some(created.cas);
+    assert_eq!(s.arithmetic(b"c", &request, T0), Ok(ArithOutcome::Exists));
+    request.compare_cas = Some(0);
+    request.new_expiry = Some(Expiry::Never);
+    request.direction = ArithDirection::Decr;
+    let Ok(ArithOutcome::Updated(item)) = s.arithmetic(b"c", &request, T0) else {
+        panic!("expected update")
+    };
+    assert_eq!((item.value, item.expiry), (10, Expiry::Never));
+}
+
+// ----- storage commands -------------------------------------------------
+
+#[test]
+fn cas_semantics() {
+    let s = store();
+    assert_eq!(
+        s.cas(b"k", b("v"), 0, Expiry::Never, 1, T0).unwrap().status,
+        StoreStatus::NotFound
+    );
+    let cas = set(&s, "k", "v1", 0, T0);
+    assert_eq!(s.get(b"k", T0).unwrap().cas, cas);
+    assert_eq!(
+        s.cas(b"k", b("x"), 0, Expiry::Never, cas + 1, T0)
+            .unwrap()
+            .status,
+        StoreStatus::Exists
+    );
+    assert_eq!(
+        s.cas(b"k", b("x"), 0, Expiry::Never, 0, T0).unwrap().status,
+        StoreStatus::Exists
+    );
+    let swapped = s.cas(b"k", b("v2"), 3, Expiry::Never, cas, T0).unwrap();
+    assert_eq!(swapped.status, StoreStatus::Stored);
+    assert!(swapped.cas > cas, "CAS uniques increase");
+    assert_eq!(
+        s.cas(b"k", b("v3"), 0, Expiry::Never, cas, T0)
+            .unwrap()
+            .status,
+        StoreStatus::Exists,
+        "the old unique no longer matches"
+    );
+    let item = s.get(b"k", T0).unwrap();
+    assert_eq!((&item.value[..], item.flags), (&b"v2"[..], 3));
+}
+
+#[test]
+fn add_and_replace_semantics() {
+    let s = store();
+    assert_eq!(
+        s.replace(b"k", b("r"), 0, Expiry::Never, T0)
+            .unwrap()
+            .status,
+        StoreStatus::NotStored
+    );
+    assert_eq!(value_of(&s, "k", T0), None);
+    assert_eq!(
+        s.add(b"k", b("a1"), 0, Expiry::Never, T0).unwrap().status,
+        StoreStatus::Stored
+    );
+    assert_eq!(
+        s.add(b"k", b("a2"), 0, Expiry::Never, T0).unwrap().status,
+        StoreStatus::NotStored
+    );
+    assert_eq!(value_of(&s, "k", T0).unwrap(), "a1");
+    assert_eq!(
+        s.replace(b"k", b("r"), 9, Expiry::Never, T0)
+            .unwrap()
+            .status,
+        StoreStatus::Stored
+    );
+    assert_eq!(value_of(&s, "k", T0).unwrap(), "r");
+    // add succeeds over an expired item.
+    set(&s, "e", "old", 1, T0);
+    assert_eq!(
+        s.add(b"e", b("new"), 0, Expiry::Never, at(1))
+            .unwrap()
+            .status,
+        StoreStatus::Stored
+    );
+    assert_eq!(value_of(&s, "e", at(1)).unwrap(), "new");
+    s.check_invariants();
+}
+
+#[test]
+fn append_prepend_keep_flags_and_expiry() {
+    let s = store();
+    assert_eq!(
+        s.append(b"k", b("x"), T0).unwrap().status,
+        StoreStatus::NotStored
+    );
+    let expiry = Expiry::from_protocol(100, T0);
+    let first = s.set(b"k", b("mid"), 77, expiry, T0).unwrap();
+    assert_eq!(
+        s.append(b"k", b("-end"), T0).unwrap().status,
+        StoreStatus::Stored
+    );
+    assert_eq!(
+        s.prepend(b"k", b("start-"), T0).unwrap().status,
+        StoreStatus::Stored
+    );
+    let item = s.get(b"k", T0).unwrap();
+    assert_eq!(&item.value[..], b"start-mid-end");
+    assert_eq!((item.flags, item.expiry), (77, expiry));
+    assert_ne!(item.cas, first.cas);
+    let mut request = StoreRequest::new(StoreMode::Append, 0, Expiry::Never);
+    request.compare_cas = Some(first.cas);
+    assert_eq!(
+        s.store(b"k", b("!"), &request, T0).unwrap().status,
+        StoreStatus::Exists
+    );
+    request.compare_cas = Some(item.cas);
+    assert_eq!(
+        s.store(b"k", b("!"), &request, T0).unwrap().status,
+        StoreStatus::Stored
+    );
+    assert_eq!(value_of(&s, "k", T0).unwrap(), "start-mid-end!");
+    s.check_invariants();
+}
+
+#[test]
+fn limits_key_length_and_item_size() {
+    let s = store();
+    let long = vec![b'k'; 251];
+    assert!(matches!(
+        s.set(&long, b("v"), 0, Expiry::Never, T0),
+        Err(StoreError::KeyTooLong { len: 251, .. })
+    ));
+    assert_eq!(
+        s.set(b"", b("v"), 0, Expiry::Never, T0),
+        Err(StoreError::EmptyKey)
+    );
+    assert!(s.set(&long[..250], b("v"), 0, Expiry::Never, T0).is_ok());
+    // memcached -I 1m with a 1-byte key: 1048516 fits, one more does not,
+    // and non-zero flags cost 4 bytes.
+    let fits = Bytes::from(vec![b'x'; 1_048_516]);
+    let over = Bytes::from(vec![b'x'; 1_048_517]);
+    assert!(s.set(b"a", fits.clone(), 0, Expiry::Never, T0).is_ok());
+    assert!(matches!(
+        s.set(b"a", fits, 1, Expiry::Never, T0),
+        Err(StoreError::TooLarge { .. })
+    ));
+    // The failed overwrite removed the old value, as memcached does.
+    assert_eq!(value_of(&s, "a", T0), None);
+    assert!(matches!(
+        s.set(b"a", over, 0, Expiry::Never, T0),
+        Err(StoreError::TooLarge { .. })
+    ));
+    // Append that would grow past -I is NOT_STORED.
+    set(&s, "b", "x", 0, T0);
+    let big = Bytes::from(vec![b'y'; 1_048_516]);
+    assert_eq!(
+        s.append(b"b", big, T0).unwrap().status,
+        StoreStatus::NotStored
+    );
+    s.check_invariants();
+}
+
+#[test]
+fn explicit_cas_from_caller() {
+    let s = store();
+    let mut request = StoreRequest::new(StoreMode::Set, 0, Expiry::Never);
+    request.new_cas = Some(987_654);
+    let outcome = s.store(b"k", b("v"), &request, T0).unwrap();
+    assert_eq!(outcome.cas, 987_654);
+    assert_eq!(s.get(b"k", T0).unwrap().cas, 987_654);
+}
+
+#[test]
+fn delete_and_meta_delete() {
+    let s = store();
+    assert!(!s.delete(b"k", T0));
+    let cas = set(&s, "k", "v", 0, T0);
+    let mut request = DeleteRequest {
+        compare_cas: Some(cas + 1),
+        ..DeleteRequest::default()
+    };
+    assert_eq!(s.meta_delete(b"k", &request, T0), Ok(DeleteOutcome::Exists));
+    request.compare_cas = Some(cas);
+    assert_eq!(
+        s.meta_delete(b"k", &request, T0),
+        Ok(DeleteOutcome::Deleted)
+    );
+    assert_eq!(value_of(&s, "k", T0), None);
+    assert_eq!(s.stats().curr_items, 0);
+    set(&s, "k", "v", 0, T0);
+    assert!(s.delete(b"k", T0));
+    assert!(!s.delete(b"k", T0));
+    s.check_invariants();
+}
+
+// ----- flush_all ---------------------------------------------------------
+
+#[test]
+fn flush_all_immediate_invalidates_everything_written_before() {
+    let s = store();
+    set(&s, "a", "1", 0, T0);
+    set(&s, "b", "2", 0, at(5));
+    s.flush_all(None, at(5));
+    assert_eq!(value_of(&s, "a", at(5)), None);
+    assert_eq!(
+        value_of(&s, "b", at(5)),
+        None,
+        "same-second item is flushed by CAS"
+    );
+    set(&s, "c", "3", 0, at(5));
+    assert_eq!(value_of(&s, "c", at(5)).unwrap(), "3");
+    assert_eq!(value_of(&s, "c", at(6)).unwrap(), "3");
+}
+
+#[test]
+fn flush_all_with_delay() {
+    let s = store();
+    set(&s, "a", "1", 0, T0);
+    s.flush_all(crate::flush_deadline(10, T0), T0);
+    assert_eq!(value_of(&s, "a", at(5)).unwrap(), "1");
+    set(&s, "b", "2", 0, at(6));
+    assert_eq!(value_of(&s, "b", at(8)).unwrap(), "2");
+    // memcached's watermark is deadline - 1.
+    assert_eq!(value_of(&s, "a", at(9)), None);
+    assert_eq!(value_of(&s, "b", at(10)), None);
+    set(&s, "c", "3", 0, at(10));
+    assert_eq!(value_of(&s, "c", at(11)).unwrap(), "3");
+    assert_eq!(crate::flush_deadline(0, T0), None);
+    assert_eq!(crate::flush_deadline(-3, T0), None);
+}
+
+// ----- eviction ----------------------------------------------------------
+
+#[test]
+fn eviction_is_lru_recently_read_items_survive() {
+    let per_item = item_size(2, 100, 0);
+    let s = store_with(per_item * 10, 1);
+    let value = Bytes::from(vec![b'v'; 100]);
+    for i in 0..10 {
+        s.set(
+            format!("k{i}").as_bytes(),
+            value.clone(),
+            0,
+            Expiry::Never,
+            at(i),
+        )
+        .unwrap();
+    }
+    assert!(s.get(b"k0", at(20)).is_some());
+    assert!(s.get(b"k1", at(21)).is_some());
+    for i in 0..3 {
+        s.set(
+            format!("n{i}").as_bytes(),
+            value.clone(),
+            0,
+            Expiry::Never,
+            at(30),
+        )
+        .unwrap();
+    }
+    let present: Vec<bool> = (0..10)
+        .map(|i| s.peek(format!("k{i}").as_bytes(), at(30)).is_some())
+        .collect();
+    // k2, k3, k4 were the least recently used.
+    assert_eq!(
+        present,
+        vec![true, true, false, false, false, true, true, true, true, true]
+    );
+    let stats = s.stats();
+    assert_eq!(stats.evictions, 3);
+    assert_eq!(stats.evicted_unfetched, 3);
+    assert!(stats.bytes <= per_item * 10);
+    s.check_invariants();
+}
+
+#[test]
+fn eviction_across_shards_takes_the_globally_oldest() {
+    let per_item = item_size(3, 1000, 0);
+    let s = store_with(per_item * 20, 16);
+    let value = Bytes::from(vec![b'v'; 1000]);
+    for i in 0..20u64 {
+        s.set(
+            format!("k{i:02}").as_bytes(),
+            value.clone(),
+            0,
+            Expiry::Never,
+            at(i),
+        )
+        .unwrap();
+    }
+    assert!(s.get(b"k00", at(100)).is_some());
+    for i in 0..5u64 {
+        s.set(
+            format!("n{i:02}").as_bytes(),
+            value.clone(),
+            0,
+            Expiry::Never,
+            at(200 + i),
+        )
+        .unwrap();
+    }
+    // k01..k05 were oldest; k00 was read recently.
+    assert!(s.peek(b"k00", at(300)).is_some());
+    for i in 1..=5 {
+        assert!(
+            s.peek(format!("k{i:02}").as_bytes(), at(300)).is_none(),
+            "k{i:02}"
+        );
+    }
+    for i in 6..20 {
+        assert!(
+            s.peek(format!("k{i:02}").as_bytes(), at(300)).is_some(),
+            "k{i:02}"
+        );
+    }
+    s.check_invariants();
+}
+
+#[test]
+fn eviction_reclaims_expired_tail_before_live_items() {
+    let per_item = item_size(2, 10, 0);
+    let s = store_with(per_item * 3, 1);
+    set(&s, "k0", "0123456789", 0, T0);
+    set(&s, "k1", "0123456789", 5, T0);
+    set(&s, "k2", "0123456789", 0, T0);
+    s.get(b"k1", T0); // k1 is now the LRU head, but expires at +5
+    set(&s, "k3", "0123456789", 0, at(10));
+    assert!(s.peek(b"k0", at(10)).is_some(), "live tail survived");
+    let stats = s.stats();
+    assert_eq!((stats.reclaimed, stats.evictions), (1, 0));
+}
+
+#[test]
+fn an_item_larger_than_a_shards_share_fits() {
+    // 1 MiB budget over 64 shards: each shard's "share" is 16 KiB.
+    let s = store_with(1024 * 1024, 64);
+    for i in 0..100 {
+        set(&s, &format!("small{i}"), "x", 0, T0);
+    }
+    let big = Bytes::from(vec![b'b'; 1_000_000]);
+    assert_eq!(
+        s.set(b"big", big, 0, Expiry::Never, T0).unwrap().status,
+        StoreStatus::Stored
+    );
+    assert_eq!(s.get(b"big", T0).unwrap().value.len(), 1_000_000);
+    s.check_invariants();
+    // Larger than the whole budget but within -I: out of memory.
+    let small = store_with(10_000, 4);
+    assert!(matches!(
+        small.set(b"k", Bytes::from(vec![0; 20_000]), 0, Expiry::Never, T0),
+        Err(StoreError::OutOfMemory { .. })
+    ));
+}
+
+// ----- meta --------------------------------------------------------------
+
+#[test]
+fn meta_get_vivify_hands_out_one_win() {
+    let s = store();
+    let request = MetaGetRequest {
+        vivify: Some(Expiry::from_protocol(30, T0)),
+        ..MetaGetRequest::default()
+    };
+    let first = s.meta_get(b"k", &request, T0).unwrap().expect("vivified");
+    assert!(first.created && first.won && !first.token_already_sent);
+    assert!(first.item.value.is_empty());
+    assert_eq!(first.item.expiry, Expiry::At(at(30)));
+    let second = s.meta_get(b"k", &request, at(1)).unwrap().expect("hit");
+    assert!(!second.created && !second.won && second.token_already_sent);
+    // The winner recaches with a normal set, which clears the token state.
+    set(&s, "k", "fresh", 0, at(2));
+    let third = s.meta_get(b"k", &request, at(3)).unwrap().expect("hit");
+    assert!(!third.won && !third.token_already_sent && !third.stale);
+    assert_eq!(&third.item.value[..], b"fresh");
+    // Without N a miss stays a miss.
+    assert_eq!(
+        s.meta_get(b"nope", &MetaGetRequest::default(), T0),
+        Ok(None)
+    );
+}
+
+#[test]
+fn meta_get_reports_hit_before_and_last_access_then_updates_them() {
+    let s = store();
+    set(&s, "k", "v", 0, T0);
+    let plain = MetaGetRequest::default();
+    let first = s.meta_get(b"k", &plain, at(7)).unwrap().unwrap();
+    assert!(!first.hit_before);
+    assert_eq!(first.secs_since_access, 7);
+    let second = s.meta_get(b"k", &plain, at(10)).unwrap().unwrap();
+    assert!(second.hit_before);
+    assert_eq!(second.secs_since_access, 3);
+    // `u` (no bump) leaves last access alone.
+    let no_bump = MetaGetRequest {
+        no_bump: true,
+        ..MetaGetRequest::default()
+    };
+    assert_eq!(
+        s.meta_get(b"k", &no_bump, at(20))
+            .unwrap()
+            .unwrap()
+            .secs_since_access,
+        10
+    );
+    assert_eq!(
+        s.meta_get(b"k", &no_bump, at(25))
+            .unwrap()
+            .unwrap()
+            .secs_since_access,
+        15
+    );
+    // T updates the TTL within the same operation.
+    let touch = MetaGetRequest {
+        new_expiry: Some(Expiry::from_protocol(5, at(25))),
+        ..MetaGetRequest::default()
+    };
+    let touched = s.meta_get(b"k", &touch, at(25)).unwrap().unwrap();
+    assert_eq!(touched.item.expiry.ttl_remaining(at(25)), Some(5));
+    assert_eq!(value_of(&s, "k", at(30)), None);
+}
+
+#[test]
+fn meta_get_recache_token() {
+    let s = store();
+    set(&s, "k", "v", 100, T0);
+    let recache = MetaGetRequest {
+        recache_before: Some(Expiry::from_protocol(30, at(50))),
+        ..MetaGetRequest::default()
+    };
+    let early = s.meta_get(b"k", &recache, at(50)).unwrap().unwrap();
+    assert!(!early.won, "70 s left is above the 30 s threshold");
+    let recache = MetaGetRequest {
+        recache_before: Some(Expiry::from_protocol(30, at(80))),
+        ..MetaGetRequest::default()
+    };
+    let late = s.meta_get(b"k", &recache, at(80)).unwrap().unwrap();
+    assert!(late.won && !late.token_already_sent);
+    let other = s.meta_get(b"k", &recache, at(81)).unwrap().unwrap();
+    assert!(!other.won && other.token_already_sent);
+}
+
+#[test]
+fn invalidation_marks_stale_and_reissues_the_token() {
+    let s = store();
+    let original = set(&s, "k", "v1", 0, T0);
+    let invalidate = DeleteRequest {
+        invalidate: true,
+        new_expiry: Some(Expiry::from_protocol(30, T0)),
+        ..DeleteRequest::default()
+    };
+    assert_eq!(
+        s.meta_delete(b"k", &invalidate, T0),
+        Ok(DeleteOutcome::Invalidated)
+    );
+    let plain = MetaGetRequest::default();
+    let first = s
+        .meta_get(b"k", &plain, T0)
+        .unwrap()
+        .expect("stale item still served");
+    assert!(first.stale && first.won && !first.token_already_sent);
+    assert_eq!(&first.item.value[..], b"v1");
+    assert!(first.item.cas > original, "invalidation bumps the CAS");
+    assert_eq!(first.item.expiry, Expiry::At(at(30)));
+    let second = s.meta_get(b"k", &plain, T0).unwrap().unwrap();
+    assert!(second.stale && !second.won && second.token_already_sent);
+
+    // A late writer holding the pre-invalidation CAS may store with `I`:
+    // the value lands but stays stale, keeping TTL and token state.
+    let mut late = StoreRequest::new(StoreMode::Set, 0, Expiry::Never);
+    late.compare_cas = Some(original);
+    assert_eq!(
+        s.store(b"k", b("late"), &late, T0).unwrap().status,
+        StoreStatus::Exists
+    );
+    late.invalidate = true;
+    assert_eq!(
+        s.store(b"k", b("late"), &late, T0).unwrap().status,
+        StoreStatus::Stored
+    );
+    let third = s.meta_get(b"k", &plain, T0).unwrap().unwrap();
+    assert!(third.stale && third.token_already_sent && !third.won);
+    assert_eq!(&third.item.value[..], b"late");
+    assert_eq!(third.item.expiry, Expiry::At(at(30)));
+
+    // The winner's CAS store clears staleness.
+    let mut winner = StoreRequest::new(StoreMode::Set, 0, Expiry::Never);
+    winner.compare_cas = Some(third.item.cas);
+    assert_eq!(
+        s.store(b"k", b("v2"), &winner, T0).unwrap().status,
+        StoreStatus::Stored
+    );
+    let fresh = s.meta_get(b"k", &plain, T0).unwrap().unwrap();
+    assert!(!fresh.stale && !fresh.won && !fresh.token_already_sent);
+}
+
+// ----- memory limit under random workloads -------------------------------
+
+#[derive(Debug, Clone)]
+enum Op {
+    Set(u8, usize),
+    Append(u8, usize),
+    Incr(u8),
+    Delete(u8),
+    Get(u8),
+    Vivify(u8),
+}
+
+fn op_strategy() -> impl Strategy<Value = Op> {
+    proptest::prop_oneof![
+        (0u8..40, 0usize..3000).prop_map(|(k, n)| Op::Set(k, n)),
+        (0u8..40, 0usize..2000).prop_map(|(k, n)| Op::Append(k, n)),
+        (0u8..40).prop_map(Op::Incr),
+        (0u8..40).prop_map(Op::Delete),
+        (0u8..40).prop_map(Op::Get),
+        (0u8..40).prop_map(Op::Vivify),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn memory_never_exceeds_the_limit(
+        ops in prop::collection::vec(op_strategy(), 1..200),
+        max_bytes in 4_000u64..20_000,
+        shards in 1usize..6,
+    ) {
+        let s = store_with(max_bytes, shards);
+        for (step, op) in ops.iter().enumerate() {
+            let now = at(step as u64);
+            let key = |k: &u8| format!("key{k}").into_bytes();
+            match op {
+                Op::Set(k, n) => {
+                    let value = Bytes::from(vec![b'1'; *n]);
+                    match s.set(&key(k), value, 0, Expiry::Never, now) {
+                        Ok(outcome) => prop_assert_eq!(outcome.status, StoreStatus::Stored),
+                        Err(StoreError::OutOfMemory { size }) => prop_assert!(size > max_bytes),
+                        Err(other) => prop_assert!(false, "unexpected {:?}", other),
+                    }
+                }
+                Op::Append(k, n) => {
+                    let _ = s.append(&key(k), Bytes::from(vec![b'2'; *n]), now);
+                }
+                Op::Incr(k) => {
+                    let _ = s.incr(&key(k), 12345, now);
+                }
+                Op::Delete(k) => {
+                    s.delete(&key(k), now);
+                }
+                Op::Get(k) => {
+                    if let Some(item) = s.get(&key(k), now) {
+                        prop_assert!(item_size(key(k).len(), item.value.len(), item.flags) <= max_bytes);
+                    }
+                }
+                Op::Vivify(k) => {
+                    let request = MetaGetRequest { vivify: Some(Expiry::Never), ..MetaGetRequest::default() };
+                    let _ = s.meta_get(&key(k), &request, now);
+                }
+            }
+            prop_assert!(s.used_bytes() <= max_bytes);
+            let stats = s.stats();
+            prop_assert!(stats.bytes <= max_bytes);
+            prop_assert_eq!(stats.bytes, s.used_bytes());
+        }
+        s.check_invariants();
+    }
+}
+
+// ----- concurrency ---------------------------------------------------------
+
+#[test]
+fn concurrent_workers_keep_values_and_limits_consistent() {
+    let max_bytes = 200_000;
+    let s = Arc::new(store_with(max_bytes, 8));
+    let threads: Vec<_> = (0..4u64)
+        .map(|thread| {
+            let s = Arc::clone(&s);
+            std::thread::spawn(move || {
+                let mut seed = thread * 7919 + 1;
+                for step in 0..5_000u64 {
+                    seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let key_id = (seed >> 33) % 200;
+                    let key = format!("key{key_id}");
+                    let now = at(step / 100);
+                    match (seed >> 20) % 5 {
+                        0 | 1 => {
+                            // Value = key repeated, so any read can be checked.
+                            let repeat = 1 + (seed >> 40) as usize % 100;
+                            let value = Bytes::from(key.repeat(repeat));
+                            let _ = s.set(key.as_bytes(), value, thread as u32, Expiry::Never, now);
+                        }
+                        2 => {
+                            if let Some(item) = s.get(key.as_bytes(), now) {
+                                assert_eq!(item.value.len() % key.len(), 0);
+                                assert!(item.value.chunks(key.len()).all(|c| c == key.as_bytes()));
+                            }
+                        }
+                        3 => {
+                            s.delete(key.as_bytes(), now);
+                        }
+                        _ => {
+                            let _ = s.append(key.as_bytes(), Bytes::from(key.clone()), now);
+                        }
+                    }
+                    assert!(s.used_bytes() <= max_bytes);
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().expect("worker panicked");
+    }
+    s.check_invariants();
+    let stats = s.stats();
+    assert!(stats.bytes <= max_bytes);
+    assert!(stats.total_items > 0);
+}
+
+#[test]
+fn concurrent_incr_loses_no_updates() {
+    let s = Arc::new(store());
+    set(&s, "n", "0", 0, T0);
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let s = Arc::clone(&s);
+            std::thread::spawn(move || {
+                for _ in 0..1_000 {
+                    counter(s.incr(b"n", 1, T0));
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().expect("worker panicked");
+    }
+    assert_eq!(value_of(&s, "n", T0).unwrap().trim_end(), "4000");
+}
