@@ -33,17 +33,18 @@
 //! item up to `-I` can be stored whichever shard it hashes to (shards share
 //! the global budget; they have no quotas of their own).
 //!
-//! A store first *reserves* its bytes. If the budget is full it evicts one
-//! item at a time until the reservation fits: the victim shard is the one
-//! whose LRU tail was accessed longest ago (each shard publishes its tail's
-//! last-access second in an atomic; ties go to the writer's own shard), so
-//! eviction approximates a global LRU. Within the victim shard it looks at
-//! the 5 oldest items for an expired/flushed one to *reclaim* first, else it
-//! *evicts* the LRU tail. Eviction takes only the victim's lock, never while
-//! holding another. Stores whose size depends on the old item (append,
-//! incr) try to claim the bytes under their shard lock; if that would need
-//! eviction they drop the lock, evict, and re-run the decision on the
-//! (possibly changed) item.
+//! A store decides under its shard lock, then claims from the budget only
+//! the bytes it adds (new size minus the size of the item it replaces, so an
+//! overwrite of equal size never evicts). If the claim does not fit, it
+//! drops the lock and evicts one item at a time until it does (holding the
+//! claimed bytes so concurrent writers cannot take them), then re-takes the
+//! lock and re-runs the decision on the possibly changed item. The victim
+//! shard is the one whose LRU tail was accessed longest ago (each shard
+//! publishes its tail's last-access second in an atomic; ties go to the
+//! writer's own shard), so eviction approximates a global LRU. Within the
+//! victim shard it looks at the 5 oldest items for an expired/flushed one to
+//! *reclaim* first, else it *evicts* the LRU tail. Eviction takes only the
+//! victim's lock, never while holding another.
 //!
 //! # Semantics (memcached 1.6)
 //!

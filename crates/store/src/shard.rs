@@ -180,14 +180,17 @@ impl ShardState {
             item.state |= STATE_FETCHED;
             item.last_access = now;
         }
-        if self.head != slot {
-            self.detach(slot);
-            self.attach_head(slot);
-        }
+        self.relink_head(slot);
     }
 
-    /// Moves the item to the LRU head without marking it fetched (a write).
-    pub fn refresh(&mut self, slot: u32) {
+    /// Moves the item to the LRU head and updates its last access without
+    /// marking it fetched (memcached's `do_item_update`, e.g. a failed add).
+    pub fn refresh(&mut self, slot: u32, now: UnixSecs) {
+        self.item_mut(slot).last_access = now;
+        self.relink_head(slot);
+    }
+
+    fn relink_head(&mut self, slot: u32) {
         if self.head != slot {
             self.detach(slot);
             self.attach_head(slot);
@@ -226,7 +229,7 @@ impl ShardState {
         self.counters.total_items += 1;
         let old = std::mem::replace(&mut self.node_mut(slot).item, item);
         self.bytes -= old.size();
-        self.refresh(slot);
+        self.relink_head(slot);
         old
     }
 

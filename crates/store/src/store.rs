@@ -424,22 +424,20 @@ impl Store {
     }
 
     /// Runs `plan` on the live item for `key` (if any) under its shard lock
-    /// and applies the decision. A `Put` that needs more bytes than can be
-    /// claimed without evicting releases the lock, evicts (one shard lock at a
-    /// time), and runs `plan` again on whatever the item is then.
+    /// and applies the decision. A `Put` claims from the global budget only
+    /// what it adds (new size minus the replaced item's size); if that cannot
+    /// be claimed without evicting, it releases the lock, evicts (one shard
+    /// lock at a time) while holding the claimed bytes, and runs `plan` again
+    /// on whatever the item is then.
     fn mutate<R>(
         &self,
         key: &[u8],
         now: UnixSecs,
-        pre_reserve: u64,
         mut plan: impl FnMut(Option<&mut Item>) -> Result<Plan<R>, StoreError>,
     ) -> Result<R, StoreError> {
         let home = self.shard_index(key);
         let shard = &self.shards[home];
         let mut reservation = Reservation::new(&self.used_bytes, self.max_bytes);
-        if pre_reserve > 0 {
-            self.reserve(&mut reservation, pre_reserve, home, now)?;
-        }
         loop {
             let mut state = shard.state.lock();
             let flush = self.flush_mark();
@@ -451,7 +449,7 @@ impl Store {
                         match lru {
                             LruMove::None => {}
                             LruMove::Read => state.bump(slot, now),
-                            LruMove::Write => state.refresh(slot),
+                            LruMove::Write => state.refresh(slot, now),
                         }
                     }
                     result
@@ -471,16 +469,23 @@ impl Store {
                             max: self.item_size_max,
                         });
                     }
-                    if reservation.bytes < need && !reservation.try_grow(need - reservation.bytes) {
+                    // Replacing credits the old item's bytes: only growth
+                    // is claimed from the budget.
+                    let old_size = slot.map_or(0, |slot| state.item(slot).size());
+                    let extra = need.saturating_sub(old_size);
+                    if reservation.bytes < extra && !reservation.try_grow(extra - reservation.bytes)
+                    {
                         drop(state);
-                        self.reserve(&mut reservation, need, home, now)?;
+                        self.reserve(&mut reservation, extra, home, now)?;
                         continue;
                     }
-                    reservation.consume(need);
+                    reservation.consume(extra);
                     match slot {
                         Some(slot) => {
-                            let old = state.replace(slot, item);
-                            self.used_bytes.fetch_sub(old.size(), Ordering::AcqRel);
+                            state.replace(slot, item);
+                            if old_size > need {
+                                self.used_bytes.fetch_sub(old_size - need, Ordering::AcqRel);
+                            }
                         }
                         None => {
                             state.insert(item);
@@ -589,7 +594,7 @@ impl Store {
         } else {
             LruMove::Read
         };
-        self.mutate(key, now, 0, |existing| {
+        self.mutate(key, now, |existing| {
             let Some(item) = existing else {
                 let Some(expiry) = request.vivify else {
                     return Ok(Plan::Keep {
@@ -685,11 +690,7 @@ impl Store {
             result: not(status),
             lru: LruMove::None,
         };
-        let pre_reserve = match request.mode {
-            StoreMode::Append | StoreMode::Prepend => 0,
-            _ => size,
-        };
-        self.mutate(key, now, pre_reserve, |existing| {
+        self.mutate(key, now, |existing| {
             let cas_mode = request.compare_cas.is_some()
                 && matches!(request.mode, StoreMode::Set | StoreMode::Replace);
             let new_item = |value: Bytes, flags: u32, expiry: Expiry| {
@@ -879,7 +880,7 @@ impl Store {
         now: UnixSecs,
     ) -> Result<DeleteOutcome, StoreError> {
         validate_key(key)?;
-        self.mutate(key, now, 0, |existing| {
+        self.mutate(key, now, |existing| {
             let Some(item) = existing else {
                 return Ok(Plan::Keep {
                     result: DeleteOutcome::NotFound,
@@ -932,7 +933,7 @@ impl Store {
         now: UnixSecs,
     ) -> Result<ArithOutcome, StoreError> {
         validate_key(key)?;
-        self.mutate(key, now, 0, |existing| {
+        self.mutate(key, now, |existing| {
             let keep = |result| {
                 Ok(Plan::Keep {
                     result,

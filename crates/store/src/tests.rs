@@ -841,3 +841,37 @@ fn concurrent_incr_loses_no_updates() {
     }
     assert_eq!(value_of(&s, "n", T0).unwrap().trim_end(), "4000");
 }
+
+#[test]
+fn overwriting_at_full_memory_evicts_nothing_and_add_refreshes_lru() {
+    let per_item = item_size(2, 100, 0);
+    let s = store_with(per_item * 4, 1);
+    let value = Bytes::from(vec![b'v'; 100]);
+    for i in 0..4 {
+        s.set(
+            format!("k{i}").as_bytes(),
+            value.clone(),
+            0,
+            Expiry::Never,
+            at(i),
+        )
+        .unwrap();
+    }
+    for round in 0..10 {
+        s.set(b"k3", value.clone(), 0, Expiry::Never, at(10 + round))
+            .unwrap();
+    }
+    assert_eq!(s.stats().evictions, 0);
+    // A failed add on k0 moves it to the LRU head, so k1 goes first.
+    assert_eq!(
+        s.add(b"k0", value.clone(), 0, Expiry::Never, at(30))
+            .unwrap()
+            .status,
+        StoreStatus::NotStored
+    );
+    s.set(b"k4", value, 0, Expiry::Never, at(31)).unwrap();
+    assert!(s.peek(b"k0", at(31)).is_some());
+    assert!(s.peek(b"k1", at(31)).is_none());
+    assert_eq!(s.stats().evictions, 1);
+    s.check_invariants();
+}
