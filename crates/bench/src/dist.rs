@@ -328,8 +328,8 @@ impl Zipf {
     /// Draws a rank in `1..=count`.
     pub fn sample(&self, rng: &mut Rng) -> u64 {
         loop {
-            let u = self.h_integral_count
-                + rng.unit() * (self.h_integral_x1 - self.h_integral_count);
+            let u =
+                self.h_integral_count + rng.unit() * (self.h_integral_x1 - self.h_integral_count);
             let x = self.h_integral_inverse(u);
             let rank = ((x + 0.5) as u64).clamp(1, self.count);
             let rank_f = rank as f64;
@@ -404,13 +404,25 @@ mod tests {
         let mean = samples.iter().sum::<f64>() / samples.len() as f64;
         let analytic_mean = gev.mean().unwrap_or(f64::NAN);
         // mu + sigma (Gamma(1 - xi) - 1) / xi with Python's math.gamma: 36.22305.
-        assert!((analytic_mean - 36.223_05).abs() < 1e-4, "analytic {analytic_mean}");
-        assert!((mean - analytic_mean).abs() / analytic_mean < 0.01, "{mean} vs {analytic_mean}");
+        assert!(
+            (analytic_mean - 36.223_05).abs() < 1e-4,
+            "analytic {analytic_mean}"
+        );
+        assert!(
+            (mean - analytic_mean).abs() / analytic_mean < 0.01,
+            "{mean} vs {analytic_mean}"
+        );
         for p in [0.1, 0.5, 0.9, 0.99] {
             let empirical = empirical_quantile(&samples, p);
             let analytic = gev.quantile(p);
-            assert!((empirical - analytic).abs() / analytic < 0.02, "p{p}: {empirical} vs {analytic}");
-            assert!((gev.cdf(analytic) - p).abs() < 1e-9, "cdf inverts quantile at {p}");
+            assert!(
+                (empirical - analytic).abs() / analytic < 0.02,
+                "p{p}: {empirical} vs {analytic}"
+            );
+            assert!(
+                (gev.cdf(analytic) - p).abs() < 1e-9,
+                "cdf inverts quantile at {p}"
+            );
         }
     }
 
@@ -425,11 +437,17 @@ mod tests {
         let mean = samples.iter().sum::<f64>() / samples.len() as f64;
         let analytic_mean = 16.0292 / (1.0 - 0.154971);
         assert_eq!(gpd.mean(), Some(analytic_mean));
-        assert!((mean - analytic_mean).abs() / analytic_mean < 0.01, "{mean} vs {analytic_mean}");
+        assert!(
+            (mean - analytic_mean).abs() / analytic_mean < 0.01,
+            "{mean} vs {analytic_mean}"
+        );
         for p in [0.25, 0.5, 0.9, 0.99] {
             let empirical = empirical_quantile(&samples, p);
             let analytic = gpd.quantile(p);
-            assert!((empirical - analytic).abs() / analytic < 0.03, "p{p}: {empirical} vs {analytic}");
+            assert!(
+                (empirical - analytic).abs() / analytic < 0.03,
+                "p{p}: {empirical} vs {analytic}"
+            );
             assert!((gpd.cdf(analytic) - p).abs() < 1e-9);
         }
     }
@@ -453,7 +471,10 @@ mod tests {
             }
         }
         let table_mass: f64 = entries.iter().map(|(_, weight)| weight).sum();
-        assert!((table_mass - 0.44155).abs() < 1e-6, "table mass {table_mass}");
+        assert!(
+            (table_mass - 0.44155).abs() < 1e-6,
+            "table mass {table_mass}"
+        );
         for (value, probability) in entries {
             let observed = f64::from(counts[*value as usize]) / f64::from(samples);
             let sigma = (probability * (1.0 - probability) / f64::from(samples)).sqrt();
@@ -463,7 +484,10 @@ mod tests {
             );
         }
         let tail_share = f64::from(tail_count) / f64::from(samples);
-        assert!((tail_share - (1.0 - table_mass)).abs() < 0.003, "tail share {tail_share}");
+        assert!(
+            (tail_share - (1.0 - table_mass)).abs() < 0.003,
+            "tail share {tail_share}"
+        );
         // Mixture mean = table part + tail mass * GPD mean.
         let analytic_mean = value_size.mean().unwrap_or(f64::NAN);
         let expected = entries.iter().map(|(v, w)| v * w).sum::<f64>()
@@ -480,7 +504,10 @@ mod tests {
         let samples = sorted_samples(&truncated, 200_000, 14);
         assert!(samples.iter().all(|value| *value <= 1499.0));
         let median = empirical_quantile(&samples, 0.5);
-        assert!((median - truncated.quantile(0.5)).abs() <= 2.0, "median {median}");
+        assert!(
+            (median - truncated.quantile(0.5)).abs() <= 2.0,
+            "median {median}"
+        );
     }
 
     #[test]
@@ -514,8 +541,14 @@ mod tests {
         let samples = 200_000u32;
         let top = (0..samples).filter(|_| zipf.sample(&mut rng) == 1).count();
         // H(10^7, 0.99) ≈ 17.85 -> P(1) ≈ 0.056.
-        let expected = 1.0 / (1..=10_000_000u64).map(|k| (k as f64).powf(-0.99)).sum::<f64>();
+        let expected = 1.0
+            / (1..=10_000_000u64)
+                .map(|k| (k as f64).powf(-0.99))
+                .sum::<f64>();
         let observed = top as f64 / f64::from(samples);
-        assert!((observed - expected).abs() < 0.003, "{observed} vs {expected}");
+        assert!(
+            (observed - expected).abs() < 0.003,
+            "{observed} vs {expected}"
+        );
     }
 }

@@ -180,6 +180,25 @@ pub fn run(
     config: &RunConfig,
     observer: &mut dyn FnMut(&Progress),
 ) -> Result<RunReport, BenchError> {
+    run_detailed(workload, config, observer).map(|output| output.report)
+}
+
+/// A run's report together with its raw per-class histograms (nanoseconds),
+/// for callers that merge repeats or need counts above a threshold.
+#[derive(Debug)]
+pub struct RunOutput {
+    /// The report.
+    pub report: RunReport,
+    /// Latency histograms per class, in nanoseconds.
+    pub histograms: ClassHistograms,
+}
+
+/// Like [`run`], also returning the histograms.
+pub fn run_detailed(
+    workload: &Arc<WorkloadSpec>,
+    config: &RunConfig,
+    observer: &mut dyn FnMut(&Progress),
+) -> Result<RunOutput, BenchError> {
     config.validate()?;
     workload.validate()?;
     let address = resolve(&config.server)?;
@@ -205,8 +224,9 @@ pub fn run(
                 std::thread::Builder::new()
                     .name(format!("bench-io-{index}"))
                     .spawn_scoped(scope, move || {
-                        let result = Worker::new(workload, config, thread_sockets, rng, start, counters)
-                            .and_then(Worker::run);
+                        let result =
+                            Worker::new(workload, config, thread_sockets, rng, start, counters)
+                                .and_then(Worker::run);
                         finished.fetch_add(1, Ordering::Release);
                         result
                     })
@@ -244,7 +264,9 @@ pub fn run(
     for recorder in recorders {
         merged.merge(&recorder?);
     }
-    Ok(merged.into_report(workload, config, cpu_seconds / wall_seconds * 100.0))
+    let histograms = merged.histograms.clone();
+    let report = merged.into_report(workload, config, cpu_seconds / wall_seconds * 100.0);
+    Ok(RunOutput { report, histograms })
 }
 
 /// Totals shared with the progress observer.
@@ -284,7 +306,9 @@ impl Socket {
             Transport::Tcp => {
                 let stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(5))
                     .map_err(io_error("connecting to"))?;
-                stream.set_nodelay(true).map_err(io_error("TCP_NODELAY on"))?;
+                stream
+                    .set_nodelay(true)
+                    .map_err(io_error("TCP_NODELAY on"))?;
                 stream
                     .set_nonblocking(true)
                     .map_err(io_error("non-blocking mode on"))?;
@@ -297,7 +321,9 @@ impl Socket {
                     SocketAddr::from(([0u16; 8], 0))
                 };
                 let socket = std::net::UdpSocket::bind(local).map_err(io_error("binding for"))?;
-                socket.connect(address).map_err(io_error("connecting UDP to"))?;
+                socket
+                    .connect(address)
+                    .map_err(io_error("connecting UDP to"))?;
                 socket
                     .set_nonblocking(true)
                     .map_err(io_error("non-blocking mode on"))?;
@@ -317,7 +343,10 @@ impl TimerFd {
     fn new() -> io::Result<Self> {
         // SAFETY: plain syscall; the returned fd is owned by this struct.
         let fd = unsafe {
-            libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC)
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
         };
         if fd < 0 {
             return Err(io::Error::last_os_error());
@@ -527,7 +556,12 @@ impl Recorder {
         }
     }
 
-    fn into_report(self, workload: &WorkloadSpec, config: &RunConfig, cpu_percent: f64) -> RunReport {
+    fn into_report(
+        self,
+        workload: &WorkloadSpec,
+        config: &RunConfig,
+        cpu_percent: f64,
+    ) -> RunReport {
         let duration_s = config.duration.as_secs_f64();
         let classes = Class::ALL
             .iter()
@@ -545,7 +579,8 @@ impl Recorder {
                 hits as f64 / (hits + misses) as f64
             }
         };
-        let seconds = config.duration.as_secs() as usize + usize::from(config.duration.subsec_nanos() > 0);
+        let seconds =
+            config.duration.as_secs() as usize + usize::from(config.duration.subsec_nanos() > 0);
         let timeseries = self
             .timeseries
             .unwrap_or_default()
@@ -621,21 +656,31 @@ impl<'a> Worker<'a> {
         start: Instant,
         counters: Arc<Counters>,
     ) -> Result<Self, BenchError> {
-        let io_error = |context: &'static str| move |source| BenchError::Io {
-            context: context.to_string(),
-            source,
+        let io_error = |context: &'static str| {
+            move |source| BenchError::Io {
+                context: context.to_string(),
+                source,
+            }
         };
         let poll = Poll::new().map_err(io_error("creating the poll set"))?;
         let timer = TimerFd::new().map_err(io_error("creating a timerfd"))?;
         poll.registry()
-            .register(&mut SourceFd(&timer.as_raw_fd()), TIMER_TOKEN, Interest::READABLE)
+            .register(
+                &mut SourceFd(&timer.as_raw_fd()),
+                TIMER_TOKEN,
+                Interest::READABLE,
+            )
             .map_err(io_error("registering the timerfd"))?;
         let mut connections = Vec::with_capacity(sockets.len());
         for (index, socket) in sockets.into_iter().enumerate() {
             let connection = match socket {
                 Socket::Tcp(mut stream) => {
                     poll.registry()
-                        .register(&mut stream, Token(index), Interest::READABLE | Interest::WRITABLE)
+                        .register(
+                            &mut stream,
+                            Token(index),
+                            Interest::READABLE | Interest::WRITABLE,
+                        )
                         .map_err(io_error("registering a connection"))?;
                     Connection::Tcp(TcpConnection {
                         stream,
@@ -846,7 +891,9 @@ impl<'a> Worker<'a> {
     }
 
     fn second_of(&self, instant: Instant) -> usize {
-        instant.saturating_duration_since(self.window_start).as_secs() as usize
+        instant
+            .saturating_duration_since(self.window_start)
+            .as_secs() as usize
     }
 
     fn complete(
@@ -930,7 +977,11 @@ impl<'a> Worker<'a> {
             .in_flight
             .drain(..)
             .map(|request| (request.measured, request.scheduled))
-            .chain(tcp.queued.drain(..).map(|request| (request.measured, request.scheduled)))
+            .chain(
+                tcp.queued
+                    .drain(..)
+                    .map(|request| (request.measured, request.scheduled)),
+            )
             .collect();
         tcp.output.clear();
         tcp.output_sent = 0;
@@ -1057,7 +1108,13 @@ impl<'a> Worker<'a> {
                 }
                 let payload: Vec<u8> = request.parts.iter().flatten().flatten().copied().collect();
                 let outcome = parse_whole_reply(&payload, request.kind, request.keys);
-                finished.push((request.scheduled, request.classes, request.measured, outcome, received_at));
+                finished.push((
+                    request.scheduled,
+                    request.classes,
+                    request.measured,
+                    outcome,
+                    received_at,
+                ));
                 udp.in_flight.remove(&request_id);
             }
         }
@@ -1095,7 +1152,9 @@ impl<'a> Worker<'a> {
                 let expired_ids: Vec<u16> = udp
                     .in_flight
                     .iter()
-                    .filter(|(_, request)| now.saturating_duration_since(request.scheduled) > timeout)
+                    .filter(|(_, request)| {
+                        now.saturating_duration_since(request.scheduled) > timeout
+                    })
                     .map(|(id, _)| *id)
                     .collect();
                 expired_ids
@@ -1124,7 +1183,11 @@ impl<'a> Worker<'a> {
                     lost.extend(tcp.queued.drain(..).map(|r| (r.measured, r.scheduled)));
                 }
                 Connection::Udp(udp) => {
-                    lost.extend(udp.in_flight.drain().map(|(_, r)| (r.measured, r.scheduled)));
+                    lost.extend(
+                        udp.in_flight
+                            .drain()
+                            .map(|(_, r)| (r.measured, r.scheduled)),
+                    );
                     lost.extend(udp.queued.drain(..).map(|r| (r.measured, r.scheduled)));
                 }
             }

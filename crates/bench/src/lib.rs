@@ -29,7 +29,7 @@ pub mod wire;
 pub mod workload;
 
 pub use class::{Class, ClassSet};
-pub use engine::{run, Progress, RunConfig, Transport};
+pub use engine::{run, run_detailed, Progress, RunConfig, RunOutput, Transport};
 pub use preload::{preload, PreloadReport};
 pub use report::{parse_rates, ClassSummary, RunReport, SecondSample, SweepReport};
 pub use sweep::sweep;

@@ -108,7 +108,11 @@ fn draw_percentiles<DB: DrawingBackend>(
         })
         .filter(|(_, points)| !points.is_empty())
         .collect();
-    let (low, high) = bounds(classes.iter().flat_map(|(_, points)| points.iter().map(|p| p.1)));
+    let (low, high) = bounds(
+        classes
+            .iter()
+            .flat_map(|(_, points)| points.iter().map(|p| p.1)),
+    );
     let title = format!(
         "{}: latency percentiles at {:.0} rps (achieved {:.0})",
         report.workload, report.target_rps, report.achieved_rps
@@ -170,7 +174,10 @@ fn draw_timeseries<DB: DrawingBackend>(
         * 1.15;
     let mut upper = ChartBuilder::on(&top)
         .caption(
-            format!("{}: throughput per second (target {:.0} rps)", report.workload, report.target_rps),
+            format!(
+                "{}: throughput per second (target {:.0} rps)",
+                report.workload, report.target_rps
+            ),
             ("sans-serif", 18),
         )
         .margin(10)
@@ -184,12 +191,18 @@ fn draw_timeseries<DB: DrawingBackend>(
         .draw()
         .map_err(plot_error)?;
     upper
-        .draw_series(LineSeries::new(throughput.clone(), color(0).stroke_width(2)))
+        .draw_series(LineSeries::new(
+            throughput.clone(),
+            color(0).stroke_width(2),
+        ))
         .map_err(plot_error)?;
     upper
-        .draw_series(PointSeries::of_element(throughput, 3, color(0).filled(), &|coord, size, style| {
-            Circle::new(coord, size, style)
-        }))
+        .draw_series(PointSeries::of_element(
+            throughput,
+            3,
+            color(0).filled(),
+            &|coord, size, style| Circle::new(coord, size, style),
+        ))
         .map_err(plot_error)?;
     let p99: Vec<(f64, f64)> = report
         .timeseries
@@ -198,7 +211,10 @@ fn draw_timeseries<DB: DrawingBackend>(
         .collect();
     let (low, high) = bounds(p99.iter().map(|point| point.1));
     let mut lower = ChartBuilder::on(&bottom)
-        .caption("p99 latency of requests scheduled in each second", ("sans-serif", 18))
+        .caption(
+            "p99 latency of requests scheduled in each second",
+            ("sans-serif", 18),
+        )
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(70)
@@ -214,9 +230,12 @@ fn draw_timeseries<DB: DrawingBackend>(
         .draw_series(LineSeries::new(p99.clone(), color(1).stroke_width(2)))
         .map_err(plot_error)?;
     lower
-        .draw_series(PointSeries::of_element(p99, 3, color(1).filled(), &|coord, size, style| {
-            Circle::new(coord, size, style)
-        }))
+        .draw_series(PointSeries::of_element(
+            p99,
+            3,
+            color(1).filled(),
+            &|coord, size, style| Circle::new(coord, size, style),
+        ))
         .map_err(plot_error)?;
     root.present().map_err(plot_error)
 }
@@ -247,7 +266,11 @@ fn draw_sweep<DB: DrawingBackend>(
         })
         .filter(|(_, points)| !points.is_empty())
         .collect();
-    let (low, high) = bounds(lines.iter().flat_map(|(_, points)| points.iter().map(|p| p.1)));
+    let (low, high) = bounds(
+        lines
+            .iter()
+            .flat_map(|(_, points)| points.iter().map(|p| p.1)),
+    );
     let max_rate = sweep
         .curve
         .iter()
@@ -256,7 +279,10 @@ fn draw_sweep<DB: DrawingBackend>(
         * 1.05;
     let mut chart = ChartBuilder::on(root)
         .caption(
-            format!("{}: latency vs throughput ({})", sweep.workload, sweep.server),
+            format!(
+                "{}: latency vs throughput ({})",
+                sweep.workload, sweep.server
+            ),
             ("sans-serif", 20),
         )
         .margin(15)
@@ -273,16 +299,22 @@ fn draw_sweep<DB: DrawingBackend>(
     for (index, (name, points)) in lines.into_iter().enumerate() {
         let series_color = color(index);
         chart
-            .draw_series(LineSeries::new(points.clone(), series_color.stroke_width(2)))
+            .draw_series(LineSeries::new(
+                points.clone(),
+                series_color.stroke_width(2),
+            ))
             .map_err(plot_error)?
             .label(name)
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], series_color.stroke_width(2))
             });
         chart
-            .draw_series(PointSeries::of_element(points, 3, series_color.filled(), &|coord, size, style| {
-                Circle::new(coord, size, style)
-            }))
+            .draw_series(PointSeries::of_element(
+                points,
+                3,
+                series_color.filled(),
+                &|coord, size, style| Circle::new(coord, size, style),
+            ))
             .map_err(plot_error)?;
     }
     chart

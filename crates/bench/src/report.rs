@@ -182,7 +182,15 @@ impl RunReport {
         let _ = writeln!(
             text,
             "{:<9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-            "class", "count", "mean_us", "p50_us", "p90_us", "p95_us", "p99_us", "p999_us", "max_us"
+            "class",
+            "count",
+            "mean_us",
+            "p50_us",
+            "p90_us",
+            "p95_us",
+            "p99_us",
+            "p999_us",
+            "max_us"
         );
         let mut rows: Vec<(&str, ClassSummary)> = Class::ALL
             .iter()
@@ -266,7 +274,10 @@ impl SweepReport {
             })
             .collect();
         Self {
-            workload: points.first().map(|p| p.workload.clone()).unwrap_or_default(),
+            workload: points
+                .first()
+                .map(|p| p.workload.clone())
+                .unwrap_or_default(),
             server: points.first().map(|p| p.server.clone()).unwrap_or_default(),
             curve,
             points,
@@ -280,7 +291,14 @@ impl SweepReport {
         let _ = writeln!(
             text,
             "{:>12} {:>12} {:>9} {:>9} {:>9} {:>11} {:>11} {:>7}",
-            "target_rps", "achieved", "p50_us", "p99_us", "p999_us", "small_p99", "large_p99", "errors"
+            "target_rps",
+            "achieved",
+            "p50_us",
+            "p99_us",
+            "p999_us",
+            "small_p99",
+            "large_p99",
+            "errors"
         );
         for point in &self.curve {
             let _ = writeln!(
@@ -317,7 +335,9 @@ pub fn parse_rates(text: &str) -> Result<Vec<f64>, crate::BenchError> {
         if count > 1000 {
             return Err(bad());
         }
-        (0..count).map(|index| start + step * index as f64).collect()
+        (0..count)
+            .map(|index| start + step * index as f64)
+            .collect()
     } else {
         text.split(',').map(parse).collect::<Result<_, _>>()?
     };
@@ -334,7 +354,10 @@ mod tests {
 
     #[test]
     fn rate_lists_and_ranges_parse() {
-        assert_eq!(parse_rates("1000,2000,5e3").ok(), Some(vec![1000.0, 2000.0, 5000.0]));
+        assert_eq!(
+            parse_rates("1000,2000,5e3").ok(),
+            Some(vec![1000.0, 2000.0, 5000.0])
+        );
         assert_eq!(
             parse_rates("10000:40000:10000").ok(),
             Some(vec![10000.0, 20000.0, 30000.0, 40000.0])
@@ -356,6 +379,9 @@ mod tests {
         assert!((summary.p99_us - 990.0).abs() < 1.5, "{}", summary.p99_us);
         assert!((summary.mean_us - 500.5).abs() < 1.0);
         assert!((summary.max_us - 1000.0).abs() < 1.0);
-        assert!(summary.curve.windows(2).all(|pair| pair[0][1] <= pair[1][1]));
+        assert!(summary
+            .curve
+            .windows(2)
+            .all(|pair| pair[0][1] <= pair[1][1]));
     }
 }

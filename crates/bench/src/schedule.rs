@@ -72,7 +72,10 @@ mod tests {
                 previous = last;
             }
             let rate = 200_000.0 / (last as f64 / 1e9);
-            assert!((rate - 20_000.0).abs() / 20_000.0 < 0.01, "{arrival:?}: rate {rate}");
+            assert!(
+                (rate - 20_000.0).abs() / 20_000.0 < 0.01,
+                "{arrival:?}: rate {rate}"
+            );
             let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
             let variance =
                 gaps.iter().map(|gap| (gap - mean).powi(2)).sum::<f64>() / gaps.len() as f64;

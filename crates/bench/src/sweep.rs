@@ -22,7 +22,9 @@ pub fn sweep(
         let mut point_config = config.clone();
         point_config.rate = *rate;
         point_config.seed = config.seed.wrapping_add(index as u64 * 7919);
-        let report = run(workload, &point_config, &mut |progress| observer(index, progress))?;
+        let report = run(workload, &point_config, &mut |progress| {
+            observer(index, progress)
+        })?;
         on_point(&report);
         points.push(report);
     }

@@ -88,7 +88,8 @@ pub fn parse_reply_item(buffer: &[u8]) -> ParseResult {
     };
     if let Some(rest) = line.strip_prefix(b"VALUE ") {
         let mut fields = rest.split(|byte| *byte == b' ').filter(|f| !f.is_empty());
-        let (Some(_key), Some(_flags), Some(length)) = (fields.next(), fields.next(), fields.next())
+        let (Some(_key), Some(_flags), Some(length)) =
+            (fields.next(), fields.next(), fields.next())
         else {
             return ParseResult::Invalid;
         };
@@ -217,7 +218,11 @@ mod tests {
     fn value_items_wait_for_their_data_block() {
         let full = b"VALUE k 0 5\r\nhello\r\nEND\r\n";
         for cut in 0..20 {
-            assert_eq!(parse_reply_item(&full[..cut]), ParseResult::Incomplete, "cut {cut}");
+            assert_eq!(
+                parse_reply_item(&full[..cut]),
+                ParseResult::Incomplete,
+                "cut {cut}"
+            );
         }
         assert_eq!(
             parse_reply_item(full),
@@ -233,7 +238,10 @@ mod tests {
                 consumed: 5
             }
         );
-        assert_eq!(parse_reply_item(b"VALUE k 0 5\r\nhelloXX"), ParseResult::Invalid);
+        assert_eq!(
+            parse_reply_item(b"VALUE k 0 5\r\nhelloXX"),
+            ParseResult::Invalid
+        );
         assert_eq!(parse_reply_item(b"WHAT\r\n"), ParseResult::Invalid);
     }
 
@@ -244,6 +252,8 @@ mod tests {
         let outcome = state.feed(ReplyItem::End).unwrap_or_default();
         assert_eq!((outcome.hits, outcome.misses, outcome.error), (1, 2, false));
         let mut set = ReplyState::new(OpKind::Set, 1);
-        assert!(set.feed(ReplyItem::Error).is_some_and(|outcome| outcome.error));
+        assert!(set
+            .feed(ReplyItem::Error)
+            .is_some_and(|outcome| outcome.error));
     }
 }

@@ -742,7 +742,14 @@ impl RequestGenerator {
         let operation_index = pick(&self.operation_cumulative, self.rng.unit());
         let (kind, wanted) = {
             let spec = &self.spec.operations[operation_index];
-            (spec.kind, if spec.kind == OpKind::Set { 1 } else { spec.keys })
+            (
+                spec.kind,
+                if spec.kind == OpKind::Set {
+                    1
+                } else {
+                    spec.keys
+                },
+            )
         };
         let total_keys = self.spec.total_keys();
         let wanted = (wanted as usize).min(total_keys as usize);
@@ -788,7 +795,8 @@ mod tests {
     fn every_preset_validates_and_round_trips_through_toml() {
         for name in PRESET_NAMES {
             let spec = WorkloadSpec::preset(name).unwrap_or_else(|error| panic!("{name}: {error}"));
-            spec.validate().unwrap_or_else(|error| panic!("{name}: {error}"));
+            spec.validate()
+                .unwrap_or_else(|error| panic!("{name}: {error}"));
             let text = spec.to_toml().unwrap_or_default();
             let parsed = WorkloadSpec::from_toml(&text).unwrap_or_else(|error| panic!("{error}"));
             assert_eq!(parsed, spec, "{name}");
@@ -868,7 +876,11 @@ mod tests {
             let mut ids: Vec<u64> = operation.keys.iter().map(|key| key.id).collect();
             ids.sort_unstable();
             ids.dedup();
-            assert_eq!(ids.len(), operation.keys.len(), "multiget keys are distinct");
+            assert_eq!(
+                ids.len(),
+                operation.keys.len(),
+                "multiget keys are distinct"
+            );
             if operation.classes.contains(Class::Elephant) {
                 assert_eq!(operation.keys.len(), 100);
                 elephants += 1;
