@@ -1,9 +1,10 @@
 //! The bench's view of the memcached text protocol: composing the requests a
 //! workload issues and following replies item by item until a request is
 //! complete. Parsing of one reply item is incremental (incomplete vs invalid
-//! vs complete with the bytes consumed).
+//! vs complete with the bytes consumed) and is delegated to `tailtrim-proto`.
 
-use std::io::Write;
+use tailtrim_proto::udp::FrameHeader;
+use tailtrim_proto::{Parsed, Response};
 
 use crate::workload::{OpKind, Operation, WorkloadSpec};
 
@@ -26,15 +27,15 @@ pub fn compose_request(spec: &WorkloadSpec, operation: &Operation, out: &mut Vec
     }
 }
 
+/// Value bytes shared by every SET (values are sliced from it).
+static VALUE_BYTES: [u8; 1 << 20] = [b'v'; 1 << 20];
+
 /// Appends `set <key> 0 0 <len>\r\n<value>\r\n` for `key` with its workload size.
 pub fn compose_set(spec: &WorkloadSpec, key: crate::workload::KeyRef, out: &mut Vec<u8>) {
-    let length = spec.value_len(key);
-    out.extend_from_slice(b"set ");
-    spec.write_key(key, out);
-    // Writing to a Vec cannot fail.
-    let _ = write!(out, " 0 0 {length}\r\n");
-    out.resize(out.len() + length as usize, b'v');
-    out.extend_from_slice(b"\r\n");
+    let length = (spec.value_len(key) as usize).min(VALUE_BYTES.len());
+    let mut key_bytes = Vec::with_capacity(64);
+    spec.write_key(key, &mut key_bytes);
+    tailtrim_proto::compose::set(out, &key_bytes, 0, 0, &VALUE_BYTES[..length]);
 }
 
 /// One reply item.
@@ -68,68 +69,28 @@ pub enum ParseResult {
     },
 }
 
-/// Parses one reply item from the front of `buffer`.
+/// Parses one reply item from the front of `buffer` with
+/// [`tailtrim_proto::parse_response`], keeping only what the bench needs.
 #[must_use]
 pub fn parse_reply_item(buffer: &[u8]) -> ParseResult {
-    let Some(newline) = buffer.iter().position(|byte| *byte == b'\n') else {
-        return if buffer.len() > 2048 {
-            ParseResult::Invalid
-        } else {
-            ParseResult::Incomplete
-        };
-    };
-    let line_end = newline + 1;
-    let line = buffer[..newline]
-        .strip_suffix(b"\r")
-        .unwrap_or(&buffer[..newline]);
-    let complete = |item| ParseResult::Complete {
-        item,
-        consumed: line_end,
-    };
-    if let Some(rest) = line.strip_prefix(b"VALUE ") {
-        let mut fields = rest.split(|byte| *byte == b' ').filter(|f| !f.is_empty());
-        let (Some(_key), Some(_flags), Some(length)) =
-            (fields.next(), fields.next(), fields.next())
-        else {
-            return ParseResult::Invalid;
-        };
-        let Some(length) = parse_decimal(length) else {
-            return ParseResult::Invalid;
-        };
-        let total = line_end + length + 2;
-        if buffer.len() < total {
-            return ParseResult::Incomplete;
+    match tailtrim_proto::parse_response(buffer) {
+        Parsed::Incomplete => ParseResult::Incomplete,
+        Parsed::Invalid { .. } => ParseResult::Invalid,
+        Parsed::Complete { value, consumed } => {
+            let item = match value {
+                Response::Value { .. } => ReplyItem::Value,
+                Response::End => ReplyItem::End,
+                Response::Stored => ReplyItem::Stored,
+                Response::NotStored | Response::Exists | Response::NotFound => ReplyItem::NotStored,
+                Response::Error | Response::ClientError(_) | Response::ServerError(_) => {
+                    ReplyItem::Error
+                }
+                // Meta, stats, numbers: never a reply to what the bench sends.
+                _ => return ParseResult::Invalid,
+            };
+            ParseResult::Complete { item, consumed }
         }
-        if &buffer[total - 2..total] != b"\r\n" {
-            return ParseResult::Invalid;
-        }
-        return ParseResult::Complete {
-            item: ReplyItem::Value,
-            consumed: total,
-        };
     }
-    match line {
-        b"END" => complete(ReplyItem::End),
-        b"STORED" => complete(ReplyItem::Stored),
-        b"NOT_STORED" | b"EXISTS" | b"NOT_FOUND" => complete(ReplyItem::NotStored),
-        _ if line.starts_with(b"ERROR")
-            || line.starts_with(b"CLIENT_ERROR")
-            || line.starts_with(b"SERVER_ERROR") =>
-        {
-            complete(ReplyItem::Error)
-        }
-        _ => ParseResult::Invalid,
-    }
-}
-
-fn parse_decimal(text: &[u8]) -> Option<usize> {
-    if text.is_empty() || text.len() > 12 {
-        return None;
-    }
-    text.iter().try_fold(0usize, |value, byte| {
-        byte.is_ascii_digit()
-            .then(|| value * 10 + usize::from(byte - b'0'))
-    })
 }
 
 /// Outcome of a finished request.
@@ -189,24 +150,23 @@ impl ReplyState {
 }
 
 /// Size of the memcached UDP frame header.
-pub const UDP_HEADER_BYTES: usize = 8;
+pub const UDP_HEADER_BYTES: usize = tailtrim_proto::udp::HEADER_LEN;
 
 /// Writes the UDP frame header for a single-datagram request.
 pub fn write_udp_header(request_id: u16, out: &mut Vec<u8>) {
-    out.extend_from_slice(&request_id.to_be_bytes());
-    out.extend_from_slice(&0u16.to_be_bytes());
-    out.extend_from_slice(&1u16.to_be_bytes());
-    out.extend_from_slice(&0u16.to_be_bytes());
+    let header = FrameHeader {
+        request_id,
+        sequence: 0,
+        total: 1,
+        reserved: 0,
+    };
+    out.extend_from_slice(&header.encode());
 }
 
 /// Parsed UDP frame header `(request id, sequence number, datagram count)`.
 #[must_use]
 pub fn read_udp_header(datagram: &[u8]) -> Option<(u16, u16, u16)> {
-    if datagram.len() < UDP_HEADER_BYTES {
-        return None;
-    }
-    let field = |index: usize| u16::from_be_bytes([datagram[index], datagram[index + 1]]);
-    Some((field(0), field(2), field(4)))
+    FrameHeader::parse(datagram).map(|header| (header.request_id, header.sequence, header.total))
 }
 
 #[cfg(test)]
