@@ -1,1 +1,35 @@
-//! tailtrim-client (placeholder; filled in by its issue).
+//! tailtrim-client: an async memcached client over a pool of backends.
+//!
+//! ```text
+//!  application / tailtrim-proxy
+//!        │ read(key) · write(key) · multiget(keys) · broadcast
+//!        ▼
+//!  pool::Pool ── ring (policy::ring) ── planner (policy::planner) ── health (policy::health)
+//!        │ one per server
+//!        ▼
+//!  backend::Backend ── TKO tracker · EWMA · outstanding · stats
+//!        │ round-robin over N lazily opened connections
+//!        ▼
+//!  connection::Connection ── writer task ─► socket ─► reader task (replies in order)
+//! ```
+//!
+//! Every decision (which server, which replica, how to split a multiget, when a server is down)
+//! is made by the pure `tailtrim-policy` crate; this crate owns the sockets, timers and clock.
+//! Requests are bounded by a timeout; a timeout closes the connection so a late reply can never
+//! be taken for another request's. A backend that failed `failure_limit` times in a row is
+//! skipped (requests for it fail fast or go to a replica) until a probe succeeds.
+
+pub mod backend;
+pub mod clock;
+pub mod config;
+pub mod connection;
+pub mod error;
+pub mod pool;
+pub mod stats;
+#[cfg(feature = "testkit")]
+pub mod testkit;
+
+pub use config::{PoolConfig, ServerSpec};
+pub use connection::{RawReply, ReplyShape, ValueItem};
+pub use error::ClientError;
+pub use pool::{MultigetKind, Pool, Value};

@@ -1,0 +1,224 @@
+//! One backend server: its connections, health, load and metrics.
+//!
+//! ```text
+//!   call(bytes, shape)
+//!     ├─ health.try_acquire(now)? ── no ──► Err(BackendDown)          (fail fast)
+//!     ├─ slot = next round-robin connection; connect lazily (connect_timeout)
+//!     ├─ outstanding += 1; submit; wait ≤ timeout
+//!     │     ├─ reply   ─► health.record_success, EWMA, latency histogram
+//!     │     └─ timeout ─► kill the connection (pending requests fail), health.record_failure
+//!     └─ outstanding -= 1
+//! ```
+
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tailtrim_policy::health::{BackendLoad, Ewma, HealthSettings, HealthTracker, HealthTransition};
+use tokio::net::TcpStream;
+
+use crate::clock::Clock;
+use crate::connection::{Connection, RawReply, ReplyShape};
+use crate::error::ClientError;
+use crate::stats::BackendStats;
+
+/// Settings shared by the backends of a pool.
+#[derive(Debug, Clone, Copy)]
+pub struct BackendSettings {
+    /// Bound on one request.
+    pub timeout: Duration,
+    /// Bound on connecting.
+    pub connect_timeout: Duration,
+    /// Connections to open (lazily).
+    pub connections: usize,
+    /// Queue bound per connection.
+    pub queue_limit: usize,
+    /// Down-host tracking.
+    pub health: HealthSettings,
+    /// EWMA weight.
+    pub ewma_alpha: f64,
+}
+
+/// A backend server.
+pub struct Backend {
+    address: String,
+    settings: BackendSettings,
+    clock: Clock,
+    slots: Vec<tokio::sync::Mutex<Option<Connection>>>,
+    next_slot: AtomicUsize,
+    health: Mutex<HealthTracker>,
+    ewma: Mutex<Ewma>,
+    outstanding: AtomicU32,
+    stats: BackendStats,
+}
+
+impl Backend {
+    /// A backend at `address` (`host:port`); nothing is connected until the first request.
+    pub fn new(address: String, settings: BackendSettings, clock: Clock) -> Self {
+        let connections = settings.connections.max(1);
+        Backend {
+            address,
+            settings,
+            clock,
+            slots: (0..connections)
+                .map(|_| tokio::sync::Mutex::new(None))
+                .collect(),
+            next_slot: AtomicUsize::new(0),
+            health: Mutex::new(HealthTracker::new(settings.health)),
+            ewma: Mutex::new(Ewma::new(settings.ewma_alpha)),
+            outstanding: AtomicU32::new(0),
+            stats: BackendStats::default(),
+        }
+    }
+
+    /// `host:port`.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// Metrics.
+    pub fn stats(&self) -> &BackendStats {
+        &self.stats
+    }
+
+    /// Requests in flight.
+    pub fn outstanding(&self) -> u32 {
+        self.outstanding.load(Ordering::Relaxed)
+    }
+
+    /// True unless the down-host tracker has it down (or probing).
+    pub fn is_up(&self) -> bool {
+        self.health.lock().is_up()
+    }
+
+    /// Load as the replica chooser sees it at `now`.
+    pub fn load(&self) -> BackendLoad {
+        BackendLoad {
+            outstanding: self.outstanding(),
+            ewma_nanos: self.ewma.lock().value(),
+            available: self.health.lock().would_accept(self.clock.now()),
+        }
+    }
+
+    /// EWMA of reply latency, if measured.
+    pub fn ewma_nanos(&self) -> Option<f64> {
+        self.ewma.lock().value()
+    }
+
+    async fn connection(&self) -> Result<Connection, ClientError> {
+        let index = self.next_slot.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+        let mut slot = self.slots[index].lock().await;
+        if let Some(connection) = slot.as_ref() {
+            if connection.is_alive() {
+                return Ok(connection.clone());
+            }
+        }
+        *slot = None;
+        let connect = TcpStream::connect(self.address.as_str());
+        let stream = match tokio::time::timeout(self.settings.connect_timeout, connect).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(error)) => {
+                return Err(ClientError::Connect {
+                    backend: self.address.clone(),
+                    reason: error.to_string(),
+                })
+            }
+            Err(_) => {
+                return Err(ClientError::Connect {
+                    backend: self.address.clone(),
+                    reason: format!(
+                        "connect timed out after {} ms",
+                        self.settings.connect_timeout.as_millis()
+                    ),
+                })
+            }
+        };
+        self.stats.connects.incr();
+        let connection = Connection::start(stream, self.address.clone(), self.settings.queue_limit);
+        *slot = Some(connection.clone());
+        Ok(connection)
+    }
+
+    /// Sends one request and waits for its reply, bounded by the timeout.
+    pub async fn call(&self, bytes: Bytes, shape: ReplyShape) -> Result<RawReply, ClientError> {
+        if !self.health.lock().try_acquire(self.clock.now()) {
+            self.stats.fail_fast.incr();
+            return Err(ClientError::BackendDown {
+                backend: self.address.clone(),
+            });
+        }
+        self.stats.requests.incr();
+        self.outstanding.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let result = tokio::time::timeout(self.settings.timeout, self.exchange(bytes, shape)).await;
+        self.outstanding.fetch_sub(1, Ordering::Relaxed);
+        match result {
+            Ok(Ok(reply)) => {
+                let elapsed = started.elapsed();
+                self.ewma.lock().observe(elapsed.as_nanos() as f64);
+                self.stats
+                    .latency
+                    .record_micros(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX));
+                if self.health.lock().record_success() == HealthTransition::Revived {
+                    self.stats.revived.incr();
+                }
+                Ok(reply)
+            }
+            Ok(Err(error)) => {
+                self.stats.errors.incr();
+                self.record_failure();
+                Err(error)
+            }
+            Err(_) => {
+                self.stats.timeouts.incr();
+                self.record_failure();
+                Err(ClientError::Timeout {
+                    backend: self.address.clone(),
+                    after_ms: u64::try_from(self.settings.timeout.as_millis()).unwrap_or(u64::MAX),
+                })
+            }
+        }
+    }
+
+    async fn exchange(&self, bytes: Bytes, shape: ReplyShape) -> Result<RawReply, ClientError> {
+        let connection = self.connection().await?;
+        let receiver = connection.submit(bytes, shape)?;
+        // If this future is dropped (timeout), the guard kills the connection so the late
+        // reply is never matched to a later request.
+        let guard = KillOnDrop(Some(connection));
+        let outcome = receiver.await;
+        guard.disarm();
+        match outcome {
+            Ok(result) => result,
+            Err(_) => Err(ClientError::ConnectionLost {
+                backend: self.address.clone(),
+                reason: "connection closed".to_string(),
+            }),
+        }
+    }
+
+    fn record_failure(&self) {
+        let transition = self.health.lock().record_failure(self.clock.now());
+        if transition == HealthTransition::MarkedDown {
+            self.stats.marked_down.incr();
+        }
+    }
+}
+
+/// Kills a connection when a wait on it is abandoned.
+struct KillOnDrop(Option<Connection>);
+
+impl KillOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(connection) = self.0.take() {
+            connection.kill();
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! Pool configuration as the client library takes it (the proxy maps its TOML onto this).
+
+use std::time::Duration;
+
+use tailtrim_policy::health::{HealthSettings, DEFAULT_FAILURE_LIMIT, DEFAULT_RETRY_AFTER_NANOS};
+use tailtrim_policy::planner::PlannerKind;
+use tailtrim_policy::ring::{ketama_name, RingOptions, RingServer};
+
+use crate::error::ClientError;
+
+/// Default request timeout (twemproxy has none by default; a cache wants a bound).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
+/// Default connect timeout.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_millis(300);
+/// Default connections per backend (twemproxy's `server_connections` default is 1).
+pub const DEFAULT_CONNECTIONS_PER_BACKEND: usize = 2;
+/// Default bound on requests queued per connection before failing fast with "overloaded".
+pub const DEFAULT_QUEUE_LIMIT: usize = 4096;
+/// Default copies of each key.
+pub const DEFAULT_REPLICAS: usize = 1;
+/// Default EWMA weight of a new latency sample for replica choice.
+pub const DEFAULT_EWMA_ALPHA: f64 = tailtrim_policy::health::DEFAULT_EWMA_ALPHA;
+
+/// One backend: `host:port`, a weight and an optional ketama name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerSpec {
+    /// Host name or IP.
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+    /// Relative weight (>= 1).
+    pub weight: u32,
+    /// Explicit ketama name (twemproxy's optional `name` after the address).
+    pub name: Option<String>,
+}
+
+impl ServerSpec {
+    /// Parses twemproxy's `host:port[:weight] [name]` syntax.
+    pub fn parse(text: &str) -> Result<ServerSpec, ClientError> {
+        let bad = |why: &str| ClientError::Config(format!("server {text:?}: {why}"));
+        let mut words = text.split_whitespace();
+        let address = words.next().ok_or_else(|| bad("empty"))?;
+        let name = words.next().map(str::to_string);
+        if words.next().is_some() {
+            return Err(bad("expected \"host:port[:weight] [name]\""));
+        }
+        let parts: Vec<&str> = address.rsplitn(3, ':').collect();
+        let (host, port, weight) = match parts.as_slice() {
+            [port, host] => (*host, *port, "1"),
+            [weight, port, host] => (*host, *port, *weight),
+            _ => return Err(bad("expected \"host:port[:weight] [name]\"")),
+        };
+        let port: u16 = port.parse().map_err(|_| bad("bad port"))?;
+        let weight: u32 = weight.parse().map_err(|_| bad("bad weight"))?;
+        if weight == 0 {
+            return Err(bad("weight must be at least 1"));
+        }
+        if host.is_empty() {
+            return Err(bad("empty host"));
+        }
+        Ok(ServerSpec {
+            host: host.to_string(),
+            port,
+            weight,
+            name,
+        })
+    }
+
+    /// `host:port`, the address connected to.
+    pub fn address(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+
+    /// The ring entry (ketama identity and weight).
+    pub fn ring_server(&self) -> RingServer {
+        RingServer {
+            name: ketama_name(&self.host, self.port, self.name.as_deref()),
+            weight: self.weight,
+        }
+    }
+}
+
+impl std::fmt::Display for ServerSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}", self.host, self.port, self.weight)?;
+        if let Some(name) = &self.name {
+            write!(f, " {name}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Everything a [`crate::pool::Pool`] needs.
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    /// Pool name (used in metrics).
+    pub name: String,
+    /// Backends in config order (the order matters to modula/jump, not to ketama).
+    pub servers: Vec<ServerSpec>,
+    /// Hash, distribution and hash tag.
+    pub ring: RingOptions,
+    /// Copies of each key (1 = no replication).
+    pub replicas: usize,
+    /// Multiget planner.
+    pub planner: PlannerKind,
+    /// Bound on one backend request (queueing + send + reply).
+    pub timeout: Duration,
+    /// Bound on establishing a connection.
+    pub connect_timeout: Duration,
+    /// Connections per backend; requests are spread round-robin and pipelined on each.
+    pub connections_per_backend: usize,
+    /// Requests queued per connection before failing fast.
+    pub queue_limit: usize,
+    /// Down-host tracking.
+    pub health: HealthSettings,
+    /// EWMA weight for latency samples.
+    pub ewma_alpha: f64,
+}
+
+impl PoolConfig {
+    /// A config with defaults for everything but the servers.
+    pub fn new(name: &str, servers: Vec<ServerSpec>) -> Self {
+        PoolConfig {
+            name: name.to_string(),
+            servers,
+            ring: RingOptions {
+                hash: tailtrim_policy::ring::HashFunction::Md5,
+                ..RingOptions::default()
+            },
+            replicas: DEFAULT_REPLICAS,
+            planner: PlannerKind::Batch,
+            timeout: DEFAULT_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            connections_per_backend: DEFAULT_CONNECTIONS_PER_BACKEND,
+            queue_limit: DEFAULT_QUEUE_LIMIT,
+            health: HealthSettings {
+                failure_limit: DEFAULT_FAILURE_LIMIT,
+                retry_after_nanos: DEFAULT_RETRY_AFTER_NANOS,
+            },
+            ewma_alpha: DEFAULT_EWMA_ALPHA,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_twemproxy_server_lines() {
+        let plain = ServerSpec::parse("127.0.0.1:11212").unwrap();
+        assert_eq!(
+            (plain.port, plain.weight, plain.name.clone()),
+            (11212, 1, None)
+        );
+        assert_eq!(plain.ring_server().name, "127.0.0.1:11212");
+        let named = ServerSpec::parse("cache-1:11211:3 alpha").unwrap();
+        assert_eq!(named.host, "cache-1");
+        assert_eq!(named.weight, 3);
+        assert_eq!(named.ring_server().name, "alpha");
+        assert_eq!(named.to_string(), "cache-1:11211:3 alpha");
+        let default_port = ServerSpec::parse("10.0.0.1:11211:1").unwrap();
+        assert_eq!(default_port.ring_server().name, "10.0.0.1");
+        for bad in ["", "host", "h:notaport", "h:1:0", "h:1:1 a b", ":1"] {
+            assert!(ServerSpec::parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}

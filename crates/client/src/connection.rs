@@ -1,0 +1,476 @@
+//! One pipelined TCP connection to a backend.
+//!
+//! ```text
+//!   callers ──Job{bytes, shape, reply_tx}──► [mpsc, bounded] ──► writer task ──► socket
+//!                                                  │ (pending pushed BEFORE the bytes are written)
+//!                                                  ▼
+//!                                   [pending FIFO] ──► reader task ◄── socket
+//!                                                         │ parses replies in order with
+//!                                                         ▼ tailtrim_proto::parse_response
+//!                                                    reply_tx.send(RawReply)
+//! ```
+//!
+//! Replies come back in request order, so the reader matches each reply to the oldest pending
+//! job. A reply that does not parse, bytes with no pending job, EOF or an I/O error kill the
+//! connection and fail every pending job; [`Connection::kill`] (used on timeouts) does the same,
+//! so a late reply can never be handed to the wrong request.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use tailtrim_proto::{parse_response, Parsed, Response};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::AbortHandle;
+
+use crate::error::ClientError;
+
+/// How many requests a writer batches into one socket write.
+pub const WRITE_BATCH_MAX: usize = 64;
+/// Read buffer growth step.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Which reply a request expects, so the reader knows where it ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyShape {
+    /// One reply item (storage, delete, arithmetic, touch, meta without `q`).
+    Single,
+    /// `VALUE` items (or `STAT` lines) until `END`; an error line also ends it.
+    UntilEnd,
+    /// Anything until an `MN` line, which is removed from the reply. Used for `noreply` and
+    /// quiet meta requests, which the client follows with `mn\r\n` to keep the stream in step.
+    UntilMetaNoop,
+}
+
+/// One `VALUE` item of a multiget reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValueItem {
+    /// The key as the backend returned it.
+    pub key: Bytes,
+    /// The whole item: `VALUE …\r\n<data>\r\n`, ready to forward.
+    pub item: Bytes,
+    /// Client flags.
+    pub flags: u32,
+    /// CAS unique, for `gets`/`gats`.
+    pub cas: Option<u64>,
+    /// The data inside [`ValueItem::item`].
+    pub data: Range<usize>,
+}
+
+impl ValueItem {
+    /// The value bytes.
+    pub fn value(&self) -> Bytes {
+        self.item.slice(self.data.clone())
+    }
+}
+
+/// A complete reply as received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawReply {
+    /// The reply bytes (for `UntilMetaNoop`, without the closing `MN\r\n`).
+    pub bytes: Bytes,
+    /// The `VALUE` items, for `UntilEnd` replies.
+    pub values: Vec<ValueItem>,
+    /// The reply ended in `ERROR`, `CLIENT_ERROR …` or `SERVER_ERROR …`.
+    pub error_line: bool,
+}
+
+/// A request waiting for the writer.
+struct Job {
+    bytes: Bytes,
+    shape: ReplyShape,
+    reply: oneshot::Sender<Result<RawReply, ClientError>>,
+}
+
+/// A request written (or about to be) and waiting for its reply.
+struct Pending {
+    shape: ReplyShape,
+    reply: oneshot::Sender<Result<RawReply, ClientError>>,
+}
+
+struct Shared {
+    backend: String,
+    alive: AtomicBool,
+    tasks: parking_lot::Mutex<Vec<AbortHandle>>,
+}
+
+impl Shared {
+    fn shut(&self) {
+        self.alive.store(false, Ordering::Release);
+        for task in self.tasks.lock().drain(..) {
+            task.abort();
+        }
+    }
+}
+
+/// A handle on one pipelined connection; cheap to clone.
+#[derive(Clone)]
+pub struct Connection {
+    jobs: mpsc::Sender<Job>,
+    shared: Arc<Shared>,
+    queue_limit: usize,
+}
+
+impl Connection {
+    /// Wraps a connected stream, spawning its writer and reader tasks on the current runtime.
+    pub fn start(stream: TcpStream, backend: String, queue_limit: usize) -> Connection {
+        let _ = stream.set_nodelay(true);
+        let (read_half, write_half) = stream.into_split();
+        let (job_tx, job_rx) = mpsc::channel(queue_limit.max(1));
+        let (pending_tx, pending_rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            backend,
+            alive: AtomicBool::new(true),
+            tasks: parking_lot::Mutex::new(Vec::new()),
+        });
+        let writer = tokio::spawn(write_loop(write_half, job_rx, pending_tx, shared.clone()));
+        let reader = tokio::spawn(read_loop(read_half, pending_rx, shared.clone()));
+        shared
+            .tasks
+            .lock()
+            .extend([writer.abort_handle(), reader.abort_handle()]);
+        Connection {
+            jobs: job_tx,
+            shared,
+            queue_limit,
+        }
+    }
+
+    /// False once the connection failed or was killed.
+    pub fn is_alive(&self) -> bool {
+        self.shared.alive.load(Ordering::Acquire)
+    }
+
+    /// Closes the connection; every pending request fails with `ConnectionLost`.
+    pub fn kill(&self) {
+        self.shared.shut();
+    }
+
+    /// Queues a request and returns the receiver of its reply (no timeout here: the caller
+    /// bounds the wait and calls [`Connection::kill`] when it gives up).
+    pub fn submit(
+        &self,
+        bytes: Bytes,
+        shape: ReplyShape,
+    ) -> Result<oneshot::Receiver<Result<RawReply, ClientError>>, ClientError> {
+        let (reply, receiver) = oneshot::channel();
+        let job = Job {
+            bytes,
+            shape,
+            reply,
+        };
+        match self.jobs.try_send(job) {
+            Ok(()) => Ok(receiver),
+            Err(mpsc::error::TrySendError::Full(_)) => Err(ClientError::Overloaded {
+                backend: self.shared.backend.clone(),
+                limit: self.queue_limit,
+            }),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(ClientError::ConnectionLost {
+                backend: self.shared.backend.clone(),
+                reason: "connection closed".to_string(),
+            }),
+        }
+    }
+}
+
+async fn write_loop(
+    mut socket: tokio::net::tcp::OwnedWriteHalf,
+    mut jobs: mpsc::Receiver<Job>,
+    pending: mpsc::UnboundedSender<Pending>,
+    shared: Arc<Shared>,
+) {
+    let mut out: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    let mut batch: Vec<Job> = Vec::with_capacity(WRITE_BATCH_MAX);
+    while let Some(first) = jobs.recv().await {
+        batch.push(first);
+        while batch.len() < WRITE_BATCH_MAX {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        out.clear();
+        for job in batch.drain(..) {
+            out.extend_from_slice(&job.bytes);
+            let entry = Pending {
+                shape: job.shape,
+                reply: job.reply,
+            };
+            if pending.send(entry).is_err() {
+                shared.shut();
+                return;
+            }
+        }
+        if socket.write_all(&out).await.is_err() {
+            break;
+        }
+    }
+    shared.shut();
+}
+
+/// Progress through one reply that may arrive in pieces.
+struct ReplyProgress {
+    shape: ReplyShape,
+    offset: usize,
+    values: Vec<PendingValue>,
+}
+
+/// A `VALUE` item located in the read buffer (offsets from the start of the reply).
+struct PendingValue {
+    key: Bytes,
+    flags: u32,
+    cas: Option<u64>,
+    item: Range<usize>,
+    data: Range<usize>,
+}
+
+enum Step {
+    NeedMore,
+    Done {
+        consumed: usize,
+        keep: usize,
+        error_line: bool,
+    },
+    Malformed,
+}
+
+impl ReplyProgress {
+    fn new(shape: ReplyShape) -> Self {
+        ReplyProgress {
+            shape,
+            offset: 0,
+            values: Vec::new(),
+        }
+    }
+
+    fn advance(&mut self, buf: &[u8]) -> Step {
+        loop {
+            let rest = &buf[self.offset..];
+            let (response, consumed) = match parse_response(rest) {
+                Parsed::Incomplete => return Step::NeedMore,
+                Parsed::Invalid { .. } => return Step::Malformed,
+                Parsed::Complete { value, consumed } => (value, consumed),
+            };
+            let start = self.offset;
+            let end = start + consumed;
+            self.offset = end;
+            let is_error = matches!(
+                response,
+                Response::Error | Response::ClientError(_) | Response::ServerError(_)
+            );
+            match self.shape {
+                ReplyShape::Single => {
+                    return Step::Done {
+                        consumed: end,
+                        keep: end,
+                        error_line: is_error,
+                    }
+                }
+                ReplyShape::UntilEnd => match response {
+                    Response::Value {
+                        key,
+                        flags,
+                        cas,
+                        data,
+                    } => {
+                        let data = (data.start + start)..(data.end + start);
+                        self.values.push(PendingValue {
+                            key,
+                            flags,
+                            cas,
+                            item: start..end,
+                            data,
+                        });
+                    }
+                    Response::Stat { .. } => {}
+                    Response::End => {
+                        return Step::Done {
+                            consumed: end,
+                            keep: end,
+                            error_line: false,
+                        }
+                    }
+                    _ if is_error => {
+                        return Step::Done {
+                            consumed: end,
+                            keep: end,
+                            error_line: true,
+                        }
+                    }
+                    _ => return Step::Malformed,
+                },
+                ReplyShape::UntilMetaNoop => {
+                    if let Response::MetaStatus { code, .. } = &response {
+                        if code == b"MN" {
+                            return Step::Done {
+                                consumed: end,
+                                keep: start,
+                                error_line: false,
+                            };
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn finish(self, reply: Bytes, error_line: bool) -> RawReply {
+        let values = self
+            .values
+            .into_iter()
+            .map(|value| ValueItem {
+                key: value.key,
+                flags: value.flags,
+                cas: value.cas,
+                data: (value.data.start - value.item.start)..(value.data.end - value.item.start),
+                item: reply.slice(value.item),
+            })
+            .collect();
+        RawReply {
+            bytes: reply,
+            values,
+            error_line,
+        }
+    }
+}
+
+async fn read_loop(
+    mut socket: tokio::net::tcp::OwnedReadHalf,
+    mut pending: mpsc::UnboundedReceiver<Pending>,
+    shared: Arc<Shared>,
+) {
+    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    let mut current: Option<(Pending, ReplyProgress)> = None;
+    let failure = loop {
+        // Complete as many replies as the buffer holds.
+        let stop = loop {
+            if current.is_none() {
+                if buf.is_empty() {
+                    break None;
+                }
+                match pending.try_recv() {
+                    Ok(next) => {
+                        let progress = ReplyProgress::new(next.shape);
+                        current = Some((next, progress));
+                    }
+                    Err(_) => break Some("unsolicited bytes from backend".to_string()),
+                }
+            }
+            let Some((_, progress)) = current.as_mut() else {
+                break None;
+            };
+            match progress.advance(&buf) {
+                Step::NeedMore => break None,
+                Step::Malformed => break Some("malformed reply".to_string()),
+                Step::Done {
+                    consumed,
+                    keep,
+                    error_line,
+                } => {
+                    let mut reply = buf.split_to(consumed);
+                    reply.truncate(keep);
+                    if let Some((job, progress)) = current.take() {
+                        let _ = job
+                            .reply
+                            .send(Ok(progress.finish(reply.freeze(), error_line)));
+                    }
+                }
+            }
+        };
+        if let Some(reason) = stop {
+            break reason;
+        }
+        if buf.capacity() - buf.len() < READ_CHUNK / 4 {
+            buf.reserve(READ_CHUNK);
+        }
+        match socket.read_buf(&mut buf).await {
+            Ok(0) => break "backend closed the connection".to_string(),
+            Ok(_) => {}
+            Err(error) => break error.to_string(),
+        }
+    };
+    shared.alive.store(false, Ordering::Release);
+    let error = |reason: &str| {
+        if reason == "malformed reply" || reason == "unsolicited bytes from backend" {
+            ClientError::Protocol {
+                backend: shared.backend.clone(),
+            }
+        } else {
+            ClientError::ConnectionLost {
+                backend: shared.backend.clone(),
+                reason: reason.to_string(),
+            }
+        }
+    };
+    if let Some((job, _)) = current.take() {
+        let _ = job.reply.send(Err(error(&failure)));
+    }
+    pending.close();
+    while let Ok(job) = pending.try_recv() {
+        let _ = job.reply.send(Err(error(&failure)));
+    }
+    shared.shut();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(shape: ReplyShape, pieces: &[&[u8]]) -> Option<RawReply> {
+        let mut progress = ReplyProgress::new(shape);
+        let mut buf = Vec::new();
+        for piece in pieces {
+            buf.extend_from_slice(piece);
+            match progress.advance(&buf) {
+                Step::NeedMore => continue,
+                Step::Malformed => return None,
+                Step::Done {
+                    consumed,
+                    keep,
+                    error_line,
+                } => {
+                    assert_eq!(consumed, buf.len(), "test input holds exactly one reply");
+                    let reply = Bytes::copy_from_slice(&buf[..keep]);
+                    return Some(progress.finish(reply, error_line));
+                }
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn multiget_reply_split_anywhere_yields_items() {
+        let whole: &[u8] = b"VALUE a 5 2\r\nhi\r\nVALUE bb 0 3 9\r\nxyz\r\nEND\r\n";
+        for cut in 1..whole.len() {
+            let reply = run(ReplyShape::UntilEnd, &[&whole[..cut], &whole[cut..]]).unwrap();
+            assert_eq!(reply.values.len(), 2);
+            assert_eq!(&reply.values[0].item[..], b"VALUE a 5 2\r\nhi\r\n");
+            assert_eq!(&reply.values[0].value()[..], b"hi");
+            assert_eq!(reply.values[1].cas, Some(9));
+            assert_eq!(&reply.values[1].value()[..], b"xyz");
+            assert!(!reply.error_line);
+        }
+    }
+
+    #[test]
+    fn error_line_ends_a_multiget_and_junk_is_malformed() {
+        let reply = run(ReplyShape::UntilEnd, &[b"SERVER_ERROR out of memory\r\n"]).unwrap();
+        assert!(reply.error_line);
+        assert!(run(ReplyShape::UntilEnd, &[b"STORED\r\n"]).is_none());
+    }
+
+    #[test]
+    fn until_meta_noop_strips_the_mn_line() {
+        let reply = run(
+            ReplyShape::UntilMetaNoop,
+            &[b"VA 2 k\r\nhi\r\nHD\r\nMN\r\n"],
+        )
+        .unwrap();
+        assert_eq!(&reply.bytes[..], b"VA 2 k\r\nhi\r\nHD\r\n");
+        let empty = run(ReplyShape::UntilMetaNoop, &[b"MN\r\n"]).unwrap();
+        assert!(empty.bytes.is_empty());
+    }
+}

@@ -1,0 +1,535 @@
+//! A pool of backends behind one key space: routing, replication, failover, multiget planning.
+//!
+//! ```text
+//!   read(key)      ─► ring.replicas_for(key) ─► choose_replica (C3) ─► Backend::call
+//!                        on failure: exclude that backend, choose again (failover)
+//!   write(key)     ─► every replica concurrently; reply = owner's if it answered, else any
+//!   multiget(keys) ─► planner.plan(&request, &view) ─► Fetch per backend, concurrently
+//!                        failed fetches: their keys are planned again without that backend
+//!                        Unavailable: fail fast (NoBackend)
+//! ```
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures_util::future::join_all;
+use parking_lot::Mutex;
+use tailtrim_policy::health::{choose_replica, BackendLoad};
+use tailtrim_policy::planner::{Action, ClusterView, Observation, PlanRequest, Planner};
+use tailtrim_policy::ring::Ring;
+use tailtrim_proto::compose;
+
+use crate::backend::{Backend, BackendSettings};
+use crate::clock::Clock;
+use crate::config::PoolConfig;
+use crate::connection::{RawReply, ReplyShape, ValueItem};
+use crate::error::ClientError;
+use crate::stats::PoolStats;
+
+/// Which multi-key read command to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MultigetKind {
+    /// `get`.
+    Get,
+    /// `gets` (with CAS uniques).
+    Gets,
+    /// `gat <exptime>`.
+    Gat(i32),
+    /// `gats <exptime>`.
+    Gats(i32),
+}
+
+impl MultigetKind {
+    fn compose(self, keys: &[&[u8]]) -> Bytes {
+        let mut out = Vec::with_capacity(16 + keys.iter().map(|k| k.len() + 1).sum::<usize>());
+        match self {
+            MultigetKind::Get => compose::get(&mut out, keys, false),
+            MultigetKind::Gets => compose::get(&mut out, keys, true),
+            MultigetKind::Gat(exptime) | MultigetKind::Gats(exptime) => {
+                out.extend_from_slice(if matches!(self, MultigetKind::Gat(_)) {
+                    b"gat "
+                } else {
+                    b"gats "
+                });
+                out.extend_from_slice(exptime.to_string().as_bytes());
+                for key in keys {
+                    out.push(b' ');
+                    out.extend_from_slice(key);
+                }
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+        Bytes::from(out)
+    }
+}
+
+/// A value read through the typed API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Value {
+    /// Client flags.
+    pub flags: u32,
+    /// CAS unique, when asked for.
+    pub cas: Option<u64>,
+    /// The data.
+    pub data: Bytes,
+}
+
+/// A pool of backends.
+pub struct Pool {
+    config: PoolConfig,
+    ring: Ring,
+    backends: Vec<Backend>,
+    planner: Mutex<Box<dyn Planner>>,
+    clock: Clock,
+    stats: PoolStats,
+}
+
+/// The planner's view of the pool, minus backends already tried for this request.
+struct PoolView<'a> {
+    pool: &'a Pool,
+    excluded: &'a [usize],
+}
+
+impl ClusterView for PoolView<'_> {
+    fn backend_count(&self) -> usize {
+        self.pool.backends.len()
+    }
+
+    fn replicas(&self, key: &[u8], out: &mut Vec<usize>) {
+        self.pool
+            .ring
+            .replicas_for(key, self.pool.config.replicas, out);
+    }
+
+    fn load(&self, backend: usize) -> BackendLoad {
+        let mut load = self.pool.backends[backend].load();
+        if self.excluded.contains(&backend) {
+            load.available = false;
+        }
+        load
+    }
+}
+
+impl Pool {
+    /// Builds the pool (no connection is opened until the first request).
+    pub fn new(config: PoolConfig) -> Result<Pool, ClientError> {
+        if config.replicas == 0 || config.replicas > config.servers.len() {
+            return Err(ClientError::Config(format!(
+                "replicas = {} must be between 1 and the number of servers ({})",
+                config.replicas,
+                config.servers.len()
+            )));
+        }
+        let ring_servers: Vec<_> = config.servers.iter().map(|s| s.ring_server()).collect();
+        let ring = Ring::new(&ring_servers, config.ring)
+            .map_err(|error| ClientError::Config(error.to_string()))?;
+        let clock = Clock::new();
+        let settings = BackendSettings {
+            timeout: config.timeout,
+            connect_timeout: config.connect_timeout,
+            connections: config.connections_per_backend,
+            queue_limit: config.queue_limit,
+            health: config.health,
+            ewma_alpha: config.ewma_alpha,
+        };
+        let backends = config
+            .servers
+            .iter()
+            .map(|server| Backend::new(server.address(), settings, clock))
+            .collect();
+        Ok(Pool {
+            planner: Mutex::new(config.planner.build()),
+            config,
+            ring,
+            backends,
+            clock,
+            stats: PoolStats::default(),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &PoolConfig {
+        &self.config
+    }
+
+    /// The backends, in config order.
+    pub fn backends(&self) -> &[Backend] {
+        &self.backends
+    }
+
+    /// Pool metrics.
+    pub fn stats(&self) -> &PoolStats {
+        &self.stats
+    }
+
+    /// The ring.
+    pub fn ring(&self) -> &Ring {
+        &self.ring
+    }
+
+    /// Name of the active planner.
+    pub fn planner_name(&self) -> &'static str {
+        self.planner.lock().name()
+    }
+
+    fn record_latency(&self, started: Instant) {
+        self.stats
+            .latency
+            .record_micros(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
+    }
+
+    /// Sends a single-key read to the best replica, failing over to the others.
+    pub async fn read(
+        &self,
+        key: &[u8],
+        bytes: Bytes,
+        shape: ReplyShape,
+    ) -> Result<RawReply, ClientError> {
+        self.stats.reads.incr();
+        let started = Instant::now();
+        let mut candidates = Vec::with_capacity(self.config.replicas);
+        self.ring
+            .replicas_for(key, self.config.replicas, &mut candidates);
+        if let [only] = candidates.as_slice() {
+            let result = self.backends[*only].call(bytes, shape).await;
+            self.record_latency(started);
+            return result;
+        }
+        let mut excluded: Vec<usize> = Vec::new();
+        let mut last_error: Option<ClientError> = None;
+        loop {
+            let choice = choose_replica(&candidates, |backend| {
+                let mut load = self.backends[backend].load();
+                if excluded.contains(&backend) {
+                    load.available = false;
+                }
+                load
+            });
+            let Some(backend) = choice else {
+                self.stats.unavailable.incr();
+                self.record_latency(started);
+                return Err(no_backend(last_error));
+            };
+            if !excluded.is_empty() {
+                self.stats.failovers.incr();
+            }
+            match self.backends[backend].call(bytes.clone(), shape).await {
+                Ok(reply) => {
+                    self.record_latency(started);
+                    return Ok(reply);
+                }
+                Err(error) => {
+                    excluded.push(backend);
+                    last_error = Some(error);
+                }
+            }
+        }
+    }
+
+    /// Sends a single-key write to every replica at once. The reply is the owner's when it
+    /// answered, else the first replica's that did; the error is the owner's when none did.
+    pub async fn write(
+        &self,
+        key: &[u8],
+        bytes: Bytes,
+        shape: ReplyShape,
+    ) -> Result<RawReply, ClientError> {
+        self.stats.writes.incr();
+        let started = Instant::now();
+        let mut replicas = Vec::with_capacity(self.config.replicas);
+        self.ring
+            .replicas_for(key, self.config.replicas, &mut replicas);
+        let result = if replicas.len() == 1 {
+            self.backends[replicas[0]].call(bytes, shape).await
+        } else {
+            let calls = replicas
+                .iter()
+                .map(|&backend| self.backends[backend].call(bytes.clone(), shape));
+            let mut results = join_all(calls).await;
+            match results.iter().position(Result::is_ok) {
+                Some(0) | None => results.swap_remove(0),
+                Some(first_ok) => results.swap_remove(first_ok),
+            }
+        };
+        self.record_latency(started);
+        result
+    }
+
+    /// Sends the same request to every backend (e.g. `flush_all`); results in backend order.
+    pub async fn broadcast(
+        &self,
+        bytes: Bytes,
+        shape: ReplyShape,
+    ) -> Vec<Result<RawReply, ClientError>> {
+        join_all(
+            self.backends
+                .iter()
+                .map(|backend| backend.call(bytes.clone(), shape)),
+        )
+        .await
+    }
+
+    /// Reads many keys, planned by the pool's planner. The result has one entry per key, in
+    /// `keys` order (`None` for a miss). Keys whose backends failed are planned again on other
+    /// replicas; if some key can be served by no replica the whole read fails.
+    pub async fn multiget(
+        &self,
+        keys: &[Bytes],
+        kind: MultigetKind,
+    ) -> Result<Vec<Option<ValueItem>>, ClientError> {
+        self.stats.multigets.incr();
+        self.stats.multiget_keys.add(keys.len() as u64);
+        let started = Instant::now();
+        let result = self.multiget_inner(keys, kind).await;
+        let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.stats.multiget_latency.record_micros(micros);
+        self.stats.latency.record_micros(micros);
+        result
+    }
+
+    async fn multiget_inner(
+        &self,
+        keys: &[Bytes],
+        kind: MultigetKind,
+    ) -> Result<Vec<Option<ValueItem>>, ClientError> {
+        let mut results: Vec<Option<ValueItem>> = vec![None; keys.len()];
+        let mut remaining: Vec<usize> = (0..keys.len()).collect();
+        let mut excluded: Vec<usize> = Vec::new();
+        let mut last_error: Option<ClientError> = None;
+        for round in 0..self.config.replicas.max(1) {
+            if round > 0 {
+                self.stats.failovers.incr();
+            }
+            let round_keys: Vec<&[u8]> = remaining.iter().map(|&i| keys[i].as_ref()).collect();
+            let request = PlanRequest {
+                keys: &round_keys,
+                now: self.clock.now(),
+            };
+            let view = PoolView {
+                pool: self,
+                excluded: &excluded,
+            };
+            let actions = self.planner.lock().plan(&request, &view);
+            let mut fetches = Vec::with_capacity(actions.len());
+            for action in actions {
+                match action {
+                    Action::Fetch(fetch) => fetches.push(fetch),
+                    Action::Unavailable { .. } => {
+                        self.stats.unavailable.incr();
+                        return Err(no_backend(last_error));
+                    }
+                }
+            }
+            self.stats.fetches.add(fetches.len() as u64);
+            let calls = fetches.iter().map(|fetch| {
+                let fetch_keys: Vec<&[u8]> =
+                    fetch.keys.iter().map(|&i| round_keys[i as usize]).collect();
+                let bytes = kind.compose(&fetch_keys);
+                let not_before = fetch.not_before;
+                let clock = self.clock;
+                let backend = &self.backends[fetch.backend];
+                async move {
+                    if let Some(start_at) = not_before {
+                        let wait = start_at.nanos_since(clock.now());
+                        if wait > 0 {
+                            tokio::time::sleep(std::time::Duration::from_nanos(wait)).await;
+                        }
+                    }
+                    let sent = Instant::now();
+                    let reply = backend.call(bytes, ReplyShape::UntilEnd).await;
+                    (reply, sent.elapsed())
+                }
+            });
+            let replies = join_all(calls).await;
+            let mut failed: Vec<usize> = Vec::new();
+            for (fetch, (reply, elapsed)) in fetches.iter().zip(replies) {
+                let original: Vec<usize> =
+                    fetch.keys.iter().map(|&i| remaining[i as usize]).collect();
+                match reply {
+                    Ok(reply) if reply.error_line => {
+                        return Err(ClientError::BackendReplied {
+                            backend: self.backends[fetch.backend].address().to_string(),
+                            line: String::from_utf8_lossy(reply.bytes.trim_ascii_end())
+                                .into_owned(),
+                        });
+                    }
+                    Ok(reply) => {
+                        let hits = reply.values.len() as u32;
+                        let value_bytes = reply.values.iter().map(|v| v.data.len() as u64).sum();
+                        assign_values(keys, &original, reply.values, &mut results);
+                        self.planner.lock().observe(&Observation {
+                            backend: fetch.backend,
+                            keys: original.len() as u32,
+                            hits,
+                            value_bytes,
+                            latency_nanos: u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
+                            at: self.clock.now(),
+                        });
+                    }
+                    Err(error) => {
+                        excluded.push(fetch.backend);
+                        failed.extend(original);
+                        last_error = Some(error);
+                    }
+                }
+            }
+            if failed.is_empty() {
+                return Ok(results);
+            }
+            failed.sort_unstable();
+            remaining = failed;
+        }
+        Err(match last_error {
+            Some(error) if self.config.replicas == 1 => error,
+            other => no_backend(other),
+        })
+    }
+
+    /// Typed read of one key.
+    pub async fn get(&self, key: &[u8]) -> Result<Option<Value>, ClientError> {
+        let mut out = Vec::with_capacity(key.len() + 6);
+        compose::get(&mut out, &[key], false);
+        let reply = self
+            .read(key, Bytes::from(out), ReplyShape::UntilEnd)
+            .await?;
+        if reply.error_line {
+            return Err(ClientError::BackendReplied {
+                backend: String::new(),
+                line: String::from_utf8_lossy(reply.bytes.trim_ascii_end()).into_owned(),
+            });
+        }
+        Ok(reply
+            .values
+            .into_iter()
+            .find(|item| item.key.as_ref() == key)
+            .map(|item| Value {
+                flags: item.flags,
+                cas: item.cas,
+                data: item.value(),
+            }))
+    }
+
+    /// Typed multi-key read; one entry per key, in order.
+    pub async fn get_many(&self, keys: &[Bytes]) -> Result<Vec<Option<Value>>, ClientError> {
+        let items = self.multiget(keys, MultigetKind::Get).await?;
+        Ok(items
+            .into_iter()
+            .map(|item| {
+                item.map(|item| Value {
+                    flags: item.flags,
+                    cas: item.cas,
+                    data: item.value(),
+                })
+            })
+            .collect())
+    }
+
+    /// Typed `set`; true when the owner replied `STORED`.
+    pub async fn set(
+        &self,
+        key: &[u8],
+        flags: u32,
+        exptime: i64,
+        data: &[u8],
+    ) -> Result<bool, ClientError> {
+        let mut out = Vec::with_capacity(key.len() + data.len() + 32);
+        compose::set(&mut out, key, flags, exptime, data);
+        let reply = self
+            .write(key, Bytes::from(out), ReplyShape::Single)
+            .await?;
+        Ok(reply.bytes.as_ref() == b"STORED\r\n")
+    }
+
+    /// Typed `delete`; true when the owner replied `DELETED`.
+    pub async fn delete(&self, key: &[u8]) -> Result<bool, ClientError> {
+        let mut out = Vec::with_capacity(key.len() + 10);
+        compose::delete(&mut out, key, false);
+        let reply = self
+            .write(key, Bytes::from(out), ReplyShape::Single)
+            .await?;
+        Ok(reply.bytes.as_ref() == b"DELETED\r\n")
+    }
+}
+
+/// Matches the `VALUE` items of one fetch to the key indices it asked for. Backends answer in
+/// request order, skipping misses; an item is only ever given to an index whose key equals the
+/// item's key, so a confused backend can cause a miss but never a wrong value.
+fn assign_values(
+    keys: &[Bytes],
+    asked: &[usize],
+    values: Vec<ValueItem>,
+    results: &mut [Option<ValueItem>],
+) {
+    let mut values = values.into_iter().peekable();
+    for &index in asked {
+        let Some(next) = values.peek() else {
+            break;
+        };
+        if next.key == keys[index] {
+            results[index] = values.next();
+        }
+    }
+}
+
+fn no_backend(last_error: Option<ClientError>) -> ClientError {
+    ClientError::NoBackend {
+        last: last_error
+            .map(|error| error.to_string())
+            .unwrap_or_else(|| "all replicas are marked down".to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(key: &str) -> ValueItem {
+        let text = format!("VALUE {key} 0 1\r\nx\r\n");
+        let len = text.len();
+        ValueItem {
+            key: Bytes::from(key.to_string()),
+            item: Bytes::from(text),
+            flags: 0,
+            cas: None,
+            data: (len - 3)..(len - 2),
+        }
+    }
+
+    #[test]
+    fn values_go_only_to_indices_with_the_same_key() {
+        let keys: Vec<Bytes> = ["a", "b", "c", "a"]
+            .iter()
+            .map(|k| Bytes::from(*k))
+            .collect();
+        let mut results = vec![None; 4];
+        // b missed; a asked twice and returned twice.
+        assign_values(
+            &keys,
+            &[0, 1, 2, 3],
+            vec![item("a"), item("c"), item("a")],
+            &mut results,
+        );
+        let got: Vec<Option<&[u8]>> = results
+            .iter()
+            .map(|r| r.as_ref().map(|v| v.key.as_ref()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![Some(&b"a"[..]), None, Some(&b"c"[..]), Some(&b"a"[..])]
+        );
+        // A backend returning an unexpected key gives no value to anyone.
+        let mut results = vec![None; 4];
+        assign_values(&keys, &[0, 1], vec![item("zz")], &mut results);
+        assert!(results.iter().all(Option::is_none));
+    }
+
+    #[test]
+    fn multiget_commands_compose() {
+        let keys: [&[u8]; 2] = [b"a", b"bb"];
+        assert_eq!(&MultigetKind::Get.compose(&keys)[..], b"get a bb\r\n");
+        assert_eq!(
+            &MultigetKind::Gats(30).compose(&keys)[..],
+            b"gats 30 a bb\r\n"
+        );
+    }
+}

@@ -1,0 +1,120 @@
+//! Counters and latency histograms, declared next to the code that updates them.
+//!
+//! Names follow `<subsystem>_<event>`: `backend_requests`, `backend_timeouts`, …,
+//! `pool_multigets`, …; the proxy renders them as `stats` lines and Prometheus text.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use hdrhistogram::Histogram;
+use parking_lot::Mutex;
+
+/// Highest latency the histograms track (60 s, in microseconds).
+const HISTOGRAM_MAX_MICROS: u64 = 60_000_000;
+
+/// A latency histogram in microseconds.
+#[derive(Debug)]
+pub struct LatencyHistogram {
+    inner: Mutex<Option<Histogram<u64>>>,
+}
+
+impl LatencyHistogram {
+    /// An empty histogram (3 significant digits, 1 µs .. 60 s).
+    pub fn new() -> Self {
+        LatencyHistogram {
+            inner: Mutex::new(Histogram::new_with_bounds(1, HISTOGRAM_MAX_MICROS, 3).ok()),
+        }
+    }
+
+    /// Records one latency.
+    pub fn record_micros(&self, micros: u64) {
+        if let Some(histogram) = self.inner.lock().as_mut() {
+            histogram.saturating_record(micros.clamp(1, HISTOGRAM_MAX_MICROS));
+        }
+    }
+
+    /// Count and the given quantiles (0..=1), in microseconds.
+    pub fn summary(&self, quantiles: &[f64]) -> (u64, Vec<u64>, u64) {
+        match self.inner.lock().as_ref() {
+            Some(histogram) => (
+                histogram.len(),
+                quantiles
+                    .iter()
+                    .map(|q| histogram.value_at_quantile(*q))
+                    .collect(),
+                histogram.max(),
+            ),
+            None => (0, vec![0; quantiles.len()], 0),
+        }
+    }
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        LatencyHistogram::new()
+    }
+}
+
+/// A monotonically increasing counter.
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds one.
+    pub fn incr(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Adds `n`.
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Current value.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Per-backend metrics.
+#[derive(Debug, Default)]
+pub struct BackendStats {
+    /// `backend_requests`: requests sent.
+    pub requests: Counter,
+    /// `backend_errors`: connection errors, malformed replies, overload.
+    pub errors: Counter,
+    /// `backend_timeouts`: requests that timed out.
+    pub timeouts: Counter,
+    /// `backend_fail_fast`: requests refused because the backend was marked down.
+    pub fail_fast: Counter,
+    /// `backend_marked_down`: up → down transitions.
+    pub marked_down: Counter,
+    /// `backend_revived`: down → up transitions.
+    pub revived: Counter,
+    /// `backend_connects`: TCP connections opened.
+    pub connects: Counter,
+    /// `backend_latency`: reply latency of successful requests.
+    pub latency: LatencyHistogram,
+}
+
+/// Per-pool metrics.
+#[derive(Debug, Default)]
+pub struct PoolStats {
+    /// `pool_reads`: keyed reads (single key).
+    pub reads: Counter,
+    /// `pool_writes`: keyed writes (sent to every replica).
+    pub writes: Counter,
+    /// `pool_multigets`: multi-key reads planned.
+    pub multigets: Counter,
+    /// `pool_multiget_keys`: keys in those reads.
+    pub multiget_keys: Counter,
+    /// `pool_fetches`: backend fetches the planner issued.
+    pub fetches: Counter,
+    /// `pool_failovers`: reads retried on another replica.
+    pub failovers: Counter,
+    /// `pool_unavailable`: requests failed because no replica could serve.
+    pub unavailable: Counter,
+    /// `pool_latency`: end-to-end latency of pool operations.
+    pub latency: LatencyHistogram,
+    /// `pool_multiget_latency`: end-to-end latency of multi-key reads.
+    pub multiget_latency: LatencyHistogram,
+}

@@ -1,0 +1,261 @@
+//! Pool behaviour against real memcached backends: routing, multigets, replication, and the
+//! faults of issue 5 (killed backend, SIGSTOPped backend). Every value written embeds its key,
+//! and every read checks that, so a reply carrying another key's value fails the test.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tailtrim_client::testkit::{require_binary, start_memcached, start_memcached_on, ChildGuard};
+use tailtrim_client::{ClientError, Pool, PoolConfig, ServerSpec};
+use tailtrim_policy::health::HealthSettings;
+
+const TIMEOUT: Duration = Duration::from_millis(300);
+const RETRY_AFTER: Duration = Duration::from_millis(400);
+
+fn value_for(key: &str) -> Vec<u8> {
+    format!("value-of:{key}:{}", "x".repeat(key.len() % 17)).into_bytes()
+}
+
+fn check_value(key: &[u8], data: &[u8]) {
+    let key = std::str::from_utf8(key).expect("utf8 key");
+    assert_eq!(
+        data,
+        value_for(key).as_slice(),
+        "key {key} got another value"
+    );
+}
+
+fn pool_over(backends: &[ChildGuard], replicas: usize) -> Pool {
+    let servers = backends
+        .iter()
+        .map(|backend| ServerSpec::parse(&format!("127.0.0.1:{}:1", backend.port)).expect("spec"))
+        .collect();
+    let mut config = PoolConfig::new("test", servers);
+    config.replicas = replicas;
+    config.timeout = TIMEOUT;
+    config.connect_timeout = Duration::from_millis(200);
+    config.health = HealthSettings {
+        failure_limit: 2,
+        retry_after_nanos: RETRY_AFTER.as_nanos() as u64,
+    };
+    Pool::new(config).expect("pool")
+}
+
+fn keys(count: usize) -> Vec<String> {
+    (0..count).map(|i| format!("item:{i}")).collect()
+}
+
+async fn store_all(pool: &Pool, keys: &[String]) {
+    for key in keys {
+        let stored = pool
+            .set(key.as_bytes(), 7, 0, &value_for(key))
+            .await
+            .expect("set");
+        assert!(stored, "set {key}");
+    }
+}
+
+fn have_binaries() -> bool {
+    require_binary("memcached")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multiget_returns_every_value_in_order_from_three_backends() {
+    if !have_binaries() {
+        return;
+    }
+    let backends: Vec<ChildGuard> = (0..3).map(|_| start_memcached()).collect();
+    let pool = pool_over(&backends, 1);
+    let names = keys(300);
+    store_all(&pool, &names).await;
+    // Ask for stored keys, misses and a duplicate, in a scrambled order.
+    let mut asked: Vec<Bytes> = names.iter().rev().map(|k| Bytes::from(k.clone())).collect();
+    asked.insert(5, Bytes::from_static(b"missing:1"));
+    asked.push(Bytes::from(names[3].clone()));
+    let values = pool.get_many(&asked).await.expect("multiget");
+    assert_eq!(values.len(), asked.len());
+    for (key, value) in asked.iter().zip(&values) {
+        match value {
+            Some(value) => {
+                check_value(key, &value.data);
+                assert_eq!(value.flags, 7);
+            }
+            None => assert!(key.starts_with(b"missing")),
+        }
+    }
+    // Keys really are spread: every backend served some.
+    for backend in pool.backends() {
+        assert!(
+            backend.stats().requests.get() > 0,
+            "{} unused",
+            backend.address()
+        );
+    }
+    assert!(pool.delete(names[0].as_bytes()).await.expect("delete"));
+    assert_eq!(pool.get(names[0].as_bytes()).await.expect("get"), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_backend_fails_fast_others_unaffected_and_it_comes_back() {
+    if !have_binaries() {
+        return;
+    }
+    let mut backends: Vec<ChildGuard> = (0..3).map(|_| start_memcached()).collect();
+    let pool = pool_over(&backends, 1);
+    let names = keys(120);
+    store_all(&pool, &names).await;
+    let victim = 1;
+    let victim_port = backends[victim].port;
+    backends[victim].kill();
+    let mut failed = 0;
+    for key in &names {
+        let owner = pool.ring().server_for(key.as_bytes());
+        let started = Instant::now();
+        let result = pool.get(key.as_bytes()).await;
+        assert!(
+            started.elapsed() < TIMEOUT * 3,
+            "request hung for {:?}",
+            started.elapsed()
+        );
+        if owner == victim {
+            failed += 1;
+            let error = result.expect_err("dead backend served a read");
+            assert!(
+                matches!(
+                    error,
+                    ClientError::Connect { .. } | ClientError::BackendDown { .. }
+                ),
+                "unexpected {error}"
+            );
+        } else {
+            let value = result.expect("healthy backend").expect("stored");
+            check_value(key.as_bytes(), &value.data);
+        }
+    }
+    assert!(failed > 0);
+    assert!(
+        pool.backends()[victim].stats().fail_fast.get() > 0,
+        "never failed fast"
+    );
+    assert!(!pool.backends()[victim].is_up());
+
+    // Restart it on the same port: after the retry delay a probe revives it.
+    let _revived = start_memcached_on(victim_port);
+    tokio::time::sleep(RETRY_AFTER + Duration::from_millis(50)).await;
+    let victim_key = names
+        .iter()
+        .find(|key| pool.ring().server_for(key.as_bytes()) == victim)
+        .expect("victim owns a key");
+    assert!(pool
+        .set(victim_key.as_bytes(), 7, 0, &value_for(victim_key))
+        .await
+        .expect("probe"));
+    let value = pool
+        .get(victim_key.as_bytes())
+        .await
+        .expect("revived")
+        .expect("stored");
+    check_value(victim_key.as_bytes(), &value.data);
+    assert!(pool.backends()[victim].is_up());
+    assert_eq!(pool.backends()[victim].stats().revived.get(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicated_pool_reads_fail_over_when_a_backend_dies() {
+    if !have_binaries() {
+        return;
+    }
+    let mut backends: Vec<ChildGuard> = (0..3).map(|_| start_memcached()).collect();
+    let pool = pool_over(&backends, 2);
+    let names = keys(150);
+    store_all(&pool, &names).await;
+    backends[0].kill();
+    // Single-key reads.
+    for key in &names {
+        let value = pool
+            .get(key.as_bytes())
+            .await
+            .expect("replica serves")
+            .expect("stored");
+        check_value(key.as_bytes(), &value.data);
+    }
+    // Multigets too (the dead backend may still be chosen before it is marked down).
+    let asked: Vec<Bytes> = names.iter().map(|k| Bytes::from(k.clone())).collect();
+    for _ in 0..3 {
+        let values = pool
+            .get_many(&asked)
+            .await
+            .expect("multiget with a dead replica");
+        for (key, value) in asked.iter().zip(values) {
+            check_value(key, &value.expect("every key has a live replica").data);
+        }
+    }
+    // Writes still succeed through the surviving replica.
+    assert!(pool
+        .set(b"after-death", 7, 0, &value_for("after-death"))
+        .await
+        .expect("write"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopped_backend_times_out_then_fails_fast_and_nothing_hangs() {
+    if !have_binaries() {
+        return;
+    }
+    let backends: Vec<ChildGuard> = (0..2).map(|_| start_memcached()).collect();
+    let pool = pool_over(&backends, 1);
+    let names = keys(80);
+    store_all(&pool, &names).await;
+    let victim = 0;
+    backends[victim].signal("STOP");
+    let victim_keys: Vec<&String> = names
+        .iter()
+        .filter(|key| pool.ring().server_for(key.as_bytes()) == victim)
+        .collect();
+    assert!(victim_keys.len() >= 3);
+    let mut timeouts = 0;
+    let mut fail_fast = 0;
+    for key in victim_keys.iter().take(4) {
+        let started = Instant::now();
+        let result = tokio::time::timeout(TIMEOUT * 4, pool.get(key.as_bytes()))
+            .await
+            .expect("a request to a stopped backend hung");
+        match result {
+            Err(ClientError::Timeout { .. }) => {
+                timeouts += 1;
+                assert!(started.elapsed() >= TIMEOUT);
+            }
+            Err(ClientError::BackendDown { .. }) => fail_fast += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(timeouts, 2, "failure_limit = 2 timeouts, then down");
+    assert_eq!(fail_fast, 2);
+    // A multiget that touches the stopped backend fails (fast) instead of hanging, and keys of
+    // the other backend still read fine on their own.
+    let asked: Vec<Bytes> = names.iter().map(|k| Bytes::from(k.clone())).collect();
+    let started = Instant::now();
+    assert!(pool.get_many(&asked).await.is_err());
+    assert!(started.elapsed() < TIMEOUT * 4);
+    for key in names
+        .iter()
+        .filter(|key| pool.ring().server_for(key.as_bytes()) != victim)
+    {
+        let value = pool
+            .get(key.as_bytes())
+            .await
+            .expect("other backend")
+            .expect("stored");
+        check_value(key.as_bytes(), &value.data);
+    }
+    // Resume it: after the retry delay it serves again.
+    backends[victim].signal("CONT");
+    tokio::time::sleep(RETRY_AFTER + Duration::from_millis(50)).await;
+    let key = victim_keys[0];
+    let value = pool
+        .get(key.as_bytes())
+        .await
+        .expect("resumed")
+        .expect("stored");
+    check_value(key.as_bytes(), &value.data);
+}
