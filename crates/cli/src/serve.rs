@@ -1,12 +1,100 @@
-//! `tailtrim serve` (not yet implemented).
+//! `tailtrim serve`: the cache server. Flags follow memcached's where the
+//! meaning is the same; a TOML file (`--config`) sets anything, flags win.
 
 use std::process::ExitCode;
 
+use tailtrim_server::config::{parse_size, ServerConfig};
+
 /// Arguments of `tailtrim serve`.
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+#[command(about = "Run the memcached-compatible cache server")]
+pub struct Args {
+    /// TOML configuration file (sections [server], [storage], [workers]).
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+    /// Print the effective configuration as TOML and exit.
+    #[arg(long)]
+    print_config: bool,
+    /// TCP port to listen on (default 11211; 0 picks a free port).
+    #[arg(short = 'p', long = "port")]
+    port: Option<u16>,
+    /// UDP port to listen on (default 0, off).
+    #[arg(short = 'U', long = "udp-port")]
+    udp_port: Option<u16>,
+    /// Interface to listen on (default 0.0.0.0).
+    #[arg(short = 'l', long = "listen")]
+    listen: Option<String>,
+    /// Item memory in megabytes (default 64).
+    #[arg(short = 'm', long = "memory-limit")]
+    memory_mb: Option<u64>,
+    /// Number of worker threads (default 4).
+    #[arg(short = 't', long = "threads")]
+    threads: Option<usize>,
+    /// Maximum simultaneous connections (default 1024).
+    #[arg(short = 'c', long = "conn-limit")]
+    max_connections: Option<usize>,
+    /// Maximum item size, bytes or with k/m suffix (default 1m).
+    #[arg(short = 'I', long = "max-item-size")]
+    item_size_max: Option<String>,
+    /// Verbose: log connections and start-up (repeat for more).
+    #[arg(short = 'v', action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Port for Prometheus text metrics over HTTP (default 0, off).
+    #[arg(long)]
+    admin_port: Option<u16>,
+}
+
+fn load(args: &Args) -> Result<ServerConfig, String> {
+    let mut config = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            ServerConfig::from_toml(&text).map_err(|e| format!("{}: {e}", path.display()))?
+        }
+        None => ServerConfig::default(),
+    };
+    if let Some(port) = args.port {
+        config.server.port = port;
+    }
+    if let Some(port) = args.udp_port {
+        config.server.udp_port = port;
+    }
+    if let Some(listen) = &args.listen {
+        config.server.listen = listen.clone();
+    }
+    if let Some(mb) = args.memory_mb {
+        config.storage.memory_mb = mb;
+    }
+    if let Some(threads) = args.threads {
+        config.workers.threads = threads;
+    }
+    if let Some(max) = args.max_connections {
+        config.server.max_connections = max;
+    }
+    if let Some(size) = &args.item_size_max {
+        config.storage.item_size_max = parse_size(size)?;
+        let needed = config.storage.item_size_max as usize + 64 * 1024;
+        if config.server.max_connection_buffer < needed {
+            config.server.max_connection_buffer = needed;
+        }
+    }
+    if args.verbose > 0 {
+        config.server.verbose = args.verbose;
+    }
+    if let Some(port) = args.admin_port {
+        config.server.admin_port = port;
+    }
+    config.validate()?;
+    Ok(config)
+}
 
 /// Runs `tailtrim serve`.
-pub fn run(_args: Args) -> Result<ExitCode, String> {
-    Err("serve is not implemented yet".to_string())
+pub fn run(args: Args) -> Result<ExitCode, String> {
+    let config = load(&args)?;
+    if args.print_config {
+        print!("{}", config.to_toml());
+        return Ok(ExitCode::SUCCESS);
+    }
+    tailtrim_server::run_until_signal(config).map_err(|e| e.to_string())?;
+    Ok(ExitCode::SUCCESS)
 }

@@ -21,10 +21,14 @@ use crate::{
 /// 8 bytes of CAS, the key's terminating NUL and the value's `\r\n`.
 pub const ITEM_SIZE_OVERHEAD: usize = 56 + 1 + 2;
 
-/// True when an item with this key and value length exceeds `item_size_max`,
-/// computed exactly as memcached's `item_size_ok`.
-pub fn item_too_large(key_len: usize, value_len: usize, item_size_max: usize) -> bool {
-    ITEM_SIZE_OVERHEAD + key_len + value_len > item_size_max
+/// Extra bytes memcached stores for non-zero client flags.
+pub const ITEM_FLAGS_OVERHEAD: usize = 4;
+
+/// True when an item with this key, value length and flags exceeds
+/// `item_size_max`, computed exactly as memcached's `item_size_ok`.
+pub fn item_too_large(key_len: usize, value_len: usize, flags: u32, item_size_max: usize) -> bool {
+    let flag_bytes = if flags != 0 { ITEM_FLAGS_OVERHEAD } else { 0 };
+    ITEM_SIZE_OVERHEAD + key_len + value_len + flag_bytes > item_size_max
 }
 
 /// The storage commands of the text protocol.
@@ -368,7 +372,7 @@ fn parse_store(
         return invalid(bad, line_len);
     };
     let key = Bytes::copy_from_slice(toks[1]);
-    if item_too_large(key.len(), vlen, limits.item_size_max) {
+    if item_too_large(key.len(), vlen, flags, limits.item_size_max) {
         let unlink_key = (mode == StoreMode::Set).then(|| key.clone());
         return invalid(
             ProtoError::TooLarge {
@@ -514,7 +518,11 @@ fn parse_meta_set(toks: &[&[u8]], buf: &[u8], line_len: usize, limits: &Limits) 
         Ok(key) => key,
         Err(error) => return invalid(error, line_len),
     };
-    if item_too_large(key.len(), vlen, limits.item_size_max) {
+    let meta_flags_value = match flags.u32(b'F') {
+        Ok(v) => v.unwrap_or(0),
+        Err(error) => return invalid(error, line_len),
+    };
+    if item_too_large(key.len(), vlen, meta_flags_value, limits.item_size_max) {
         let set_mode = matches!(flags.mode(), None | Some(b'S' | b's'));
         return invalid(
             ProtoError::TooLarge {
@@ -676,9 +684,10 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // memcached's exact boundary: 56 + key + 1 + value + 2 <= -I
-        assert!(!item_too_large(1, 1_048_516, 1_048_576));
-        assert!(item_too_large(1, 1_048_517, 1_048_576));
-        assert!(!item_too_large(100, 1_048_417, 1_048_576));
+        assert!(!item_too_large(1, 1_048_516, 0, 1_048_576));
+        assert!(item_too_large(1, 1_048_517, 0, 1_048_576));
+        assert!(!item_too_large(100, 1_048_417, 0, 1_048_576));
+        assert!(item_too_large(1, 1_048_516, 7, 1_048_576));
     }
 
     #[test]

@@ -1,1 +1,343 @@
-//! tailtrim-server (placeholder; filled in by its issue).
+//! The tailtrim cache server runtime: sockets, threads, dispatch and stats
+//! around the pure `proto` and `store` crates.
+//!
+//! ```text
+//!                    ┌────────────┐  round-robin   ┌──────────────────────────┐
+//!  TCP clients ────► │  acceptor  │ ─────────────► │ worker 0..t (mio loops)  │
+//!                    │ (-c limit) │  channel+waker │  read → proto::parse     │
+//!                    └────────────┘                │  → exec (store) → writev │
+//!  UDP datagrams ──────── SO_REUSEPORT socket per worker ──►│                          │
+//!                                                  └────────────┬─────────────┘
+//!                                                               │ Arc<Shared>
+//!   crawler thread: store.crawl_expired every interval          ▼
+//!   admin thread:   Prometheus text on --admin-port     store (sharded locks), counters
+//! ```
+//!
+//! Connections are pinned to the worker that accepted them (memcached's
+//! model); [`config::DispatchPolicy`] is the seam where other policies plug in.
+//! Lock order and invariants: see `docs/server.md`.
+
+pub mod config;
+pub mod exec;
+pub mod report;
+pub mod shared;
+pub mod stats;
+pub mod worker;
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::Sender;
+use mio::{Events, Interest, Poll, Token, Waker};
+use tailtrim_store::{Store, StoreConfig};
+use thiserror::Error;
+
+pub use config::ServerConfig;
+pub use shared::Shared;
+
+/// Errors starting or running the server.
+#[derive(Debug, Error)]
+pub enum ServerError {
+    /// The configuration is inconsistent.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// A socket could not be bound.
+    #[error("cannot bind {what} {addr}: {source}")]
+    Bind {
+        /// `TCP`, `UDP` or `admin`.
+        what: &'static str,
+        /// The address.
+        addr: String,
+        /// Why.
+        source: io::Error,
+    },
+    /// Any other I/O failure.
+    #[error("I/O error: {0}")]
+    Io(#[from] io::Error),
+}
+
+const LISTENER_TOKEN: Token = Token(0);
+const ACCEPTOR_WAKER: Token = Token(1);
+
+/// A running server; dropping it does not stop it, call [`ServerHandle::shutdown`].
+pub struct ServerHandle {
+    shared: Arc<Shared>,
+    wakers: Vec<Arc<Waker>>,
+    threads: Vec<JoinHandle<()>>,
+    local_addr: SocketAddr,
+}
+
+impl ServerHandle {
+    /// The TCP address actually bound.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The shared state (store, counters) for in-process inspection.
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Stops accepting, closes connections and joins every thread.
+    pub fn shutdown(self) {
+        self.shared.shutdown.store(true, Ordering::Release);
+        for waker in &self.wakers {
+            let _ = waker.wake();
+        }
+        for thread in self.threads {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn bind_error(what: &'static str, addr: &str) -> impl FnOnce(io::Error) -> ServerError {
+    let addr = addr.to_string();
+    move |source| ServerError::Bind { what, addr, source }
+}
+
+fn udp_socket(addr: SocketAddr) -> io::Result<mio::net::UdpSocket> {
+    let domain = socket2::Domain::for_address(addr);
+    let socket = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    Ok(mio::net::UdpSocket::from_std(socket.into()))
+}
+
+/// Starts a server with `config` and returns at once.
+pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
+    config.validate().map_err(ServerError::Config)?;
+    let store = Store::new(StoreConfig {
+        max_bytes: config.storage.memory_mb * 1024 * 1024,
+        item_size_max: config.storage.item_size_max,
+        ..StoreConfig::default()
+    })
+    .map_err(|e| ServerError::Config(e.to_string()))?;
+
+    let tcp_addr = format!("{}:{}", config.server.listen, config.server.port);
+    let listener = TcpListener::bind(&tcp_addr).map_err(bind_error("TCP", &tcp_addr))?;
+    listener.set_nonblocking(true)?;
+    let local_addr = listener.local_addr()?;
+
+    let shared = Arc::new(Shared::new(store, config.clone()));
+    shared
+        .tcp_port
+        .store(u64::from(local_addr.port()), Ordering::Relaxed);
+
+    let mut udp_addr: Option<SocketAddr> = None;
+    if config.server.udp_port != 0 {
+        let addr_text = format!("{}:{}", config.server.listen, config.server.udp_port);
+        let addr: SocketAddr = addr_text
+            .parse()
+            .map_err(|_| ServerError::Config(format!("bad UDP address {addr_text}")))?;
+        udp_addr = Some(addr);
+    }
+
+    let mut wakers = Vec::new();
+    let mut threads = Vec::new();
+    let mut senders: Vec<Sender<(mio::net::TcpStream, SocketAddr)>> = Vec::new();
+    let mut bound_udp: Option<SocketAddr> = None;
+    for id in 0..config.workers.threads {
+        let (poll, waker) = worker::poll_with_waker()?;
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let udp = match (udp_addr, bound_udp) {
+            (Some(_), Some(bound)) => Some(udp_socket(bound)),
+            (Some(addr), None) => Some(udp_socket(addr)),
+            _ => None,
+        };
+        let udp = match udp {
+            Some(Ok(socket)) => {
+                bound_udp = Some(socket.local_addr()?);
+                Some(socket)
+            }
+            Some(Err(e)) => {
+                return Err(ServerError::Bind {
+                    what: "UDP",
+                    addr: format!("{udp_addr:?}"),
+                    source: e,
+                })
+            }
+            None => None,
+        };
+        let setup = worker::WorkerSetup {
+            id,
+            shared: Arc::clone(&shared),
+            incoming: rx,
+            poll,
+            udp,
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("worker-{id}"))
+            .spawn(move || {
+                if let Err(e) = worker::run(setup) {
+                    eprintln!("tailtrim: worker {id} failed: {e}");
+                    std::process::abort();
+                }
+            })?;
+        threads.push(thread);
+        senders.push(tx);
+        wakers.push(waker);
+    }
+    if let Some(bound) = bound_udp {
+        shared
+            .udp_port
+            .store(u64::from(bound.port()), Ordering::Relaxed);
+    }
+
+    let accept_poll = Poll::new()?;
+    let acceptor_waker = Arc::new(Waker::new(accept_poll.registry(), ACCEPTOR_WAKER)?);
+    let mut mio_listener = mio::net::TcpListener::from_std(listener);
+    accept_poll
+        .registry()
+        .register(&mut mio_listener, LISTENER_TOKEN, Interest::READABLE)?;
+    {
+        let shared = Arc::clone(&shared);
+        let worker_wakers = wakers.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("acceptor".into())
+                .spawn(move || {
+                    accept_loop(accept_poll, mio_listener, &shared, &senders, &worker_wakers)
+                })?,
+        );
+    }
+    wakers.push(acceptor_waker);
+
+    if config.storage.crawl_interval_ms > 0 {
+        let shared = Arc::clone(&shared);
+        threads.push(
+            std::thread::Builder::new()
+                .name("crawler".into())
+                .spawn(move || crawl_loop(&shared))?,
+        );
+    }
+    if config.server.admin_port != 0 {
+        let admin_addr = format!("{}:{}", config.server.listen, config.server.admin_port);
+        let admin = TcpListener::bind(&admin_addr).map_err(bind_error("admin", &admin_addr))?;
+        admin.set_nonblocking(true)?;
+        let shared = Arc::clone(&shared);
+        threads.push(
+            std::thread::Builder::new()
+                .name("admin".into())
+                .spawn(move || admin_loop(admin, &shared))?,
+        );
+    }
+    Ok(ServerHandle {
+        shared,
+        wakers,
+        threads,
+        local_addr,
+    })
+}
+
+fn accept_loop(
+    mut poll: Poll,
+    listener: mio::net::TcpListener,
+    shared: &Shared,
+    senders: &[Sender<(mio::net::TcpStream, SocketAddr)>],
+    wakers: &[Arc<Waker>],
+) {
+    let mut events = Events::with_capacity(64);
+    let mut next = 0usize;
+    let max = shared.config.server.max_connections as u64;
+    while !shared.stopping() {
+        if poll.poll(&mut events, None).is_err() {
+            continue;
+        }
+        loop {
+            let (stream, peer) = match listener.accept() {
+                Ok(pair) => pair,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // EMFILE and friends: back off briefly rather than spin.
+                    eprintln!("tailtrim: accept failed: {e}");
+                    std::thread::sleep(Duration::from_millis(10));
+                    break;
+                }
+            };
+            if shared.curr_connections.load(Ordering::Relaxed) >= max {
+                shared.rejected_connections.fetch_add(1, Ordering::Relaxed);
+                let mut s = stream;
+                let _ = s.write_all(b"ERROR Too many open connections\r\n");
+                continue;
+            }
+            shared.curr_connections.fetch_add(1, Ordering::Relaxed);
+            shared.total_connections.fetch_add(1, Ordering::Relaxed);
+            let target = next % senders.len();
+            next = next.wrapping_add(1);
+            if senders[target].send((stream, peer)).is_ok() {
+                let _ = wakers[target].wake();
+            } else {
+                shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+fn crawl_loop(shared: &Shared) {
+    let interval = Duration::from_millis(shared.config.storage.crawl_interval_ms);
+    let budget = shared.config.storage.crawl_budget;
+    let tick = Duration::from_millis(50).min(interval);
+    let mut waited = Duration::ZERO;
+    while !shared.stopping() {
+        std::thread::sleep(tick);
+        waited += tick;
+        if waited >= interval {
+            waited = Duration::ZERO;
+            shared.store.crawl_expired(shared::unix_now(), budget);
+        }
+    }
+}
+
+fn admin_loop(listener: TcpListener, shared: &Shared) {
+    while !shared.stopping() {
+        match listener.accept() {
+            Ok((mut stream, _)) => {
+                let _ = stream.set_nonblocking(false);
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut request = [0u8; 4096];
+                let _ = stream.read(&mut request);
+                let body = report::prometheus(shared, shared::unix_now().0);
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(response.as_bytes());
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// Runs a server until SIGINT or SIGTERM, then shuts it down gracefully.
+pub fn run_until_signal(config: ServerConfig) -> Result<(), ServerError> {
+    let term = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&term))?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&term))?;
+    let verbose = config.server.verbose;
+    let handle = start(config)?;
+    if verbose > 0 {
+        eprintln!(
+            "tailtrim {} listening on {} (udp port {})",
+            shared::VERSION,
+            handle.local_addr(),
+            handle.shared().udp_port.load(Ordering::Relaxed)
+        );
+    }
+    while !term.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if verbose > 0 {
+        eprintln!("tailtrim: signal received, shutting down");
+    }
+    handle.shutdown();
+    Ok(())
+}

@@ -1,0 +1,211 @@
+//! Server configuration: one struct per TOML section, defaults as documented
+//! constants. `tailtrim serve` reads an optional TOML file, then applies
+//! command-line flags on top (flags win), and can print the result.
+
+use serde::{Deserialize, Serialize};
+
+/// Default TCP port (`-p`), memcached's.
+pub const DEFAULT_PORT: u16 = 11211;
+/// Default UDP port (`-U`); 0 disables UDP, as in memcached ≥ 1.5.6.
+pub const DEFAULT_UDP_PORT: u16 = 0;
+/// Default listen address (`-l`).
+pub const DEFAULT_LISTEN: &str = "0.0.0.0";
+/// Default worker threads (`-t`), memcached's.
+pub const DEFAULT_THREADS: usize = 4;
+/// Default maximum simultaneous connections (`-c`), memcached's.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Default memory limit in MiB (`-m`), memcached's.
+pub const DEFAULT_MEMORY_MB: u64 = 64;
+/// Default largest item in bytes (`-I`), memcached's 1 MiB.
+pub const DEFAULT_ITEM_SIZE_MAX: u64 = 1024 * 1024;
+/// Default admin (Prometheus) port; 0 disables it.
+pub const DEFAULT_ADMIN_PORT: u16 = 0;
+/// Default interval of the background expiry crawler, in milliseconds.
+pub const DEFAULT_CRAWL_INTERVAL_MS: u64 = 1000;
+/// Items the crawler may inspect per interval.
+pub const DEFAULT_CRAWL_BUDGET: usize = 4096;
+/// Largest per-connection read buffer before the connection is closed (bytes):
+/// bounds memory whatever a client sends (must exceed `-I` plus a line).
+pub const DEFAULT_MAX_CONN_BUFFER: usize = 4 * 1024 * 1024;
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// `[server]`: sockets and limits.
+    pub server: NetworkSection,
+    /// `[storage]`: memory and items.
+    pub storage: StorageSection,
+    /// `[workers]`: threads and dispatch.
+    pub workers: WorkersSection,
+}
+
+/// `[server]` section.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct NetworkSection {
+    /// TCP port (`-p`); 0 picks a free port (printed at start-up).
+    pub port: u16,
+    /// UDP port (`-U`); 0 disables UDP.
+    pub udp_port: u16,
+    /// Address to listen on (`-l`).
+    pub listen: String,
+    /// Maximum simultaneous connections (`-c`).
+    pub max_connections: usize,
+    /// Admin port for Prometheus text metrics (`--admin-port`); 0 disables.
+    pub admin_port: u16,
+    /// Verbosity (`-v` count).
+    pub verbose: u8,
+    /// Per-connection read buffer bound in bytes.
+    pub max_connection_buffer: usize,
+}
+
+impl Default for NetworkSection {
+    fn default() -> Self {
+        NetworkSection {
+            port: DEFAULT_PORT,
+            udp_port: DEFAULT_UDP_PORT,
+            listen: DEFAULT_LISTEN.to_string(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            admin_port: DEFAULT_ADMIN_PORT,
+            verbose: 0,
+            max_connection_buffer: DEFAULT_MAX_CONN_BUFFER,
+        }
+    }
+}
+
+/// `[storage]` section.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct StorageSection {
+    /// Memory limit for items in MiB (`-m`).
+    pub memory_mb: u64,
+    /// Largest item in bytes (`-I`).
+    pub item_size_max: u64,
+    /// Background expiry crawler interval in ms (0 disables; expiry stays lazy).
+    pub crawl_interval_ms: u64,
+    /// Items inspected per crawler interval.
+    pub crawl_budget: usize,
+}
+
+impl Default for StorageSection {
+    fn default() -> Self {
+        StorageSection {
+            memory_mb: DEFAULT_MEMORY_MB,
+            item_size_max: DEFAULT_ITEM_SIZE_MAX,
+            crawl_interval_ms: DEFAULT_CRAWL_INTERVAL_MS,
+            crawl_budget: DEFAULT_CRAWL_BUDGET,
+        }
+    }
+}
+
+/// `[workers]` section.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkersSection {
+    /// Worker threads (`-t`).
+    pub threads: usize,
+    /// How requests reach workers (`--dispatch`).
+    pub dispatch: DispatchPolicy,
+}
+
+impl Default for WorkersSection {
+    fn default() -> Self {
+        WorkersSection {
+            threads: DEFAULT_THREADS,
+            dispatch: DispatchPolicy::Pinned,
+        }
+    }
+}
+
+/// How requests are assigned to workers.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum DispatchPolicy {
+    /// memcached's model: each connection is pinned to one worker
+    /// (round-robin at accept time), which serves all its requests.
+    #[default]
+    Pinned,
+}
+
+impl ServerConfig {
+    /// Parses a TOML document.
+    pub fn from_toml(text: &str) -> Result<ServerConfig, toml::de::Error> {
+        toml::from_str(text)
+    }
+
+    /// Renders the configuration as TOML (`--print-config`).
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
+    }
+
+    /// Checks values that would make the server misbehave.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.workers.threads == 0 {
+            return Err("threads (-t) must be at least 1".into());
+        }
+        if self.server.max_connections == 0 {
+            return Err("max connections (-c) must be at least 1".into());
+        }
+        if self.storage.memory_mb == 0 {
+            return Err("memory limit (-m) must be at least 1 MiB".into());
+        }
+        if self.storage.item_size_max < 1024 {
+            return Err("item size max (-I) must be at least 1k".into());
+        }
+        let limit_bytes = self.storage.memory_mb.saturating_mul(1024 * 1024);
+        if self.storage.item_size_max > limit_bytes / 2 {
+            return Err("item size max (-I) must be at most half the memory limit (-m)".into());
+        }
+        if (self.server.max_connection_buffer as u64) < self.storage.item_size_max + 4096 {
+            return Err("max_connection_buffer must exceed item_size_max by at least 4 KiB".into());
+        }
+        Ok(())
+    }
+}
+
+/// Parses memcached's size syntax for `-I`: a number of bytes, optionally
+/// followed by `k` or `m` (`1m`, `512k`, `2097152`).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let (digits, multiplier) = match text.chars().last() {
+        Some('k' | 'K') => (&text[..text.len() - 1], 1024),
+        Some('m' | 'M') => (&text[..text.len() - 1], 1024 * 1024),
+        _ => (text, 1),
+    };
+    let value: u64 = digits
+        .parse()
+        .map_err(|_| format!("invalid size '{text}' (use bytes, or a k/m suffix)"))?;
+    Ok(value * multiplier)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_round_trip_and_partial_files() {
+        let config = ServerConfig::default();
+        assert_eq!(ServerConfig::from_toml(&config.to_toml()).unwrap(), config);
+        let partial = ServerConfig::from_toml("[server]\nport = 22122\n").unwrap();
+        assert_eq!(partial.server.port, 22122);
+        assert_eq!(partial.workers.threads, DEFAULT_THREADS);
+        assert!(ServerConfig::from_toml("[server]\nbogus = 1\n").is_err());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("1m").unwrap(), 1024 * 1024);
+        assert_eq!(parse_size("512k").unwrap(), 512 * 1024);
+        assert_eq!(parse_size("2000").unwrap(), 2000);
+        assert!(parse_size("lots").is_err());
+    }
+
+    #[test]
+    fn validation() {
+        let mut config = ServerConfig::default();
+        assert!(config.validate().is_ok());
+        config.workers.threads = 0;
+        assert!(config.validate().is_err());
+    }
+}

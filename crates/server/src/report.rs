@@ -1,0 +1,154 @@
+//! `stats` replies (memcached's format) and Prometheus text metrics.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use tailtrim_proto::reply::{self, ReplyBuf};
+
+use crate::exec::ExecContext;
+use crate::shared::Shared;
+
+/// Process CPU time (user, system) in seconds.
+fn rusage() -> (f64, f64) {
+    // SAFETY: getrusage only writes into the struct we pass.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid pointer is always defined.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    if rc != 0 {
+        return (0.0, 0.0);
+    }
+    let secs = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    (secs(usage.ru_utime), secs(usage.ru_stime))
+}
+
+/// General statistics as (name, value) pairs, in memcached's order where
+/// the names exist there.
+pub fn general_stats(shared: &Shared, now: u64) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    let mut push = |name: &str, value: String| out.push((name.to_string(), value));
+    let (user, system) = rusage();
+    push("pid", std::process::id().to_string());
+    push("uptime", now.saturating_sub(shared.started).to_string());
+    push("time", now.to_string());
+    push("version", shared.version.clone());
+    push(
+        "pointer_size",
+        (8 * std::mem::size_of::<usize>()).to_string(),
+    );
+    push("rusage_user", format!("{user:.6}"));
+    push("rusage_system", format!("{system:.6}"));
+    push(
+        "max_connections",
+        shared.config.server.max_connections.to_string(),
+    );
+    push(
+        "curr_connections",
+        shared.curr_connections.load(Ordering::Relaxed).to_string(),
+    );
+    push(
+        "total_connections",
+        shared.total_connections.load(Ordering::Relaxed).to_string(),
+    );
+    push(
+        "rejected_connections",
+        shared
+            .rejected_connections
+            .load(Ordering::Relaxed)
+            .to_string(),
+    );
+    let counters = shared.counter_snapshot();
+    for (name, value) in counters.pairs() {
+        push(name, value.to_string());
+    }
+    let store = shared.store.stats();
+    push("limit_maxbytes", store.limit_maxbytes.to_string());
+    push("threads", shared.config.workers.threads.to_string());
+    push("bytes", store.bytes.to_string());
+    push("curr_items", store.curr_items.to_string());
+    push("total_items", store.total_items.to_string());
+    push("expired_unfetched", store.expired_unfetched.to_string());
+    push("evicted_unfetched", store.evicted_unfetched.to_string());
+    push("evictions", store.evictions.to_string());
+    push("reclaimed", store.reclaimed.to_string());
+    push("item_size_max", store.item_size_max.to_string());
+    out
+}
+
+/// `stats settings` pairs.
+fn settings_stats(shared: &Shared) -> Vec<(String, String)> {
+    let c = &shared.config;
+    vec![
+        (
+            "maxbytes".into(),
+            (c.storage.memory_mb * 1024 * 1024).to_string(),
+        ),
+        ("maxconns".into(), c.server.max_connections.to_string()),
+        (
+            "tcpport".into(),
+            shared.tcp_port.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "udpport".into(),
+            shared.udp_port.load(Ordering::Relaxed).to_string(),
+        ),
+        ("inter".into(), c.server.listen.clone()),
+        ("verbosity".into(), c.server.verbose.to_string()),
+        ("evictions".into(), "on".into()),
+        ("num_threads".into(), c.workers.threads.to_string()),
+        ("cas_enabled".into(), "yes".into()),
+        ("item_size_max".into(), c.storage.item_size_max.to_string()),
+        (
+            "dispatch".into(),
+            format!("{:?}", c.workers.dispatch).to_lowercase(),
+        ),
+    ]
+}
+
+/// Executes a `stats` command.
+pub fn stats_command(args: &[Bytes], ctx: &ExecContext<'_>, out: &mut ReplyBuf) {
+    let pairs = match args.first().map(|a| a.as_ref()) {
+        None => general_stats(ctx.shared, ctx.now.0),
+        Some(b"settings") => settings_stats(ctx.shared),
+        Some(b"items") => {
+            let store = ctx.shared.store.stats();
+            vec![
+                ("items:1:number".into(), store.curr_items.to_string()),
+                ("items:1:evicted".into(), store.evictions.to_string()),
+                ("items:1:reclaimed".into(), store.reclaimed.to_string()),
+            ]
+        }
+        Some(b"slabs") => {
+            let store = ctx.shared.store.stats();
+            vec![
+                ("active_slabs".into(), "1".into()),
+                ("total_malloced".into(), store.bytes.to_string()),
+            ]
+        }
+        Some(b"reset") => {
+            for counters in &ctx.shared.counters {
+                counters.reset();
+            }
+            return reply::line(out, b"RESET");
+        }
+        Some(b"detail") => {
+            return reply::line(out, b"CLIENT_ERROR usage: stats detail on|off|dump");
+        }
+        Some(_) => return reply::line(out, b"ERROR"),
+    };
+    for (name, value) in pairs {
+        reply::stat(out, &name, &value);
+    }
+    reply::line(out, b"END");
+}
+
+/// Prometheus text exposition of the general statistics.
+pub fn prometheus(shared: &Shared, now: u64) -> String {
+    let mut text = String::new();
+    for (name, value) in general_stats(shared, now) {
+        if value.parse::<f64>().is_err() {
+            continue;
+        }
+        text.push_str(&format!("tailtrim_{name} {value}\n"));
+    }
+    text
+}

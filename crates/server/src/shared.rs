@@ -1,0 +1,84 @@
+//! State shared by every thread of one server instance.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tailtrim_store::{Store, UnixSecs};
+
+use crate::config::ServerConfig;
+use crate::stats::{CounterSnapshot, WorkerCounters};
+
+/// Version string reported by `version` and `stats`: the memcached release
+/// whose behaviour we match, then ours.
+pub const VERSION: &str = concat!("1.6.18-tailtrim-", env!("CARGO_PKG_VERSION"));
+
+/// Server-wide state. Lock order: none here (atomics only); the store's own
+/// shard locks are taken inside store calls and never held across calls.
+pub struct Shared {
+    /// The item store.
+    pub store: Store,
+    /// The effective configuration.
+    pub config: ServerConfig,
+    /// `version` reply text.
+    pub version: String,
+    /// Unix second the server started.
+    pub started: u64,
+    /// One counter block per worker, indexed by worker id.
+    pub counters: Vec<WorkerCounters>,
+    /// Open client connections.
+    pub curr_connections: AtomicU64,
+    /// Connections accepted since start.
+    pub total_connections: AtomicU64,
+    /// Connections refused because of `-c`.
+    pub rejected_connections: AtomicU64,
+    /// Set once to stop every thread.
+    pub shutdown: AtomicBool,
+    /// TCP port actually bound (differs from config when it was 0).
+    pub tcp_port: AtomicU64,
+    /// UDP port actually bound (0 when disabled).
+    pub udp_port: AtomicU64,
+}
+
+impl Shared {
+    /// Builds the shared state for `workers` worker threads.
+    pub fn new(store: Store, config: ServerConfig) -> Shared {
+        let workers = config.workers.threads;
+        Shared {
+            store,
+            version: VERSION.to_string(),
+            started: unix_now().0,
+            counters: (0..workers).map(|_| WorkerCounters::default()).collect(),
+            curr_connections: AtomicU64::new(0),
+            total_connections: AtomicU64::new(0),
+            rejected_connections: AtomicU64::new(0),
+            shutdown: AtomicBool::new(false),
+            tcp_port: AtomicU64::new(u64::from(config.server.port)),
+            udp_port: AtomicU64::new(u64::from(config.server.udp_port)),
+            config,
+        }
+    }
+
+    /// Sum of all workers' counters.
+    pub fn counter_snapshot(&self) -> CounterSnapshot {
+        let mut snap = CounterSnapshot::default();
+        for c in &self.counters {
+            snap.add(c);
+        }
+        snap
+    }
+
+    /// True once shutdown has begun.
+    pub fn stopping(&self) -> bool {
+        self.shutdown.load(Ordering::Acquire)
+    }
+}
+
+/// The current Unix second (the one clock read of the server runtime).
+pub fn unix_now() -> UnixSecs {
+    UnixSecs(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+    )
+}
