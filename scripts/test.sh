@@ -44,7 +44,7 @@ check "cargo clippy" cargo clippy --workspace --all-targets -- -D warnings
 check "cargo build --release" cargo build --release --workspace
 
 step "cargo test --release"
-cargo test --release --workspace 2>&1 | tee "$logdir/cargo-test.log"
+cargo test --release --workspace --no-fail-fast 2>&1 | tee "$logdir/cargo-test.log"
 cargo_status=${PIPESTATUS[0]}
 read -r cargo_passed cargo_failed < <(awk '/^test result:/ {
         for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i }
