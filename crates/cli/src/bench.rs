@@ -1,12 +1,335 @@
-//! `tailtrim bench` (not yet implemented).
+//! `tailtrim bench`: flags -> [`tailtrim_bench`] (preload, run or sweep),
+//! then a table on stdout, optional JSON and plots, and a progress bar on a TTY.
 
+use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use tailtrim_bench::plot::{plot_run, plot_sweep};
+use tailtrim_bench::workload::{etc_arrival, Arrival, Popularity};
+use tailtrim_bench::{
+    parse_rates, preload, sweep, RunConfig, Transport, WorkloadOverrides, WorkloadSpec,
+};
 
 /// Arguments of `tailtrim bench`.
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+#[command(
+    about = "Open-loop load generator (latency from the scheduled send time)",
+    after_help = "Example:\n  tailtrim bench -s 127.0.0.1:11211 --workload etc --rate 20000 --duration 10 \\\n      --json out.json --plot plots/\n\nBuilt-in workloads: etc, minos, chisel, tailx, tailx-large, uniform.\n`--print-workload` prints one as TOML to start a custom mix (`--workload-file`)."
+)]
+pub struct Args {
+    #[command(flatten)]
+    flags: Box<Flags>,
+}
+
+/// The flags behind [`Args`] (boxed to keep the subcommand enum small).
+#[derive(clap::Args, Debug)]
+struct Flags {
+    /// Server to load, host:port.
+    #[arg(short = 's', long, default_value = "127.0.0.1:11211")]
+    server: String,
+    /// Use UDP (memcached's 8-byte frame header) instead of TCP.
+    #[arg(long)]
+    udp: bool,
+    /// Built-in workload.
+    #[arg(short = 'w', long, default_value = "etc")]
+    workload: String,
+    /// Workload TOML file (overrides --workload).
+    #[arg(long, value_name = "PATH")]
+    workload_file: Option<PathBuf>,
+    /// Print the resolved workload as TOML and exit.
+    #[arg(long)]
+    print_workload: bool,
+    /// Target rate in requests per second.
+    #[arg(short = 'r', long, default_value_t = 10_000.0)]
+    rate: f64,
+    /// Sweep: `a,b,c` or `start:end:step` (overrides --rate).
+    #[arg(long, value_name = "LIST")]
+    rates: Option<String>,
+    /// Measured seconds per run.
+    #[arg(short = 'd', long, default_value_t = 10.0)]
+    duration: f64,
+    /// Warm-up seconds before each measured window.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Connections (UDP sockets with --udp).
+    #[arg(short = 'c', long, default_value_t = tailtrim_bench::engine::DEFAULT_CONNECTIONS)]
+    connections: usize,
+    /// I/O threads (each runs rate/threads of the schedule).
+    #[arg(short = 't', long, default_value_t = 1)]
+    threads: usize,
+    /// Requests in flight per connection before queueing client-side.
+    #[arg(long, default_value_t = tailtrim_bench::engine::DEFAULT_MAX_IN_FLIGHT)]
+    max_in_flight: usize,
+    /// Busy-poll margin before each send time, in microseconds.
+    #[arg(long, default_value_t = 50)]
+    spin_us: u64,
+    /// Time allowed for outstanding replies after the schedule, in milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    drain_ms: u64,
+    /// UDP loss timeout in milliseconds.
+    #[arg(long, default_value_t = 500)]
+    udp_timeout_ms: u64,
+    /// Seed of the schedule and key choices.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Skip the preload phase.
+    #[arg(long)]
+    no_preload: bool,
+    /// Only preload, no measured run.
+    #[arg(long)]
+    preload_only: bool,
+    /// Connections used by the preload.
+    #[arg(long, default_value_t = 4)]
+    preload_connections: usize,
+    /// Write the results as JSON.
+    #[arg(long, value_name = "PATH")]
+    json: Option<PathBuf>,
+    /// Write SVG and PNG plots into this directory.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+    /// No progress bar, no table.
+    #[arg(short = 'q', long)]
+    quiet: bool,
+    /// Keys in the main pool.
+    #[arg(long)]
+    keys: Option<u64>,
+    /// Key popularity: uniform, zipf (0.99) or zipf:S.
+    #[arg(long)]
+    popularity: Option<String>,
+    /// Arrival process: poisson or etc (generalized Pareto of the ETC trace).
+    #[arg(long)]
+    arrival: Option<String>,
+    /// Share of keys drawn from the large pool (minos, tailx-large).
+    #[arg(long)]
+    large_share: Option<f64>,
+    /// Keys in the large pool.
+    #[arg(long)]
+    large_keys: Option<u64>,
+    /// Multiplier on large value sizes (e.g. 0.5 for 1 MB instead of 2 MB items).
+    #[arg(long)]
+    large_scale: Option<f64>,
+    /// Keys per mice multiget.
+    #[arg(long)]
+    mice_keys: Option<u32>,
+    /// Keys per elephant multiget.
+    #[arg(long)]
+    elephant_keys: Option<u32>,
+    /// Mice requests per elephant (e.g. 9 or 5).
+    #[arg(long)]
+    mice_per_elephant: Option<f64>,
+    /// Fixed key size of the main pool.
+    #[arg(long)]
+    key_size: Option<u32>,
+    /// Fixed value size of the main pool.
+    #[arg(long)]
+    value_size: Option<u32>,
+    /// Share of SETs in the mix.
+    #[arg(long)]
+    set_share: Option<f64>,
+    /// Values above this many bytes make a request `large`.
+    #[arg(long)]
+    large_threshold: Option<u64>,
+    /// Requests with at least this many keys are `elephant`.
+    #[arg(long)]
+    elephant_min_keys: Option<u32>,
+}
+
+fn workload_from(args: &Flags) -> Result<WorkloadSpec, String> {
+    let mut spec = match &args.workload_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|error| format!("reading {}: {error}", path.display()))?;
+            WorkloadSpec::from_toml(&text).map_err(|error| error.to_string())?
+        }
+        None => WorkloadSpec::preset(&args.workload).map_err(|error| error.to_string())?,
+    };
+    let popularity = args
+        .popularity
+        .as_deref()
+        .map(str::parse::<Popularity>)
+        .transpose()
+        .map_err(|error| error.to_string())?;
+    let arrival = match args.arrival.as_deref() {
+        None => None,
+        Some("poisson") => Some(Arrival::Poisson),
+        Some("etc") | Some("gpd") => Some(etc_arrival()),
+        Some(other) => return Err(format!("--arrival must be poisson or etc, got {other:?}")),
+    };
+    spec.apply(&WorkloadOverrides {
+        keys: args.keys,
+        popularity,
+        large_share: args.large_share,
+        large_keys: args.large_keys,
+        large_scale: args.large_scale,
+        mice_keys: args.mice_keys,
+        elephant_keys: args.elephant_keys,
+        mice_per_elephant: args.mice_per_elephant,
+        key_size: args.key_size,
+        value_size: args.value_size,
+        set_share: args.set_share,
+        arrival,
+        large_threshold_bytes: args.large_threshold,
+        elephant_min_keys: args.elephant_min_keys,
+    })
+    .map_err(|error| error.to_string())?;
+    Ok(spec)
+}
+
+fn seconds(value: f64, name: &str) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(value)
+        .map_err(|_| format!("--{name} must be a non-negative number"))
+}
+
+fn progress_bar(enabled: bool, length: u64, label: &str) -> Option<ProgressBar> {
+    if !enabled {
+        return None;
+    }
+    let bar = ProgressBar::new(length);
+    let style = ProgressStyle::with_template("{prefix} [{bar:40}] {elapsed_precise} {msg}")
+        .map(|style| style.progress_chars("=> "));
+    if let Ok(style) = style {
+        bar.set_style(style);
+    }
+    bar.set_prefix(label.to_string());
+    Some(bar)
+}
 
 /// Runs `tailtrim bench`.
-pub fn run(_args: Args) -> Result<ExitCode, String> {
-    Err("bench is not implemented yet".to_string())
+pub fn run(args: Args) -> Result<ExitCode, String> {
+    let args = *args.flags;
+    let spec = workload_from(&args)?;
+    if args.print_workload {
+        print!("{}", spec.to_toml().map_err(|error| error.to_string())?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let workload = Arc::new(spec);
+    let interactive = !args.quiet && std::io::stderr().is_terminal();
+    let mut config = RunConfig::new(&args.server, args.rate, seconds(args.duration, "duration")?);
+    config.transport = if args.udp {
+        Transport::Udp
+    } else {
+        Transport::Tcp
+    };
+    config.warmup = seconds(args.warmup, "warmup")?;
+    config.connections = args.connections;
+    config.threads = args.threads;
+    config.max_in_flight = args.max_in_flight;
+    config.spin = Duration::from_micros(args.spin_us);
+    config.drain = Duration::from_millis(args.drain_ms);
+    config.udp_timeout = Duration::from_millis(args.udp_timeout_ms);
+    config.seed = args.seed;
+
+    if !args.no_preload {
+        let total = workload.total_keys();
+        let bar = progress_bar(interactive, total, "preload");
+        let loaded = preload(
+            &workload,
+            &args.server,
+            args.preload_connections,
+            &mut |done| {
+                if let Some(bar) = &bar {
+                    bar.set_position(done);
+                }
+            },
+        )
+        .map_err(|error| error.to_string())?;
+        if let Some(bar) = bar {
+            bar.finish_and_clear();
+        }
+        if !args.quiet {
+            eprintln!(
+                "preloaded {} keys in {:.1} s ({} errors)",
+                loaded.keys, loaded.seconds, loaded.errors
+            );
+        }
+        if args.preload_only {
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
+
+    let total_ms = (config.warmup + config.duration).as_millis() as u64;
+    let show = |bar: &Option<ProgressBar>, progress: &tailtrim_bench::Progress| {
+        if let Some(bar) = bar {
+            bar.set_position(progress.elapsed.as_millis() as u64);
+            bar.set_message(format!(
+                "{} replies, {} errors",
+                progress.completed, progress.errors
+            ));
+        }
+    };
+    let json = match &args.rates {
+        None => {
+            let bar = progress_bar(interactive, total_ms, &format!("{:.0} rps", config.rate));
+            let report =
+                tailtrim_bench::run(&workload, &config, &mut |progress| show(&bar, progress))
+                    .map_err(|error| error.to_string())?;
+            if let Some(bar) = bar {
+                bar.finish_and_clear();
+            }
+            if !args.quiet {
+                print!("{}", report.to_table());
+            }
+            if let Some(directory) = &args.plot {
+                plot_run(&report, directory).map_err(|error| error.to_string())?;
+            }
+            serde_json::to_string_pretty(&report)
+        }
+        Some(list) => {
+            let rates = parse_rates(list).map_err(|error| error.to_string())?;
+            let mut bar: Option<ProgressBar> = None;
+            let mut current = usize::MAX;
+            let quiet = args.quiet;
+            let result = sweep(
+                &workload,
+                &config,
+                &rates,
+                &mut |index, progress| {
+                    if index != current {
+                        current = index;
+                        if let Some(old) = bar.take() {
+                            old.finish_and_clear();
+                        }
+                        bar = progress_bar(
+                            interactive,
+                            total_ms,
+                            &format!("{}/{} {:.0} rps", index + 1, rates.len(), rates[index]),
+                        );
+                    }
+                    show(&bar, progress);
+                },
+                &mut |point| {
+                    if !quiet {
+                        eprintln!(
+                            "{:.0} rps: achieved {:.0}, p99 {:.1} µs, errors {}",
+                            point.target_rps,
+                            point.achieved_rps,
+                            point.class(tailtrim_bench::Class::All).p99_us,
+                            point.errors
+                        );
+                    }
+                },
+            );
+            if let Some(bar) = bar.take() {
+                bar.finish_and_clear();
+            }
+            let report = result.map_err(|error| error.to_string())?;
+            if !args.quiet {
+                print!("{}", report.to_table());
+            }
+            if let Some(directory) = &args.plot {
+                plot_sweep(&report, directory).map_err(|error| error.to_string())?;
+            }
+            serde_json::to_string_pretty(&report)
+        }
+    }
+    .map_err(|error| error.to_string())?;
+    if let Some(path) = &args.json {
+        std::fs::write(path, json + "\n")
+            .map_err(|error| format!("writing {}: {error}", path.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
