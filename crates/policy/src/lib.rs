@@ -16,3 +16,4 @@ pub mod error;
 pub mod health;
 pub mod planner;
 pub mod ring;
+pub mod sizeaware;
