@@ -41,3 +41,18 @@ pub enum StoreError {
     #[error("invalid store configuration: {0}")]
     InvalidConfig(String),
 }
+
+impl StoreError {
+    /// The reply line memcached 1.6 sends for this condition (without
+    /// `\r\n`), for the server's convenience.
+    pub fn memcached_reply(&self) -> &'static str {
+        match self {
+            StoreError::EmptyKey | StoreError::KeyTooLong { .. } => {
+                "CLIENT_ERROR bad command line format"
+            }
+            StoreError::TooLarge { .. } => "SERVER_ERROR object too large for cache",
+            StoreError::OutOfMemory { .. } => "SERVER_ERROR out of memory storing object",
+            StoreError::InvalidConfig(_) => "SERVER_ERROR invalid configuration",
+        }
+    }
+}

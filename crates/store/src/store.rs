@@ -501,7 +501,7 @@ impl Store {
 
     fn new_item(
         &self,
-        key: &[u8],
+        key: Bytes,
         value: Bytes,
         flags: u32,
         expiry: Expiry,
@@ -509,7 +509,7 @@ impl Store {
         now: UnixSecs,
     ) -> Item {
         Item {
-            key: Bytes::copy_from_slice(key),
+            key,
             value,
             flags,
             expiry,
@@ -602,7 +602,14 @@ impl Store {
                         lru: LruMove::None,
                     });
                 };
-                let mut item = self.new_item(key, Bytes::new(), 0, expiry, self.next_cas(), now);
+                let mut item = self.new_item(
+                    Bytes::copy_from_slice(key),
+                    Bytes::new(),
+                    0,
+                    expiry,
+                    self.next_cas(),
+                    now,
+                );
                 item.state = STATE_WIN_TOKEN_SENT;
                 if !request.no_bump {
                     item.state |= STATE_FETCHED;
@@ -693,8 +700,13 @@ impl Store {
         self.mutate(key, now, |existing| {
             let cas_mode = request.compare_cas.is_some()
                 && matches!(request.mode, StoreMode::Set | StoreMode::Replace);
+            // An overwrite shares the stored key instead of copying it again.
+            let stored_key = existing.as_deref().map(|old| old.key.clone());
             let new_item = |value: Bytes, flags: u32, expiry: Expiry| {
                 let cas = request.new_cas.unwrap_or_else(|| self.next_cas());
+                let key = stored_key
+                    .clone()
+                    .unwrap_or_else(|| Bytes::copy_from_slice(key));
                 self.new_item(key, value, flags, expiry, cas, now)
             };
             let put = |item: Item| {
@@ -947,7 +959,7 @@ impl Store {
                 };
                 let expiry = request.new_expiry.unwrap_or(vivify.expiry);
                 let value = Bytes::from(vivify.initial.to_string());
-                let item = self.new_item(key, value, 0, expiry, cas(), now);
+                let item = self.new_item(Bytes::copy_from_slice(key), value, 0, expiry, cas(), now);
                 let created = ArithItem {
                     value: vivify.initial,
                     cas: item.cas,
@@ -975,7 +987,7 @@ impl Store {
             };
             let expiry = request.new_expiry.unwrap_or(old.expiry);
             let mut item = self.new_item(
-                key,
+                old.key.clone(),
                 format_counter(number, old.value.len()),
                 old.flags,
                 expiry,

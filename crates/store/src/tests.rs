@@ -875,3 +875,34 @@ fn overwriting_at_full_memory_evicts_nothing_and_add_refreshes_lru() {
     assert_eq!(s.stats().evictions, 1);
     s.check_invariants();
 }
+
+#[test]
+fn crawler_respects_its_budget_and_resumes() {
+    let s = store_with(64 * 1024 * 1024, 2);
+    for i in 0..500 {
+        set(&s, &format!("k{i}"), "v", 1, T0);
+    }
+    let first = s.crawl_expired(at(5), 100);
+    assert_eq!(first.inspected, 100);
+    assert_eq!(first.reclaimed, 100);
+    let mut total = first.reclaimed;
+    for _ in 0..20 {
+        total += s.crawl_expired(at(5), 100).reclaimed;
+    }
+    assert_eq!(total, 500);
+    assert_eq!(s.stats().curr_items, 0);
+    assert_eq!(s.used_bytes(), 0);
+    s.check_invariants();
+}
+
+#[test]
+fn error_replies_match_memcached() {
+    let s = store();
+    let err = s
+        .set(b"k", Bytes::from(vec![0; 2 << 20]), 0, Expiry::Never, T0)
+        .unwrap_err();
+    assert_eq!(
+        err.memcached_reply(),
+        "SERVER_ERROR object too large for cache"
+    );
+}
