@@ -16,6 +16,13 @@
 //!                                threshold_bytes, small_workers = [0, s), large_workers = [s, n)
 //! ```
 //!
+//! Each worker owns its [`SizeHistogram`] (no sharing on the request path). At the tick it
+//! hands the histogram over ([`SizeHistogram::take`], e.g. through a channel) tagged with the
+//! epoch it was filled in; a late hand-off still lands in its own epoch as long as that epoch
+//! is inside the window ([`SizeWindow::absorb_epoch`]). A worker may instead keep a whole
+//! [`SizeWindow`] and the controller [`SizeWindow::merge`] it. A GET miss accesses no item and
+//! is not recorded.
+//!
 //! # The algorithm
 //!
 //! 1. **Sizes.** Every request whose size is known (GET: the item's value length after lookup;

@@ -10,6 +10,7 @@
 //!                                   candidate split ─► hysteresis ─► Decision + DecisionInputs
 //! ```
 
+use std::num::NonZeroUsize;
 use std::ops::Range;
 
 use super::histogram::{CostSplit, SizeWindow};
@@ -381,12 +382,10 @@ impl SizeAwareController {
 
     /// An empty window of the configured length, for the server's controller thread.
     pub fn new_window(&self) -> SizeWindow {
-        match SizeWindow::new(self.config.window_epochs) {
-            Ok(window) => window,
-            // `validate` rejected a zero-length window, so this arm is not reached; fall back
-            // to a one-epoch window rather than panic.
-            Err(_) => SizeWindow::new(1).unwrap_or_else(|_| unreachable!("1 epoch is valid")),
-        }
+        // `validate` rejected a zero-length window; the fallback only keeps this infallible.
+        SizeWindow::with_epochs(
+            NonZeroUsize::new(self.config.window_epochs).unwrap_or(NonZeroUsize::MIN),
+        )
     }
 
     /// The configuration.

@@ -14,6 +14,8 @@
 //! counts requests and sums their [`packet_cost`]s, so the cost split at a threshold that is a
 //! bucket boundary (every measured threshold is one) is exact.
 
+use std::num::NonZeroUsize;
+
 use super::{packet_cost, Epoch, SizeAwareError};
 
 /// Sizes below this are bucketed linearly.
@@ -300,10 +302,15 @@ struct EpochSlot {
 impl SizeWindow {
     /// A window over `window_epochs` epochs, starting at epoch 0.
     pub fn new(window_epochs: usize) -> Result<Self, SizeAwareError> {
-        if window_epochs == 0 {
-            return Err(SizeAwareError::ZeroWindow);
-        }
-        let mut slots: Vec<EpochSlot> = (0..window_epochs)
+        NonZeroUsize::new(window_epochs)
+            .map(Self::with_epochs)
+            .ok_or(SizeAwareError::ZeroWindow)
+    }
+
+    /// A window over `window_epochs` epochs, starting at epoch 0 (infallible form of
+    /// [`new`](Self::new)).
+    pub fn with_epochs(window_epochs: NonZeroUsize) -> Self {
+        let mut slots: Vec<EpochSlot> = (0..window_epochs.get())
             .map(|_| EpochSlot {
                 epoch: None,
                 histogram: SizeHistogram::new(),
@@ -312,11 +319,11 @@ impl SizeWindow {
         if let Some(first) = slots.first_mut() {
             first.epoch = Some(Epoch(0));
         }
-        Ok(SizeWindow {
+        SizeWindow {
             slots: slots.into_boxed_slice(),
             current: Epoch(0),
             current_slot: 0,
-        })
+        }
     }
 
     /// Epochs the window spans (`W`).
