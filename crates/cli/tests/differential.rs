@@ -387,7 +387,8 @@ fn normalise_line(line: &[u8], cas: &mut CasOrdinals) -> (Option<Vec<u8>>, Optio
             for token in tokens.iter_mut().skip(2) {
                 if let Some((name, value)) = token.split_once('=') {
                     let value = match name {
-                        "exp" => ttl_bucket(value),
+                        // memcached 1.6.18 prints the remaining TTL negated.
+                        "exp" if value != "-1" => "<n>".to_string(),
                         "cas" => cas.ordinal(value),
                         "la" | "cls" | "size" | "fetch" => "<n>".to_string(),
                         _ => value.to_string(),
@@ -577,21 +578,24 @@ fn run_case(addr: SocketAddr, case: &Case, pipelined: bool) -> String {
             Step::Send { pieces, read } => (pieces, *read),
         };
         let mut bytes = Vec::new();
+        // The transcript shows placeholders, not the server-specific cas values.
+        let mut shown = String::new();
         for piece in pieces {
             match piece {
-                Piece::Bytes(literal) => bytes.extend_from_slice(literal),
-                Piece::Cas(ordinal) => match cas.seen.get(ordinal - 1) {
-                    Some(raw) => bytes.extend_from_slice(raw.as_bytes()),
-                    None => bytes.extend_from_slice(b"<no such cas>"),
-                },
+                Piece::Bytes(literal) => {
+                    bytes.extend_from_slice(literal);
+                    shown.push_str(&escape(literal));
+                }
+                Piece::Cas(ordinal) => {
+                    match cas.seen.get(ordinal - 1) {
+                        Some(raw) => bytes.extend_from_slice(raw.as_bytes()),
+                        None => bytes.extend_from_slice(b"<no such cas>"),
+                    }
+                    let _ = write!(shown, "{{cas{ordinal}}}");
+                }
             }
         }
-        let _ = writeln!(
-            transcript,
-            "{} {}",
-            if read { ">" } else { "+" },
-            escape(&bytes)
-        );
+        let _ = writeln!(transcript, "{} {shown}", if read { ">" } else { "+" });
         if closed {
             transcript.push_str("  [not sent: connection closed]\n");
             continue;
