@@ -1,12 +1,110 @@
-//! `tailtrim proxy` (not yet implemented).
+//! `tailtrim proxy`: a memcached-protocol proxy over a pool of backends.
+//!
+//! Configuration comes from `--config FILE` (TOML, see `config/proxy.example.toml`), then the
+//! flags below override it; `--print-config` prints the effective configuration and exits.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+
+use tailtrim_proxy::ProxyConfig;
 
 /// Arguments of `tailtrim proxy`.
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    /// TOML configuration file (sections [proxy] and [pool]).
+    #[arg(short = 'c', long = "config", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Client listen address, e.g. 127.0.0.1:22122.
+    #[arg(short = 'l', long = "listen", value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Admin (Prometheus /metrics) listen address; "off" disables it.
+    #[arg(long = "admin", value_name = "ADDR")]
+    pub admin: Option<String>,
+    /// Backends, comma separated, twemproxy syntax: host:port[:weight] [name].
+    #[arg(short = 's', long = "servers", value_name = "LIST", value_delimiter = ',')]
+    pub servers: Option<Vec<String>>,
+    /// Key hash (md5, fnv1a_64, fnv1_64, fnv1a_32, fnv1_32, one_at_a_time, crc32, crc32a).
+    #[arg(long = "hash")]
+    pub hash: Option<String>,
+    /// Distribution: ketama, modula or jump.
+    #[arg(long = "distribution")]
+    pub distribution: Option<String>,
+    /// Copies of each key.
+    #[arg(short = 'r', long = "replicas")]
+    pub replicas: Option<usize>,
+    /// Multiget planner (batch).
+    #[arg(long = "planner")]
+    pub planner: Option<String>,
+    /// Backend request timeout in milliseconds.
+    #[arg(long = "timeout-ms")]
+    pub timeout_ms: Option<u64>,
+    /// Pipelined connections per backend.
+    #[arg(long = "server-connections")]
+    pub server_connections: Option<usize>,
+    /// Runtime worker threads.
+    #[arg(short = 't', long = "threads")]
+    pub threads: Option<usize>,
+    /// Largest value accepted from clients, in bytes (memcached's -I).
+    #[arg(short = 'I', long = "max-item-size")]
+    pub item_size_max: Option<usize>,
+    /// Print the effective configuration as TOML and exit.
+    #[arg(long = "print-config")]
+    pub print_config: bool,
+}
+
+/// Builds the effective configuration: file (or defaults), then flags.
+fn effective_config(args: &Args) -> Result<ProxyConfig, String> {
+    let mut config = match &args.config {
+        Some(path) => ProxyConfig::from_file(path).map_err(|error| error.to_string())?,
+        None => ProxyConfig::default(),
+    };
+    if let Some(listen) = &args.listen {
+        config.proxy.listen = listen.clone();
+    }
+    if let Some(admin) = &args.admin {
+        config.proxy.admin_listen = if admin == "off" {
+            String::new()
+        } else {
+            admin.clone()
+        };
+    }
+    if let Some(threads) = args.threads {
+        config.proxy.threads = threads;
+    }
+    if let Some(size) = args.item_size_max {
+        config.proxy.item_size_max = size;
+    }
+    if let Some(servers) = &args.servers {
+        config.pool.servers = servers.iter().map(|s| s.trim().to_string()).collect();
+    }
+    if let Some(hash) = &args.hash {
+        config.pool.hash = hash.clone();
+    }
+    if let Some(distribution) = &args.distribution {
+        config.pool.distribution = distribution.clone();
+    }
+    if let Some(replicas) = args.replicas {
+        config.pool.replicas = replicas;
+    }
+    if let Some(planner) = &args.planner {
+        config.pool.planner = planner.clone();
+    }
+    if let Some(timeout) = args.timeout_ms {
+        config.pool.timeout_ms = timeout;
+    }
+    if let Some(connections) = args.server_connections {
+        config.pool.server_connections = connections;
+    }
+    Ok(config)
+}
 
 /// Runs `tailtrim proxy`.
-pub fn run(_args: Args) -> Result<ExitCode, String> {
-    Err("proxy is not implemented yet".to_string())
+pub fn run(args: Args) -> Result<ExitCode, String> {
+    let config = effective_config(&args)?;
+    if args.print_config {
+        print!("{}", config.to_toml().map_err(|error| error.to_string())?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    tailtrim_proxy::run_blocking(&config).map_err(|error| error.to_string())?;
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,253 @@
+//! The proxy's TOML configuration: one struct per section, defaults as documented consts.
+//!
+//! ```toml
+//! [proxy]
+//! listen = "127.0.0.1:22122"
+//! admin_listen = "127.0.0.1:22123"
+//!
+//! [pool]
+//! servers = ["127.0.0.1:11211:1", "127.0.0.1:11212:1"]
+//! ```
+//!
+//! See `config/proxy.example.toml` for every key with its default.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tailtrim_client::{PoolConfig, ServerSpec};
+use tailtrim_policy::health::HealthSettings;
+use tailtrim_policy::planner::PlannerKind;
+use tailtrim_policy::ring::{parse_hash_tag, Distribution, HashFunction, RingOptions};
+
+use crate::error::ProxyError;
+
+/// Default client listen address (twemproxy's customary port).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:22122";
+/// Default admin (Prometheus `/metrics`) listen address; empty disables it.
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:22123";
+/// Default runtime worker threads (this project's machines have 2 cores).
+pub const DEFAULT_THREADS: usize = 2;
+/// Default largest value accepted from clients (memcached's `-I` default, 1 MiB).
+pub const DEFAULT_ITEM_SIZE_MAX: usize = tailtrim_proto::DEFAULT_ITEM_SIZE_MAX;
+/// Default pool name.
+pub const DEFAULT_POOL_NAME: &str = "default";
+/// Default key hash. `md5` is libmemcached's ketama hash; set `fnv1a_64` to match a
+/// nutcracker pool that has no `hash:` line.
+pub const DEFAULT_HASH: &str = "md5";
+/// Default distribution.
+pub const DEFAULT_DISTRIBUTION: &str = "ketama";
+/// Default multiget planner.
+pub const DEFAULT_PLANNER: &str = "batch";
+/// Default backend request timeout in milliseconds.
+pub const DEFAULT_TIMEOUT_MS: u64 = 500;
+/// Default connect timeout in milliseconds.
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 300;
+/// Default connections per backend.
+pub const DEFAULT_SERVER_CONNECTIONS: usize = tailtrim_client::config::DEFAULT_CONNECTIONS_PER_BACKEND;
+/// Default consecutive failures before a backend is marked down.
+pub const DEFAULT_SERVER_FAILURE_LIMIT: u32 = tailtrim_policy::health::DEFAULT_FAILURE_LIMIT;
+/// Default wait before probing a down backend, in milliseconds.
+pub const DEFAULT_SERVER_RETRY_TIMEOUT_MS: u64 =
+    tailtrim_policy::health::DEFAULT_RETRY_AFTER_NANOS / 1_000_000;
+/// Default requests queued per backend connection before failing fast.
+pub const DEFAULT_QUEUE_LIMIT: usize = tailtrim_client::config::DEFAULT_QUEUE_LIMIT;
+
+/// The whole file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProxyConfig {
+    /// `[proxy]`: the front end.
+    pub proxy: ProxySection,
+    /// `[pool]`: the backends.
+    pub pool: PoolSection,
+}
+
+/// `[proxy]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProxySection {
+    /// Client listen address.
+    pub listen: String,
+    /// Admin listen address for `GET /metrics`; empty string disables it.
+    pub admin_listen: String,
+    /// Runtime worker threads.
+    pub threads: usize,
+    /// Largest value accepted from clients (bytes); larger `set`s get memcached's
+    /// `SERVER_ERROR object too large for cache` without reaching a backend.
+    pub item_size_max: usize,
+}
+
+impl Default for ProxySection {
+    fn default() -> Self {
+        ProxySection {
+            listen: DEFAULT_LISTEN.to_string(),
+            admin_listen: DEFAULT_ADMIN_LISTEN.to_string(),
+            threads: DEFAULT_THREADS,
+            item_size_max: DEFAULT_ITEM_SIZE_MAX,
+        }
+    }
+}
+
+/// `[pool]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PoolSection {
+    /// Name used in stats and metrics.
+    pub name: String,
+    /// Backends, twemproxy syntax: `host:port[:weight] [name]`.
+    pub servers: Vec<String>,
+    /// Key hash: fnv1_64, fnv1a_64, fnv1_32, fnv1a_32, md5, one_at_a_time, crc32, crc32a.
+    pub hash: String,
+    /// ketama, modula or jump.
+    pub distribution: String,
+    /// Two characters, e.g. "{}": hash only the part of the key between them. Empty: off.
+    pub hash_tag: String,
+    /// Copies of each key: writes go to all, reads to the cheapest live one.
+    pub replicas: usize,
+    /// Multiget planner: batch.
+    pub planner: String,
+    /// Backend request timeout (ms).
+    pub timeout_ms: u64,
+    /// Connect timeout (ms).
+    pub connect_timeout_ms: u64,
+    /// Connections per backend.
+    pub server_connections: usize,
+    /// Consecutive failures that mark a backend down.
+    pub server_failure_limit: u32,
+    /// Wait before a down backend is probed again (ms).
+    pub server_retry_timeout_ms: u64,
+    /// Requests queued per connection before failing fast.
+    pub queue_limit: usize,
+}
+
+impl Default for PoolSection {
+    fn default() -> Self {
+        PoolSection {
+            name: DEFAULT_POOL_NAME.to_string(),
+            servers: Vec::new(),
+            hash: DEFAULT_HASH.to_string(),
+            distribution: DEFAULT_DISTRIBUTION.to_string(),
+            hash_tag: String::new(),
+            replicas: 1,
+            planner: DEFAULT_PLANNER.to_string(),
+            timeout_ms: DEFAULT_TIMEOUT_MS,
+            connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
+            server_connections: DEFAULT_SERVER_CONNECTIONS,
+            server_failure_limit: DEFAULT_SERVER_FAILURE_LIMIT,
+            server_retry_timeout_ms: DEFAULT_SERVER_RETRY_TIMEOUT_MS,
+            queue_limit: DEFAULT_QUEUE_LIMIT,
+        }
+    }
+}
+
+impl ProxyConfig {
+    /// Parses a TOML document.
+    pub fn from_toml(text: &str) -> Result<ProxyConfig, ProxyError> {
+        toml::from_str(text).map_err(|error| ProxyError::Config(error.to_string()))
+    }
+
+    /// Reads and parses a TOML file.
+    pub fn from_file(path: &std::path::Path) -> Result<ProxyConfig, ProxyError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ProxyError::Io {
+            what: format!("reading {}", path.display()),
+            source,
+        })?;
+        ProxyConfig::from_toml(&text)
+    }
+
+    /// The effective configuration as TOML (for `--print-config`).
+    pub fn to_toml(&self) -> Result<String, ProxyError> {
+        toml::to_string_pretty(self).map_err(|error| ProxyError::Config(error.to_string()))
+    }
+
+    /// Validates the `[pool]` section and turns it into the client's pool config.
+    pub fn pool_config(&self) -> Result<PoolConfig, ProxyError> {
+        let pool = &self.pool;
+        let bad = |message: String| ProxyError::Config(format!("[pool] {message}"));
+        if pool.servers.is_empty() {
+            return Err(bad(
+                "servers is empty: list backends as \"host:port[:weight] [name]\"".to_string(),
+            ));
+        }
+        let servers = pool
+            .servers
+            .iter()
+            .map(|text| ServerSpec::parse(text))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| bad(error.to_string()))?;
+        let hash = HashFunction::from_name(&pool.hash).map_err(|e| bad(e.to_string()))?;
+        let distribution =
+            Distribution::from_name(&pool.distribution).map_err(|e| bad(e.to_string()))?;
+        let hash_tag = if pool.hash_tag.is_empty() {
+            None
+        } else {
+            Some(parse_hash_tag(&pool.hash_tag).map_err(|e| bad(e.to_string()))?)
+        };
+        let planner = PlannerKind::from_name(&pool.planner).map_err(|e| bad(e.to_string()))?;
+        if pool.replicas == 0 || pool.replicas > servers.len() {
+            return Err(bad(format!(
+                "replicas = {} must be between 1 and the number of servers ({})",
+                pool.replicas,
+                servers.len()
+            )));
+        }
+        if pool.timeout_ms == 0 || pool.connect_timeout_ms == 0 {
+            return Err(bad("timeouts must be at least 1 ms".to_string()));
+        }
+        let mut config = PoolConfig::new(&pool.name, servers);
+        config.ring = RingOptions {
+            hash,
+            distribution,
+            hash_tag,
+        };
+        config.replicas = pool.replicas;
+        config.planner = planner;
+        config.timeout = Duration::from_millis(pool.timeout_ms);
+        config.connect_timeout = Duration::from_millis(pool.connect_timeout_ms);
+        config.connections_per_backend = pool.server_connections.max(1);
+        config.queue_limit = pool.queue_limit.max(1);
+        config.health = HealthSettings {
+            failure_limit: pool.server_failure_limit.max(1),
+            retry_after_nanos: pool.server_retry_timeout_ms.saturating_mul(1_000_000),
+        };
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_config_parses_and_validates() {
+        let text = include_str!("../../../config/proxy.example.toml");
+        let config = ProxyConfig::from_toml(text).expect("example parses");
+        let pool = config.pool_config().expect("example validates");
+        assert_eq!(pool.servers.len(), 3);
+        // Round trip through --print-config output.
+        let printed = config.to_toml().expect("print");
+        assert_eq!(ProxyConfig::from_toml(&printed).expect("reparse"), config);
+    }
+
+    #[test]
+    fn defaults_fill_missing_keys_and_unknown_keys_are_rejected() {
+        let config = ProxyConfig::from_toml("[pool]\nservers = [\"127.0.0.1:11211\"]\n").unwrap();
+        assert_eq!(config.proxy.listen, DEFAULT_LISTEN);
+        assert_eq!(config.pool.timeout_ms, DEFAULT_TIMEOUT_MS);
+        assert!(config.pool_config().is_ok());
+        assert!(ProxyConfig::from_toml("[pool]\nservrs = []\n").is_err());
+    }
+
+    #[test]
+    fn invalid_pools_are_explained() {
+        let mut config = ProxyConfig::default();
+        let error = config.pool_config().unwrap_err().to_string();
+        assert!(error.contains("servers is empty"), "{error}");
+        config.pool.servers = vec!["127.0.0.1:1".to_string()];
+        config.pool.replicas = 2;
+        assert!(config.pool_config().unwrap_err().to_string().contains("replicas"));
+        config.pool.replicas = 1;
+        config.pool.hash = "sha1".to_string();
+        assert!(config.pool_config().unwrap_err().to_string().contains("unknown hash"));
+    }
+}

@@ -1,0 +1,18 @@
+//! Errors of the proxy crate.
+
+/// Why the proxy could not start or keep running.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// The configuration is invalid.
+    #[error("config: {0}")]
+    Config(String),
+    /// A listener could not be bound or accept failed fatally.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}

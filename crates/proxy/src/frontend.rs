@@ -1,0 +1,341 @@
+//! The client-facing side: one task per connection, requests parsed incrementally, executed
+//! concurrently, replies written in request order.
+//!
+//! ```text
+//!   socket ─► BytesMut ─► parse_request ─┬─ Complete ─► route (pool.read / write / multiget / broadcast)
+//!                                        ├─ Invalid  ─► memcached's error reply (never forwarded)
+//!                                        └─ Incomplete ─► read more
+//!   the batch of requests parsed from one read runs concurrently (join_all keeps order)
+//!   ─► replies concatenated ─► one write
+//! ```
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use futures_util::future::join_all;
+use tailtrim_client::{ClientError, MultigetKind, Pool, RawReply, ReplyShape};
+use tailtrim_proto::{parse_request, Limits, Parsed, ProtoError, Request};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::metrics;
+
+/// Appended after requests whose reply is suppressed (`noreply`, quiet meta), so the backend
+/// answers *something* and the connection stays in step.
+const META_NOOP: &[u8] = b"mn\r\n";
+/// Read buffer growth step.
+const READ_CHUNK: usize = 16 * 1024;
+/// Version string returned by `version`.
+pub const VERSION_LINE: &str = concat!("VERSION tailtrim-proxy-", env!("CARGO_PKG_VERSION"), "\r\n");
+
+/// Front-end counters (`proxy_*`).
+#[derive(Debug, Default)]
+pub struct FrontendStats {
+    /// `proxy_curr_connections`
+    pub curr_connections: AtomicU64,
+    /// `proxy_total_connections`
+    pub total_connections: AtomicU64,
+    /// `proxy_requests`: requests parsed.
+    pub requests: AtomicU64,
+    /// `proxy_client_errors`: invalid requests answered locally.
+    pub client_errors: AtomicU64,
+    /// `proxy_server_errors`: requests answered with SERVER_ERROR for backend failures.
+    pub server_errors: AtomicU64,
+}
+
+/// State shared by every connection.
+pub struct Shared {
+    /// The backend pool.
+    pub pool: Pool,
+    /// Limits applied when parsing client requests.
+    pub limits: Limits,
+    /// Front-end counters.
+    pub stats: FrontendStats,
+    /// When the proxy started.
+    pub started: Instant,
+}
+
+/// Serves one client connection until it closes or sends `quit`.
+pub async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
+    shared.stats.curr_connections.fetch_add(1, Ordering::Relaxed);
+    shared.stats.total_connections.fetch_add(1, Ordering::Relaxed);
+    let _ = stream.set_nodelay(true);
+    let _ = serve(stream, &shared).await;
+    shared.stats.curr_connections.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// What one parsed request turns into.
+enum Work {
+    /// A reply known without asking a backend.
+    Ready(Bytes),
+    /// A request to execute.
+    Forward(Request, Bytes),
+}
+
+async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
+    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    let mut swallow = 0usize;
+    let mut out: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    loop {
+        if buf.capacity() - buf.len() < READ_CHUNK / 4 {
+            buf.reserve(READ_CHUNK);
+        }
+        if stream.read_buf(&mut buf).await? == 0 {
+            return Ok(());
+        }
+        let mut batch: Vec<Work> = Vec::new();
+        let mut close = false;
+        loop {
+            if swallow > 0 {
+                let drop_now = swallow.min(buf.len());
+                let _ = buf.split_to(drop_now);
+                swallow -= drop_now;
+                if swallow > 0 {
+                    break;
+                }
+            }
+            if buf.is_empty() {
+                break;
+            }
+            match parse_request(&buf, &shared.limits) {
+                Parsed::Incomplete => break,
+                Parsed::Complete { value, consumed } => {
+                    shared.stats.requests.fetch_add(1, Ordering::Relaxed);
+                    let raw = buf.split_to(consumed).freeze();
+                    if matches!(value, Request::Quit) {
+                        close = true;
+                        break;
+                    }
+                    batch.push(Work::Forward(value, raw));
+                }
+                Parsed::Invalid { error, consumed } => {
+                    shared.stats.client_errors.fetch_add(1, Ordering::Relaxed);
+                    let _ = buf.split_to(consumed.min(buf.len()));
+                    if error.closes_connection() {
+                        close = true;
+                        break;
+                    }
+                    swallow = error.swallow();
+                    if let ProtoError::TooLarge {
+                        unlink_key: Some(key),
+                        ..
+                    } = &error
+                    {
+                        // memcached drops the old value of a key whose new value was too large;
+                        // the backends must do the same for the pool to behave like one server.
+                        let mut delete = b"delete ".to_vec();
+                        delete.extend_from_slice(key);
+                        delete.extend_from_slice(b" noreply\r\n");
+                        let request = Request::Delete {
+                            key: key.clone(),
+                            noreply: true,
+                        };
+                        batch.push(Work::Forward(request, Bytes::from(delete)));
+                    }
+                    if !error.silent() {
+                        batch.push(Work::Ready(Bytes::from(error.reply_line())));
+                    }
+                }
+            }
+        }
+        let replies = run_in_order(shared, batch).await;
+        out.clear();
+        for reply in &replies {
+            out.extend_from_slice(reply);
+        }
+        if !out.is_empty() {
+            stream.write_all(&out).await?;
+        }
+        if close {
+            return Ok(());
+        }
+    }
+}
+
+/// True for work that neither changes backend state nor depends on earlier writes beyond what
+/// memcached's own ordering gives: such work may run concurrently with its neighbours.
+fn is_read(work: &Work) -> bool {
+    match work {
+        Work::Ready(_) => true,
+        Work::Forward(request, _) => matches!(
+            request,
+            Request::Get { .. }
+                | Request::MetaGet { .. }
+                | Request::MetaDebug { .. }
+                | Request::MetaNoop
+                | Request::Version
+                | Request::Stats { .. }
+        ),
+    }
+}
+
+/// Executes a batch with the semantics of one memcached connection: a write completes before
+/// anything after it starts, and runs of reads between writes go out concurrently (replies are
+/// still collected in request order).
+async fn run_in_order(shared: &Shared, batch: Vec<Work>) -> Vec<Bytes> {
+    let mut replies = Vec::with_capacity(batch.len());
+    let mut reads: Vec<Work> = Vec::new();
+    for work in batch {
+        if is_read(&work) {
+            reads.push(work);
+            continue;
+        }
+        if !reads.is_empty() {
+            replies.extend(run_concurrently(shared, std::mem::take(&mut reads)).await);
+        }
+        replies.push(run_one(shared, work).await);
+    }
+    if !reads.is_empty() {
+        replies.extend(run_concurrently(shared, reads).await);
+    }
+    replies
+}
+
+async fn run_concurrently(shared: &Shared, mut works: Vec<Work>) -> Vec<Bytes> {
+    if works.len() == 1 {
+        if let Some(work) = works.pop() {
+            return vec![run_one(shared, work).await];
+        }
+    }
+    join_all(works.into_iter().map(|work| run_one(shared, work))).await
+}
+
+async fn run_one(shared: &Shared, work: Work) -> Bytes {
+    match work {
+        Work::Ready(bytes) => bytes,
+        Work::Forward(request, raw) => execute(shared, request, raw).await,
+    }
+}
+
+fn server_error(shared: &Shared, error: &ClientError) -> Bytes {
+    shared.stats.server_errors.fetch_add(1, Ordering::Relaxed);
+    Bytes::from(format!("SERVER_ERROR {error}\r\n"))
+}
+
+/// Forwards a reply, or turns a failure into `SERVER_ERROR …` (nothing if `silent`).
+fn relay(shared: &Shared, result: Result<RawReply, ClientError>, silent: bool) -> Bytes {
+    match result {
+        Ok(reply) if silent => {
+            let _ = reply;
+            Bytes::new()
+        }
+        Ok(reply) => reply.bytes,
+        Err(_) if silent => {
+            shared.stats.server_errors.fetch_add(1, Ordering::Relaxed);
+            Bytes::new()
+        }
+        Err(error) => server_error(shared, &error),
+    }
+}
+
+/// The raw request, plus `mn\r\n` when its reply is suppressed.
+fn with_noop(raw: Bytes, quiet: bool) -> (Bytes, ReplyShape) {
+    if quiet {
+        let mut bytes = Vec::with_capacity(raw.len() + META_NOOP.len());
+        bytes.extend_from_slice(&raw);
+        bytes.extend_from_slice(META_NOOP);
+        (Bytes::from(bytes), ReplyShape::UntilMetaNoop)
+    } else {
+        (raw, ReplyShape::Single)
+    }
+}
+
+async fn execute(shared: &Shared, request: Request, raw: Bytes) -> Bytes {
+    let pool = &shared.pool;
+    match request {
+        Request::Get { keys, with_cas } => {
+            let kind = if with_cas {
+                MultigetKind::Gets
+            } else {
+                MultigetKind::Get
+            };
+            multiget(shared, &keys, kind).await
+        }
+        Request::GetAndTouch {
+            exptime,
+            keys,
+            with_cas,
+        } => {
+            let kind = if with_cas {
+                MultigetKind::Gats(exptime)
+            } else {
+                MultigetKind::Gat(exptime)
+            };
+            multiget(shared, &keys, kind).await
+        }
+        Request::Store(command) => {
+            let (bytes, shape) = with_noop(raw, command.noreply);
+            relay(shared, pool.write(&command.key, bytes, shape).await, command.noreply)
+        }
+        Request::Delete { key, noreply }
+        | Request::Arithmetic { key, noreply, .. }
+        | Request::Touch { key, noreply, .. } => {
+            let (bytes, shape) = with_noop(raw, noreply);
+            relay(shared, pool.write(&key, bytes, shape).await, noreply)
+        }
+        Request::MetaGet { key, flags } => {
+            let quiet = flags.quiet();
+            let (bytes, shape) = with_noop(raw, quiet);
+            relay(shared, pool.read(&key, bytes, shape).await, false)
+        }
+        Request::MetaDebug { key } => relay(
+            shared,
+            pool.read(&key, raw, ReplyShape::Single).await,
+            false,
+        ),
+        Request::MetaSet { key, flags, .. }
+        | Request::MetaDelete { key, flags }
+        | Request::MetaArithmetic { key, flags } => {
+            let quiet = flags.quiet();
+            let (bytes, shape) = with_noop(raw, quiet);
+            relay(shared, pool.write(&key, bytes, shape).await, false)
+        }
+        Request::MetaNoop => Bytes::from_static(b"MN\r\n"),
+        Request::FlushAll { noreply, .. } => {
+            let (bytes, shape) = with_noop(raw, noreply);
+            let results = pool.broadcast(bytes, shape).await;
+            if noreply {
+                return Bytes::new();
+            }
+            match results.into_iter().find_map(|result| match result {
+                Err(error) => Some(Err(error)),
+                Ok(reply) if reply.bytes.as_ref() != b"OK\r\n" => Some(Ok(reply)),
+                Ok(_) => None,
+            }) {
+                None => Bytes::from_static(b"OK\r\n"),
+                Some(Ok(odd)) => odd.bytes,
+                Some(Err(error)) => server_error(shared, &error),
+            }
+        }
+        Request::Version => Bytes::from_static(VERSION_LINE.as_bytes()),
+        Request::Verbosity { noreply } => {
+            if noreply {
+                Bytes::new()
+            } else {
+                Bytes::from_static(b"OK\r\n")
+            }
+        }
+        Request::Stats { args } => Bytes::from(metrics::stats_reply(shared, &args)),
+        Request::Quit => Bytes::new(),
+    }
+}
+
+async fn multiget(shared: &Shared, keys: &[Bytes], kind: MultigetKind) -> Bytes {
+    match shared.pool.multiget(keys, kind).await {
+        Ok(items) => {
+            let size: usize = items.iter().flatten().map(|item| item.item.len()).sum();
+            if size == 0 {
+                return Bytes::from_static(b"END\r\n");
+            }
+            let mut out = Vec::with_capacity(size + 5);
+            for item in items.iter().flatten() {
+                out.extend_from_slice(&item.item);
+            }
+            out.extend_from_slice(b"END\r\n");
+            Bytes::from(out)
+        }
+        Err(error) => server_error(shared, &error),
+    }
+}

@@ -1,0 +1,207 @@
+//! `stats` replies and Prometheus text, both rendered from the same counters.
+//!
+//! Names: `proxy_*` (front end), `pool_*` (per pool), `backend_*` (per backend, labelled by
+//! address). Latencies are histograms in microseconds, published as quantiles.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use tailtrim_client::stats::LatencyHistogram;
+
+use crate::frontend::Shared;
+
+const QUANTILES: [f64; 4] = [0.5, 0.9, 0.99, 0.999];
+const QUANTILE_NAMES: [&str; 4] = ["p50", "p90", "p99", "p999"];
+
+/// One named counter value.
+struct Sample {
+    name: String,
+    help: &'static str,
+    labels: Vec<(&'static str, String)>,
+    value: u64,
+}
+
+fn counters(shared: &Shared) -> Vec<Sample> {
+    let mut samples = Vec::new();
+    let front = &shared.stats;
+    let mut push = |name: &str, help: &'static str, labels: Vec<(&'static str, String)>, value| {
+        samples.push(Sample {
+            name: name.to_string(),
+            help,
+            labels,
+            value,
+        })
+    };
+    push("proxy_curr_connections", "Open client connections.", vec![], front.curr_connections.load(Ordering::Relaxed));
+    push("proxy_connections", "Client connections accepted.", vec![], front.total_connections.load(Ordering::Relaxed));
+    push("proxy_requests", "Client requests parsed.", vec![], front.requests.load(Ordering::Relaxed));
+    push("proxy_client_errors", "Invalid client requests answered by the proxy.", vec![], front.client_errors.load(Ordering::Relaxed));
+    push("proxy_server_errors", "Requests answered SERVER_ERROR because backends failed.", vec![], front.server_errors.load(Ordering::Relaxed));
+    let pool = &shared.pool;
+    let pool_label = vec![("pool", pool.config().name.clone())];
+    let stats = pool.stats();
+    push("pool_reads", "Single-key reads.", pool_label.clone(), stats.reads.get());
+    push("pool_writes", "Single-key writes (to every replica).", pool_label.clone(), stats.writes.get());
+    push("pool_multigets", "Multi-key reads.", pool_label.clone(), stats.multigets.get());
+    push("pool_multiget_keys", "Keys in multi-key reads.", pool_label.clone(), stats.multiget_keys.get());
+    push("pool_fetches", "Backend fetches issued by the planner.", pool_label.clone(), stats.fetches.get());
+    push("pool_failovers", "Reads retried on another replica.", pool_label.clone(), stats.failovers.get());
+    push("pool_unavailable", "Requests failed because no replica could serve.", pool_label.clone(), stats.unavailable.get());
+    for backend in pool.backends() {
+        let labels = vec![
+            ("pool", pool.config().name.clone()),
+            ("backend", backend.address().to_string()),
+        ];
+        let stats = backend.stats();
+        push("backend_requests", "Requests sent to the backend.", labels.clone(), stats.requests.get());
+        push("backend_errors", "Connection errors and malformed replies.", labels.clone(), stats.errors.get());
+        push("backend_timeouts", "Requests that timed out.", labels.clone(), stats.timeouts.get());
+        push("backend_fail_fast", "Requests refused while the backend was down.", labels.clone(), stats.fail_fast.get());
+        push("backend_marked_down", "Times the backend was marked down.", labels.clone(), stats.marked_down.get());
+        push("backend_revived", "Times the backend came back.", labels.clone(), stats.revived.get());
+        push("backend_connects", "Connections opened.", labels.clone(), stats.connects.get());
+        push("backend_outstanding", "Requests in flight.", labels.clone(), u64::from(backend.outstanding()));
+        push("backend_up", "1 when the backend is up.", labels, u64::from(backend.is_up()));
+    }
+    samples
+}
+
+fn histograms(shared: &Shared) -> Vec<(String, Vec<(&'static str, String)>, &LatencyHistogram)> {
+    let pool = &shared.pool;
+    let mut out = vec![
+        (
+            "pool_latency_us".to_string(),
+            vec![("pool", pool.config().name.clone())],
+            &pool.stats().latency,
+        ),
+        (
+            "pool_multiget_latency_us".to_string(),
+            vec![
+                ("pool", pool.config().name.clone()),
+                ("planner", pool.planner_name().to_string()),
+            ],
+            &pool.stats().multiget_latency,
+        ),
+    ];
+    for backend in pool.backends() {
+        out.push((
+            "backend_latency_us".to_string(),
+            vec![
+                ("pool", pool.config().name.clone()),
+                ("backend", backend.address().to_string()),
+            ],
+            &backend.stats().latency,
+        ));
+    }
+    out
+}
+
+/// The `stats` reply. `stats` alone gives everything; other groups get an empty `END` (like
+/// memcached for a group it does not have, minus the ones it errors on).
+pub fn stats_reply(shared: &Shared, args: &[Bytes]) -> Vec<u8> {
+    let mut out = String::new();
+    if args.is_empty() {
+        let uptime = shared.started.elapsed().as_secs();
+        let _ = write!(out, "STAT pid {}\r\n", std::process::id());
+        let _ = write!(out, "STAT uptime {uptime}\r\n");
+        let _ = write!(out, "STAT version tailtrim-proxy-{}\r\n", env!("CARGO_PKG_VERSION"));
+        let _ = write!(out, "STAT pool_planner {}\r\n", shared.pool.planner_name());
+        for sample in counters(shared) {
+            let suffix: Vec<&str> = sample
+                .labels
+                .iter()
+                .filter(|(name, _)| *name == "backend")
+                .map(|(_, value)| value.as_str())
+                .collect();
+            match suffix.first() {
+                Some(backend) => {
+                    let _ = write!(out, "STAT {}:{} {}\r\n", sample.name, backend, sample.value);
+                }
+                None => {
+                    let _ = write!(out, "STAT {} {}\r\n", sample.name, sample.value);
+                }
+            }
+        }
+        for (name, labels, histogram) in histograms(shared) {
+            let (count, values, max) = histogram.summary(&QUANTILES);
+            let backend = labels
+                .iter()
+                .find(|(label, _)| *label == "backend")
+                .map(|(_, value)| format!(":{value}"))
+                .unwrap_or_default();
+            let _ = write!(out, "STAT {name}_count{backend} {count}\r\n");
+            for (quantile, value) in QUANTILE_NAMES.iter().zip(values) {
+                let _ = write!(out, "STAT {name}_{quantile}{backend} {value}\r\n");
+            }
+            let _ = write!(out, "STAT {name}_max{backend} {max}\r\n");
+        }
+    }
+    out.push_str("END\r\n");
+    out.into_bytes()
+}
+
+fn label_text(labels: &[(&'static str, String)], extra: Option<(&str, String)>) -> String {
+    let mut parts: Vec<String> = labels
+        .iter()
+        .map(|(name, value)| format!("{name}=\"{}\"", escape(value)))
+        .collect();
+    if let Some((name, value)) = extra {
+        parts.push(format!("{name}=\"{value}\""));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("{{{}}}", parts.join(","))
+    }
+}
+
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Prometheus text exposition (format 0.0.4), metric names prefixed `tailtrim_`.
+pub fn prometheus_text(shared: &Shared) -> String {
+    let mut out = String::new();
+    let mut last_name = String::new();
+    for sample in counters(shared) {
+        let kind = if matches!(
+            sample.name.as_str(),
+            "proxy_curr_connections" | "backend_outstanding" | "backend_up"
+        ) {
+            "gauge"
+        } else {
+            "counter"
+        };
+        let name = if kind == "counter" {
+            format!("tailtrim_{}_total", sample.name)
+        } else {
+            format!("tailtrim_{}", sample.name)
+        };
+        if name != last_name {
+            let _ = writeln!(out, "# HELP {name} {}", sample.help);
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            last_name = name.clone();
+        }
+        let _ = writeln!(out, "{name}{} {}", label_text(&sample.labels, None), sample.value);
+    }
+    let mut last_histogram = String::new();
+    for (name, labels, histogram) in histograms(shared) {
+        let name = format!("tailtrim_{name}");
+        if name != last_histogram {
+            let _ = writeln!(out, "# HELP {name} Latency in microseconds.");
+            let _ = writeln!(out, "# TYPE {name} summary");
+            last_histogram = name.clone();
+        }
+        let (count, values, _) = histogram.summary(&QUANTILES);
+        for (quantile, value) in QUANTILES.iter().zip(values) {
+            let labels = label_text(&labels, Some(("quantile", quantile.to_string())));
+            let _ = writeln!(out, "{name}{labels} {value}");
+        }
+        let _ = writeln!(out, "{name}_count{} {count}", label_text(&labels, None));
+    }
+    out
+}
