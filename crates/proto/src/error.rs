@@ -62,6 +62,23 @@ pub enum ProtoError {
         /// Bytes of data still to discard.
         swallow: usize,
     },
+    /// `md`/`ma` with an unknown, repeated or malformed flag.
+    #[error("CLIENT_ERROR invalid or duplicate flag")]
+    InvalidOrDuplicateMetaFlag,
+    /// An `O` (opaque) token longer than 32 bytes.
+    #[error("CLIENT_ERROR opaque token too long")]
+    OpaqueTooLong,
+    /// `shutdown` without memcached's `-A`.
+    #[error("ERROR: shutdown not enabled")]
+    ShutdownDisabled,
+    /// An error after which the data block of an `ms` must be discarded.
+    #[error("{error}")]
+    WithSwallow {
+        /// The reply.
+        error: Box<ProtoError>,
+        /// Bytes of data still to discard.
+        swallow: usize,
+    },
     /// Meta token that is not valid for its flag.
     #[error("CLIENT_ERROR bad token in command line format")]
     BadMetaToken,
@@ -96,9 +113,9 @@ impl ProtoError {
     /// Bytes of data that follow the command line and must be discarded.
     pub fn swallow(&self) -> usize {
         match self {
-            ProtoError::TooLarge { swallow, .. } | ProtoError::InvalidMetaSetMode { swallow } => {
-                *swallow
-            }
+            ProtoError::TooLarge { swallow, .. }
+            | ProtoError::InvalidMetaSetMode { swallow }
+            | ProtoError::WithSwallow { swallow, .. } => *swallow,
             _ => 0,
         }
     }

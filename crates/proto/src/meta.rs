@@ -37,41 +37,99 @@ pub enum MetaKind {
 }
 
 impl MetaKind {
+    /// Flag letters memcached 1.6.18 accepts for this command.
     fn accepts(self, letter: u8) -> bool {
         let allowed: &[u8] = match self {
-            MetaKind::Get => b"bcfhklOqstuvENRTP",
-            MetaKind::Set => b"bcCEFIkOqsSTMP",
+            MetaKind::Get => b"bcfhklOqstuvNRTP",
+            MetaKind::Set => b"bcCFIkOqsSTMNP",
             MetaKind::Delete => b"bCEIkOqTxP",
             MetaKind::Arithmetic => b"bCENJDTMOqtcvkP",
         };
         allowed.contains(&letter)
     }
+
+    /// Flags whose token must be a number, and whether it is signed (a TTL).
+    fn numeric(self, letter: u8) -> Option<bool> {
+        match (self, letter) {
+            (_, b'T' | b'N' | b'R') => Some(true),
+            (_, b'C' | b'E' | b'F' | b'D' | b'J') => Some(false),
+            _ => None,
+        }
+    }
+
+    /// The error memcached reports for a bad flag of this command.
+    pub fn flag_error(self, problem: FlagProblem) -> ProtoError {
+        match (self, problem) {
+            (MetaKind::Delete | MetaKind::Arithmetic, FlagProblem::OpaqueTooLong) => {
+                ProtoError::OpaqueTooLong
+            }
+            (MetaKind::Delete | MetaKind::Arithmetic, _) => ProtoError::InvalidOrDuplicateMetaFlag,
+            (_, FlagProblem::Unknown) => ProtoError::InvalidMetaFlag,
+            (_, FlagProblem::Duplicate) => ProtoError::DuplicateMetaFlag,
+            (_, FlagProblem::OpaqueTooLong) => ProtoError::OpaqueTooLong,
+            (MetaKind::Set, FlagProblem::BadNumber(letter))
+                if !matches!(letter, b'T' | b'N' | b'R') =>
+            {
+                ProtoError::BadCommandLine { noreply: false }
+            }
+            (_, FlagProblem::BadNumber(_)) => ProtoError::BadMetaToken,
+        }
+    }
+}
+
+/// What is wrong with a meta flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlagProblem {
+    /// Not a flag of this command.
+    Unknown,
+    /// Given twice.
+    Duplicate,
+    /// A numeric token (of this flag letter) that does not parse.
+    BadNumber(u8),
+    /// An opaque longer than 32 bytes.
+    OpaqueTooLong,
 }
 
 /// Largest opaque token memcached accepts.
 const MAX_OPAQUE_LEN: usize = 32;
 
 impl MetaFlags {
-    /// Parses the flag tokens of a meta command of kind `kind`.
+    /// Parses the flag tokens of a meta command of kind `kind`, reporting
+    /// problems with the error text memcached uses for that command.
     pub fn parse<'a>(
         kind: MetaKind,
         tokens: impl Iterator<Item = &'a [u8]>,
     ) -> Result<MetaFlags, ProtoError> {
+        Self::check(kind, tokens).map_err(|problem| kind.flag_error(problem))
+    }
+
+    fn check<'a>(
+        kind: MetaKind,
+        tokens: impl Iterator<Item = &'a [u8]>,
+    ) -> Result<MetaFlags, FlagProblem> {
         let mut seen = [false; 128];
         let mut list = Vec::new();
         for token in tokens {
             let letter = token[0];
             if !letter.is_ascii_alphabetic() || !kind.accepts(letter) {
-                return Err(ProtoError::InvalidMetaFlag);
+                return Err(FlagProblem::Unknown);
             }
             let slot = usize::from(letter);
             if seen[slot] {
-                return Err(ProtoError::DuplicateMetaFlag);
+                return Err(FlagProblem::Duplicate);
             }
             seen[slot] = true;
             let rest = &token[1..];
             if letter == b'O' && rest.len() > MAX_OPAQUE_LEN {
-                return Err(ProtoError::BadMetaToken);
+                return Err(FlagProblem::OpaqueTooLong);
+            }
+            let number_ok = match kind.numeric(letter) {
+                Some(true) => parse_i32(rest).is_some(),
+                Some(false) => parse_u64(rest).is_some(),
+                None => true,
+            };
+            if !number_ok {
+                return Err(FlagProblem::BadNumber(letter));
             }
             list.push(MetaFlag {
                 letter,
@@ -212,7 +270,26 @@ mod tests {
         let not_for_delete: Vec<&[u8]> = vec![b"v"];
         assert_eq!(
             MetaFlags::parse(MetaKind::Delete, not_for_delete.into_iter()),
-            Err(ProtoError::InvalidMetaFlag)
+            Err(ProtoError::InvalidOrDuplicateMetaFlag)
+        );
+        let bad_ttl: Vec<&[u8]> = vec![b"Tabc"];
+        assert_eq!(
+            MetaFlags::parse(MetaKind::Get, bad_ttl.clone().into_iter()),
+            Err(ProtoError::BadMetaToken)
+        );
+        assert_eq!(
+            MetaFlags::parse(MetaKind::Set, bad_ttl.into_iter()),
+            Err(ProtoError::BadMetaToken)
+        );
+        let bad_flags: Vec<&[u8]> = vec![b"Fxyz"];
+        assert_eq!(
+            MetaFlags::parse(MetaKind::Set, bad_flags.into_iter()),
+            Err(ProtoError::BadCommandLine { noreply: false })
+        );
+        let long_opaque = [b'O'; 40];
+        assert_eq!(
+            MetaFlags::parse(MetaKind::Get, std::iter::once(&long_opaque[..])),
+            Err(ProtoError::OpaqueTooLong)
         );
     }
 

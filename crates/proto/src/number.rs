@@ -51,21 +51,29 @@ pub fn parse_u64(token: &[u8]) -> Option<u64> {
     Some(value)
 }
 
-/// memcached `safe_strtoul` into a 32-bit value (client flags).
+/// memcached `safe_strtoul` into a 32-bit value (client flags): parsed as a
+/// 64-bit `unsigned long`, then truncated to 32 bits exactly as memcached's
+/// assignment does (`4294967296` is accepted and becomes 0).
 pub fn parse_u32(token: &[u8]) -> Option<u32> {
     let value = parse_u64(token)?;
-    u32::try_from(value).ok()
+    Some(value as u32)
 }
 
-/// memcached `safe_strtol` into a 32-bit signed value (exptime, lengths).
+/// memcached `safe_strtol` into a 32-bit signed value (exptime, lengths):
+/// parsed as a 64-bit `long` (overflow fails), then truncated to 32 bits as
+/// memcached's assignment does (`4000000000` becomes negative).
 pub fn parse_i32(token: &[u8]) -> Option<i32> {
     let (negative, magnitude) = parse_c_integer(token)?;
     let signed = if negative {
-        0i64.checked_sub(i64::try_from(magnitude).ok()?)?
+        if magnitude == 1u64 << 63 {
+            i64::MIN
+        } else {
+            0i64.checked_sub(i64::try_from(magnitude).ok()?)?
+        }
     } else {
         i64::try_from(magnitude).ok()?
     };
-    i32::try_from(signed).ok()
+    Some(signed as i32)
 }
 
 /// Parses a plain decimal number stored as an item value for incr/decr
@@ -99,16 +107,21 @@ mod tests {
     #[test]
     fn flags_are_32_bit() {
         assert_eq!(parse_u32(b"4294967295"), Some(u32::MAX));
-        assert_eq!(parse_u32(b"4294967296"), None);
+        assert_eq!(parse_u32(b"4294967296"), Some(0));
+        assert_eq!(parse_u32(b"4294967297"), Some(1));
         assert_eq!(parse_u32(b"-1"), None);
+        assert_eq!(parse_u32(b"18446744073709551616"), None);
     }
 
     #[test]
     fn signed_range() {
         assert_eq!(parse_i32(b"-1"), Some(-1));
         assert_eq!(parse_i32(b"2147483647"), Some(i32::MAX));
-        assert_eq!(parse_i32(b"2147483648"), None);
+        assert_eq!(parse_i32(b"2147483648"), Some(i32::MIN));
+        assert_eq!(parse_i32(b"4000000000"), Some(4_000_000_000i64 as i32));
+        assert_eq!(parse_i32(b"4294967296"), Some(0));
         assert_eq!(parse_i32(b"-2147483648"), Some(i32::MIN));
+        assert_eq!(parse_i32(b"9223372036854775808"), None);
         assert_eq!(parse_i32(b"x"), None);
     }
 

@@ -234,6 +234,12 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Parsed<Request> {
     let Some((line, line_len)) = split_line(buf) else {
         return incomplete_line(buf);
     };
+    if line_len > READ_WINDOW && !is_get_line(buf) {
+        // memcached would have seen a full read buffer without a newline.
+        return invalid(ProtoError::LineTooLong, buf.len());
+    }
+    // memcached tokenizes the line as a C string: a NUL ends it.
+    let line = &line[..line.iter().position(|&b| b == 0).unwrap_or(line.len())];
     let toks: Vec<&[u8]> = tokens(line).collect();
     let Some(&command) = toks.first() else {
         return invalid(ProtoError::UnknownCommand, line_len);
@@ -252,10 +258,15 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Parsed<Request> {
         b"touch" => parse_touch(&toks).map(done(line_len)),
         b"flush_all" => parse_flush_all(&toks).map(done(line_len)),
         b"version" => Ok(Request::Version).map(done(line_len)),
-        b"verbosity" if matches!(toks.len(), 2 | 3) => Ok(Request::Verbosity {
-            noreply: is_noreply(toks.last()),
-        })
-        .map(done(line_len)),
+        b"verbosity" if matches!(toks.len(), 2 | 3) => {
+            let noreply = is_noreply(toks.last());
+            if parse_u32(toks[1]).is_none() && !(toks.len() == 2 && noreply) {
+                Err(ProtoError::BadCommandLine { noreply })
+            } else {
+                Ok((Request::Verbosity { noreply }, line_len))
+            }
+        }
+        b"shutdown" => Err(ProtoError::ShutdownDisabled),
         b"quit" => Ok(Request::Quit).map(done(line_len)),
         b"stats" => Ok(Request::Stats {
             args: toks[1..]
@@ -294,16 +305,25 @@ fn invalid(error: ProtoError, consumed: usize) -> Parsed<Request> {
     Parsed::Invalid { error, consumed }
 }
 
+/// memcached's read buffer: a line whose newline lies beyond it was seen
+/// without a newline, which closes the connection (unless it is a `get`).
+pub const READ_WINDOW: usize = 16384;
+
+/// True for a `get`/`gets` line (after at most 100 leading spaces), which
+/// memcached lets grow beyond its read buffer.
+fn is_get_line(buf: &[u8]) -> bool {
+    let start = buf.iter().position(|&b| b != b' ').unwrap_or(buf.len());
+    let rest = &buf[start..];
+    start <= 100 && (rest.starts_with(b"get ") || rest.starts_with(b"gets "))
+}
+
 /// No newline yet: wait, unless the line is already longer than memcached
 /// tolerates (then the connection is closed, as memcached does).
 fn incomplete_line(buf: &[u8]) -> Parsed<Request> {
     if buf.len() <= MAX_LINE_WITHOUT_NEWLINE {
         return Parsed::Incomplete;
     }
-    let start = buf.iter().position(|&b| b != b' ').unwrap_or(buf.len());
-    let rest = &buf[start..];
-    let is_get = rest.starts_with(b"get ") || rest.starts_with(b"gets ");
-    if start <= 100 && is_get && buf.len() <= MAX_GET_LINE {
+    if is_get_line(buf) && buf.len() <= MAX_GET_LINE {
         Parsed::Incomplete
     } else {
         Parsed::Invalid {
@@ -328,7 +348,7 @@ fn parse_get(toks: &[&[u8]], with_cas: bool) -> Result<Request, ProtoError> {
 }
 
 fn parse_gat(toks: &[&[u8]], with_cas: bool) -> Result<Request, ProtoError> {
-    if toks.len() < 3 {
+    if toks.len() < 2 {
         return Err(ProtoError::UnknownCommand);
     }
     let exptime = parse_i32(toks[1]).ok_or(ProtoError::InvalidExptime { noreply: false })?;
@@ -489,7 +509,7 @@ fn meta_key(raw: &[u8], flags: &MetaFlags) -> Result<Bytes, ProtoError> {
 
 fn parse_meta_keyed(kind: MetaKind, toks: &[&[u8]]) -> Result<(Bytes, MetaFlags), ProtoError> {
     let Some(raw_key) = toks.get(1) else {
-        return Err(ProtoError::BadCommandLine { noreply: false });
+        return Err(ProtoError::UnknownCommand);
     };
     let flags = MetaFlags::parse(kind, toks[2..].iter().copied())?;
     let key = meta_key(raw_key, &flags)?;
@@ -498,29 +518,44 @@ fn parse_meta_keyed(kind: MetaKind, toks: &[&[u8]]) -> Result<(Bytes, MetaFlags)
 
 fn parse_meta_set(toks: &[&[u8]], buf: &[u8], line_len: usize, limits: &Limits) -> Parsed<Request> {
     let bad = ProtoError::BadCommandLine { noreply: false };
-    let (Some(raw_key), Some(len_token)) = (toks.get(1), toks.get(2)) else {
+    let Some(raw_key) = toks.get(1) else {
+        return invalid(ProtoError::UnknownCommand, line_len);
+    };
+    let Some(len_token) = toks.get(2) else {
         return invalid(bad, line_len);
     };
+    if raw_key.len() > MAX_KEY_LEN {
+        return invalid(bad, line_len);
+    }
     let Some(vlen) = parse_i32(len_token).and_then(|v| usize::try_from(v).ok()) else {
         return invalid(bad, line_len);
     };
     let swallow = vlen + 2;
+    let swallowing = |error: ProtoError| {
+        invalid(
+            ProtoError::WithSwallow {
+                error: Box::new(error),
+                swallow,
+            },
+            line_len,
+        )
+    };
     let flags = match MetaFlags::parse(MetaKind::Set, toks[3..].iter().copied()) {
         Ok(flags) => flags,
-        Err(error) => return invalid(error, line_len),
+        Err(error) => return swallowing(error),
     };
     if let Some(mode) = flags.mode() {
-        if !b"EAPRSeaprs".contains(&mode) {
+        if !b"EAPRS".contains(&mode) {
             return invalid(ProtoError::InvalidMetaSetMode { swallow }, line_len);
         }
     }
     let key = match meta_key(raw_key, &flags) {
         Ok(key) => key,
-        Err(error) => return invalid(error, line_len),
+        Err(error) => return swallowing(error),
     };
     let meta_flags_value = match flags.u32(b'F') {
         Ok(v) => v.unwrap_or(0),
-        Err(error) => return invalid(error, line_len),
+        Err(error) => return swallowing(error),
     };
     if item_too_large(key.len(), vlen, meta_flags_value, limits.item_size_max) {
         let set_mode = matches!(flags.mode(), None | Some(b'S' | b's'));
