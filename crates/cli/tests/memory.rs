@@ -137,6 +137,12 @@ fn writing_ten_times_the_limit_evicts_and_keeps_rss_bounded() {
             .and_then(|value| value.parse().ok())
             .unwrap_or_else(|| panic!("stats lacks a numeric {name}"))
     };
+    eprintln!(
+        "memory: stats bytes {} curr_items {} evictions {}",
+        number("bytes"),
+        number("curr_items"),
+        number("evictions")
+    );
     assert!(number("evictions") > 0, "no evictions reported");
     assert_eq!(number("limit_maxbytes"), LIMIT_MIB * 1024 * 1024);
     assert!(
