@@ -21,7 +21,12 @@ pub struct Args {
     #[arg(long = "admin", value_name = "ADDR")]
     pub admin: Option<String>,
     /// Backends, comma separated, twemproxy syntax: host:port[:weight] [name].
-    #[arg(short = 's', long = "servers", value_name = "LIST", value_delimiter = ',')]
+    #[arg(
+        short = 's',
+        long = "servers",
+        value_name = "LIST",
+        value_delimiter = ','
+    )]
     pub servers: Option<Vec<String>>,
     /// Key hash (md5, fnv1a_64, fnv1_64, fnv1a_32, fnv1_32, one_at_a_time, crc32, crc32a).
     #[arg(long = "hash")]

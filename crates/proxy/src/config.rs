@@ -43,7 +43,8 @@ pub const DEFAULT_TIMEOUT_MS: u64 = 500;
 /// Default connect timeout in milliseconds.
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 300;
 /// Default connections per backend.
-pub const DEFAULT_SERVER_CONNECTIONS: usize = tailtrim_client::config::DEFAULT_CONNECTIONS_PER_BACKEND;
+pub const DEFAULT_SERVER_CONNECTIONS: usize =
+    tailtrim_client::config::DEFAULT_CONNECTIONS_PER_BACKEND;
 /// Default consecutive failures before a backend is marked down.
 pub const DEFAULT_SERVER_FAILURE_LIMIT: u32 = tailtrim_policy::health::DEFAULT_FAILURE_LIMIT;
 /// Default wait before probing a down backend, in milliseconds.
@@ -245,9 +246,17 @@ mod tests {
         assert!(error.contains("servers is empty"), "{error}");
         config.pool.servers = vec!["127.0.0.1:1".to_string()];
         config.pool.replicas = 2;
-        assert!(config.pool_config().unwrap_err().to_string().contains("replicas"));
+        assert!(config
+            .pool_config()
+            .unwrap_err()
+            .to_string()
+            .contains("replicas"));
         config.pool.replicas = 1;
         config.pool.hash = "sha1".to_string();
-        assert!(config.pool_config().unwrap_err().to_string().contains("unknown hash"));
+        assert!(config
+            .pool_config()
+            .unwrap_err()
+            .to_string()
+            .contains("unknown hash"));
     }
 }

@@ -28,7 +28,8 @@ const META_NOOP: &[u8] = b"mn\r\n";
 /// Read buffer growth step.
 const READ_CHUNK: usize = 16 * 1024;
 /// Version string returned by `version`.
-pub const VERSION_LINE: &str = concat!("VERSION tailtrim-proxy-", env!("CARGO_PKG_VERSION"), "\r\n");
+pub const VERSION_LINE: &str =
+    concat!("VERSION tailtrim-proxy-", env!("CARGO_PKG_VERSION"), "\r\n");
 
 /// Front-end counters (`proxy_*`).
 #[derive(Debug, Default)]
@@ -59,11 +60,20 @@ pub struct Shared {
 
 /// Serves one client connection until it closes or sends `quit`.
 pub async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
-    shared.stats.curr_connections.fetch_add(1, Ordering::Relaxed);
-    shared.stats.total_connections.fetch_add(1, Ordering::Relaxed);
+    shared
+        .stats
+        .curr_connections
+        .fetch_add(1, Ordering::Relaxed);
+    shared
+        .stats
+        .total_connections
+        .fetch_add(1, Ordering::Relaxed);
     let _ = stream.set_nodelay(true);
     let _ = serve(stream, &shared).await;
-    shared.stats.curr_connections.fetch_sub(1, Ordering::Relaxed);
+    shared
+        .stats
+        .curr_connections
+        .fetch_sub(1, Ordering::Relaxed);
 }
 
 /// What one parsed request turns into.
@@ -267,7 +277,11 @@ async fn execute(shared: &Shared, request: Request, raw: Bytes) -> Bytes {
         }
         Request::Store(command) => {
             let (bytes, shape) = with_noop(raw, command.noreply);
-            relay(shared, pool.write(&command.key, bytes, shape).await, command.noreply)
+            relay(
+                shared,
+                pool.write(&command.key, bytes, shape).await,
+                command.noreply,
+            )
         }
         Request::Delete { key, noreply }
         | Request::Arithmetic { key, noreply, .. }

@@ -85,7 +85,9 @@ impl Proxy {
 
     /// The admin listen address actually bound, if enabled.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
-        self.admin.as_ref().and_then(|admin| admin.local_addr().ok())
+        self.admin
+            .as_ref()
+            .and_then(|admin| admin.local_addr().ok())
     }
 
     /// The shared state (pool, counters), e.g. for tests.

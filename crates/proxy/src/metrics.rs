@@ -33,41 +33,149 @@ fn counters(shared: &Shared) -> Vec<Sample> {
             value,
         })
     };
-    push("proxy_curr_connections", "Open client connections.", vec![], front.curr_connections.load(Ordering::Relaxed));
-    push("proxy_connections", "Client connections accepted.", vec![], front.total_connections.load(Ordering::Relaxed));
-    push("proxy_requests", "Client requests parsed.", vec![], front.requests.load(Ordering::Relaxed));
-    push("proxy_client_errors", "Invalid client requests answered by the proxy.", vec![], front.client_errors.load(Ordering::Relaxed));
-    push("proxy_server_errors", "Requests answered SERVER_ERROR because backends failed.", vec![], front.server_errors.load(Ordering::Relaxed));
+    push(
+        "proxy_curr_connections",
+        "Open client connections.",
+        vec![],
+        front.curr_connections.load(Ordering::Relaxed),
+    );
+    push(
+        "proxy_connections",
+        "Client connections accepted.",
+        vec![],
+        front.total_connections.load(Ordering::Relaxed),
+    );
+    push(
+        "proxy_requests",
+        "Client requests parsed.",
+        vec![],
+        front.requests.load(Ordering::Relaxed),
+    );
+    push(
+        "proxy_client_errors",
+        "Invalid client requests answered by the proxy.",
+        vec![],
+        front.client_errors.load(Ordering::Relaxed),
+    );
+    push(
+        "proxy_server_errors",
+        "Requests answered SERVER_ERROR because backends failed.",
+        vec![],
+        front.server_errors.load(Ordering::Relaxed),
+    );
     let pool = &shared.pool;
     let pool_label = vec![("pool", pool.config().name.clone())];
     let stats = pool.stats();
-    push("pool_reads", "Single-key reads.", pool_label.clone(), stats.reads.get());
-    push("pool_writes", "Single-key writes (to every replica).", pool_label.clone(), stats.writes.get());
-    push("pool_multigets", "Multi-key reads.", pool_label.clone(), stats.multigets.get());
-    push("pool_multiget_keys", "Keys in multi-key reads.", pool_label.clone(), stats.multiget_keys.get());
-    push("pool_fetches", "Backend fetches issued by the planner.", pool_label.clone(), stats.fetches.get());
-    push("pool_failovers", "Reads retried on another replica.", pool_label.clone(), stats.failovers.get());
-    push("pool_unavailable", "Requests failed because no replica could serve.", pool_label.clone(), stats.unavailable.get());
+    push(
+        "pool_reads",
+        "Single-key reads.",
+        pool_label.clone(),
+        stats.reads.get(),
+    );
+    push(
+        "pool_writes",
+        "Single-key writes (to every replica).",
+        pool_label.clone(),
+        stats.writes.get(),
+    );
+    push(
+        "pool_multigets",
+        "Multi-key reads.",
+        pool_label.clone(),
+        stats.multigets.get(),
+    );
+    push(
+        "pool_multiget_keys",
+        "Keys in multi-key reads.",
+        pool_label.clone(),
+        stats.multiget_keys.get(),
+    );
+    push(
+        "pool_fetches",
+        "Backend fetches issued by the planner.",
+        pool_label.clone(),
+        stats.fetches.get(),
+    );
+    push(
+        "pool_failovers",
+        "Reads retried on another replica.",
+        pool_label.clone(),
+        stats.failovers.get(),
+    );
+    push(
+        "pool_unavailable",
+        "Requests failed because no replica could serve.",
+        pool_label.clone(),
+        stats.unavailable.get(),
+    );
     for backend in pool.backends() {
         let labels = vec![
             ("pool", pool.config().name.clone()),
             ("backend", backend.address().to_string()),
         ];
         let stats = backend.stats();
-        push("backend_requests", "Requests sent to the backend.", labels.clone(), stats.requests.get());
-        push("backend_errors", "Connection errors and malformed replies.", labels.clone(), stats.errors.get());
-        push("backend_timeouts", "Requests that timed out.", labels.clone(), stats.timeouts.get());
-        push("backend_fail_fast", "Requests refused while the backend was down.", labels.clone(), stats.fail_fast.get());
-        push("backend_marked_down", "Times the backend was marked down.", labels.clone(), stats.marked_down.get());
-        push("backend_revived", "Times the backend came back.", labels.clone(), stats.revived.get());
-        push("backend_connects", "Connections opened.", labels.clone(), stats.connects.get());
-        push("backend_outstanding", "Requests in flight.", labels.clone(), u64::from(backend.outstanding()));
-        push("backend_up", "1 when the backend is up.", labels, u64::from(backend.is_up()));
+        push(
+            "backend_requests",
+            "Requests sent to the backend.",
+            labels.clone(),
+            stats.requests.get(),
+        );
+        push(
+            "backend_errors",
+            "Connection errors and malformed replies.",
+            labels.clone(),
+            stats.errors.get(),
+        );
+        push(
+            "backend_timeouts",
+            "Requests that timed out.",
+            labels.clone(),
+            stats.timeouts.get(),
+        );
+        push(
+            "backend_fail_fast",
+            "Requests refused while the backend was down.",
+            labels.clone(),
+            stats.fail_fast.get(),
+        );
+        push(
+            "backend_marked_down",
+            "Times the backend was marked down.",
+            labels.clone(),
+            stats.marked_down.get(),
+        );
+        push(
+            "backend_revived",
+            "Times the backend came back.",
+            labels.clone(),
+            stats.revived.get(),
+        );
+        push(
+            "backend_connects",
+            "Connections opened.",
+            labels.clone(),
+            stats.connects.get(),
+        );
+        push(
+            "backend_outstanding",
+            "Requests in flight.",
+            labels.clone(),
+            u64::from(backend.outstanding()),
+        );
+        push(
+            "backend_up",
+            "1 when the backend is up.",
+            labels,
+            u64::from(backend.is_up()),
+        );
     }
     samples
 }
 
-fn histograms(shared: &Shared) -> Vec<(String, Vec<(&'static str, String)>, &LatencyHistogram)> {
+/// Metric labels as (name, value) pairs.
+type Labels = Vec<(&'static str, String)>;
+
+fn histograms(shared: &Shared) -> Vec<(String, Labels, &LatencyHistogram)> {
     let pool = &shared.pool;
     let mut out = vec![
         (
@@ -105,7 +213,11 @@ pub fn stats_reply(shared: &Shared, args: &[Bytes]) -> Vec<u8> {
         let uptime = shared.started.elapsed().as_secs();
         let _ = write!(out, "STAT pid {}\r\n", std::process::id());
         let _ = write!(out, "STAT uptime {uptime}\r\n");
-        let _ = write!(out, "STAT version tailtrim-proxy-{}\r\n", env!("CARGO_PKG_VERSION"));
+        let _ = write!(
+            out,
+            "STAT version tailtrim-proxy-{}\r\n",
+            env!("CARGO_PKG_VERSION")
+        );
         let _ = write!(out, "STAT pool_planner {}\r\n", shared.pool.planner_name());
         for sample in counters(shared) {
             let suffix: Vec<&str> = sample
@@ -186,7 +298,12 @@ pub fn prometheus_text(shared: &Shared) -> String {
             let _ = writeln!(out, "# TYPE {name} {kind}");
             last_name = name.clone();
         }
-        let _ = writeln!(out, "{name}{} {}", label_text(&sample.labels, None), sample.value);
+        let _ = writeln!(
+            out,
+            "{name}{} {}",
+            label_text(&sample.labels, None),
+            sample.value
+        );
     }
     let mut last_histogram = String::new();
     for (name, labels, histogram) in histograms(shared) {
