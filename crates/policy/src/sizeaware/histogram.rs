@@ -117,12 +117,18 @@ impl CostSplit {
     }
 }
 
+/// One bucket's counts, side by side so a record touches one cache line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct BucketTally {
+    requests: u64,
+    packets: u64,
+}
+
 /// A histogram of request sizes with the packet cost summed per bucket. One epoch's worth on a
 /// worker, or a whole window's worth from [`SizeWindow::aggregate`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SizeHistogram {
-    requests: Box<[u64]>,
-    packets: Box<[u64]>,
+    buckets: Box<[BucketTally]>,
     total_requests: u64,
     total_packets: u64,
     max_size: u64,
@@ -138,8 +144,7 @@ impl SizeHistogram {
     /// An empty histogram (about 22 KiB).
     pub fn new() -> Self {
         SizeHistogram {
-            requests: vec![0; BUCKET_COUNT].into_boxed_slice(),
-            packets: vec![0; BUCKET_COUNT].into_boxed_slice(),
+            buckets: vec![BucketTally::default(); BUCKET_COUNT].into_boxed_slice(),
             total_requests: 0,
             total_packets: 0,
             max_size: 0,
@@ -166,11 +171,9 @@ impl SizeHistogram {
         let index = bucket_index(size_bytes);
         let packets = packet_cost(wire_bytes).saturating_mul(count);
         // `index < BUCKET_COUNT` by construction of `bucket_index`.
-        if let (Some(requests_slot), Some(packets_slot)) =
-            (self.requests.get_mut(index), self.packets.get_mut(index))
-        {
-            *requests_slot = requests_slot.saturating_add(count);
-            *packets_slot = packets_slot.saturating_add(packets);
+        if let Some(bucket) = self.buckets.get_mut(index) {
+            bucket.requests = bucket.requests.saturating_add(count);
+            bucket.packets = bucket.packets.saturating_add(packets);
         }
         self.total_requests = self.total_requests.saturating_add(count);
         self.total_packets = self.total_packets.saturating_add(packets);
@@ -182,11 +185,9 @@ impl SizeHistogram {
         if other.is_empty() {
             return;
         }
-        for (mine, theirs) in self.requests.iter_mut().zip(other.requests.iter()) {
-            *mine = mine.saturating_add(*theirs);
-        }
-        for (mine, theirs) in self.packets.iter_mut().zip(other.packets.iter()) {
-            *mine = mine.saturating_add(*theirs);
+        for (mine, theirs) in self.buckets.iter_mut().zip(other.buckets.iter()) {
+            mine.requests = mine.requests.saturating_add(theirs.requests);
+            mine.packets = mine.packets.saturating_add(theirs.packets);
         }
         self.total_requests = self.total_requests.saturating_add(other.total_requests);
         self.total_packets = self.total_packets.saturating_add(other.total_packets);
@@ -198,8 +199,7 @@ impl SizeHistogram {
         if self.is_empty() {
             return;
         }
-        self.requests.fill(0);
-        self.packets.fill(0);
+        self.buckets.fill(BucketTally::default());
         self.total_requests = 0;
         self.total_packets = 0;
         self.max_size = 0;
@@ -239,7 +239,12 @@ impl SizeHistogram {
         }
         let rank = percentile_rank(p, self.total_requests);
         let mut seen = 0u64;
-        for (index, count) in self.requests.iter().enumerate() {
+        for (index, count) in self
+            .buckets
+            .iter()
+            .map(|bucket| &bucket.requests)
+            .enumerate()
+        {
             seen = seen.saturating_add(*count);
             if *count > 0 && seen >= rank {
                 let (_, upper) = bucket_bounds(index);
@@ -255,23 +260,22 @@ impl SizeHistogram {
     /// at or below the threshold.
     pub fn split_at(&self, threshold_bytes: u64) -> CostSplit {
         let mut split = CostSplit::default();
-        for (index, (requests, packets)) in
-            self.requests.iter().zip(self.packets.iter()).enumerate()
-        {
-            if *requests == 0 {
+        for (index, bucket) in self.buckets.iter().enumerate() {
+            let BucketTally { requests, packets } = *bucket;
+            if requests == 0 {
                 continue;
             }
             let (lower, upper) = bucket_bounds(index);
             let upper = upper.min(self.max_size);
             let (small_requests, small_packets) = if threshold_bytes >= upper {
-                (*requests, *packets)
+                (requests, packets)
             } else if threshold_bytes < lower {
                 (0, 0)
             } else {
                 let below = u128::from(threshold_bytes - lower) + 1;
                 let width = u128::from(upper - lower) + 1;
                 let part = |value: u64| (u128::from(value) * below / width) as u64;
-                (part(*requests), part(*packets))
+                (part(requests), part(packets))
             };
             split.small_requests += small_requests;
             split.small_packets += small_packets;
