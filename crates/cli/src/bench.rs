@@ -64,8 +64,9 @@ struct Flags {
     /// Requests in flight per connection before queueing client-side.
     #[arg(long, default_value_t = tailtrim_bench::engine::DEFAULT_MAX_IN_FLIGHT)]
     max_in_flight: usize,
-    /// Busy-poll margin before each send time, in microseconds.
-    #[arg(long, default_value_t = 50)]
+    /// Busy-poll margin before each send time, in microseconds (0: sleep on
+    /// the timerfd until the send time; spinning costs CPU the server shares).
+    #[arg(long, default_value_t = 0)]
     spin_us: u64,
     /// Time allowed for outstanding replies after the schedule, in milliseconds.
     #[arg(long, default_value_t = 2000)]
