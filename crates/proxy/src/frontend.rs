@@ -56,6 +56,8 @@ pub struct Shared {
     pub stats: FrontendStats,
     /// When the proxy started.
     pub started: Instant,
+    /// Runtime worker threads (reported by `stats`).
+    pub threads: usize,
 }
 
 /// Serves one client connection until it closes or sends `quit`.
@@ -331,7 +333,7 @@ async fn execute(shared: &Shared, request: Request, raw: Bytes) -> Bytes {
                 Bytes::from_static(b"OK\r\n")
             }
         }
-        Request::Stats { args } => Bytes::from(metrics::stats_reply(shared, &args)),
+        Request::Stats { args } => Bytes::from(metrics::stats_reply(shared, &args).await),
         Request::Quit => Bytes::new(),
     }
 }

@@ -70,6 +70,7 @@ impl Proxy {
             },
             stats: FrontendStats::default(),
             started: Instant::now(),
+            threads: config.proxy.threads,
         });
         Ok(Proxy {
             shared,

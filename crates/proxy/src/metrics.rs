@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use tailtrim_client::stats::LatencyHistogram;
+use tailtrim_client::ReplyShape;
 
 use crate::frontend::Shared;
 
@@ -205,19 +206,116 @@ fn histograms(shared: &Shared) -> Vec<(String, Labels, &LatencyHistogram)> {
     out
 }
 
-/// The `stats` reply. `stats` alone gives everything; other groups get an empty `END` (like
-/// memcached for a group it does not have, minus the ones it errors on).
-pub fn stats_reply(shared: &Shared, args: &[Bytes]) -> Vec<u8> {
+/// memcached `stats` fields that are summed over the reachable backends (item counts, memory,
+/// hit and miss counters), so `stats` on the proxy describes the pool as one cache.
+pub const SUMMED_BACKEND_STATS: [&str; 29] = [
+    "cmd_get",
+    "cmd_set",
+    "cmd_flush",
+    "cmd_touch",
+    "get_hits",
+    "get_misses",
+    "get_expired",
+    "get_flushed",
+    "delete_misses",
+    "delete_hits",
+    "incr_misses",
+    "incr_hits",
+    "decr_misses",
+    "decr_hits",
+    "cas_misses",
+    "cas_hits",
+    "cas_badval",
+    "touch_hits",
+    "touch_misses",
+    "bytes_read",
+    "bytes_written",
+    "limit_maxbytes",
+    "curr_items",
+    "total_items",
+    "expired_unfetched",
+    "evicted_unfetched",
+    "evictions",
+    "reclaimed",
+    "bytes",
+];
+
+/// Sums [`SUMMED_BACKEND_STATS`] over the backends' `stats` replies; returns the sums and how
+/// many backends did not answer.
+async fn backend_totals(shared: &Shared) -> (Vec<u64>, usize) {
+    let replies = shared
+        .pool
+        .broadcast(Bytes::from_static(b"stats\r\n"), ReplyShape::UntilEnd)
+        .await;
+    let mut totals = vec![0u64; SUMMED_BACKEND_STATS.len()];
+    let mut unreachable = 0;
+    for reply in replies {
+        let Ok(reply) = reply else {
+            unreachable += 1;
+            continue;
+        };
+        for line in reply.bytes.split(|&b| b == b'\n') {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let mut words = line.split(|&b| b == b' ');
+            if words.next() != Some(b"STAT".as_slice()) {
+                continue;
+            }
+            let (Some(name), Some(value)) = (words.next(), words.next()) else {
+                continue;
+            };
+            let Some(index) = SUMMED_BACKEND_STATS
+                .iter()
+                .position(|s| s.as_bytes() == name)
+            else {
+                continue;
+            };
+            let parsed = std::str::from_utf8(value)
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok());
+            if let Some(value) = parsed {
+                totals[index] = totals[index].saturating_add(value);
+            }
+        }
+    }
+    (totals, unreachable)
+}
+
+/// The `stats` reply. `stats` alone gives the proxy's own fields (pid, uptime, connections,
+/// threads), the pool totals of the backends' counters, then per-pool and per-backend
+/// counters and latency quantiles; other groups get an empty `END`.
+pub async fn stats_reply(shared: &Shared, args: &[Bytes]) -> Vec<u8> {
     let mut out = String::new();
     if args.is_empty() {
         let uptime = shared.started.elapsed().as_secs();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let front = &shared.stats;
         let _ = write!(out, "STAT pid {}\r\n", std::process::id());
         let _ = write!(out, "STAT uptime {uptime}\r\n");
+        let _ = write!(out, "STAT time {now}\r\n");
         let _ = write!(
             out,
             "STAT version tailtrim-proxy-{}\r\n",
             env!("CARGO_PKG_VERSION")
         );
+        let _ = write!(
+            out,
+            "STAT curr_connections {}\r\n",
+            front.curr_connections.load(Ordering::Relaxed)
+        );
+        let _ = write!(
+            out,
+            "STAT total_connections {}\r\n",
+            front.total_connections.load(Ordering::Relaxed)
+        );
+        let _ = write!(out, "STAT threads {}\r\n", shared.threads);
+        let (totals, unreachable) = backend_totals(shared).await;
+        for (name, total) in SUMMED_BACKEND_STATS.iter().zip(totals) {
+            let _ = write!(out, "STAT {name} {total}\r\n");
+        }
+        let _ = write!(out, "STAT backends_unreachable {unreachable}\r\n");
         let _ = write!(out, "STAT pool_planner {}\r\n", shared.pool.planner_name());
         for sample in counters(shared) {
             let suffix: Vec<&str> = sample

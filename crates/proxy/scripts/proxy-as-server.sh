@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Stands in for `tailtrim serve` so that client suites written for a server (tests/python,
+# tests/go) run through `tailtrim proxy` in front of stock memcached backends
+# (TAILTRIM_PROXY_BACKENDS, default 2, sharing the server's -m memory equally, so that the
+# pool's summed `limit_maxbytes` equals what the suite asked one server for):
+#
+#   TAILTRIM_BIN=crates/proxy/scripts/proxy-as-server.sh .venv/bin/python -m pytest tests/python
+#
+# Accepts the server's arguments (`serve -p PORT -l ADDR -m MB -I SIZE ...`; others ignored),
+# starts the backends on free ports, then execs the proxy on PORT. A watcher kills the
+# backends when the proxy (this process after exec) goes away, even on SIGKILL.
+# TAILTRIM_PROXY_BIN picks the tailtrim binary (default target/release/tailtrim);
+# TAILTRIM_PROXY_ARGS adds proxy flags (e.g. "--replicas 2").
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/../../.." && pwd)"
+bin="${TAILTRIM_PROXY_BIN:-$repo/target/release/tailtrim}"
+port=11211
+listen=127.0.0.1
+item_size=1m
+memory_mb=64
+backends="${TAILTRIM_PROXY_BACKENDS:-2}"
+[ "${1:-}" = "serve" ] && shift
+while [ $# -gt 0 ]; do
+    case "$1" in
+        -p) port="$2"; shift 2 ;;
+        -l) listen="$2"; shift 2 ;;
+        -I) item_size="$2"; shift 2 ;;
+        -m) memory_mb="$2"; shift 2 ;;
+        -U|-t|-c) shift 2 ;;
+        *) shift ;;
+    esac
+done
+case "$item_size" in
+    *[kK]) item_bytes=$(( ${item_size%[kK]} * 1024 )) ;;
+    *[mM]) item_bytes=$(( ${item_size%[mM]} * 1024 * 1024 )) ;;
+    *) item_bytes="$item_size" ;;
+esac
+user_args=()
+[ "$(id -u)" = 0 ] && user_args=(-u root)
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+servers=()
+pids=()
+for _ in $(seq "$backends"); do
+    p="$(free_port)"
+    memcached -l 127.0.0.1 -p "$p" -U 0 -m $((memory_mb / backends)) -t 1 -I "$item_size" "${user_args[@]}" &
+    pids+=("$!")
+    servers+=("127.0.0.1:$p:1")
+done
+self=$$
+( while kill -0 "$self" 2>/dev/null; do sleep 0.3; done; kill "${pids[@]}" 2>/dev/null ) &
+joined="$(IFS=,; echo "${servers[*]}")"
+# shellcheck disable=SC2086
+exec "$bin" proxy -l "$listen:$port" --admin off -s "$joined" -I "$item_bytes" ${TAILTRIM_PROXY_ARGS:-}
