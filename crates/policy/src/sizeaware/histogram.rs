@@ -342,7 +342,7 @@ impl SizeWindow {
 
     /// Whether `epoch` is inside the window.
     pub fn contains(&self, epoch: Epoch) -> bool {
-        epoch <= self.current && epoch.0 + self.slots.len() as u64 > self.current.0
+        epoch <= self.current && epoch.0.saturating_add(self.slots.len() as u64) > self.current.0
     }
 
     fn slot_of(&self, epoch: Epoch) -> usize {
@@ -450,7 +450,9 @@ mod tests {
     };
     use crate::sizeaware::{packet_cost, Epoch, SizeAwareError};
     use proptest::collection::vec as prop_vec;
-    use proptest::prelude::{prop_assert, prop_assert_eq, prop_oneof, proptest, Just, Strategy};
+    use proptest::prelude::{
+        prop_assert, prop_assert_eq, prop_oneof, proptest, Just, ProptestConfig, Strategy,
+    };
 
     /// The nearest-rank percentile of a sample, computed the slow, obvious way.
     fn exact_percentile(values: &[u64], p: f64) -> u64 {
@@ -644,6 +646,36 @@ mod tests {
     }
 
     proptest! {
+        // Each step aggregates the window (a few 22 KiB merges): keep the case count modest.
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn window_matches_a_list_of_timestamped_samples(
+            steps in prop_vec((0u64..3, 0u64..100_000), 1..80),
+            window_epochs in 1usize..6,
+        ) {
+            let mut window = SizeWindow::new(window_epochs).unwrap_or_else(|error| panic!("{error}"));
+            let mut samples: Vec<(u64, u64)> = Vec::new();
+            let mut epoch = 0u64;
+            for (advance, size) in steps {
+                epoch += advance;
+                window.advance_to(Epoch(epoch));
+                window.record(size, size);
+                samples.push((epoch, size));
+                let live: Vec<u64> = samples
+                    .iter()
+                    .filter(|(at, _)| at + window_epochs as u64 > epoch)
+                    .map(|(_, size)| *size)
+                    .collect();
+                prop_assert_eq!(window.requests(), live.len() as u64);
+                prop_assert_eq!(window.percentile(100.0), live.iter().max().copied());
+                let aggregate = window.aggregate();
+                prop_assert_eq!(aggregate.packets(), live.iter().map(|s| packet_cost(*s)).sum::<u64>());
+            }
+        }
+    }
+
+    proptest! {
+
         #[test]
         fn percentile_is_within_the_stated_error(
             values in prop_vec(size_strategy(), 1..400),
