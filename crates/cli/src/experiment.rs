@@ -1,12 +1,44 @@
-//! `tailtrim experiment` (not yet implemented).
+//! `tailtrim experiment NAME`: one command reproduces one of the project's
+//! figures. Each experiment lives in its own module under `experiment/`;
+//! what they share (server processes, ports, interleaving, medians, the noise
+//! floor stub, CPU pinning, progress) is in `experiment/common.rs`.
+//!
+//! ```text
+//!   tailtrim experiment minos [flags]
+//!        │
+//!        ├─ common::ServerProcess::start  (tailtrim serve --dispatch X | memcached)
+//!        ├─ tailtrim_bench::preload       (in-process, once per server)
+//!        ├─ for rate: for repeat: for system (interleaved)
+//!        │     tailtrim_bench::run_detailed  ──> RunReport
+//!        ├─ common::median over repeats
+//!        └─ experiments/<name>/: results.json, results.md, plots (SVG + PNG)
+//! ```
 
 use std::process::ExitCode;
 
+mod common;
+mod minos;
+
 /// Arguments of `tailtrim experiment`.
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+#[command(about = "Reproduce one of the project's experiments (starts servers, runs load, writes a report)")]
+pub struct Args {
+    #[command(subcommand)]
+    experiment: Experiment,
+}
+
+/// The experiments, one subcommand each.
+#[derive(clap::Subcommand, Debug)]
+enum Experiment {
+    /// Minos figure: small- and large-request p99 vs throughput for the
+    /// size-aware, early-binding, stealing and late-binding dispatch policies
+    /// and stock memcached, under the `minos` workload.
+    Minos(Box<minos::Args>),
+}
 
 /// Runs `tailtrim experiment`.
-pub fn run(_args: Args) -> Result<ExitCode, String> {
-    Err("experiment is not implemented yet".to_string())
+pub fn run(args: Args) -> Result<ExitCode, String> {
+    match args.experiment {
+        Experiment::Minos(minos_args) => minos::run(*minos_args),
+    }
 }

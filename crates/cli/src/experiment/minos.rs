@@ -1,0 +1,1236 @@
+//! `tailtrim experiment minos`: the Minos figure (small- and large-request
+//! p99 versus throughput) for tailtrim's dispatch policies and stock
+//! memcached, on this machine.
+//!
+//! ```text
+//!  start every server (same -t, -m) ──> preload each (in-process bench)
+//!     │
+//!     for rate in rates:                       (ascending)
+//!       for round in 0..repeats:
+//!         for system in rotate(systems + floor, round):   (interleaved)
+//!           bench::run_detailed(minos workload, rate)  ──> Sample
+//!           tailtrim servers: `stats sizeaware` snapshot
+//!       medians over rounds ──> Point       (results.json rewritten)
+//!     │
+//!     summary (knee of early binding, ratios, saturation)
+//!     ──> results.json, results.md, small_p99.{svg,png}, large_p99.{svg,png}
+//! ```
+//!
+//! The noise floor ("floor") is the same bench against an in-process stub
+//! that answers every GET with a miss: loopback plus the bench's own path,
+//! measured at the same rates, interleaved with the real systems.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use plotters::coord::Shift;
+use plotters::prelude::{
+    BitMapBackend, ChartBuilder, Circle, Color, DrawingArea, DrawingBackend, IntoDrawingArea,
+    IntoLogRange, LineSeries, PathElement, PointSeries, RGBColor, SVGBackend, BLACK, WHITE,
+};
+use serde::{Deserialize, Serialize};
+use tailtrim_bench::{
+    parse_rates, preload, run_detailed, Class, ClassSummary, PreloadReport, RunConfig, RunReport,
+    WorkloadOverrides, WorkloadSpec,
+};
+
+use super::common::{
+    fetch_stats, interleaved_order, median, parse_cpu_list, pin_current_thread, progress_bar,
+    utc_timestamp, FloorStub, Program, ServerProcess, ServerShape,
+};
+
+/// Systems run when `--systems` is not given.
+pub const DEFAULT_SYSTEMS: &str = "size-aware,early-binding,stealing,late-binding,memcached";
+/// Rates swept when `--rates` is not given (requests per second).
+pub const DEFAULT_RATES: &str = "5000,10000,20000,30000,40000,50000";
+/// Rates of `--quick`.
+const QUICK_RATES: &str = "1000,3000";
+/// Name of the noise-floor pseudo-system in results.
+pub const FLOOR: &str = "floor";
+/// A small request p99 above this marks early binding's knee (µs).
+const KNEE_US: f64 = 1_000.0;
+
+/// Arguments of `tailtrim experiment minos`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Example (the committed figure):\n  \
+    tailtrim experiment minos\n\
+    Smoke run (a few seconds):\n  \
+    tailtrim experiment minos --quick --systems pinned --out /tmp/minos\n\n\
+    Systems: pinned (tailtrim's default, memcached's connection-per-thread model), \
+    size-aware, early-binding, stealing, late-binding (tailtrim serve --dispatch NAME), \
+    memcached (Debian's /usr/bin/memcached).")]
+pub struct Args {
+    /// Comma-separated systems to compare.
+    #[arg(long, default_value = DEFAULT_SYSTEMS)]
+    systems: String,
+    /// Target rates: `a,b,c` or `start:end:step` (requests per second).
+    #[arg(long)]
+    rates: Option<String>,
+    /// Measured seconds per point.
+    #[arg(short = 'd', long, default_value_t = 3.0)]
+    duration: f64,
+    /// Warm-up seconds before each measured window.
+    #[arg(long, default_value_t = 0.5)]
+    warmup: f64,
+    /// Repeats per (system, rate); the point is the median of them.
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// Share of requests that go to the large pool (preset: 0.005).
+    #[arg(long)]
+    large_share: Option<f64>,
+    /// Keys in the small pool (preset: 100000).
+    #[arg(long)]
+    keys: Option<u64>,
+    /// Keys in the large pool (preset: 200).
+    #[arg(long)]
+    large_keys: Option<u64>,
+    /// Seed of the schedule and key choices (same for every system at a point).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Worker threads of every server (`-t`).
+    #[arg(short = 't', long, default_value_t = 2)]
+    threads: usize,
+    /// Item memory of every server in megabytes (`-m`).
+    #[arg(short = 'm', long, default_value_t = 256)]
+    memory_mb: u64,
+    /// Bench connections per server.
+    #[arg(short = 'c', long, default_value_t = 32)]
+    connections: usize,
+    /// Bench I/O threads.
+    #[arg(long, default_value_t = 1)]
+    bench_threads: usize,
+    /// Requests in flight per connection before the bench queues client-side.
+    #[arg(long, default_value_t = 16)]
+    max_in_flight: usize,
+    /// Seconds allowed for outstanding replies after each run.
+    #[arg(long, default_value_t = 1.0)]
+    drain: f64,
+    /// Fixed small/large threshold in bytes for size-aware (`--size-threshold`);
+    /// default: the server's controller decides.
+    #[arg(long)]
+    size_threshold: Option<u64>,
+    /// Fixed number of small workers for size-aware (`--small-workers`);
+    /// default: the server's controller decides.
+    #[arg(long)]
+    small_workers: Option<usize>,
+    /// Extra argument for every `tailtrim serve` (repeatable).
+    #[arg(long = "server-arg", value_name = "ARG", allow_hyphen_values = true)]
+    server_args: Vec<String>,
+    /// Pin the bench (this process) to these CPUs, e.g. `1` or `0-1`.
+    #[arg(long, value_name = "CPUS")]
+    bench_cpus: Option<String>,
+    /// Pin every server's threads to these CPUs.
+    #[arg(long, value_name = "CPUS")]
+    server_cpus: Option<String>,
+    /// Skip the noise-floor measurement.
+    #[arg(long)]
+    no_floor: bool,
+    /// Short smoke run: 2 low rates, 0.5 s points, 1 repeat, small key set.
+    #[arg(long)]
+    quick: bool,
+    /// Output directory.
+    #[arg(short = 'o', long, default_value = "experiments/minos")]
+    out: PathBuf,
+    /// No progress bar and no per-run lines.
+    #[arg(short = 'q', long)]
+    quiet: bool,
+}
+
+/// One system under test.
+#[derive(Clone, Debug)]
+struct System {
+    name: String,
+    program: Program,
+}
+
+fn system_from_name(name: &str, args: &Args) -> Result<System, String> {
+    let mut extra = args.server_args.clone();
+    let program = match name {
+        "memcached" => Program::Memcached,
+        "pinned" => Program::Tailtrim { extra },
+        "size-aware" | "early-binding" | "stealing" | "late-binding" => {
+            extra.extend(["--dispatch".to_string(), name.to_string()]);
+            if name == "size-aware" {
+                if let Some(threshold) = args.size_threshold {
+                    extra.extend(["--size-threshold".to_string(), threshold.to_string()]);
+                }
+                if let Some(workers) = args.small_workers {
+                    extra.extend(["--small-workers".to_string(), workers.to_string()]);
+                }
+            }
+            Program::Tailtrim { extra }
+        }
+        other => {
+            return Err(format!(
+                "unknown system {other:?}; known: pinned, size-aware, early-binding, stealing, \
+                 late-binding, memcached"
+            ))
+        }
+    };
+    Ok(System {
+        name: name.to_string(),
+        program,
+    })
+}
+
+/// Latency summary of one class in one run (µs).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClassLatency {
+    /// Completed requests of the class.
+    pub count: u64,
+    /// Median.
+    pub p50_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// 99.9th percentile.
+    pub p999_us: f64,
+    /// Maximum.
+    pub max_us: f64,
+}
+
+impl From<&ClassSummary> for ClassLatency {
+    fn from(summary: &ClassSummary) -> Self {
+        Self {
+            count: summary.count,
+            p50_us: summary.p50_us,
+            p99_us: summary.p99_us,
+            p999_us: summary.p999_us,
+            max_us: summary.max_us,
+        }
+    }
+}
+
+/// One measured run of one system at one rate.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// Round (0-based) within the rate.
+    pub round: usize,
+    /// Position in the round's interleaved order.
+    pub position: usize,
+    /// Target rate.
+    pub target_rps: f64,
+    /// Replies per second received in the measured window.
+    pub achieved_rps: f64,
+    /// Small requests (largest value ≤ the workload's threshold).
+    pub small: ClassLatency,
+    /// Large requests.
+    pub large: ClassLatency,
+    /// Every request.
+    pub all: ClassLatency,
+    /// Errors (error replies, broken connections, unfinished at drain end).
+    pub errors: u64,
+    /// Keys not found.
+    pub misses: u64,
+    /// Keys found.
+    pub hits: u64,
+    /// CPU of the bench process during the run, percent of one core.
+    pub bench_cpu_percent: f64,
+    /// p99 of the bench's own send lag (scheduled vs actual send), µs.
+    pub send_lag_p99_us: f64,
+    /// `stats sizeaware` of a tailtrim server after the run (cumulative), if
+    /// the server has that group.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub server_stats: BTreeMap<String, String>,
+    /// Why the run failed, if it did (then the numbers are zero).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+}
+
+impl Sample {
+    fn from_report(round: usize, position: usize, report: &RunReport) -> Self {
+        Self {
+            round,
+            position,
+            target_rps: report.target_rps,
+            achieved_rps: report.achieved_rps,
+            small: ClassLatency::from(&report.class(Class::Small)),
+            large: ClassLatency::from(&report.class(Class::Large)),
+            all: ClassLatency::from(&report.class(Class::All)),
+            errors: report.errors,
+            misses: report.misses,
+            hits: report.hits,
+            bench_cpu_percent: report.bench_cpu_percent,
+            send_lag_p99_us: report.send_lag.p99_us,
+            server_stats: BTreeMap::new(),
+            failure: None,
+        }
+    }
+}
+
+/// Medians over the repeats of one system at one rate.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Point {
+    /// Target rate.
+    pub target_rps: f64,
+    /// Median achieved rate.
+    pub achieved_rps: f64,
+    /// Median small-request p50 (µs).
+    pub small_p50_us: f64,
+    /// Median small-request p99 (µs).
+    pub small_p99_us: f64,
+    /// Median small-request p99.9 (µs).
+    pub small_p999_us: f64,
+    /// Median large-request p50 (µs).
+    pub large_p50_us: f64,
+    /// Median large-request p99 (µs).
+    pub large_p99_us: f64,
+    /// Median p99 over all requests (µs).
+    pub all_p99_us: f64,
+    /// Small requests completed, summed over repeats.
+    pub small_count: u64,
+    /// Large requests completed, summed over repeats.
+    pub large_count: u64,
+    /// Errors, summed over repeats.
+    pub errors: u64,
+    /// Misses, summed over repeats.
+    pub misses: u64,
+    /// Median bench CPU percent.
+    pub bench_cpu_percent: f64,
+    /// Repeats that completed (failed runs are excluded from the medians).
+    pub valid_repeats: usize,
+    /// Every repeat.
+    pub samples: Vec<Sample>,
+}
+
+impl Point {
+    fn from_samples(target_rps: f64, samples: Vec<Sample>) -> Self {
+        let valid: Vec<&Sample> = samples
+            .iter()
+            .filter(|sample| sample.failure.is_none())
+            .collect();
+        let med = |pick: fn(&Sample) -> f64| {
+            median(&valid.iter().map(|sample| pick(sample)).collect::<Vec<_>>())
+        };
+        Self {
+            target_rps,
+            achieved_rps: med(|sample| sample.achieved_rps),
+            small_p50_us: med(|sample| sample.small.p50_us),
+            small_p99_us: med(|sample| sample.small.p99_us),
+            small_p999_us: med(|sample| sample.small.p999_us),
+            large_p50_us: med(|sample| sample.large.p50_us),
+            large_p99_us: med(|sample| sample.large.p99_us),
+            all_p99_us: med(|sample| sample.all.p99_us),
+            small_count: valid.iter().map(|sample| sample.small.count).sum(),
+            large_count: valid.iter().map(|sample| sample.large.count).sum(),
+            errors: valid.iter().map(|sample| sample.errors).sum(),
+            misses: valid.iter().map(|sample| sample.misses).sum(),
+            bench_cpu_percent: med(|sample| sample.bench_cpu_percent),
+            valid_repeats: valid.len(),
+            samples,
+        }
+    }
+}
+
+/// Results of one system over the sweep.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SystemResult {
+    /// System name (`size-aware`, …, `memcached`, `floor`).
+    pub name: String,
+    /// Command line of the server (empty for the floor stub).
+    pub command: String,
+    /// Preload of the server (absent for the floor stub).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preload: Option<PreloadReport>,
+    /// `stats sizeaware` right after the preload (tailtrim servers only).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub stats_after_preload: BTreeMap<String, String>,
+    /// One point per rate, in sweep order.
+    pub points: Vec<Point>,
+}
+
+/// The experiment's configuration as run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunSettings {
+    /// Systems compared (without the floor).
+    pub systems: Vec<String>,
+    /// Target rates.
+    pub rates: Vec<f64>,
+    /// Measured seconds per point.
+    pub duration_s: f64,
+    /// Warm-up seconds per point.
+    pub warmup_s: f64,
+    /// Drain seconds per point.
+    pub drain_s: f64,
+    /// Repeats per point.
+    pub repeats: usize,
+    /// Base seed.
+    pub seed: u64,
+    /// Server worker threads.
+    pub threads: usize,
+    /// Server memory (MB).
+    pub memory_mb: u64,
+    /// Bench connections per server.
+    pub connections: usize,
+    /// Bench I/O threads.
+    pub bench_threads: usize,
+    /// In-flight cap per connection.
+    pub max_in_flight: usize,
+    /// CPUs the bench was pinned to (empty: not pinned).
+    pub bench_cpus: Vec<usize>,
+    /// CPUs the servers were pinned to (empty: not pinned).
+    pub server_cpus: Vec<usize>,
+    /// Whether this was a `--quick` smoke run.
+    pub quick: bool,
+    /// Whether the noise floor was measured.
+    pub floor: bool,
+}
+
+/// The machine the experiment ran on.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MachineInfo {
+    /// CPUs online.
+    pub cpus: usize,
+    /// `uname -r`-like kernel release.
+    pub kernel: String,
+    /// `memcached -V`.
+    pub memcached_version: String,
+    /// Share of CPU time stolen by the hypervisor during the experiment (%).
+    pub steal_percent: f64,
+    /// Wall time of the whole experiment.
+    pub wall_seconds: f64,
+}
+
+/// Headline numbers.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// First target rate where early binding's small p99 exceeds 1 ms.
+    pub knee_rate_rps: Option<f64>,
+    /// Early binding's small p99 at the knee (µs).
+    pub early_binding_small_p99_us: Option<f64>,
+    /// Size-aware's small p99 at the knee (µs).
+    pub size_aware_small_p99_us: Option<f64>,
+    /// Early binding's small p99 / size-aware's at the knee.
+    pub small_p99_ratio: Option<f64>,
+    /// Small p99 of every system at the knee (µs).
+    pub small_p99_at_knee_us: BTreeMap<String, f64>,
+    /// Large p99 of every system at the knee (µs).
+    pub large_p99_at_knee_us: BTreeMap<String, f64>,
+    /// Highest median achieved throughput of each system over the sweep.
+    pub saturation_rps: BTreeMap<String, f64>,
+    /// Size-aware saturation / early-binding saturation.
+    pub saturation_ratio_size_aware_vs_early: Option<f64>,
+    /// Noise floor: the stub's all-request p99 at the lowest rate (µs).
+    pub floor_p99_us: Option<f64>,
+    /// Small p99 of each system at the lowest rate, divided by the floor.
+    pub small_p99_over_floor_at_lowest_rate: BTreeMap<String, f64>,
+}
+
+/// The `results.json` document.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MinosResults {
+    /// `minos`.
+    pub experiment: String,
+    /// The command line that produced this file.
+    pub command: String,
+    /// UTC start time.
+    pub started_utc: String,
+    /// Whether every planned run finished.
+    pub complete: bool,
+    /// Settings.
+    pub settings: RunSettings,
+    /// Machine.
+    pub machine: MachineInfo,
+    /// The workload, as the bench ran it.
+    pub workload: Option<WorkloadSpec>,
+    /// Per system, in the order given (the floor last).
+    pub systems: Vec<SystemResult>,
+    /// Headline numbers.
+    pub summary: Summary,
+}
+
+fn seconds(value: f64, name: &str) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(value).map_err(|_| format!("--{name} must be a non-negative number"))
+}
+
+fn workload_for(args: &Args) -> Result<WorkloadSpec, String> {
+    let mut spec = WorkloadSpec::preset("minos").map_err(|error| error.to_string())?;
+    let (keys, large_keys) = if args.quick {
+        (args.keys.or(Some(2_000)), args.large_keys.or(Some(20)))
+    } else {
+        (args.keys, args.large_keys)
+    };
+    spec.apply(&WorkloadOverrides {
+        keys,
+        large_share: args.large_share,
+        large_keys,
+        ..WorkloadOverrides::default()
+    })
+    .map_err(|error| error.to_string())?;
+    Ok(spec)
+}
+
+/// Total CPU jiffies and steal jiffies from /proc/stat.
+fn cpu_jiffies() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = text.lines().next()?;
+    let values: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|field| field.parse().ok())
+        .collect();
+    let steal = *values.get(7)?;
+    Some((values.iter().take(8).sum(), steal))
+}
+
+fn machine_info() -> MachineInfo {
+    let cpus = std::thread::available_parallelism()
+        .map(std::num::NonZeroUsize::get)
+        .unwrap_or(1);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|text| text.trim().to_string())
+        .unwrap_or_default();
+    let memcached_version = super::common::memcached_path()
+        .and_then(|path| std::process::Command::new(path).arg("-V").output().ok())
+        .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_string())
+        .unwrap_or_default();
+    MachineInfo {
+        cpus,
+        kernel,
+        memcached_version,
+        ..MachineInfo::default()
+    }
+}
+
+/// Runs `tailtrim experiment minos`.
+pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
+    let started = Instant::now();
+    let jiffies_before = cpu_jiffies();
+    let quick = args.quick;
+    let rates_text = args
+        .rates
+        .clone()
+        .unwrap_or_else(|| if quick { QUICK_RATES } else { DEFAULT_RATES }.to_string());
+    let mut rates = parse_rates(&rates_text).map_err(|error| error.to_string())?;
+    rates.sort_by(|left, right| left.total_cmp(right));
+    let (duration, warmup, repeats, drain) = if quick {
+        (Duration::from_millis(500), Duration::from_millis(200), 1, Duration::from_millis(500))
+    } else {
+        (
+            seconds(args.duration, "duration")?,
+            seconds(args.warmup, "warmup")?,
+            args.repeats.max(1),
+            seconds(args.drain, "drain")?,
+        )
+    };
+    if duration.is_zero() {
+        return Err("--duration must be positive".to_string());
+    }
+    let systems: Vec<System> = args
+        .systems
+        .split(',')
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+        .map(|name| system_from_name(name, &args))
+        .collect::<Result<_, _>>()?;
+    if systems.is_empty() {
+        return Err("--systems lists no system".to_string());
+    }
+    let bench_cpus = args
+        .bench_cpus
+        .as_deref()
+        .map(parse_cpu_list)
+        .transpose()?;
+    let server_cpus = args
+        .server_cpus
+        .as_deref()
+        .map(parse_cpu_list)
+        .transpose()?;
+    if let Some(cpus) = &bench_cpus {
+        pin_current_thread(cpus)?;
+    }
+    let workload = Arc::new(workload_for(&args)?);
+    let interactive = !args.quiet && std::io::stderr().is_terminal();
+    let verbose = !args.quiet;
+
+    let mut results = MinosResults {
+        experiment: "minos".to_string(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        started_utc: utc_timestamp(),
+        complete: false,
+        settings: RunSettings {
+            systems: systems.iter().map(|system| system.name.clone()).collect(),
+            rates: rates.clone(),
+            duration_s: duration.as_secs_f64(),
+            warmup_s: warmup.as_secs_f64(),
+            drain_s: drain.as_secs_f64(),
+            repeats,
+            seed: args.seed,
+            threads: args.threads,
+            memory_mb: args.memory_mb,
+            connections: args.connections,
+            bench_threads: args.bench_threads,
+            max_in_flight: args.max_in_flight,
+            bench_cpus: bench_cpus.clone().unwrap_or_default(),
+            server_cpus: server_cpus.clone().unwrap_or_default(),
+            quick,
+            floor: !args.no_floor,
+        },
+        machine: machine_info(),
+        workload: Some((*workload).clone()),
+        systems: Vec::new(),
+        summary: Summary::default(),
+    };
+    std::fs::create_dir_all(&args.out)
+        .map_err(|error| format!("creating {}: {error}", args.out.display()))?;
+
+    // Start and preload every server.
+    let shape = ServerShape {
+        threads: args.threads,
+        memory_mb: args.memory_mb,
+        cpus: server_cpus,
+    };
+    let mut servers: Vec<ServerProcess> = Vec::with_capacity(systems.len());
+    for system in &systems {
+        let server = ServerProcess::start(&system.name, &system.program, &shape)?;
+        let bar = progress_bar(
+            interactive,
+            workload.total_keys(),
+            &format!("preload {}", system.name),
+        );
+        let loaded = preload(&workload, &server.address(), 4, &mut |done| {
+            if let Some(bar) = &bar {
+                bar.set_position(done);
+            }
+        })
+        .map_err(|error| format!("preloading {}: {error}", system.name))?;
+        if let Some(bar) = bar {
+            bar.finish_and_clear();
+        }
+        if verbose {
+            eprintln!(
+                "{}: pid {}, preloaded {} keys in {:.1} s ({} errors)",
+                system.name,
+                server.pid(),
+                loaded.keys,
+                loaded.seconds,
+                loaded.errors
+            );
+        }
+        let stats_after_preload = tailtrim_stats(&system.program, &server.address());
+        results.systems.push(SystemResult {
+            name: system.name.clone(),
+            command: server.command_line().to_string(),
+            preload: Some(loaded),
+            stats_after_preload,
+            points: Vec::new(),
+        });
+        servers.push(server);
+    }
+    let floor = if args.no_floor {
+        None
+    } else {
+        results.systems.push(SystemResult {
+            name: FLOOR.to_string(),
+            command: "in-process stub: every get -> END".to_string(),
+            ..SystemResult::default()
+        });
+        Some(FloorStub::start()?)
+    };
+    let floor_workload = Arc::new(floor_workload(&workload)?);
+
+    // The sweep: rates ascending, systems interleaved within each round.
+    let participants = results.systems.len();
+    let per_run_ms = (warmup + duration).as_millis() as u64;
+    let total_runs = (rates.len() * repeats * participants) as u64;
+    let bar = progress_bar(interactive, total_runs * per_run_ms, "minos");
+    let mut runs_done = 0u64;
+    let mut dead: Vec<Option<String>> = vec![None; participants];
+    for (rate_index, rate) in rates.iter().enumerate() {
+        let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); participants];
+        for round in 0..repeats {
+            let seed = args
+                .seed
+                .wrapping_add((rate_index * 1_000 + round) as u64 * 7_919);
+            for (position, participant) in interleaved_order(participants, round)
+                .into_iter()
+                .enumerate()
+            {
+                let name = results.systems[participant].name.clone();
+                let (address, run_workload) = match servers.get(participant) {
+                    Some(server) => (server.address(), &workload),
+                    None => match &floor {
+                        Some(stub) => (stub.address(), &floor_workload),
+                        None => continue,
+                    },
+                };
+                let mut config = RunConfig::new(&address, *rate, duration);
+                config.warmup = warmup;
+                config.drain = drain;
+                config.connections = args.connections;
+                config.threads = args.bench_threads;
+                config.max_in_flight = args.max_in_flight;
+                config.seed = seed;
+                config.timeseries = false;
+                if let Some(bar) = &bar {
+                    bar.set_message(format!(
+                        "{:.0} rps, round {}/{}, {name}",
+                        rate,
+                        round + 1,
+                        repeats
+                    ));
+                }
+                let base = runs_done * per_run_ms;
+                let sample = if let Some(reason) = &dead[participant] {
+                    Sample {
+                        round,
+                        position,
+                        target_rps: *rate,
+                        failure: Some(reason.clone()),
+                        ..Sample::default()
+                    }
+                } else {
+                    let outcome = run_detailed(run_workload, &config, &mut |progress| {
+                        if let Some(bar) = &bar {
+                            let elapsed = (progress.elapsed.as_millis() as u64).min(per_run_ms);
+                            bar.set_position(base + elapsed);
+                        }
+                    });
+                    let alive = match servers.get_mut(participant) {
+                        Some(server) => server.check_alive(),
+                        None => Ok(()),
+                    };
+                    match (outcome, alive) {
+                        (Ok(output), Ok(())) => {
+                            let mut sample = Sample::from_report(round, position, &output.report);
+                            if let Some(system) = systems.get(participant) {
+                                sample.server_stats = tailtrim_stats(&system.program, &address);
+                            }
+                            sample
+                        }
+                        (_, Err(reason)) => {
+                            dead[participant] = Some(reason.clone());
+                            Sample {
+                                round,
+                                position,
+                                target_rps: *rate,
+                                failure: Some(reason),
+                                ..Sample::default()
+                            }
+                        }
+                        (Err(error), Ok(())) => Sample {
+                            round,
+                            position,
+                            target_rps: *rate,
+                            failure: Some(error.to_string()),
+                            ..Sample::default()
+                        },
+                    }
+                };
+                runs_done += 1;
+                if let Some(bar) = &bar {
+                    bar.set_position(runs_done * per_run_ms);
+                }
+                if verbose {
+                    let line = describe_sample(&name, &sample);
+                    match &bar {
+                        Some(bar) => bar.println(line),
+                        None => eprintln!("{line}"),
+                    }
+                }
+                samples[participant].push(sample);
+            }
+        }
+        for (participant, participant_samples) in samples.into_iter().enumerate() {
+            results.systems[participant]
+                .points
+                .push(Point::from_samples(*rate, participant_samples));
+        }
+        results.summary = summarize(&results);
+        write_json(&results, &args.out)?;
+    }
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    drop(servers);
+    drop(floor);
+
+    results.complete = dead.iter().all(Option::is_none);
+    results.machine.wall_seconds = started.elapsed().as_secs_f64();
+    if let (Some((total_before, steal_before)), Some((total_after, steal_after))) =
+        (jiffies_before, cpu_jiffies())
+    {
+        let total = total_after.saturating_sub(total_before).max(1);
+        results.machine.steal_percent =
+            steal_after.saturating_sub(steal_before) as f64 / total as f64 * 100.0;
+    }
+    results.summary = summarize(&results);
+    write_json(&results, &args.out)?;
+    let table = markdown(&results);
+    std::fs::write(args.out.join("results.md"), &table)
+        .map_err(|error| format!("writing results.md: {error}"))?;
+    plot_latency(&results, &args.out, LatencyClass::Small)?;
+    plot_latency(&results, &args.out, LatencyClass::Large)?;
+    if verbose {
+        print!("{table}");
+        eprintln!(
+            "wrote {}/results.json, results.md, small_p99.{{svg,png}}, large_p99.{{svg,png}} in {:.0} s",
+            args.out.display(),
+            results.machine.wall_seconds
+        );
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// The floor's workload: GETs only (the stub answers every one with a miss),
+/// same keys and arrival process as the real workload.
+fn floor_workload(workload: &WorkloadSpec) -> Result<WorkloadSpec, String> {
+    let mut spec = workload.clone();
+    spec.name = format!("{}-floor", workload.name);
+    spec.apply(&WorkloadOverrides {
+        set_share: Some(0.0),
+        ..WorkloadOverrides::default()
+    })
+    .map_err(|error| error.to_string())?;
+    Ok(spec)
+}
+
+/// `stats sizeaware` of a tailtrim server (empty for memcached, or when the
+/// server does not have the group or cannot be asked).
+fn tailtrim_stats(program: &Program, address: &str) -> BTreeMap<String, String> {
+    match program {
+        Program::Tailtrim { .. } => fetch_stats(address, Some("sizeaware")).unwrap_or_default(),
+        Program::Memcached => BTreeMap::new(),
+    }
+}
+
+fn describe_sample(name: &str, sample: &Sample) -> String {
+    match &sample.failure {
+        Some(reason) => format!(
+            "{:>7.0} rps r{} {name:<13} FAILED: {}",
+            sample.target_rps,
+            sample.round + 1,
+            reason.lines().next().unwrap_or_default()
+        ),
+        None => format!(
+            "{:>7.0} rps r{} {name:<13} achieved {:>7.0}  small p50 {:>7.0} p99 {:>8.0} µs  large p99 {:>8.0} µs  err {} miss {} bench cpu {:.0}%",
+            sample.target_rps,
+            sample.round + 1,
+            sample.achieved_rps,
+            sample.small.p50_us,
+            sample.small.p99_us,
+            sample.large.p99_us,
+            sample.errors,
+            sample.misses,
+            sample.bench_cpu_percent
+        ),
+    }
+}
+
+fn write_json(results: &MinosResults, out: &Path) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(results).map_err(|error| error.to_string())?;
+    let path = out.join("results.json");
+    std::fs::write(&path, text + "\n").map_err(|error| format!("writing {}: {error}", path.display()))
+}
+
+fn system<'a>(results: &'a MinosResults, name: &str) -> Option<&'a SystemResult> {
+    results.systems.iter().find(|system| system.name == name)
+}
+
+fn point_at(system: &SystemResult, rate: f64) -> Option<&Point> {
+    system
+        .points
+        .iter()
+        .find(|point| point.target_rps == rate && point.valid_repeats > 0)
+}
+
+/// Headline numbers: early binding's knee, ratios there, saturation, floor.
+fn summarize(results: &MinosResults) -> Summary {
+    let mut summary = Summary::default();
+    let early = system(results, "early-binding");
+    let size_aware = system(results, "size-aware");
+    if let Some(early) = early {
+        if let Some(knee) = early
+            .points
+            .iter()
+            .find(|point| point.valid_repeats > 0 && point.small_p99_us > KNEE_US)
+        {
+            summary.knee_rate_rps = Some(knee.target_rps);
+            summary.early_binding_small_p99_us = Some(knee.small_p99_us);
+            for other in &results.systems {
+                if other.name == FLOOR {
+                    continue;
+                }
+                if let Some(point) = point_at(other, knee.target_rps) {
+                    summary
+                        .small_p99_at_knee_us
+                        .insert(other.name.clone(), point.small_p99_us);
+                    summary
+                        .large_p99_at_knee_us
+                        .insert(other.name.clone(), point.large_p99_us);
+                }
+            }
+            if let Some(point) = size_aware.and_then(|system| point_at(system, knee.target_rps)) {
+                summary.size_aware_small_p99_us = Some(point.small_p99_us);
+                if point.small_p99_us > 0.0 {
+                    summary.small_p99_ratio = Some(knee.small_p99_us / point.small_p99_us);
+                }
+            }
+        }
+    }
+    for system in &results.systems {
+        let peak = system
+            .points
+            .iter()
+            .filter(|point| point.valid_repeats > 0)
+            .map(|point| point.achieved_rps)
+            .fold(0.0, f64::max);
+        summary.saturation_rps.insert(system.name.clone(), peak);
+    }
+    if let (Some(size_aware), Some(early)) = (
+        summary.saturation_rps.get("size-aware"),
+        summary.saturation_rps.get("early-binding"),
+    ) {
+        if *early > 0.0 {
+            summary.saturation_ratio_size_aware_vs_early = Some(size_aware / early);
+        }
+    }
+    if let Some(lowest) = results.settings.rates.first() {
+        if let Some(floor_point) = system(results, FLOOR).and_then(|floor| point_at(floor, *lowest)) {
+            let floor_p99 = floor_point.all_p99_us;
+            summary.floor_p99_us = Some(floor_p99);
+            if floor_p99 > 0.0 {
+                for other in &results.systems {
+                    if other.name == FLOOR {
+                        continue;
+                    }
+                    if let Some(point) = point_at(other, *lowest) {
+                        summary
+                            .small_p99_over_floor_at_lowest_rate
+                            .insert(other.name.clone(), point.small_p99_us / floor_p99);
+                    }
+                }
+            }
+        }
+    }
+    summary
+}
+
+fn optional(value: Option<f64>, decimals: usize) -> String {
+    value.map_or_else(|| "n/a".to_string(), |value| format!("{value:.decimals$}"))
+}
+
+/// The markdown table (results.md).
+fn markdown(results: &MinosResults) -> String {
+    use std::fmt::Write;
+    let mut text = String::new();
+    let settings = &results.settings;
+    let _ = writeln!(text, "# minos: results ({})\n", results.started_utc);
+    let _ = writeln!(text, "Command: `{}`\n", results.command);
+    let _ = writeln!(
+        text,
+        "Servers: -t {} -m {}; bench: {} connections, {} I/O thread(s), {} in flight per connection; \
+         {} s measured + {} s warm-up per point, median of {} repeat(s), systems interleaved; \
+         bench CPUs {}, server CPUs {}; machine: {} CPUs, steal {:.1}%, {:.0} s wall.\n",
+        settings.threads,
+        settings.memory_mb,
+        settings.connections,
+        settings.bench_threads,
+        settings.max_in_flight,
+        settings.duration_s,
+        settings.warmup_s,
+        settings.repeats,
+        cpu_text(&settings.bench_cpus),
+        cpu_text(&settings.server_cpus),
+        results.machine.cpus,
+        results.machine.steal_percent,
+        results.machine.wall_seconds
+    );
+    let summary = &results.summary;
+    let _ = writeln!(text, "## Summary\n");
+    let _ = writeln!(
+        text,
+        "- early binding's small p99 first exceeds 1 ms at: {} rps (early binding {} µs, size-aware {} µs, ratio {})",
+        optional(summary.knee_rate_rps, 0),
+        optional(summary.early_binding_small_p99_us, 0),
+        optional(summary.size_aware_small_p99_us, 0),
+        optional(summary.small_p99_ratio, 2)
+    );
+    let saturation: Vec<String> = summary
+        .saturation_rps
+        .iter()
+        .map(|(name, rps)| format!("{name} {rps:.0}"))
+        .collect();
+    let _ = writeln!(
+        text,
+        "- highest achieved throughput (rps): {}; size-aware / early binding: {}",
+        saturation.join(", "),
+        optional(summary.saturation_ratio_size_aware_vs_early, 2)
+    );
+    let _ = writeln!(
+        text,
+        "- noise floor (stub, all-request p99 at the lowest rate): {} µs\n",
+        optional(summary.floor_p99_us, 0)
+    );
+    let _ = writeln!(text, "## Per rate (medians over repeats; latencies in µs)\n");
+    let _ = writeln!(
+        text,
+        "| target rps | system | achieved rps | small p50 | small p99 | small p99.9 | large p50 | large p99 | errors | misses | bench cpu % |"
+    );
+    let _ = writeln!(text, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for rate in &settings.rates {
+        for system in &results.systems {
+            let Some(point) = system.points.iter().find(|point| point.target_rps == *rate) else {
+                continue;
+            };
+            if point.valid_repeats == 0 {
+                let _ = writeln!(
+                    text,
+                    "| {rate:.0} | {} | failed | | | | | | | | |",
+                    system.name
+                );
+                continue;
+            }
+            let large = |value: f64| {
+                if point.large_count == 0 {
+                    "–".to_string()
+                } else {
+                    format!("{value:.0}")
+                }
+            };
+            let _ = writeln!(
+                text,
+                "| {rate:.0} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} | {:.0} |",
+                system.name,
+                point.achieved_rps,
+                point.small_p50_us,
+                point.small_p99_us,
+                point.small_p999_us,
+                large(point.large_p50_us),
+                large(point.large_p99_us),
+                point.errors,
+                point.misses,
+                point.bench_cpu_percent
+            );
+        }
+    }
+    text
+}
+
+fn cpu_text(cpus: &[usize]) -> String {
+    if cpus.is_empty() {
+        "not pinned".to_string()
+    } else {
+        format!("{cpus:?}")
+    }
+}
+
+/// Which latency a plot shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LatencyClass {
+    Small,
+    Large,
+}
+
+impl LatencyClass {
+    fn file_stem(self) -> &'static str {
+        match self {
+            LatencyClass::Small => "small_p99",
+            LatencyClass::Large => "large_p99",
+        }
+    }
+
+    fn pick(self, point: &Point) -> f64 {
+        match self {
+            LatencyClass::Small => point.small_p99_us,
+            LatencyClass::Large => point.large_p99_us,
+        }
+    }
+}
+
+/// Fixed colors per system, so both plots agree.
+fn system_color(name: &str) -> RGBColor {
+    match name {
+        "size-aware" => RGBColor(214, 39, 40),
+        "early-binding" => RGBColor(31, 119, 180),
+        "stealing" => RGBColor(44, 160, 44),
+        "late-binding" => RGBColor(148, 103, 189),
+        "memcached" => RGBColor(255, 127, 14),
+        "pinned" => RGBColor(140, 86, 75),
+        _ => RGBColor(127, 127, 127),
+    }
+}
+
+fn plot_latency(results: &MinosResults, out: &Path, class: LatencyClass) -> Result<(), String> {
+    let stem = class.file_stem();
+    let svg = out.join(format!("{stem}.svg"));
+    let png = out.join(format!("{stem}.png"));
+    draw_latency(
+        &SVGBackend::new(&svg, (1000, 650)).into_drawing_area(),
+        results,
+        class,
+    )?;
+    let bitmap = BitMapBackend::new(&png, (1000, 650)).into_drawing_area();
+    draw_latency(&bitmap, results, class)
+}
+
+fn draw_latency<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    results: &MinosResults,
+    class: LatencyClass,
+) -> Result<(), String> {
+    let fail = |error: &dyn std::fmt::Display| format!("plot: {error}");
+    root.fill(&WHITE).map_err(|error| fail(&error))?;
+    let series: Vec<(String, Vec<(f64, f64)>)> = results
+        .systems
+        .iter()
+        .filter(|system| class == LatencyClass::Small || system.name != FLOOR)
+        .map(|system| {
+            let points = system
+                .points
+                .iter()
+                .filter(|point| point.valid_repeats > 0 && class.pick(point) > 0.0)
+                .map(|point| (point.achieved_rps, class.pick(point)))
+                .collect::<Vec<_>>();
+            (system.name.clone(), points)
+        })
+        .filter(|(_, points)| !points.is_empty())
+        .collect();
+    let values = series
+        .iter()
+        .flat_map(|(_, points)| points.iter().map(|point| point.1));
+    let (low, high) = values.fold((f64::INFINITY, 0.0f64), |(low, high), value| {
+        (low.min(value), high.max(value))
+    });
+    let (low, high) = if low.is_finite() {
+        (low / 1.5, high * 1.5)
+    } else {
+        (1.0, 10.0)
+    };
+    let max_rate = results
+        .systems
+        .iter()
+        .flat_map(|system| system.points.iter())
+        .map(|point| point.achieved_rps.max(point.target_rps))
+        .fold(1.0, f64::max)
+        * 1.05;
+    let title = match class {
+        LatencyClass::Small => "minos: small-request p99 vs achieved throughput",
+        LatencyClass::Large => "minos: large-request p99 vs achieved throughput",
+    };
+    let caption = format!(
+        "{title} (-t {}, {} CPUs, median of {})",
+        results.settings.threads, results.machine.cpus, results.settings.repeats
+    );
+    let mut chart = ChartBuilder::on(root)
+        .caption(caption, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0.0..max_rate, (low..high).log_scale())
+        .map_err(|error| fail(&error))?;
+    chart
+        .configure_mesh()
+        .x_desc("achieved throughput (requests/s)")
+        .y_desc(match class {
+            LatencyClass::Small => "small-request p99 (µs)",
+            LatencyClass::Large => "large-request p99 (µs)",
+        })
+        .draw()
+        .map_err(|error| fail(&error))?;
+    for (name, points) in series {
+        let color = system_color(&name);
+        let label = if name == FLOOR {
+            "noise floor (stub, all requests)".to_string()
+        } else {
+            name
+        };
+        chart
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+            .map_err(|error| fail(&error))?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+        chart
+            .draw_series(PointSeries::of_element(
+                points,
+                4,
+                color.filled(),
+                &|coord, size, style| Circle::new(coord, size, style),
+            ))
+            .map_err(|error| fail(&error))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(plotters::chart::SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|error| fail(&error))?;
+    root.present().map_err(|error| fail(&error))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{summarize, MinosResults, Point, RunSettings, Sample, SystemResult};
+
+    fn sample(small_p99: f64, achieved: f64) -> Sample {
+        let mut sample = Sample {
+            achieved_rps: achieved,
+            ..Sample::default()
+        };
+        sample.small.p99_us = small_p99;
+        sample.small.count = 10;
+        sample
+    }
+
+    fn system(name: &str, curve: &[(f64, f64, f64)]) -> SystemResult {
+        SystemResult {
+            name: name.to_string(),
+            points: curve
+                .iter()
+                .map(|(rate, p99, achieved)| {
+                    Point::from_samples(*rate, vec![sample(*p99, *achieved)])
+                })
+                .collect(),
+            ..SystemResult::default()
+        }
+    }
+
+    #[test]
+    fn medians_skip_failed_repeats() {
+        let failed = Sample {
+            failure: Some("server died".into()),
+            ..Sample::default()
+        };
+        let point = Point::from_samples(
+            100.0,
+            vec![sample(50.0, 90.0), sample(70.0, 99.0), sample(60.0, 95.0), failed],
+        );
+        assert_eq!(point.valid_repeats, 3);
+        assert_eq!(point.small_p99_us, 60.0);
+        assert_eq!(point.achieved_rps, 95.0);
+        assert_eq!(point.small_count, 30);
+        assert_eq!(point.samples.len(), 4);
+    }
+
+    #[test]
+    fn knee_is_the_first_rate_above_one_millisecond() {
+        let results = MinosResults {
+            settings: RunSettings {
+                rates: vec![1000.0, 2000.0, 3000.0],
+                ..RunSettings::default()
+            },
+            systems: vec![
+                system(
+                    "early-binding",
+                    &[(1000.0, 300.0, 1000.0), (2000.0, 1500.0, 1990.0), (3000.0, 9000.0, 2500.0)],
+                ),
+                system(
+                    "size-aware",
+                    &[(1000.0, 200.0, 1000.0), (2000.0, 300.0, 2000.0), (3000.0, 400.0, 2700.0)],
+                ),
+                system("floor", &[(1000.0, 0.0, 1000.0)]),
+            ],
+            ..MinosResults::default()
+        };
+        let summary = summarize(&results);
+        assert_eq!(summary.knee_rate_rps, Some(2000.0));
+        assert_eq!(summary.early_binding_small_p99_us, Some(1500.0));
+        assert_eq!(summary.size_aware_small_p99_us, Some(300.0));
+        assert_eq!(summary.small_p99_ratio, Some(5.0));
+        assert_eq!(summary.saturation_rps.get("size-aware"), Some(&2700.0));
+        assert_eq!(summary.saturation_ratio_size_aware_vs_early, Some(2700.0 / 2500.0));
+    }
+}
