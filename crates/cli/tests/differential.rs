@@ -18,7 +18,9 @@
 //! for more data), reading stops after the connection goes quiet.
 //!
 //! Every case runs on a fresh connection after a `flush_all` on a control connection;
-//! cases without `{casN}` or `@sleep` also run "pipelined": all their bytes in one write.
+//! cases without `{casN}` or `@sleep` also run "pipelined": all their bytes in one write;
+//! every case also runs with "split" writes (each small step cut into pieces, one cut
+//! between `\r` and `\n`) to exercise incremental parsing.
 //!
 //! Environment: `TAILTRIM_DIFF_TARGET=memcached` compares memcached with a second memcached
 //! (validates the harness); `TAILTRIM_DIFF_RECORD=1` rewrites the golden files;
@@ -537,8 +539,65 @@ fn record_reply(transcript: &mut String, reply: &Reply, cas: &mut CasOrdinals) -
     reply.closed
 }
 
+/// How a case's bytes are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// One write per step, reply read after each `>` step.
+    Stepwise,
+    /// All bytes of the case in one write, one read.
+    Pipelined,
+    /// Like [`Mode::Stepwise`], but each step of at most [`SPLIT_MAX`] bytes is written in
+    /// pieces (cut between `\r` and `\n` and at a pseudo-random point) with pauses, to
+    /// exercise incremental parsing.
+    Split,
+}
+
+impl Mode {
+    fn suffix(self) -> &'static str {
+        match self {
+            Mode::Stepwise => "",
+            Mode::Pipelined => " [pipelined]",
+            Mode::Split => " [split]",
+        }
+    }
+}
+
+/// Largest step that [`Mode::Split`] cuts into pieces (memcached's behaviour on lines
+/// over 2 KB depends on read boundaries).
+const SPLIT_MAX: usize = 1500;
+
+/// Cut points for [`Mode::Split`]: after the first `\r` of a `\r\n`, and one point
+/// derived from the case name and step.
+fn split_points(bytes: &[u8], seed: u64) -> Vec<usize> {
+    if bytes.len() < 2 || bytes.len() > SPLIT_MAX {
+        return Vec::new();
+    }
+    let mut points = Vec::new();
+    if let Some(cr) = bytes.windows(2).position(|pair| pair == b"\r\n") {
+        points.push(cr + 1);
+    }
+    points.push(1 + (seed % (bytes.len() as u64 - 1)) as usize);
+    points.sort_unstable();
+    points.dedup();
+    points
+}
+
+fn write_step(stream: &mut TcpStream, bytes: &[u8], mode: Mode, seed: u64) {
+    if mode != Mode::Split {
+        send(stream, bytes);
+        return;
+    }
+    let mut start = 0;
+    for point in split_points(bytes, seed) {
+        send(stream, &bytes[start..point]);
+        start = point;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    send(stream, &bytes[start..]);
+}
+
 /// Runs one case on a fresh connection and returns its normalised transcript.
-fn run_case(addr: SocketAddr, case: &Case, pipelined: bool) -> String {
+fn run_case(addr: SocketAddr, case: &Case, mode: Mode) -> String {
     let mut transcript = String::new();
     if let Err(err) = flush_all(addr) {
         let _ = writeln!(transcript, "[control connection failed: {err}]");
@@ -550,7 +609,7 @@ fn run_case(addr: SocketAddr, case: &Case, pipelined: bool) -> String {
     let _ = stream.set_nodelay(true);
     let _ = stream.set_write_timeout(Some(READ_LIMIT));
     let mut cas = CasOrdinals::default();
-    if pipelined {
+    if mode == Mode::Pipelined {
         let mut all = Vec::new();
         for step in &case.steps {
             if let Step::Send { pieces, .. } = step {
@@ -569,7 +628,8 @@ fn run_case(addr: SocketAddr, case: &Case, pipelined: bool) -> String {
         return transcript;
     }
     let mut closed = false;
-    for step in &case.steps {
+    let case_seed = fnv1a(case.name.as_bytes());
+    for (step_index, step) in case.steps.iter().enumerate() {
         let (pieces, read) = match step {
             Step::Sleep(duration) => {
                 std::thread::sleep(*duration);
@@ -600,7 +660,7 @@ fn run_case(addr: SocketAddr, case: &Case, pipelined: bool) -> String {
             transcript.push_str("  [not sent: connection closed]\n");
             continue;
         }
-        send(&mut stream, &bytes);
+        write_step(&mut stream, &bytes, mode, case_seed ^ step_index as u64);
         if read {
             send(&mut stream, SENTINEL);
             let reply = read_reply(&mut stream, count_mn_commands(&bytes) + 1);
@@ -612,15 +672,17 @@ fn run_case(addr: SocketAddr, case: &Case, pipelined: bool) -> String {
     transcript
 }
 
-/// Transcripts of every case, step-wise and pipelined, keyed by "name" / "name [pipelined]".
+/// Transcripts of every case in every mode, keyed by name plus [`Mode::suffix`].
 fn run_all(addr: SocketAddr, cases: &[Case]) -> Vec<(String, String)> {
     let mut results = Vec::new();
     for case in cases {
-        results.push((case.name.clone(), run_case(addr, case, false)));
-        if case.pipeline {
+        for mode in [Mode::Stepwise, Mode::Pipelined, Mode::Split] {
+            if mode == Mode::Pipelined && !case.pipeline {
+                continue;
+            }
             results.push((
-                format!("{} [pipelined]", case.name),
-                run_case(addr, case, true),
+                format!("{}{}", case.name, mode.suffix()),
+                run_case(addr, case, mode),
             ));
         }
     }
@@ -701,7 +763,9 @@ fn differential_against_memcached() {
         if reference == candidate {
             continue;
         }
-        let base = name.trim_end_matches(" [pipelined]");
+        let base = name
+            .trim_end_matches(Mode::Pipelined.suffix())
+            .trim_end_matches(Mode::Split.suffix());
         let location = case_of
             .get(base)
             .map(|case| format!("{}:{}", case.file, case.line))
@@ -716,7 +780,7 @@ fn differential_against_memcached() {
     let report_path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("differential-report.txt");
     let _ = std::fs::write(&report_path, &report);
     eprintln!(
-        "differential: {} cases ({} runs incl. pipelined variants), {} runs differ; report: {}",
+        "differential: {} cases ({} runs: step-wise, pipelined, split writes), {} runs differ; report: {}",
         cases.len(),
         total,
         differing.len(),
