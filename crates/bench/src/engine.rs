@@ -472,6 +472,7 @@ impl Connection {
 struct Recorder {
     histograms: ClassHistograms,
     send_lag: Histogram<u64>,
+    dispatch_lag: Histogram<u64>,
     scheduled: u64,
     completed: u64,
     completed_in_window: u64,
@@ -509,6 +510,7 @@ impl Recorder {
         Self {
             histograms: ClassHistograms::default(),
             send_lag: new_histogram(),
+            dispatch_lag: new_histogram(),
             scheduled: 0,
             completed: 0,
             completed_in_window: 0,
@@ -535,6 +537,7 @@ impl Recorder {
     fn merge(&mut self, other: &Recorder) {
         self.histograms.merge(&other.histograms);
         let _ = self.send_lag.add(&other.send_lag);
+        let _ = self.dispatch_lag.add(&other.dispatch_lag);
         self.scheduled += other.scheduled;
         self.completed += other.completed;
         self.completed_in_window += other.completed_in_window;
@@ -622,6 +625,7 @@ impl Recorder {
             unfinished: self.unfinished,
             bench_cpu_percent: cpu_percent,
             send_lag: ClassSummary::from_histogram(&self.send_lag, false),
+            dispatch_lag: ClassSummary::from_histogram(&self.dispatch_lag, false),
             classes,
             timeseries,
         }
@@ -823,6 +827,10 @@ impl<'a> Worker<'a> {
             Connection::Udp(udp) => udp.in_flight.len() < cap && udp.queued.is_empty(),
         };
         if can_send {
+            if measured {
+                let lag = now.saturating_duration_since(scheduled).as_nanos() as u64;
+                self.recorder.dispatch_lag.saturating_record(lag.max(1));
+            }
             self.send(index, queued, now);
         } else {
             match &mut self.connections[index] {

@@ -139,6 +139,10 @@ pub struct RunReport {
     /// Delay between scheduled and actual send (the generator's own lag,
     /// including client-side queueing behind the in-flight cap).
     pub send_lag: ClassSummary,
+    /// Delay between scheduled time and send for requests that did not queue
+    /// behind the in-flight cap: the generator's own timing precision.
+    #[serde(default)]
+    pub dispatch_lag: ClassSummary,
     /// Latency per class (`all`, `small`, `large`, `mice`, `elephant`, `get`, `set`).
     pub classes: BTreeMap<String, ClassSummary>,
     /// Per-second series (empty unless requested).
@@ -197,6 +201,7 @@ impl RunReport {
             .map(|class| (class.name(), self.class(*class)))
             .collect();
         rows.push(("send_lag", self.send_lag.clone()));
+        rows.push(("disp_lag", self.dispatch_lag.clone()));
         for (name, summary) in rows {
             if summary.count == 0 {
                 continue;

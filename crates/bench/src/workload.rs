@@ -893,3 +893,27 @@ mod tests {
         assert!((share - 1.0 / 6.0).abs() < 0.01, "elephant share {share}");
     }
 }
+
+#[cfg(test)]
+mod example_file_tests {
+    use std::sync::Arc;
+
+    use super::{OpKind, RequestGenerator, WorkloadSpec};
+    use crate::rng::Rng;
+
+    #[test]
+    fn the_documented_example_mix_parses_and_generates() {
+        let text = include_str!("../../../experiments/bench/mix-example.toml");
+        let spec = WorkloadSpec::from_toml(text).unwrap_or_else(|error| panic!("{error}"));
+        assert_eq!(spec.name, "session-store");
+        assert_eq!(spec.pools.len(), 2);
+        let mut generator = RequestGenerator::new(Arc::new(spec), Rng::new(8));
+        let draws = 20_000;
+        let multigets = (0..draws)
+            .map(|_| generator.next_operation())
+            .filter(|operation| operation.kind == OpKind::Get && operation.keys.len() == 10)
+            .count();
+        let share = multigets as f64 / f64::from(draws);
+        assert!((share - 0.1).abs() < 0.01, "multiget share {share}");
+    }
+}
