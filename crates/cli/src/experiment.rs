@@ -21,7 +21,9 @@ mod minos;
 
 /// Arguments of `tailtrim experiment`.
 #[derive(clap::Args, Debug)]
-#[command(about = "Reproduce one of the project's experiments (starts servers, runs load, writes a report)")]
+#[command(
+    about = "Reproduce one of the project's experiments (starts servers, runs load, writes a report)"
+)]
 pub struct Args {
     #[command(subcommand)]
     experiment: Experiment,

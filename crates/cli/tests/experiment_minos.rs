@@ -33,7 +33,14 @@ fn quick_minos_run_writes_results_with_counts() {
     let out = scratch_directory("minos");
     let started = Instant::now();
     let output = Command::new(env!("CARGO_BIN_EXE_tailtrim"))
-        .args(["experiment", "minos", "--quick", "--systems", "pinned", "--out"])
+        .args([
+            "experiment",
+            "minos",
+            "--quick",
+            "--systems",
+            "pinned",
+            "--out",
+        ])
         .arg(&out)
         .output()
         .unwrap_or_else(|error| panic!("running tailtrim: {error}"));
@@ -84,7 +91,10 @@ fn quick_minos_run_writes_results_with_counts() {
         assert_eq!(point["target_rps"], *rate);
         assert_eq!(number(point, "/valid_repeats"), 1.0);
         assert!(number(point, "/achieved_rps") > 0.0);
-        assert!(number(point, "/small_count") > 0.0, "small requests counted");
+        assert!(
+            number(point, "/small_count") > 0.0,
+            "small requests counted"
+        );
         assert!(number(point, "/small_p99_us") >= number(point, "/small_p50_us"));
         assert!(number(point, "/small_p50_us") > 0.0);
         large_total += number(point, "/large_count");

@@ -276,7 +276,8 @@ pub fn fetch_stats(address: &str, group: Option<&str>) -> Result<BTreeMap<String
             return Ok(stats);
         }
         let mut fields = trimmed.splitn(3, ' ');
-        if let (Some("STAT"), Some(name), Some(value)) = (fields.next(), fields.next(), fields.next())
+        if let (Some("STAT"), Some(name), Some(value)) =
+            (fields.next(), fields.next(), fields.next())
         {
             stats.insert(name.to_string(), value.to_string());
         }
@@ -287,7 +288,11 @@ pub fn fetch_stats(address: &str, group: Option<&str>) -> Result<BTreeMap<String
 pub fn parse_cpu_list(text: &str) -> Result<Vec<usize>, String> {
     let bad = || format!("bad CPU list {text:?} (expected e.g. 1, 0,1 or 0-3)");
     let mut cpus = Vec::new();
-    for part in text.split(',').map(str::trim).filter(|part| !part.is_empty()) {
+    for part in text
+        .split(',')
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+    {
         match part.split_once('-') {
             Some((first, last)) => {
                 let first: usize = first.trim().parse().map_err(|_| bad())?;
@@ -596,7 +601,7 @@ mod tests {
             .unwrap_or_else(|error| panic!("connect: {error}"));
         let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
         stream
-            .write_all(b"get a\r\nset k 0 0 5\r\nhe\r\nlo\r\nget b c\r\nbogus\r\n")
+            .write_all(b"get a\r\nset k 0 0 6\r\nhe\r\nlo\r\nget b c\r\nbogus\r\n")
             .unwrap_or_else(|error| panic!("write: {error}"));
         let expected = b"END\r\nSTORED\r\nEND\r\nERROR\r\n";
         let mut received = Vec::new();

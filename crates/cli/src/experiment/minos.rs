@@ -442,7 +442,8 @@ pub struct MinosResults {
 }
 
 fn seconds(value: f64, name: &str) -> Result<Duration, String> {
-    Duration::try_from_secs_f64(value).map_err(|_| format!("--{name} must be a non-negative number"))
+    Duration::try_from_secs_f64(value)
+        .map_err(|_| format!("--{name} must be a non-negative number"))
 }
 
 fn workload_for(args: &Args) -> Result<WorkloadSpec, String> {
@@ -506,7 +507,12 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
     let mut rates = parse_rates(&rates_text).map_err(|error| error.to_string())?;
     rates.sort_by(|left, right| left.total_cmp(right));
     let (duration, warmup, repeats, drain) = if quick {
-        (Duration::from_millis(500), Duration::from_millis(200), 1, Duration::from_millis(500))
+        (
+            Duration::from_millis(500),
+            Duration::from_millis(200),
+            1,
+            Duration::from_millis(500),
+        )
     } else {
         (
             seconds(args.duration, "duration")?,
@@ -528,11 +534,7 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
     if systems.is_empty() {
         return Err("--systems lists no system".to_string());
     }
-    let bench_cpus = args
-        .bench_cpus
-        .as_deref()
-        .map(parse_cpu_list)
-        .transpose()?;
+    let bench_cpus = args.bench_cpus.as_deref().map(parse_cpu_list).transpose()?;
     let server_cpus = args
         .server_cpus
         .as_deref()
@@ -822,7 +824,8 @@ fn describe_sample(name: &str, sample: &Sample) -> String {
 fn write_json(results: &MinosResults, out: &Path) -> Result<(), String> {
     let text = serde_json::to_string_pretty(results).map_err(|error| error.to_string())?;
     let path = out.join("results.json");
-    std::fs::write(&path, text + "\n").map_err(|error| format!("writing {}: {error}", path.display()))
+    std::fs::write(&path, text + "\n")
+        .map_err(|error| format!("writing {}: {error}", path.display()))
 }
 
 fn system<'a>(results: &'a MinosResults, name: &str) -> Option<&'a SystemResult> {
@@ -888,7 +891,8 @@ fn summarize(results: &MinosResults) -> Summary {
         }
     }
     if let Some(lowest) = results.settings.rates.first() {
-        if let Some(floor_point) = system(results, FLOOR).and_then(|floor| point_at(floor, *lowest)) {
+        if let Some(floor_point) = system(results, FLOOR).and_then(|floor| point_at(floor, *lowest))
+        {
             let floor_p99 = floor_point.all_p99_us;
             summary.floor_p99_us = Some(floor_p99);
             if floor_p99 > 0.0 {
@@ -964,12 +968,18 @@ fn markdown(results: &MinosResults) -> String {
         "- noise floor (stub, all-request p99 at the lowest rate): {} µs\n",
         optional(summary.floor_p99_us, 0)
     );
-    let _ = writeln!(text, "## Per rate (medians over repeats; latencies in µs)\n");
+    let _ = writeln!(
+        text,
+        "## Per rate (medians over repeats; latencies in µs)\n"
+    );
     let _ = writeln!(
         text,
         "| target rps | system | achieved rps | small p50 | small p99 | small p99.9 | large p50 | large p99 | errors | misses | bench cpu % |"
     );
-    let _ = writeln!(text, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        text,
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for rate in &settings.rates {
         for system in &results.systems {
             let Some(point) = system.points.iter().find(|point| point.target_rps == *rate) else {
@@ -1141,7 +1151,9 @@ fn draw_latency<DB: DrawingBackend>(
             .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
             .map_err(|error| fail(&error))?
             .label(label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
         chart
             .draw_series(PointSeries::of_element(
                 points,
@@ -1196,7 +1208,12 @@ mod tests {
         };
         let point = Point::from_samples(
             100.0,
-            vec![sample(50.0, 90.0), sample(70.0, 99.0), sample(60.0, 95.0), failed],
+            vec![
+                sample(50.0, 90.0),
+                sample(70.0, 99.0),
+                sample(60.0, 95.0),
+                failed,
+            ],
         );
         assert_eq!(point.valid_repeats, 3);
         assert_eq!(point.small_p99_us, 60.0);
@@ -1215,11 +1232,19 @@ mod tests {
             systems: vec![
                 system(
                     "early-binding",
-                    &[(1000.0, 300.0, 1000.0), (2000.0, 1500.0, 1990.0), (3000.0, 9000.0, 2500.0)],
+                    &[
+                        (1000.0, 300.0, 1000.0),
+                        (2000.0, 1500.0, 1990.0),
+                        (3000.0, 9000.0, 2500.0),
+                    ],
                 ),
                 system(
                     "size-aware",
-                    &[(1000.0, 200.0, 1000.0), (2000.0, 300.0, 2000.0), (3000.0, 400.0, 2700.0)],
+                    &[
+                        (1000.0, 200.0, 1000.0),
+                        (2000.0, 300.0, 2000.0),
+                        (3000.0, 400.0, 2700.0),
+                    ],
                 ),
                 system("floor", &[(1000.0, 0.0, 1000.0)]),
             ],
@@ -1231,6 +1256,9 @@ mod tests {
         assert_eq!(summary.size_aware_small_p99_us, Some(300.0));
         assert_eq!(summary.small_p99_ratio, Some(5.0));
         assert_eq!(summary.saturation_rps.get("size-aware"), Some(&2700.0));
-        assert_eq!(summary.saturation_ratio_size_aware_vs_early, Some(2700.0 / 2500.0));
+        assert_eq!(
+            summary.saturation_ratio_size_aware_vs_early,
+            Some(2700.0 / 2500.0)
+        );
     }
 }
