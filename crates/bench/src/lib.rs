@@ -15,6 +15,31 @@
 //!     ▼
 //!  RunReport / SweepReport ──> table, JSON, plot (SVG + PNG)
 //! ```
+//!
+//! In-process use (what the experiment runners do):
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! use tailtrim_bench::{preload, run, Class, RunConfig, WorkloadOverrides, WorkloadSpec};
+//!
+//! # fn main() -> Result<(), tailtrim_bench::BenchError> {
+//! let mut spec = WorkloadSpec::preset("minos")?;
+//! spec.apply(&WorkloadOverrides { large_share: Some(0.01), ..Default::default() })?;
+//! let workload = Arc::new(spec);
+//! preload(&workload, "127.0.0.1:11211", 4, &mut |_keys_written| {})?;
+//! let mut config = RunConfig::new("127.0.0.1:11211", 20_000.0, Duration::from_secs(10));
+//! config.warmup = Duration::from_secs(1);
+//! let report = run(&workload, &config, &mut |_progress| {})?;
+//! println!("small p99 {} µs, achieved {} rps", report.class(Class::Small).p99_us, report.achieved_rps);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! With several I/O threads each runs an independent schedule at
+//! `rate / threads` (their superposition is exactly Poisson for Poisson
+//! arrivals, and approximately the ETC process for GPD arrivals).
 
 pub mod class;
 pub mod dist;

@@ -83,6 +83,10 @@ struct Flags {
     /// Only preload, no measured run.
     #[arg(long)]
     preload_only: bool,
+    /// Where to preload over TCP (default: --server; set it when --udp
+    /// targets a UDP port that has no TCP listener).
+    #[arg(long, value_name = "HOST:PORT")]
+    preload_server: Option<String>,
     /// Connections used by the preload.
     #[arg(long, default_value_t = 4)]
     preload_connections: usize,
@@ -227,9 +231,10 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     if !args.no_preload {
         let total = workload.total_keys();
         let bar = progress_bar(interactive, total, "preload");
+        let preload_server = args.preload_server.as_deref().unwrap_or(&args.server);
         let loaded = preload(
             &workload,
-            &args.server,
+            preload_server,
             args.preload_connections,
             &mut |done| {
                 if let Some(bar) = &bar {
