@@ -631,6 +631,7 @@ impl Recorder {
             dispatch_lag: ClassSummary::from_histogram(&self.dispatch_lag, false),
             classes,
             timeseries,
+            floor: None,
         }
     }
 }

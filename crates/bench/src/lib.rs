@@ -44,6 +44,7 @@
 pub mod class;
 pub mod dist;
 pub mod engine;
+pub mod floor;
 pub mod plot;
 pub mod preload;
 pub mod report;
@@ -55,6 +56,7 @@ pub mod workload;
 
 pub use class::{Class, ClassSet};
 pub use engine::{run, run_detailed, Progress, RunConfig, RunOutput, Transport};
+pub use floor::NullServer;
 pub use preload::{preload, PreloadReport};
 pub use report::{parse_rates, ClassSummary, RunReport, SecondSample, SweepReport};
 pub use sweep::sweep;

@@ -148,6 +148,10 @@ pub struct RunReport {
     /// Per-second series (empty unless requested).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub timeseries: Vec<SecondSample>,
+    /// The same load against a null server in the same invocation: the
+    /// floor of the bench's own path on this machine (when requested).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floor: Option<Box<RunReport>>,
 }
 
 impl RunReport {

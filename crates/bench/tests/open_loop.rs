@@ -313,3 +313,16 @@ fn udp_replies_are_reassembled_and_matched_by_request_id() {
     assert_eq!(report.hits, 0);
     assert_eq!(report.misses, report.completed);
 }
+
+#[test]
+fn null_server_answers_every_request() {
+    let server = tailtrim_bench::NullServer::start().unwrap_or_else(|error| panic!("{error}"));
+    let workload = small_workload("etc", 1_000);
+    let mut config = RunConfig::new(&server.address(), 2_000.0, Duration::from_millis(500));
+    config.connections = 4;
+    let report = run(&workload, &config, &mut |_| {}).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(report.errors, 0);
+    assert!(report.completed > 700, "completed {}", report.completed);
+    assert_eq!(report.hits, 0, "the null server stores nothing");
+    assert!(report.class(Class::Set).count > 0);
+}

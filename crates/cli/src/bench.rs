@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tailtrim_bench::plot::{plot_run, plot_sweep};
 use tailtrim_bench::workload::{etc_arrival, Arrival, Popularity};
 use tailtrim_bench::{
-    parse_rates, preload, sweep, RunConfig, Transport, WorkloadOverrides, WorkloadSpec,
+    parse_rates, preload, sweep, NullServer, RunConfig, Transport, WorkloadOverrides, WorkloadSpec,
 };
 
 /// Arguments of `tailtrim bench`.
@@ -90,6 +90,10 @@ struct Flags {
     /// Connections used by the preload.
     #[arg(long, default_value_t = 4)]
     preload_connections: usize,
+    /// Before the run, apply the same load to a built-in null server (END /
+    /// STORED, no storage) and report it as `floor`: the bench's own path.
+    #[arg(long)]
+    floor: bool,
     /// Write the results as JSON.
     #[arg(long, value_name = "PATH")]
     json: Option<PathBuf>,
@@ -269,8 +273,29 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     };
     let json = match &args.rates {
         None => {
+            let floor = if args.floor {
+                let null_server = NullServer::start().map_err(|error| error.to_string())?;
+                let mut floor_config = config.clone();
+                floor_config.server = null_server.address();
+                let bar = progress_bar(interactive, total_ms, "floor");
+                let floor = tailtrim_bench::run(&workload, &floor_config, &mut |progress| {
+                    show(&bar, progress)
+                })
+                .map_err(|error| error.to_string())?;
+                if let Some(bar) = bar {
+                    bar.finish_and_clear();
+                }
+                if !args.quiet {
+                    println!("floor: the same load against a null server (bench + loopback only)");
+                    print!("{}", floor.to_table());
+                    println!();
+                }
+                Some(Box::new(floor))
+            } else {
+                None
+            };
             let bar = progress_bar(interactive, total_ms, &format!("{:.0} rps", config.rate));
-            let report =
+            let mut report =
                 tailtrim_bench::run(&workload, &config, &mut |progress| show(&bar, progress))
                     .map_err(|error| error.to_string())?;
             if let Some(bar) = bar {
@@ -282,6 +307,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
             if let Some(directory) = &args.plot {
                 plot_run(&report, directory).map_err(|error| error.to_string())?;
             }
+            report.floor = floor;
             serde_json::to_string_pretty(&report)
         }
         Some(list) => {
