@@ -39,8 +39,15 @@ use common::{require_memcached, Program, Server};
 
 const SENTINEL: &[u8] = b"mn\r\n";
 const SENTINEL_REPLY: &[u8] = b"MN\r\n";
-/// How long a connection must stay silent before a read without sentinel reply ends.
+/// How long a connection must stay silent before a read without sentinel reply ends
+/// (plus [`quiet_for`]'s allowance for large writes).
 const QUIET: Duration = Duration::from_millis(300);
+
+/// Quiet period for a read after sending `sent` bytes: 300 ms plus 2 ms per KiB, so a
+/// slow build processing a megabyte is not mistaken for a server that waits for more.
+fn quiet_for(sent: usize) -> Duration {
+    QUIET + Duration::from_millis(2 * (sent as u64 / 1024))
+}
 /// Upper bound on one read.
 const READ_LIMIT: Duration = Duration::from_secs(10);
 /// Stats whose presence is compared (values are normalised away); other STAT lines are
@@ -471,7 +478,7 @@ fn count_mn_replies(reply: &[u8]) -> usize {
         .count()
 }
 
-fn read_reply(stream: &mut TcpStream, expected_mn: usize) -> Reply {
+fn read_reply(stream: &mut TcpStream, expected_mn: usize, quiet: Duration) -> Reply {
     let started = Instant::now();
     let mut last_data = Instant::now();
     let mut reply = Reply {
@@ -489,7 +496,7 @@ fn read_reply(stream: &mut TcpStream, expected_mn: usize) -> Reply {
             reply.sentinel_seen = true;
             return reply;
         }
-        if last_data.elapsed() > QUIET || started.elapsed() > READ_LIMIT {
+        if last_data.elapsed() > quiet || started.elapsed() > READ_LIMIT {
             return reply;
         }
         match stream.read(&mut chunk) {
@@ -623,7 +630,7 @@ fn run_case(addr: SocketAddr, case: &Case, mode: Mode) -> String {
         let _ = writeln!(transcript, "> [pipelined] {}", escape(&all));
         all.extend_from_slice(SENTINEL);
         send(&mut stream, &all);
-        let reply = read_reply(&mut stream, count_mn_commands(&all));
+        let reply = read_reply(&mut stream, count_mn_commands(&all), quiet_for(all.len()));
         record_reply(&mut transcript, &reply, &mut cas);
         return transcript;
     }
@@ -663,7 +670,11 @@ fn run_case(addr: SocketAddr, case: &Case, mode: Mode) -> String {
         write_step(&mut stream, &bytes, mode, case_seed ^ step_index as u64);
         if read {
             send(&mut stream, SENTINEL);
-            let reply = read_reply(&mut stream, count_mn_commands(&bytes) + 1);
+            let reply = read_reply(
+                &mut stream,
+                count_mn_commands(&bytes) + 1,
+                quiet_for(bytes.len()),
+            );
             closed = record_reply(&mut transcript, &reply, &mut cas);
         } else {
             std::thread::sleep(Duration::from_millis(30));
