@@ -18,7 +18,7 @@ failures=()
 logdir="$(mktemp -d)"
 trap 'rm -rf "$logdir"' EXIT
 
-step() { printf '\n==> %s\n' "$*"; }
+step() { printf '\n==> %s  (at %ds)\n' "$*" "$SECONDS"; }
 note_failure() {
     failed=$((failed + 1))
     failures+=("$1")
@@ -91,5 +91,6 @@ if [ "${#failures[@]}" -gt 0 ]; then
     echo "failures:"
     printf '  %s\n' "${failures[@]}"
 fi
+echo "test.sh took ${SECONDS}s"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ] && [ "${#failures[@]}" -eq 0 ]
