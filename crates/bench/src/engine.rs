@@ -1021,7 +1021,14 @@ impl<'a> Worker<'a> {
                     closed = true;
                     break;
                 }
-                Ok(count) => tcp.input.extend_from_slice(&self.read_buffer[..count]),
+                Ok(count) => {
+                    tcp.input.extend_from_slice(&self.read_buffer[..count]);
+                    // A short read drained the socket; later data raises a new
+                    // edge, so the extra read that would say WouldBlock is skipped.
+                    if count < self.read_buffer.len() {
+                        break;
+                    }
+                }
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => {
