@@ -12,17 +12,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+
 log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
+policy=/usr/sbin/policy-rc.d
+created_policy=0
+cleanup() {
+    rm -f "$log"
+    if [ "$created_policy" = 1 ]; then "${sudo_cmd[@]}" rm -f "$policy"; fi
+}
+trap cleanup EXIT
 fail() {
     cat "$log" >&2
     echo "setup-deps: failed: $*" >&2
     exit 1
 }
 quiet() { "$@" >>"$log" 2>&1 || fail "$*"; }
-
-sudo_cmd=()
-if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
 
 # --- Debian packages --------------------------------------------------------------------
 missing=()
@@ -32,8 +38,6 @@ command -v python3 >/dev/null 2>&1 || missing+=(python3)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ] || missing+=(golang-go)
 if [ "${#missing[@]}" -gt 0 ]; then
-    policy=/usr/sbin/policy-rc.d
-    created_policy=0
     if [ ! -e "$policy" ]; then
         printf '#!/bin/sh\nexit 101\n' | "${sudo_cmd[@]}" tee "$policy" >/dev/null
         "${sudo_cmd[@]}" chmod 755 "$policy"
@@ -45,7 +49,6 @@ if [ "${#missing[@]}" -gt 0 ]; then
         quiet "${sudo_cmd[@]}" apt-get update -q
     fi
     quiet "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
-    if [ "$created_policy" = 1 ]; then "${sudo_cmd[@]}" rm -f "$policy"; fi
 fi
 
 # --- Python venv ------------------------------------------------------------------------
