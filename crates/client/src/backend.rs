@@ -183,10 +183,18 @@ impl Backend {
 
     async fn exchange(&self, bytes: Bytes, shape: ReplyShape) -> Result<RawReply, ClientError> {
         let connection = self.connection().await?;
-        let receiver = connection.submit(bytes, shape)?;
-        // If this future is dropped (timeout), the guard kills the connection so the late
-        // reply is never matched to a later request.
-        let guard = KillOnDrop(Some(connection));
+        // If this future is dropped (timeout) mid-write or mid-wait, the guard kills the
+        // connection so a torn write or a late reply can never reach a later request.
+        let guard = KillOnDrop(Some(connection.clone()));
+        let receiver = match connection.submit(bytes, shape).await {
+            Ok(receiver) => receiver,
+            Err(error) => {
+                // submit already killed the connection if the write failed; an overload
+                // refusal must not take the other requests down with it.
+                guard.disarm();
+                return Err(error);
+            }
+        };
         let outcome = receiver.await;
         guard.disarm();
         match outcome {

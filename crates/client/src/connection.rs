@@ -1,10 +1,10 @@
 //! One pipelined TCP connection to a backend.
 //!
 //! ```text
-//!   callers ──Job{bytes, shape, reply_tx}──► [mpsc, bounded] ──► writer task ──► socket
-//!                                                  │ (pending pushed BEFORE the bytes are written)
-//!                                                  ▼
-//!                                   [pending FIFO] ──► reader task ◄── socket
+//!   caller task ── lock writer ─► push Pending{shape, reply_tx} ─► write bytes ─► socket
+//!                                     │ (same lock: FIFO order == byte order)
+//!                                     ▼
+//!                              [pending FIFO] ──► reader task ◄── socket
 //!                                                         │ parses replies in order with
 //!                                                         ▼ tailtrim_proto::parse_response
 //!                                                    reply_tx.send(RawReply)
@@ -16,7 +16,7 @@
 //! so a late reply can never be handed to the wrong request.
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -28,8 +28,6 @@ use tokio::task::AbortHandle;
 
 use crate::error::ClientError;
 
-/// How many requests a writer batches into one socket write.
-pub const WRITE_BATCH_MAX: usize = 64;
 /// Read buffer growth step.
 const READ_CHUNK: usize = 16 * 1024;
 
@@ -78,13 +76,6 @@ pub struct RawReply {
     pub error_line: bool,
 }
 
-/// A request waiting for the writer.
-struct Job {
-    bytes: Bytes,
-    shape: ReplyShape,
-    reply: oneshot::Sender<Result<RawReply, ClientError>>,
-}
-
 /// A request written (or about to be) and waiting for its reply.
 struct Pending {
     shape: ReplyShape,
@@ -94,6 +85,7 @@ struct Pending {
 struct Shared {
     backend: String,
     alive: AtomicBool,
+    in_flight: AtomicUsize,
     tasks: parking_lot::Mutex<Vec<AbortHandle>>,
 }
 
@@ -106,36 +98,41 @@ impl Shared {
     }
 }
 
+/// The write side: the socket and the FIFO of pending replies, always updated together.
+struct Writer {
+    socket: tokio::net::tcp::OwnedWriteHalf,
+    pending: mpsc::UnboundedSender<Pending>,
+}
+
 /// A handle on one pipelined connection; cheap to clone.
 #[derive(Clone)]
 pub struct Connection {
-    jobs: mpsc::Sender<Job>,
+    writer: Arc<tokio::sync::Mutex<Writer>>,
     shared: Arc<Shared>,
     queue_limit: usize,
 }
 
 impl Connection {
-    /// Wraps a connected stream, spawning its writer and reader tasks on the current runtime.
+    /// Wraps a connected stream, spawning its reader task on the current runtime.
     pub fn start(stream: TcpStream, backend: String, queue_limit: usize) -> Connection {
         let _ = stream.set_nodelay(true);
         let (read_half, write_half) = stream.into_split();
-        let (job_tx, job_rx) = mpsc::channel(queue_limit.max(1));
         let (pending_tx, pending_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             backend,
             alive: AtomicBool::new(true),
+            in_flight: AtomicUsize::new(0),
             tasks: parking_lot::Mutex::new(Vec::new()),
         });
-        let writer = tokio::spawn(write_loop(write_half, job_rx, pending_tx, shared.clone()));
         let reader = tokio::spawn(read_loop(read_half, pending_rx, shared.clone()));
-        shared
-            .tasks
-            .lock()
-            .extend([writer.abort_handle(), reader.abort_handle()]);
+        shared.tasks.lock().push(reader.abort_handle());
         Connection {
-            jobs: job_tx,
+            writer: Arc::new(tokio::sync::Mutex::new(Writer {
+                socket: write_half,
+                pending: pending_tx,
+            })),
             shared,
-            queue_limit,
+            queue_limit: queue_limit.max(1),
         }
     }
 
@@ -149,66 +146,43 @@ impl Connection {
         self.shared.shut();
     }
 
-    /// Queues a request and returns the receiver of its reply (no timeout here: the caller
-    /// bounds the wait and calls [`Connection::kill`] when it gives up).
-    pub fn submit(
+    fn lost(&self, reason: &str) -> ClientError {
+        ClientError::ConnectionLost {
+            backend: self.shared.backend.clone(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// Writes a request (in the caller's task, no hand-off) and returns the receiver of its
+    /// reply. No timeout here: the caller bounds the whole exchange and calls
+    /// [`Connection::kill`] when it gives up, which also covers a write cut short.
+    pub async fn submit(
         &self,
         bytes: Bytes,
         shape: ReplyShape,
     ) -> Result<oneshot::Receiver<Result<RawReply, ClientError>>, ClientError> {
-        let (reply, receiver) = oneshot::channel();
-        let job = Job {
-            bytes,
-            shape,
-            reply,
-        };
-        match self.jobs.try_send(job) {
-            Ok(()) => Ok(receiver),
-            Err(mpsc::error::TrySendError::Full(_)) => Err(ClientError::Overloaded {
+        if self.shared.in_flight.load(Ordering::Relaxed) >= self.queue_limit {
+            return Err(ClientError::Overloaded {
                 backend: self.shared.backend.clone(),
                 limit: self.queue_limit,
-            }),
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(ClientError::ConnectionLost {
-                backend: self.shared.backend.clone(),
-                reason: "connection closed".to_string(),
-            }),
+            });
         }
+        let (reply, receiver) = oneshot::channel();
+        let mut writer = self.writer.lock().await;
+        if !self.is_alive() {
+            return Err(self.lost("connection closed"));
+        }
+        if writer.pending.send(Pending { shape, reply }).is_err() {
+            self.kill();
+            return Err(self.lost("connection closed"));
+        }
+        self.shared.in_flight.fetch_add(1, Ordering::Relaxed);
+        if let Err(error) = writer.socket.write_all(&bytes).await {
+            self.kill();
+            return Err(self.lost(&error.to_string()));
+        }
+        Ok(receiver)
     }
-}
-
-async fn write_loop(
-    mut socket: tokio::net::tcp::OwnedWriteHalf,
-    mut jobs: mpsc::Receiver<Job>,
-    pending: mpsc::UnboundedSender<Pending>,
-    shared: Arc<Shared>,
-) {
-    let mut out: Vec<u8> = Vec::with_capacity(READ_CHUNK);
-    let mut batch: Vec<Job> = Vec::with_capacity(WRITE_BATCH_MAX);
-    while let Some(first) = jobs.recv().await {
-        batch.push(first);
-        while batch.len() < WRITE_BATCH_MAX {
-            match jobs.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
-        }
-        out.clear();
-        for job in batch.drain(..) {
-            out.extend_from_slice(&job.bytes);
-            let entry = Pending {
-                shape: job.shape,
-                reply: job.reply,
-            };
-            if pending.send(entry).is_err() {
-                shared.shut();
-                return;
-            }
-        }
-        if socket.write_all(&out).await.is_err() {
-            break;
-        }
-    }
-    shared.shut();
 }
 
 /// Progress through one reply that may arrive in pieces.

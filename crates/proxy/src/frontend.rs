@@ -257,6 +257,21 @@ fn with_noop(raw: Bytes, quiet: bool) -> (Bytes, ReplyShape) {
 async fn execute(shared: &Shared, request: Request, raw: Bytes) -> Bytes {
     let pool = &shared.pool;
     match request {
+        Request::Get { keys, .. } if keys.len() == 1 => {
+            // One key: forward the client's own bytes to the chosen replica, no planning.
+            let key = &keys[0];
+            match pool.read(key, raw, ReplyShape::UntilEnd).await {
+                Ok(reply) if reply.values.iter().all(|item| item.key == *key) => reply.bytes,
+                Ok(_) => server_error(
+                    shared,
+                    &ClientError::BackendReplied {
+                        backend: "?".to_string(),
+                        line: "a value for another key".to_string(),
+                    },
+                ),
+                Err(error) => server_error(shared, &error),
+            }
+        }
         Request::Get { keys, with_cas } => {
             let kind = if with_cas {
                 MultigetKind::Gets
