@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use tailtrim_server::config::{parse_size, ServerConfig};
+use tailtrim_server::config::{parse_size, DispatchPolicy, ServerConfig};
 
 /// Arguments of `tailtrim serve`.
 #[derive(clap::Args, Debug)]
@@ -42,6 +42,21 @@ pub struct Args {
     /// Port for Prometheus text metrics over HTTP (default 0, off).
     #[arg(long)]
     admin_port: Option<u16>,
+    /// How requests reach workers (default pinned, memcached's model).
+    #[arg(long, value_enum)]
+    dispatch: Option<DispatchPolicy>,
+    /// size-aware: fixed size threshold in bytes instead of the learned one.
+    #[arg(long, value_name = "BYTES")]
+    size_threshold: Option<String>,
+    /// size-aware: fixed number of small workers instead of the learned split.
+    #[arg(long, value_name = "N")]
+    small_workers: Option<usize>,
+    /// size-aware: percentile of accessed sizes that sets the threshold (default 99).
+    #[arg(long, value_name = "P")]
+    size_percentile: Option<f64>,
+    /// size-aware: controller epoch in milliseconds (default 1000).
+    #[arg(long, value_name = "MS")]
+    epoch_ms: Option<u64>,
 }
 
 fn load(args: &Args) -> Result<ServerConfig, String> {
@@ -83,6 +98,21 @@ fn load(args: &Args) -> Result<ServerConfig, String> {
     }
     if let Some(port) = args.admin_port {
         config.server.admin_port = port;
+    }
+    if let Some(policy) = args.dispatch {
+        config.workers.dispatch = policy;
+    }
+    if let Some(threshold) = &args.size_threshold {
+        config.sizeaware.fixed_threshold = parse_size(threshold)?;
+    }
+    if let Some(small) = args.small_workers {
+        config.sizeaware.fixed_small_workers = small;
+    }
+    if let Some(p) = args.size_percentile {
+        config.sizeaware.percentile = p;
+    }
+    if let Some(ms) = args.epoch_ms {
+        config.sizeaware.epoch_ms = ms;
     }
     config.validate()?;
     Ok(config)

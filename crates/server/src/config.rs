@@ -29,7 +29,7 @@ pub const DEFAULT_CRAWL_BUDGET: usize = 4096;
 pub const DEFAULT_MAX_CONN_BUFFER: usize = 4 * 1024 * 1024;
 
 /// The whole configuration file.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
     /// `[server]`: sockets and limits.
@@ -38,6 +38,38 @@ pub struct ServerConfig {
     pub storage: StorageSection,
     /// `[workers]`: threads and dispatch.
     pub workers: WorkersSection,
+    /// `[sizeaware]`: the size-aware controller.
+    pub sizeaware: SizeAwareSection,
+}
+
+/// Default percentile of accessed sizes that sets the size-aware threshold.
+pub const DEFAULT_SIZE_PERCENTILE: f64 = 99.0;
+/// Default size-aware controller epoch in milliseconds.
+pub const DEFAULT_EPOCH_MS: u64 = 1000;
+
+/// `[sizeaware]` section (used with `dispatch = "size-aware"`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SizeAwareSection {
+    /// Percentile (0–100) of recently accessed sizes that becomes the threshold.
+    pub percentile: f64,
+    /// Controller epoch in milliseconds.
+    pub epoch_ms: u64,
+    /// Fixed threshold in bytes instead of the learned one (0 = learn).
+    pub fixed_threshold: u64,
+    /// Fixed number of small workers instead of the learned split (0 = learn).
+    pub fixed_small_workers: usize,
+}
+
+impl Default for SizeAwareSection {
+    fn default() -> Self {
+        SizeAwareSection {
+            percentile: DEFAULT_SIZE_PERCENTILE,
+            epoch_ms: DEFAULT_EPOCH_MS,
+            fixed_threshold: 0,
+            fixed_small_workers: 0,
+        }
+    }
 }
 
 /// `[server]` section.
@@ -119,13 +151,24 @@ impl Default for WorkersSection {
 }
 
 /// How requests are assigned to workers.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum DispatchPolicy {
     /// memcached's model: each connection is pinned to one worker
     /// (round-robin at accept time), which serves all its requests.
     #[default]
     Pinned,
+    /// Minos: small workers read every connection and serve small requests;
+    /// large ones (by reply size or declared value size) go to large workers.
+    SizeAware,
+    /// MICA-like: each request runs on the worker that owns its key's hash.
+    EarlyBinding,
+    /// ZygOS-like: pinned connections, and idle workers take ready
+    /// connections from busy workers.
+    Stealing,
+    /// RAMCloud-like: one dispatcher thread reads every request and hands
+    /// each to an idle worker.
+    LateBinding,
 }
 
 impl ServerConfig {
@@ -149,6 +192,15 @@ impl ServerConfig {
         }
         if self.storage.memory_mb == 0 {
             return Err("memory limit (-m) must be at least 1 MiB".into());
+        }
+        if !(0.0..=100.0).contains(&self.sizeaware.percentile) {
+            return Err("sizeaware.percentile must be within 0..=100".into());
+        }
+        if self.sizeaware.epoch_ms == 0 {
+            return Err("sizeaware.epoch_ms must be at least 1".into());
+        }
+        if self.sizeaware.fixed_small_workers > self.workers.threads {
+            return Err("sizeaware.fixed_small_workers cannot exceed threads".into());
         }
         if self.storage.item_size_max < 1024 {
             return Err("item size max (-I) must be at least 1k".into());

@@ -274,10 +274,10 @@ fn bad_token(out: &mut ReplyBuf) {
     reply::line(out, b"CLIENT_ERROR bad token in command line format");
 }
 
-/// Appends ` k<key>` (base64 and ` b` when the key came in base64).
-fn push_key_flag(out: &mut ReplyBuf, key: &[u8], flags: &MetaFlags) {
+/// Appends ` k<key>`, base64 with ` b` when `binary` (the key is binary).
+fn push_key_flag(out: &mut ReplyBuf, key: &[u8], binary: bool) {
     out.push(b" k");
-    if flags.has(b'b') {
+    if binary {
         out.push(&encode_base64(key));
         out.push(b" b");
     } else {
@@ -296,7 +296,7 @@ fn push_opaque(out: &mut ReplyBuf, flags: &MetaFlags) {
 fn push_echo_flags(out: &mut ReplyBuf, key: &[u8], flags: &MetaFlags) {
     for flag in &flags.list {
         match flag.letter {
-            b'k' => push_key_flag(out, key, flags),
+            b'k' => push_key_flag(out, key, flags.has(b'b')),
             b'O' => push_opaque(out, flags),
             _ => {}
         }
@@ -386,7 +386,7 @@ fn push_hit_flags(
                 out.push_u64(u64::from(hit.item.flags));
             }
             b'h' => out.push(if hit.hit_before { b" h1" } else { b" h0" }),
-            b'k' => push_key_flag(out, key, flags),
+            b'k' => push_key_flag(out, key, hit.item.binary_key),
             b'l' => {
                 out.push(b" l");
                 out.push_u64(hit.secs_since_access);
@@ -443,6 +443,7 @@ fn meta_set(
     request.compare_cas = compare_cas;
     request.new_cas = new_cas;
     request.invalidate = flags.has(b'I');
+    request.binary_key = flags.has(b'b');
     match ctx.shared.store.store(key, value, &request, ctx.now) {
         Ok(outcome) => {
             let code: &[u8] = match outcome.status {
@@ -457,7 +458,7 @@ fn meta_set(
             out.push(code);
             for flag in &flags.list {
                 match flag.letter {
-                    b'k' => push_key_flag(out, key, flags),
+                    b'k' => push_key_flag(out, key, flags.has(b'b')),
                     b'O' => push_opaque(out, flags),
                     b'c' => {
                         out.push(b" c");
@@ -581,7 +582,7 @@ fn meta_arithmetic(key: &[u8], flags: &MetaFlags, ctx: &ExecContext<'_>, out: &m
     }
     for flag in &flags.list {
         match flag.letter {
-            b'k' => push_key_flag(out, key, flags),
+            b'k' => push_key_flag(out, key, flags.has(b'b')),
             b'O' => push_opaque(out, flags),
             b'c' => {
                 out.push(b" c");

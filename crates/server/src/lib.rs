@@ -18,6 +18,8 @@
 //! Lock order and invariants: see `docs/server.md`.
 
 pub mod config;
+pub mod dispatch;
+pub mod epoll;
 pub mod exec;
 pub mod report;
 pub mod shared;
@@ -141,7 +143,17 @@ pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     let mut threads = Vec::new();
     let mut senders: Vec<Sender<(mio::net::TcpStream, SocketAddr)>> = Vec::new();
     let mut bound_udp: Option<SocketAddr> = None;
-    for id in 0..config.workers.threads {
+    let runtime = if config.workers.dispatch == config::DispatchPolicy::Pinned {
+        None
+    } else {
+        Some(start_dispatch(&shared, &mut threads)?)
+    };
+    let pinned_workers = if runtime.is_some() {
+        0
+    } else {
+        config.workers.threads
+    };
+    for id in 0..pinned_workers {
         let (poll, waker) = worker::poll_with_waker()?;
         let (tx, rx) = crossbeam_channel::unbounded();
         let udp = match (udp_addr, bound_udp) {
@@ -201,7 +213,14 @@ pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
             std::thread::Builder::new()
                 .name("acceptor".into())
                 .spawn(move || {
-                    accept_loop(accept_poll, mio_listener, &shared, &senders, &worker_wakers)
+                    let target = match runtime {
+                        Some(runtime) => Handoff::Dispatch(runtime),
+                        None => Handoff::Pinned {
+                            senders,
+                            wakers: worker_wakers,
+                        },
+                    };
+                    accept_loop(accept_poll, mio_listener, &shared, target)
                 })?,
         );
     }
@@ -234,13 +253,70 @@ pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     })
 }
 
-fn accept_loop(
-    mut poll: Poll,
-    listener: mio::net::TcpListener,
-    shared: &Shared,
-    senders: &[Sender<(mio::net::TcpStream, SocketAddr)>],
-    wakers: &[Arc<Waker>],
-) {
+/// Where the acceptor hands new connections.
+enum Handoff {
+    /// Round-robin to pinned workers.
+    Pinned {
+        senders: Vec<Sender<(mio::net::TcpStream, SocketAddr)>>,
+        wakers: Vec<Arc<Waker>>,
+    },
+    /// To the dispatch runtime.
+    Dispatch(Arc<dispatch::Runtime>),
+}
+
+/// Builds the dispatch runtime and spawns its threads.
+fn start_dispatch(
+    shared: &Arc<Shared>,
+    threads: &mut Vec<JoinHandle<()>>,
+) -> Result<Arc<dispatch::Runtime>, ServerError> {
+    let config = &shared.config;
+    let section = &config.sizeaware;
+    let options = dispatch::DispatchOptions {
+        fixed_threshold: (section.fixed_threshold > 0).then_some(section.fixed_threshold),
+        fixed_small_workers: (section.fixed_small_workers > 0)
+            .then_some(section.fixed_small_workers),
+        percentile: Some(section.percentile),
+        epoch_ms: Some(section.epoch_ms),
+    };
+    let runtime = dispatch::Runtime::new(Arc::clone(shared), options)?;
+    let _ = shared.runtime.set(Arc::downgrade(&runtime));
+    for id in 0..config.workers.threads {
+        let rt = Arc::clone(&runtime);
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("worker-{id}"))
+                .spawn(move || rt.worker_loop(id))?,
+        );
+    }
+    match config.workers.dispatch {
+        config::DispatchPolicy::LateBinding => {
+            let rt = Arc::clone(&runtime);
+            threads.push(
+                std::thread::Builder::new()
+                    .name("dispatcher".into())
+                    .spawn(move || rt.dispatcher_loop())?,
+            );
+        }
+        config::DispatchPolicy::SizeAware => {
+            let mut controller =
+                tailtrim_policy::sizeaware::SizeAwareConfig::with_workers(config.workers.threads);
+            controller.percentile = section.percentile;
+            controller.fixed_threshold_bytes = options.fixed_threshold;
+            controller.fixed_small_workers = options.fixed_small_workers;
+            let epoch = Duration::from_millis(section.epoch_ms);
+            let rt = Arc::clone(&runtime);
+            threads.push(
+                std::thread::Builder::new()
+                    .name("controller".into())
+                    .spawn(move || rt.controller_loop(controller, epoch))?,
+            );
+        }
+        _ => {}
+    }
+    Ok(runtime)
+}
+
+fn accept_loop(mut poll: Poll, listener: mio::net::TcpListener, shared: &Shared, target: Handoff) {
     let mut events = Events::with_capacity(64);
     let mut next = 0usize;
     let max = shared.config.server.max_connections as u64;
@@ -268,12 +344,17 @@ fn accept_loop(
             }
             shared.curr_connections.fetch_add(1, Ordering::Relaxed);
             shared.total_connections.fetch_add(1, Ordering::Relaxed);
-            let target = next % senders.len();
-            next = next.wrapping_add(1);
-            if senders[target].send((stream, peer)).is_ok() {
-                let _ = wakers[target].wake();
-            } else {
-                shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+            match &target {
+                Handoff::Pinned { senders, wakers } => {
+                    let worker = next % senders.len();
+                    next = next.wrapping_add(1);
+                    if senders[worker].send((stream, peer)).is_ok() {
+                        let _ = wakers[worker].wake();
+                    } else {
+                        shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+                    }
+                }
+                Handoff::Dispatch(runtime) => runtime.adopt(stream, peer),
             }
         }
     }

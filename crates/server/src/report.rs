@@ -124,6 +124,18 @@ pub fn stats_command(args: &[Bytes], ctx: &ExecContext<'_>, out: &mut ReplyBuf) 
                 ("total_malloced".into(), store.bytes.to_string()),
             ]
         }
+        Some(b"sizeaware" | b"dispatch") => {
+            match ctx.shared.runtime.get().and_then(|w| w.upgrade()) {
+                Some(runtime) => runtime.stats(),
+                None => vec![
+                    ("dispatch".into(), "pinned".into()),
+                    (
+                        "workers".into(),
+                        ctx.shared.config.workers.threads.to_string(),
+                    ),
+                ],
+            }
+        }
         Some(b"reset") => {
             for counters in &ctx.shared.counters {
                 counters.reset();

@@ -37,6 +37,9 @@ pub struct Shared {
     pub tcp_port: AtomicU64,
     /// UDP port actually bound (0 when disabled).
     pub udp_port: AtomicU64,
+    /// The dispatch runtime, when a policy other than `pinned` runs
+    /// (weak: the runtime itself holds this `Shared`).
+    pub runtime: std::sync::OnceLock<std::sync::Weak<crate::dispatch::Runtime>>,
 }
 
 impl Shared {
@@ -54,6 +57,7 @@ impl Shared {
             shutdown: AtomicBool::new(false),
             tcp_port: AtomicU64::new(u64::from(config.server.port)),
             udp_port: AtomicU64::new(u64::from(config.server.udp_port)),
+            runtime: std::sync::OnceLock::new(),
             config,
         }
     }

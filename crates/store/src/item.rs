@@ -34,6 +34,9 @@ pub(crate) const STATE_STALE: u8 = 2;
 /// Item state bit: a client has been handed the recache win token (meta
 /// `W`); later clients see `Z`.
 pub(crate) const STATE_WIN_TOKEN_SENT: u8 = 4;
+/// Item state bit: the key was given base64-encoded (`ms … b`), so meta
+/// replies return it encoded (memcached's `ITEM_KEY_BINARY`).
+pub(crate) const STATE_BINARY_KEY: u8 = 8;
 
 /// One stored item.
 #[derive(Debug, Clone)]
@@ -62,6 +65,7 @@ impl Item {
             flags: self.flags,
             cas: self.cas,
             expiry: self.expiry,
+            binary_key: self.has(STATE_BINARY_KEY),
         }
     }
 }
@@ -79,4 +83,6 @@ pub struct ItemView {
     pub cas: u64,
     /// When the item expires.
     pub expiry: Expiry,
+    /// The key was stored base64-encoded (`ms … b`); meta `k` returns it encoded.
+    pub binary_key: bool,
 }

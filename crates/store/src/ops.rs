@@ -43,6 +43,9 @@ pub struct StoreRequest {
     /// is *older* (smaller) than the item's, store anyway but mark the new
     /// item stale, keeping the old expiry and win-token state.
     pub invalidate: bool,
+    /// `ms … b`: the key came base64-encoded; remember it so that meta
+    /// replies return the key encoded, as memcached does.
+    pub binary_key: bool,
 }
 
 impl StoreRequest {
@@ -55,6 +58,7 @@ impl StoreRequest {
             compare_cas: None,
             new_cas: None,
             invalidate: false,
+            binary_key: false,
         }
     }
 }

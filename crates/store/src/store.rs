@@ -7,7 +7,8 @@ use parking_lot::Mutex;
 
 use crate::error::StoreError;
 use crate::item::{
-    item_size, Item, ItemView, KEY_MAX_LEN, STATE_FETCHED, STATE_STALE, STATE_WIN_TOKEN_SENT,
+    item_size, Item, ItemView, KEY_MAX_LEN, STATE_BINARY_KEY, STATE_FETCHED, STATE_STALE,
+    STATE_WIN_TOKEN_SENT,
 };
 use crate::ops::{
     ArithDirection, ArithItem, ArithOutcome, ArithRequest, CrawlReport, DeleteOutcome,
@@ -707,7 +708,11 @@ impl Store {
                 let key = stored_key
                     .clone()
                     .unwrap_or_else(|| Bytes::copy_from_slice(key));
-                self.new_item(key, value, flags, expiry, cas, now)
+                let mut item = self.new_item(key, value, flags, expiry, cas, now);
+                if request.binary_key {
+                    item.state |= STATE_BINARY_KEY;
+                }
+                item
             };
             let put = |item: Item| {
                 let cas = item.cas;
@@ -737,7 +742,9 @@ impl Store {
                         }
                         if supplied != 0 && request.invalidate && supplied < old.cas {
                             let mut item = new_item(value.clone(), request.flags, old.expiry);
-                            item.state = STATE_STALE | (old.state & STATE_WIN_TOKEN_SENT);
+                            item.state = STATE_STALE
+                                | (old.state & STATE_WIN_TOKEN_SENT)
+                                | (item.state & STATE_BINARY_KEY);
                             return put(item);
                         }
                         return Ok(keep(StoreStatus::Exists));

@@ -1,0 +1,995 @@
+//! The dispatch runtime: size-aware sharding (Minos) and its three baselines
+//! on one connection model.
+//!
+//! ```text
+//!  acceptor ─► adopt(conn) ─► registered EPOLLONESHOT in an epoll:
+//!     size-aware / late-binding: one shared epoll     early-binding / stealing: one per worker
+//!
+//!  size-aware:    small workers ── epoll_wait(shared) ─► read+parse ─► GET: lookup; reply ≤ T → send
+//!                                                      │               reply > T → LargeJob::Send ─┐
+//!                                                      └─ SET declared > T, body pending → LargeJob::Receive
+//!                 large workers ◄──────────────── MPMC queue ◄──────────────────────────────────┘
+//!                 controller thread: every epoch merges size histograms → threshold, split
+//!  early-binding: home worker reads+parses; request runs on worker hash(key) % n (job queue + eventfd)
+//!  stealing:      each worker serves its own epoll; an idle one takes ready connections from others' epolls
+//!  late-binding:  dispatcher thread reads+parses everything; idle workers take requests from one queue
+//! ```
+//!
+//! Replies of one connection are sequenced: the reader numbers requests as it
+//! parses them, whoever executes a request completes its slot, and output is
+//! written strictly in sequence, so pipelined small and large requests on one
+//! connection always get their replies in order.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes, BytesMut};
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Mutex, RwLock};
+use tailtrim_policy::sizeaware::{
+    Epoch, SizeAwareConfig, SizeAwareController, SizeHistogram, SizeWindow,
+};
+use tailtrim_proto::reply::{self, ReplyBuf};
+use tailtrim_proto::request::declared_total;
+use tailtrim_proto::{parse_request, Limits, Parsed, ProtoError, Request};
+
+use crate::config::DispatchPolicy;
+use crate::epoll::{wait_fd, Epoll, EventFd, READABLE, WRITABLE};
+use crate::exec::{count_read, count_written, execute, ExecContext};
+use crate::shared::{unix_now, Shared};
+use crate::stats::bump;
+
+/// Stop reading a connection while this much output is pending.
+const OUTPUT_HIGH_WATER: usize = 4 * 1024 * 1024;
+/// Bytes per `read`.
+const READ_CHUNK: usize = 64 * 1024;
+/// Token of a worker's job eventfd in its epoll.
+const JOB_TOKEN: u64 = u64::MAX;
+/// How long a blocked thread sleeps before re-checking roles and shutdown.
+const IDLE_WAIT_MS: i32 = 5;
+/// Longest a large worker waits on one slow client before giving the rest
+/// of the output back to the event loop.
+const LARGE_IO_TIMEOUT_MS: i32 = 2000;
+
+/// A connection shared by the threads that read it and complete its replies.
+pub struct Conn {
+    id: u64,
+    stream: TcpStream,
+    epoll: Arc<Epoll>,
+    read: Mutex<ReadSide>,
+    write: Mutex<WriteSide>,
+    exec: Mutex<ExecQueue>,
+    closed: AtomicBool,
+}
+
+/// Requests of one connection execute one at a time, in order, even when
+/// they run on different workers (early and late binding): the next is
+/// released when the previous completes.
+#[derive(Default)]
+struct ExecQueue {
+    busy: bool,
+    pending: VecDeque<(usize, Job)>,
+}
+
+#[derive(Default)]
+struct ReadSide {
+    input: BytesMut,
+    swallow: usize,
+    next_seq: u64,
+    eof: bool,
+}
+
+#[derive(Default)]
+struct WriteSide {
+    base: u64,
+    slots: VecDeque<Option<ReplyBuf>>,
+    out: ReplyBuf,
+    close_after_seq: Option<u64>,
+}
+
+impl Conn {
+    fn fd(&self) -> RawFd {
+        self.stream.as_raw_fd()
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+}
+
+/// A unit of work handed between threads.
+enum Job {
+    /// Execute a parsed request (early- and late-binding).
+    Execute {
+        conn: Arc<Conn>,
+        seq: u64,
+        request: Request,
+        frame: Bytes,
+        parsed_at: Instant,
+    },
+    /// Send an already composed large reply (size-aware).
+    Send {
+        conn: Arc<Conn>,
+        seq: u64,
+        reply: ReplyBuf,
+        parsed_at: Instant,
+    },
+    /// Receive the rest of a large value and keep reading the connection (size-aware).
+    Receive { conn: Arc<Conn> },
+    /// Reply to invalid input, in order with the connection's other requests.
+    Reject {
+        conn: Arc<Conn>,
+        seq: u64,
+        error: ProtoError,
+    },
+}
+
+/// Size-aware statistics and the live decision.
+#[derive(Default)]
+pub struct SizeAwareState {
+    /// Current threshold in bytes (reply size for GETs, value size for SETs).
+    pub threshold: AtomicU64,
+    /// Current number of small workers (worker ids below it are small).
+    pub small_workers: AtomicUsize,
+    /// Requests handed from small to large workers.
+    pub handoffs: AtomicU64,
+    /// Requests served as small.
+    pub small_requests: AtomicU64,
+    /// Requests served as large.
+    pub large_requests: AtomicU64,
+    /// Epochs the controller ran.
+    pub epochs: AtomicU64,
+    /// The last decision, rendered for `stats sizeaware`.
+    pub last_decision: Mutex<Vec<(&'static str, String)>>,
+}
+
+/// Per-class server-side latency (µs), recorded from parse to reply queued.
+pub struct ClassLatency {
+    /// Small requests.
+    pub small: Mutex<hdrhistogram::Histogram<u64>>,
+    /// Large requests.
+    pub large: Mutex<hdrhistogram::Histogram<u64>>,
+}
+
+fn new_histogram() -> Mutex<hdrhistogram::Histogram<u64>> {
+    Mutex::new(
+        hdrhistogram::Histogram::new_with_bounds(1, 60_000_000, 3)
+            .unwrap_or_else(|_| hdrhistogram::Histogram::new(3).unwrap_or_else(|_| unreachable!())),
+    )
+}
+
+/// The dispatch runtime shared by its threads.
+pub struct Runtime {
+    shared: Arc<Shared>,
+    policy: DispatchPolicy,
+    workers: usize,
+    limits: Limits,
+    max_buffer: usize,
+    /// One epoll per worker (early-binding, stealing) or one shared (others).
+    epolls: Vec<Arc<Epoll>>,
+    conns: RwLock<HashMap<u64, Arc<Conn>>>,
+    next_id: AtomicU64,
+    next_home: AtomicUsize,
+    /// Per-worker job queues (early-binding) with their eventfds.
+    worker_jobs: Vec<(Sender<Job>, Receiver<Job>, EventFd)>,
+    /// Shared job queue (late-binding requests, size-aware large jobs).
+    queue: (Sender<Job>, Receiver<Job>),
+    /// Size histograms recorded by readers since the last epoch, per worker.
+    size_samples: Vec<Mutex<SizeHistogram>>,
+    /// Live size-aware decision and counters.
+    pub sizeaware: SizeAwareState,
+    /// Server-side latency per class.
+    pub latency: ClassLatency,
+    /// Connections taken from another worker's epoll (stealing).
+    pub steals: AtomicU64,
+    fixed_threshold: Option<u64>,
+}
+
+/// Options of the dispatch runtime.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DispatchOptions {
+    /// Fixed size threshold in bytes (size-aware); `None` learns it.
+    pub fixed_threshold: Option<u64>,
+    /// Fixed number of small workers (size-aware); `None` learns it.
+    pub fixed_small_workers: Option<usize>,
+    /// Percentile of accessed sizes that sets the threshold.
+    pub percentile: Option<f64>,
+    /// Controller epoch in milliseconds.
+    pub epoch_ms: Option<u64>,
+}
+
+impl Runtime {
+    /// Builds the runtime (no threads yet).
+    pub fn new(shared: Arc<Shared>, options: DispatchOptions) -> io::Result<Arc<Runtime>> {
+        let config = &shared.config;
+        let workers = config.workers.threads;
+        let policy = config.workers.dispatch;
+        let per_worker = matches!(
+            policy,
+            DispatchPolicy::EarlyBinding | DispatchPolicy::Stealing
+        );
+        let epoll_count = if per_worker { workers } else { 1 };
+        let epolls = (0..epoll_count)
+            .map(|_| Epoll::new().map(Arc::new))
+            .collect::<io::Result<Vec<_>>>()?;
+        let mut worker_jobs = Vec::new();
+        if policy == DispatchPolicy::EarlyBinding {
+            for epoll in &epolls {
+                let (tx, rx) = crossbeam_channel::unbounded();
+                let event = EventFd::new()?;
+                epoll.add_persistent(event.raw(), JOB_TOKEN)?;
+                worker_jobs.push((tx, rx, event));
+            }
+        }
+        let small = options
+            .fixed_small_workers
+            .unwrap_or(workers.saturating_sub(1).max(1))
+            .clamp(1, workers);
+        let runtime = Runtime {
+            limits: Limits {
+                item_size_max: config.storage.item_size_max as usize,
+            },
+            max_buffer: config.server.max_connection_buffer,
+            workers,
+            policy,
+            epolls,
+            conns: RwLock::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            next_home: AtomicUsize::new(0),
+            worker_jobs,
+            queue: crossbeam_channel::unbounded(),
+            size_samples: (0..workers)
+                .map(|_| Mutex::new(SizeHistogram::new()))
+                .collect(),
+            sizeaware: SizeAwareState::default(),
+            latency: ClassLatency {
+                small: new_histogram(),
+                large: new_histogram(),
+            },
+            steals: AtomicU64::new(0),
+            fixed_threshold: options.fixed_threshold,
+            shared,
+        };
+        runtime.sizeaware.threshold.store(
+            options.fixed_threshold.unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        runtime
+            .sizeaware
+            .small_workers
+            .store(small, Ordering::Relaxed);
+        Ok(Arc::new(runtime))
+    }
+
+    /// Takes ownership of an accepted connection.
+    pub fn adopt(&self, stream: mio::net::TcpStream, _peer: SocketAddr) {
+        use std::os::fd::{FromRawFd, IntoRawFd};
+        // SAFETY: the descriptor comes straight from the mio stream we own.
+        let stream = unsafe { TcpStream::from_raw_fd(stream.into_raw_fd()) };
+        let _ = stream.set_nodelay(true);
+        if stream.set_nonblocking(true).is_err() {
+            self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+            return;
+        }
+        let home = self.next_home.fetch_add(1, Ordering::Relaxed) % self.epolls.len();
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let conn = Arc::new(Conn {
+            id,
+            stream,
+            epoll: Arc::clone(&self.epolls[home]),
+            read: Mutex::new(ReadSide::default()),
+            write: Mutex::new(WriteSide::default()),
+            exec: Mutex::new(ExecQueue::default()),
+            closed: AtomicBool::new(false),
+        });
+        self.conns.write().insert(id, Arc::clone(&conn));
+        if conn.epoll.add_oneshot(conn.fd(), id, READABLE).is_err() {
+            self.close(&conn);
+        }
+    }
+
+    fn close(&self, conn: &Arc<Conn>) {
+        if conn.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let _ = conn.epoll.delete(conn.fd());
+        let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+        self.conns.write().remove(&conn.id);
+        self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    fn lookup(&self, token: u64) -> Option<Arc<Conn>> {
+        self.conns.read().get(&token).cloned()
+    }
+
+    fn ctx(&self, worker: usize) -> ExecContext<'_> {
+        ExecContext {
+            shared: &self.shared,
+            counters: &self.shared.counters[worker],
+            now: unix_now(),
+        }
+    }
+
+    /// Re-arms the connection for reading (and writing if output is pending).
+    fn rearm(&self, conn: &Conn) {
+        if conn.is_closed() {
+            return;
+        }
+        let write = conn.write.lock();
+        let mut interest = READABLE;
+        if !write.out.is_empty() {
+            interest |= WRITABLE;
+        }
+        let _ = conn.epoll.rearm(conn.fd(), conn.id, interest);
+    }
+
+    /// Fills `seq`'s reply slot and writes whatever is now in order.
+    /// `blocking` waits for the socket (large workers do the costly send).
+    fn complete(&self, conn: &Arc<Conn>, seq: u64, reply: ReplyBuf, worker: usize, blocking: bool) {
+        let mut close = false;
+        {
+            let mut write = conn.write.lock();
+            let index = seq.saturating_sub(write.base) as usize;
+            while write.slots.len() <= index {
+                write.slots.push_back(None);
+            }
+            write.slots[index] = Some(reply);
+            while let Some(Some(_)) = write.slots.front() {
+                if let Some(Some(mut done)) = write.slots.pop_front() {
+                    write.out.append(&mut done);
+                }
+                write.base += 1;
+            }
+            if let Some(last) = write.close_after_seq {
+                close = write.base > last;
+            }
+        }
+        let pending = self.flush(conn, worker, blocking);
+        if close && !pending {
+            self.close(conn);
+        } else if pending && blocking {
+            // Gave up waiting on a slow client: let the event loop finish it.
+            self.rearm(conn);
+        }
+    }
+
+    /// Writes pending output. Returns true if some is still pending.
+    fn flush(&self, conn: &Conn, worker: usize, blocking: bool) -> bool {
+        let deadline = Instant::now() + Duration::from_millis(LARGE_IO_TIMEOUT_MS as u64);
+        loop {
+            let mut write = conn.write.lock();
+            let mut would_block = false;
+            while !write.out.is_empty() {
+                let slices: Vec<IoSlice<'_>> = write
+                    .out
+                    .chunks()
+                    .take(64)
+                    .map(|c| IoSlice::new(c))
+                    .collect();
+                match (&conn.stream).write_vectored(&slices) {
+                    Ok(0) => {
+                        write.out.clear();
+                        break;
+                    }
+                    Ok(n) => {
+                        count_written(&self.shared.counters[worker], n);
+                        write.out.advance(n);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        would_block = true;
+                        break;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => {
+                        write.out.clear();
+                        break;
+                    }
+                }
+            }
+            let pending = !write.out.is_empty();
+            drop(write);
+            if !pending || !would_block || !blocking || conn.is_closed() {
+                return pending;
+            }
+            if Instant::now() >= deadline {
+                return true;
+            }
+            wait_fd(conn.fd(), libc::POLLOUT, 50);
+        }
+    }
+
+    fn record_latency(&self, large: bool, since: Instant) {
+        let micros = since.elapsed().as_micros().max(1) as u64;
+        let (histogram, counter) = if large {
+            (&self.latency.large, &self.sizeaware.large_requests)
+        } else {
+            (&self.latency.small, &self.sizeaware.small_requests)
+        };
+        let _ = histogram.lock().record(micros.min(60_000_000));
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn large_workers_available(&self) -> bool {
+        self.sizeaware.small_workers.load(Ordering::Relaxed) < self.workers
+    }
+
+    fn threshold(&self) -> u64 {
+        self.sizeaware.threshold.load(Ordering::Relaxed)
+    }
+
+    /// Reads and serves one ready connection. `receiving` is set when a large
+    /// worker took the connection over to receive a large value.
+    fn serve_conn(&self, conn: &Arc<Conn>, worker: usize, receiving: bool) {
+        if conn.is_closed() {
+            return;
+        }
+        let Some(mut read) = (if receiving {
+            Some(conn.read.lock())
+        } else {
+            conn.read.try_lock()
+        }) else {
+            // Another thread is reading it; it re-arms when done.
+            return;
+        };
+        if self.flush(conn, worker, false) && conn.write.lock().out.len() > OUTPUT_HIGH_WATER {
+            drop(read);
+            self.rearm(conn);
+            return;
+        }
+        let ctx = self.ctx(worker);
+        let eof = match self.read_some(conn, &mut read, worker, receiving) {
+            Ok(eof) => eof,
+            Err(_) => {
+                drop(read);
+                self.close(conn);
+                return;
+            }
+        };
+        match self.process(conn, &mut read, worker, &ctx, receiving) {
+            Next::HandedOff => return, // the large worker owns reading now
+            Next::Closed => return,
+            Next::Continue => {}
+        }
+        if eof {
+            read.eof = true;
+            let mut write = conn.write.lock();
+            let last = read.next_seq;
+            if write.base >= last {
+                drop(write);
+                drop(read);
+                // A half-closed client still reads: answer it, then close.
+                self.flush(conn, worker, true);
+                self.close(conn);
+            } else {
+                write.close_after_seq = Some(last.saturating_sub(1));
+            }
+            return;
+        }
+        if read.input.len() >= self.max_buffer {
+            drop(read);
+            self.close(conn);
+            return;
+        }
+        // Level-triggered one-shot: re-arming reports anything still unread.
+        drop(read);
+        self.flush(conn, worker, false);
+        self.rearm(conn);
+    }
+
+    /// Reads what the socket has. Returns true on EOF. A large receiver
+    /// waits for the data of the request it took over.
+    fn read_some(
+        &self,
+        conn: &Conn,
+        read: &mut ReadSide,
+        worker: usize,
+        receiving: bool,
+    ) -> io::Result<bool> {
+        let deadline = Instant::now() + Duration::from_millis(LARGE_IO_TIMEOUT_MS as u64);
+        loop {
+            if read.input.len() >= self.max_buffer {
+                return Ok(false);
+            }
+            let room = (self.max_buffer - read.input.len()).min(READ_CHUNK);
+            read.input.reserve(room);
+            let spare = &mut read.input.spare_capacity_mut()[..room];
+            // SAFETY: a socket read only writes into the buffer; we keep
+            // exactly the `n` bytes it reports.
+            let target = unsafe {
+                std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<u8>(), spare.len())
+            };
+            match (&conn.stream).read(target) {
+                Ok(0) => return Ok(true),
+                Ok(n) => {
+                    let len = read.input.len();
+                    // SAFETY: `read` initialised these `n` bytes.
+                    unsafe { read.input.set_len(len + n) };
+                    count_read(&self.shared.counters[worker], n);
+                    if read.swallow > 0 {
+                        let drop_now = read.swallow.min(read.input.len());
+                        read.input.advance(drop_now);
+                        read.swallow -= drop_now;
+                    }
+                    // A small reader stops here to classify what it has.
+                    if !receiving
+                        && self.policy == DispatchPolicy::SizeAware
+                        && self.wants_large_receive(read)
+                    {
+                        return Ok(false);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if receiving && self.receive_incomplete(read) && Instant::now() < deadline {
+                        wait_fd(conn.fd(), libc::POLLIN, 50);
+                        continue;
+                    }
+                    return Ok(false);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// True when the buffer starts with a storage command whose declared
+    /// value is large and has not fully arrived.
+    fn wants_large_receive(&self, read: &ReadSide) -> bool {
+        if read.swallow > 0 || !self.large_workers_available() {
+            return false;
+        }
+        match declared_total(&read.input) {
+            Some(total) => total > read.input.len() && total as u64 > self.threshold(),
+            None => false,
+        }
+    }
+
+    fn receive_incomplete(&self, read: &ReadSide) -> bool {
+        read.swallow > 0
+            || declared_total(&read.input).is_some_and(|total| total > read.input.len())
+    }
+
+    /// Parses and routes every complete request in the buffer.
+    fn process(
+        &self,
+        conn: &Arc<Conn>,
+        read: &mut ReadSide,
+        worker: usize,
+        ctx: &ExecContext<'_>,
+        receiving: bool,
+    ) -> Next {
+        loop {
+            if read.swallow > 0 {
+                let drop_now = read.swallow.min(read.input.len());
+                read.input.advance(drop_now);
+                read.swallow -= drop_now;
+                if read.swallow > 0 {
+                    return Next::Continue;
+                }
+            }
+            if conn.write.lock().out.len() > OUTPUT_HIGH_WATER {
+                return Next::Continue;
+            }
+            if !receiving
+                && self.policy == DispatchPolicy::SizeAware
+                && self.wants_large_receive(read)
+            {
+                bump(&self.sizeaware.handoffs);
+                let _ = self.queue.0.send(Job::Receive {
+                    conn: Arc::clone(conn),
+                });
+                return Next::HandedOff;
+            }
+            if read.input.is_empty() {
+                return Next::Continue;
+            }
+            let parsed_at = Instant::now();
+            match parse_request(&read.input, &self.limits) {
+                Parsed::Incomplete => return Next::Continue,
+                Parsed::Invalid { error, consumed } => {
+                    read.input.advance(consumed.min(read.input.len()));
+                    if error.closes_connection() {
+                        read.input.clear();
+                        self.close(conn);
+                        return Next::Closed;
+                    }
+                    read.swallow = error.swallow();
+                    let seq = read.next_seq;
+                    read.next_seq += 1;
+                    if matches!(
+                        self.policy,
+                        DispatchPolicy::EarlyBinding | DispatchPolicy::LateBinding
+                    ) {
+                        let job = Job::Reject {
+                            conn: Arc::clone(conn),
+                            seq,
+                            error,
+                        };
+                        self.submit(conn, worker, job);
+                    } else {
+                        self.reject(conn, seq, &error, worker, ctx);
+                    }
+                }
+                Parsed::Complete { value, consumed } => {
+                    let frame = read.input.split_to(consumed).freeze();
+                    let seq = read.next_seq;
+                    read.next_seq += 1;
+                    let is_quit = matches!(value, Request::Quit);
+                    if is_quit {
+                        conn.write.lock().close_after_seq = Some(seq);
+                    }
+                    self.route(conn, seq, value, frame, worker, ctx, receiving, parsed_at);
+                    if is_quit {
+                        return Next::Closed;
+                    }
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn route(
+        &self,
+        conn: &Arc<Conn>,
+        seq: u64,
+        request: Request,
+        frame: Bytes,
+        worker: usize,
+        ctx: &ExecContext<'_>,
+        receiving: bool,
+        parsed_at: Instant,
+    ) {
+        if matches!(
+            self.policy,
+            DispatchPolicy::EarlyBinding | DispatchPolicy::LateBinding
+        ) {
+            let target = request
+                .keys()
+                .first()
+                .map(|k| key_worker(k, self.workers))
+                .unwrap_or(worker);
+            let job = Job::Execute {
+                conn: Arc::clone(conn),
+                seq,
+                request,
+                frame,
+                parsed_at,
+            };
+            self.submit(conn, target, job);
+            return;
+        }
+        let declared = request.data_len();
+        let mut out = ReplyBuf::new();
+        let _ = execute(request, &frame, ctx, &mut out);
+        let size = declared.unwrap_or(out.len()) as u64;
+        if self.policy == DispatchPolicy::SizeAware {
+            self.size_samples[worker].lock().record(size, size);
+            let large = receiving || (size > self.threshold() && self.large_workers_available());
+            if large && !receiving && declared.is_none() {
+                bump(&self.sizeaware.handoffs);
+                let _ = self.queue.0.send(Job::Send {
+                    conn: Arc::clone(conn),
+                    seq,
+                    reply: out,
+                    parsed_at,
+                });
+                return;
+            }
+            self.complete(conn, seq, out, worker, receiving);
+            self.record_latency(large, parsed_at);
+            return;
+        }
+        self.complete(conn, seq, out, worker, false);
+        self.record_latency(false, parsed_at);
+    }
+
+    /// Queues `job` behind the connection's in-flight request, or releases it.
+    fn submit(&self, conn: &Arc<Conn>, target: usize, job: Job) {
+        let mut queue = conn.exec.lock();
+        if queue.busy {
+            queue.pending.push_back((target, job));
+            return;
+        }
+        queue.busy = true;
+        drop(queue);
+        self.release(target, job);
+    }
+
+    /// Releases the connection's next request once the previous completed.
+    fn finish(&self, conn: &Arc<Conn>) {
+        let mut queue = conn.exec.lock();
+        match queue.pending.pop_front() {
+            Some((target, job)) => {
+                drop(queue);
+                self.release(target, job);
+            }
+            None => queue.busy = false,
+        }
+    }
+
+    fn release(&self, target: usize, job: Job) {
+        if self.policy == DispatchPolicy::EarlyBinding {
+            let (tx, _, event) = &self.worker_jobs[target];
+            if tx.send(job).is_ok() {
+                event.notify();
+            }
+        } else {
+            let _ = self.queue.0.send(job);
+        }
+    }
+
+    /// Answers invalid input (and drops a stale value like memcached does).
+    fn reject(
+        &self,
+        conn: &Arc<Conn>,
+        seq: u64,
+        error: &ProtoError,
+        worker: usize,
+        ctx: &ExecContext<'_>,
+    ) {
+        if let ProtoError::TooLarge {
+            unlink_key: Some(key),
+            ..
+        } = error
+        {
+            self.shared.store.delete(key, ctx.now);
+        }
+        let mut out = ReplyBuf::new();
+        reply::error(&mut out, error);
+        self.complete(conn, seq, out, worker, false);
+    }
+
+    fn run_job(&self, job: Job, worker: usize) {
+        match job {
+            Job::Execute {
+                conn,
+                seq,
+                request,
+                frame,
+                parsed_at,
+            } => {
+                let ctx = self.ctx(worker);
+                let mut out = ReplyBuf::new();
+                let _ = execute(request, &frame, &ctx, &mut out);
+                self.complete(&conn, seq, out, worker, false);
+                self.record_latency(false, parsed_at);
+                self.finish(&conn);
+                if !conn.write.lock().out.is_empty() {
+                    self.rearm(&conn);
+                }
+            }
+            Job::Send {
+                conn,
+                seq,
+                reply,
+                parsed_at,
+            } => {
+                self.complete(&conn, seq, reply, worker, true);
+                self.record_latency(true, parsed_at);
+            }
+            Job::Receive { conn } => {
+                self.serve_conn(&conn, worker, true);
+            }
+            Job::Reject { conn, seq, error } => {
+                let ctx = self.ctx(worker);
+                self.reject(&conn, seq, &error, worker, &ctx);
+                self.finish(&conn);
+            }
+        }
+    }
+
+    /// Body of worker thread `worker`.
+    pub fn worker_loop(self: &Arc<Self>, worker: usize) {
+        let mut tokens = Vec::with_capacity(16);
+        while !self.shared.stopping() {
+            match self.policy {
+                DispatchPolicy::SizeAware => {
+                    let small = worker < self.sizeaware.small_workers.load(Ordering::Relaxed);
+                    if small {
+                        self.poll_and_serve(0, worker, &mut tokens, IDLE_WAIT_MS);
+                    } else if let Ok(job) = self
+                        .queue
+                        .1
+                        .recv_timeout(Duration::from_millis(IDLE_WAIT_MS as u64))
+                    {
+                        self.run_job(job, worker);
+                    }
+                }
+                DispatchPolicy::LateBinding => {
+                    if let Ok(job) = self
+                        .queue
+                        .1
+                        .recv_timeout(Duration::from_millis(IDLE_WAIT_MS as u64))
+                    {
+                        self.run_job(job, worker);
+                    }
+                }
+                DispatchPolicy::EarlyBinding => {
+                    while let Ok(job) = self.worker_jobs[worker].1.try_recv() {
+                        self.run_job(job, worker);
+                    }
+                    self.poll_and_serve(worker, worker, &mut tokens, IDLE_WAIT_MS);
+                }
+                DispatchPolicy::Stealing => {
+                    // Own connections first; when idle, take ready ones from others.
+                    if !self.poll_and_serve(worker, worker, &mut tokens, 0) {
+                        let mut stole = false;
+                        for offset in 1..self.workers {
+                            let victim = (worker + offset) % self.workers;
+                            if self.poll_and_serve(victim, worker, &mut tokens, 0) {
+                                bump(&self.steals);
+                                stole = true;
+                                break;
+                            }
+                        }
+                        if !stole {
+                            self.poll_and_serve(worker, worker, &mut tokens, 1);
+                        }
+                    }
+                }
+                DispatchPolicy::Pinned => return,
+            }
+        }
+    }
+
+    /// Waits on epoll `index` and serves one ready connection. Returns true
+    /// if it served something.
+    fn poll_and_serve(
+        &self,
+        index: usize,
+        worker: usize,
+        tokens: &mut Vec<u64>,
+        timeout_ms: i32,
+    ) -> bool {
+        if self.epolls[index].wait(tokens, 1, timeout_ms).is_err() {
+            return false;
+        }
+        let mut served = false;
+        for &token in tokens.iter() {
+            if token == JOB_TOKEN {
+                self.worker_jobs[index].2.drain();
+                while let Ok(job) = self.worker_jobs[index].1.try_recv() {
+                    self.run_job(job, worker);
+                }
+                continue;
+            }
+            if let Some(conn) = self.lookup(token) {
+                self.serve_conn(&conn, worker, false);
+                served = true;
+            }
+        }
+        served
+    }
+
+    /// Body of the late-binding dispatcher thread: reads and parses every
+    /// connection and queues the requests for idle workers.
+    pub fn dispatcher_loop(self: &Arc<Self>) {
+        let mut tokens = Vec::with_capacity(16);
+        // The dispatcher's own counters live in worker 0's block.
+        while !self.shared.stopping() {
+            if self.epolls[0].wait(&mut tokens, 16, IDLE_WAIT_MS).is_err() {
+                continue;
+            }
+            for &token in tokens.iter() {
+                if let Some(conn) = self.lookup(token) {
+                    self.serve_conn(&conn, 0, false);
+                }
+            }
+        }
+    }
+
+    /// Body of the size-aware controller thread.
+    pub fn controller_loop(self: &Arc<Self>, config: SizeAwareConfig, epoch: Duration) {
+        let fixed_split = config.fixed_small_workers;
+        let Ok(mut controller) = SizeAwareController::new(config) else {
+            eprintln!("tailtrim: invalid size-aware configuration; keeping the initial split");
+            return;
+        };
+        let mut window: SizeWindow = controller.new_window();
+        let mut epoch_index = 0u64;
+        let mut slept = Duration::ZERO;
+        let tick = Duration::from_millis(20).min(epoch);
+        while !self.shared.stopping() {
+            std::thread::sleep(tick);
+            slept += tick;
+            if slept < epoch {
+                continue;
+            }
+            slept = Duration::ZERO;
+            epoch_index += 1;
+            let mut merged = SizeHistogram::new();
+            for samples in &self.size_samples {
+                merged.merge(&samples.lock().take());
+            }
+            window.advance_to(Epoch(epoch_index));
+            window.absorb_epoch(Epoch(epoch_index), &merged);
+            let decision = controller.on_epoch(&window);
+            if self.fixed_threshold.is_none() {
+                self.sizeaware
+                    .threshold
+                    .store(decision.threshold_bytes, Ordering::Relaxed);
+            }
+            if fixed_split.is_none() {
+                self.sizeaware.small_workers.store(
+                    decision.small_workers.clamp(1, self.workers),
+                    Ordering::Relaxed,
+                );
+            }
+            bump(&self.sizeaware.epochs);
+            *self.sizeaware.last_decision.lock() = decision.stats();
+        }
+    }
+
+    /// `stats sizeaware` pairs.
+    pub fn stats(&self) -> Vec<(String, String)> {
+        let small = self.sizeaware.small_workers.load(Ordering::Relaxed);
+        let threshold = self.threshold();
+        let mut out = vec![
+            ("dispatch".to_string(), format!("{:?}", self.policy)),
+            ("workers".into(), self.workers.to_string()),
+            ("small_workers".into(), small.to_string()),
+            ("large_workers".into(), (self.workers - small).to_string()),
+            (
+                "threshold_bytes".into(),
+                if threshold == u64::MAX {
+                    "none".to_string()
+                } else {
+                    threshold.to_string()
+                },
+            ),
+            (
+                "handoffs".into(),
+                self.sizeaware.handoffs.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "steals".into(),
+                self.steals.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "epochs".into(),
+                self.sizeaware.epochs.load(Ordering::Relaxed).to_string(),
+            ),
+        ];
+        for (name, histogram, count) in [
+            ("small", &self.latency.small, &self.sizeaware.small_requests),
+            ("large", &self.latency.large, &self.sizeaware.large_requests),
+        ] {
+            let h = histogram.lock();
+            out.push((
+                format!("{name}_requests"),
+                count.load(Ordering::Relaxed).to_string(),
+            ));
+            for (label, q) in [("p50", 0.5), ("p99", 0.99), ("p999", 0.999)] {
+                out.push((
+                    format!("{name}_{label}_us"),
+                    h.value_at_quantile(q).to_string(),
+                ));
+            }
+        }
+        for (name, value) in self.sizeaware.last_decision.lock().iter() {
+            out.push((name.to_string(), value.clone()));
+        }
+        out
+    }
+}
+
+enum Next {
+    Continue,
+    HandedOff,
+    Closed,
+}
+
+/// Early binding's partition function: the worker that owns `key`.
+fn key_worker(key: &[u8], workers: usize) -> usize {
+    // FNV-1a: cheap and stable across runs.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in key {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (hash % workers.max(1) as u64) as usize
+}
