@@ -1,0 +1,179 @@
+//! Integration tests of the dispatch policies on an in-process server over
+//! real loopback sockets: reply order under pipelining of small and large
+//! requests, large SETs arriving in many segments, and (size-aware) that
+//! large requests really are served by large workers.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use tailtrim_server::config::DispatchPolicy;
+use tailtrim_server::{start, ServerConfig, ServerHandle};
+
+const POLICIES: [DispatchPolicy; 5] = [
+    DispatchPolicy::Pinned,
+    DispatchPolicy::SizeAware,
+    DispatchPolicy::EarlyBinding,
+    DispatchPolicy::Stealing,
+    DispatchPolicy::LateBinding,
+];
+
+fn server(policy: DispatchPolicy, fixed_threshold: u64) -> ServerHandle {
+    let mut config = ServerConfig::default();
+    config.server.listen = "127.0.0.1".into();
+    config.server.port = 0;
+    config.workers.threads = 3;
+    config.workers.dispatch = policy;
+    config.sizeaware.fixed_threshold = fixed_threshold;
+    config.sizeaware.fixed_small_workers = if fixed_threshold > 0 { 2 } else { 0 };
+    config.sizeaware.epoch_ms = 100;
+    start(config).expect("server starts")
+}
+
+fn connect(handle: &ServerHandle) -> TcpStream {
+    let stream = TcpStream::connect(handle.local_addr()).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    stream
+}
+
+fn read_exactly(stream: &mut TcpStream, len: usize) -> Vec<u8> {
+    let mut got = vec![0u8; len];
+    let mut filled = 0;
+    while filled < len {
+        match stream.read(&mut got[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) => panic!("read failed after {filled} of {len} bytes: {e}"),
+        }
+    }
+    got.truncate(filled);
+    got
+}
+
+fn stat(stream: &mut TcpStream, group: &str, name: &str) -> String {
+    stream
+        .write_all(format!("stats {group}\r\n").as_bytes())
+        .expect("write");
+    let mut text = String::new();
+    let mut buf = [0u8; 8192];
+    while !text.ends_with("END\r\n") {
+        let n = stream.read(&mut buf).expect("read stats");
+        assert!(n > 0, "connection closed during stats");
+        text.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("STAT {name} ")).map(str::to_string))
+        .unwrap_or_else(|| panic!("no stat {name} in {text}"))
+}
+
+/// Pipelines small and large requests on one connection and checks every
+/// reply byte, in order. The large SET is written in many small segments.
+fn pipelined_order(policy: DispatchPolicy, threshold: u64) {
+    let handle = server(policy, threshold);
+    let mut conn = connect(&handle);
+    let big: Vec<u8> = (0..300_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    conn.write_all(format!("set big 0 0 {}\r\n", big.len()).as_bytes())
+        .expect("write");
+    for chunk in big.chunks(5000) {
+        conn.write_all(chunk).expect("write");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    conn.write_all(b"\r\n").expect("write");
+    let mut request = Vec::new();
+    let mut expected = b"STORED\r\n".to_vec();
+    for i in 0..20 {
+        request.extend_from_slice(format!("set s{i} 0 0 4\r\nv{i:03}\r\n").as_bytes());
+        expected.extend_from_slice(b"STORED\r\n");
+        request.extend_from_slice(b"get big\r\n");
+        expected.extend_from_slice(format!("VALUE big 0 {}\r\n", big.len()).as_bytes());
+        expected.extend_from_slice(&big);
+        expected.extend_from_slice(b"\r\nEND\r\n");
+        request.extend_from_slice(format!("get s{i}\r\n").as_bytes());
+        expected.extend_from_slice(format!("VALUE s{i} 0 4\r\nv{i:03}\r\nEND\r\n").as_bytes());
+    }
+    conn.write_all(&request).expect("write");
+    let got = read_exactly(&mut conn, expected.len());
+    assert_eq!(got.len(), expected.len(), "{policy:?}: short reply");
+    if let Some(at) = got.iter().zip(&expected).position(|(a, b)| a != b) {
+        panic!(
+            "{policy:?}: reply differs at byte {at}: got {:?}",
+            String::from_utf8_lossy(&got[at.saturating_sub(20)..(at + 40).min(got.len())])
+        );
+    }
+    handle.shutdown();
+}
+
+#[test]
+fn every_policy_keeps_reply_order_with_large_values() {
+    for policy in POLICIES {
+        pipelined_order(policy, 0);
+    }
+}
+
+#[test]
+fn size_aware_with_fixed_threshold_keeps_order() {
+    pipelined_order(DispatchPolicy::SizeAware, 10_000);
+}
+
+#[test]
+fn size_aware_hands_large_requests_to_large_workers() {
+    let handle = server(DispatchPolicy::SizeAware, 10_000);
+    let mut conn = connect(&handle);
+    let big = vec![b'x'; 200_000];
+    conn.write_all(format!("set big 0 0 {}\r\n", big.len()).as_bytes())
+        .expect("write");
+    conn.write_all(&big).expect("write");
+    conn.write_all(b"\r\nset small 0 0 2\r\nhi\r\n")
+        .expect("write");
+    assert_eq!(read_exactly(&mut conn, 16), b"STORED\r\nSTORED\r\n");
+    for _ in 0..5 {
+        conn.write_all(b"get big\r\nget small\r\n").expect("write");
+        let expect_len =
+            "VALUE big 0 200000\r\n".len() + 200_000 + 7 + "VALUE small 0 2\r\nhi\r\nEND\r\n".len();
+        let got = read_exactly(&mut conn, expect_len);
+        assert!(got.ends_with(b"VALUE small 0 2\r\nhi\r\nEND\r\n"));
+    }
+    let handoffs: u64 = stat(&mut conn, "sizeaware", "handoffs")
+        .parse()
+        .expect("number");
+    let large: u64 = stat(&mut conn, "sizeaware", "large_requests")
+        .parse()
+        .expect("number");
+    let small: u64 = stat(&mut conn, "sizeaware", "small_requests")
+        .parse()
+        .expect("number");
+    // One SET receive hand-off (if the body was not already buffered) plus five GET sends.
+    assert!(handoffs >= 5, "expected hand-offs, got {handoffs}");
+    assert!(large >= 6, "large requests counted: {large}");
+    assert!(small >= 6, "small requests counted: {small}");
+    assert_eq!(stat(&mut conn, "sizeaware", "threshold_bytes"), "10000");
+    assert_eq!(stat(&mut conn, "sizeaware", "large_workers"), "1");
+    handle.shutdown();
+}
+
+#[test]
+fn size_aware_controller_learns_a_threshold() {
+    let handle = server(DispatchPolicy::SizeAware, 0);
+    let mut conn = connect(&handle);
+    conn.write_all(b"set s 0 0 10\r\n0123456789\r\n")
+        .expect("write");
+    assert_eq!(read_exactly(&mut conn, 8), b"STORED\r\n");
+    let reply_len = "VALUE s 0 10\r\n0123456789\r\nEND\r\n".len();
+    for _ in 0..300 {
+        conn.write_all(b"get s\r\n").expect("write");
+        assert_eq!(read_exactly(&mut conn, reply_len).len(), reply_len);
+    }
+    std::thread::sleep(Duration::from_millis(350));
+    let epochs: u64 = stat(&mut conn, "sizeaware", "epochs")
+        .parse()
+        .expect("number");
+    assert!(epochs >= 1);
+    let threshold: u64 = stat(&mut conn, "sizeaware", "threshold_bytes")
+        .parse()
+        .expect("a learned threshold");
+    // All accesses were tiny: the 99th percentile is tiny too.
+    assert!(threshold < 200, "threshold {threshold}");
+    handle.shutdown();
+}
