@@ -1,1 +1,750 @@
+//! Chisel's layered latency model (Birke et al., ICAC 2019, Sections III–IV),
+//! derived for this project: the paper gives the structure, not the formulas.
+//! The derivation is in `docs/model-chisel.md`; this is its implementation.
+//!
+//! ```text
+//!  requests ~ Poisson(Λ), mice (K_m keys) and elephants (K_e keys)
+//!    │ dispatcher, round robin over C client query threads
+//!    ├─ mice: B consecutive mice → one merged query of B·K_m keys (merge wait)
+//!    └─ elephant: m = ⌈K_e / L⌉ chunks of ≤ L keys on m threads   (fork-join)
+//!  client thread (M/G/1, FIFO)  busy = setup o (overlaps the merge wait)
+//!        + network N_S(K) = c + d·K + server response W_S + P_S(K)  ◀── layered
+//!  server thread (M/G/1, FIFO, S of them, random choice)  service P_S(K) = a + b·K
+//!  request latency: mouse = its group's completion − its arrival,
+//!                   elephant = max over its chunks (harmonic numbers)
+//! ```
+//!
+//! Every evaluation is closed form (plus a short bisection for the overall p95),
+//! so [`ChiselModel::predict`] costs microseconds and [`best_plan`] over a few hundred
+//! `(B, L)` pairs is cheap enough to run every epoch in a proxy.
 
+use serde::{Deserialize, Serialize};
+
+use crate::error::{check_non_negative, check_positive, check_range, ModelError};
+use crate::numeric::harmonic_number;
+use crate::time::Seconds;
+
+/// A time that is affine in the number of keys: `fixed + per_key · K`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LinearCost {
+    /// Constant part (protocol headers, RTT).
+    pub fixed: Seconds,
+    /// Part per key (lookup, value transfer).
+    pub per_key: Seconds,
+}
+
+impl LinearCost {
+    /// `fixed + per_key · keys`, in seconds.
+    pub fn at(&self, keys: f64) -> f64 {
+        self.fixed.0 + self.per_key.0 * keys
+    }
+}
+
+/// Workload and system inputs of the layered model.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ChiselParams {
+    /// `Λ`: user requests per second arriving at this client (Poisson).
+    pub arrival_rate: f64,
+    /// Fraction of requests that are elephants (9:1 mice:elephant → 0.1).
+    pub elephant_fraction: f64,
+    /// Keys in a mouse request.
+    pub mouse_keys: u32,
+    /// Keys in an elephant request.
+    pub elephant_keys: u32,
+    /// `C`: client query threads.
+    pub client_threads: u32,
+    /// `S`: memcached worker threads in the replica pool (servers × threads each).
+    pub server_threads: u32,
+    /// `P_S(K) = a + b·K`: processing time of a K-key query at memcached.
+    pub processing: LinearCost,
+    /// `N_S(K) = c + d·K`: network time of a K-key query (request + values back).
+    pub network: LinearCost,
+    /// `o`: client-side overhead (connection setup, library) per query.
+    pub client_overhead: Seconds,
+}
+
+impl ChiselParams {
+    /// The paper's testbed profile: P_S = 3.3 + 0.6·K µs, N_S = 85 + 6.5·K µs,
+    /// 9:1 mice (10 keys) to elephants (100 keys), 4 servers × 4 threads,
+    /// 16 client threads, no injected overhead, mean inter-arrival 200 µs.
+    pub fn paper_defaults() -> Self {
+        Self {
+            arrival_rate: 5_000.0,
+            elephant_fraction: 0.1,
+            mouse_keys: 10,
+            elephant_keys: 100,
+            client_threads: 16,
+            server_threads: 16,
+            processing: LinearCost {
+                fixed: Seconds::from_micros(3.3),
+                per_key: Seconds::from_micros(0.6),
+            },
+            network: LinearCost {
+                fixed: Seconds::from_micros(85.0),
+                per_key: Seconds::from_micros(6.5),
+            },
+            client_overhead: Seconds::ZERO,
+        }
+    }
+
+    fn validate(&self) -> Result<(), ModelError> {
+        check_positive("arrival_rate", self.arrival_rate)?;
+        check_range("elephant_fraction", self.elephant_fraction, 0.0, 1.0, false)?;
+        for (name, value) in [
+            ("mouse_keys", self.mouse_keys),
+            ("elephant_keys", self.elephant_keys),
+            ("client_threads", self.client_threads),
+            ("server_threads", self.server_threads),
+        ] {
+            if value == 0 {
+                return Err(ModelError::InvalidParameter {
+                    name,
+                    value: 0.0,
+                    reason: "must be at least 1",
+                });
+            }
+        }
+        check_non_negative("processing.fixed", self.processing.fixed.0)?;
+        check_non_negative("processing.per_key", self.processing.per_key.0)?;
+        check_non_negative("network.fixed", self.network.fixed.0)?;
+        check_non_negative("network.per_key", self.network.per_key.0)?;
+        check_non_negative("client_overhead", self.client_overhead.0)?;
+        Ok(())
+    }
+}
+
+/// Mean and 95th percentile of one class of requests.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ClassLatency {
+    /// Mean latency.
+    pub mean: Seconds,
+    /// 95th percentile.
+    pub p95: Seconds,
+}
+
+/// The model's output for one `(B, L)`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Prediction {
+    /// Merge level `B` (mice per query).
+    pub merge_level: u32,
+    /// Chunk size `L` (keys per elephant chunk).
+    pub chunk_size: u32,
+    /// Number of chunks an elephant is split into, `⌈K_e / L⌉`.
+    pub chunks: u32,
+    /// Mice.
+    pub mice: ClassLatency,
+    /// Elephants.
+    pub elephant: ClassLatency,
+    /// All requests (mean weighted by the mix; p95 of the mixture).
+    pub overall: ClassLatency,
+    /// Utilization of one client query thread.
+    pub client_utilization: f64,
+    /// Utilization of one memcached thread.
+    pub server_utilization: f64,
+    /// Mean wait in a client thread queue.
+    pub client_wait: Seconds,
+    /// Mean wait in a memcached thread queue.
+    pub server_wait: Seconds,
+}
+
+/// What [`best_plan`] minimizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Objective {
+    /// Mean latency over all requests.
+    Mean,
+    /// 95th percentile over all requests.
+    P95,
+}
+
+impl Objective {
+    fn score(self, prediction: &Prediction) -> f64 {
+        match self {
+            Objective::Mean => prediction.overall.mean.0,
+            Objective::P95 => prediction.overall.p95.0,
+        }
+    }
+}
+
+/// The `(B, L)` candidates searched by [`best_plan`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanGrid {
+    /// Merge levels `B` to try (1 = no merging).
+    pub merge_levels: Vec<u32>,
+    /// Chunk sizes `L` to try (`L ≥ K_e` = no splitting).
+    pub chunk_sizes: Vec<u32>,
+    /// What to minimize.
+    pub objective: Objective,
+    /// Chisel only merges mice that arrive within the connection setup: if set,
+    /// merge levels whose mean accumulation time `(B − 1)/λ_mice` exceeds this are skipped.
+    pub max_merge_wait: Option<Seconds>,
+}
+
+impl PlanGrid {
+    /// `B ∈ 1..=8`, `L` ∈ every distinct chunk size giving 1..=min(K_e, 4·C) chunks.
+    pub fn default_for(params: &ChiselParams) -> Self {
+        let elephant_keys = params.elephant_keys.max(1);
+        let max_chunks = elephant_keys.min(params.client_threads.saturating_mul(4).max(1));
+        let mut chunk_sizes: Vec<u32> = (1..=max_chunks)
+            .map(|chunks| elephant_keys.div_ceil(chunks))
+            .collect();
+        chunk_sizes.sort_unstable();
+        chunk_sizes.dedup();
+        Self {
+            merge_levels: (1..=8).collect(),
+            chunk_sizes,
+            objective: Objective::Mean,
+            max_merge_wait: None,
+        }
+    }
+}
+
+/// Moments of a mixture of query types at one layer.
+#[derive(Debug, Clone, Copy, Default)]
+struct Moments {
+    rate: f64,
+    first: f64,
+    second: f64,
+    third: f64,
+}
+
+impl Moments {
+    /// Adds a stream of `rate` items whose (random) service has the given raw moments.
+    fn add(&mut self, rate: f64, first: f64, second: f64, third: f64) {
+        self.rate += rate;
+        self.first += rate * first;
+        self.second += rate * second;
+        self.third += rate * third;
+    }
+
+    fn finish(self) -> Self {
+        if self.rate <= 0.0 {
+            return self;
+        }
+        Self {
+            rate: self.rate,
+            first: self.first / self.rate,
+            second: self.second / self.rate,
+            third: self.third / self.rate,
+        }
+    }
+}
+
+/// Pollaczek–Khinchine / Takács: utilization, mean and second moment of the wait
+/// in an M/G/1 queue with arrival rate `rate` and service moments `moments`.
+fn mg1_wait(
+    rate: f64,
+    moments: &Moments,
+    stage: &'static str,
+) -> Result<(f64, f64, f64), ModelError> {
+    let utilization = rate * moments.first;
+    if utilization.is_nan() || utilization >= 1.0 {
+        return Err(ModelError::Unstable { stage, utilization });
+    }
+    let mean = rate * moments.second / (2.0 * (1.0 - utilization));
+    let second = 2.0 * mean * mean + rate * moments.third / (3.0 * (1.0 - utilization));
+    Ok((utilization, mean, second))
+}
+
+/// Mean wait in a GI/G/1 queue by the Krämer–Langenbach-Belz approximation:
+/// Kingman's `ρ/(1−ρ) · (c_a² + c_s²)/2 · E[S]` times, for `c_a² < 1`,
+/// `g = exp(−2(1−ρ)(1−c_a²)² / (3ρ(c_a² + c_s²)))`. Exact for M/M/1 and M/G/1 (`c_a² = 1`).
+///
+/// Client threads receive every `C`-th unit of the dispatcher's round robin, so
+/// their inter-arrival SCV is about `1/C` (Erlang-C gaps for a Poisson input).
+fn gg1_wait(
+    rate: f64,
+    moments: &Moments,
+    arrival_scv: f64,
+    stage: &'static str,
+) -> Result<(f64, f64), ModelError> {
+    let utilization = rate * moments.first;
+    if utilization.is_nan() || utilization >= 1.0 {
+        return Err(ModelError::Unstable { stage, utilization });
+    }
+    if utilization <= 0.0 {
+        return Ok((0.0, 0.0));
+    }
+    let service_scv = (moments.second / (moments.first * moments.first) - 1.0).max(0.0);
+    let kingman =
+        utilization / (1.0 - utilization) * (arrival_scv + service_scv) / 2.0 * moments.first;
+    let correction = if arrival_scv < 1.0 && arrival_scv + service_scv > 0.0 {
+        (-2.0 * (1.0 - utilization) * (1.0 - arrival_scv).powi(2)
+            / (3.0 * utilization * (arrival_scv + service_scv)))
+            .exp()
+    } else {
+        1.0
+    };
+    Ok((utilization, kingman * correction))
+}
+
+/// Second moment of the client wait: the M/G/1 (Takács) value scaled by the ratio of
+/// the GI/G/1 mean to the M/G/1 mean. This keeps the M/G/1 tail decay (set by the
+/// long services, e.g. an elephant in front) and lowers the probability of waiting.
+fn client_wait_second_moment(rate: f64, moments: &Moments, gg1_mean: f64) -> f64 {
+    let utilization = rate * moments.first;
+    if utilization <= 0.0 || utilization >= 1.0 {
+        return 0.0;
+    }
+    let mg1_mean = rate * moments.second / (2.0 * (1.0 - utilization));
+    let mg1_second = 2.0 * mg1_mean * mg1_mean + rate * moments.third / (3.0 * (1.0 - utilization));
+    if mg1_mean <= 0.0 {
+        return 0.0;
+    }
+    mg1_second * gg1_mean / mg1_mean
+}
+
+/// Raw moments `E[max(o, A)]`, `E[max(o, A)^2]` of the setup-or-accumulation time, where
+/// `A ~ Erlang(n, rate)` is the time for `n` more mice to arrive and `o` the setup time.
+fn setup_or_accumulation_moments(setup: f64, n: u32, rate: f64) -> (f64, f64) {
+    if n == 0 || rate <= 0.0 {
+        return (setup, setup * setup);
+    }
+    // E[g(A)] for g = max(o, ·): o·P(A ≤ o) + E[A; A > o], with
+    // P(A > o) = P(Poisson(rate·o) < n) and E[A^j; A > o] via Erlang(n + j).
+    let x = rate * setup;
+    let poisson_below = |count: u32| -> f64 {
+        // P(Poisson(x) < count) = Σ_{k<count} e^{-x} x^k / k!
+        let mut term = (-x).exp();
+        let mut sum = 0.0;
+        for k in 0..count {
+            if k > 0 {
+                term *= x / f64::from(k);
+            }
+            sum += term;
+        }
+        sum
+    };
+    let n_f = f64::from(n);
+    let tail_0 = poisson_below(n);
+    let tail_1 = poisson_below(n + 1);
+    let tail_2 = poisson_below(n + 2);
+    let mean_a_tail = n_f / rate * tail_1;
+    let second_a_tail = n_f * (n_f + 1.0) / (rate * rate) * tail_2;
+    let first = setup * (1.0 - tail_0) + mean_a_tail;
+    let second = setup * setup * (1.0 - tail_0) + second_a_tail;
+    (first, second)
+}
+
+/// A latency made of a deterministic shift plus a zero-inflated exponential wait:
+/// `P(V > t) = p · e^{−t/θ}`.
+#[derive(Debug, Clone, Copy)]
+struct Wait {
+    probability: f64,
+    conditional_mean: f64,
+}
+
+impl Wait {
+    /// Fits `p θ = E[V]`, `2 p θ² = E[V²]` (with `p ≤ 1`; if the moments ask for
+    /// `p > 1`, the wait is taken as a plain exponential of the right mean).
+    fn from_two_moments(mean: f64, second: f64) -> Self {
+        if mean <= 0.0 || second <= 0.0 {
+            return Self {
+                probability: 0.0,
+                conditional_mean: 0.0,
+            };
+        }
+        let conditional_mean = second / (2.0 * mean);
+        let probability = mean / conditional_mean;
+        if probability >= 1.0 {
+            Self {
+                probability: 1.0,
+                conditional_mean: mean,
+            }
+        } else {
+            Self {
+                probability,
+                conditional_mean,
+            }
+        }
+    }
+
+    /// `E[max of n iid copies] = θ Σ_k C(n,k) p^k (1−p)^{n−k} H_k` (harmonic numbers).
+    fn mean_of_max(&self, n: u32) -> f64 {
+        if self.probability <= 0.0 || n == 0 {
+            return 0.0;
+        }
+        let p = self.probability;
+        if p >= 1.0 {
+            return self.conditional_mean * harmonic_number(u64::from(n));
+        }
+        let mut pmf = (1.0 - p).powi(n as i32); // k = 0
+        let mut sum = 0.0;
+        for k in 1..=n {
+            pmf *= f64::from(n - k + 1) / f64::from(k) * p / (1.0 - p);
+            sum += pmf * harmonic_number(u64::from(k));
+        }
+        self.conditional_mean * sum
+    }
+
+    /// `P(max of n copies ≤ t) = (1 − p e^{−t/θ})^n`.
+    fn cdf_of_max(&self, n: u32, t: f64) -> f64 {
+        if t < 0.0 {
+            return 0.0;
+        }
+        if self.probability <= 0.0 {
+            return 1.0;
+        }
+        (1.0 - self.probability * (-t / self.conditional_mean).exp()).powi(n as i32)
+    }
+
+    /// Quantile of the max of `n` copies: `θ ln(p / (1 − level^{1/n}))`, or 0.
+    fn quantile_of_max(&self, n: u32, level: f64) -> f64 {
+        if self.probability <= 0.0 {
+            return 0.0;
+        }
+        let per_copy_tail = -(level.ln() / f64::from(n.max(1))).exp_m1();
+        if per_copy_tail >= self.probability {
+            0.0
+        } else {
+            self.conditional_mean * (self.probability / per_copy_tail).ln()
+        }
+    }
+}
+
+/// The layered model for one parameter set; evaluate it for any `(B, L)`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ChiselModel {
+    params: ChiselParams,
+}
+
+impl ChiselModel {
+    /// Validates the parameters.
+    pub fn new(params: ChiselParams) -> Result<Self, ModelError> {
+        params.validate()?;
+        Ok(Self { params })
+    }
+
+    /// The parameters.
+    pub fn params(&self) -> &ChiselParams {
+        &self.params
+    }
+
+    /// Predicts mean and p95 latency of mice, elephants and all requests when mice
+    /// are merged `merge_level` at a time and elephants cut into chunks of `chunk_size` keys.
+    pub fn predict(&self, merge_level: u32, chunk_size: u32) -> Result<Prediction, ModelError> {
+        let p = &self.params;
+        if merge_level == 0 || chunk_size == 0 {
+            return Err(ModelError::InvalidParameter {
+                name: if merge_level == 0 {
+                    "merge_level"
+                } else {
+                    "chunk_size"
+                },
+                value: 0.0,
+                reason: "must be at least 1",
+            });
+        }
+        let mice_rate = p.arrival_rate * (1.0 - p.elephant_fraction);
+        let elephant_rate = p.arrival_rate * p.elephant_fraction;
+        let mouse_keys = f64::from(p.mouse_keys);
+        let chunks = p.elephant_keys.div_ceil(chunk_size);
+        let last_chunk_keys = p.elephant_keys - (chunks - 1) * chunk_size;
+        let group_keys = f64::from(merge_level) * mouse_keys;
+        let setup = p.client_overhead.0;
+
+        // Query streams: (rate, keys). A merged mice query, full chunks, the last chunk.
+        let group_rate = mice_rate / f64::from(merge_level);
+        let mut streams: Vec<(f64, f64, bool)> = Vec::with_capacity(3);
+        if group_rate > 0.0 {
+            streams.push((group_rate, group_keys, true));
+        }
+        if elephant_rate > 0.0 {
+            if chunks > 1 {
+                streams.push((
+                    elephant_rate * f64::from(chunks - 1),
+                    f64::from(chunk_size),
+                    false,
+                ));
+            }
+            streams.push((elephant_rate, f64::from(last_chunk_keys), false));
+        }
+
+        // Layer 1 (bottom): memcached threads, M/G/1 each, deterministic service P_S(K).
+        let mut server = Moments::default();
+        for &(rate, keys, _) in &streams {
+            let service = p.processing.at(keys);
+            server.add(rate, service, service.powi(2), service.powi(3));
+        }
+        let server = server.finish();
+        let server_rate = server.rate / f64::from(p.server_threads);
+        let (server_utilization, server_wait, server_wait_second) =
+            mg1_wait(server_rate, &server, "memcached threads")?;
+
+        // Layer 2: client query threads. Service = setup (or merge accumulation, whichever
+        // is longer) + network + server response (wait + processing): the thread is
+        // blocked for the whole remote round trip.
+        let (accumulation_mean, accumulation_second) =
+            setup_or_accumulation_moments(setup, merge_level - 1, mice_rate);
+        let mut client = Moments::default();
+        for &(rate, keys, is_group) in &streams {
+            let (front_mean, front_second) = if is_group {
+                (accumulation_mean, accumulation_second)
+            } else {
+                (setup, setup * setup)
+            };
+            let remote = p.network.at(keys) + p.processing.at(keys);
+            // X = front + remote + W_S, with front and W_S independent.
+            let mean_deterministic = front_mean + remote;
+            let second_deterministic = front_second + 2.0 * front_mean * remote + remote * remote;
+            let first = mean_deterministic + server_wait;
+            let second =
+                second_deterministic + 2.0 * mean_deterministic * server_wait + server_wait_second;
+            // Third moment: only the leading terms matter for the P-K wait; approximate the
+            // front part as deterministic at its mean.
+            let third = first.powi(3) + 3.0 * first * (second - first * first).max(0.0);
+            client.add(rate, first, second, third);
+        }
+        let client = client.finish();
+        let client_rate = client.rate / f64::from(p.client_threads);
+        // Arrival SCV at one client thread: every C-th dispatched unit. Merged groups are
+        // dispatched B mouse-gaps apart (SCV 1/(B·C)); an elephant's m chunks land on m
+        // consecutive threads at once, which a thread sees as one arrival every C/m
+        // elephants (SCV m/C, a batch when m > C). Superposition: rate-weighted mean.
+        let threads = f64::from(p.client_threads);
+        let chunk_rate = elephant_rate * f64::from(chunks);
+        let arrival_scv = if group_rate + chunk_rate > 0.0 {
+            (group_rate / (f64::from(merge_level) * threads)
+                + chunk_rate * f64::from(chunks) / threads)
+                / (group_rate + chunk_rate)
+        } else {
+            1.0
+        };
+        let (client_utilization, client_wait) =
+            gg1_wait(client_rate, &client, arrival_scv, "client query threads")?;
+        let client_wait_second = client_wait_second_moment(client_rate, &client, client_wait);
+
+        // The random part of a query's response: client wait + server wait, fitted by
+        // its first two moments to one zero-inflated exponential.
+        let wait = Wait::from_two_moments(
+            client_wait + server_wait,
+            client_wait_second + 2.0 * client_wait * server_wait + server_wait_second,
+        );
+
+        // Mice: the mouse at position i of its group waits for the group to fill
+        // (Erlang(B − i)) but the first one's setup overlaps it; averaged over positions,
+        // front = E[max(o, A_{B−1})] − (B − 1)/(2 λ_mice).
+        let mean_position_offset = if mice_rate > 0.0 {
+            f64::from(merge_level - 1) / (2.0 * mice_rate)
+        } else {
+            0.0
+        };
+        let mouse_shift = accumulation_mean - mean_position_offset
+            + p.network.at(group_keys)
+            + p.processing.at(group_keys);
+        let mice = ClassLatency {
+            mean: Seconds(mouse_shift + wait.mean_of_max(1)),
+            p95: Seconds(mouse_shift + wait.quantile_of_max(1, 0.95)),
+        };
+
+        // Elephants: fork-join over min(m, C) threads; a thread that gets several chunks
+        // of one request serves them back to back. The max over branches uses the
+        // harmonic-number formula of the zero-inflated exponential wait.
+        let branches = chunks.min(p.client_threads);
+        let chunks_per_branch = f64::from(chunks.div_ceil(p.client_threads));
+        let chunk_service = setup
+            + p.network.at(f64::from(chunk_size.min(p.elephant_keys)))
+            + p.processing.at(f64::from(chunk_size.min(p.elephant_keys)));
+        let elephant_shift =
+            chunks_per_branch * chunk_service + (chunks_per_branch - 1.0) * server_wait;
+        let elephant = ClassLatency {
+            mean: Seconds(elephant_shift + wait.mean_of_max(branches)),
+            p95: Seconds(elephant_shift + wait.quantile_of_max(branches, 0.95)),
+        };
+
+        let overall_mean =
+            (1.0 - p.elephant_fraction) * mice.mean.0 + p.elephant_fraction * elephant.mean.0;
+        let mixture_cdf = |t: f64| {
+            (1.0 - p.elephant_fraction) * wait.cdf_of_max(1, t - mouse_shift)
+                + p.elephant_fraction * wait.cdf_of_max(branches, t - elephant_shift)
+        };
+        let overall_p95 = mixture_quantile(
+            mixture_cdf,
+            0.95,
+            mice.p95.0.min(elephant.p95.0),
+            mice.p95.0.max(elephant.p95.0),
+        );
+        Ok(Prediction {
+            merge_level,
+            chunk_size,
+            chunks,
+            mice,
+            elephant,
+            overall: ClassLatency {
+                mean: Seconds(overall_mean),
+                p95: Seconds(overall_p95),
+            },
+            client_utilization,
+            server_utilization,
+            client_wait: Seconds(client_wait),
+            server_wait: Seconds(server_wait),
+        })
+    }
+}
+
+/// The `level` quantile of a mixture whose class quantiles are `low ≤ high`:
+/// it lies in `[0, high]`; bisection to 1 ns.
+fn mixture_quantile<F: Fn(f64) -> f64>(cdf: F, level: f64, low: f64, high: f64) -> f64 {
+    let (mut lower, mut upper) = (0.0_f64.min(low), high);
+    if cdf(upper) < level {
+        return upper;
+    }
+    while upper - lower > 1e-9 {
+        let middle = 0.5 * (lower + upper);
+        if cdf(middle) >= level {
+            upper = middle;
+        } else {
+            lower = middle;
+        }
+    }
+    upper
+}
+
+/// Plain batching (the paper's baseline): every request is one query with all its
+/// keys, no merging, no splitting. Written independently of [`ChiselModel::predict`]
+/// (which must reduce to it at `B = 1, L ≥ K_e`).
+pub fn batching_baseline(params: &ChiselParams) -> Result<Prediction, ModelError> {
+    params.validate()?;
+    let p = params;
+    let classes = [
+        (1.0 - p.elephant_fraction, f64::from(p.mouse_keys)),
+        (p.elephant_fraction, f64::from(p.elephant_keys)),
+    ];
+    let lambda = p.arrival_rate;
+    // Memcached threads: M/G/1 with deterministic, size-dependent service.
+    let server_moment = |power: i32| -> f64 {
+        classes
+            .iter()
+            .map(|&(share, keys)| share * p.processing.at(keys).powi(power))
+            .sum()
+    };
+    let server_lambda = lambda / f64::from(p.server_threads);
+    let rho_s = server_lambda * server_moment(1);
+    if rho_s >= 1.0 {
+        return Err(ModelError::Unstable {
+            stage: "memcached threads",
+            utilization: rho_s,
+        });
+    }
+    let w_s = server_lambda * server_moment(2) / (2.0 * (1.0 - rho_s));
+    let w_s2 = 2.0 * w_s * w_s + server_lambda * server_moment(3) / (3.0 * (1.0 - rho_s));
+    // Client threads: service o + N_S + P_S + W_S.
+    let deterministic =
+        |keys: f64| p.client_overhead.0 + p.network.at(keys) + p.processing.at(keys);
+    let client_first: f64 = classes
+        .iter()
+        .map(|&(share, keys)| share * (deterministic(keys) + w_s))
+        .sum();
+    let client_second: f64 = classes
+        .iter()
+        .map(|&(share, keys)| {
+            let d = deterministic(keys);
+            share * (d * d + 2.0 * d * w_s + w_s2)
+        })
+        .sum();
+    let client_lambda = lambda / f64::from(p.client_threads);
+    let client_moments = Moments {
+        rate: client_lambda,
+        first: client_first,
+        second: client_second,
+        third: 0.0,
+    };
+    let (rho_c, w_c) = gg1_wait(
+        client_lambda,
+        &client_moments,
+        1.0 / f64::from(p.client_threads),
+        "client query threads",
+    )?;
+    let client_third: f64 = classes
+        .iter()
+        .map(|&(share, keys)| {
+            let total = deterministic(keys) + w_s;
+            share * (total.powi(3) + 3.0 * total * (w_s2 - w_s * w_s))
+        })
+        .sum();
+    let w_c2 = client_wait_second_moment(
+        client_lambda,
+        &Moments {
+            third: client_third,
+            ..client_moments
+        },
+        w_c,
+    );
+    let wait = Wait::from_two_moments(w_c + w_s, w_c2 + 2.0 * w_c * w_s + w_s2);
+    let class = |keys: f64| ClassLatency {
+        mean: Seconds(deterministic(keys) + w_c + w_s),
+        p95: Seconds(deterministic(keys) + wait.quantile_of_max(1, 0.95)),
+    };
+    let mice = class(f64::from(p.mouse_keys));
+    let elephant = class(f64::from(p.elephant_keys));
+    let (mouse_shift, elephant_shift) = (
+        deterministic(f64::from(p.mouse_keys)),
+        deterministic(f64::from(p.elephant_keys)),
+    );
+    let cdf = |t: f64| {
+        (1.0 - p.elephant_fraction) * wait.cdf_of_max(1, t - mouse_shift)
+            + p.elephant_fraction * wait.cdf_of_max(1, t - elephant_shift)
+    };
+    Ok(Prediction {
+        merge_level: 1,
+        chunk_size: p.elephant_keys,
+        chunks: 1,
+        mice,
+        elephant,
+        overall: ClassLatency {
+            mean: Seconds(
+                (1.0 - p.elephant_fraction) * mice.mean.0 + p.elephant_fraction * elephant.mean.0,
+            ),
+            p95: Seconds(mixture_quantile(
+                cdf,
+                0.95,
+                mice.p95.0.min(elephant.p95.0),
+                mice.p95.0.max(elephant.p95.0),
+            )),
+        },
+        client_utilization: rho_c,
+        server_utilization: rho_s,
+        client_wait: Seconds(w_c),
+        server_wait: Seconds(w_s),
+    })
+}
+
+/// Grid search: the `(B, L)` of `grid` with the lowest objective among stable
+/// configurations, with its prediction. Errors if no candidate is stable.
+pub fn best_plan(
+    params: &ChiselParams,
+    grid: &PlanGrid,
+) -> Result<(u32, u32, Prediction), ModelError> {
+    let model = ChiselModel::new(*params)?;
+    let mice_rate = params.arrival_rate * (1.0 - params.elephant_fraction);
+    let mut best: Option<(f64, Prediction)> = None;
+    let mut last_error = ModelError::Numerical("empty plan grid");
+    for &merge_level in &grid.merge_levels {
+        if let Some(limit) = grid.max_merge_wait {
+            let accumulation = if mice_rate > 0.0 {
+                f64::from(merge_level.saturating_sub(1)) / mice_rate
+            } else {
+                f64::INFINITY
+            };
+            if merge_level > 1 && accumulation > limit.0 {
+                continue;
+            }
+        }
+        for &chunk_size in &grid.chunk_sizes {
+            match model.predict(merge_level, chunk_size) {
+                Ok(prediction) => {
+                    let score = grid.objective.score(&prediction);
+                    let improves = match &best {
+                        Some((best_score, _)) => score < *best_score,
+                        None => true,
+                    };
+                    if improves {
+                        best = Some((score, prediction));
+                    }
+                }
+                Err(error) => last_error = error,
+            }
+        }
+    }
+    best.map(|(_, prediction)| (prediction.merge_level, prediction.chunk_size, prediction))
+        .ok_or(last_error)
+}
