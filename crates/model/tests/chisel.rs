@@ -197,10 +197,10 @@ impl Simulation {
         let mut events: BinaryHeap<Reverse<(u64, u64, Event)>> = BinaryHeap::new();
         let mut seq = 0u64;
         let key = |time: f64| (time * 1e12) as u64; // picoseconds, monotone
-        let mut push = |events: &mut BinaryHeap<Reverse<(u64, u64, Event)>>,
-                        time: f64,
-                        event: Event,
-                        seq: &mut u64| {
+        let push = |events: &mut BinaryHeap<Reverse<(u64, u64, Event)>>,
+                    time: f64,
+                    event: Event,
+                    seq: &mut u64| {
             *seq += 1;
             events.push(Reverse((key(time), *seq, event)));
         };
@@ -236,8 +236,8 @@ impl Simulation {
                                 units[unit].members.push(request);
                                 units[unit].keys += p.mouse_keys;
                                 // Find which thread holds it, to wake it if it waits for the group.
-                                for thread in 0..threads {
-                                    if current[thread] == Some(unit) {
+                                for (thread, serving) in current.iter().enumerate() {
+                                    if *serving == Some(unit) {
                                         touched.push(thread);
                                     }
                                 }
