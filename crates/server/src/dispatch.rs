@@ -188,7 +188,12 @@ pub struct Runtime {
     /// Connections taken from another worker's epoll (stealing).
     pub steals: AtomicU64,
     fixed_threshold: Option<u64>,
+    /// UDP sockets, one per worker, registered one-shot like connections.
+    udp: Vec<mio::net::UdpSocket>,
 }
+
+/// Tokens at and above this value name UDP sockets (index = token − base).
+const UDP_TOKEN_BASE: u64 = u64::MAX - 1 - 4096;
 
 /// Options of the dispatch runtime.
 #[derive(Debug, Clone, Copy, Default)]
@@ -205,7 +210,11 @@ pub struct DispatchOptions {
 
 impl Runtime {
     /// Builds the runtime (no threads yet).
-    pub fn new(shared: Arc<Shared>, options: DispatchOptions) -> io::Result<Arc<Runtime>> {
+    pub fn new(
+        shared: Arc<Shared>,
+        options: DispatchOptions,
+        udp: Vec<mio::net::UdpSocket>,
+    ) -> io::Result<Arc<Runtime>> {
         let config = &shared.config;
         let workers = config.workers.threads;
         let policy = config.workers.dispatch;
@@ -253,8 +262,13 @@ impl Runtime {
             },
             steals: AtomicU64::new(0),
             fixed_threshold: options.fixed_threshold,
+            udp,
             shared,
         };
+        for (index, socket) in runtime.udp.iter().enumerate() {
+            let epoll = &runtime.epolls[index % runtime.epolls.len()];
+            epoll.add_oneshot(socket.as_raw_fd(), UDP_TOKEN_BASE + index as u64, READABLE)?;
+        }
         runtime.sizeaware.threshold.store(
             options.fixed_threshold.unwrap_or(u64::MAX),
             Ordering::Relaxed,
@@ -857,12 +871,27 @@ impl Runtime {
                 }
                 continue;
             }
+            if token >= UDP_TOKEN_BASE {
+                self.serve_udp(index, token, worker);
+                served = true;
+                continue;
+            }
             if let Some(conn) = self.lookup(token) {
                 self.serve_conn(&conn, worker, false);
                 served = true;
             }
         }
         served
+    }
+
+    /// Serves the datagrams waiting on one UDP socket, then re-arms it.
+    fn serve_udp(&self, epoll_index: usize, token: u64, worker: usize) {
+        let Some(socket) = self.udp.get((token - UDP_TOKEN_BASE) as usize) else {
+            return;
+        };
+        let ctx = self.ctx(worker);
+        crate::worker::serve_udp(socket, &ctx, &self.limits);
+        let _ = self.epolls[epoll_index].rearm(socket.as_raw_fd(), token, READABLE);
     }
 
     /// Body of the late-binding dispatcher thread: reads and parses every
@@ -875,7 +904,9 @@ impl Runtime {
                 continue;
             }
             for &token in tokens.iter() {
-                if let Some(conn) = self.lookup(token) {
+                if token >= UDP_TOKEN_BASE {
+                    self.serve_udp(0, token, 0);
+                } else if let Some(conn) = self.lookup(token) {
                     self.serve_conn(&conn, 0, false);
                 }
             }

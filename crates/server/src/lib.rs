@@ -142,39 +142,39 @@ pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     let mut wakers = Vec::new();
     let mut threads = Vec::new();
     let mut senders: Vec<Sender<(mio::net::TcpStream, SocketAddr)>> = Vec::new();
-    let mut bound_udp: Option<SocketAddr> = None;
+    // One SO_REUSEPORT UDP socket per worker (the stand-in for a NIC RX queue).
+    let mut udp_sockets: Vec<mio::net::UdpSocket> = Vec::new();
+    if let Some(addr) = udp_addr {
+        let mut bind_to = addr;
+        for _ in 0..config.workers.threads {
+            let socket = udp_socket(bind_to).map_err(|source| ServerError::Bind {
+                what: "UDP",
+                addr: bind_to.to_string(),
+                source,
+            })?;
+            bind_to = socket.local_addr()?;
+            udp_sockets.push(socket);
+        }
+        shared
+            .udp_port
+            .store(u64::from(bind_to.port()), Ordering::Relaxed);
+    }
     let runtime = if config.workers.dispatch == config::DispatchPolicy::Pinned {
         None
     } else {
-        Some(start_dispatch(&shared, &mut threads)?)
+        let sockets = std::mem::take(&mut udp_sockets);
+        Some(start_dispatch(&shared, sockets, &mut threads)?)
     };
     let pinned_workers = if runtime.is_some() {
         0
     } else {
         config.workers.threads
     };
+    let mut udp_sockets = udp_sockets.into_iter();
     for id in 0..pinned_workers {
         let (poll, waker) = worker::poll_with_waker()?;
         let (tx, rx) = crossbeam_channel::unbounded();
-        let udp = match (udp_addr, bound_udp) {
-            (Some(_), Some(bound)) => Some(udp_socket(bound)),
-            (Some(addr), None) => Some(udp_socket(addr)),
-            _ => None,
-        };
-        let udp = match udp {
-            Some(Ok(socket)) => {
-                bound_udp = Some(socket.local_addr()?);
-                Some(socket)
-            }
-            Some(Err(e)) => {
-                return Err(ServerError::Bind {
-                    what: "UDP",
-                    addr: format!("{udp_addr:?}"),
-                    source: e,
-                })
-            }
-            None => None,
-        };
+        let udp = udp_sockets.next();
         let setup = worker::WorkerSetup {
             id,
             shared: Arc::clone(&shared),
@@ -193,11 +193,6 @@ pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         threads.push(thread);
         senders.push(tx);
         wakers.push(waker);
-    }
-    if let Some(bound) = bound_udp {
-        shared
-            .udp_port
-            .store(u64::from(bound.port()), Ordering::Relaxed);
     }
 
     let accept_poll = Poll::new()?;
@@ -267,6 +262,7 @@ enum Handoff {
 /// Builds the dispatch runtime and spawns its threads.
 fn start_dispatch(
     shared: &Arc<Shared>,
+    udp_sockets: Vec<mio::net::UdpSocket>,
     threads: &mut Vec<JoinHandle<()>>,
 ) -> Result<Arc<dispatch::Runtime>, ServerError> {
     let config = &shared.config;
@@ -278,7 +274,7 @@ fn start_dispatch(
         percentile: Some(section.percentile),
         epoch_ms: Some(section.epoch_ms),
     };
-    let runtime = dispatch::Runtime::new(Arc::clone(shared), options)?;
+    let runtime = dispatch::Runtime::new(Arc::clone(shared), options, udp_sockets)?;
     let _ = shared.runtime.set(Arc::downgrade(&runtime));
     for id in 0..config.workers.threads {
         let rt = Arc::clone(&runtime);

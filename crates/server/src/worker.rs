@@ -384,7 +384,7 @@ fn close_now(conn: &mut Connection) {
 }
 
 /// Serves every datagram waiting on the worker's UDP socket.
-fn serve_udp(socket: &UdpSocket, ctx: &ExecContext<'_>, limits: &Limits) {
+pub fn serve_udp(socket: &UdpSocket, ctx: &ExecContext<'_>, limits: &Limits) {
     let mut datagram = vec![0u8; 65536];
     loop {
         let (len, peer) = match socket.recv_from(&mut datagram) {

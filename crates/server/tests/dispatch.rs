@@ -177,3 +177,64 @@ fn size_aware_controller_learns_a_threshold() {
     assert!(threshold < 200, "threshold {threshold}");
     handle.shutdown();
 }
+
+/// Sends one framed request over UDP and reassembles the framed reply.
+fn udp_request(socket: &std::net::UdpSocket, port: u16, id: u16, payload: &[u8]) -> Vec<u8> {
+    let mut datagram = tailtrim_proto::udp::FrameHeader {
+        request_id: id,
+        sequence: 0,
+        total: 1,
+        reserved: 0,
+    }
+    .encode()
+    .to_vec();
+    datagram.extend_from_slice(payload);
+    socket
+        .send_to(&datagram, ("127.0.0.1", port))
+        .expect("send");
+    let mut grams = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    loop {
+        let (n, _) = socket.recv_from(&mut buf).expect("reply datagram");
+        assert!(n <= tailtrim_proto::udp::MAX_DATAGRAM);
+        grams.push(buf[..n].to_vec());
+        if let Some(whole) = tailtrim_proto::udp::reassemble(&grams) {
+            return whole;
+        }
+    }
+}
+
+#[test]
+fn every_policy_serves_udp_with_split_replies() {
+    for policy in POLICIES {
+        let mut config = ServerConfig::default();
+        config.server.listen = "127.0.0.1".into();
+        config.server.port = 0;
+        // Ask the kernel for a free UDP port by binding and releasing one.
+        let probe = std::net::UdpSocket::bind("127.0.0.1:0").expect("probe");
+        config.server.udp_port = probe.local_addr().expect("addr").port();
+        drop(probe);
+        config.workers.threads = 2;
+        config.workers.dispatch = policy;
+        let handle = start(config).expect("server starts");
+        let port = handle
+            .shared()
+            .udp_port
+            .load(std::sync::atomic::Ordering::Relaxed) as u16;
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        socket
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let value = vec![b'u'; 5000];
+        let mut set = b"set u 0 0 5000\r\n".to_vec();
+        set.extend_from_slice(&value);
+        set.extend_from_slice(b"\r\n");
+        assert_eq!(udp_request(&socket, port, 7, &set), b"STORED\r\n");
+        let reply = udp_request(&socket, port, 8, b"get u\r\n");
+        let mut expected = b"VALUE u 0 5000\r\n".to_vec();
+        expected.extend_from_slice(&value);
+        expected.extend_from_slice(b"\r\nEND\r\n");
+        assert_eq!(reply, expected, "{policy:?}");
+        handle.shutdown();
+    }
+}
