@@ -46,6 +46,12 @@ pub struct Args {
     /// Pipelined connections per backend.
     #[arg(long = "server-connections")]
     pub server_connections: Option<usize>,
+    /// Consecutive failures that mark a backend down.
+    #[arg(long = "server-failure-limit")]
+    pub server_failure_limit: Option<u32>,
+    /// Milliseconds before a down backend is probed again.
+    #[arg(long = "server-retry-timeout-ms")]
+    pub server_retry_timeout_ms: Option<u64>,
     /// Runtime worker threads.
     #[arg(short = 't', long = "threads")]
     pub threads: Option<usize>,
@@ -99,6 +105,12 @@ fn effective_config(args: &Args) -> Result<ProxyConfig, String> {
     }
     if let Some(connections) = args.server_connections {
         config.pool.server_connections = connections;
+    }
+    if let Some(limit) = args.server_failure_limit {
+        config.pool.server_failure_limit = limit;
+    }
+    if let Some(retry) = args.server_retry_timeout_ms {
+        config.pool.server_retry_timeout_ms = retry;
     }
     Ok(config)
 }

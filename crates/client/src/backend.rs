@@ -149,10 +149,10 @@ impl Backend {
             });
         }
         self.stats.requests.incr();
-        self.outstanding.fetch_add(1, Ordering::Relaxed);
+        let mut in_flight = InFlight::new(self);
         let started = Instant::now();
         let result = tokio::time::timeout(self.settings.timeout, self.exchange(bytes, shape)).await;
-        self.outstanding.fetch_sub(1, Ordering::Relaxed);
+        in_flight.finished();
         match result {
             Ok(Ok(reply)) => {
                 let elapsed = started.elapsed();
@@ -210,6 +210,40 @@ impl Backend {
         let transition = self.health.lock().record_failure(self.clock.now());
         if transition == HealthTransition::MarkedDown {
             self.stats.marked_down.incr();
+        }
+    }
+}
+
+/// Counts a request as outstanding while it runs; if the caller drops the request before it
+/// has a verdict, tells the health tracker (a probe must not stay pending forever).
+struct InFlight<'a> {
+    backend: &'a Backend,
+    verdict: bool,
+}
+
+impl<'a> InFlight<'a> {
+    fn new(backend: &'a Backend) -> Self {
+        backend.outstanding.fetch_add(1, Ordering::Relaxed);
+        InFlight {
+            backend,
+            verdict: false,
+        }
+    }
+
+    fn finished(&mut self) {
+        if !self.verdict {
+            self.verdict = true;
+            self.backend.outstanding.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.verdict {
+            self.backend.outstanding.fetch_sub(1, Ordering::Relaxed);
+            let now = self.backend.clock.now();
+            self.backend.health.lock().record_abandoned(now);
         }
     }
 }

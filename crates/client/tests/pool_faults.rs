@@ -259,3 +259,32 @@ async fn stopped_backend_times_out_then_fails_fast_and_nothing_hangs() {
         .expect("stored");
     check_value(key.as_bytes(), &value.data);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_abandoned_by_its_caller_does_not_keep_the_backend_down() {
+    if !have_binaries() {
+        return;
+    }
+    let backends: Vec<ChildGuard> = vec![start_memcached()];
+    let mut config = PoolConfig::new(
+        "probe",
+        vec![ServerSpec::parse(&format!("127.0.0.1:{}:1", backends[0].port)).expect("spec")],
+    );
+    config.timeout = TIMEOUT;
+    config.health = HealthSettings {
+        failure_limit: 1,
+        retry_after_nanos: 100_000_000,
+    };
+    let pool = Pool::new(config).expect("pool");
+    assert!(pool.set(b"p", 0, 0, &value_for("p")).await.expect("set"));
+    backends[0].signal("STOP");
+    assert!(matches!(pool.get(b"p").await, Err(ClientError::Timeout { .. })));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    // The probe is let through, then its caller gives up long before the timeout.
+    let abandoned = tokio::time::timeout(Duration::from_millis(30), pool.get(b"p")).await;
+    assert!(abandoned.is_err(), "the stopped backend answered");
+    backends[0].signal("CONT");
+    let value = pool.get(b"p").await.expect("backend usable again").expect("stored");
+    check_value(b"p", &value.data);
+    assert_eq!(pool.backends()[0].outstanding(), 0, "outstanding leaked");
+}

@@ -139,6 +139,15 @@ impl HealthTracker {
         }
     }
 
+    /// Records that a request let through by [`HealthTracker::try_acquire`] ended with no
+    /// verdict (its caller gave up, e.g. the client disconnected). A probe in that state
+    /// would otherwise leave the backend `Probing` forever; it becomes retryable at `now`.
+    pub fn record_abandoned(&mut self, now: Timestamp) {
+        if self.state == HealthState::Probing {
+            self.state = HealthState::Down { retry_at: now };
+        }
+    }
+
     /// Records a reply.
     pub fn record_success(&mut self) -> HealthTransition {
         let was_down = !self.is_up();
@@ -297,6 +306,23 @@ mod tests {
         );
         assert!(!tracker.would_accept(Timestamp(249)));
         assert!(tracker.would_accept(Timestamp(250)));
+    }
+
+    #[test]
+    fn abandoned_probe_makes_the_backend_retryable_again() {
+        let mut tracker = HealthTracker::new(HealthSettings {
+            failure_limit: 1,
+            retry_after_nanos: 100,
+        });
+        tracker.record_failure(Timestamp(0));
+        assert!(tracker.try_acquire(Timestamp(100)));
+        assert!(!tracker.try_acquire(Timestamp(101)));
+        tracker.record_abandoned(Timestamp(102));
+        assert!(tracker.try_acquire(Timestamp(102)));
+        // Abandoning an ordinary request of an up backend changes nothing.
+        let mut up = HealthTracker::new(HealthSettings::default());
+        up.record_abandoned(Timestamp(5));
+        assert!(up.is_up());
     }
 
     #[test]
