@@ -80,7 +80,10 @@ def main():
         tt_port = free_port()
         procs.append(subprocess.Popen([args.bin, "proxy", "-l", f"127.0.0.1:{tt_port}", "--admin", "off",
                                        "-s", ",".join(servers), "--hash", "md5", "--distribution", "ketama",
-                                       "--timeout-ms", "2000", "-t", str(args.proxy_threads)],
+                                       "--timeout-ms", "2000", "-t", str(args.proxy_threads),
+                                       # like nutcracker's auto_eject_hosts: false: overload
+                                       # timeouts must not mark backends down mid-benchmark
+                                       "--server-failure-limit", "1000000000"],
                                       stderr=subprocess.DEVNULL))
         wait_port(tt_port)
         targets = {"direct": direct, "nutcracker": nc_port, "tailtrim": tt_port}
