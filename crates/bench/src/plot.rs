@@ -85,6 +85,27 @@ pub fn plot_sweep(sweep: &SweepReport, directory: &Path) -> Result<Vec<PathBuf>,
     )
 }
 
+/// Human-readable latency for axis labels (input in microseconds).
+fn latency_label(micros: &f64) -> String {
+    let micros = *micros;
+    if micros >= 1e6 {
+        format!("{} s", trim_percent(micros / 1e6))
+    } else if micros >= 1e3 {
+        format!("{} ms", trim_percent(micros / 1e3))
+    } else {
+        format!("{} µs", trim_percent(micros))
+    }
+}
+
+/// Human-readable rate for axis labels.
+fn rate_label(rate: &f64) -> String {
+    if *rate >= 1e3 {
+        format!("{}k", trim_percent(rate / 1e3))
+    } else {
+        format!("{rate:.0}")
+    }
+}
+
 /// Maps a percentile to the "number of nines" axis: `1 / (1 - p)`.
 fn nines(percentile: f64) -> f64 {
     1.0 / (1.0 - percentile / 100.0).max(1e-6)
@@ -127,7 +148,8 @@ fn draw_percentiles<DB: DrawingBackend>(
     chart
         .configure_mesh()
         .x_desc("percentile")
-        .y_desc("latency (µs)")
+        .y_desc("latency")
+        .y_label_formatter(&latency_label)
         .x_label_formatter(&|x| format!("{}%", trim_percent(100.0 * (1.0 - 1.0 / x))))
         .draw()
         .map_err(plot_error)?;
@@ -188,6 +210,7 @@ fn draw_timeseries<DB: DrawingBackend>(
     upper
         .configure_mesh()
         .y_desc("replies/s")
+        .y_label_formatter(&rate_label)
         .draw()
         .map_err(plot_error)?;
     upper
@@ -223,7 +246,8 @@ fn draw_timeseries<DB: DrawingBackend>(
     lower
         .configure_mesh()
         .x_desc("second")
-        .y_desc("p99 (µs)")
+        .y_desc("p99")
+        .y_label_formatter(&latency_label)
         .draw()
         .map_err(plot_error)?;
     lower
@@ -293,7 +317,9 @@ fn draw_sweep<DB: DrawingBackend>(
     chart
         .configure_mesh()
         .x_desc("achieved throughput (requests/s)")
-        .y_desc("latency (µs)")
+        .x_label_formatter(&rate_label)
+        .y_desc("latency")
+        .y_label_formatter(&latency_label)
         .draw()
         .map_err(plot_error)?;
     for (index, (name, points)) in lines.into_iter().enumerate() {
@@ -324,4 +350,67 @@ fn draw_sweep<DB: DrawingBackend>(
         .draw()
         .map_err(plot_error)?;
     root.present().map_err(plot_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{latency_label, plot_run, plot_sweep};
+    use crate::class::{Class, ClassHistograms, ClassSet};
+    use crate::report::{ClassSummary, RunReport, SecondSample, SweepReport};
+    use crate::workload::OpKind;
+
+    fn synthetic_report(rate: f64) -> RunReport {
+        let mut histograms = ClassHistograms::default();
+        for value in 1..=2_000u64 {
+            let classes = ClassSet::for_request(OpKind::Get, 1, value % 3_000, 1_499, 50);
+            histograms.record(classes, value * 1_000);
+        }
+        let mut report = RunReport {
+            workload: "synthetic".into(),
+            target_rps: rate,
+            achieved_rps: rate,
+            ..RunReport::default()
+        };
+        for class in Class::ALL {
+            report.classes.insert(
+                class.name().to_string(),
+                ClassSummary::from_histogram(histograms.get(class), true),
+            );
+        }
+        report.timeseries = (0..3)
+            .map(|second| SecondSample {
+                second,
+                throughput_rps: rate,
+                p99_us: 100.0 + second as f64,
+                ..SecondSample::default()
+            })
+            .collect();
+        report
+    }
+
+    #[test]
+    fn run_and_sweep_plots_are_written_as_svg_and_png() {
+        let directory = std::env::temp_dir().join(format!("tailtrim-plot-{}", std::process::id()));
+        let written = plot_run(&synthetic_report(1_000.0), &directory)
+            .unwrap_or_else(|error| panic!("{error}"));
+        assert_eq!(written.len(), 4);
+        let sweep =
+            SweepReport::from_points(vec![synthetic_report(1_000.0), synthetic_report(2_000.0)]);
+        let written_sweep =
+            plot_sweep(&sweep, &directory).unwrap_or_else(|error| panic!("{error}"));
+        for path in written.iter().chain(&written_sweep) {
+            let size = std::fs::metadata(path).map(|meta| meta.len()).unwrap_or(0);
+            assert!(size > 1_000, "{} is {size} bytes", path.display());
+        }
+        let svg = std::fs::read_to_string(directory.join("percentiles.svg")).unwrap_or_default();
+        assert!(svg.contains("small") && svg.contains("large") && svg.contains("99.9%"));
+        let _ = std::fs::remove_dir_all(&directory);
+    }
+
+    #[test]
+    fn latency_labels_pick_units() {
+        assert_eq!(latency_label(&250.0), "250 µs");
+        assert_eq!(latency_label(&2_500.0), "2.5 ms");
+        assert_eq!(latency_label(&3_000_000.0), "3 s");
+    }
 }
