@@ -277,9 +277,11 @@ fn gg1_wait(
     Ok((utilization, kingman * correction))
 }
 
-/// Second moment of the client wait: the M/G/1 (Takács) value scaled by the ratio of
-/// the GI/G/1 mean to the M/G/1 mean. This keeps the M/G/1 tail decay (set by the
-/// long services, e.g. an elephant in front) and lowers the probability of waiting.
+/// Second moment of a client wait of mean `gg1_mean`: the M/G/1 (Takács) wait
+/// rescaled in time so that its mean is `gg1_mean`, i.e. `E[W²]_{M/G/1} · (W/W_{M/G/1})²`
+/// (same shape and CV as the M/G/1 wait). Against the Monte-Carlo test this is closer
+/// than keeping the M/G/1 tail decay and lowering only the probability of waiting
+/// (worst p95 error 29% instead of 43%; see docs/model-chisel.md).
 fn client_wait_second_moment(rate: f64, moments: &Moments, gg1_mean: f64) -> f64 {
     let utilization = rate * moments.first;
     if utilization <= 0.0 || utilization >= 1.0 {
@@ -290,7 +292,149 @@ fn client_wait_second_moment(rate: f64, moments: &Moments, gg1_mean: f64) -> f64
     if mg1_mean <= 0.0 {
         return 0.0;
     }
-    mg1_second * gg1_mean / mg1_mean
+    mg1_second * (gg1_mean / mg1_mean).powi(2)
+}
+
+/// How units reach one client thread (see [`client_thread_waits`]).
+#[derive(Debug, Clone, Copy)]
+struct ClientDispatch {
+    threads: f64,
+    merge_level: f64,
+    chunks: f64,
+    /// Merged mice units per second (all threads).
+    group_rate: f64,
+    /// Elephant chunks per second (all threads).
+    chunk_rate: f64,
+}
+
+/// Mean client-thread waits of the two unit classes.
+#[derive(Debug, Clone, Copy)]
+struct ClientWaits {
+    utilization: f64,
+    group: f64,
+    chunk: f64,
+    /// Part of `chunk` that all chunks of one elephant share: the work of earlier
+    /// elephants' chunks, which landed on the same threads (correlation `φ`).
+    chunk_common: f64,
+}
+
+/// `W_KLB / W_M/G/1`: how much less a stream with arrival SCV `arrival_scv` waits than a
+/// Poisson stream in the same queue.
+fn regularity(arrival_scv: f64, service_scv: f64, utilization: f64) -> f64 {
+    if arrival_scv >= 1.0 || utilization <= 0.0 {
+        return (arrival_scv + service_scv) / (1.0 + service_scv);
+    }
+    let klb = (-2.0 * (1.0 - utilization) * (1.0 - arrival_scv).powi(2)
+        / (3.0 * utilization * (arrival_scv + service_scv).max(1e-12)))
+    .exp();
+    (arrival_scv + service_scv) / (1.0 + service_scv) * klb
+}
+
+/// Waits at a client query thread.
+///
+/// * One chunk per elephant (`m = 1`): every unit is one step of the dispatcher's
+///   round robin, so a thread sees every `C`-th unit of a Poisson-like stream; one
+///   GI/G/1 queue (Krämer–Langenbach-Belz) with the rate-weighted arrival SCV
+///   (`1/(B·C)` for merged units, `1/C` for elephants).
+/// * Split elephants (`m ≥ 2`): an elephant's chunks land on `m` threads at the same
+///   Poisson instant, independent of the mice rotation. Each class then finds the
+///   *other* class's work at its time average (residual `R_j` plus queued work
+///   `ρ_j W_j`), and its *own* class's work reduced by its own regularity `a_i`
+///   (SCV `1/(B·C)` for merged mice, `m/C` for chunks):
+///   `W_i = a_i (R_i + ρ_i W_i) + (R_j + ρ_j W_j)`, a 2×2 linear system.
+///   `a_i` is set so that a class alone gets exactly the KLB wait. With all `a_i = 1`
+///   this is the M/G/1 wait `R/(1 − ρ)` for both.
+fn client_thread_waits(
+    all: &Moments,
+    group: &Moments,
+    chunk: &Moments,
+    dispatch: ClientDispatch,
+) -> Result<ClientWaits, ModelError> {
+    let rate = all.rate / dispatch.threads;
+    let utilization = rate * all.first;
+    if utilization.is_nan() || utilization >= 1.0 {
+        return Err(ModelError::Unstable {
+            stage: "client query threads",
+            utilization,
+        });
+    }
+    let total_units = dispatch.group_rate + dispatch.chunk_rate;
+    if dispatch.chunks <= 1.0 || dispatch.group_rate <= 0.0 || dispatch.chunk_rate <= 0.0 {
+        let arrival_scv = if total_units > 0.0 {
+            (dispatch.group_rate / (dispatch.merge_level * dispatch.threads)
+                + dispatch.chunk_rate * dispatch.chunks / dispatch.threads)
+                / total_units
+        } else {
+            1.0
+        };
+        let (utilization, wait) = gg1_wait(rate, all, arrival_scv, "client query threads")?;
+        // Elephants only and split: all work is chunk work, shared with probability φ.
+        let common = if dispatch.group_rate <= 0.0 {
+            shared_chunk_fraction(dispatch) * wait
+        } else {
+            0.0
+        };
+        return Ok(ClientWaits {
+            utilization,
+            group: wait,
+            chunk: wait,
+            chunk_common: common,
+        });
+    }
+    let scv = |moments: &Moments| (moments.second / (moments.first * moments.first) - 1.0).max(0.0);
+    // Per-thread class rates, loads and mean residual work.
+    let (group_rate, chunk_rate) = (group.rate / dispatch.threads, chunk.rate / dispatch.threads);
+    let (group_load, chunk_load) = (group_rate * group.first, chunk_rate * chunk.first);
+    let (group_residual, chunk_residual) = (
+        group_rate * group.second / 2.0,
+        chunk_rate * chunk.second / 2.0,
+    );
+    let own_factor = |arrival_scv: f64, moments: &Moments| {
+        let klb = regularity(arrival_scv, scv(moments), utilization);
+        klb / (1.0 - utilization + klb * utilization)
+    };
+    let a_group = own_factor(1.0 / (dispatch.merge_level * dispatch.threads), group);
+    let a_chunk = own_factor(dispatch.chunks / dispatch.threads, chunk);
+    // (1 − a_g ρ_g) W_g − ρ_c W_c = a_g R_g + R_c
+    // −ρ_g W_g + (1 − a_c ρ_c) W_c = R_g + a_c R_c
+    let (m11, m12, m21, m22) = (
+        1.0 - a_group * group_load,
+        -chunk_load,
+        -group_load,
+        1.0 - a_chunk * chunk_load,
+    );
+    let (b1, b2) = (
+        a_group * group_residual + chunk_residual,
+        group_residual + a_chunk * chunk_residual,
+    );
+    let determinant = m11 * m22 - m12 * m21;
+    if determinant <= 0.0 || m11 <= 0.0 || m22 <= 0.0 {
+        return Err(ModelError::Unstable {
+            stage: "client query threads (batched chunks)",
+            utilization,
+        });
+    }
+    let group_wait = ((b1 * m22 - m12 * b2) / determinant).max(0.0);
+    let chunk_wait = ((m11 * b2 - m21 * b1) / determinant).max(0.0);
+    let chunk_found_chunk_work = a_chunk * (chunk_residual + chunk_load * chunk_wait);
+    Ok(ClientWaits {
+        utilization,
+        group: group_wait,
+        chunk: chunk_wait,
+        chunk_common: (shared_chunk_fraction(dispatch) * chunk_found_chunk_work).min(chunk_wait),
+    })
+}
+
+/// `φ`: probability that two threads holding chunks of the same elephant also both
+/// hold chunks of an earlier one, `(m − 1)/(C − 1)` (1 when `m ≥ C`).
+fn shared_chunk_fraction(dispatch: ClientDispatch) -> f64 {
+    if dispatch.chunks <= 1.0 {
+        0.0
+    } else if dispatch.threads <= 1.0 || dispatch.chunks >= dispatch.threads {
+        1.0
+    } else {
+        (dispatch.chunks - 1.0) / (dispatch.threads - 1.0)
+    }
 }
 
 /// Raw moments `E[max(o, A)]`, `E[max(o, A)^2]` of the setup-or-accumulation time, where
@@ -325,78 +469,117 @@ fn setup_or_accumulation_moments(setup: f64, n: u32, rate: f64) -> (f64, f64) {
     (first, second)
 }
 
-/// A latency made of a deterministic shift plus a zero-inflated exponential wait:
-/// `P(V > t) = p · e^{−t/θ}`.
+/// A random delay fitted by two moments: `P(V > t) = p · e^{−(t − s)/θ}` for `t ≥ s`.
+///
+/// Variable delays (CV² ≥ 1, e.g. queue waits) get `s = 0` and a zero-inflated
+/// exponential (`p ≤ 1`); concentrated ones (CV² < 1, e.g. the max over chunks) get
+/// `p = 1` and a shifted exponential.
 #[derive(Debug, Clone, Copy)]
 struct Wait {
+    shift: f64,
     probability: f64,
     conditional_mean: f64,
 }
 
 impl Wait {
-    /// Fits `p θ = E[V]`, `2 p θ² = E[V²]` (with `p ≤ 1`; if the moments ask for
-    /// `p > 1`, the wait is taken as a plain exponential of the right mean).
+    const NONE: Wait = Wait {
+        shift: 0.0,
+        probability: 0.0,
+        conditional_mean: 0.0,
+    };
+
+    /// Fits the first two raw moments.
     fn from_two_moments(mean: f64, second: f64) -> Self {
         if mean <= 0.0 || second <= 0.0 {
-            return Self {
-                probability: 0.0,
-                conditional_mean: 0.0,
-            };
+            return Self::NONE;
         }
         let conditional_mean = second / (2.0 * mean);
         let probability = mean / conditional_mean;
-        if probability >= 1.0 {
+        if probability <= 1.0 {
             Self {
-                probability: 1.0,
-                conditional_mean: mean,
-            }
-        } else {
-            Self {
+                shift: 0.0,
                 probability,
                 conditional_mean,
             }
+        } else {
+            let deviation = (second - mean * mean).max(0.0).sqrt();
+            Self {
+                shift: mean - deviation,
+                probability: 1.0,
+                conditional_mean: deviation,
+            }
         }
     }
 
-    /// `E[max of n iid copies] = θ Σ_k C(n,k) p^k (1−p)^{n−k} H_k` (harmonic numbers).
+    /// Binomial weights `C(n,k) p^k (1−p)^{n−k}` for `k = 1..=n`, paired with `k`.
+    fn busy_copies(&self, n: u32) -> impl Iterator<Item = (u32, f64)> {
+        let p = self.probability.clamp(0.0, 1.0);
+        let mut pmf = if p >= 1.0 {
+            0.0
+        } else {
+            (1.0 - p).powi(n as i32)
+        };
+        (1..=n).map(move |k| {
+            if p >= 1.0 {
+                (k, if k == n { 1.0 } else { 0.0 })
+            } else {
+                pmf *= f64::from(n - k + 1) / f64::from(k) * p / (1.0 - p);
+                (k, pmf)
+            }
+        })
+    }
+
+    /// `E[max of n iid copies] = s + θ Σ_k C(n,k) p^k (1−p)^{n−k} H_k` (harmonic numbers).
     fn mean_of_max(&self, n: u32) -> f64 {
         if self.probability <= 0.0 || n == 0 {
-            return 0.0;
+            return self.shift;
         }
-        let p = self.probability;
-        if p >= 1.0 {
-            return self.conditional_mean * harmonic_number(u64::from(n));
-        }
-        let mut pmf = (1.0 - p).powi(n as i32); // k = 0
-        let mut sum = 0.0;
-        for k in 1..=n {
-            pmf *= f64::from(n - k + 1) / f64::from(k) * p / (1.0 - p);
-            sum += pmf * harmonic_number(u64::from(k));
-        }
-        self.conditional_mean * sum
+        let sum: f64 = self
+            .busy_copies(n)
+            .map(|(k, weight)| weight * harmonic_number(u64::from(k)))
+            .sum();
+        self.shift + self.conditional_mean * sum
     }
 
-    /// `P(max of n copies ≤ t) = (1 − p e^{−t/θ})^n`.
+    /// `E[(max of n iid copies)²]`, using `E[(max of k Exp(θ))²] = θ²(H_k² + H_k^{(2)})`.
+    fn second_moment_of_max(&self, n: u32) -> f64 {
+        if self.probability <= 0.0 || n == 0 {
+            return self.shift * self.shift;
+        }
+        let theta = self.conditional_mean;
+        let excess_second: f64 = self
+            .busy_copies(n)
+            .map(|(k, weight)| {
+                let h = harmonic_number(u64::from(k));
+                let h2: f64 = (1..=k).map(|i| 1.0 / f64::from(i * i)).sum();
+                weight * theta * theta * (h * h + h2)
+            })
+            .sum();
+        let excess_mean = self.mean_of_max(n) - self.shift;
+        self.shift * self.shift + 2.0 * self.shift * excess_mean + excess_second
+    }
+
+    /// `P(max of n copies ≤ t) = (1 − p e^{−(t−s)/θ})^n` for `t ≥ s`.
     fn cdf_of_max(&self, n: u32, t: f64) -> f64 {
-        if t < 0.0 {
+        if t < self.shift {
             return 0.0;
         }
         if self.probability <= 0.0 {
             return 1.0;
         }
-        (1.0 - self.probability * (-t / self.conditional_mean).exp()).powi(n as i32)
+        (1.0 - self.probability * (-(t - self.shift) / self.conditional_mean).exp()).powi(n as i32)
     }
 
-    /// Quantile of the max of `n` copies: `θ ln(p / (1 − level^{1/n}))`, or 0.
+    /// Quantile of the max of `n` copies: `s + θ ln(p / (1 − level^{1/n}))`, or `s`.
     fn quantile_of_max(&self, n: u32, level: f64) -> f64 {
         if self.probability <= 0.0 {
-            return 0.0;
+            return self.shift;
         }
         let per_copy_tail = -(level.ln() / f64::from(n.max(1))).exp_m1();
         if per_copy_tail >= self.probability {
-            0.0
+            self.shift
         } else {
-            self.conditional_mean * (self.probability / per_copy_tail).ln()
+            self.shift + self.conditional_mean * (self.probability / per_copy_tail).ln()
         }
     }
 }
@@ -476,6 +659,8 @@ impl ChiselModel {
         let (accumulation_mean, accumulation_second) =
             setup_or_accumulation_moments(setup, merge_level - 1, mice_rate);
         let mut client = Moments::default();
+        let mut group_client = Moments::default();
+        let mut chunk_client = Moments::default();
         for &(rate, keys, is_group) in &streams {
             let (front_mean, front_second) = if is_group {
                 (accumulation_mean, accumulation_second)
@@ -493,32 +678,46 @@ impl ChiselModel {
             // front part as deterministic at its mean.
             let third = first.powi(3) + 3.0 * first * (second - first * first).max(0.0);
             client.add(rate, first, second, third);
+            if is_group {
+                group_client.add(rate, first, second, third);
+            } else {
+                chunk_client.add(rate, first, second, third);
+            }
         }
         let client = client.finish();
-        let client_rate = client.rate / f64::from(p.client_threads);
-        // Arrival SCV at one client thread: every C-th dispatched unit. Merged groups are
-        // dispatched B mouse-gaps apart (SCV 1/(B·C)); an elephant's m chunks land on m
-        // consecutive threads at once, which a thread sees as one arrival every C/m
-        // elephants (SCV m/C, a batch when m > C). Superposition: rate-weighted mean.
         let threads = f64::from(p.client_threads);
+        let client_rate = client.rate / threads;
         let chunk_rate = elephant_rate * f64::from(chunks);
-        let arrival_scv = if group_rate + chunk_rate > 0.0 {
-            (group_rate / (f64::from(merge_level) * threads)
-                + chunk_rate * f64::from(chunks) / threads)
+        let client_waits = client_thread_waits(
+            &client,
+            &group_client.finish(),
+            &chunk_client.finish(),
+            ClientDispatch {
+                threads,
+                merge_level: f64::from(merge_level),
+                chunks: f64::from(chunks),
+                group_rate,
+                chunk_rate,
+            },
+        )?;
+        let client_utilization = client_waits.utilization;
+        let client_wait = if group_rate + chunk_rate > 0.0 {
+            (group_rate * client_waits.group + chunk_rate * client_waits.chunk)
                 / (group_rate + chunk_rate)
         } else {
-            1.0
+            0.0
         };
-        let (client_utilization, client_wait) =
-            gg1_wait(client_rate, &client, arrival_scv, "client query threads")?;
-        let client_wait_second = client_wait_second_moment(client_rate, &client, client_wait);
 
-        // The random part of a query's response: client wait + server wait, fitted by
-        // its first two moments to one zero-inflated exponential.
-        let wait = Wait::from_two_moments(
-            client_wait + server_wait,
-            client_wait_second + 2.0 * client_wait * server_wait + server_wait_second,
-        );
+        // The random part of a query's response: client wait + server wait, fitted per
+        // class by its first two moments to a zero-inflated exponential.
+        let class_wait = |mean_client_wait: f64| {
+            let second = client_wait_second_moment(client_rate, &client, mean_client_wait);
+            Wait::from_two_moments(
+                mean_client_wait + server_wait,
+                second + 2.0 * mean_client_wait * server_wait + server_wait_second,
+            )
+        };
+        let wait = class_wait(client_waits.group);
 
         // Mice: the mouse at position i of its group waits for the group to fill
         // (Erlang(B − i)) but the first one's setup overlaps it; averaged over positions,
@@ -546,16 +745,34 @@ impl ChiselModel {
             + p.processing.at(f64::from(chunk_size.min(p.elephant_keys)));
         let elephant_shift =
             chunks_per_branch * chunk_service + (chunks_per_branch - 1.0) * server_wait;
+        // The chunks' waits are not independent: the part caused by earlier elephants'
+        // chunks is common to all branches. max_j V_j = common + max_j (independent_j + W_S,j).
+        let common_mean = client_waits.chunk_common;
+        let independent_mean = (client_waits.chunk - common_mean).max(0.0);
+        let scaled_second = |mean: f64| client_wait_second_moment(client_rate, &client, mean);
+        let branch = Wait::from_two_moments(
+            independent_mean + server_wait,
+            scaled_second(independent_mean)
+                + 2.0 * independent_mean * server_wait
+                + server_wait_second,
+        );
+        let max_mean = branch.mean_of_max(branches);
+        let max_second = branch.second_moment_of_max(branches);
+        let common_second = scaled_second(common_mean);
+        let elephant_wait = Wait::from_two_moments(
+            common_mean + max_mean,
+            common_second + 2.0 * common_mean * max_mean + max_second,
+        );
         let elephant = ClassLatency {
-            mean: Seconds(elephant_shift + wait.mean_of_max(branches)),
-            p95: Seconds(elephant_shift + wait.quantile_of_max(branches, 0.95)),
+            mean: Seconds(elephant_shift + common_mean + max_mean),
+            p95: Seconds(elephant_shift + elephant_wait.quantile_of_max(1, 0.95)),
         };
 
         let overall_mean =
             (1.0 - p.elephant_fraction) * mice.mean.0 + p.elephant_fraction * elephant.mean.0;
         let mixture_cdf = |t: f64| {
             (1.0 - p.elephant_fraction) * wait.cdf_of_max(1, t - mouse_shift)
-                + p.elephant_fraction * wait.cdf_of_max(branches, t - elephant_shift)
+                + p.elephant_fraction * elephant_wait.cdf_of_max(1, t - elephant_shift)
         };
         let overall_p95 = mixture_quantile(
             mixture_cdf,
