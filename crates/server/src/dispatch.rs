@@ -344,7 +344,14 @@ impl Runtime {
 
     /// Fills `seq`'s reply slot and writes whatever is now in order.
     /// `blocking` waits for the socket (large workers do the costly send).
-    fn complete(&self, conn: &Arc<Conn>, seq: u64, reply: ReplyBuf, worker: usize, blocking: bool) {
+    fn complete(
+        &self,
+        conn: &Arc<Conn>,
+        seq: u64,
+        reply: ReplyBuf,
+        worker: usize,
+        mode: FlushMode,
+    ) {
         let mut close = false;
         {
             let mut write = conn.write.lock();
@@ -363,6 +370,11 @@ impl Runtime {
                 close = write.base > last;
             }
         }
+        if mode == FlushMode::Deferred && !close {
+            // The reader flushes once after its whole batch.
+            return;
+        }
+        let blocking = mode == FlushMode::Blocking;
         let pending = self.flush(conn, worker, blocking);
         if close && !pending {
             self.close(conn);
@@ -593,6 +605,8 @@ impl Runtime {
                 && self.wants_large_receive(read)
             {
                 bump(&self.sizeaware.handoffs);
+                // Replies already queued must not wait for the large receive.
+                self.flush(conn, worker, false);
                 let _ = self.queue.0.send(Job::Receive {
                     conn: Arc::clone(conn),
                 });
@@ -625,7 +639,7 @@ impl Runtime {
                         };
                         self.submit(conn, worker, job);
                     } else {
-                        self.reject(conn, seq, &error, worker, ctx);
+                        self.reject(conn, seq, &error, worker, ctx, FlushMode::Deferred);
                     }
                 }
                 Parsed::Complete { value, consumed } => {
@@ -693,11 +707,16 @@ impl Runtime {
                 });
                 return;
             }
-            self.complete(conn, seq, out, worker, receiving);
+            let mode = if receiving {
+                FlushMode::Blocking
+            } else {
+                FlushMode::Deferred
+            };
+            self.complete(conn, seq, out, worker, mode);
             self.record_latency(large, parsed_at);
             return;
         }
-        self.complete(conn, seq, out, worker, false);
+        self.complete(conn, seq, out, worker, FlushMode::Deferred);
         self.record_latency(false, parsed_at);
     }
 
@@ -744,6 +763,7 @@ impl Runtime {
         error: &ProtoError,
         worker: usize,
         ctx: &ExecContext<'_>,
+        mode: FlushMode,
     ) {
         if let ProtoError::TooLarge {
             unlink_key: Some(key),
@@ -754,7 +774,7 @@ impl Runtime {
         }
         let mut out = ReplyBuf::new();
         reply::error(&mut out, error);
-        self.complete(conn, seq, out, worker, false);
+        self.complete(conn, seq, out, worker, mode);
     }
 
     fn run_job(&self, job: Job, worker: usize) {
@@ -769,7 +789,7 @@ impl Runtime {
                 let ctx = self.ctx(worker);
                 let mut out = ReplyBuf::new();
                 let _ = execute(request, &frame, &ctx, &mut out);
-                self.complete(&conn, seq, out, worker, false);
+                self.complete(&conn, seq, out, worker, FlushMode::NonBlocking);
                 self.record_latency(false, parsed_at);
                 self.finish(&conn);
                 if !conn.write.lock().out.is_empty() {
@@ -782,7 +802,7 @@ impl Runtime {
                 reply,
                 parsed_at,
             } => {
-                self.complete(&conn, seq, reply, worker, true);
+                self.complete(&conn, seq, reply, worker, FlushMode::Blocking);
                 self.record_latency(true, parsed_at);
             }
             Job::Receive { conn } => {
@@ -790,7 +810,7 @@ impl Runtime {
             }
             Job::Reject { conn, seq, error } => {
                 let ctx = self.ctx(worker);
-                self.reject(&conn, seq, &error, worker, &ctx);
+                self.reject(&conn, seq, &error, worker, &ctx, FlushMode::NonBlocking);
                 self.finish(&conn);
             }
         }
@@ -1012,6 +1032,18 @@ enum Next {
     Continue,
     HandedOff,
     Closed,
+}
+
+/// When [`Runtime::complete`] writes the reply out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FlushMode {
+    /// Queue only: the reader flushes after its batch (pipelined replies
+    /// share one `writev`).
+    Deferred,
+    /// Write what the socket takes now.
+    NonBlocking,
+    /// Wait for the socket (large workers do the costly send).
+    Blocking,
 }
 
 /// Early binding's partition function: the worker that owns `key`.
