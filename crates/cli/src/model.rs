@@ -7,6 +7,8 @@
 //!        │ flags → tailtrim_model::{cheng, chisel, cliff} (pure) → table / JSON / SVG
 //! ```
 
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -172,12 +174,38 @@ struct CliffArgs {
 
 /// Runs `tailtrim model`.
 pub fn run(args: Args) -> Result<ExitCode, String> {
-    match args.command {
-        ModelCommand::Cheng(flags) => run_cheng(&flags),
-        ModelCommand::Chisel(flags) => run_chisel(&flags),
-        ModelCommand::Cliff(flags) => run_cliff(&flags),
+    let output = render(&args)?;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(output.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        // `tailtrim model … | head` is not an error.
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
+        Err(error) => Err(format!("writing output: {error}")),
     }
-    .map(|()| ExitCode::SUCCESS)
+}
+
+/// Computes the subcommand's whole output (and writes its plot, if asked).
+fn render(args: &Args) -> Result<String, String> {
+    let mut out = String::new();
+    match &args.command {
+        ModelCommand::Cheng(flags) => run_cheng(&mut out, flags),
+        ModelCommand::Chisel(flags) => run_chisel(&mut out, flags),
+        ModelCommand::Cliff(flags) => run_cliff(&mut out, flags),
+    }?;
+    Ok(out)
+}
+
+/// `writeln!` into the output buffer (writing to a `String` cannot fail).
+macro_rules! out_line {
+    ($out:expr) => {{
+        let _ = writeln!($out);
+    }};
+    ($out:expr, $($arg:tt)*) => {{
+        let _ = writeln!($out, $($arg)*);
+    }};
 }
 
 fn to_json<T: Serialize>(value: &T) -> Result<String, String> {
@@ -243,24 +271,25 @@ struct SweepPoint {
     server_upper_us: Option<f64>,
 }
 
-fn run_cheng(flags: &ChengArgs) -> Result<(), String> {
+fn run_cheng(out: &mut String, flags: &ChengArgs) -> Result<(), String> {
     let params = cheng_params(flags);
     if let Some(range) = &flags.sweep_lambda {
-        return run_cheng_sweep(flags, &params, range);
+        return run_cheng_sweep(out, flags, &params, range);
     }
     let prediction = cheng::predict(&params).map_err(|error| error.to_string())?;
     if flags.json {
-        println!("{}", to_json(&prediction)?);
+        out_line!(out, "{}", to_json(&prediction)?);
     } else {
-        print_cheng(&prediction);
+        print_cheng(out, &prediction);
     }
     Ok(())
 }
 
-fn print_cheng(prediction: &ChengPrediction) {
+fn print_cheng(out: &mut String, prediction: &ChengPrediction) {
     let p = &prediction.params;
-    println!("Cheng et al. Theorem 1");
-    println!(
+    out_line!(out, "Cheng et al. Theorem 1");
+    out_line!(
+        out,
         "inputs: λ={:.0} keys/s  μ_S={:.0} keys/s  ρ_S={:.4}  ξ={}  q={}  N={}  M={}  p1={:.4}{}  r={}  1/μ_D={:.3} ms  T_N={:.1} µs",
         p.key_rate,
         p.service_rate,
@@ -275,23 +304,33 @@ fn print_cheng(prediction: &ChengPrediction) {
         p.database_service_time.as_secs() * 1e3,
         p.network_latency.as_micros(),
     );
-    println!(
+    out_line!(
+        out,
         "δ = {:.6}   tail rate (1−δ)(1−q)μ_S = {:.1} /s",
-        prediction.delta, prediction.decay_rate
+        prediction.delta,
+        prediction.decay_rate
     );
-    println!();
-    println!("{:<28} {:>12} {:>12}", "quantity", "lower µs", "upper µs");
-    println!("{}", "-".repeat(54));
+    out_line!(out);
+    out_line!(
+        out,
+        "{:<28} {:>12} {:>12}",
+        "quantity",
+        "lower µs",
+        "upper µs"
+    );
+    out_line!(out, "{}", "-".repeat(54));
     for quantile in &prediction.key_quantiles {
-        println!(
+        out_line!(
+            out,
             "{:<28} {:>12.1} {:>12.1}",
             format!("(T_S)_{} one key, eq. 9", quantile.level),
             quantile.bounds.lower.as_micros(),
             quantile.bounds.upper.as_micros()
         );
     }
-    let row = |name: &str, lower: Seconds, upper: Seconds| {
-        println!(
+    let mut row = |name: &str, lower: Seconds, upper: Seconds| {
+        out_line!(
+            out,
             "{:<28} {:>12.1} {:>12.1}",
             name,
             lower.as_micros(),
@@ -316,7 +355,12 @@ fn print_cheng(prediction: &ChengPrediction) {
     );
 }
 
-fn run_cheng_sweep(flags: &ChengArgs, base: &ChengParams, range: &str) -> Result<(), String> {
+fn run_cheng_sweep(
+    out: &mut String,
+    flags: &ChengArgs,
+    base: &ChengParams,
+    range: &str,
+) -> Result<(), String> {
     let lambdas = parse_range(range)?;
     let burst_degrees = match &flags.sweep_xi {
         Some(list) => parse_list(list)?,
@@ -345,22 +389,33 @@ fn run_cheng_sweep(flags: &ChengArgs, base: &ChengParams, range: &str) -> Result
         plot_sweep(path, &points, &burst_degrees, base)?;
     }
     if flags.json {
-        println!("{}", to_json(&points)?);
+        out_line!(out, "{}", to_json(&points)?);
         return Ok(());
     }
-    println!(
+    out_line!(
+        out,
         "E[T_S(N)] bounds vs λ (μ_S={:.0}, q={}, N={}, p1={:.3})",
-        base.service_rate, base.concurrency, base.keys_per_request, base.heaviest_share
+        base.service_rate,
+        base.concurrency,
+        base.keys_per_request,
+        base.heaviest_share
     );
-    println!(
+    out_line!(
+        out,
         "{:>6} {:>10} {:>7} {:>9} {:>12} {:>12}",
-        "ξ", "λ keys/s", "ρ_S", "δ", "lower µs", "upper µs"
+        "ξ",
+        "λ keys/s",
+        "ρ_S",
+        "δ",
+        "lower µs",
+        "upper µs"
     );
     let show = |value: Option<f64>, decimals: usize| {
         value.map_or_else(|| "unstable".to_string(), |v| format!("{v:.decimals$}"))
     };
     for point in &points {
-        println!(
+        out_line!(
+            out,
             "{:>6.2} {:>10.0} {:>7.3} {:>9} {:>12} {:>12}",
             point.xi,
             point.lambda,
@@ -371,7 +426,7 @@ fn run_cheng_sweep(flags: &ChengArgs, base: &ChengParams, range: &str) -> Result
         );
     }
     if let Some(path) = &flags.plot {
-        println!("plot: {}", path.display());
+        out_line!(out, "plot: {}", path.display());
     }
     Ok(())
 }
@@ -530,7 +585,7 @@ struct ChiselReport {
     best_objective: Objective,
 }
 
-fn run_chisel(flags: &ChiselArgs) -> Result<(), String> {
+fn run_chisel(out: &mut String, flags: &ChiselArgs) -> Result<(), String> {
     let params = chisel_params(flags)?;
     let model = ChiselModel::new(params).map_err(|error| error.to_string())?;
     let objective = if flags.objective == "p95" {
@@ -563,11 +618,12 @@ fn run_chisel(flags: &ChiselArgs) -> Result<(), String> {
         best_objective: objective,
     };
     if flags.json {
-        println!("{}", to_json(&report)?);
+        out_line!(out, "{}", to_json(&report)?);
         return Ok(());
     }
-    println!("Chisel layered model");
-    println!(
+    out_line!(out, "Chisel layered model");
+    out_line!(
+        out,
         "inputs: inter-arrival {:.1} µs ({:.0} req/s), mix {}:1 (elephant share {:.3}), mice {} keys, elephants {} keys, {} client threads, {} server threads",
         flags.interarrival_us,
         params.arrival_rate,
@@ -578,12 +634,18 @@ fn run_chisel(flags: &ChiselArgs) -> Result<(), String> {
         params.client_threads,
         params.server_threads,
     );
-    println!(
+    out_line!(
+        out,
         "        P_S = {} + {}·K µs, N_S = {} + {}·K µs, client overhead {} µs",
-        flags.ps_a_us, flags.ps_b_us, flags.ns_c_us, flags.ns_d_us, flags.overhead_us
+        flags.ps_a_us,
+        flags.ps_b_us,
+        flags.ns_c_us,
+        flags.ns_d_us,
+        flags.overhead_us
     );
-    println!();
-    println!(
+    out_line!(out);
+    out_line!(
+        out,
         "{:<22} {:>4} {:>4} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6} {:>6}",
         "plan",
         "B",
@@ -598,9 +660,10 @@ fn run_chisel(flags: &ChiselArgs) -> Result<(), String> {
         "ρ_C",
         "ρ_S"
     );
-    let row = |name: &str, prediction: &Option<Prediction>| {
+    let mut row = |name: &str, prediction: &Option<Prediction>| {
         match prediction {
-        Some(p) => println!(
+        Some(p) => out_line!(
+        out,
             "{:<22} {:>4} {:>4} {:>6} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>6.3} {:>6.3}",
             name,
             p.merge_level,
@@ -615,7 +678,7 @@ fn run_chisel(flags: &ChiselArgs) -> Result<(), String> {
             p.client_utilization,
             p.server_utilization
         ),
-        None => println!("{name:<22} unstable (a layer is saturated)"),
+        None => out_line!(out, "{name:<22} unstable (a layer is saturated)"),
     }
     };
     row("batching (baseline)", &report.batching);
@@ -623,7 +686,7 @@ fn run_chisel(flags: &ChiselArgs) -> Result<(), String> {
         row("requested", &report.requested);
     }
     row(&format!("best by {}", flags.objective), &report.best);
-    println!("(latencies in µs)");
+    out_line!(out, "(latencies in µs)");
     Ok(())
 }
 
@@ -631,7 +694,7 @@ fn run_chisel(flags: &ChiselArgs) -> Result<(), String> {
 // cliff
 // ---------------------------------------------------------------------------
 
-fn run_cliff(flags: &CliffArgs) -> Result<(), String> {
+fn run_cliff(out: &mut String, flags: &CliffArgs) -> Result<(), String> {
     let burst_degrees = match &flags.xi {
         Some(list) => parse_list(list)?,
         None => PAPER_TABLE_4.iter().map(|(xi, _)| *xi).collect(),
@@ -639,22 +702,33 @@ fn run_cliff(flags: &CliffArgs) -> Result<(), String> {
     let rows = cliff::cliff_table(&burst_degrees, flags.knee_slope, flags.level_delta)
         .map_err(|error| error.to_string())?;
     if flags.json {
-        println!("{}", to_json(&rows)?);
+        out_line!(out, "{}", to_json(&rows)?);
         return Ok(());
     }
-    print_cliff(&rows, flags);
+    print_cliff(out, &rows, flags);
     Ok(())
 }
 
-fn print_cliff(rows: &[CliffRow], flags: &CliffArgs) {
-    println!("Cliff utilization ρ_S(ξ) (Cheng et al. Table 4 vs this model)");
-    println!(
-        "knee: first ρ with d ln E[T_S(N)]/dρ ≥ κ = {:.3};  level: ρ with δ(ξ, ρ) = δ* = {}",
-        flags.knee_slope, flags.level_delta
+fn print_cliff(out: &mut String, rows: &[CliffRow], flags: &CliffArgs) {
+    out_line!(
+        out,
+        "Cliff utilization ρ_S(ξ) (Cheng et al. Table 4 vs this model)"
     );
-    println!(
+    out_line!(
+        out,
+        "knee: first ρ with d ln E[T_S(N)]/dρ ≥ κ = {:.3};  level: ρ with δ(ξ, ρ) = δ* = {}",
+        flags.knee_slope,
+        flags.level_delta
+    );
+    out_line!(
+        out,
         "{:>6} {:>9} {:>9} {:>9} {:>11} {:>11}",
-        "ξ", "paper %", "knee %", "level %", "knee−paper", "level−paper"
+        "ξ",
+        "paper %",
+        "knee %",
+        "level %",
+        "knee−paper",
+        "level−paper"
     );
     for row in rows {
         let paper = row.paper.map(|v| v * 100.0);
@@ -666,7 +740,8 @@ fn print_cliff(rows: &[CliffRow], flags: &CliffArgs) {
             (Some(v), Some(p)) => format!("{:+.1}", v - p),
             _ => "-".to_string(),
         };
-        println!(
+        out_line!(
+            out,
             "{:>6.2} {:>9} {:>9} {:>9.1} {:>11} {:>11}",
             row.burst_degree,
             cell(paper),
@@ -676,5 +751,99 @@ fn print_cliff(rows: &[CliffRow], flags: &CliffArgs) {
             difference(Some(level)),
         );
     }
-    println!("knee 'none': d ln E[T_S]/dρ ≥ κ already at zero load (latency steep everywhere).");
+    out_line!(
+        out,
+        "knee 'none': d ln E[T_S]/dρ ≥ κ already at zero load (latency steep everywhere)."
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{parse_range, render, Args};
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct TestCli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn output(arguments: &[&str]) -> Result<String, String> {
+        let cli =
+            TestCli::try_parse_from(std::iter::once("model").chain(arguments.iter().copied()))
+                .map_err(|error| error.to_string())?;
+        render(&cli.args)
+    }
+
+    fn json(arguments: &[&str]) -> serde_json::Value {
+        let text = output(arguments).unwrap_or_else(|error| panic!("{error}"));
+        serde_json::from_str(&text).unwrap_or_else(|error| panic!("{error}: {text}"))
+    }
+
+    #[test]
+    fn ranges_include_the_end_and_reject_nonsense() {
+        assert_eq!(parse_range("10:20:5"), Ok(vec![10.0, 15.0, 20.0]));
+        assert!(parse_range("20:10:5").is_err());
+        assert!(parse_range("10:20:0").is_err());
+        assert!(parse_range("10:20").is_err());
+    }
+
+    #[test]
+    fn total_rate_and_p1_set_the_heaviest_server_rate() {
+        let value = json(&["cheng", "--total-rate", "80000", "--p1", "0.5", "--json"]);
+        assert_eq!(value["params"]["key_rate"], 40_000.0);
+        assert_eq!(value["params"]["heaviest_share"], 0.5);
+        assert_eq!(value["utilization"], 0.5);
+        let lower = value["server"]["lower"].as_f64().unwrap_or(f64::NAN);
+        let upper = value["server"]["upper"].as_f64().unwrap_or(f64::NAN);
+        assert!(lower < upper, "{lower} {upper}");
+    }
+
+    #[test]
+    fn default_table_shows_the_validation_point() {
+        let table = output(&["cheng"]).unwrap_or_else(|error| panic!("{error}"));
+        assert!(table.contains("E[T_S(N)] memcached"), "{table}");
+        assert!(table.contains("ρ_S=0.7812"), "{table}");
+        let saturated = output(&["cheng", "--lambda", "90000"]);
+        assert!(saturated.is_err_and(|error| error.contains("unstable")));
+    }
+
+    #[test]
+    fn cliff_and_chisel_flags() {
+        let rows = json(&["cliff", "--xi", "0,0.5", "--json"]);
+        assert_eq!(rows.as_array().map(Vec::len), Some(2));
+        assert!(output(&["chisel", "--merge", "2"]).is_err());
+        let report = json(&["chisel", "--merge", "2", "--chunk", "25", "--json"]);
+        assert_eq!(report["requested"]["chunks"], 4);
+        assert_eq!(report["batching"]["chunks"], 1);
+    }
+
+    #[test]
+    fn sweep_writes_an_svg_plot() {
+        let directory =
+            std::env::temp_dir().join(format!("tailtrim-model-test-{}", std::process::id()));
+        let path = directory.join("sweep.svg");
+        let path_text = path.to_string_lossy().to_string();
+        let table = output(&[
+            "cheng",
+            "--sweep-lambda",
+            "10000:70000:20000",
+            "--sweep-xi",
+            "0,0.6",
+            "--plot",
+            &path_text,
+        ])
+        .unwrap_or_else(|error| panic!("{error}"));
+        assert_eq!(
+            table.lines().filter(|line| line.contains("0000 ")).count(),
+            8,
+            "{table}"
+        );
+        let svg = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            svg.starts_with("<svg") && svg.contains("upper bound"),
+            "no plot at {path_text}"
+        );
+        let _ = std::fs::remove_dir_all(&directory);
+    }
 }
