@@ -16,6 +16,24 @@
 //!
 //! Both models are cheap enough to evaluate online: a Cheng prediction is one
 //! root solve (a few thousand `exp` calls), a Chisel prediction is closed form.
+//! Derivations, assumptions and known errors: `docs/model-cheng.md`, `docs/model-chisel.md`.
+//!
+//! ```
+//! use tailtrim_model::cheng::{predict, ChengParams};
+//! use tailtrim_model::chisel::{best_plan, ChiselModel, ChiselParams, PlanGrid};
+//!
+//! // Cheng et al. Table 3: E[T_S(N)] between ~351 and ~366 µs.
+//! let table3 = predict(&ChengParams::paper_validation())?;
+//! assert!(table3.server.lower.as_micros() > 340.0 && table3.server.upper.as_micros() < 380.0);
+//!
+//! // Chisel: evaluate one plan, then search the grid (what a proxy does every epoch).
+//! let params = ChiselParams::paper_defaults();
+//! let batching = ChiselModel::new(params)?.predict(1, params.elephant_keys)?;
+//! let (merge_level, chunk_size, best) = best_plan(&params, &PlanGrid::default_for(&params))?;
+//! assert!(best.overall.mean <= batching.overall.mean);
+//! assert!(merge_level >= 1 && chunk_size >= 1);
+//! # Ok::<(), tailtrim_model::ModelError>(())
+//! ```
 
 mod error;
 mod numeric;
