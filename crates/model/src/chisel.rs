@@ -7,11 +7,11 @@
 //!    │ dispatcher, round robin over C client query threads
 //!    ├─ mice: B consecutive mice → one merged query of B·K_m keys (merge wait)
 //!    └─ elephant: m = ⌈K_e / L⌉ chunks of ≤ L keys on m threads   (fork-join)
-//!  client thread (M/G/1, FIFO)  busy = setup o (overlaps the merge wait)
+//!  client thread (GI/G/1, FIFO; mice and chunks wait differently)  busy = setup o (overlaps the merge wait)
 //!        + network N_S(K) = c + d·K + server response W_S + P_S(K)  ◀── layered
 //!  server thread (M/G/1, FIFO, S of them, random choice)  service P_S(K) = a + b·K
 //!  request latency: mouse = its group's completion − its arrival,
-//!                   elephant = max over its chunks (harmonic numbers)
+//!                   elephant = shared wait + max over its chunks (harmonic numbers)
 //! ```
 //!
 //! Every evaluation is closed form (plus a short bisection for the overall p95),
@@ -141,7 +141,7 @@ pub struct Prediction {
     pub client_utilization: f64,
     /// Utilization of one memcached thread.
     pub server_utilization: f64,
-    /// Mean wait in a client thread queue.
+    /// Mean wait in a client thread queue, averaged over units (merged mice and chunks).
     pub client_wait: Seconds,
     /// Mean wait in a memcached thread queue.
     pub server_wait: Seconds,

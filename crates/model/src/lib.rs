@@ -5,10 +5,10 @@
 //!  ChengParams │ pareto::GeneralizedPareto ─▶ solve_delta (excess-LST root)  │ ─▶ ChengPrediction
 //!              │   ─▶ eq. 9 key quantiles ─▶ eq. 14 E[T_S(N)] ─▶ eq. 23 T_D  │
 //!              └───────────────┬─────────────────────────────────────────────┘
-//!                              └─▶ cliff::cliff_utilization(ξ)  (Table 4)
+//!                              └─▶ cliff::{knee_utilization, cliff_table}(ξ)  (Table 4)
 //!
 //!              ┌──────────── chisel (layered split/merge model) ────────────┐
-//!  ChiselParams│ merge wait ─▶ client threads (M/G/1) ─▶ server threads      │ ─▶ Prediction
+//!  ChiselParams│ merge wait ─▶ client threads (GI/G/1) ─▶ server threads     │ ─▶ Prediction
 //!   + (B, L)   │ (M/G/1) ─▶ fork-join over chunks (harmonic numbers)         │
 //!              └───────────────┬─────────────────────────────────────────────┘
 //!                              └─▶ best_plan(params, grid): grid search over (B, L)
