@@ -43,6 +43,10 @@ const SENTINEL_REPLY: &[u8] = b"MN\r\n";
 /// (plus [`quiet_for`]'s allowance for large writes).
 const QUIET: Duration = Duration::from_millis(300);
 
+/// Quiet period before giving up on a read that has received nothing at all: generous,
+/// because few cases legitimately get no reply and a loaded machine can be slow.
+const QUIET_WHEN_EMPTY: Duration = Duration::from_millis(2000);
+
 /// Quiet period for a read after sending `sent` bytes: 300 ms plus 2 ms per KiB, so a
 /// slow build processing a megabyte is not mistaken for a server that waits for more.
 fn quiet_for(sent: usize) -> Duration {
@@ -496,7 +500,12 @@ fn read_reply(stream: &mut TcpStream, expected_mn: usize, quiet: Duration) -> Re
             reply.sentinel_seen = true;
             return reply;
         }
-        if last_data.elapsed() > quiet || started.elapsed() > READ_LIMIT {
+        let patience = if reply.bytes.is_empty() {
+            quiet.max(QUIET_WHEN_EMPTY)
+        } else {
+            quiet
+        };
+        if last_data.elapsed() > patience || started.elapsed() > READ_LIMIT {
             return reply;
         }
         match stream.read(&mut chunk) {
