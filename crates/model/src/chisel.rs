@@ -21,7 +21,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{check_non_negative, check_positive, check_range, ModelError};
-use crate::numeric::harmonic_number;
+use crate::numeric::{harmonic_number, integrate_unit_interval};
 use crate::time::Seconds;
 
 /// A time that is affine in the number of keys: `fixed + per_key · K`.
@@ -295,6 +295,9 @@ fn client_wait_second_moment(rate: f64, moments: &Moments, gg1_mean: f64) -> f64
     mg1_second * (gg1_mean / mg1_mean).powi(2)
 }
 
+/// Rounds of the merge-wait / queue-wait fixed point (converges in 3–6 in practice).
+const MERGE_FIXED_POINT_ROUNDS: usize = 12;
+
 /// How units reach one client thread (see [`client_thread_waits`]).
 #[derive(Debug, Clone, Copy)]
 struct ClientDispatch {
@@ -435,6 +438,48 @@ fn shared_chunk_fraction(dispatch: ClientDispatch) -> f64 {
     } else {
         (dispatch.chunks - 1.0) / (dispatch.threads - 1.0)
     }
+}
+
+/// Front part of a merged unit when its queue wait `W` overlaps the accumulation:
+/// returns `(E[max(o + W, A)], E[max(o + W, A) − W], E[(max(o + W, A) − W)²])` with
+/// `A ~ Erlang(n, rate)` and `W` zero-inflated exponential (`P(W > 0) = busy_probability`,
+/// `E[W] = mean_wait`). The exponential part is integrated numerically (`W = −θ ln u`).
+fn merged_front_moments(
+    setup: f64,
+    n: u32,
+    rate: f64,
+    busy_probability: f64,
+    mean_wait: f64,
+) -> (f64, f64, f64) {
+    let at = |w: f64| {
+        let (first, second) = setup_or_accumulation_moments(setup + w, n, rate);
+        (first, first - w, second - 2.0 * w * first + w * w)
+    };
+    let idle = at(0.0);
+    let p = busy_probability.clamp(0.0, 1.0);
+    if n == 0 || p <= 0.0 || mean_wait <= 0.0 {
+        return idle;
+    }
+    let theta = mean_wait / p;
+    let wait_at = |u: f64, one_minus_u: f64| {
+        let log_u = if u > 0.5 {
+            (-one_minus_u).ln_1p()
+        } else {
+            u.ln()
+        };
+        -theta * log_u
+    };
+    let average = |pick: fn((f64, f64, f64)) -> f64| {
+        integrate_unit_interval(|u, c| pick(at(wait_at(u, c))), 1e-6)
+    };
+    let busy_until_ready = average(|m| m.0);
+    // E[max(o + W, A) − W] = E[max(o + W, A)] − E[W] (θ for the exponential part).
+    let busy = (busy_until_ready, busy_until_ready - theta, average(|m| m.2));
+    (
+        (1.0 - p) * idle.0 + p * busy.0,
+        (1.0 - p) * idle.1 + p * busy.1,
+        (1.0 - p) * idle.2 + p * busy.2,
+    )
 }
 
 /// Raw moments `E[max(o, A)]`, `E[max(o, A)^2]` of the setup-or-accumulation time, where
@@ -656,50 +701,78 @@ impl ChiselModel {
         // Layer 2: client query threads. Service = setup (or merge accumulation, whichever
         // is longer) + network + server response (wait + processing): the thread is
         // blocked for the whole remote round trip.
-        let (accumulation_mean, accumulation_second) =
-            setup_or_accumulation_moments(setup, merge_level - 1, mice_rate);
-        let mut client = Moments::default();
-        let mut group_client = Moments::default();
-        let mut chunk_client = Moments::default();
-        for &(rate, keys, is_group) in &streams {
-            let (front_mean, front_second) = if is_group {
-                (accumulation_mean, accumulation_second)
-            } else {
-                (setup, setup * setup)
-            };
-            let remote = p.network.at(keys) + p.processing.at(keys);
-            // X = front + remote + W_S, with front and W_S independent.
-            let mean_deterministic = front_mean + remote;
-            let second_deterministic = front_second + 2.0 * front_mean * remote + remote * remote;
-            let first = mean_deterministic + server_wait;
-            let second =
-                second_deterministic + 2.0 * mean_deterministic * server_wait + server_wait_second;
-            // Third moment: only the leading terms matter for the P-K wait; approximate the
-            // front part as deterministic at its mean.
-            let third = first.powi(3) + 3.0 * first * (second - first * first).max(0.0);
-            client.add(rate, first, second, third);
-            if is_group {
-                group_client.add(rate, first, second, third);
-            } else {
-                chunk_client.add(rate, first, second, third);
+        let threads = f64::from(p.client_threads);
+        let chunk_rate = elephant_rate * f64::from(chunks);
+        // A merged unit keeps filling while it waits in the queue: with a queue wait W,
+        // the thread blocks for max(o, A − W) = max(o + W, A) − W. W depends on the busy
+        // time, so iterate to a fixed point, starting from W = 0. W is taken as
+        // zero-inflated exponential: P(W > 0) = ρ_C, mean w.
+        let layer = |group_queue_wait: f64,
+                     busy_probability: f64|
+         -> Result<(Moments, ClientWaits, f64), ModelError> {
+            let (until_ready_mean, accumulation_mean, accumulation_second) = merged_front_moments(
+                setup,
+                merge_level - 1,
+                mice_rate,
+                busy_probability,
+                group_queue_wait,
+            );
+            let mut client = Moments::default();
+            let mut group_client = Moments::default();
+            let mut chunk_client = Moments::default();
+            for &(rate, keys, is_group) in &streams {
+                let (front_mean, front_second) = if is_group {
+                    (accumulation_mean, accumulation_second)
+                } else {
+                    (setup, setup * setup)
+                };
+                let remote = p.network.at(keys) + p.processing.at(keys);
+                // X = front + remote + W_S, with front and W_S independent.
+                let mean_deterministic = front_mean + remote;
+                let second_deterministic =
+                    front_second + 2.0 * front_mean * remote + remote * remote;
+                let first = mean_deterministic + server_wait;
+                let second = second_deterministic
+                    + 2.0 * mean_deterministic * server_wait
+                    + server_wait_second;
+                // Third moment: only the leading terms matter for the P-K wait; approximate
+                // the front part as deterministic at its mean.
+                let third = first.powi(3) + 3.0 * first * (second - first * first).max(0.0);
+                client.add(rate, first, second, third);
+                if is_group {
+                    group_client.add(rate, first, second, third);
+                } else {
+                    chunk_client.add(rate, first, second, third);
+                }
+            }
+            let client = client.finish();
+            let waits = client_thread_waits(
+                &client,
+                &group_client.finish(),
+                &chunk_client.finish(),
+                ClientDispatch {
+                    threads,
+                    merge_level: f64::from(merge_level),
+                    chunks: f64::from(chunks),
+                    group_rate,
+                    chunk_rate,
+                },
+            )?;
+            Ok((client, waits, until_ready_mean))
+        };
+        let mut assumed_group_wait = 0.0;
+        let (mut client, mut client_waits, mut until_ready_mean) = layer(0.0, 0.0)?;
+        if merge_level > 1 {
+            for _ in 0..MERGE_FIXED_POINT_ROUNDS {
+                assumed_group_wait = client_waits.group;
+                (client, client_waits, until_ready_mean) =
+                    layer(assumed_group_wait, client_waits.utilization)?;
+                if (client_waits.group - assumed_group_wait).abs() < 1e-9 {
+                    break;
+                }
             }
         }
-        let client = client.finish();
-        let threads = f64::from(p.client_threads);
         let client_rate = client.rate / threads;
-        let chunk_rate = elephant_rate * f64::from(chunks);
-        let client_waits = client_thread_waits(
-            &client,
-            &group_client.finish(),
-            &chunk_client.finish(),
-            ClientDispatch {
-                threads,
-                merge_level: f64::from(merge_level),
-                chunks: f64::from(chunks),
-                group_rate,
-                chunk_rate,
-            },
-        )?;
         let client_utilization = client_waits.utilization;
         let client_wait = if group_rate + chunk_rate > 0.0 {
             (group_rate * client_waits.group + chunk_rate * client_waits.chunk)
@@ -727,7 +800,9 @@ impl ChiselModel {
         } else {
             0.0
         };
-        let mouse_shift = accumulation_mean - mean_position_offset
+        // From the first mouse's arrival the group is sent after max(o + w, A_{B−1});
+        // the queue wait w is the random part V below, so the shift is that minus w.
+        let mouse_shift = (until_ready_mean - assumed_group_wait) - mean_position_offset
             + p.network.at(group_keys)
             + p.processing.at(group_keys);
         let mice = ClassLatency {

@@ -108,7 +108,9 @@ where
         }
         let f_candidate = function(candidate);
         if !f_candidate.is_finite() {
-            return Err(ModelError::Numerical("function is not finite inside the bracket"));
+            return Err(ModelError::Numerical(
+                "function is not finite inside the bracket",
+            ));
         }
         if f_candidate == 0.0 {
             return Ok(candidate);

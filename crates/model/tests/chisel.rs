@@ -365,8 +365,8 @@ fn model_agrees_with_monte_carlo_simulation() {
         );
         let relative = |model: Seconds, sim: f64| (model.0 - sim).abs() / sim;
         // Tolerances (see docs/model-chisel.md): means within 15%, p95 within 40%.
-        // Worst cases seen: mice mean +12% (B = 2: merging overstates thread blocking),
-        // mice p95 −37% (m > C: mice wait behind a batch of chunks on one thread).
+        // Worst cases seen: elephant mean −9.5% (B = 2, L = 25), mice p95 −37% (m > C:
+        // mice wait behind a batch of chunks on one thread).
         assert!(
             relative(model.mice.mean, sim_mice) < 0.15,
             "case {case} mice mean"
