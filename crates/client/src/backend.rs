@@ -167,7 +167,12 @@ impl Backend {
             }
             Ok(Err(error)) => {
                 self.stats.errors.incr();
-                self.record_failure();
+                if error.is_backend_failure() {
+                    self.record_failure();
+                } else {
+                    // Refused by our own queue bound: no verdict on the backend.
+                    self.health.lock().record_abandoned(self.clock.now());
+                }
                 Err(error)
             }
             Err(_) => {

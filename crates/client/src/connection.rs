@@ -347,6 +347,7 @@ async fn read_loop(
                     let mut reply = buf.split_to(consumed);
                     reply.truncate(keep);
                     if let Some((job, progress)) = current.take() {
+                        shared.in_flight.fetch_sub(1, Ordering::Relaxed);
                         let _ = job
                             .reply
                             .send(Ok(progress.finish(reply.freeze(), error_line)));

@@ -74,6 +74,7 @@ impl ClientError {
             ClientError::BackendReplied { .. }
                 | ClientError::Config(_)
                 | ClientError::NoBackend { .. }
+                | ClientError::Overloaded { .. }
         )
     }
 }

@@ -312,3 +312,45 @@ async fn a_probe_abandoned_by_its_caller_does_not_keep_the_backend_down() {
     check_value(b"p", &value.data);
     assert_eq!(pool.backends()[0].outstanding(), 0, "outstanding leaked");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completed_requests_free_their_queue_slots() {
+    if !have_binaries() {
+        return;
+    }
+    let backends: Vec<ChildGuard> = vec![start_memcached()];
+    let mut config = PoolConfig::new(
+        "queue",
+        vec![ServerSpec::parse(&format!("127.0.0.1:{}:1", backends[0].port)).expect("spec")],
+    );
+    config.queue_limit = 3;
+    config.connections_per_backend = 1;
+    let pool = Pool::new(config).expect("pool");
+    // Far more requests than the queue holds, one after another: none may be refused.
+    for index in 0..40 {
+        let key = format!("q{index}");
+        assert!(pool
+            .set(key.as_bytes(), 0, 0, &value_for(&key))
+            .await
+            .expect("set"));
+        let value = pool
+            .get(key.as_bytes())
+            .await
+            .expect("get")
+            .expect("stored");
+        check_value(key.as_bytes(), &value.data);
+    }
+    // And more concurrent requests than the queue holds are refused, not queued forever.
+    let keys: Vec<Vec<u8>> = (0..64)
+        .map(|i| format!("q{}", i % 40).into_bytes())
+        .collect();
+    let results = futures_util::future::join_all(keys.iter().map(|key| pool.get(key))).await;
+    assert!(results.iter().any(|result| result.is_ok()));
+    for result in results {
+        match result {
+            Ok(Some(value)) => assert!(value.data.starts_with(b"value-of:q")),
+            Ok(None) => panic!("stored key missing"),
+            Err(error) => assert!(matches!(error, ClientError::Overloaded { .. }), "{error}"),
+        }
+    }
+}
