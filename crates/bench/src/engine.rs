@@ -481,6 +481,7 @@ struct Recorder {
     misses: u64,
     timeouts: u64,
     unfinished: u64,
+    udp_oversize: u64,
     timeseries: Option<Vec<SecondBucket>>,
 }
 
@@ -522,6 +523,7 @@ impl Recorder {
             misses: 0,
             timeouts: 0,
             unfinished: 0,
+            udp_oversize: 0,
             timeseries: timeseries.then(Vec::new),
         }
     }
@@ -549,6 +551,7 @@ impl Recorder {
         self.misses += other.misses;
         self.timeouts += other.timeouts;
         self.unfinished += other.unfinished;
+        self.udp_oversize += other.udp_oversize;
         if let (Some(mine), Some(theirs)) = (&mut self.timeseries, &other.timeseries) {
             if mine.len() < theirs.len() {
                 mine.resize_with(theirs.len(), SecondBucket::new);
@@ -626,6 +629,7 @@ impl Recorder {
             hit_ratio: hit_ratio(self.hits, self.misses),
             timeouts: self.timeouts,
             unfinished: self.unfinished,
+            udp_oversize: self.udp_oversize,
             bench_cpu_percent: cpu_percent,
             send_lag: ClassSummary::from_histogram(&self.send_lag, false),
             dispatch_lag: ClassSummary::from_histogram(&self.dispatch_lag, false),
@@ -870,8 +874,11 @@ impl<'a> Worker<'a> {
                 self.scratch.clear();
                 write_udp_header(request_id, &mut self.scratch);
                 compose_request(&self.workload, &request.operation, &mut self.scratch);
-                let sent = self.scratch.len() <= MAX_UDP_REQUEST_BYTES + UDP_HEADER_BYTES
-                    && udp.socket.send(&self.scratch).is_ok();
+                let fits = self.scratch.len() <= MAX_UDP_REQUEST_BYTES + UDP_HEADER_BYTES;
+                let sent = fits && udp.socket.send(&self.scratch).is_ok();
+                if !fits && request.measured {
+                    self.recorder.udp_oversize += 1;
+                }
                 if sent {
                     udp.in_flight.insert(
                         request_id,

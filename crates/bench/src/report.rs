@@ -134,6 +134,10 @@ pub struct RunReport {
     pub timeouts: u64,
     /// Requests without a reply when the drain ended (part of `errors`).
     pub unfinished: u64,
+    /// UDP requests (large SETs) that do not fit one datagram and were not
+    /// sent, as memcached requires (part of `errors`).
+    #[serde(default)]
+    pub udp_oversize: u64,
     /// CPU time of the bench process during the run, in percent of one core.
     pub bench_cpu_percent: f64,
     /// Delay between scheduled and actual send (the generator's own lag,
@@ -187,6 +191,13 @@ impl RunReport {
             self.hit_ratio,
             self.bench_cpu_percent
         );
+        if self.timeouts + self.unfinished + self.udp_oversize > 0 {
+            let _ = writeln!(
+                text,
+                "of the errors: {} UDP timeouts, {} unfinished at the end of the drain, {} UDP requests too large to send",
+                self.timeouts, self.unfinished, self.udp_oversize
+            );
+        }
         let _ = writeln!(
             text,
             "{:<9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
