@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -103,11 +104,25 @@ impl ServerProcess {
             .try_clone()
             .map_err(|error| format!("duplicating a log handle: {error}"))?;
         let command_line = format!("{} {}", binary.display(), arguments.join(" "));
-        let child = Command::new(&binary)
+        let mut command = Command::new(&binary);
+        command
             .args(&arguments)
             .stdin(Stdio::null())
             .stdout(Stdio::from(log_for_stdout))
-            .stderr(Stdio::from(log))
+            .stderr(Stdio::from(log));
+        // SAFETY: the closure runs in the forked child before exec and only
+        // calls prctl(2), which is async-signal-safe. The child gets SIGTERM
+        // if the thread that spawned it dies (e.g. the experiment is killed),
+        // so no server outlives the experiment.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command
             .spawn()
             .map_err(|error| format!("starting {command_line}: {error}"))?;
         let address = SocketAddr::from(([127, 0, 0, 1], port));
@@ -342,6 +357,22 @@ fn set_affinity(task: libc::pid_t, cpus: &[usize]) -> Result<(), String> {
 /// bench's I/O threads) inherit the mask.
 pub fn pin_current_thread(cpus: &[usize]) -> Result<(), String> {
     set_affinity(0, cpus)
+}
+
+/// Sets the nice value of the calling thread; threads and processes it
+/// creates afterwards (bench I/O threads, servers) inherit it. Negative
+/// values need root (CAP_SYS_NICE).
+pub fn set_nice(nice: i32) -> Result<(), String> {
+    // SAFETY: setpriority(2) on the calling thread (who = 0) with a plain int.
+    let result = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
+    if result == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "setpriority(nice {nice}): {} (negative values need root)",
+            std::io::Error::last_os_error()
+        ))
+    }
 }
 
 /// Pins every thread of process `pid` to `cpus`.

@@ -39,13 +39,13 @@ use tailtrim_bench::{
 
 use super::common::{
     fetch_stats, interleaved_order, median, parse_cpu_list, pin_current_thread, progress_bar,
-    utc_timestamp, FloorStub, Program, ServerProcess, ServerShape,
+    set_nice, utc_timestamp, FloorStub, Program, ServerProcess, ServerShape,
 };
 
 /// Systems run when `--systems` is not given.
 pub const DEFAULT_SYSTEMS: &str = "size-aware,early-binding,stealing,late-binding,memcached";
 /// Rates swept when `--rates` is not given (requests per second).
-pub const DEFAULT_RATES: &str = "5000,10000,20000,30000,40000,50000";
+pub const DEFAULT_RATES: &str = "5000,10000,20000,40000,60000,80000,100000";
 /// Rates of `--quick`.
 const QUICK_RATES: &str = "1000,3000";
 /// Name of the noise-floor pseudo-system in results.
@@ -70,13 +70,13 @@ pub struct Args {
     #[arg(long)]
     rates: Option<String>,
     /// Measured seconds per point.
-    #[arg(short = 'd', long, default_value_t = 3.0)]
+    #[arg(short = 'd', long, default_value_t = 2.0)]
     duration: f64,
     /// Warm-up seconds before each measured window.
     #[arg(long, default_value_t = 0.5)]
     warmup: f64,
     /// Repeats per (system, rate); the point is the median of them.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 5)]
     repeats: usize,
     /// Share of requests that go to the large pool (preset: 0.005).
     #[arg(long)]
@@ -125,6 +125,10 @@ pub struct Args {
     /// Pin every server's threads to these CPUs.
     #[arg(long, value_name = "CPUS")]
     server_cpus: Option<String>,
+    /// Nice value for the bench and the servers it starts (e.g. -15: run
+    /// ahead of other tenants' compilers on a shared machine; needs root).
+    #[arg(long, allow_hyphen_values = true)]
+    nice: Option<i32>,
     /// Skip the noise-floor measurement.
     #[arg(long)]
     no_floor: bool,
@@ -134,6 +138,9 @@ pub struct Args {
     /// Output directory.
     #[arg(short = 'o', long, default_value = "experiments/minos")]
     out: PathBuf,
+    /// Only re-render results.md and the plots from `<out>/results.json`.
+    #[arg(long)]
+    replot: bool,
     /// No progress bar and no per-run lines.
     #[arg(short = 'q', long)]
     quiet: bool,
@@ -372,6 +379,8 @@ pub struct RunSettings {
     pub bench_cpus: Vec<usize>,
     /// CPUs the servers were pinned to (empty: not pinned).
     pub server_cpus: Vec<usize>,
+    /// Nice value of the bench and servers (None: inherited).
+    pub nice: Option<i32>,
     /// Whether this was a `--quick` smoke run.
     pub quick: bool,
     /// Whether the noise floor was measured.
@@ -497,6 +506,9 @@ fn machine_info() -> MachineInfo {
 
 /// Runs `tailtrim experiment minos`.
 pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
+    if args.replot {
+        return replot(&args.out);
+    }
     let started = Instant::now();
     let jiffies_before = cpu_jiffies();
     let quick = args.quick;
@@ -543,6 +555,9 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
     if let Some(cpus) = &bench_cpus {
         pin_current_thread(cpus)?;
     }
+    if let Some(nice) = args.nice {
+        set_nice(nice)?;
+    }
     let workload = Arc::new(workload_for(&args)?);
     let interactive = !args.quiet && std::io::stderr().is_terminal();
     let verbose = !args.quiet;
@@ -567,6 +582,7 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
             max_in_flight: args.max_in_flight,
             bench_cpus: bench_cpus.clone().unwrap_or_default(),
             server_cpus: server_cpus.clone().unwrap_or_default(),
+            nice: args.nice,
             quick,
             floor: !args.no_floor,
         },
@@ -776,6 +792,22 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
     Ok(std::process::ExitCode::SUCCESS)
 }
 
+/// Re-renders results.md and the plots from an existing results.json.
+fn replot(out: &Path) -> Result<std::process::ExitCode, String> {
+    let path = out.join("results.json");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|error| format!("reading {}: {error}", path.display()))?;
+    let mut results: MinosResults = serde_json::from_str(&text)
+        .map_err(|error| format!("parsing {}: {error}", path.display()))?;
+    results.summary = summarize(&results);
+    write_json(&results, out)?;
+    std::fs::write(out.join("results.md"), markdown(&results))
+        .map_err(|error| format!("writing results.md: {error}"))?;
+    plot_latency(&results, out, LatencyClass::Small)?;
+    plot_latency(&results, out, LatencyClass::Large)?;
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
 /// The floor's workload: GETs only (the stub answers every one with a miss),
 /// same keys and arrival process as the real workload.
 fn floor_workload(workload: &WorkloadSpec) -> Result<WorkloadSpec, String> {
@@ -927,7 +959,7 @@ fn markdown(results: &MinosResults) -> String {
         text,
         "Servers: -t {} -m {}; bench: {} connections, {} I/O thread(s), {} in flight per connection; \
          {} s measured + {} s warm-up per point, median of {} repeat(s), systems interleaved; \
-         bench CPUs {}, server CPUs {}; machine: {} CPUs, steal {:.1}%, {:.0} s wall.\n",
+         bench CPUs {}, server CPUs {}, nice {}; machine: {} CPUs, steal {:.1}%, {:.0} s wall.\n",
         settings.threads,
         settings.memory_mb,
         settings.connections,
@@ -938,6 +970,9 @@ fn markdown(results: &MinosResults) -> String {
         settings.repeats,
         cpu_text(&settings.bench_cpus),
         cpu_text(&settings.server_cpus),
+        settings
+            .nice
+            .map_or_else(|| "inherited".to_string(), |nice| nice.to_string()),
         results.machine.cpus,
         results.machine.steal_percent,
         results.machine.wall_seconds
@@ -1134,6 +1169,8 @@ fn draw_latency<DB: DrawingBackend>(
     chart
         .configure_mesh()
         .x_desc("achieved throughput (requests/s)")
+        .x_label_formatter(&|rate| format!("{:.0}k", rate / 1_000.0))
+        .y_label_formatter(&|micros| format!("{micros:.0}"))
         .y_desc(match class {
             LatencyClass::Small => "small-request p99 (µs)",
             LatencyClass::Large => "large-request p99 (µs)",
