@@ -428,7 +428,9 @@ fn parse_delete(toks: &[&[u8]]) -> Result<Request, ProtoError> {
     if !(2..=4).contains(&toks.len()) {
         return Err(ProtoError::UnknownCommand);
     }
-    let noreply = is_noreply(toks.last());
+    // memcached looks for `noreply` only after the key (`delete noreply`
+    // deletes the key named "noreply").
+    let noreply = toks.len() > 2 && is_noreply(toks.last());
     if toks.len() > 2 {
         let hold_is_zero = toks[2] == b"0";
         let valid = (toks.len() == 3 && (hold_is_zero || noreply))
@@ -764,6 +766,24 @@ mod tests {
             parse(b"ms x S1\r\n"),
             Parsed::Invalid {
                 error: ProtoError::BadCommandLine { .. },
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn key_named_noreply() {
+        assert!(matches!(
+            parse(b"delete noreply\r\n"),
+            Parsed::Complete {
+                value: Request::Delete { noreply: false, .. },
+                ..
+            }
+        ));
+        assert!(matches!(
+            parse(b"delete k noreply\r\n"),
+            Parsed::Complete {
+                value: Request::Delete { noreply: true, .. },
                 ..
             }
         ));

@@ -521,7 +521,10 @@ impl Runtime {
             if read.input.len() >= self.max_buffer {
                 return Ok(false);
             }
-            let room = (self.max_buffer - read.input.len()).min(READ_CHUNK);
+            let room = {
+                let default_room = (self.max_buffer - read.input.len()).min(READ_CHUNK);
+                crate::buffers::next_read_room(&mut read.input, default_room)
+            };
             read.input.reserve(room);
             let spare = &mut read.input.spare_capacity_mut()[..room];
             // SAFETY: a socket read only writes into the buffer; we keep

@@ -50,7 +50,7 @@ pub fn execute(request: Request, frame: &Bytes, ctx: &ExecContext<'_>, out: &mut
             with_cas,
         } => get(&keys, with_cas, Some(exptime), ctx, out),
         Request::Store(cmd) => {
-            let value = frame.slice(cmd.data.clone());
+            let value = crate::buffers::stored_value(frame, cmd.data.clone());
             store_text(&cmd, value, ctx, out);
         }
         Request::Delete { key, noreply } => {
@@ -108,9 +108,13 @@ pub fn execute(request: Request, frame: &Bytes, ctx: &ExecContext<'_>, out: &mut
         Request::Stats { args } => crate::report::stats_command(&args, ctx, out),
         Request::MetaNoop => reply::line(out, b"MN"),
         Request::MetaGet { key, flags } => meta_get(&key, &flags, ctx, out),
-        Request::MetaSet { key, flags, data } => {
-            meta_set(&key, &flags, frame.slice(data), ctx, out)
-        }
+        Request::MetaSet { key, flags, data } => meta_set(
+            &key,
+            &flags,
+            crate::buffers::stored_value(frame, data),
+            ctx,
+            out,
+        ),
         Request::MetaDelete { key, flags } => meta_delete(&key, &flags, ctx, out),
         Request::MetaArithmetic { key, flags } => meta_arithmetic(&key, &flags, ctx, out),
         Request::MetaDebug { key } => meta_debug(&key, ctx, out),

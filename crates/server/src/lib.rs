@@ -17,6 +17,7 @@
 //! model); [`config::DispatchPolicy`] is the seam where other policies plug in.
 //! Lock order and invariants: see `docs/server.md`.
 
+pub mod buffers;
 pub mod config;
 pub mod dispatch;
 pub mod epoll;

@@ -268,7 +268,10 @@ fn read_available(
             conn.socket_may_have_more = true;
             return Ok(false);
         }
-        let room = (max_buffer - conn.input.len()).min(READ_CHUNK);
+        let room = {
+            let default_room = (max_buffer - conn.input.len()).min(READ_CHUNK);
+            crate::buffers::next_read_room(&mut conn.input, default_room)
+        };
         conn.input.reserve(room);
         let spare = &mut conn.input.spare_capacity_mut()[..room];
         // SAFETY: `read` on a socket only writes into the slice (the kernel
