@@ -60,31 +60,67 @@ if ! check_doc; then note_failure "cargo doc"; fi
 
 export TAILTRIM_BIN="${TAILTRIM_BIN:-$repo/target/release/tailtrim}"
 
-step "pytest tests/python"
-if [ -x .venv/bin/python ]; then
+# Runs the Python client suite; $1 labels the run in the summary.
+run_pytest() {
+    local label="$1"
+    step "pytest tests/python ($label)"
+    if [ ! -x .venv/bin/python ]; then
+        note_failure "pytest $label (no .venv)"
+        return
+    fi
     .venv/bin/python -m pytest -q -p no:cacheprovider tests/python 2>&1 | tee "$logdir/pytest.log"
-    py_status=${PIPESTATUS[0]}
+    local py_status=${PIPESTATUS[0]} py_passed py_failed
     read -r py_passed py_failed < <(tail -n 1 "$logdir/pytest.log" | awk '{
             for (i = 2; i <= NF; i++) { w = $i; sub(/[,;]$/, "", w)
                 if (w == "passed") p += $(i-1); if (w == "failed" || w == "error" || w == "errors") f += $(i-1) }
         } END { print p + 0, f + 0 }')
     passed=$((passed + py_passed))
     failed=$((failed + py_failed))
-    [ "$py_failed" -gt 0 ] && failures+=("pytest: $py_failed failed")
-    if [ "$py_status" -ne 0 ] && [ "$py_failed" -eq 0 ]; then note_failure "pytest (status $py_status)"; fi
-else
-    note_failure "pytest (no .venv)"
-fi
+    [ "$py_failed" -gt 0 ] && failures+=("pytest $label: $py_failed failed")
+    if [ "$py_status" -ne 0 ] && [ "$py_failed" -eq 0 ]; then note_failure "pytest $label (status $py_status)"; fi
+}
 
-step "go test tests/go"
-(cd tests/go && go test -count=1 -v ./...) 2>&1 | tee "$logdir/go.log"
-go_status=${PIPESTATUS[0]}
-go_passed="$(grep -cE '^--- PASS' "$logdir/go.log" || true)"
-go_failed="$(grep -cE '^--- FAIL' "$logdir/go.log" || true)"
-passed=$((passed + go_passed))
-failed=$((failed + go_failed))
-[ "$go_failed" -gt 0 ] && failures+=("go test: $go_failed failed")
-if [ "$go_status" -ne 0 ] && [ "$go_failed" -eq 0 ]; then note_failure "go test (status $go_status)"; fi
+# Runs the Go client suite; $1 labels the run in the summary.
+run_go() {
+    local label="$1"
+    step "go test tests/go ($label)"
+    (cd tests/go && go test -count=1 -v ./...) 2>&1 | tee "$logdir/go.log"
+    local go_status=${PIPESTATUS[0]} go_passed go_failed
+    go_passed="$(grep -cE '^--- PASS' "$logdir/go.log" || true)"
+    go_failed="$(grep -cE '^--- FAIL' "$logdir/go.log" || true)"
+    passed=$((passed + go_passed))
+    failed=$((failed + go_failed))
+    [ "$go_failed" -gt 0 ] && failures+=("go test $label: $go_failed failed")
+    if [ "$go_status" -ne 0 ] && [ "$go_failed" -eq 0 ]; then note_failure "go test $label (status $go_status)"; fi
+}
+
+# Runs the conformance tests that boot the binary (differential vs memcached,
+# bad input); $1 labels the run.
+run_conformance() {
+    local label="$1"
+    step "conformance: differential + bad input ($label)"
+    cargo test --release -p tailtrim-cli --test differential --test bad_input 2>&1 | tee "$logdir/conf.log"
+    local status=${PIPESTATUS[0]} c_passed c_failed
+    read -r c_passed c_failed < <(awk '/^test result:/ {
+            for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i }
+        } END { print p + 0, f + 0 }' "$logdir/conf.log")
+    passed=$((passed + c_passed))
+    failed=$((failed + c_failed))
+    [ "$c_failed" -gt 0 ] && failures+=("conformance $label: $c_failed failed")
+    if [ "$status" -ne 0 ] && [ "$c_failed" -eq 0 ]; then note_failure "conformance $label (status $status)"; fi
+}
+
+run_pytest "default dispatch"
+run_go "default dispatch"
+
+# Every dispatch policy must pass the same suites as the default (issue 4).
+for policy in size-aware early-binding stealing late-binding; do
+    export TAILTRIM_SERVE_ARGS="--dispatch $policy"
+    run_conformance "$policy"
+    run_pytest "$policy"
+    run_go "$policy"
+done
+unset TAILTRIM_SERVE_ARGS
 
 echo
 if [ "${#failures[@]}" -gt 0 ]; then
