@@ -171,6 +171,19 @@ pub enum DispatchPolicy {
     LateBinding,
 }
 
+impl DispatchPolicy {
+    /// The policy's name as used on the command line and in `stats`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DispatchPolicy::Pinned => "pinned",
+            DispatchPolicy::SizeAware => "size-aware",
+            DispatchPolicy::EarlyBinding => "early-binding",
+            DispatchPolicy::Stealing => "stealing",
+            DispatchPolicy::LateBinding => "late-binding",
+        }
+    }
+}
+
 impl ServerConfig {
     /// Parses a TOML document.
     pub fn from_toml(text: &str) -> Result<ServerConfig, toml::de::Error> {

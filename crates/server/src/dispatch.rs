@@ -983,7 +983,7 @@ impl Runtime {
         let small = self.sizeaware.small_workers.load(Ordering::Relaxed);
         let threshold = self.threshold();
         let mut out = vec![
-            ("dispatch".to_string(), format!("{:?}", self.policy)),
+            ("dispatch".to_string(), self.policy.name().to_string()),
             ("workers".into(), self.workers.to_string()),
             ("small_workers".into(), small.to_string()),
             ("large_workers".into(), (self.workers - small).to_string()),

@@ -97,10 +97,7 @@ fn settings_stats(shared: &Shared) -> Vec<(String, String)> {
         ("num_threads".into(), c.workers.threads.to_string()),
         ("cas_enabled".into(), "yes".into()),
         ("item_size_max".into(), c.storage.item_size_max.to_string()),
-        (
-            "dispatch".into(),
-            format!("{:?}", c.workers.dispatch).to_lowercase(),
-        ),
+        ("dispatch".into(), c.workers.dispatch.name().to_string()),
     ]
 }
 
