@@ -120,8 +120,16 @@ impl Proxy {
 /// and serves until Ctrl-C (SIGINT). For `tailtrim proxy`.
 pub fn run_blocking(config: &ProxyConfig) -> Result<(), ProxyError> {
     config.pool_config()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(config.proxy.threads.max(1))
+    // One thread: a current-thread runtime (one event loop, like nutcracker, no work stealing
+    // or cross-thread wake-ups). More: the multi-threaded scheduler.
+    let mut builder = if config.proxy.threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(config.proxy.threads);
+        builder
+    };
+    let runtime = builder
         .enable_all()
         .build()
         .map_err(|source| ProxyError::Io {
