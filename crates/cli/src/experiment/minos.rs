@@ -32,6 +32,7 @@ use plotters::prelude::{
     IntoLogRange, LineSeries, PathElement, PointSeries, RGBColor, SVGBackend, BLACK, WHITE,
 };
 use serde::{Deserialize, Serialize};
+use tailtrim_bench::class::ClassHistograms;
 use tailtrim_bench::{
     parse_rates, preload, run_detailed, Class, ClassSummary, PreloadReport, RunConfig, RunReport,
     WorkloadOverrides, WorkloadSpec,
@@ -45,7 +46,7 @@ use super::common::{
 /// Systems run when `--systems` is not given.
 pub const DEFAULT_SYSTEMS: &str = "size-aware,early-binding,stealing,late-binding,memcached";
 /// Rates swept when `--rates` is not given (requests per second).
-pub const DEFAULT_RATES: &str = "5000,10000,20000,40000,60000,80000,100000";
+pub const DEFAULT_RATES: &str = "5000,10000,20000,30000,40000,60000,80000,100000";
 /// Rates of `--quick`.
 const QUICK_RATES: &str = "1000,3000";
 /// Name of the noise-floor pseudo-system in results.
@@ -70,13 +71,13 @@ pub struct Args {
     #[arg(long)]
     rates: Option<String>,
     /// Measured seconds per point.
-    #[arg(short = 'd', long, default_value_t = 2.0)]
+    #[arg(short = 'd', long, default_value_t = 0.5)]
     duration: f64,
     /// Warm-up seconds before each measured window.
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = 0.2)]
     warmup: f64,
     /// Repeats per (system, rate); the point is the median of them.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 11)]
     repeats: usize,
     /// Share of requests that go to the large pool (preset: 0.005).
     #[arg(long)]
@@ -106,7 +107,7 @@ pub struct Args {
     #[arg(long, default_value_t = 16)]
     max_in_flight: usize,
     /// Seconds allowed for outstanding replies after each run.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 0.5)]
     drain: f64,
     /// Fixed small/large threshold in bytes for size-aware (`--size-threshold`);
     /// default: the server's controller decides.
@@ -296,6 +297,14 @@ pub struct Point {
     pub misses: u64,
     /// Median bench CPU percent.
     pub bench_cpu_percent: f64,
+    /// Small requests of every valid repeat pooled into one histogram (a
+    /// stall in any repeat shows here, unlike in the medians).
+    #[serde(default)]
+    pub pooled_small: ClassLatency,
+    /// Large requests of every valid repeat pooled (more samples than one
+    /// short repeat has).
+    #[serde(default)]
+    pub pooled_large: ClassLatency,
     /// Repeats that completed (failed runs are excluded from the medians).
     pub valid_repeats: usize,
     /// Every repeat.
@@ -303,7 +312,7 @@ pub struct Point {
 }
 
 impl Point {
-    fn from_samples(target_rps: f64, samples: Vec<Sample>) -> Self {
+    fn from_samples(target_rps: f64, samples: Vec<Sample>, pooled: &ClassHistograms) -> Self {
         let valid: Vec<&Sample> = samples
             .iter()
             .filter(|sample| sample.failure.is_none())
@@ -325,6 +334,14 @@ impl Point {
             errors: valid.iter().map(|sample| sample.errors).sum(),
             misses: valid.iter().map(|sample| sample.misses).sum(),
             bench_cpu_percent: med(|sample| sample.bench_cpu_percent),
+            pooled_small: ClassLatency::from(&ClassSummary::from_histogram(
+                pooled.get(Class::Small),
+                false,
+            )),
+            pooled_large: ClassLatency::from(&ClassSummary::from_histogram(
+                pooled.get(Class::Large),
+                false,
+            )),
             valid_repeats: valid.len(),
             samples,
         }
@@ -658,6 +675,7 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
     let mut dead: Vec<Option<String>> = vec![None; participants];
     for (rate_index, rate) in rates.iter().enumerate() {
         let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); participants];
+        let mut pooled: Vec<ClassHistograms> = vec![ClassHistograms::default(); participants];
         for round in 0..repeats {
             let seed = args
                 .seed
@@ -712,6 +730,7 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
                     };
                     match (outcome, alive) {
                         (Ok(output), Ok(())) => {
+                            pooled[participant].merge(&output.histograms);
                             let mut sample = Sample::from_report(round, position, &output.report);
                             if let Some(system) = systems.get(participant) {
                                 sample.server_stats = tailtrim_stats(&system.program, &address);
@@ -751,10 +770,12 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
                 samples[participant].push(sample);
             }
         }
-        for (participant, participant_samples) in samples.into_iter().enumerate() {
+        for (participant, (participant_samples, histograms)) in
+            samples.into_iter().zip(&pooled).enumerate()
+        {
             results.systems[participant]
                 .points
-                .push(Point::from_samples(*rate, participant_samples));
+                .push(Point::from_samples(*rate, participant_samples, histograms));
         }
         results.summary = summarize(&results);
         write_json(&results, &args.out)?;
@@ -1009,11 +1030,11 @@ fn markdown(results: &MinosResults) -> String {
     );
     let _ = writeln!(
         text,
-        "| target rps | system | achieved rps | small p50 | small p99 | small p99.9 | large p50 | large p99 | errors | misses | bench cpu % |"
+        "| target rps | system | achieved rps | small p50 | small p99 | small p99.9 | small p99 pooled | large p50 | large p99 | large p99 pooled | errors | misses | bench cpu % |"
     );
     let _ = writeln!(
         text,
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for rate in &settings.rates {
         for system in &results.systems {
@@ -1023,7 +1044,7 @@ fn markdown(results: &MinosResults) -> String {
             if point.valid_repeats == 0 {
                 let _ = writeln!(
                     text,
-                    "| {rate:.0} | {} | failed | | | | | | | | |",
+                    "| {rate:.0} | {} | failed | | | | | | | | | | |",
                     system.name
                 );
                 continue;
@@ -1037,14 +1058,16 @@ fn markdown(results: &MinosResults) -> String {
             };
             let _ = writeln!(
                 text,
-                "| {rate:.0} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} | {:.0} |",
+                "| {rate:.0} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {:.0} |",
                 system.name,
                 point.achieved_rps,
                 point.small_p50_us,
                 point.small_p99_us,
                 point.small_p999_us,
+                point.pooled_small.p99_us,
                 large(point.large_p50_us),
                 large(point.large_p99_us),
+                large(point.pooled_large.p99_us),
                 point.errors,
                 point.misses,
                 point.bench_cpu_percent
@@ -1213,6 +1236,7 @@ fn draw_latency<DB: DrawingBackend>(
 #[cfg(test)]
 mod tests {
     use super::{summarize, MinosResults, Point, RunSettings, Sample, SystemResult};
+    use tailtrim_bench::class::ClassHistograms;
 
     fn sample(small_p99: f64, achieved: f64) -> Sample {
         let mut sample = Sample {
@@ -1230,7 +1254,11 @@ mod tests {
             points: curve
                 .iter()
                 .map(|(rate, p99, achieved)| {
-                    Point::from_samples(*rate, vec![sample(*p99, *achieved)])
+                    Point::from_samples(
+                        *rate,
+                        vec![sample(*p99, *achieved)],
+                        &ClassHistograms::default(),
+                    )
                 })
                 .collect(),
             ..SystemResult::default()
@@ -1251,6 +1279,7 @@ mod tests {
                 sample(60.0, 95.0),
                 failed,
             ],
+            &ClassHistograms::default(),
         );
         assert_eq!(point.valid_repeats, 3);
         assert_eq!(point.small_p99_us, 60.0);
