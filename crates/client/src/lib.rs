@@ -32,4 +32,4 @@ pub mod testkit;
 pub use config::{PoolConfig, ServerSpec};
 pub use connection::{RawReply, ReplyShape, ValueItem};
 pub use error::ClientError;
-pub use pool::{MultigetKind, Pool, Value};
+pub use pool::{KeyResult, MultigetKind, Pool, Value};

@@ -74,6 +74,9 @@ pub struct Value {
     pub data: Bytes,
 }
 
+/// One key's outcome in [`Pool::multiget_each`]: its item, a miss, or why it failed.
+pub type KeyResult = Result<Option<ValueItem>, ClientError>;
+
 /// A pool of backends.
 pub struct Pool {
     config: PoolConfig,
@@ -277,6 +280,12 @@ impl Pool {
         keys: &[Bytes],
         kind: MultigetKind,
     ) -> Result<Vec<Option<ValueItem>>, ClientError> {
+        self.multiget_each(keys, kind).await.into_iter().collect()
+    }
+
+    /// Like [`Pool::multiget`], but a failure only fails the keys it concerns: each key gets
+    /// its value, a miss, or the error of the backend(s) that should have served it.
+    pub async fn multiget_each(&self, keys: &[Bytes], kind: MultigetKind) -> Vec<KeyResult> {
         self.stats.multigets.incr();
         self.stats.multiget_keys.add(keys.len() as u64);
         let started = Instant::now();
@@ -287,19 +296,20 @@ impl Pool {
         result
     }
 
-    async fn multiget_inner(
-        &self,
-        keys: &[Bytes],
-        kind: MultigetKind,
-    ) -> Result<Vec<Option<ValueItem>>, ClientError> {
-        let mut results: Vec<Option<ValueItem>> = vec![None; keys.len()];
+    async fn multiget_inner(&self, keys: &[Bytes], kind: MultigetKind) -> Vec<KeyResult> {
+        let mut results: Vec<KeyResult> = vec![Ok(None); keys.len()];
         let mut remaining: Vec<usize> = (0..keys.len()).collect();
         let mut excluded: Vec<usize> = Vec::new();
-        let mut last_error: Option<ClientError> = None;
+        let mut failed: Vec<(usize, ClientError)> = Vec::new();
         for round in 0..self.config.replicas.max(1) {
+            if remaining.is_empty() {
+                break;
+            }
             if round > 0 {
                 self.stats.failovers.incr();
             }
+            let last_error = failed.last().map(|(_, error)| error.clone());
+            failed.clear();
             let round_keys: Vec<&[u8]> = remaining.iter().map(|&i| keys[i].as_ref()).collect();
             let request = PlanRequest {
                 keys: &round_keys,
@@ -314,9 +324,12 @@ impl Pool {
             for action in actions {
                 match action {
                     Action::Fetch(fetch) => fetches.push(fetch),
-                    Action::Unavailable { .. } => {
+                    Action::Unavailable { keys: unavailable } => {
                         self.stats.unavailable.incr();
-                        return Err(no_backend(last_error));
+                        for index in unavailable {
+                            results[remaining[index as usize]] =
+                                Err(no_backend(last_error.clone()));
+                        }
                     }
                 }
             }
@@ -341,17 +354,19 @@ impl Pool {
                 }
             });
             let replies = join_all(calls).await;
-            let mut failed: Vec<usize> = Vec::new();
             for (fetch, (reply, elapsed)) in fetches.iter().zip(replies) {
                 let original: Vec<usize> =
                     fetch.keys.iter().map(|&i| remaining[i as usize]).collect();
                 match reply {
                     Ok(reply) if reply.error_line => {
-                        return Err(ClientError::BackendReplied {
+                        let error = ClientError::BackendReplied {
                             backend: self.backends[fetch.backend].address().to_string(),
                             line: String::from_utf8_lossy(reply.bytes.trim_ascii_end())
                                 .into_owned(),
-                        });
+                        };
+                        for &index in &original {
+                            results[index] = Err(error.clone());
+                        }
                     }
                     Ok(reply) => {
                         let hits = reply.values.len() as u32;
@@ -368,21 +383,22 @@ impl Pool {
                     }
                     Err(error) => {
                         excluded.push(fetch.backend);
-                        failed.extend(original);
-                        last_error = Some(error);
+                        failed.extend(original.into_iter().map(|index| (index, error.clone())));
                     }
                 }
             }
-            if failed.is_empty() {
-                return Ok(results);
-            }
-            failed.sort_unstable();
-            remaining = failed;
+            failed.sort_unstable_by_key(|(index, _)| *index);
+            remaining = failed.iter().map(|(index, _)| *index).collect();
         }
-        Err(match last_error {
-            Some(error) if self.config.replicas == 1 => error,
-            other => no_backend(other),
-        })
+        let replicated = self.config.replicas > 1;
+        for (index, error) in failed {
+            results[index] = Err(if replicated {
+                no_backend(Some(error))
+            } else {
+                error
+            });
+        }
+        results
     }
 
     /// Typed read of one key.
@@ -458,7 +474,7 @@ fn assign_values(
     keys: &[Bytes],
     asked: &[usize],
     values: Vec<ValueItem>,
-    results: &mut [Option<ValueItem>],
+    results: &mut [KeyResult],
 ) {
     let mut values = values.into_iter().peekable();
     for &index in asked {
@@ -466,7 +482,7 @@ fn assign_values(
             break;
         };
         if next.key == keys[index] {
-            results[index] = values.next();
+            results[index] = Ok(values.next());
         }
     }
 }
@@ -501,7 +517,7 @@ mod tests {
             .iter()
             .map(|k| Bytes::from(*k))
             .collect();
-        let mut results = vec![None; 4];
+        let mut results: Vec<KeyResult> = vec![Ok(None); 4];
         // b missed; a asked twice and returned twice.
         assign_values(
             &keys,
@@ -511,16 +527,21 @@ mod tests {
         );
         let got: Vec<Option<&[u8]>> = results
             .iter()
-            .map(|r| r.as_ref().map(|v| v.key.as_ref()))
+            .map(|r| {
+                r.as_ref()
+                    .ok()
+                    .and_then(Option::as_ref)
+                    .map(|v| v.key.as_ref())
+            })
             .collect();
         assert_eq!(
             got,
             vec![Some(&b"a"[..]), None, Some(&b"c"[..]), Some(&b"a"[..])]
         );
         // A backend returning an unexpected key gives no value to anyone.
-        let mut results = vec![None; 4];
+        let mut results: Vec<KeyResult> = vec![Ok(None); 4];
         assign_values(&keys, &[0, 1], vec![item("zz")], &mut results);
-        assert!(results.iter().all(Option::is_none));
+        assert!(results.iter().all(|r| matches!(r, Ok(None))));
     }
 
     #[test]

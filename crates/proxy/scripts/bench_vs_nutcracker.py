@@ -49,7 +49,8 @@ def main():
     parser.add_argument("--saturation-rate", type=int, default=150000, help="over-capacity rate")
     parser.add_argument("--duration", type=int, default=5)
     parser.add_argument("--workload", default="etc")
-    parser.add_argument("--proxy-threads", type=int, default=2)
+    parser.add_argument("--proxy-threads", default="1,2",
+                        help="comma-separated tailtrim proxy thread counts, one target each")
     parser.add_argument("--out", default="proxy-bench.json")
     args = parser.parse_args()
 
@@ -77,16 +78,18 @@ def main():
         procs.append(subprocess.Popen(["nutcracker", "-c", os.path.join(tmp, "nc.yml"), "-s", str(nc_stats),
                                        "-a", "127.0.0.1", "-o", os.path.join(tmp, "nc.log")]))
         wait_port(nc_port)
-        tt_port = free_port()
-        procs.append(subprocess.Popen([args.bin, "proxy", "-l", f"127.0.0.1:{tt_port}", "--admin", "off",
-                                       "-s", ",".join(servers), "--hash", "md5", "--distribution", "ketama",
-                                       "--timeout-ms", "2000", "-t", str(args.proxy_threads),
-                                       # like nutcracker's auto_eject_hosts: false: overload
-                                       # timeouts must not mark backends down mid-benchmark
-                                       "--server-failure-limit", "1000000000"],
-                                      stderr=subprocess.DEVNULL))
-        wait_port(tt_port)
-        targets = {"direct": direct, "nutcracker": nc_port, "tailtrim": tt_port}
+        targets = {"direct": direct, "nutcracker": nc_port}
+        for threads in [int(t) for t in args.proxy_threads.split(",")]:
+            tt_port = free_port()
+            procs.append(subprocess.Popen([args.bin, "proxy", "-l", f"127.0.0.1:{tt_port}", "--admin", "off",
+                                           "-s", ",".join(servers), "--hash", "md5", "--distribution", "ketama",
+                                           "--timeout-ms", "2000", "-t", str(threads),
+                                           # like nutcracker's auto_eject_hosts: false: overload
+                                           # timeouts must not mark backends down mid-benchmark
+                                           "--server-failure-limit", "1000000000"],
+                                          stderr=subprocess.DEVNULL))
+            wait_port(tt_port)
+            targets[f"tailtrim-t{threads}"] = tt_port
 
         def bench(port, rate, extra):
             out = os.path.join(tmp, f"run-{port}-{rate}-{time.monotonic_ns()}.json")
@@ -120,14 +123,14 @@ def main():
             json.dump(runs, f, indent=1)
 
         print(f"\nmedians over {args.reps} interleaved repetitions ({args.workload}, {args.duration} s runs)")
-        print(f"{'mode':<11}{'target':<12}{'achieved_rps':>14}{'p50_us':>10}{'p99_us':>10}{'errors':>8}")
+        print(f"{'mode':<11}{'target':<14}{'achieved_rps':>14}{'p50_us':>10}{'p99_us':>10}{'errors':>8}")
         for mode in ("latency", "saturation"):
             for name in targets:
                 rows = [r for r in runs if r["mode"] == mode and r["target"] == name]
                 med = lambda k: statistics.median(r[k] for r in rows)
-                print(f"{mode:<11}{name:<12}{med('achieved_rps'):>14.0f}{med('p50_us'):>10.0f}"
+                print(f"{mode:<11}{name:<14}{med('achieved_rps'):>14.0f}{med('p50_us'):>10.0f}"
                       f"{med('p99_us'):>10.0f}{sum(r['errors'] for r in rows):>8}")
-        for name in ("nutcracker", "tailtrim"):
+        for name in [t for t in targets if t != "direct"]:
             lat = [r for r in runs if r["mode"] == "latency"]
             added = lambda q: statistics.median(
                 next(r[q] for r in lat if r["target"] == name and r["rep"] == rep)

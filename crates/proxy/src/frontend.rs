@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::future::join_all;
-use tailtrim_client::{ClientError, MultigetKind, Pool, RawReply, ReplyShape};
+use tailtrim_client::{ClientError, MultigetKind, Pool, RawReply, ReplyShape, ValueItem};
 use tailtrim_proto::{parse_request, Limits, Parsed, ProtoError, Request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -211,7 +211,78 @@ async fn run_concurrently(shared: &Shared, mut works: Vec<Work>) -> Vec<Bytes> {
             return vec![run_one(shared, work).await];
         }
     }
-    join_all(works.into_iter().map(|work| run_one(shared, work))).await
+    // Pipelined plain `get`s are merged into one planned multiget (one request per backend
+    // for the whole run instead of one per client request); each client request still gets
+    // its own `VALUE … END` reply in its place.
+    let mut merged_keys: Vec<Bytes> = Vec::new();
+    let mut merged: Vec<(usize, std::ops::Range<usize>, Bytes)> = Vec::new();
+    let mut others: Vec<(usize, Work)> = Vec::new();
+    for (position, work) in works.into_iter().enumerate() {
+        match work {
+            Work::Forward(
+                Request::Get {
+                    keys,
+                    with_cas: false,
+                },
+                raw,
+            ) => {
+                let start = merged_keys.len();
+                merged_keys.extend(keys);
+                merged.push((position, start..merged_keys.len(), raw));
+            }
+            other => others.push((position, other)),
+        }
+    }
+    if merged.len() < 2 {
+        // Nothing to merge: put the lone get back and run everything side by side.
+        let mut all = others;
+        for (position, range, raw) in merged {
+            let request = Request::Get {
+                keys: merged_keys[range].to_vec(),
+                with_cas: false,
+            };
+            all.push((position, Work::Forward(request, raw)));
+        }
+        all.sort_by_key(|(position, _)| *position);
+        return join_all(all.into_iter().map(|(_, work)| run_one(shared, work))).await;
+    }
+    let total = merged.len() + others.len();
+    let merged_reads = async {
+        // Per-key outcomes: a backend failure only fails the requests that needed it.
+        let outcomes = shared
+            .pool
+            .multiget_each(&merged_keys, MultigetKind::Get)
+            .await;
+        merged
+            .iter()
+            .map(|(position, range, _)| {
+                let mine = &outcomes[range.clone()];
+                let reply = match mine.iter().find_map(|outcome| outcome.as_ref().err()) {
+                    Some(error) => server_error(shared, error),
+                    None => {
+                        let items: Vec<Option<ValueItem>> = mine
+                            .iter()
+                            .map(|outcome| outcome.as_ref().ok().cloned().flatten())
+                            .collect();
+                        values_reply(&items)
+                    }
+                };
+                (*position, reply)
+            })
+            .collect::<Vec<_>>()
+    };
+    let positions: Vec<usize> = others.iter().map(|(position, _)| *position).collect();
+    let other_reads = join_all(others.into_iter().map(|(_, work)| run_one(shared, work)));
+    let (merged_replies, other_replies) =
+        futures_util::future::join(merged_reads, other_reads).await;
+    let mut replies: Vec<Bytes> = vec![Bytes::new(); total];
+    for (position, reply) in merged_replies {
+        replies[position] = reply;
+    }
+    for (position, reply) in positions.into_iter().zip(other_replies) {
+        replies[position] = reply;
+    }
+    replies
 }
 
 async fn run_one(shared: &Shared, work: Work) -> Bytes {
@@ -355,18 +426,21 @@ async fn execute(shared: &Shared, request: Request, raw: Bytes) -> Bytes {
 
 async fn multiget(shared: &Shared, keys: &[Bytes], kind: MultigetKind) -> Bytes {
     match shared.pool.multiget(keys, kind).await {
-        Ok(items) => {
-            let size: usize = items.iter().flatten().map(|item| item.item.len()).sum();
-            if size == 0 {
-                return Bytes::from_static(b"END\r\n");
-            }
-            let mut out = Vec::with_capacity(size + 5);
-            for item in items.iter().flatten() {
-                out.extend_from_slice(&item.item);
-            }
-            out.extend_from_slice(b"END\r\n");
-            Bytes::from(out)
-        }
+        Ok(items) => values_reply(&items),
         Err(error) => server_error(shared, &error),
     }
+}
+
+/// `VALUE … END` for the found items, in order.
+fn values_reply(items: &[Option<ValueItem>]) -> Bytes {
+    let size: usize = items.iter().flatten().map(|item| item.item.len()).sum();
+    if size == 0 {
+        return Bytes::from_static(b"END\r\n");
+    }
+    let mut out = Vec::with_capacity(size + 5);
+    for item in items.iter().flatten() {
+        out.extend_from_slice(&item.item);
+    }
+    out.extend_from_slice(b"END\r\n");
+    Bytes::from(out)
 }

@@ -54,6 +54,9 @@ const SCRIPTS: &[&[u8]] = &[
     b"ms ms1 2\r\nhi\r\nmg ms1 v\r\nmd ms1\r\nmd ms1 q\r\nmg ms1 v\r\nma cnt N0 J13\r\nma cnt\r\n",
     b"set g 0 0 1\r\nx\r\ngat 100 g nope\r\n",
     b"version\r\nverbosity 1\r\n",
+    // Pipelined reads are merged into one planned multiget by the proxy; every client
+    // request must still get exactly its own reply.
+    b"set a 1 0 1\r\nA\r\nset b 2 0 2\r\nBB\r\nget a\r\nget b\r\nget a b zz\r\nget zz\r\ngets a\r\nget b a a\r\nmg a v\r\nget b\r\n",
     // Bad input: answered by the proxy exactly as memcached would.
     b"bogus\r\n",
     b"get\r\n",

@@ -293,3 +293,61 @@ fn no_reply_ever_carries_another_keys_value_under_faults() {
     assert!(good > 10, "only {good} good replies");
     assert!(errors > 0, "the kill should have produced SERVER_ERRORs");
 }
+
+/// Pipelined gets (merged by the proxy into one multiget) while a backend is dead: each
+/// request's reply is in its place, either its own values or a SERVER_ERROR line.
+#[test]
+fn pipelined_gets_keep_their_own_replies_when_a_backend_dies() {
+    if !require_binary("memcached") {
+        return;
+    }
+    let mut harness = start(Options {
+        timeout_ms: TIMEOUT_MS,
+        ..Options::default()
+    });
+    let names = keys("pipe", 60);
+    store(&harness, &names);
+    for round in 0..2 {
+        if round == 1 {
+            harness.backends[1].kill();
+        }
+        let groups: Vec<&[String]> = names.chunks(7).collect();
+        let mut request = Vec::new();
+        for group in &groups {
+            request.extend(format!("get {}\r\n", group.join(" ")).into_bytes());
+        }
+        let mut stream = connect(harness.address);
+        let reply = exchange(&mut stream, &request);
+        // Cut the reply into one piece per request: END or SERVER_ERROR lines end a piece.
+        let text = String::from_utf8(reply).expect("utf8");
+        let mut pieces: Vec<String> = Vec::new();
+        let mut current = String::new();
+        for line in text.split_inclusive("\r\n") {
+            current.push_str(line);
+            if line == "END\r\n" || line.starts_with("SERVER_ERROR ") {
+                pieces.push(std::mem::take(&mut current));
+            }
+        }
+        assert!(current.is_empty(), "trailing bytes {current:?}");
+        assert_eq!(
+            pieces.len(),
+            groups.len(),
+            "round {round}: one reply per request"
+        );
+        for (piece, group) in pieces.iter().zip(&groups) {
+            if round == 1 && is_server_error(piece.as_bytes()) {
+                assert!(
+                    group.iter().any(|key| owner(&harness, key) == 1),
+                    "needless error"
+                );
+                continue;
+            }
+            let values = parse_values(piece.as_bytes()).expect("values");
+            let expected: Vec<(String, Vec<u8>)> = group
+                .iter()
+                .map(|key| (key.clone(), value_for(key).into_bytes()))
+                .collect();
+            assert_eq!(values, expected, "round {round}");
+        }
+    }
+}
