@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tailtrim serve vs memcached 1.6.18, same flags (-t 2 -m 256), ETC workload,
 # interleaved A B A B over ROUNDS rounds at each rate; one JSON per run in
-# side-by-side/, summary (medians) printed by summarize.py.
+# side-by-side/, summary (medians) printed by summarize.py. The null-server
+# floor of the bench's own path is measured next to each memcached run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ -n "${SKIP_BUILD:-}" ] || cargo build --release -p tailtrim-cli
@@ -24,8 +25,12 @@ for round in $(seq 1 "$ROUNDS"); do
         for system in memcached:22122 tailtrim:22133; do
             name=${system%%:*}
             port=${system##*:}
+            floor=()
+            # The memcached arm also measures the floor (same load against a
+            # null server in the same invocation), reported as "floor".
+            [ "$name" = memcached ] && floor=(--floor)
             "$BENCH" bench -s "127.0.0.1:$port" --workload etc --no-preload -q \
-                --rate "$rate" --duration 10 --seed "$round" \
+                --rate "$rate" --duration 10 --seed "$round" "${floor[@]}" \
                 --json "$OUT/$name-$rate-$round.json"
         done
     done

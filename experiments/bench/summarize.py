@@ -8,7 +8,10 @@ import sys
 runs = {}
 for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
     name, rate, _round = os.path.basename(path)[:-5].split("-")
-    runs.setdefault((int(rate), name), []).append(json.load(open(path)))
+    report = json.load(open(path))
+    runs.setdefault((int(rate), name), []).append(report)
+    if report.get("floor"):
+        runs.setdefault((int(rate), "floor"), []).append(report["floor"])
 print(f"{'rate':>7} {'system':<10} {'runs':>4} {'achieved':>9} {'p50_us':>8} {'p99_us':>9} {'p999_us':>9} {'errors':>6}")
 for (rate, name), reports in sorted(runs.items()):
     median = lambda key: statistics.median(r["classes"]["all"][key] for r in reports)

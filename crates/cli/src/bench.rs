@@ -97,6 +97,10 @@ struct Flags {
     /// Write the results as JSON.
     #[arg(long, value_name = "PATH")]
     json: Option<PathBuf>,
+    /// Do not run: read a JSON written by --json (one run or a sweep) and
+    /// redraw its plots into --plot DIR.
+    #[arg(long, value_name = "PATH", requires = "plot")]
+    from_json: Option<PathBuf>,
     /// Write SVG and PNG plots into this directory.
     #[arg(long, value_name = "DIR")]
     plot: Option<PathBuf>,
@@ -210,6 +214,9 @@ fn progress_bar(enabled: bool, length: u64, label: &str) -> Option<ProgressBar> 
 /// Runs `tailtrim bench`.
 pub fn run(args: Args) -> Result<ExitCode, String> {
     let args = *args.flags;
+    if let (Some(path), Some(directory)) = (&args.from_json, &args.plot) {
+        return replot(path, directory);
+    }
     let spec = workload_from(&args)?;
     if args.print_workload {
         print!("{}", spec.to_toml().map_err(|error| error.to_string())?);
@@ -362,6 +369,28 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     if let Some(path) = &args.json {
         std::fs::write(path, json + "\n")
             .map_err(|error| format!("writing {}: {error}", path.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Redraws the plots of a saved run or sweep.
+fn replot(path: &std::path::Path, directory: &std::path::Path) -> Result<ExitCode, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| format!("reading {}: {error}", path.display()))?;
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|error| format!("parsing {}: {error}", path.display()))?;
+    let written = if value.get("curve").is_some() {
+        let sweep: tailtrim_bench::SweepReport =
+            serde_json::from_value(value).map_err(|error| error.to_string())?;
+        plot_sweep(&sweep, directory)
+    } else {
+        let report: tailtrim_bench::RunReport =
+            serde_json::from_value(value).map_err(|error| error.to_string())?;
+        plot_run(&report, directory)
+    }
+    .map_err(|error| error.to_string())?;
+    for file in written {
+        println!("{}", file.display());
     }
     Ok(ExitCode::SUCCESS)
 }
