@@ -141,7 +141,7 @@ fn stalled_server_shows_up_as_queueing_from_the_scheduled_time() {
     let rate = 2_000.0;
     let mut config = RunConfig::new(&server.address, rate, Duration::from_secs(2));
     config.connections = 8;
-    config.max_in_flight = 4;
+    config.max_in_flight = 16;
     config.seed = 42;
     let output = run_detailed(&workload, &config, &mut |_| {})
         .unwrap_or_else(|error| panic!("run: {error}"));
@@ -166,15 +166,18 @@ fn stalled_server_shows_up_as_queueing_from_the_scheduled_time() {
         .histograms
         .get(Class::All)
         .count_between(100_000_000, u64::MAX);
-    // Every request scheduled in [stall start, stall end - 100 ms] waits > 100 ms.
+    // Every request scheduled in [stall start, stall end - 100 ms] waits > 100 ms
+    // (Poisson count, sd ≈ 5%). A few more can: requests caught just before
+    // the stall, and the backlog drained through the in-flight cap after it,
+    // which a loaded machine slows; hence the looser upper bound.
     let expected = rate * (stall_seconds - 0.1);
-    let relative = (above_100ms as f64 - expected).abs() / expected;
     assert!(
-        relative < 0.2,
+        above_100ms as f64 >= 0.8 * expected && above_100ms as f64 <= 1.6 * expected,
         "{above_100ms} requests above 100 ms, expected about {expected:.0}"
     );
-    // A closed-loop generator could have at most connections * cap of them.
-    assert!(above_100ms > (config.connections * config.max_in_flight * 4) as u64);
+    // A closed-loop or send-time generator could have at most connections * cap.
+    assert!(above_100ms > (config.connections * config.max_in_flight * 2) as u64);
+    eprintln!("{above_100ms} requests above 100 ms, expected about {expected:.0}");
     // Queueing behind the in-flight cap is visible in the send lag.
     assert!(
         report.send_lag.max_us > 100_000.0,
