@@ -192,6 +192,9 @@ pub struct Runtime {
     udp: Vec<mio::net::UdpSocket>,
 }
 
+/// Class boundary for latency statistics of policies without a threshold.
+const STATS_CLASS_THRESHOLD: u64 = 16 * 1024;
+
 /// Tokens at and above this value name UDP sockets (index = token − base).
 const UDP_TOKEN_BASE: u64 = u64::MAX - 1 - 4096;
 
@@ -446,6 +449,28 @@ impl Runtime {
 
     fn threshold(&self) -> u64 {
         self.sizeaware.threshold.load(Ordering::Relaxed)
+    }
+
+    /// Size that separates the small and large latency classes in `stats`
+    /// for policies that do not classify requests themselves: the fixed
+    /// threshold if one was given, else 16 KiB, so the five systems' server-side
+    /// latencies can be compared class by class.
+    fn stats_threshold(&self) -> u64 {
+        self.fixed_threshold.unwrap_or(STATS_CLASS_THRESHOLD)
+    }
+
+    /// Clears the per-class latency histograms and counters (`stats reset`).
+    pub fn reset_stats(&self) {
+        self.latency.small.lock().reset();
+        self.latency.large.lock().reset();
+        for counter in [
+            &self.sizeaware.small_requests,
+            &self.sizeaware.large_requests,
+            &self.sizeaware.handoffs,
+            &self.steals,
+        ] {
+            counter.store(0, Ordering::Relaxed);
+        }
     }
 
     /// Reads and serves one ready connection. `receiving` is set when a large
@@ -719,8 +744,9 @@ impl Runtime {
             self.record_latency(large, parsed_at);
             return;
         }
+        let large = size > self.stats_threshold();
         self.complete(conn, seq, out, worker, FlushMode::Deferred);
-        self.record_latency(false, parsed_at);
+        self.record_latency(large, parsed_at);
     }
 
     /// Queues `job` behind the connection's in-flight request, or releases it.
@@ -790,10 +816,12 @@ impl Runtime {
                 parsed_at,
             } => {
                 let ctx = self.ctx(worker);
+                let declared = request.data_len();
                 let mut out = ReplyBuf::new();
                 let _ = execute(request, &frame, &ctx, &mut out);
+                let large = declared.unwrap_or(out.len()) as u64 > self.stats_threshold();
                 self.complete(&conn, seq, out, worker, FlushMode::NonBlocking);
-                self.record_latency(false, parsed_at);
+                self.record_latency(large, parsed_at);
                 self.finish(&conn);
                 if !conn.write.lock().out.is_empty() {
                     self.rearm(&conn);

@@ -137,6 +137,9 @@ pub fn stats_command(args: &[Bytes], ctx: &ExecContext<'_>, out: &mut ReplyBuf) 
             for counters in &ctx.shared.counters {
                 counters.reset();
             }
+            if let Some(runtime) = ctx.shared.runtime.get().and_then(|w| w.upgrade()) {
+                runtime.reset_stats();
+            }
             return reply::line(out, b"RESET");
         }
         Some(b"detail") => {
