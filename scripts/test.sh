@@ -122,6 +122,13 @@ for policy in size-aware early-binding stealing late-binding; do
 done
 unset TAILTRIM_SERVE_ARGS
 
+# The same client suites through `tailtrim proxy` in front of stock memcached (issue 5).
+server_bin="$TAILTRIM_BIN"
+export TAILTRIM_BIN="$repo/crates/proxy/scripts/proxy-as-server.sh"
+run_pytest "through the proxy"
+run_go "through the proxy"
+export TAILTRIM_BIN="$server_bin"
+
 echo
 if [ "${#failures[@]}" -gt 0 ]; then
     echo "failures:"
