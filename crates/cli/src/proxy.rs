@@ -11,7 +11,7 @@ use tailtrim_proxy::ProxyConfig;
 /// Arguments of `tailtrim proxy`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// TOML configuration file (sections [proxy] and [pool]).
+    /// TOML configuration file (sections `[proxy]` and `[pool]`).
     #[arg(short = 'c', long = "config", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Client listen address, e.g. 127.0.0.1:22122.

@@ -9,7 +9,7 @@ use tailtrim_server::config::{parse_size, DispatchPolicy, ServerConfig};
 #[derive(clap::Args, Debug)]
 #[command(about = "Run the memcached-compatible cache server")]
 pub struct Args {
-    /// TOML configuration file (sections [server], [storage], [workers]).
+    /// TOML configuration file (sections `[server]`, `[storage]`, `[workers]`, `[sizeaware]`).
     #[arg(long, value_name = "FILE")]
     config: Option<std::path::PathBuf>,
     /// Print the effective configuration as TOML and exit.

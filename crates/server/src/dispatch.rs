@@ -855,6 +855,13 @@ impl Runtime {
                 DispatchPolicy::SizeAware => {
                     let small = worker < self.sizeaware.small_workers.load(Ordering::Relaxed);
                     if small {
+                        if !self.large_workers_available() {
+                            // The split moved every worker to small: serve the large
+                            // jobs queued before it did, or they would be stranded.
+                            while let Ok(job) = self.queue.1.try_recv() {
+                                self.run_job(job, worker);
+                            }
+                        }
                         self.poll_and_serve(0, worker, &mut tokens, IDLE_WAIT_MS);
                     } else if let Ok(job) = self
                         .queue

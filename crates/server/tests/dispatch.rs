@@ -39,13 +39,17 @@ fn connect(handle: &ServerHandle) -> TcpStream {
 }
 
 fn read_exactly(stream: &mut TcpStream, len: usize) -> Vec<u8> {
+    read_exactly_for(stream, len, "")
+}
+
+fn read_exactly_for(stream: &mut TcpStream, len: usize, what: &str) -> Vec<u8> {
     let mut got = vec![0u8; len];
     let mut filled = 0;
     while filled < len {
         match stream.read(&mut got[filled..]) {
             Ok(0) => break,
             Ok(n) => filled += n,
-            Err(e) => panic!("read failed after {filled} of {len} bytes: {e}"),
+            Err(e) => panic!("{what}: read failed after {filled} of {len} bytes: {e}"),
         }
     }
     got.truncate(filled);
@@ -94,7 +98,7 @@ fn pipelined_order(policy: DispatchPolicy, threshold: u64) {
         expected.extend_from_slice(format!("VALUE s{i} 0 4\r\nv{i:03}\r\nEND\r\n").as_bytes());
     }
     conn.write_all(&request).expect("write");
-    let got = read_exactly(&mut conn, expected.len());
+    let got = read_exactly_for(&mut conn, expected.len(), &format!("{policy:?}"));
     assert_eq!(got.len(), expected.len(), "{policy:?}: short reply");
     if let Some(at) = got.iter().zip(&expected).position(|(a, b)| a != b) {
         panic!(
@@ -237,4 +241,33 @@ fn every_policy_serves_udp_with_split_replies() {
         assert_eq!(reply, expected, "{policy:?}");
         handle.shutdown();
     }
+}
+
+#[test]
+fn size_aware_split_change_strands_no_queued_large_job() {
+    let handle = server(DispatchPolicy::SizeAware, 10_000);
+    let mut conn = connect(&handle);
+    let big = vec![b'y'; 200_000];
+    conn.write_all(format!("set big 0 0 {}\r\n", big.len()).as_bytes())
+        .expect("write");
+    conn.write_all(&big).expect("write");
+    conn.write_all(b"\r\n").expect("write");
+    assert_eq!(read_exactly(&mut conn, 8), b"STORED\r\n");
+    // Queue many large sends, then move every worker to small while they wait.
+    conn.write_all(&b"get big\r\n".repeat(40)).expect("write");
+    std::thread::sleep(Duration::from_millis(20));
+    let runtime = handle
+        .shared()
+        .runtime
+        .get()
+        .and_then(|weak| weak.upgrade())
+        .expect("dispatch runtime");
+    runtime
+        .sizeaware
+        .small_workers
+        .store(3, std::sync::atomic::Ordering::Relaxed);
+    let one = "VALUE big 0 200000\r\n".len() + 200_000 + "\r\nEND\r\n".len();
+    let got = read_exactly_for(&mut conn, one * 40, "after the split change");
+    assert_eq!(got.len(), one * 40);
+    handle.shutdown();
 }
