@@ -123,12 +123,16 @@ fn load(args: &Args) -> Result<ServerConfig, String> {
 /// resident size over `-m`. Serve large allocations with mmap and trim
 /// eagerly, so RSS tracks the item memory (tests/memory.rs holds the bound).
 fn tune_allocator() {
-    const THRESHOLD: libc::c_int = 128 * 1024;
+    // Values above 32 KiB get their own mapping, returned to the kernel when
+    // the item is evicted; a fixed threshold also stops glibc from raising it
+    // dynamically after the first large free.
+    const MMAP_THRESHOLD: libc::c_int = 32 * 1024;
+    const TRIM_THRESHOLD: libc::c_int = 128 * 1024;
     // SAFETY: mallopt only adjusts allocator parameters; called before the
     // server's threads start.
     unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, THRESHOLD);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, THRESHOLD);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD);
     }
 }
 

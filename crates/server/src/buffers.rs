@@ -11,18 +11,29 @@
 
 use bytes::{Bytes, BytesMut};
 use tailtrim_proto::request::declared_total;
+use tailtrim_proto::split_line;
 
 /// Values at least this large are received into their own buffer and stored
 /// without copying; smaller ones are copied.
 pub const OWN_BUFFER_MIN: usize = 64 * 1024;
 
-/// How many bytes the next `read` may take, preparing an exactly-sized
-/// buffer when a large storage request is in progress.
+/// How many bytes the next `read` may take. Zero means "stop reading and
+/// process first": the buffer already starts with a complete request.
+/// Reading one chunk at a time, then processing, keeps a large value at the
+/// front of the buffer when its header arrives; it is then received into a
+/// buffer of exactly its size, so the stored value pins nothing else (reading
+/// on would append it to a shared, growing buffer that it would pin whole).
 pub fn next_read_room(input: &mut BytesMut, default_room: usize) -> usize {
-    let Some(total) = declared_total(input) else {
-        return default_room;
+    let total = match declared_total(input) {
+        Some(total) => total,
+        // A complete line that is not a storage command: process it first.
+        None if split_line(input).is_some() => return 0,
+        None => return default_room,
     };
-    if total < OWN_BUFFER_MIN || input.len() >= total {
+    if input.len() >= total {
+        return 0;
+    }
+    if total < OWN_BUFFER_MIN {
         return default_room;
     }
     if input.capacity() < total || input.capacity() > total + 4096 {
@@ -60,11 +71,25 @@ mod tests {
     }
 
     #[test]
+    fn complete_large_request_stops_reading() {
+        let header = b"set big 0 0 70000\r\n";
+        let mut input = BytesMut::new();
+        input.extend_from_slice(header);
+        input.extend_from_slice(&[b'x'; 70_000]);
+        input.extend_from_slice(b"\r\n");
+        assert_eq!(next_read_room(&mut input, 4096), 0);
+    }
+
+    #[test]
     fn small_requests_keep_default_room() {
         let mut input = BytesMut::from(&b"set k 0 0 5\r\nhe"[..]);
         assert_eq!(next_read_room(&mut input, 1234), 1234);
         let mut empty = BytesMut::new();
         assert_eq!(next_read_room(&mut empty, 99), 99);
+        let mut partial_line = BytesMut::from(&b"get ab"[..]);
+        assert_eq!(next_read_room(&mut partial_line, 99), 99);
+        let mut complete_get = BytesMut::from(&b"get a\r\nget b"[..]);
+        assert_eq!(next_read_room(&mut complete_get, 99), 0);
     }
 
     #[test]

@@ -79,6 +79,8 @@ struct ExecQueue {
 #[derive(Default)]
 struct ReadSide {
     input: BytesMut,
+    /// The last read stopped to let complete requests be processed first.
+    more_pending: bool,
     swallow: usize,
     next_seq: u64,
     eof: bool,
@@ -493,38 +495,47 @@ impl Runtime {
             return;
         }
         let ctx = self.ctx(worker);
-        let eof = match self.read_some(conn, &mut read, worker, receiving) {
-            Ok(eof) => eof,
-            Err(_) => {
+        loop {
+            let eof = match self.read_some(conn, &mut read, worker, receiving) {
+                Ok(eof) => eof,
+                Err(_) => {
+                    drop(read);
+                    self.close(conn);
+                    return;
+                }
+            };
+            match self.process(conn, &mut read, worker, &ctx, receiving) {
+                Next::HandedOff => return, // the large worker owns reading now
+                Next::Closed => return,
+                Next::Continue => {}
+            }
+            if eof {
+                read.eof = true;
+                let mut write = conn.write.lock();
+                let last = read.next_seq;
+                if write.base >= last {
+                    drop(write);
+                    drop(read);
+                    // A half-closed client still reads: answer it, then close.
+                    self.flush(conn, worker, true);
+                    self.close(conn);
+                } else {
+                    write.close_after_seq = Some(last.saturating_sub(1));
+                }
+                return;
+            }
+            if read.input.len() >= self.max_buffer {
                 drop(read);
                 self.close(conn);
                 return;
             }
-        };
-        match self.process(conn, &mut read, worker, &ctx, receiving) {
-            Next::HandedOff => return, // the large worker owns reading now
-            Next::Closed => return,
-            Next::Continue => {}
-        }
-        if eof {
-            read.eof = true;
-            let mut write = conn.write.lock();
-            let last = read.next_seq;
-            if write.base >= last {
-                drop(write);
-                drop(read);
-                // A half-closed client still reads: answer it, then close.
-                self.flush(conn, worker, true);
-                self.close(conn);
-            } else {
-                write.close_after_seq = Some(last.saturating_sub(1));
+            // Keep going while reads stopped early to process; stop when the
+            // socket is drained or output must drain first.
+            let output_full = conn.write.lock().out.len() > OUTPUT_HIGH_WATER;
+            if !read.more_pending || output_full {
+                break;
             }
-            return;
-        }
-        if read.input.len() >= self.max_buffer {
-            drop(read);
-            self.close(conn);
-            return;
+            self.flush(conn, worker, false);
         }
         // Level-triggered one-shot: re-arming reports anything still unread.
         drop(read);
@@ -542,6 +553,7 @@ impl Runtime {
         receiving: bool,
     ) -> io::Result<bool> {
         let deadline = Instant::now() + Duration::from_millis(LARGE_IO_TIMEOUT_MS as u64);
+        read.more_pending = false;
         loop {
             if read.input.len() >= self.max_buffer {
                 return Ok(false);
@@ -550,6 +562,11 @@ impl Runtime {
                 let default_room = (self.max_buffer - read.input.len()).min(READ_CHUNK);
                 crate::buffers::next_read_room(&mut read.input, default_room)
             };
+            if room == 0 {
+                // Complete requests are buffered: process them first.
+                read.more_pending = true;
+                return Ok(false);
+            }
             read.input.reserve(room);
             let spare = &mut read.input.spare_capacity_mut()[..room];
             // SAFETY: a socket read only writes into the buffer; we keep

@@ -272,6 +272,11 @@ fn read_available(
             let default_room = (max_buffer - conn.input.len()).min(READ_CHUNK);
             crate::buffers::next_read_room(&mut conn.input, default_room)
         };
+        if room == 0 {
+            // Complete requests are buffered: process them first.
+            conn.socket_may_have_more = true;
+            return Ok(false);
+        }
         conn.input.reserve(room);
         let spare = &mut conn.input.spare_capacity_mut()[..room];
         // SAFETY: `read` on a socket only writes into the slice (the kernel
