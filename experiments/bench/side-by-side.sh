@@ -15,7 +15,7 @@ memcached -p 22122 -U 0 -t 2 -m 256 -u "$(id -un)" &
 MEMCACHED=$!
 "$BENCH" serve -p 22133 -U 0 -t 2 -m 256 &
 TAILTRIM=$!
-trap 'kill $MEMCACHED $TAILTRIM' EXIT
+trap 'kill $MEMCACHED $TAILTRIM; wait 2>/dev/null || true' EXIT
 sleep 1
 for port in 22122 22133; do
     "$BENCH" bench -s "127.0.0.1:$port" --workload etc --preload-only -q

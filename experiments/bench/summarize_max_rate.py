@@ -1,6 +1,7 @@
 """Per rate and thread count: median achieved/target, p50/p99 and bench CPU
 over the repeats of max-rate.sh, and the highest rate R such that every swept
-rate up to R has a median achieved rate within 1% of its target.  Usage: summarize_max_rate.py DIR."""
+rate up to R has a median achieved rate within 1% of its target.
+Usage: summarize_max_rate.py DIR [NAME...] (file prefixes, default max-rate)."""
 import glob
 import json
 import os
@@ -8,8 +9,10 @@ import statistics
 import sys
 
 points = {}
-for path in sorted(glob.glob(os.path.join(sys.argv[1], "max-rate-t*-r*.json"))):
-    threads = int(os.path.basename(path).split("-")[2][1:])
+names = sys.argv[2:] or ["max-rate"]
+paths = [p for name in names for p in glob.glob(os.path.join(sys.argv[1], f"{name}-t*-r*.json"))]
+for path in sorted(paths):
+    threads = int(os.path.basename(path).rsplit("-", 2)[1][1:])
     for point in json.load(open(path))["points"]:
         points.setdefault((threads, int(point["target_rps"])), []).append(point)
 print(f"{'threads':>7} {'target':>7} {'runs':>4} {'achieved/target':>15} {'worst':>7} "
