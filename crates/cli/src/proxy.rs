@@ -20,7 +20,7 @@ pub struct Args {
     /// Admin (Prometheus /metrics) listen address; "off" disables it.
     #[arg(long = "admin", value_name = "ADDR")]
     pub admin: Option<String>,
-    /// Backends, comma separated, twemproxy syntax: host:port[:weight] [name].
+    /// Backends, comma separated, twemproxy syntax: `host:port[:weight] [name]`.
     #[arg(
         short = 's',
         long = "servers",

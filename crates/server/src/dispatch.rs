@@ -507,6 +507,16 @@ impl Runtime {
             match self.process(conn, &mut read, worker, &ctx, receiving) {
                 Next::HandedOff => return, // the large worker owns reading now
                 Next::Closed => return,
+                Next::OutputFull => {
+                    // Buffered requests wait for output to drain; no socket
+                    // event will announce them, so come back here ourselves.
+                    if self.flush(conn, worker, false)
+                        && conn.write.lock().out.len() > OUTPUT_HIGH_WATER
+                    {
+                        break; // re-armed with EPOLLOUT below
+                    }
+                    continue;
+                }
                 Next::Continue => {}
             }
             if eof {
@@ -643,7 +653,7 @@ impl Runtime {
                 }
             }
             if conn.write.lock().out.len() > OUTPUT_HIGH_WATER {
-                return Next::Continue;
+                return Next::OutputFull;
             }
             if !receiving
                 && self.policy == DispatchPolicy::SizeAware
@@ -1084,8 +1094,13 @@ impl Runtime {
 }
 
 enum Next {
+    /// Everything complete was processed; the rest needs more input.
     Continue,
+    /// Stopped because too much output is pending; requests may remain.
+    OutputFull,
+    /// A large worker took the connection over.
     HandedOff,
+    /// The connection is closing.
     Closed,
 }
 

@@ -317,7 +317,10 @@ fn process(conn: &mut Connection, ctx: &ExecContext<'_>, limits: &Limits) {
             }
         }
         if conn.output.len() > OUTPUT_HIGH_WATER {
+            // Complete requests may still be buffered: once output drains,
+            // the serve loop must come back for them (no socket event will).
             conn.output_blocked = true;
+            conn.socket_may_have_more = true;
             return;
         }
         if conn.input.is_empty() {
