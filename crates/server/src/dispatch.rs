@@ -21,7 +21,7 @@
 //! connection always get their replies in order.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, IoSlice, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -67,13 +67,29 @@ pub struct Conn {
     closed: AtomicBool,
 }
 
-/// Requests of one connection execute one at a time, in order, even when
-/// they run on different workers (early and late binding): the next is
-/// released when the previous completes.
+/// Execution order of one connection's requests when they run on other
+/// workers (early and late binding).
+///
+/// Late binding runs them one at a time (any idle worker may take the next,
+/// so two requests for one key could otherwise race). Early binding lets
+/// single-key requests run side by side on their keys' workers: requests for
+/// one key go to one worker's FIFO, so they still execute in order, and
+/// replies are sequenced anyway. Everything else (multi-key gets, keyless
+/// commands, error replies) is a *barrier*: it waits for every earlier
+/// request and runs alone.
 #[derive(Default)]
 struct ExecQueue {
-    busy: bool,
-    pending: VecDeque<(usize, Job)>,
+    /// Requests released to a worker and not yet finished.
+    in_flight: usize,
+    /// The request in flight is a barrier.
+    barrier: bool,
+    pending: VecDeque<PendingJob>,
+}
+
+struct PendingJob {
+    target: usize,
+    job: Job,
+    barrier: bool,
 }
 
 #[derive(Default)]
@@ -84,6 +100,8 @@ struct ReadSide {
     swallow: usize,
     next_seq: u64,
     eof: bool,
+    /// Kernel receive time (realtime ns) of the oldest unprocessed input.
+    arrived_ns: u64,
 }
 
 #[derive(Default)]
@@ -112,14 +130,14 @@ enum Job {
         seq: u64,
         request: Request,
         frame: Bytes,
-        parsed_at: Instant,
+        arrived_at: Instant,
     },
     /// Send an already composed large reply (size-aware).
     Send {
         conn: Arc<Conn>,
         seq: u64,
         reply: ReplyBuf,
-        parsed_at: Instant,
+        arrived_at: Instant,
     },
     /// Receive the rest of a large value and keep reading the connection (size-aware).
     Receive { conn: Arc<Conn> },
@@ -150,7 +168,8 @@ pub struct SizeAwareState {
     pub last_decision: Mutex<Vec<(&'static str, String)>>,
 }
 
-/// Per-class server-side latency (µs), recorded from parse to reply queued.
+/// Per-class server-side latency (µs), recorded from the kernel's receipt of
+/// the request's bytes ([`crate::rxtime`]) to its reply queued for writing.
 pub struct ClassLatency {
     /// Small requests.
     pub small: Mutex<hdrhistogram::Histogram<u64>>,
@@ -291,6 +310,8 @@ impl Runtime {
         // SAFETY: the descriptor comes straight from the mio stream we own.
         let stream = unsafe { TcpStream::from_raw_fd(stream.into_raw_fd()) };
         let _ = stream.set_nodelay(true);
+        // Latency is measured from kernel receipt; without it, from the read.
+        let _ = crate::rxtime::enable(stream.as_raw_fd());
         if stream.set_nonblocking(true).is_err() {
             self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
             return;
@@ -584,9 +605,13 @@ impl Runtime {
             let target = unsafe {
                 std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<u8>(), spare.len())
             };
-            match (&conn.stream).read(target) {
-                Ok(0) => return Ok(true),
-                Ok(n) => {
+            let was_empty = read.input.is_empty();
+            match crate::rxtime::recv_with_arrival(conn.fd(), target) {
+                Ok((0, _)) => return Ok(true),
+                Ok((n, arrival)) => {
+                    if was_empty || read.arrived_ns == 0 {
+                        read.arrived_ns = arrival.unwrap_or_else(crate::rxtime::realtime_now_ns);
+                    }
                     let len = read.input.len();
                     // SAFETY: `read` initialised these `n` bytes.
                     unsafe { read.input.set_len(len + n) };
@@ -670,7 +695,7 @@ impl Runtime {
             if read.input.is_empty() {
                 return Next::Continue;
             }
-            let parsed_at = Instant::now();
+            let arrived_at = arrival_instant(read.arrived_ns);
             match parse_request(&read.input, &self.limits) {
                 Parsed::Incomplete => return Next::Continue,
                 Parsed::Invalid { error, consumed } => {
@@ -692,7 +717,7 @@ impl Runtime {
                             seq,
                             error,
                         };
-                        self.submit(conn, worker, job);
+                        self.submit(conn, worker, job, true, worker);
                     } else {
                         self.reject(conn, seq, &error, worker, ctx, FlushMode::Deferred);
                     }
@@ -705,7 +730,7 @@ impl Runtime {
                     if is_quit {
                         conn.write.lock().close_after_seq = Some(seq);
                     }
-                    self.route(conn, seq, value, frame, worker, ctx, receiving, parsed_at);
+                    self.route(conn, seq, value, frame, worker, ctx, receiving, arrived_at);
                     if is_quit {
                         return Next::Closed;
                     }
@@ -724,25 +749,26 @@ impl Runtime {
         worker: usize,
         ctx: &ExecContext<'_>,
         receiving: bool,
-        parsed_at: Instant,
+        arrived_at: Instant,
     ) {
         if matches!(
             self.policy,
             DispatchPolicy::EarlyBinding | DispatchPolicy::LateBinding
         ) {
-            let target = request
-                .keys()
+            let keys = request.keys();
+            let target = keys
                 .first()
                 .map(|k| key_worker(k, self.workers))
                 .unwrap_or(worker);
+            let barrier = self.policy == DispatchPolicy::LateBinding || keys.len() != 1;
             let job = Job::Execute {
                 conn: Arc::clone(conn),
                 seq,
                 request,
                 frame,
-                parsed_at,
+                arrived_at,
             };
-            self.submit(conn, target, job);
+            self.submit(conn, target, job, barrier, worker);
             return;
         }
         let declared = request.data_len();
@@ -758,7 +784,7 @@ impl Runtime {
                     conn: Arc::clone(conn),
                     seq,
                     reply: out,
-                    parsed_at,
+                    arrived_at,
                 });
                 return;
             }
@@ -768,35 +794,69 @@ impl Runtime {
                 FlushMode::Deferred
             };
             self.complete(conn, seq, out, worker, mode);
-            self.record_latency(large, parsed_at);
+            self.record_latency(large, arrived_at);
             return;
         }
         let large = size > self.stats_threshold();
         self.complete(conn, seq, out, worker, FlushMode::Deferred);
-        self.record_latency(large, parsed_at);
+        self.record_latency(large, arrived_at);
     }
 
-    /// Queues `job` behind the connection's in-flight request, or releases it.
-    fn submit(&self, conn: &Arc<Conn>, target: usize, job: Job) {
+    /// Releases `job` to worker `target` now, or queues it behind the
+    /// connection's earlier requests ([`ExecQueue`] says which). `reader` is
+    /// the worker calling: early binding runs a request whose key it owns in
+    /// place when nothing else of the connection is outstanding (the NIC would
+    /// have steered it there; no hand-off).
+    fn submit(&self, conn: &Arc<Conn>, target: usize, job: Job, barrier: bool, reader: usize) {
         let mut queue = conn.exec.lock();
-        if queue.busy {
-            queue.pending.push_back((target, job));
+        let runnable =
+            queue.pending.is_empty() && !queue.barrier && (!barrier || queue.in_flight == 0);
+        if !runnable {
+            queue.pending.push_back(PendingJob {
+                target,
+                job,
+                barrier,
+            });
             return;
         }
-        queue.busy = true;
+        let alone = queue.in_flight == 0;
+        queue.in_flight += 1;
+        queue.barrier = barrier;
         drop(queue);
-        self.release(target, job);
+        if self.policy == DispatchPolicy::EarlyBinding && target == reader && alone {
+            self.run_inline(job, reader);
+        } else {
+            self.release(target, job);
+        }
     }
 
-    /// Releases the connection's next request once the previous completed.
+    /// Marks one of the connection's requests finished and releases what may
+    /// run now.
     fn finish(&self, conn: &Arc<Conn>) {
-        let mut queue = conn.exec.lock();
-        match queue.pending.pop_front() {
-            Some((target, job)) => {
-                drop(queue);
-                self.release(target, job);
+        let mut ready = Vec::new();
+        {
+            let mut queue = conn.exec.lock();
+            queue.in_flight = queue.in_flight.saturating_sub(1);
+            if queue.in_flight == 0 {
+                queue.barrier = false;
             }
-            None => queue.busy = false,
+            while !queue.barrier {
+                let Some(front) = queue.pending.front() else {
+                    break;
+                };
+                if front.barrier && queue.in_flight > 0 {
+                    break;
+                }
+                let Some(next) = queue.pending.pop_front() else {
+                    break;
+                };
+                queue.in_flight += 1;
+                queue.barrier = next.barrier;
+                ready.push(next);
+            }
+        }
+        for next in ready {
+            self.release(next.target, next.job);
         }
     }
 
@@ -840,7 +900,7 @@ impl Runtime {
                 seq,
                 request,
                 frame,
-                parsed_at,
+                arrived_at,
             } => {
                 let ctx = self.ctx(worker);
                 let declared = request.data_len();
@@ -848,7 +908,7 @@ impl Runtime {
                 let _ = execute(request, &frame, &ctx, &mut out);
                 let large = declared.unwrap_or(out.len()) as u64 > self.stats_threshold();
                 self.complete(&conn, seq, out, worker, FlushMode::NonBlocking);
-                self.record_latency(large, parsed_at);
+                self.record_latency(large, arrived_at);
                 self.finish(&conn);
                 if !conn.write.lock().out.is_empty() {
                     self.rearm(&conn);
@@ -858,10 +918,10 @@ impl Runtime {
                 conn,
                 seq,
                 reply,
-                parsed_at,
+                arrived_at,
             } => {
                 self.complete(&conn, seq, reply, worker, FlushMode::Blocking);
-                self.record_latency(true, parsed_at);
+                self.record_latency(true, arrived_at);
             }
             Job::Receive { conn } => {
                 self.serve_conn(&conn, worker, true);
@@ -871,6 +931,30 @@ impl Runtime {
                 self.reject(&conn, seq, &error, worker, &ctx, FlushMode::NonBlocking);
                 self.finish(&conn);
             }
+        }
+    }
+
+    /// Runs an early-binding request on the worker that read it. The reader
+    /// flushes and re-arms after its batch.
+    fn run_inline(&self, job: Job, worker: usize) {
+        match job {
+            Job::Execute {
+                conn,
+                seq,
+                request,
+                frame,
+                arrived_at,
+            } => {
+                let ctx = self.ctx(worker);
+                let declared = request.data_len();
+                let mut out = ReplyBuf::new();
+                let _ = execute(request, &frame, &ctx, &mut out);
+                let large = declared.unwrap_or(out.len()) as u64 > self.stats_threshold();
+                self.complete(&conn, seq, out, worker, FlushMode::Deferred);
+                self.record_latency(large, arrived_at);
+                self.finish(&conn);
+            }
+            other => self.run_job(other, worker),
         }
     }
 
@@ -1114,6 +1198,17 @@ enum FlushMode {
     NonBlocking,
     /// Wait for the socket (large workers do the costly send).
     Blocking,
+}
+
+/// The [`Instant`] at which the kernel received input stamped `arrived_ns`
+/// (realtime ns); now if unknown.
+fn arrival_instant(arrived_ns: u64) -> Instant {
+    let now = Instant::now();
+    if arrived_ns == 0 {
+        return now;
+    }
+    let waited = crate::rxtime::realtime_now_ns().saturating_sub(arrived_ns);
+    now.checked_sub(Duration::from_nanos(waited)).unwrap_or(now)
 }
 
 /// Early binding's partition function: the worker that owns `key`.

@@ -23,6 +23,7 @@ pub mod dispatch;
 pub mod epoll;
 pub mod exec;
 pub mod report;
+pub mod rxtime;
 pub mod shared;
 pub mod stats;
 pub mod worker;

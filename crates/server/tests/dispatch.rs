@@ -271,3 +271,68 @@ fn size_aware_split_change_strands_no_queued_large_job() {
     assert_eq!(got.len(), one * 40);
     handle.shutdown();
 }
+
+/// A pipeline of writes to many keys followed by multigets, `incr`s and a
+/// `flush_all`: every read must see every write before it, whichever workers
+/// the keys live on (early binding runs single-key requests side by side and
+/// makes multi-key and keyless commands wait for all earlier ones).
+#[test]
+fn every_policy_reads_its_own_writes_across_keys() {
+    for policy in POLICIES {
+        let handle = server(policy, 10_000);
+        let mut conn = connect(&handle);
+        let mut request = Vec::new();
+        let mut expected = Vec::new();
+        for round in 0..30 {
+            let keys: Vec<String> = (0..8).map(|k| format!("k{k}")).collect();
+            for (k, key) in keys.iter().enumerate() {
+                let value = format!("r{round:02}v{k}");
+                request.extend_from_slice(
+                    format!("set {key} 0 0 {}\r\n{value}\r\n", value.len()).as_bytes(),
+                );
+                expected.extend_from_slice(b"STORED\r\n");
+            }
+            request.extend_from_slice(format!("get {}\r\n", keys.join(" ")).as_bytes());
+            for (k, key) in keys.iter().enumerate() {
+                let value = format!("r{round:02}v{k}");
+                expected.extend_from_slice(
+                    format!("VALUE {key} 0 {}\r\n{value}\r\n", value.len()).as_bytes(),
+                );
+            }
+            expected.extend_from_slice(b"END\r\n");
+            request.extend_from_slice(format!("set n{round} 0 0 1\r\n5\r\n").as_bytes());
+            expected.extend_from_slice(b"STORED\r\n");
+            request.extend_from_slice(format!("incr n{round} 3\r\nget k0 n{round}\r\n").as_bytes());
+            expected.extend_from_slice(b"8\r\n");
+            let value = format!("r{round:02}v0");
+            expected.extend_from_slice(
+                format!(
+                    "VALUE k0 0 {}\r\n{value}\r\nVALUE n{round} 0 1\r\n8\r\nEND\r\n",
+                    value.len()
+                )
+                .as_bytes(),
+            );
+            if round % 10 == 9 {
+                request.extend_from_slice(b"flush_all\r\nget k1 k2 k3\r\n");
+                expected.extend_from_slice(b"OK\r\nEND\r\n");
+            }
+        }
+        conn.write_all(&request).expect("write");
+        let got = read_exactly_for(&mut conn, expected.len(), &format!("{policy:?}"));
+        if got != expected {
+            let at = got
+                .iter()
+                .zip(&expected)
+                .position(|(a, b)| a != b)
+                .unwrap_or(got.len().min(expected.len()));
+            panic!(
+                "{policy:?}: reply differs at byte {at}: got {:?} expected {:?}",
+                String::from_utf8_lossy(&got[at.saturating_sub(30)..(at + 40).min(got.len())]),
+                String::from_utf8_lossy(
+                    &expected[at.saturating_sub(30)..(at + 40).min(expected.len())]
+                )
+            );
+        }
+        handle.shutdown();
+    }
+}
