@@ -260,6 +260,30 @@ pub fn free_port() -> Result<u16, String> {
         .map_err(|error| format!("reading an ephemeral port: {error}"))
 }
 
+/// Sends one command and waits for the reply to end with `reply_end`.
+pub fn send_command(address: &str, command: &[u8], reply_end: &[u8]) -> Result<(), String> {
+    let mut stream =
+        TcpStream::connect(address).map_err(|error| format!("connecting to {address}: {error}"))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .map_err(|error| format!("setting a timeout on {address}: {error}"))?;
+    stream
+        .write_all(command)
+        .map_err(|error| format!("writing to {address}: {error}"))?;
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 256];
+    while !reply.ends_with(reply_end) {
+        let n = stream
+            .read(&mut buf)
+            .map_err(|error| format!("reading from {address}: {error}"))?;
+        if n == 0 {
+            return Err(format!("{address} closed before replying"));
+        }
+        reply.extend_from_slice(&buf[..n]);
+    }
+    Ok(())
+}
+
 /// Sends `stats [group]` to `address` and returns the `STAT name value`
 /// lines. A server that does not know the group answers with an error line:
 /// that gives an empty map.

@@ -161,6 +161,14 @@ fn system_from_name(name: &str, args: &Args) -> Result<System, String> {
         "pinned" => Program::Tailtrim { extra },
         "size-aware" | "early-binding" | "stealing" | "late-binding" => {
             extra.extend(["--dispatch".to_string(), name.to_string()]);
+            if name != "size-aware" {
+                // Only classifies their in-server latency statistics, at the
+                // bench's own small/large cut; their dispatch ignores it.
+                extra.extend([
+                    "--size-threshold".to_string(),
+                    tailtrim_bench::workload::DEFAULT_LARGE_THRESHOLD_BYTES.to_string(),
+                ]);
+            }
             if name == "size-aware" {
                 if let Some(threshold) = args.size_threshold {
                     extra.extend(["--size-threshold".to_string(), threshold.to_string()]);
@@ -297,6 +305,13 @@ pub struct Point {
     pub misses: u64,
     /// Median bench CPU percent.
     pub bench_cpu_percent: f64,
+    /// Median in-server small-request p99 (µs; tailtrim servers only: kernel
+    /// receipt to reply queued, from `stats sizeaware` reset before each run).
+    #[serde(default)]
+    pub server_small_p99_us: Option<f64>,
+    /// Median in-server large-request p99 (µs), as above.
+    #[serde(default)]
+    pub server_large_p99_us: Option<f64>,
     /// Small requests of every valid repeat pooled into one histogram (a
     /// stall in any repeat shows here, unlike in the medians).
     #[serde(default)]
@@ -334,6 +349,8 @@ impl Point {
             errors: valid.iter().map(|sample| sample.errors).sum(),
             misses: valid.iter().map(|sample| sample.misses).sum(),
             bench_cpu_percent: med(|sample| sample.bench_cpu_percent),
+            server_small_p99_us: server_median(&valid, "small_p99_us"),
+            server_large_p99_us: server_median(&valid, "large_p99_us"),
             pooled_small: ClassLatency::from(&ClassSummary::from_histogram(
                 pooled.get(Class::Small),
                 false,
@@ -346,6 +363,16 @@ impl Point {
             samples,
         }
     }
+}
+
+/// Median over the repeats of one `stats sizeaware` figure; `None` when no
+/// repeat reported it (memcached, the floor stub).
+fn server_median(samples: &[&Sample], stat: &str) -> Option<f64> {
+    let values: Vec<f64> = samples
+        .iter()
+        .filter_map(|sample| sample.server_stats.get(stat)?.parse::<f64>().ok())
+        .collect();
+    (!values.is_empty()).then(|| median(&values))
 }
 
 /// Results of one system over the sweep.
@@ -434,6 +461,21 @@ pub struct Summary {
     pub small_p99_at_knee_us: BTreeMap<String, f64>,
     /// Large p99 of every system at the knee (µs).
     pub large_p99_at_knee_us: BTreeMap<String, f64>,
+    /// In-server small p99 of every tailtrim system at the end-to-end knee (µs).
+    #[serde(default)]
+    pub server_small_p99_at_knee_us: BTreeMap<String, f64>,
+    /// In-server small p99: early binding / size-aware at the end-to-end knee.
+    #[serde(default)]
+    pub server_small_p99_ratio_at_knee: Option<f64>,
+    /// First target rate where early binding's in-server small p99 exceeds 1 ms.
+    #[serde(default)]
+    pub server_knee_rate_rps: Option<f64>,
+    /// In-server small p99 of every tailtrim system at the in-server knee (µs).
+    #[serde(default)]
+    pub server_small_p99_at_server_knee_us: BTreeMap<String, f64>,
+    /// In-server small p99: early binding / size-aware at the in-server knee.
+    #[serde(default)]
+    pub server_small_p99_ratio_at_server_knee: Option<f64>,
     /// Highest median achieved throughput of each system over the sweep.
     pub saturation_rps: BTreeMap<String, f64>,
     /// Size-aware saturation / early-binding saturation.
@@ -718,6 +760,9 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
                         ..Sample::default()
                     }
                 } else {
+                    if let Some(system) = systems.get(participant) {
+                        reset_tailtrim_stats(&system.program, &address);
+                    }
                     let outcome = run_detailed(run_workload, &config, &mut |progress| {
                         if let Some(bar) = &bar {
                             let elapsed = (progress.elapsed.as_millis() as u64).min(per_run_ms);
@@ -851,6 +896,14 @@ fn tailtrim_stats(program: &Program, address: &str) -> BTreeMap<String, String> 
     }
 }
 
+/// Clears a tailtrim server's per-class latency histograms so the `stats
+/// sizeaware` read after a run covers that run (and its warm-up) only.
+fn reset_tailtrim_stats(program: &Program, address: &str) {
+    if let Program::Tailtrim { .. } = program {
+        let _ = super::common::send_command(address, b"stats reset\r\n", b"RESET\r\n");
+    }
+}
+
 fn describe_sample(name: &str, sample: &Sample) -> String {
     match &sample.failure {
         Some(reason) => format!(
@@ -918,6 +971,9 @@ fn summarize(results: &MinosResults) -> Summary {
                         .insert(other.name.clone(), point.large_p99_us);
                 }
             }
+            summary.server_small_p99_at_knee_us = server_small_at(results, knee.target_rps);
+            summary.server_small_p99_ratio_at_knee =
+                ratio_early_to_size_aware(&summary.server_small_p99_at_knee_us);
             if let Some(point) = size_aware.and_then(|system| point_at(system, knee.target_rps)) {
                 summary.size_aware_small_p99_us = Some(point.small_p99_us);
                 if point.small_p99_us > 0.0 {
@@ -925,6 +981,16 @@ fn summarize(results: &MinosResults) -> Summary {
                 }
             }
         }
+    }
+    if let Some(knee) = early.and_then(|early| {
+        early.points.iter().find(|point| {
+            point.valid_repeats > 0 && point.server_small_p99_us.is_some_and(|p99| p99 > KNEE_US)
+        })
+    }) {
+        summary.server_knee_rate_rps = Some(knee.target_rps);
+        summary.server_small_p99_at_server_knee_us = server_small_at(results, knee.target_rps);
+        summary.server_small_p99_ratio_at_server_knee =
+            ratio_early_to_size_aware(&summary.server_small_p99_at_server_knee_us);
     }
     for system in &results.systems {
         let peak = system
@@ -963,6 +1029,24 @@ fn summarize(results: &MinosResults) -> Summary {
         }
     }
     summary
+}
+
+/// In-server small p99 of each system that reports one, at `rate`.
+fn server_small_at(results: &MinosResults, rate: f64) -> BTreeMap<String, f64> {
+    results
+        .systems
+        .iter()
+        .filter_map(|system| {
+            let p99 = point_at(system, rate)?.server_small_p99_us?;
+            Some((system.name.clone(), p99))
+        })
+        .collect()
+}
+
+fn ratio_early_to_size_aware(p99s: &BTreeMap<String, f64>) -> Option<f64> {
+    let early = p99s.get("early-binding")?;
+    let size_aware = p99s.get("size-aware")?;
+    (*size_aware > 0.0).then(|| early / size_aware)
 }
 
 fn optional(value: Option<f64>, decimals: usize) -> String {
@@ -1021,9 +1105,59 @@ fn markdown(results: &MinosResults) -> String {
     );
     let _ = writeln!(
         text,
-        "- noise floor (stub, all-request p99 at the lowest rate): {} µs\n",
+        "- noise floor (stub, all-request p99 at the lowest rate): {} µs",
         optional(summary.floor_p99_us, 0)
     );
+    let _ = writeln!(
+        text,
+        "- in-server small p99 (kernel receipt → reply queued) at that knee: {}; early / size-aware: {}",
+        p99_list(&summary.server_small_p99_at_knee_us),
+        optional(summary.server_small_p99_ratio_at_knee, 1)
+    );
+    let _ = writeln!(
+        text,
+        "- early binding's in-server small p99 first exceeds 1 ms at: {} rps: {}; early / size-aware: {}\n",
+        optional(summary.server_knee_rate_rps, 0),
+        p99_list(&summary.server_small_p99_at_server_knee_us),
+        optional(summary.server_small_p99_ratio_at_server_knee, 1)
+    );
+    let tailtrim_systems: Vec<&SystemResult> = results
+        .systems
+        .iter()
+        .filter(|system| {
+            system
+                .points
+                .iter()
+                .any(|point| point.server_small_p99_us.is_some())
+        })
+        .collect();
+    if !tailtrim_systems.is_empty() {
+        let _ = writeln!(
+            text,
+            "## In-server small / large p99 (µs, median over repeats; `stats sizeaware`)\n"
+        );
+        let names: Vec<&str> = tailtrim_systems
+            .iter()
+            .map(|system| system.name.as_str())
+            .collect();
+        let _ = writeln!(text, "| target rps | {} |", names.join(" | "));
+        let _ = writeln!(text, "|---:|{}", "---:|".repeat(names.len()));
+        for rate in &settings.rates {
+            let cells: Vec<String> = tailtrim_systems
+                .iter()
+                .map(|system| match point_at(system, *rate) {
+                    Some(point) => format!(
+                        "{} / {}",
+                        optional(point.server_small_p99_us, 0),
+                        optional(point.server_large_p99_us, 0)
+                    ),
+                    None => "n/a".to_string(),
+                })
+                .collect();
+            let _ = writeln!(text, "| {rate:.0} | {} |", cells.join(" | "));
+        }
+        let _ = writeln!(text);
+    }
     let _ = writeln!(
         text,
         "## Per rate (medians over repeats; latencies in µs)\n"
@@ -1075,6 +1209,16 @@ fn markdown(results: &MinosResults) -> String {
         }
     }
     text
+}
+
+fn p99_list(p99s: &BTreeMap<String, f64>) -> String {
+    if p99s.is_empty() {
+        return "n/a".to_string();
+    }
+    p99s.iter()
+        .map(|(name, p99)| format!("{name} {p99:.0} µs"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn cpu_text(cpus: &[usize]) -> String {
