@@ -42,6 +42,9 @@ pub struct Args {
     /// Port for Prometheus text metrics over HTTP (default 0, off).
     #[arg(long)]
     admin_port: Option<u16>,
+    /// Pin worker i to CPU LIST[i % len], e.g. `0-1` or `0,1` (default: not pinned).
+    #[arg(long, value_name = "LIST")]
+    pin_cpus: Option<String>,
     /// How requests reach workers (default pinned, memcached's model).
     #[arg(long, value_enum)]
     dispatch: Option<DispatchPolicy>,
@@ -98,6 +101,9 @@ fn load(args: &Args) -> Result<ServerConfig, String> {
     }
     if let Some(port) = args.admin_port {
         config.server.admin_port = port;
+    }
+    if let Some(list) = &args.pin_cpus {
+        config.workers.pin_cpus = tailtrim_server::affinity::parse_cpu_list(list)?;
     }
     if let Some(policy) = args.dispatch {
         config.workers.dispatch = policy;

@@ -139,6 +139,11 @@ pub struct WorkersSection {
     pub threads: usize,
     /// How requests reach workers (`--dispatch`).
     pub dispatch: DispatchPolicy,
+    /// CPUs to pin workers to (`--pin-cpus`): worker `i` runs on
+    /// `pin_cpus[i % len]`. Empty (the default): not pinned, the kernel
+    /// places threads. Other threads (acceptor, dispatcher, controller)
+    /// are never pinned.
+    pub pin_cpus: Vec<usize>,
 }
 
 impl Default for WorkersSection {
@@ -146,7 +151,15 @@ impl Default for WorkersSection {
         WorkersSection {
             threads: DEFAULT_THREADS,
             dispatch: DispatchPolicy::Pinned,
+            pin_cpus: Vec::new(),
         }
+    }
+}
+
+impl WorkersSection {
+    /// The CPU worker `worker` is pinned to, if pinning is configured.
+    pub fn cpu_of(&self, worker: usize) -> Option<usize> {
+        (!self.pin_cpus.is_empty()).then(|| self.pin_cpus[worker % self.pin_cpus.len()])
     }
 }
 

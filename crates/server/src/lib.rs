@@ -17,6 +17,7 @@
 //! model); [`config::DispatchPolicy`] is the seam where other policies plug in.
 //! Lock order and invariants: see `docs/server.md`.
 
+pub mod affinity;
 pub mod buffers;
 pub mod config;
 pub mod dispatch;
@@ -184,9 +185,11 @@ pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
             poll,
             udp,
         };
+        let cpu = config.workers.cpu_of(id);
         let thread = std::thread::Builder::new()
             .name(format!("worker-{id}"))
             .spawn(move || {
+                pin_worker(id, cpu);
                 if let Err(e) = worker::run(setup) {
                     eprintln!("tailtrim: worker {id} failed: {e}");
                     std::process::abort();
@@ -261,6 +264,16 @@ enum Handoff {
     Dispatch(Arc<dispatch::Runtime>),
 }
 
+/// Pins the calling worker thread to `cpu` (if configured); a CPU the
+/// process may not use is reported and the worker runs unpinned.
+fn pin_worker(id: usize, cpu: Option<usize>) {
+    if let Some(cpu) = cpu {
+        if let Err(error) = affinity::pin_current_thread(&[cpu]) {
+            eprintln!("tailtrim: worker {id} not pinned to CPU {cpu}: {error}");
+        }
+    }
+}
+
 /// Builds the dispatch runtime and spawns its threads.
 fn start_dispatch(
     shared: &Arc<Shared>,
@@ -280,10 +293,14 @@ fn start_dispatch(
     let _ = shared.runtime.set(Arc::downgrade(&runtime));
     for id in 0..config.workers.threads {
         let rt = Arc::clone(&runtime);
+        let cpu = config.workers.cpu_of(id);
         threads.push(
             std::thread::Builder::new()
                 .name(format!("worker-{id}"))
-                .spawn(move || rt.worker_loop(id))?,
+                .spawn(move || {
+                    pin_worker(id, cpu);
+                    rt.worker_loop(id)
+                })?,
         );
     }
     match config.workers.dispatch {

@@ -323,65 +323,8 @@ pub fn fetch_stats(address: &str, group: Option<&str>) -> Result<BTreeMap<String
     }
 }
 
-/// Parses a CPU list such as `1`, `0,1` or `0-3`.
-pub fn parse_cpu_list(text: &str) -> Result<Vec<usize>, String> {
-    let bad = || format!("bad CPU list {text:?} (expected e.g. 1, 0,1 or 0-3)");
-    let mut cpus = Vec::new();
-    for part in text
-        .split(',')
-        .map(str::trim)
-        .filter(|part| !part.is_empty())
-    {
-        match part.split_once('-') {
-            Some((first, last)) => {
-                let first: usize = first.trim().parse().map_err(|_| bad())?;
-                let last: usize = last.trim().parse().map_err(|_| bad())?;
-                if last < first {
-                    return Err(bad());
-                }
-                cpus.extend(first..=last);
-            }
-            None => cpus.push(part.parse().map_err(|_| bad())?),
-        }
-    }
-    cpus.sort_unstable();
-    cpus.dedup();
-    if cpus.is_empty() || cpus.iter().any(|cpu| *cpu >= libc::CPU_SETSIZE as usize) {
-        return Err(bad());
-    }
-    Ok(cpus)
-}
-
-fn cpu_set(cpus: &[usize]) -> libc::cpu_set_t {
-    // SAFETY: cpu_set_t is a plain bit array; all-zero is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for cpu in cpus {
-        // SAFETY: parse_cpu_list keeps every cpu below CPU_SETSIZE.
-        unsafe { libc::CPU_SET(*cpu, &mut set) };
-    }
-    set
-}
-
-fn set_affinity(task: libc::pid_t, cpus: &[usize]) -> Result<(), String> {
-    let set = cpu_set(cpus);
-    // SAFETY: `set` is a valid cpu_set_t of the size passed.
-    let result =
-        unsafe { libc::sched_setaffinity(task, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if result == 0 {
-        Ok(())
-    } else {
-        Err(format!(
-            "sched_setaffinity({task}, {cpus:?}): {}",
-            std::io::Error::last_os_error()
-        ))
-    }
-}
-
-/// Pins the calling thread to `cpus`; threads it spawns afterwards (the
-/// bench's I/O threads) inherit the mask.
-pub fn pin_current_thread(cpus: &[usize]) -> Result<(), String> {
-    set_affinity(0, cpus)
-}
+use tailtrim_server::affinity::set_affinity;
+pub use tailtrim_server::affinity::{parse_cpu_list, pin_current_thread};
 
 /// Sets the nice value of the calling thread; threads and processes it
 /// creates afterwards (bench I/O threads, servers) inherit it. Negative
@@ -614,7 +557,7 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 
 #[cfg(test)]
 mod tests {
-    use super::{civil_from_days, interleaved_order, median, parse_cpu_list, FloorStub};
+    use super::{civil_from_days, interleaved_order, median, FloorStub};
     use std::io::{Read, Write};
 
     #[test]
@@ -632,14 +575,6 @@ mod tests {
             order.sort_unstable();
             assert_eq!(order, vec![0, 1, 2, 3, 4]);
         }
-    }
-
-    #[test]
-    fn cpu_lists() {
-        assert_eq!(parse_cpu_list("1"), Ok(vec![1]));
-        assert_eq!(parse_cpu_list("0-2,1"), Ok(vec![0, 1, 2]));
-        assert!(parse_cpu_list("2-1").is_err());
-        assert!(parse_cpu_list("x").is_err());
     }
 
     #[test]
