@@ -893,7 +893,19 @@ impl Runtime {
         self.complete(conn, seq, out, worker, mode);
     }
 
+    /// Runs a job handed to worker `worker`.
     fn run_job(&self, job: Job, worker: usize) {
+        self.run_job_with(job, worker, FlushMode::NonBlocking);
+    }
+
+    /// Runs an early-binding request on the worker that read it: its reply
+    /// is only queued, the reader flushes and re-arms after its batch.
+    fn run_inline(&self, job: Job, worker: usize) {
+        self.run_job_with(job, worker, FlushMode::Deferred);
+    }
+
+    /// `mode` says how an executed request's reply is written.
+    fn run_job_with(&self, job: Job, worker: usize, mode: FlushMode) {
         match job {
             Job::Execute {
                 conn,
@@ -907,10 +919,10 @@ impl Runtime {
                 let mut out = ReplyBuf::new();
                 let _ = execute(request, &frame, &ctx, &mut out);
                 let large = declared.unwrap_or(out.len()) as u64 > self.stats_threshold();
-                self.complete(&conn, seq, out, worker, FlushMode::NonBlocking);
+                self.complete(&conn, seq, out, worker, mode);
                 self.record_latency(large, arrived_at);
                 self.finish(&conn);
-                if !conn.write.lock().out.is_empty() {
+                if mode != FlushMode::Deferred && !conn.write.lock().out.is_empty() {
                     self.rearm(&conn);
                 }
             }
@@ -931,30 +943,6 @@ impl Runtime {
                 self.reject(&conn, seq, &error, worker, &ctx, FlushMode::NonBlocking);
                 self.finish(&conn);
             }
-        }
-    }
-
-    /// Runs an early-binding request on the worker that read it. The reader
-    /// flushes and re-arms after its batch.
-    fn run_inline(&self, job: Job, worker: usize) {
-        match job {
-            Job::Execute {
-                conn,
-                seq,
-                request,
-                frame,
-                arrived_at,
-            } => {
-                let ctx = self.ctx(worker);
-                let declared = request.data_len();
-                let mut out = ReplyBuf::new();
-                let _ = execute(request, &frame, &ctx, &mut out);
-                let large = declared.unwrap_or(out.len()) as u64 > self.stats_threshold();
-                self.complete(&conn, seq, out, worker, FlushMode::Deferred);
-                self.record_latency(large, arrived_at);
-                self.finish(&conn);
-            }
-            other => self.run_job(other, worker),
         }
     }
 
