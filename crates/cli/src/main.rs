@@ -6,6 +6,7 @@
 //!   tailtrim bench      -> tailtrim-bench  (open-loop load generator)
 //!   tailtrim model      -> tailtrim-model  (analytic latency models)
 //!   tailtrim proxy      -> tailtrim-proxy  (memcached-protocol proxy)
+//!   tailtrim sim        -> tailtrim-sim    (discrete-event simulator)
 //!   tailtrim experiment -> runners that combine the above
 //! ```
 
@@ -18,6 +19,7 @@ mod experiment;
 mod model;
 mod proxy;
 mod serve;
+mod sim;
 
 /// tailtrim: a memcached-compatible cache that trims tail latency.
 #[derive(Parser)]
@@ -39,6 +41,8 @@ enum Command {
     Proxy(proxy::Args),
     /// Reproduce one of the project's experiments (runs servers, load, writes a report).
     Experiment(experiment::Args),
+    /// Discrete-event simulation of the dispatch policies at any core count.
+    Sim(sim::Args),
 }
 
 fn main() -> ExitCode {
@@ -49,6 +53,7 @@ fn main() -> ExitCode {
         Command::Model(args) => model::run(args),
         Command::Proxy(args) => proxy::run(args),
         Command::Experiment(args) => experiment::run(args),
+        Command::Sim(args) => sim::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,1212 @@
+//! `tailtrim sim`: the discrete-event simulator (`tailtrim-sim`) from the command line.
+//!
+//! ```text
+//!   tailtrim sim minos     trace (bench's minos workload) ─► tailtrim_sim::run_sweep
+//!                          (5 policies × rates, 8 cores by default) ─► table / JSON /
+//!                          results.json + results.md + small_p99 / large_p99 (SVG, PNG)
+//!   tailtrim sim profile   real server code in-process (proto parse → server exec → store →
+//!                          reply written to a loopback socket drained by a thread), sizes
+//!                          swept, a + b·bytes fitted ─► profile JSON (`--profile` input)
+//!   tailtrim sim validate  the real experiment's results.json ─► the same sweep at its core
+//!                          count, connections and rates ─► side-by-side comparison
+//! ```
+
+use std::collections::BTreeMap;
+use std::io::{IoSlice, IsTerminal, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use bytes::BytesMut;
+use indicatif::{ProgressBar, ProgressStyle};
+use plotters::coord::Shift;
+use plotters::prelude::{
+    BitMapBackend, ChartBuilder, Circle, Color, DrawingArea, DrawingBackend, IntoDrawingArea,
+    IntoLogRange, LineSeries, PathElement, RGBColor, SVGBackend, BLACK, WHITE,
+};
+use serde::{Deserialize, Serialize};
+use tailtrim_bench::workload::{WorkloadOverrides, WorkloadSpec};
+use tailtrim_sim::cost::{CostModel, Profile, ProfileSample};
+use tailtrim_sim::sweep::{self, SweepConfig, SweepResult};
+use tailtrim_sim::{Nanos, Policy, RunResult};
+
+/// Arguments of `tailtrim sim`.
+#[derive(clap::Args, Debug)]
+#[command(about = "Discrete-event simulation of the server's dispatch policies at any core count")]
+pub struct Args {
+    #[command(subcommand)]
+    command: SimCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum SimCommand {
+    /// The Minos figure: small- and large-request p99 vs throughput for size-aware, early
+    /// binding, stealing, late binding and pinned (memcached-like), at the paper's 8 cores.
+    Minos(Box<MinosArgs>),
+    /// Measure the service-time model (fixed + per-byte cost) on this machine from the real
+    /// server code path and write it as a profile for `sim minos --profile`.
+    Profile(ProfileArgs),
+    /// Run the simulator at the real experiment's scale (cores, connections, rates) and
+    /// compare with its measured results.json.
+    Validate(Box<ValidateArgs>),
+}
+
+/// Flags shared by `minos` and `validate`: the model and the sweep.
+#[derive(clap::Args, Debug, Clone)]
+struct ModelFlags {
+    /// Requests simulated per point (the first --warmup share is not measured).
+    #[arg(short = 'n', long, default_value_t = sweep::DEFAULT_REQUESTS)]
+    requests: usize,
+    /// Seed of the trace (operations, connections, arrivals).
+    #[arg(long, default_value_t = sweep::DEFAULT_SEED)]
+    seed: u64,
+    /// Profile: a JSON file written by `tailtrim sim profile`, or a built-in name: `measured`
+    /// (the embedded profile measured on the development machine, the default), `dpdk-like`
+    /// (assumed kernel-bypass costs, proportional to packets), `constants`.
+    #[arg(long, value_name = "FILE|NAME", default_value = "measured")]
+    profile: String,
+    /// Share of the first requests left out of the statistics.
+    #[arg(long, default_value_t = tailtrim_sim::engine::DEFAULT_WARMUP_FRACTION)]
+    warmup: f64,
+    /// Size-aware controller epoch in simulated milliseconds (the server's default is 1000).
+    /// Default: 1/40 of each run's simulated span, so every rate gets ~40 epochs.
+    #[arg(long)]
+    epoch_ms: Option<f64>,
+    /// Size-aware: fixed threshold in bytes instead of the learned percentile.
+    #[arg(long, value_name = "BYTES")]
+    threshold: Option<u64>,
+    /// Size-aware: fixed number of small cores instead of the learned split.
+    #[arg(long, value_name = "N")]
+    small_workers: Option<usize>,
+    /// Size-aware: percentile of accessed sizes that becomes the threshold.
+    #[arg(long, default_value_t = tailtrim_policy::sizeaware::DEFAULT_PERCENTILE)]
+    percentile: f64,
+    /// Share of requests on large keys (the minos preset: 0.005).
+    #[arg(long)]
+    large_share: Option<f64>,
+    /// Override the profile's hand-off cost (ns) of a large request to a large core.
+    #[arg(long)]
+    handoff_ns: Option<f64>,
+    /// Override the steal cost (ns) per stolen connection.
+    #[arg(long)]
+    steal_ns: Option<f64>,
+    /// Override the late-binding dispatcher's per-request hand-off cost (ns).
+    #[arg(long)]
+    dispatch_ns: Option<f64>,
+    /// Override the per-packet cost (ns per 1500 bytes; the measured profile has 0).
+    #[arg(long)]
+    per_packet_ns: Option<f64>,
+    /// Knee latency in µs: the summary reports the first rate at which early binding's
+    /// small-request p99 exceeds it.
+    #[arg(long, default_value_t = sweep::DEFAULT_KNEE_US)]
+    knee_us: f64,
+    /// No progress bar (it is only shown on a terminal anyway).
+    #[arg(short = 'q', long)]
+    quiet: bool,
+}
+
+/// Arguments of `tailtrim sim minos`.
+#[derive(clap::Args, Debug)]
+struct MinosArgs {
+    /// Simulated cores (late binding gives one of them to its dispatcher).
+    #[arg(short = 't', long, default_value_t = sweep::DEFAULT_CORES)]
+    cores: usize,
+    /// Client connections (default 16 per core).
+    #[arg(short = 'c', long)]
+    connections: Option<usize>,
+    /// Offered rates: `a,b,c` or `start:end:step` in requests/s (default: 5 %–110 % of the
+    /// estimated capacity of the cores).
+    #[arg(long, value_name = "LIST")]
+    rates: Option<String>,
+    /// Policies to simulate, comma separated (size-aware, early-binding, stealing,
+    /// late-binding, pinned).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "size-aware,early-binding,stealing,late-binding,pinned"
+    )]
+    policies: Vec<String>,
+    #[command(flatten)]
+    model: ModelFlags,
+    /// Print the whole result as JSON on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Write results.json, results.md and the plots (small_p99, large_p99 as SVG and PNG)
+    /// into this directory.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Re-render results.md and the plots of DIR from its results.json, without simulating.
+    #[arg(long, value_name = "DIR", conflicts_with = "out")]
+    replot: Option<PathBuf>,
+}
+
+/// Arguments of `tailtrim sim profile`.
+#[derive(clap::Args, Debug)]
+struct ProfileArgs {
+    /// Where to write the profile JSON (default: stdout).
+    #[arg(short = 'o', long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Value sizes to measure, comma separated bytes.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "16,64,256,1024,1500,4096,16384,65536,131072,262144,500000"
+    )]
+    sizes: Vec<u64>,
+    /// Requests timed per size (the median is kept).
+    #[arg(long, default_value_t = 3_000)]
+    iterations: usize,
+    /// Hand-off cost (ns) written into the profile.
+    #[arg(long, default_value_t = tailtrim_sim::cost::DEFAULT_HANDOFF_NS)]
+    handoff_ns: f64,
+    /// Steal cost (ns) written into the profile.
+    #[arg(long, default_value_t = tailtrim_sim::cost::DEFAULT_STEAL_NS)]
+    steal_ns: f64,
+    /// Dispatch cost (ns) written into the profile.
+    #[arg(long, default_value_t = tailtrim_sim::cost::DEFAULT_DISPATCH_NS)]
+    dispatch_ns: f64,
+}
+
+/// Arguments of `tailtrim sim validate`.
+#[derive(clap::Args, Debug)]
+struct ValidateArgs {
+    /// results.json of `tailtrim experiment minos`.
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "experiments/minos/results.json"
+    )]
+    real: PathBuf,
+    #[command(flatten)]
+    model: ModelFlags,
+    /// Print the comparison as JSON on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Write validation.json and validation.md into this directory.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+/// Runs `tailtrim sim`.
+pub fn run(args: Args) -> Result<ExitCode, String> {
+    match args.command {
+        SimCommand::Minos(minos) => run_minos(*minos),
+        SimCommand::Profile(profile) => run_profile(profile),
+        SimCommand::Validate(validate) => run_validate(*validate),
+    }
+}
+
+// ───────────────────────────── sim minos ─────────────────────────────
+
+/// Settings recorded next to the results.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Settings {
+    cores: usize,
+    connections: usize,
+    requests: usize,
+    seed: u64,
+    warmup_fraction: f64,
+    epoch_ms: Option<f64>,
+    knee_us: f64,
+    policies: Vec<String>,
+    fixed_threshold_bytes: Option<u64>,
+    fixed_small_workers: Option<usize>,
+    percentile: f64,
+    large_share: Option<f64>,
+}
+
+/// `results.json` of `sim minos --out`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Report {
+    experiment: String,
+    command: String,
+    settings: Settings,
+    profile: Profile,
+    workload: WorkloadSpec,
+    result: SweepResult,
+}
+
+fn command_line() -> String {
+    let mut words: Vec<String> = std::env::args().collect();
+    if let Some(first) = words.first_mut() {
+        if first.ends_with("/tailtrim") {
+            *first = "tailtrim".to_string();
+        }
+    }
+    words.join(" ")
+}
+
+fn load_profile(flags: &ModelFlags) -> Result<Profile, String> {
+    let mut profile = match Profile::builtin(&flags.profile) {
+        Some(profile) => profile,
+        None => {
+            let text = std::fs::read_to_string(&flags.profile).map_err(|error| {
+                format!(
+                    "--profile {}: not a built-in ({}) and not readable: {error}",
+                    flags.profile,
+                    tailtrim_sim::cost::BUILTIN_PROFILES.join(", ")
+                )
+            })?;
+            Profile::from_json(&text).map_err(|error| format!("{}: {error}", flags.profile))?
+        }
+    };
+    let cost = &mut profile.cost;
+    for (flag, field) in [
+        (flags.handoff_ns, &mut cost.handoff_ns),
+        (flags.steal_ns, &mut cost.steal_ns),
+        (flags.dispatch_ns, &mut cost.dispatch_ns),
+        (flags.per_packet_ns, &mut cost.per_packet_ns),
+    ] {
+        if let Some(value) = flag {
+            *field = value;
+        }
+    }
+    profile.cost.validate().map_err(|error| error.to_string())?;
+    Ok(profile)
+}
+
+/// The sweep configuration for `cores` and `connections` from the shared flags.
+fn sweep_config(
+    flags: &ModelFlags,
+    cores: usize,
+    connections: usize,
+    policies: Vec<Policy>,
+    rates: Vec<f64>,
+) -> Result<SweepConfig, String> {
+    if cores == 0 || connections == 0 || flags.requests < 10 {
+        return Err("cores and connections must be positive and --requests at least 10".into());
+    }
+    let mut config = SweepConfig::minos().map_err(|error| error.to_string())?;
+    if let Some(share) = flags.large_share {
+        let overrides = WorkloadOverrides {
+            large_share: Some(share),
+            ..WorkloadOverrides::default()
+        };
+        config
+            .workload
+            .apply(&overrides)
+            .map_err(|error| error.to_string())?;
+    }
+    config.policies = policies;
+    config.rates = rates;
+    config.cores = cores;
+    config.connections = connections;
+    config.requests = flags.requests;
+    config.seed = flags.seed;
+    config.warmup_fraction = flags.warmup;
+    if let Some(millis) = flags.epoch_ms {
+        if !(millis.is_finite() && millis > 0.0) {
+            return Err("--epoch-ms must be positive".into());
+        }
+        config.epoch = Some(Nanos::from_f64(millis * 1e6));
+    }
+    config.knee_us = flags.knee_us;
+    config.profile = load_profile(flags)?;
+    config.sizeaware.percentile = flags.percentile;
+    config.sizeaware.fixed_threshold_bytes = flags.threshold;
+    config.sizeaware.fixed_small_workers = flags.small_workers;
+    Ok(config)
+}
+
+fn settings_of(config: &SweepConfig, flags: &ModelFlags) -> Settings {
+    Settings {
+        cores: config.cores,
+        connections: config.connections,
+        requests: config.requests,
+        seed: config.seed,
+        warmup_fraction: config.warmup_fraction,
+        epoch_ms: flags.epoch_ms,
+        knee_us: config.knee_us,
+        policies: config
+            .policies
+            .iter()
+            .map(|p| p.as_str().to_string())
+            .collect(),
+        fixed_threshold_bytes: flags.threshold,
+        fixed_small_workers: flags.small_workers,
+        percentile: flags.percentile,
+        large_share: flags.large_share,
+    }
+}
+
+/// Runs the sweep with a progress bar on a terminal.
+fn simulate(config: &SweepConfig, quiet: bool) -> Result<SweepResult, String> {
+    let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+        let bar = ProgressBar::new(1);
+        if let Ok(style) =
+            ProgressStyle::with_template("sim [{bar:40}] {pos}/{len} points {elapsed} {msg}")
+        {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar
+    });
+    let mut progress = |done: usize, total: usize, result: &RunResult| {
+        if let Some(bar) = &bar {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+            bar.set_message(format!(
+                "{} @ {:.0}k",
+                result.policy,
+                result.offered_rps / 1e3
+            ));
+        }
+    };
+    let result = sweep::run_sweep(config, &mut progress).map_err(|error| error.to_string());
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    result
+}
+
+fn run_minos(args: MinosArgs) -> Result<ExitCode, String> {
+    if let Some(directory) = &args.replot {
+        let path = directory.join("results.json");
+        let text = std::fs::read_to_string(&path)
+            .map_err(|error| format!("reading {}: {error}", path.display()))?;
+        let report: Report =
+            serde_json::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))?;
+        write_outputs(&report, directory, false)?;
+        println!("re-rendered {}", directory.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let policies = args
+        .policies
+        .iter()
+        .map(|name| name.parse::<Policy>().map_err(|error| error.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let rates = match &args.rates {
+        Some(text) => tailtrim_bench::parse_rates(text).map_err(|error| error.to_string())?,
+        None => Vec::new(),
+    };
+    let connections = args
+        .connections
+        .unwrap_or(sweep::DEFAULT_CONNECTIONS_PER_CORE * args.cores);
+    let config = sweep_config(&args.model, args.cores, connections, policies, rates)?;
+    let started = Instant::now();
+    let result = simulate(&config, args.model.quiet)?;
+    let elapsed = started.elapsed().as_secs_f64();
+    let report = Report {
+        experiment: "minos-sim".to_string(),
+        command: command_line(),
+        settings: settings_of(&config, &args.model),
+        profile: config.profile.clone(),
+        workload: config.workload.clone(),
+        result,
+    };
+    if args.json {
+        let text = serde_json::to_string_pretty(&report).map_err(|error| error.to_string())?;
+        println!("{text}");
+    } else {
+        print!("{}", markdown(&report));
+        eprintln!(
+            "simulated {} points in {elapsed:.1} s",
+            report.result.rates.len() * report.result.curves.len()
+        );
+    }
+    if let Some(directory) = &args.out {
+        write_outputs(&report, directory, true)?;
+        eprintln!("wrote {}", directory.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn write_outputs(report: &Report, directory: &Path, with_json: bool) -> Result<(), String> {
+    std::fs::create_dir_all(directory)
+        .map_err(|error| format!("creating {}: {error}", directory.display()))?;
+    let write = |name: &str, text: String| {
+        let path = directory.join(name);
+        std::fs::write(&path, text).map_err(|error| format!("writing {}: {error}", path.display()))
+    };
+    if with_json {
+        write(
+            "results.json",
+            serde_json::to_string_pretty(report).map_err(|error| error.to_string())?,
+        )?;
+    }
+    write("results.md", markdown(report))?;
+    for class in [LatencyClass::Small, LatencyClass::Large] {
+        Chart::of(report, class).write(directory, &format!("{}_p99", class.name()))?;
+    }
+    Ok(())
+}
+
+fn micros(value: f64) -> String {
+    if value <= 0.0 {
+        "–".to_string()
+    } else if value >= 10_000.0 {
+        format!("{:.1} ms", value / 1e3)
+    } else {
+        format!("{value:.0}")
+    }
+}
+
+fn optional(value: Option<f64>, unit: &str) -> String {
+    value.map_or_else(|| "–".to_string(), |value| format!("{value:.2}{unit}"))
+}
+
+/// The human report: settings, per-rate tables, summary.
+fn markdown(report: &Report) -> String {
+    let result = &report.result;
+    let settings = &report.settings;
+    let cost = &report.profile.cost;
+    let mut text = String::new();
+    let mut line = |content: String| {
+        text.push_str(&content);
+        text.push('\n');
+    };
+    line(format!(
+        "# Simulated Minos figure ({} cores)\n",
+        settings.cores
+    ));
+    line(format!("Command: `{}`\n", report.command));
+    let epoch = settings.epoch_ms.map_or_else(
+        || "1/40 of each run".to_string(),
+        |millis| format!("{millis} ms"),
+    );
+    line(format!(
+        "{} cores, {} connections, {} requests per point (first {:.0} % not measured), seed {}, \
+         size-aware epoch {}; workload `{}`: {:.2} % large requests, mean service {:.2} µs, \
+         estimated capacity {:.0} k requests/s.\n",
+        settings.cores,
+        settings.connections,
+        settings.requests,
+        settings.warmup_fraction * 100.0,
+        settings.seed,
+        epoch,
+        report.workload.name,
+        result.large_share * 100.0,
+        result.mean_service_us,
+        result.estimated_capacity_rps / 1e3
+    ));
+    line(format!(
+        "Cost model ({}): fixed {:.0} ns + {:.3} ns/byte + {:.0} ns/packet; hand-off {:.0} ns, \
+         steal {:.0} ns, dispatch {:.0} ns + {:.0} % of fixed.\n",
+        report.profile.description,
+        cost.fixed_ns,
+        cost.per_byte_ns,
+        cost.per_packet_ns,
+        cost.handoff_ns,
+        cost.steal_ns,
+        cost.dispatch_ns,
+        cost.parse_share * 100.0
+    ));
+    let header = |line: &mut dyn FnMut(String)| {
+        let names: Vec<&str> = result
+            .curves
+            .iter()
+            .map(|curve| curve.policy.as_str())
+            .collect();
+        line(format!("| offered | {} |", names.join(" | ")));
+        line(format!("|---:|{}", "---:|".repeat(names.len())));
+    };
+    let table = |line: &mut dyn FnMut(String), title: &str, pick: &dyn Fn(&RunResult) -> String| {
+        line(format!("## {title}\n"));
+        header(line);
+        for (index, rate) in result.rates.iter().enumerate() {
+            let cells: Vec<String> = result
+                .curves
+                .iter()
+                .map(|curve| {
+                    curve
+                        .points
+                        .get(index)
+                        .map_or_else(|| "–".to_string(), pick)
+                })
+                .collect();
+            line(format!("| {:.0}k | {} |", rate / 1e3, cells.join(" | ")));
+        }
+        line(String::new());
+    };
+    table(
+        &mut line,
+        "Small-request p99 (µs, arrival → reply)",
+        &|point| micros(point.small.p99_us),
+    );
+    table(&mut line, "Large-request p99 (µs)", &|point| {
+        micros(point.large.p99_us)
+    });
+    table(&mut line, "Achieved throughput (k requests/s)", &|point| {
+        format!("{:.0}", point.achieved_rps / 1e3)
+    });
+    table(&mut line, "Small-request p50 / p99.9 (µs)", &|point| {
+        format!(
+            "{} / {}",
+            micros(point.small.p50_us),
+            micros(point.small.p999_us)
+        )
+    });
+    table(&mut line, "Mean requests queued (all queues)", &|point| {
+        format!("{:.1}", point.mean_queued)
+    });
+    if let Some(curve) = result.curves.iter().find(|c| c.policy == Policy::SizeAware) {
+        line("## Size-aware decisions (last of each run)\n".to_string());
+        line("| offered | threshold (B) | small cores | hand-offs | epochs |".to_string());
+        line("|---:|---:|---:|---:|---:|".to_string());
+        for point in &curve.points {
+            let last = point.decisions.last();
+            line(format!(
+                "| {:.0}k | {} | {} | {} | {} |",
+                point.offered_rps / 1e3,
+                last.map_or("–".to_string(), |d| d.threshold_bytes.to_string()),
+                last.map_or("–".to_string(), |d| d.small_workers.to_string()),
+                point.handoffs,
+                point.epochs
+            ));
+        }
+        line(String::new());
+    }
+    let summary = &result.summary;
+    line("## Summary\n".to_string());
+    match summary.knee_rate_rps {
+        Some(rate) => line(format!(
+            "- Early binding's small p99 first exceeds {:.0} µs at **{:.0}k** requests/s ({}); \
+             size-aware's small p99 there: **{}**; ratio **{}**.",
+            summary.knee_us,
+            rate / 1e3,
+            micros(summary.early_binding_small_p99_us.unwrap_or(0.0)),
+            micros(summary.size_aware_small_p99_us.unwrap_or(0.0)),
+            optional(summary.small_p99_ratio, "x")
+        )),
+        None => line(format!(
+            "- Early binding's small p99 never exceeds {:.0} µs in this sweep.",
+            summary.knee_us
+        )),
+    }
+    for (name, value) in &summary.small_p99_at_knee_us {
+        let large = summary
+            .large_p99_at_knee_us
+            .get(name)
+            .copied()
+            .unwrap_or(0.0);
+        line(format!(
+            "  - {name} at the knee: small p99 {}, large p99 {}",
+            micros(*value),
+            micros(large)
+        ));
+    }
+    line("- Saturation (highest achieved) / highest offered rate kept up with / highest rate with small p99 ≤ knee (k requests/s):".to_string());
+    for (name, value) in &summary.saturation_rps {
+        let sustained = summary.max_sustained_rps.get(name).copied().unwrap_or(0.0);
+        let under = summary
+            .max_rate_small_p99_under_knee_rps
+            .get(name)
+            .copied()
+            .unwrap_or(0.0);
+        line(format!(
+            "  - {name}: {:.0} / {:.0} / {:.0}",
+            value / 1e3,
+            sustained / 1e3,
+            under / 1e3
+        ));
+    }
+    if !summary.small_p99_ratio_by_rate.is_empty() {
+        let ratios: Vec<String> = summary
+            .small_p99_ratio_by_rate
+            .iter()
+            .map(|(rate, ratio)| format!("{:.0}k: {ratio:.1}x", rate / 1e3))
+            .collect();
+        line(format!(
+            "- Early-binding / size-aware small p99 by offered rate: {}.",
+            ratios.join(", ")
+        ));
+    }
+    line(format!(
+        "- Size-aware / early-binding saturation: **{}**.",
+        optional(summary.saturation_ratio_size_aware_vs_early, "x")
+    ));
+    text
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LatencyClass {
+    Small,
+    Large,
+}
+
+impl LatencyClass {
+    const fn name(self) -> &'static str {
+        match self {
+            LatencyClass::Small => "small",
+            LatencyClass::Large => "large",
+        }
+    }
+
+    fn p99(self, point: &RunResult) -> f64 {
+        match self {
+            LatencyClass::Small => point.small.p99_us,
+            LatencyClass::Large => point.large.p99_us,
+        }
+    }
+}
+
+/// One color per policy, the same as the real experiment's plots use for the same systems.
+fn policy_color(policy: Policy) -> RGBColor {
+    match policy {
+        Policy::SizeAware => RGBColor(214, 39, 40),
+        Policy::EarlyBinding => RGBColor(31, 119, 180),
+        Policy::Stealing => RGBColor(44, 160, 44),
+        Policy::LateBinding => RGBColor(148, 103, 189),
+        Policy::Pinned => RGBColor(255, 127, 14),
+    }
+}
+
+/// One plotted line: label, color, (throughput, p99) points.
+type Line = (String, RGBColor, Vec<(f64, f64)>);
+
+/// What one latency-vs-throughput chart shows, independent of the backend.
+struct Chart {
+    caption: String,
+    y_desc: String,
+    x_max: f64,
+    y_range: (f64, f64),
+    lines: Vec<Line>,
+}
+
+impl Chart {
+    fn of(report: &Report, class: LatencyClass) -> Chart {
+        let lines: Vec<Line> = report
+            .result
+            .curves
+            .iter()
+            .map(|curve| {
+                let points: Vec<(f64, f64)> = curve
+                    .points
+                    .iter()
+                    .map(|point| (point.achieved_rps, class.p99(point)))
+                    .filter(|(_, p99)| *p99 > 0.0)
+                    .collect();
+                (
+                    curve.policy.as_str().to_string(),
+                    policy_color(curve.policy),
+                    points,
+                )
+            })
+            .collect();
+        let (low, high) = lines
+            .iter()
+            .flat_map(|(_, _, points)| points.iter().map(|point| point.1))
+            .fold((f64::INFINITY, 0.0f64), |(low, high), y| {
+                (low.min(y), high.max(y))
+            });
+        Chart {
+            caption: format!(
+                "simulated minos, {} cores: {}-request p99 vs throughput",
+                report.settings.cores,
+                class.name()
+            ),
+            y_desc: format!("{}-request p99 (µs, log scale)", class.name()),
+            x_max: report.result.rates.iter().copied().fold(1.0, f64::max) * 1.05,
+            y_range: if low.is_finite() && high > 0.0 {
+                (low * 0.7, high * 1.4)
+            } else {
+                (1.0, 10.0)
+            },
+            lines,
+        }
+    }
+
+    /// Writes `stem.svg` and `stem.png` into `directory`.
+    fn write(&self, directory: &Path, stem: &str) -> Result<(), String> {
+        let svg_path = directory.join(format!("{stem}.svg"));
+        let png_path = directory.join(format!("{stem}.png"));
+        self.render(&SVGBackend::new(&svg_path, (1000, 650)).into_drawing_area())?;
+        let png = BitMapBackend::new(&png_path, (1000, 650)).into_drawing_area();
+        self.render(&png)
+    }
+
+    fn render<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String> {
+        let plot_error = |error: &dyn std::fmt::Display| format!("plot: {error}");
+        area.fill(&WHITE).map_err(|e| plot_error(&e))?;
+        let (low, high) = self.y_range;
+        let mut chart = ChartBuilder::on(area)
+            .caption(&self.caption, ("sans-serif", 20))
+            .margin(15)
+            .x_label_area_size(45)
+            .y_label_area_size(80)
+            .build_cartesian_2d(0.0..self.x_max, (low..high).log_scale())
+            .map_err(|e| plot_error(&e))?;
+        chart
+            .configure_mesh()
+            .x_desc("achieved throughput (requests/s)")
+            .y_desc(self.y_desc.as_str())
+            .x_label_formatter(&|x| format!("{:.0}k", x / 1e3))
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .draw()
+            .map_err(|e| plot_error(&e))?;
+        for (name, color, points) in &self.lines {
+            let style = color.stroke_width(2);
+            let legend = style;
+            chart
+                .draw_series(LineSeries::new(points.iter().copied(), style))
+                .map_err(|e| plot_error(&e))?
+                .label(name.as_str())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], legend));
+            let dots = points.iter().map(|at| Circle::new(*at, 3, color.filled()));
+            chart.draw_series(dots).map_err(|e| plot_error(&e))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(plotters::chart::SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| plot_error(&e))?;
+        area.present().map_err(|e| plot_error(&e))
+    }
+}
+
+// ───────────────────────────── sim profile ─────────────────────────────
+
+/// A server-side loopback connection with a thread that drains (and discards) replies.
+struct Loopback {
+    client: TcpStream,
+    server: TcpStream,
+    drain: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Loopback {
+    fn open() -> Result<Loopback, String> {
+        let io = |error: std::io::Error| format!("loopback socket: {error}");
+        let listener = TcpListener::bind("127.0.0.1:0").map_err(io)?;
+        let client = TcpStream::connect(listener.local_addr().map_err(io)?).map_err(io)?;
+        let (server, _) = listener.accept().map_err(io)?;
+        client.set_nodelay(true).map_err(io)?;
+        server.set_nodelay(true).map_err(io)?;
+        let mut reader = client.try_clone().map_err(io)?;
+        let drain = std::thread::spawn(move || {
+            let mut sink = vec![0u8; 1 << 20];
+            while matches!(reader.read(&mut sink), Ok(n) if n > 0) {}
+        });
+        Ok(Loopback {
+            client,
+            server,
+            drain: Some(drain),
+        })
+    }
+}
+
+impl Drop for Loopback {
+    fn drop(&mut self) {
+        let _ = self.client.shutdown(std::net::Shutdown::Both);
+        let _ = self.server.shutdown(std::net::Shutdown::Both);
+        if let Some(drain) = self.drain.take() {
+            let _ = drain.join();
+        }
+    }
+}
+
+/// Reads one complete request from `socket`, parses it, executes it on the real server code
+/// and writes the whole reply back. Returns the reply length.
+fn serve_one(
+    socket: &mut TcpStream,
+    input: &mut BytesMut,
+    ctx: &tailtrim_server::exec::ExecContext<'_>,
+    limits: &tailtrim_proto::Limits,
+) -> Result<usize, String> {
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        match tailtrim_proto::parse_request(input, limits) {
+            tailtrim_proto::Parsed::Complete { value, consumed } => {
+                let frame = input.split_to(consumed).freeze();
+                let mut out = tailtrim_proto::reply::ReplyBuf::new();
+                let _ = tailtrim_server::exec::execute(value, &frame, ctx, &mut out);
+                let length = out.len();
+                while !out.is_empty() {
+                    let slices: Vec<IoSlice<'_>> = out.chunks().map(|c| IoSlice::new(c)).collect();
+                    let written = socket
+                        .write_vectored(&slices)
+                        .map_err(|error| format!("write: {error}"))?;
+                    out.advance(written);
+                }
+                return Ok(length);
+            }
+            tailtrim_proto::Parsed::Incomplete => {
+                let read = socket
+                    .read(&mut chunk)
+                    .map_err(|error| format!("read: {error}"))?;
+                if read == 0 {
+                    return Err("loopback closed".into());
+                }
+                input.extend_from_slice(&chunk[..read]);
+            }
+            tailtrim_proto::Parsed::Invalid { error, .. } => return Err(format!("parse: {error}")),
+        }
+    }
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+fn run_profile(args: ProfileArgs) -> Result<ExitCode, String> {
+    if args.sizes.len() < 2 || args.iterations == 0 {
+        return Err("need at least two sizes and one iteration".into());
+    }
+    let store = tailtrim_store::Store::new(tailtrim_store::StoreConfig {
+        max_bytes: 256 << 20,
+        ..tailtrim_store::StoreConfig::default()
+    })
+    .map_err(|error| error.to_string())?;
+    let shared = tailtrim_server::Shared::new(store, tailtrim_server::ServerConfig::default());
+    let limits = tailtrim_proto::Limits::default();
+    let ctx = tailtrim_server::exec::ExecContext {
+        shared: &shared,
+        counters: &shared.counters[0],
+        now: tailtrim_server::shared::unix_now(),
+    };
+    let mut loopback = Loopback::open()?;
+    let mut input = BytesMut::new();
+    let mut samples = Vec::new();
+    for &size in &args.sizes {
+        let key = format!("profile:{size}");
+        // Store the value through the same path (a `set` request).
+        let mut request = format!("set {key} 0 0 {size}\r\n").into_bytes();
+        request.extend(std::iter::repeat_n(b'v', size as usize));
+        request.extend_from_slice(b"\r\n");
+        loopback
+            .client
+            .write_all(&request)
+            .map_err(|error| format!("write: {error}"))?;
+        serve_one(&mut loopback.server, &mut input, &ctx, &limits)?;
+        let get = format!("get {key}\r\n").into_bytes();
+        // Fewer iterations for large values: at most ~1 GB moved per size.
+        let iterations = args
+            .iterations
+            .min((1_000_000_000 / size.max(1)) as usize)
+            .max(50);
+        let mut times = Vec::with_capacity(iterations);
+        let mut reply_bytes = 0;
+        for round in 0..iterations + iterations / 10 {
+            loopback
+                .client
+                .write_all(&get)
+                .map_err(|error| format!("write: {error}"))?;
+            let started = Instant::now();
+            reply_bytes = serve_one(&mut loopback.server, &mut input, &ctx, &limits)?;
+            let elapsed = started.elapsed().as_nanos() as f64;
+            if round >= iterations / 10 {
+                times.push(elapsed); // the first 10 % warm caches and are dropped
+            }
+        }
+        let ns = median(&mut times);
+        eprintln!(
+            "{:>8} B value, {:>8} B reply: median {:>9.0} ns ({} timed)",
+            size,
+            reply_bytes,
+            ns,
+            times.len()
+        );
+        samples.push(ProfileSample {
+            reply_bytes: reply_bytes as u64,
+            ns,
+        });
+    }
+    drop(loopback);
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let description = format!(
+        "measured by `tailtrim sim profile` on a {cpus}-CPU machine: median time to read + parse \
+         a GET, execute it on the server's store and write the reply to a loopback TCP socket \
+         drained by another thread, least squares over reply sizes"
+    );
+    let base = CostModel {
+        handoff_ns: args.handoff_ns,
+        steal_ns: args.steal_ns,
+        dispatch_ns: args.dispatch_ns,
+        ..CostModel::default()
+    };
+    let profile = Profile::fit(description, samples, base)
+        .ok_or_else(|| "could not fit: need two distinct sizes".to_string())?;
+    eprintln!(
+        "fit: {:.0} ns + {:.4} ns/byte (r² {:.3})",
+        profile.cost.fixed_ns,
+        profile.cost.per_byte_ns,
+        profile.r_squared.unwrap_or(0.0)
+    );
+    let text = profile.to_json();
+    match &args.out {
+        Some(path) => std::fs::write(path, text + "\n")
+            .map_err(|error| format!("writing {}: {error}", path.display()))?,
+        None => println!("{text}"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+// ───────────────────────────── sim validate ─────────────────────────────
+
+/// The parts of the real experiment's results.json the validation reads.
+#[derive(Debug, Deserialize)]
+struct RealResults {
+    settings: RealSettings,
+    systems: Vec<RealSystem>,
+    #[serde(default)]
+    summary: serde_json::Value,
+}
+
+#[derive(Debug, Deserialize)]
+struct RealSettings {
+    rates: Vec<f64>,
+    threads: usize,
+    connections: usize,
+    #[serde(default)]
+    seed: u64,
+}
+
+#[derive(Debug, Deserialize)]
+struct RealSystem {
+    name: String,
+    points: Vec<RealPoint>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RealPoint {
+    target_rps: f64,
+    achieved_rps: f64,
+    small_p99_us: f64,
+    large_p99_us: f64,
+    #[serde(default)]
+    samples: Vec<serde_json::Value>,
+}
+
+/// One policy's real and simulated figures at one rate.
+#[derive(Debug, Clone, Serialize)]
+struct Comparison {
+    policy: String,
+    rate_rps: f64,
+    real_achieved_rps: f64,
+    sim_achieved_rps: f64,
+    real_small_p99_us: f64,
+    sim_small_p99_us: f64,
+    real_large_p99_us: f64,
+    sim_large_p99_us: f64,
+    /// The server's own `stats sizeaware` small p99 (parse → reply queued; cumulative over the
+    /// sweep so far), median over the point's repeats.
+    real_in_server_small_p99_us: Option<f64>,
+    real_in_server_large_p99_us: Option<f64>,
+    sim_in_server_small_p99_us: f64,
+    sim_in_server_large_p99_us: f64,
+    real_threshold_bytes: Option<f64>,
+    sim_threshold_bytes: Option<u64>,
+    real_small_workers: Option<f64>,
+    sim_small_workers: Option<usize>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Validation {
+    command: String,
+    real_file: String,
+    cores: usize,
+    connections: usize,
+    floor_small_p99_us: BTreeMap<String, f64>,
+    real_saturation_rps: BTreeMap<String, f64>,
+    sim_saturation_rps: BTreeMap<String, f64>,
+    real_summary: serde_json::Value,
+    sim_summary: tailtrim_sim::Summary,
+    points: Vec<Comparison>,
+}
+
+fn stat_median(samples: &[serde_json::Value], name: &str) -> Option<f64> {
+    let mut values: Vec<f64> = samples
+        .iter()
+        .filter_map(|sample| {
+            sample
+                .get("server_stats")?
+                .get(name)?
+                .as_str()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    (!values.is_empty()).then(|| median(&mut values))
+}
+
+fn run_validate(args: ValidateArgs) -> Result<ExitCode, String> {
+    let text = std::fs::read_to_string(&args.real)
+        .map_err(|error| format!("reading {}: {error}", args.real.display()))?;
+    let real: RealResults =
+        serde_json::from_str(&text).map_err(|error| format!("{}: {error}", args.real.display()))?;
+    let system_policy = |name: &str| match name {
+        "memcached" => Some(Policy::Pinned),
+        "floor" => None,
+        other => other.parse::<Policy>().ok(),
+    };
+    let policies: Vec<Policy> = real
+        .systems
+        .iter()
+        .filter_map(|system| system_policy(&system.name))
+        .collect();
+    let mut model = args.model.clone();
+    if real.settings.seed != 0 && model.seed == sweep::DEFAULT_SEED {
+        model.seed = real.settings.seed;
+    }
+    let config = sweep_config(
+        &model,
+        real.settings.threads,
+        real.settings.connections,
+        policies,
+        real.settings.rates.clone(),
+    )?;
+    let result = simulate(&config, model.quiet)?;
+    let mut points = Vec::new();
+    let mut real_saturation = BTreeMap::new();
+    let mut floor = BTreeMap::new();
+    for system in &real.systems {
+        let saturation = system
+            .points
+            .iter()
+            .map(|p| p.achieved_rps)
+            .fold(0.0, f64::max);
+        real_saturation.insert(system.name.clone(), saturation);
+        let Some(policy) = system_policy(&system.name) else {
+            for point in &system.points {
+                floor.insert(format!("{:.0}", point.target_rps), point.small_p99_us);
+            }
+            continue;
+        };
+        let Some(curve) = result.curves.iter().find(|curve| curve.policy == policy) else {
+            continue;
+        };
+        for point in &system.points {
+            let Some(sim) = curve
+                .points
+                .iter()
+                .find(|p| p.offered_rps == point.target_rps)
+            else {
+                continue;
+            };
+            let last = sim.decisions.last();
+            points.push(Comparison {
+                policy: system.name.clone(),
+                rate_rps: point.target_rps,
+                real_achieved_rps: point.achieved_rps,
+                sim_achieved_rps: sim.achieved_rps,
+                real_small_p99_us: point.small_p99_us,
+                sim_small_p99_us: sim.small.p99_us,
+                real_large_p99_us: point.large_p99_us,
+                sim_large_p99_us: sim.large.p99_us,
+                real_in_server_small_p99_us: stat_median(&point.samples, "small_p99_us"),
+                real_in_server_large_p99_us: stat_median(&point.samples, "large_p99_us"),
+                sim_in_server_small_p99_us: sim.small_in_server.p99_us,
+                sim_in_server_large_p99_us: sim.large_in_server.p99_us,
+                real_threshold_bytes: stat_median(&point.samples, "threshold_bytes"),
+                sim_threshold_bytes: last.map(|d| d.threshold_bytes),
+                real_small_workers: stat_median(&point.samples, "small_workers"),
+                sim_small_workers: last.map(|d| d.small_workers),
+            });
+        }
+    }
+    let validation = Validation {
+        command: command_line(),
+        real_file: args.real.display().to_string(),
+        cores: config.cores,
+        connections: config.connections,
+        floor_small_p99_us: floor,
+        real_saturation_rps: real_saturation,
+        sim_saturation_rps: result.summary.saturation_rps.clone(),
+        real_summary: real.summary,
+        sim_summary: result.summary.clone(),
+        points,
+    };
+    let json = serde_json::to_string_pretty(&validation).map_err(|error| error.to_string())?;
+    let table = validation_markdown(&validation, &config.profile);
+    if args.json {
+        println!("{json}");
+    } else {
+        print!("{table}");
+    }
+    if let Some(directory) = &args.out {
+        std::fs::create_dir_all(directory)
+            .map_err(|error| format!("creating {}: {error}", directory.display()))?;
+        for (name, content) in [("validation.json", json), ("validation.md", table)] {
+            let path = directory.join(name);
+            std::fs::write(&path, content)
+                .map_err(|error| format!("writing {}: {error}", path.display()))?;
+        }
+        eprintln!("wrote {}", directory.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn validation_markdown(validation: &Validation, profile: &Profile) -> String {
+    let mut text = String::new();
+    let mut line = |content: String| {
+        text.push_str(&content);
+        text.push('\n');
+    };
+    line(format!(
+        "# Simulator vs the real server ({} cores, {} connections)\n",
+        validation.cores, validation.connections
+    ));
+    line(format!(
+        "Command: `{}`; real results: `{}`.\n",
+        validation.command, validation.real_file
+    ));
+    line(format!(
+        "Cost model: fixed {:.0} ns + {:.3} ns/byte ({}).\n",
+        profile.cost.fixed_ns, profile.cost.per_byte_ns, profile.description
+    ));
+    line("## Saturation (highest achieved throughput, k requests/s)\n".to_string());
+    line("| system | real | simulated |".to_string());
+    line("|---|---:|---:|".to_string());
+    for (name, real) in &validation.real_saturation_rps {
+        let simulated = match name.as_str() {
+            "memcached" => validation.sim_saturation_rps.get("pinned"),
+            other => validation.sim_saturation_rps.get(other),
+        };
+        line(format!(
+            "| {name} | {:.1} | {} |",
+            real / 1e3,
+            simulated.map_or("–".to_string(), |value| format!("{:.1}", value / 1e3))
+        ));
+    }
+    line(String::new());
+    line("## Per rate (µs; real = median of repeats, end to end through loopback; in-server = the server's own histogram, parse → reply, cumulative)\n".to_string());
+    line("| system | rate | achieved real / sim | small p99 real / sim | large p99 real / sim | in-server small p99 real / sim | in-server large p99 real / sim | threshold real / sim | small cores real / sim |".to_string());
+    line("|---|---:|---:|---:|---:|---:|---:|---:|---:|".to_string());
+    let opt = |value: Option<f64>| value.map_or("–".to_string(), micros);
+    for point in &validation.points {
+        line(format!(
+            "| {} | {:.0}k | {:.1}k / {:.1}k | {} / {} | {} / {} | {} / {} | {} / {} | {} / {} | {} / {} |",
+            point.policy,
+            point.rate_rps / 1e3,
+            point.real_achieved_rps / 1e3,
+            point.sim_achieved_rps / 1e3,
+            micros(point.real_small_p99_us),
+            micros(point.sim_small_p99_us),
+            micros(point.real_large_p99_us),
+            micros(point.sim_large_p99_us),
+            opt(point.real_in_server_small_p99_us),
+            micros(point.sim_in_server_small_p99_us),
+            opt(point.real_in_server_large_p99_us),
+            micros(point.sim_in_server_large_p99_us),
+            point.real_threshold_bytes.map_or("–".to_string(), |v| format!("{v:.0}")),
+            point.sim_threshold_bytes.map_or("–".to_string(), |v| v.to_string()),
+            point.real_small_workers.map_or("–".to_string(), |v| format!("{v:.0}")),
+            point.sim_small_workers.map_or("–".to_string(), |v| v.to_string()),
+        ));
+    }
+    line(String::new());
+    if !validation.floor_small_p99_us.is_empty() {
+        let floor: Vec<String> = validation
+            .floor_small_p99_us
+            .iter()
+            .map(|(rate, p99)| format!("{rate}: {}", micros(*p99)))
+            .collect();
+        line(format!(
+            "Real noise floor (stub) small p99 by rate: {}.\n",
+            floor.join(", ")
+        ));
+    }
+    let sim = &validation.sim_summary;
+    line(format!(
+        "Simulated knee (early binding small p99 > {:.0} µs): {}; size-aware / early-binding \
+         small p99 there {}; saturation ratio {}.",
+        sim.knee_us,
+        sim.knee_rate_rps
+            .map_or("none".to_string(), |rate| format!("{:.0}k", rate / 1e3)),
+        optional(sim.small_p99_ratio, "x"),
+        optional(sim.saturation_ratio_size_aware_vs_early, "x")
+    ));
+    text
+}

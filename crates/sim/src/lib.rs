@@ -1,0 +1,57 @@
+//! tailtrim-sim: a seeded discrete-event simulator of the cache server's dispatch policies.
+//!
+//! It replays the load generator's workload (`tailtrim_bench::workload`) against a modelled
+//! server of any core count, and makes every dispatch decision with the `policy` crate's code:
+//! the size-aware controller ([`SizeAwareController`](tailtrim_policy::sizeaware::SizeAwareController)
+//! fed with [`SizeHistogram`](tailtrim_policy::sizeaware::SizeHistogram)s every simulated
+//! epoch), `early_binding_worker`, `StealPolicy::choose_victim`, `late_binding_worker`,
+//! `least_loaded_large_worker`. Only service times are modelled ([`cost`]).
+//!
+//! ```text
+//!  WorkloadSpec (bench) ──► workload::Trace::generate(seed)      ┌──────── cost::Profile
+//!        ops, keys, sizes, connections, work per request  ◄──────┘ (measured, embedded)
+//!                 │
+//!                 ▼  per (policy, rate): engine::run
+//!   ┌──────────────────────────── event loop: EventQueue<(time, seq)> ─────────────────────┐
+//!   │ Arrival ─► route ─► queue(s) ─► idle core starts job ─► Done ─► next job / hand-off  │
+//!   │   size-aware:   shared small queue ─► small core ─► large? ─► large core queue       │
+//!   │   early:        key hash ─► core queue        stealing: home core, idle cores steal  │
+//!   │   late:         dispatcher core ─► central queue ─► idle worker                      │
+//!   │   pinned:       connection ─► core queue                                             │
+//!   │ Epoch (size-aware) ─► merge histograms ─► controller.on_epoch ─► threshold, split    │
+//!   │ finished ─► per-connection sequencer ─► delivered ─► HDR histograms (small / large)  │
+//!   └──────────────────────────────────────────────────────────────────────────────────────┘
+//!                 │
+//!                 ▼
+//!   sweep::run_sweep ─► curves per policy ─► summary (knee, ratio, saturation)
+//! ```
+//!
+//! Pure: no I/O, no clock, no threads. Time is [`Nanos`]; events are ordered by
+//! `(time, seq)`; every random stream is forked from the seed in the configuration, so the
+//! same configuration always gives the same numbers. See `docs/sim.md` for the model and
+//! what it leaves out.
+
+pub mod cost;
+pub mod engine;
+pub mod events;
+pub mod policy;
+pub mod stats;
+pub mod sweep;
+pub mod time;
+pub mod workload;
+
+pub use cost::{CostModel, Profile, ProfileSample};
+pub use engine::{run, RequestRecord, RunConfig, RunResult};
+pub use policy::Policy;
+pub use stats::LatencySummary;
+pub use sweep::{run_sweep, Curve, Summary, SweepConfig, SweepResult};
+pub use time::Nanos;
+pub use workload::{ServiceModel, Trace, TraceRequest};
+
+/// Why a simulation could not run.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SimError {
+    /// An inconsistent or out-of-range setting.
+    #[error("invalid simulation setting: {0}")]
+    Config(String),
+}
