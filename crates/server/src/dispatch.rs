@@ -213,6 +213,9 @@ pub struct Runtime {
     udp: Vec<mio::net::UdpSocket>,
 }
 
+/// Longest reply a retrieval that found nothing sends (`END\r\n`).
+const MISS_REPLY_MAX: u64 = 5;
+
 /// Class boundary for latency statistics of policies without a threshold.
 const STATS_CLASS_THRESHOLD: u64 = 16 * 1024;
 
@@ -772,11 +775,21 @@ impl Runtime {
             return;
         }
         let declared = request.data_len();
+        let retrieval = matches!(
+            request,
+            Request::Get { .. } | Request::GetAndTouch { .. } | Request::MetaGet { .. }
+        );
         let mut out = ReplyBuf::new();
         let _ = execute(request, &frame, ctx, &mut out);
         let size = declared.unwrap_or(out.len()) as u64;
         if self.policy == DispatchPolicy::SizeAware {
-            self.size_samples[worker].lock().record(size, size);
+            // Sizes of items accessed: stored values and hits. A miss
+            // (`END` / `EN`, at most 5 bytes) and commands that touch no
+            // value (`stats`, `delete`, ...) are not recorded.
+            let accessed = declared.is_some() || (retrieval && size > MISS_REPLY_MAX);
+            if accessed {
+                self.size_samples[worker].lock().record(size, size);
+            }
             let large = receiving || (size > self.threshold() && self.large_workers_available());
             if large && !receiving && declared.is_none() {
                 bump(&self.sizeaware.handoffs);

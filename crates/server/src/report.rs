@@ -71,8 +71,42 @@ pub fn general_stats(shared: &Shared, now: u64) -> Vec<(String, String)> {
     push("evictions", store.evictions.to_string());
     push("reclaimed", store.reclaimed.to_string());
     push("item_size_max", store.item_size_max.to_string());
+    // The dispatch policy's live state (the full set is `stats sizeaware`).
+    match shared.runtime.get().and_then(|runtime| runtime.upgrade()) {
+        Some(runtime) => {
+            for (name, value) in runtime.stats() {
+                if GENERAL_DISPATCH_STATS.contains(&name.as_str()) {
+                    let name = if name == "dispatch" {
+                        name
+                    } else {
+                        format!("dispatch_{name}")
+                    };
+                    out.push((name, value));
+                }
+            }
+        }
+        None => out.push((
+            "dispatch".to_string(),
+            shared.config.workers.dispatch.name().to_string(),
+        )),
+    }
     out
 }
+
+/// `stats sizeaware` entries repeated in the general `stats` (prefixed
+/// `dispatch_`) and so in the Prometheus text.
+const GENERAL_DISPATCH_STATS: &[&str] = &[
+    "dispatch",
+    "small_workers",
+    "large_workers",
+    "threshold_bytes",
+    "handoffs",
+    "steals",
+    "small_requests",
+    "large_requests",
+    "small_p99_us",
+    "large_p99_us",
+];
 
 /// `stats settings` pairs.
 fn settings_stats(shared: &Shared) -> Vec<(String, String)> {

@@ -336,3 +336,34 @@ fn every_policy_reads_its_own_writes_across_keys() {
         handle.shutdown();
     }
 }
+
+/// The threshold comes from the sizes of items accessed: a flood of misses
+/// and `stats` replies (hits are 0.5 % of requests, below the 1 % the 99th
+/// percentile looks at) must not pull it off the 2000 B values really read.
+#[test]
+fn size_aware_threshold_ignores_misses_and_stats() {
+    let handle = server(DispatchPolicy::SizeAware, 0);
+    let mut conn = connect(&handle);
+    let value = vec![b'v'; 2000];
+    conn.write_all(b"set big 0 0 2000\r\n").expect("write");
+    conn.write_all(&value).expect("write");
+    conn.write_all(b"\r\n").expect("write");
+    assert_eq!(read_exactly(&mut conn, 8), b"STORED\r\n");
+    let reply_len = "VALUE big 0 2000\r\n\r\nEND\r\n".len() + value.len();
+    for round in 0..30 {
+        conn.write_all(b"get big\r\n").expect("write");
+        assert_eq!(read_exactly(&mut conn, reply_len).len(), reply_len);
+        let misses: String = (0..200)
+            .map(|miss| format!("get none{round}x{miss}\r\n"))
+            .collect();
+        conn.write_all(misses.as_bytes()).expect("write");
+        assert_eq!(read_exactly(&mut conn, 5 * 200), b"END\r\n".repeat(200));
+        let _ = stat(&mut conn, "", "pid");
+    }
+    std::thread::sleep(Duration::from_millis(350));
+    let threshold: u64 = stat(&mut conn, "sizeaware", "threshold_bytes")
+        .parse()
+        .expect("a learned threshold");
+    assert!(threshold >= 2000, "threshold {threshold}");
+    handle.shutdown();
+}
