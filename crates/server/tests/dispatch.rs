@@ -367,3 +367,48 @@ fn size_aware_threshold_ignores_misses_and_stats() {
     assert!(threshold >= 2000, "threshold {threshold}");
     handle.shutdown();
 }
+
+/// Replies to one pipelined write exceed the 4 MiB output high-water mark
+/// while the client is not reading: the server stops processing, and as the
+/// client slowly drains the output it must come back for the requests still
+/// buffered, though no new input will announce them. (The stall fixed in
+/// 9b6fd06 needed a drain in one flush under CPU pressure; this test does
+/// not reproduce that timing, it guards the high-water path as a whole.)
+#[test]
+fn every_policy_resumes_buffered_requests_after_output_drains() {
+    for policy in POLICIES {
+        let handle = server(policy, 10_000);
+        let mut conn = connect(&handle);
+        let value: Vec<u8> = (0..900_000u32).map(|i| b'a' + (i % 23) as u8).collect();
+        conn.write_all(format!("set v 0 0 {}\r\n", value.len()).as_bytes())
+            .expect("write");
+        conn.write_all(&value).expect("write");
+        conn.write_all(b"\r\n").expect("write");
+        assert_eq!(read_exactly(&mut conn, 8), b"STORED\r\n");
+        let gets = 20;
+        conn.write_all(&b"get v\r\n".repeat(gets)).expect("write");
+        conn.write_all(b"get missing\r\n").expect("write");
+        std::thread::sleep(Duration::from_millis(100));
+        let mut expected = Vec::new();
+        for _ in 0..gets {
+            expected.extend_from_slice(format!("VALUE v 0 {}\r\n", value.len()).as_bytes());
+            expected.extend_from_slice(&value);
+            expected.extend_from_slice(b"\r\nEND\r\n");
+        }
+        expected.extend_from_slice(b"END\r\n");
+        // Read slowly, so output drains in many small steps.
+        let mut got = Vec::with_capacity(expected.len());
+        let mut buf = vec![0u8; 256 * 1024];
+        while got.len() < expected.len() {
+            match conn.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) => panic!("{policy:?}: read failed after {} bytes: {e}", got.len()),
+            }
+            std::thread::sleep(Duration::from_micros(300));
+        }
+        assert_eq!(got.len(), expected.len(), "{policy:?}: short reply");
+        assert!(got == expected, "{policy:?}: reply bytes differ");
+        handle.shutdown();
+    }
+}
