@@ -100,8 +100,13 @@ struct ReadSide {
     swallow: usize,
     next_seq: u64,
     eof: bool,
-    /// Kernel receive time (realtime ns) of the oldest unprocessed input.
+    /// Kernel receive time (realtime ns) of the request at the front of
+    /// `input`: the read that brought its first bytes.
     arrived_ns: u64,
+    /// Kernel receive time of the latest read: the requests after the front
+    /// one came with it (or earlier, if reads stopped to process: then this
+    /// under-reports their wait).
+    latest_ns: u64,
 }
 
 #[derive(Default)]
@@ -612,8 +617,9 @@ impl Runtime {
             match crate::rxtime::recv_with_arrival(conn.fd(), target) {
                 Ok((0, _)) => return Ok(true),
                 Ok((n, arrival)) => {
+                    read.latest_ns = arrival.unwrap_or_else(crate::rxtime::realtime_now_ns);
                     if was_empty || read.arrived_ns == 0 {
-                        read.arrived_ns = arrival.unwrap_or_else(crate::rxtime::realtime_now_ns);
+                        read.arrived_ns = read.latest_ns;
                     }
                     let len = read.input.len();
                     // SAFETY: `read` initialised these `n` bytes.
@@ -699,7 +705,12 @@ impl Runtime {
                 return Next::Continue;
             }
             let arrived_at = arrival_instant(read.arrived_ns);
-            match parse_request(&read.input, &self.limits) {
+            let parsed = parse_request(&read.input, &self.limits);
+            if !matches!(parsed, Parsed::Incomplete) {
+                // The next request starts in bytes of the latest read.
+                read.arrived_ns = read.latest_ns;
+            }
+            match parsed {
                 Parsed::Incomplete => return Next::Continue,
                 Parsed::Invalid { error, consumed } => {
                     read.input.advance(consumed.min(read.input.len()));
