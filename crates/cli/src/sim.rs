@@ -28,6 +28,7 @@ use plotters::prelude::{
 use serde::{Deserialize, Serialize};
 use tailtrim_bench::workload::{WorkloadOverrides, WorkloadSpec};
 use tailtrim_sim::cost::{CostModel, Profile, ProfileSample};
+use tailtrim_sim::engine::Steering;
 use tailtrim_sim::sweep::{self, SweepConfig, SweepResult};
 use tailtrim_sim::{Nanos, Policy, RunResult};
 
@@ -85,6 +86,9 @@ struct ModelFlags {
     /// Share of requests on large keys (the minos preset: 0.005).
     #[arg(long)]
     large_share: Option<f64>,
+    /// Key popularity inside each pool: `uniform`, `zipf` (0.99, the preset) or `zipf:S`.
+    #[arg(long, value_name = "DIST")]
+    popularity: Option<String>,
     /// Override the profile's hand-off cost (ns) of a large request to a large core.
     #[arg(long)]
     handoff_ns: Option<f64>,
@@ -97,6 +101,11 @@ struct ModelFlags {
     /// Override the per-packet cost (ns per 1500 bytes; the measured profile has 0).
     #[arg(long)]
     per_packet_ns: Option<f64>,
+    /// Early binding's steering: `nic` (MICA: the NIC delivers each request to its key's core;
+    /// the default of `sim minos`) or `software` (the connection's core parses and hands the
+    /// request over, as tailtrim's server does; the default of `sim validate`).
+    #[arg(long, value_name = "nic|software")]
+    early_steering: Option<String>,
     /// Knee latency in µs: the summary reports the first rate at which early binding's
     /// small-request p99 exceeds it.
     #[arg(long, default_value_t = sweep::DEFAULT_KNEE_US)]
@@ -214,6 +223,10 @@ struct Settings {
     fixed_small_workers: Option<usize>,
     percentile: f64,
     large_share: Option<f64>,
+    #[serde(default)]
+    popularity: Option<String>,
+    #[serde(default)]
+    early_steering: Option<String>,
 }
 
 /// `results.json` of `sim minos --out`.
@@ -278,9 +291,17 @@ fn sweep_config(
         return Err("cores and connections must be positive and --requests at least 10".into());
     }
     let mut config = SweepConfig::minos().map_err(|error| error.to_string())?;
-    if let Some(share) = flags.large_share {
+    let popularity = match &flags.popularity {
+        Some(text) => Some(
+            text.parse::<tailtrim_bench::workload::Popularity>()
+                .map_err(|error| error.to_string())?,
+        ),
+        None => None,
+    };
+    if flags.large_share.is_some() || popularity.is_some() {
         let overrides = WorkloadOverrides {
-            large_share: Some(share),
+            large_share: flags.large_share,
+            popularity,
             ..WorkloadOverrides::default()
         };
         config
@@ -303,6 +324,15 @@ fn sweep_config(
     }
     config.knee_us = flags.knee_us;
     config.profile = load_profile(flags)?;
+    config.steering = match flags.early_steering.as_deref() {
+        None | Some("nic") => Steering::Nic,
+        Some("software") => Steering::Software,
+        Some(other) => {
+            return Err(format!(
+                "--early-steering must be nic or software, got {other:?}"
+            ))
+        }
+    };
     config.sizeaware.percentile = flags.percentile;
     config.sizeaware.fixed_threshold_bytes = flags.threshold;
     config.sizeaware.fixed_small_workers = flags.small_workers;
@@ -327,6 +357,14 @@ fn settings_of(config: &SweepConfig, flags: &ModelFlags) -> Settings {
         fixed_small_workers: flags.small_workers,
         percentile: flags.percentile,
         large_share: flags.large_share,
+        popularity: flags.popularity.clone(),
+        early_steering: Some(
+            match config.steering {
+                Steering::Nic => "nic",
+                Steering::Software => "software",
+            }
+            .to_string(),
+        ),
     }
 }
 
@@ -998,9 +1036,13 @@ struct Validation {
     real_file: String,
     cores: usize,
     connections: usize,
-    floor_small_p99_us: BTreeMap<String, f64>,
+    /// The real noise floor's small p99 by rate: `(rate, µs)`.
+    floor_small_p99_us: Vec<(f64, f64)>,
     real_saturation_rps: BTreeMap<String, f64>,
     sim_saturation_rps: BTreeMap<String, f64>,
+    /// Simulated saturation over rates up to 110 % of the cores' estimated capacity.
+    sim_saturation_full_sweep_rps: BTreeMap<String, f64>,
+    sim_estimated_capacity_rps: f64,
     real_summary: serde_json::Value,
     sim_summary: tailtrim_sim::Summary,
     points: Vec<Comparison>,
@@ -1037,6 +1079,9 @@ fn run_validate(args: ValidateArgs) -> Result<ExitCode, String> {
         .filter_map(|system| system_policy(&system.name))
         .collect();
     let mut model = args.model.clone();
+    if model.early_steering.is_none() {
+        model.early_steering = Some("software".to_string());
+    }
     if real.settings.seed != 0 && model.seed == sweep::DEFAULT_SEED {
         model.seed = real.settings.seed;
     }
@@ -1048,9 +1093,15 @@ fn run_validate(args: ValidateArgs) -> Result<ExitCode, String> {
         real.settings.rates.clone(),
     )?;
     let result = simulate(&config, model.quiet)?;
+    // The real rates may stop below the simulated saturation: sweep to it as well.
+    let beyond = SweepConfig {
+        rates: Vec::new(),
+        ..config.clone()
+    };
+    let beyond = simulate(&beyond, model.quiet)?;
     let mut points = Vec::new();
     let mut real_saturation = BTreeMap::new();
-    let mut floor = BTreeMap::new();
+    let mut floor = Vec::new();
     for system in &real.systems {
         let saturation = system
             .points
@@ -1060,7 +1111,7 @@ fn run_validate(args: ValidateArgs) -> Result<ExitCode, String> {
         real_saturation.insert(system.name.clone(), saturation);
         let Some(policy) = system_policy(&system.name) else {
             for point in &system.points {
-                floor.insert(format!("{:.0}", point.target_rps), point.small_p99_us);
+                floor.push((point.target_rps, point.small_p99_us));
             }
             continue;
         };
@@ -1104,6 +1155,8 @@ fn run_validate(args: ValidateArgs) -> Result<ExitCode, String> {
         floor_small_p99_us: floor,
         real_saturation_rps: real_saturation,
         sim_saturation_rps: result.summary.saturation_rps.clone(),
+        sim_saturation_full_sweep_rps: beyond.summary.saturation_rps.clone(),
+        sim_estimated_capacity_rps: beyond.estimated_capacity_rps,
         real_summary: real.summary,
         sim_summary: result.summary.clone(),
         points,
@@ -1147,19 +1200,28 @@ fn validation_markdown(validation: &Validation, profile: &Profile) -> String {
         profile.cost.fixed_ns, profile.cost.per_byte_ns, profile.description
     ));
     line("## Saturation (highest achieved throughput, k requests/s)\n".to_string());
-    line("| system | real | simulated |".to_string());
-    line("|---|---:|---:|".to_string());
+    line("| system | real (rates up to the real sweep's last) | simulated, same rates | simulated, rates up to 110 % of capacity |".to_string());
+    line("|---|---:|---:|---:|".to_string());
+    let thousands =
+        |value: Option<&f64>| value.map_or("–".to_string(), |v| format!("{:.1}", v / 1e3));
     for (name, real) in &validation.real_saturation_rps {
-        let simulated = match name.as_str() {
-            "memcached" => validation.sim_saturation_rps.get("pinned"),
-            other => validation.sim_saturation_rps.get(other),
+        let key = if name == "memcached" {
+            "pinned"
+        } else {
+            name.as_str()
         };
         line(format!(
-            "| {name} | {:.1} | {} |",
+            "| {name} | {:.1} | {} | {} |",
             real / 1e3,
-            simulated.map_or("–".to_string(), |value| format!("{:.1}", value / 1e3))
+            thousands(validation.sim_saturation_rps.get(key)),
+            thousands(validation.sim_saturation_full_sweep_rps.get(key))
         ));
     }
+    line(format!(
+        "\nSimulated capacity estimate at {} cores: {:.0}k requests/s (cores / mean service time).\n",
+        validation.cores,
+        validation.sim_estimated_capacity_rps / 1e3
+    ));
     line(String::new());
     line("## Per rate (µs; real = median of repeats, end to end through loopback; in-server = the server's own histogram, parse → reply, cumulative)\n".to_string());
     line("| system | rate | achieved real / sim | small p99 real / sim | large p99 real / sim | in-server small p99 real / sim | in-server large p99 real / sim | threshold real / sim | small cores real / sim |".to_string());
@@ -1191,7 +1253,7 @@ fn validation_markdown(validation: &Validation, profile: &Profile) -> String {
         let floor: Vec<String> = validation
             .floor_small_p99_us
             .iter()
-            .map(|(rate, p99)| format!("{rate}: {}", micros(*p99)))
+            .map(|(rate, p99)| format!("{:.0}k: {}", rate / 1e3, micros(*p99)))
             .collect();
         line(format!(
             "Real noise floor (stub) small p99 by rate: {}.\n",
@@ -1200,7 +1262,7 @@ fn validation_markdown(validation: &Validation, profile: &Profile) -> String {
     }
     let sim = &validation.sim_summary;
     line(format!(
-        "Simulated knee (early binding small p99 > {:.0} µs): {}; size-aware / early-binding \
+        "Simulated knee (early binding small p99 > {:.0} µs): {}; early-binding / size-aware \
          small p99 there {}; saturation ratio {}.",
         sim.knee_us,
         sim.knee_rate_rps

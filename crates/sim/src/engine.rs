@@ -41,6 +41,19 @@ pub const DEFAULT_EPOCH: Nanos = Nanos::from_millis(50);
 /// Default share of the trace (its first requests) left out of the statistics.
 pub const DEFAULT_WARMUP_FRACTION: f64 = 0.1;
 
+/// How early binding gets a request to the core that owns its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Steering {
+    /// The NIC steers by key hash (MICA): the owning core receives the request itself.
+    #[default]
+    Nic,
+    /// The connection's home core reads and parses (the parse share of the fixed cost), then
+    /// hands the request to the owning core (`handoff_ns` when that is another core), which
+    /// does the rest — what tailtrim's server does (a job queue and an eventfd per worker).
+    Software,
+}
+
 /// Settings of one run.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
@@ -58,6 +71,8 @@ pub struct RunConfig {
     pub sizeaware: SizeAwareConfig,
     /// Stealing's victim choice.
     pub steal: StealPolicy,
+    /// Early binding's steering.
+    pub steering: Steering,
     /// Hand-off, steal and dispatch costs (per-request work is in the trace).
     pub cost: CostModel,
     /// Keep a [`RequestRecord`] per request (tests, debugging).
@@ -75,6 +90,7 @@ impl RunConfig {
             epoch: DEFAULT_EPOCH,
             sizeaware: SizeAwareConfig::with_workers(cores),
             steal: StealPolicy::default(),
+            steering: Steering::Nic,
             cost,
             record_requests: false,
         }
@@ -169,8 +185,11 @@ enum Stage {
     Front { large: bool },
     /// Size-aware large core: the transfer of a handed-off request.
     Back,
-    /// Late binding: a worker's part after the dispatcher.
+    /// Late binding (and software-steered early binding): a worker's part after the
+    /// dispatcher (or home core) parsed the request.
     LateWork,
+    /// Software-steered early binding: the home core reads, parses, hands off.
+    Steer,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -413,8 +432,17 @@ impl Sim<'_> {
                 self.try_start(core);
             }
             Policy::EarlyBinding => {
-                let core = early_binding_worker(request.key_hash, workers);
-                self.cores[core].queue.push_back(full);
+                let (core, job) = match self.config.steering {
+                    Steering::Nic => (early_binding_worker(request.key_hash, workers), full),
+                    Steering::Software => (
+                        request.conn as usize % workers,
+                        Job {
+                            stage: Stage::Steer,
+                            ..full
+                        },
+                    ),
+                };
+                self.cores[core].queue.push_back(job);
                 self.try_start(core);
             }
             Policy::Stealing => {
@@ -504,6 +532,11 @@ impl Sim<'_> {
             Stage::LateWork => {
                 Nanos::from_f64((1.0 - cost.parse_share) * fixed as f64).0 + request.transfer_ns
             }
+            Stage::Steer => {
+                let owner = early_binding_worker(request.key_hash, self.cores.len());
+                let handoff = if owner == core { 0.0 } else { cost.handoff_ns };
+                Nanos::from_f64(cost.parse_share * fixed as f64 + handoff).0
+            }
         } + job.extra_ns;
         let index = job.req as usize;
         if self.started[index] == UNSET {
@@ -557,6 +590,15 @@ impl Sim<'_> {
                 } else {
                     self.finish(job.req, core);
                 }
+            }
+            Stage::Steer => {
+                let owner = early_binding_worker(request.key_hash, self.cores.len());
+                self.cores[owner].queue.push_back(Job {
+                    req: job.req,
+                    stage: Stage::LateWork,
+                    extra_ns: 0,
+                });
+                self.try_start(owner);
             }
             Stage::Full | Stage::Back | Stage::LateWork => self.finish(job.req, core),
         }

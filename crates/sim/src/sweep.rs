@@ -15,7 +15,7 @@ use tailtrim_bench::workload::WorkloadSpec;
 use tailtrim_policy::sizeaware::{SizeAwareConfig, StealPolicy};
 
 use crate::cost::Profile;
-use crate::engine::{run, RunConfig, RunResult, DEFAULT_WARMUP_FRACTION};
+use crate::engine::{run, RunConfig, RunResult, Steering, DEFAULT_WARMUP_FRACTION};
 use crate::policy::Policy;
 use crate::time::Nanos;
 use crate::workload::{ServiceModel, Trace};
@@ -65,6 +65,8 @@ pub struct SweepConfig {
     pub sizeaware: SizeAwareConfig,
     /// Stealing's victim rule.
     pub steal: StealPolicy,
+    /// Early binding's steering.
+    pub steering: Steering,
     /// The cost model and where it came from.
     pub profile: Profile,
     /// The workload (the bench's `minos` preset by default).
@@ -89,6 +91,7 @@ impl SweepConfig {
             epoch: None,
             sizeaware: SizeAwareConfig::with_workers(DEFAULT_CORES),
             steal: StealPolicy::default(),
+            steering: Steering::Nic,
             profile: Profile::embedded(),
             workload,
             knee_us: DEFAULT_KNEE_US,
@@ -113,6 +116,7 @@ impl SweepConfig {
                 ..self.sizeaware.clone()
             },
             steal: self.steal,
+            steering: self.steering,
             ..RunConfig::new(policy, self.cores, rate, self.profile.cost)
         }
     }

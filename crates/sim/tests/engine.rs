@@ -3,7 +3,7 @@
 
 use tailtrim_bench::workload::WorkloadSpec;
 use tailtrim_policy::sizeaware::{early_binding_worker, SizeAwareConfig};
-use tailtrim_sim::engine::{run, RequestRecord, RunConfig, RunResult};
+use tailtrim_sim::engine::{run, RequestRecord, RunConfig, RunResult, Steering};
 use tailtrim_sim::{CostModel, Nanos, Policy, ServiceModel, Trace};
 
 fn minos() -> WorkloadSpec {
@@ -195,7 +195,52 @@ fn size_aware_controller_learns_a_threshold_and_split_from_the_sizes() {
 #[test]
 fn early_binding_routes_by_key_hash() {
     let trace = trace(20_000, 32, ServiceModel::Cost(CostModel::default()), 4);
-    let result = simulate(&trace, &recorded(Policy::EarlyBinding, 6, 200_000.0));
+    for steering in [Steering::Nic, Steering::Software] {
+        let config = RunConfig {
+            steering,
+            ..recorded(Policy::EarlyBinding, 6, 200_000.0)
+        };
+        check_key_hash_routing(&trace, &simulate(&trace, &config));
+    }
+}
+
+/// Software steering costs the home core a parse and a hand-off: same routing, less capacity
+/// (uniform popularity, so no single hot core limits both).
+#[test]
+fn software_steering_costs_capacity() {
+    let mut spec = minos();
+    let uniform = tailtrim_bench::WorkloadOverrides {
+        popularity: Some(tailtrim_bench::workload::Popularity::Uniform),
+        ..tailtrim_bench::WorkloadOverrides::default()
+    };
+    if let Err(error) = spec.apply(&uniform) {
+        panic!("{error}");
+    }
+    let service = ServiceModel::Cost(CostModel::default());
+    let trace = match Trace::generate(&spec, 40_000, 64, &service, 4) {
+        Ok(trace) => trace,
+        Err(error) => panic!("{error}"),
+    };
+    let nic = simulate(
+        &trace,
+        &RunConfig::new(Policy::EarlyBinding, 4, 2e6, CostModel::default()),
+    );
+    let software = simulate(
+        &trace,
+        &RunConfig {
+            steering: Steering::Software,
+            ..RunConfig::new(Policy::EarlyBinding, 4, 2e6, CostModel::default())
+        },
+    );
+    assert!(
+        software.achieved_rps < 0.97 * nic.achieved_rps,
+        "software {} vs nic {}",
+        software.achieved_rps,
+        nic.achieved_rps
+    );
+}
+
+fn check_key_hash_routing(trace: &Trace, result: &RunResult) {
     let by_position: std::collections::HashMap<(u32, u32), usize> = trace
         .requests
         .iter()
