@@ -106,6 +106,10 @@ struct ModelFlags {
     /// request over, as tailtrim's server does; the default of `sim validate`).
     #[arg(long, value_name = "nic|software")]
     early_steering: Option<String>,
+    /// Early and late binding execute one request per connection at a time (the real server's
+    /// per-connection execution queue); `sim validate` turns it on.
+    #[arg(long)]
+    serialize_connections: bool,
     /// Knee latency in µs: the summary reports the first rate at which early binding's
     /// small-request p99 exceeds it.
     #[arg(long, default_value_t = sweep::DEFAULT_KNEE_US)]
@@ -227,6 +231,8 @@ struct Settings {
     popularity: Option<String>,
     #[serde(default)]
     early_steering: Option<String>,
+    #[serde(default)]
+    serialize_connections: bool,
 }
 
 /// `results.json` of `sim minos --out`.
@@ -333,6 +339,7 @@ fn sweep_config(
             ))
         }
     };
+    config.serialize_connections = flags.serialize_connections;
     config.sizeaware.percentile = flags.percentile;
     config.sizeaware.fixed_threshold_bytes = flags.threshold;
     config.sizeaware.fixed_small_workers = flags.small_workers;
@@ -358,6 +365,7 @@ fn settings_of(config: &SweepConfig, flags: &ModelFlags) -> Settings {
         percentile: flags.percentile,
         large_share: flags.large_share,
         popularity: flags.popularity.clone(),
+        serialize_connections: config.serialize_connections,
         early_steering: Some(
             match config.steering {
                 Steering::Nic => "nic",
@@ -1082,6 +1090,7 @@ fn run_validate(args: ValidateArgs) -> Result<ExitCode, String> {
     if model.early_steering.is_none() {
         model.early_steering = Some("software".to_string());
     }
+    model.serialize_connections = true;
     if real.settings.seed != 0 && model.seed == sweep::DEFAULT_SEED {
         model.seed = real.settings.seed;
     }

@@ -73,6 +73,11 @@ pub struct RunConfig {
     pub steal: StealPolicy,
     /// Early binding's steering.
     pub steering: Steering,
+    /// Early and late binding: a connection's next request is released to a core only when
+    /// its previous one completed (the real server's per-connection execution queue). Off:
+    /// requests of a connection may run on several cores at once; replies are still
+    /// delivered in order.
+    pub serialize_connections: bool,
     /// Hand-off, steal and dispatch costs (per-request work is in the trace).
     pub cost: CostModel,
     /// Keep a [`RequestRecord`] per request (tests, debugging).
@@ -91,6 +96,7 @@ impl RunConfig {
             sizeaware: SizeAwareConfig::with_workers(cores),
             steal: StealPolicy::default(),
             steering: Steering::Nic,
+            serialize_connections: false,
             cost,
             record_requests: false,
         }
@@ -212,6 +218,10 @@ struct ConnState {
     next: u32,
     last_delivery: Nanos,
     held: BTreeMap<u32, (u32, Nanos)>,
+    /// A request of this connection is executing (with `serialize_connections`).
+    executing: bool,
+    /// Requests waiting for it, in order.
+    waiting: VecDeque<Job>,
 }
 
 #[derive(Debug, Default)]
@@ -431,20 +441,17 @@ impl Sim<'_> {
                 self.cores[core].queue.push_back(full);
                 self.try_start(core);
             }
-            Policy::EarlyBinding => {
-                let (core, job) = match self.config.steering {
-                    Steering::Nic => (early_binding_worker(request.key_hash, workers), full),
-                    Steering::Software => (
-                        request.conn as usize % workers,
-                        Job {
-                            stage: Stage::Steer,
-                            ..full
-                        },
-                    ),
-                };
-                self.cores[core].queue.push_back(job);
-                self.try_start(core);
-            }
+            Policy::EarlyBinding => match self.config.steering {
+                Steering::Nic => self.submit(full),
+                Steering::Software => {
+                    let home = request.conn as usize % workers;
+                    self.cores[home].queue.push_back(Job {
+                        stage: Stage::Steer,
+                        ..full
+                    });
+                    self.try_start(home);
+                }
+            },
             Policy::Stealing => {
                 let home = request.conn as usize % workers;
                 self.cores[home].queue.push_back(full);
@@ -591,15 +598,11 @@ impl Sim<'_> {
                     self.finish(job.req, core);
                 }
             }
-            Stage::Steer => {
-                let owner = early_binding_worker(request.key_hash, self.cores.len());
-                self.cores[owner].queue.push_back(Job {
-                    req: job.req,
-                    stage: Stage::LateWork,
-                    extra_ns: 0,
-                });
-                self.try_start(owner);
-            }
+            Stage::Steer => self.submit(Job {
+                req: job.req,
+                stage: Stage::LateWork,
+                extra_ns: 0,
+            }),
             Stage::Full | Stage::Back | Stage::LateWork => self.finish(job.req, core),
         }
         self.try_start(core);
@@ -647,11 +650,32 @@ impl Sim<'_> {
 
     fn on_dispatch_done(&mut self) {
         if let Some(req) = self.dispatcher.current.take() {
-            self.shared.push_back(Job {
+            self.submit(Job {
                 req,
                 stage: Stage::LateWork,
                 extra_ns: 0,
             });
+        }
+        self.try_dispatch();
+    }
+
+    /// Early and late binding: hands the execution of a parsed request to its core, or, with
+    /// `serialize_connections`, queues it behind its connection's executing request.
+    fn submit(&mut self, job: Job) {
+        if self.config.serialize_connections {
+            let conn = &mut self.conns[self.trace.requests[job.req as usize].conn as usize];
+            if conn.executing {
+                conn.waiting.push_back(job);
+                return;
+            }
+            conn.executing = true;
+        }
+        self.release(job);
+    }
+
+    fn release(&mut self, job: Job) {
+        if self.config.policy == Policy::LateBinding {
+            self.shared.push_back(job);
             let busy: Vec<usize> = self
                 .cores
                 .iter()
@@ -661,8 +685,12 @@ impl Sim<'_> {
                 self.rotation = self.rotation.wrapping_add(1);
                 self.try_start(core);
             }
+        } else {
+            let request = self.trace.requests[job.req as usize];
+            let owner = early_binding_worker(request.key_hash, self.cores.len());
+            self.cores[owner].queue.push_back(job);
+            self.try_start(owner);
         }
-        self.try_dispatch();
     }
 
     /// The controller's epoch, as `Runtime::controller_loop` runs it: merge every core's
@@ -712,6 +740,19 @@ impl Sim<'_> {
         self.finished[index] = self.now;
         self.served_by[index] = core;
         let request = self.trace.requests[index];
+        if self.config.serialize_connections
+            && matches!(
+                self.config.policy,
+                Policy::EarlyBinding | Policy::LateBinding
+            )
+        {
+            let conn = &mut self.conns[request.conn as usize];
+            conn.executing = false;
+            if let Some(next) = conn.waiting.pop_front() {
+                conn.executing = true;
+                self.release(next);
+            }
+        }
         let conn = &mut self.conns[request.conn as usize];
         if request.conn_seq != conn.next {
             conn.held.insert(request.conn_seq, (req, self.now));

@@ -67,6 +67,8 @@ pub struct SweepConfig {
     pub steal: StealPolicy,
     /// Early binding's steering.
     pub steering: Steering,
+    /// Early/late binding: one executing request per connection (the real runtime).
+    pub serialize_connections: bool,
     /// The cost model and where it came from.
     pub profile: Profile,
     /// The workload (the bench's `minos` preset by default).
@@ -92,6 +94,7 @@ impl SweepConfig {
             sizeaware: SizeAwareConfig::with_workers(DEFAULT_CORES),
             steal: StealPolicy::default(),
             steering: Steering::Nic,
+            serialize_connections: false,
             profile: Profile::embedded(),
             workload,
             knee_us: DEFAULT_KNEE_US,
@@ -117,6 +120,7 @@ impl SweepConfig {
             },
             steal: self.steal,
             steering: self.steering,
+            serialize_connections: self.serialize_connections,
             ..RunConfig::new(policy, self.cores, rate, self.profile.cost)
         }
     }
@@ -345,4 +349,101 @@ pub fn summarize(curves: &[Curve], knee_us: f64) -> Summary {
         }
     }
     summary
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{summarize, Curve};
+    use crate::engine::RunResult;
+    use crate::policy::Policy;
+    use crate::stats::LatencySummary;
+
+    fn point(policy: Policy, rate: f64, achieved: f64, small_p99: f64) -> RunResult {
+        RunResult {
+            policy,
+            cores: 8,
+            offered_rps: rate,
+            achieved_rps: achieved,
+            requests: 100,
+            small: LatencySummary {
+                count: 90,
+                p99_us: small_p99,
+                ..LatencySummary::default()
+            },
+            large: LatencySummary {
+                count: 1,
+                p99_us: 2.0 * small_p99,
+                ..LatencySummary::default()
+            },
+            small_in_server: LatencySummary::default(),
+            large_in_server: LatencySummary::default(),
+            mean_queued: 0.0,
+            mean_queued_by_queue: Vec::new(),
+            utilization: Vec::new(),
+            handoffs: 0,
+            steals: 0,
+            epochs: 0,
+            decisions: Vec::new(),
+            simulated_s: 1.0,
+            records: Vec::new(),
+        }
+    }
+
+    fn curve(policy: Policy, points: &[(f64, f64, f64)]) -> Curve {
+        Curve {
+            policy,
+            points: points
+                .iter()
+                .map(|(rate, achieved, p99)| point(policy, *rate, *achieved, *p99))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn knee_ratio_and_saturation() {
+        let curves = [
+            curve(
+                Policy::SizeAware,
+                &[
+                    (100.0, 100.0, 20.0),
+                    (200.0, 200.0, 40.0),
+                    (300.0, 260.0, 5_000.0),
+                ],
+            ),
+            curve(
+                Policy::EarlyBinding,
+                &[
+                    (100.0, 100.0, 300.0),
+                    (200.0, 180.0, 2_000.0),
+                    (300.0, 200.0, 9_000.0),
+                ],
+            ),
+        ];
+        let summary = summarize(&curves, 1_000.0);
+        assert_eq!(summary.knee_rate_rps, Some(200.0));
+        assert_eq!(summary.early_binding_small_p99_us, Some(2_000.0));
+        assert_eq!(summary.size_aware_small_p99_us, Some(40.0));
+        assert_eq!(summary.small_p99_ratio, Some(50.0));
+        assert_eq!(summary.large_p99_at_knee_us.get("size-aware"), Some(&80.0));
+        assert_eq!(summary.saturation_rps.get("size-aware"), Some(&260.0));
+        assert_eq!(summary.saturation_rps.get("early-binding"), Some(&200.0));
+        assert_eq!(summary.saturation_ratio_size_aware_vs_early, Some(1.3));
+        // Early binding kept up (≥ 97 % of offered) only at 100.
+        assert_eq!(summary.max_sustained_rps.get("early-binding"), Some(&100.0));
+        assert_eq!(summary.max_sustained_rps.get("size-aware"), Some(&200.0));
+        assert_eq!(
+            summary.max_rate_small_p99_under_knee_rps.get("size-aware"),
+            Some(&200.0)
+        );
+        assert_eq!(summary.small_p99_ratio_by_rate[0], (100.0, 15.0));
+    }
+
+    #[test]
+    fn no_knee_when_early_binding_stays_below() {
+        let curves = [curve(Policy::EarlyBinding, &[(100.0, 100.0, 300.0)])];
+        let summary = summarize(&curves, 1_000.0);
+        assert_eq!(summary.knee_rate_rps, None);
+        assert_eq!(summary.small_p99_ratio, None);
+        assert_eq!(summary.saturation_ratio_size_aware_vs_early, None);
+    }
 }

@@ -145,6 +145,34 @@ fn connection_order_is_preserved_under_every_policy() {
     }
 }
 
+/// With the server's per-connection execution queue, early and late binding never run two
+/// requests of a connection at once: each finishes before the next, so no reply waits.
+#[test]
+fn serialized_connections_execute_one_request_at_a_time() {
+    let trace = trace(30_000, 48, ServiceModel::Cost(CostModel::default()), 3);
+    for (policy, steering) in [
+        (Policy::EarlyBinding, Steering::Nic),
+        (Policy::EarlyBinding, Steering::Software),
+        (Policy::LateBinding, Steering::Nic),
+    ] {
+        let config = RunConfig {
+            serialize_connections: true,
+            steering,
+            ..recorded(policy, 4, 300_000.0)
+        };
+        let result = simulate(&trace, &config);
+        assert_eq!(result.records.len(), 30_000);
+        let mut last_finish: Vec<Option<Nanos>> = vec![None; 48];
+        for record in &result.records {
+            assert_eq!(record.delivered, record.finished, "{policy}: {record:?}");
+            if let Some(previous) = last_finish[record.conn as usize] {
+                assert!(record.finished > previous, "{policy}: {record:?}");
+            }
+            last_finish[record.conn as usize] = Some(record.finished);
+        }
+    }
+}
+
 #[test]
 fn size_aware_with_a_fixed_threshold_sends_exactly_the_large_requests_to_large_cores() {
     let threshold = 4_000;
