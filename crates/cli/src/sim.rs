@@ -110,6 +110,10 @@ struct ModelFlags {
     /// per-connection execution queue); `sim validate` turns it on.
     #[arg(long)]
     serialize_connections: bool,
+    /// Spread each request's service time by the profile's measured dispersion (time over
+    /// the median of its size); off, every size costs exactly its fitted median.
+    #[arg(long)]
+    service_dispersion: bool,
     /// Knee latency in µs: the summary reports the first rate at which early binding's
     /// small-request p99 exceeds it.
     #[arg(long, default_value_t = sweep::DEFAULT_KNEE_US)]
@@ -233,6 +237,8 @@ struct Settings {
     early_steering: Option<String>,
     #[serde(default)]
     serialize_connections: bool,
+    #[serde(default)]
+    service_dispersion: bool,
 }
 
 /// `results.json` of `sim minos --out`.
@@ -340,6 +346,7 @@ fn sweep_config(
         }
     };
     config.serialize_connections = flags.serialize_connections;
+    config.service_dispersion = flags.service_dispersion;
     config.sizeaware.percentile = flags.percentile;
     config.sizeaware.fixed_threshold_bytes = flags.threshold;
     config.sizeaware.fixed_small_workers = flags.small_workers;
@@ -366,6 +373,7 @@ fn settings_of(config: &SweepConfig, flags: &ModelFlags) -> Settings {
         large_share: flags.large_share,
         popularity: flags.popularity.clone(),
         serialize_connections: config.serialize_connections,
+        service_dispersion: config.service_dispersion,
         early_steering: Some(
             match config.steering {
                 Steering::Nic => "nic",
@@ -905,6 +913,7 @@ fn run_profile(args: ProfileArgs) -> Result<ExitCode, String> {
     let mut loopback = Loopback::open()?;
     let mut input = BytesMut::new();
     let mut samples = Vec::new();
+    let mut ratios = Vec::new();
     for &size in &args.sizes {
         let key = format!("profile:{size}");
         // Store the value through the same path (a `set` request).
@@ -937,6 +946,9 @@ fn run_profile(args: ProfileArgs) -> Result<ExitCode, String> {
             }
         }
         let ns = median(&mut times);
+        if ns > 0.0 {
+            ratios.extend(times.iter().map(|time| time / ns));
+        }
         eprintln!(
             "{:>8} B value, {:>8} B reply: median {:>9.0} ns ({} timed)",
             size,
@@ -954,7 +966,8 @@ fn run_profile(args: ProfileArgs) -> Result<ExitCode, String> {
     let description = format!(
         "measured by `tailtrim sim profile` on a {cpus}-CPU machine: median time to read + parse \
          a GET, execute it on the server's store and write the reply to a loopback TCP socket \
-         drained by another thread, least squares over reply sizes"
+         drained by another thread, least squares over reply sizes; dispersion: every timed \
+         request over its size's median"
     );
     let base = CostModel {
         handoff_ns: args.handoff_ns,
@@ -962,13 +975,19 @@ fn run_profile(args: ProfileArgs) -> Result<ExitCode, String> {
         dispatch_ns: args.dispatch_ns,
         ..CostModel::default()
     };
-    let profile = Profile::fit(description, samples, base)
+    let mut profile = Profile::fit(description, samples, base)
         .ok_or_else(|| "could not fit: need two distinct sizes".to_string())?;
+    profile.dispersion = tailtrim_sim::cost::dispersion_quantiles(&mut ratios);
+    let quantile = |q: usize| profile.dispersion.get(q).copied().unwrap_or(1.0);
     eprintln!(
-        "fit: {:.0} ns + {:.4} ns/byte (r² {:.3})",
+        "fit: {:.0} ns + {:.4} ns/byte (r² {:.3}); time / median of its size: p1 {:.2}, p90 {:.2}, p99 {:.2}, max {:.1}",
         profile.cost.fixed_ns,
         profile.cost.per_byte_ns,
-        profile.r_squared.unwrap_or(0.0)
+        profile.r_squared.unwrap_or(0.0),
+        quantile(1),
+        quantile(90),
+        quantile(99),
+        quantile(100)
     );
     let text = profile.to_json();
     match &args.out {

@@ -137,6 +137,44 @@ pub struct Profile {
     /// Coefficient of determination of the fit (1 = perfect), if fitted.
     #[serde(default)]
     pub r_squared: Option<f64>,
+    /// Service-time dispersion: quantiles 0, 1 %, …, 100 % of each measured request's time
+    /// over the median of its size, pooled over sizes (empty: none measured). Used by
+    /// `--service-dispersion` ([`dispersion_factor`]).
+    #[serde(default)]
+    pub dispersion: Vec<f64>,
+}
+
+/// Quantile points kept in [`Profile::dispersion`].
+pub const DISPERSION_POINTS: usize = 101;
+
+/// The [`DISPERSION_POINTS`] evenly spaced quantiles of `ratios` (sorted in place).
+pub fn dispersion_quantiles(ratios: &mut [f64]) -> Vec<f64> {
+    ratios.sort_by(f64::total_cmp);
+    if ratios.is_empty() {
+        return Vec::new();
+    }
+    let last = ratios.len() - 1;
+    (0..DISPERSION_POINTS)
+        .map(|index| {
+            let position = index as f64 / (DISPERSION_POINTS - 1) as f64 * last as f64;
+            ratios[position.round() as usize]
+        })
+        .collect()
+}
+
+/// The multiplicative factor at uniform `u` in `[0, 1)` of a quantile table (linear between
+/// points); 1 for an empty table.
+pub fn dispersion_factor(table: &[f64], u: f64) -> f64 {
+    match table.len() {
+        0 => 1.0,
+        1 => table[0],
+        len => {
+            let position = u.clamp(0.0, 1.0) * (len - 1) as f64;
+            let low = (position.floor() as usize).min(len - 2);
+            let weight = position - low as f64;
+            table[low] * (1.0 - weight) + table[low + 1] * weight
+        }
+    }
 }
 
 /// The profile measured on the development machine (`crates/sim/profiles/default.json`).
@@ -173,6 +211,7 @@ impl Profile {
             cost: CostModel::default(),
             samples: Vec::new(),
             r_squared: None,
+            dispersion: Vec::new(),
         }
     }
 
@@ -211,6 +250,7 @@ impl Profile {
             cost,
             samples,
             r_squared: Some(line.r_squared),
+            dispersion: Vec::new(),
         })
     }
 }
@@ -259,7 +299,26 @@ pub fn least_squares(points: &[(f64, f64)]) -> Option<Line> {
 
 #[cfg(test)]
 mod tests {
-    use super::{least_squares, CostModel, Profile, ProfileSample};
+    use super::{
+        dispersion_factor, dispersion_quantiles, least_squares, CostModel, Profile, ProfileSample,
+        DISPERSION_POINTS,
+    };
+
+    #[test]
+    fn dispersion_table_and_interpolation() {
+        let mut ratios: Vec<f64> = (0..=1000).rev().map(|i| 0.5 + i as f64 / 1000.0).collect();
+        let table = dispersion_quantiles(&mut ratios);
+        assert_eq!(table.len(), DISPERSION_POINTS);
+        assert_eq!(table[0], 0.5);
+        assert_eq!(table[100], 1.5);
+        assert!((table[50] - 1.0).abs() < 1e-12);
+        assert!(table.windows(2).all(|pair| pair[0] <= pair[1]));
+        assert!((dispersion_factor(&[0.5, 1.0, 2.0], 0.25) - 0.75).abs() < 1e-12);
+        assert!((dispersion_factor(&[0.5, 1.0, 2.0], 0.75) - 1.5).abs() < 1e-12);
+        assert_eq!(dispersion_factor(&[0.5, 1.0, 2.0], 1.0), 2.0);
+        assert_eq!(dispersion_factor(&[], 0.3), 1.0);
+        assert!(dispersion_quantiles(&mut []).is_empty());
+    }
 
     #[test]
     fn embedded_profile_parses_and_is_measured() {

@@ -69,6 +69,9 @@ pub struct SweepConfig {
     pub steering: Steering,
     /// Early/late binding: one executing request per connection (the real runtime).
     pub serialize_connections: bool,
+    /// Spread service times by the profile's measured dispersion (off: each size costs its
+    /// fitted median).
+    pub service_dispersion: bool,
     /// The cost model and where it came from.
     pub profile: Profile,
     /// The workload (the bench's `minos` preset by default).
@@ -95,6 +98,7 @@ impl SweepConfig {
             steal: StealPolicy::default(),
             steering: Steering::Nic,
             serialize_connections: false,
+            service_dispersion: false,
             profile: Profile::embedded(),
             workload,
             knee_us: DEFAULT_KNEE_US,
@@ -129,13 +133,24 @@ impl SweepConfig {
     pub fn trace(&self) -> Result<Trace, SimError> {
         let connections = u32::try_from(self.connections)
             .map_err(|_| SimError::Config("too many connections".into()))?;
-        Trace::generate(
+        let mut trace = Trace::generate(
             &self.workload,
             self.requests,
             connections,
             &ServiceModel::Cost(self.profile.cost),
             self.seed,
-        )
+        )?;
+        if self.service_dispersion {
+            if self.profile.dispersion.is_empty() {
+                return Err(SimError::Config(
+                    "service dispersion asked for, but the profile has no dispersion table \
+                     (measure one with tailtrim sim profile)"
+                        .into(),
+                ));
+            }
+            trace.apply_dispersion(&self.profile.dispersion, self.seed);
+        }
+        Ok(trace)
     }
 }
 

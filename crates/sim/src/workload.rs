@@ -173,6 +173,23 @@ impl Trace {
         })
     }
 
+    /// Multiplies every request's service time (fixed and transfer parts alike) by a factor
+    /// drawn from the quantile table `table` ([`crate::cost::dispersion_factor`]), from its own
+    /// random stream of `seed` (stream 5): the measured spread of service times around the
+    /// median of a size.
+    pub fn apply_dispersion(&mut self, table: &[f64], seed: u64) {
+        if table.is_empty() {
+            return;
+        }
+        let mut rng = Rng::new(seed).fork(5);
+        for request in &mut self.requests {
+            let factor = crate::cost::dispersion_factor(table, rng.unit()).max(0.0);
+            request.work_ns = ((request.work_ns as f64 * factor).round() as u64).max(1);
+            request.transfer_ns =
+                ((request.transfer_ns as f64 * factor).round() as u64).min(request.work_ns);
+        }
+    }
+
     /// Arrival times of every request at `rate` requests per second.
     pub fn arrivals(&self, rate: f64) -> Vec<Nanos> {
         let mut schedule = Schedule::new(&self.arrival, rate, Rng::new(self.arrival_seed));
@@ -209,6 +226,33 @@ mod tests {
         );
         let request = format!("set k1 0 0 123\r\n{}\r\n", "x".repeat(123));
         assert_eq!(set_request_bytes(2, 123), request.len() as u64);
+    }
+
+    #[test]
+    fn dispersion_scales_service_times_deterministically() {
+        let spec = WorkloadSpec::preset("minos").expect("preset");
+        let service = ServiceModel::Cost(CostModel::default());
+        let plain = Trace::generate(&spec, 20_000, 8, &service, 3).expect("trace");
+        let mut identity = plain.clone();
+        identity.apply_dispersion(&[1.0, 1.0], 3);
+        assert_eq!(identity.requests, plain.requests);
+        let table = [0.5, 1.0, 4.0];
+        let mut spread = plain.clone();
+        spread.apply_dispersion(&table, 3);
+        let mut again = plain.clone();
+        again.apply_dispersion(&table, 3);
+        assert_eq!(spread.requests, again.requests);
+        let ratios: Vec<f64> = spread
+            .requests
+            .iter()
+            .zip(&plain.requests)
+            .map(|(s, p)| s.work_ns as f64 / p.work_ns as f64)
+            .collect();
+        assert!(ratios.iter().all(|r| (0.49..=4.01).contains(r)));
+        // Mean of the table's factor: (0.75 + 2.5) / 2 = 1.625.
+        let mean = ratios.iter().sum::<f64>() / ratios.len() as f64;
+        assert!((mean - 1.625).abs() < 0.03, "mean factor {mean}");
+        assert!(spread.requests.iter().all(|r| r.transfer_ns <= r.work_ns));
     }
 
     #[test]
