@@ -76,6 +76,11 @@ pub struct Args {
     /// Warm-up seconds before each measured window.
     #[arg(long, default_value_t = 0.2)]
     warmup: f64,
+    /// Unmeasured seconds of load at the lowest rate on every server after
+    /// its preload, before the sweep (first-touch page faults, allocator
+    /// growth and the size-aware controller's first epochs happen here).
+    #[arg(long, default_value_t = 3.0)]
+    prime: f64,
     /// Repeats per (system, rate); the point is the median of them.
     #[arg(long, default_value_t = 11)]
     repeats: usize,
@@ -403,6 +408,9 @@ pub struct RunSettings {
     pub duration_s: f64,
     /// Warm-up seconds per point.
     pub warmup_s: f64,
+    /// Unmeasured seconds at the lowest rate on every server before the sweep.
+    #[serde(default)]
+    pub prime_s: f64,
     /// Drain seconds per point.
     pub drain_s: f64,
     /// Repeats per point.
@@ -545,9 +553,14 @@ fn cpu_jiffies() -> Option<(u64, u64)> {
 }
 
 fn machine_info() -> MachineInfo {
-    let cpus = std::thread::available_parallelism()
-        .map(std::num::NonZeroUsize::get)
-        .unwrap_or(1);
+    // CPUs online, not the ones this (possibly pinned) process may use.
+    // SAFETY: sysconf has no preconditions.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    let cpus = if online > 0 {
+        online as usize
+    } else {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    };
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|text| text.trim().to_string())
         .unwrap_or_default();
@@ -631,6 +644,7 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
             rates: rates.clone(),
             duration_s: duration.as_secs_f64(),
             warmup_s: warmup.as_secs_f64(),
+            prime_s: if quick { 0.0 } else { args.prime.max(0.0) },
             drain_s: drain.as_secs_f64(),
             repeats,
             seed: args.seed,
@@ -707,6 +721,28 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
         Some(FloorStub::start()?)
     };
     let floor_workload = Arc::new(floor_workload(&workload)?);
+
+    // Prime every server, unmeasured, so the first rate is not the one that
+    // pays for start-up.
+    if let (Some(lowest), false) = (rates.first(), quick || args.prime <= 0.0) {
+        let prime = seconds(args.prime, "prime")?;
+        for (server, system) in servers.iter().zip(&systems) {
+            let mut config = RunConfig::new(&server.address(), *lowest, prime);
+            config.connections = args.connections;
+            config.threads = args.bench_threads;
+            config.max_in_flight = args.max_in_flight;
+            config.seed = args.seed ^ 0x5eed;
+            config.timeseries = false;
+            if verbose {
+                eprintln!(
+                    "priming {} at {lowest:.0} rps for {:.1} s",
+                    system.name, args.prime
+                );
+            }
+            run_detailed(&workload, &config, &mut |_| {})
+                .map_err(|error| format!("priming {}: {error}", system.name))?;
+        }
+    }
 
     // The sweep: rates ascending, systems interleaved within each round.
     let participants = results.systems.len();
@@ -1063,7 +1099,8 @@ fn markdown(results: &MinosResults) -> String {
     let _ = writeln!(
         text,
         "Servers: -t {} -m {}; bench: {} connections, {} I/O thread(s), {} in flight per connection; \
-         {} s measured + {} s warm-up per point, median of {} repeat(s), systems interleaved; \
+         {} s measured + {} s warm-up per point ({} s of unmeasured load on every server first), \
+         median of {} repeat(s), systems interleaved; \
          bench CPUs {}, server CPUs {}, nice {}; machine: {} CPUs, steal {:.1}%, {:.0} s wall.\n",
         settings.threads,
         settings.memory_mb,
@@ -1072,6 +1109,7 @@ fn markdown(results: &MinosResults) -> String {
         settings.max_in_flight,
         settings.duration_s,
         settings.warmup_s,
+        settings.prime_s,
         settings.repeats,
         cpu_text(&settings.bench_cpus),
         cpu_text(&settings.server_cpus),
