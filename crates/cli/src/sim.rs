@@ -106,8 +106,9 @@ struct ModelFlags {
     /// request over, as tailtrim's server does; the default of `sim validate`).
     #[arg(long, value_name = "nic|software")]
     early_steering: Option<String>,
-    /// Early and late binding execute one request per connection at a time (the real server's
-    /// per-connection execution queue); `sim validate` turns it on.
+    /// Late binding executes one request per connection at a time (the real server's
+    /// per-connection execution queue; early binding is not serialized, as in the server);
+    /// `sim validate` turns it on.
     #[arg(long)]
     serialize_connections: bool,
     /// Spread each request's service time by the profile's measured dispersion (time over
@@ -1045,8 +1046,9 @@ struct Comparison {
     sim_small_p99_us: f64,
     real_large_p99_us: f64,
     sim_large_p99_us: f64,
-    /// The server's own `stats sizeaware` small p99 (parse → reply queued; cumulative over the
-    /// sweep so far), median over the point's repeats.
+    /// The server's own `stats sizeaware` small p99 (kernel receipt → reply queued, each run's
+    /// own since the experiment resets the stats before it; results of older builds: parse →
+    /// reply, cumulative), median over the point's repeats.
     real_in_server_small_p99_us: Option<f64>,
     real_in_server_large_p99_us: Option<f64>,
     sim_in_server_small_p99_us: f64,
@@ -1168,9 +1170,15 @@ fn run_validate(args: ValidateArgs) -> Result<ExitCode, String> {
                 real_in_server_large_p99_us: stat_median(&point.samples, "large_p99_us"),
                 sim_in_server_small_p99_us: sim.small_in_server.p99_us,
                 sim_in_server_large_p99_us: sim.large_in_server.p99_us,
-                real_threshold_bytes: stat_median(&point.samples, "threshold_bytes"),
+                // Only size-aware's threshold and split are decisions; the baselines'
+                // figures merely label their statistics.
+                real_threshold_bytes: (policy == Policy::SizeAware)
+                    .then(|| stat_median(&point.samples, "threshold_bytes"))
+                    .flatten(),
                 sim_threshold_bytes: last.map(|d| d.threshold_bytes),
-                real_small_workers: stat_median(&point.samples, "small_workers"),
+                real_small_workers: (policy == Policy::SizeAware)
+                    .then(|| stat_median(&point.samples, "small_workers"))
+                    .flatten(),
                 sim_small_workers: last.map(|d| d.small_workers),
             });
         }
@@ -1251,7 +1259,7 @@ fn validation_markdown(validation: &Validation, profile: &Profile) -> String {
         validation.sim_estimated_capacity_rps / 1e3
     ));
     line(String::new());
-    line("## Per rate (µs; real = median of repeats, end to end through loopback; in-server = the server's own histogram, parse → reply, cumulative)\n".to_string());
+    line("## Per rate (µs; real = median of repeats, end to end through loopback; in-server = the server's own histogram, kernel receipt → reply queued, per run)\n".to_string());
     line("| system | rate | achieved real / sim | small p99 real / sim | large p99 real / sim | in-server small p99 real / sim | in-server large p99 real / sim | threshold real / sim | small cores real / sim |".to_string());
     line("|---|---:|---:|---:|---:|---:|---:|---:|---:|".to_string());
     let opt = |value: Option<f64>| value.map_or("–".to_string(), micros);

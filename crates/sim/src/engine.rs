@@ -73,10 +73,12 @@ pub struct RunConfig {
     pub steal: StealPolicy,
     /// Early binding's steering.
     pub steering: Steering,
-    /// Early and late binding: a connection's next request is released to a core only when
-    /// its previous one completed (the real server's per-connection execution queue). Off:
-    /// requests of a connection may run on several cores at once; replies are still
-    /// delivered in order.
+    /// Late binding: a connection's next request is released to a core only when its
+    /// previous one completed (the real server's per-connection execution queue, which
+    /// serializes late binding because any idle worker may take the next request). Early
+    /// binding is not affected: the server runs a connection's single-key requests side by
+    /// side on their keys' workers. Off: requests of a connection may run on several cores
+    /// at once; replies are still delivered in order.
     pub serialize_connections: bool,
     /// Hand-off, steal and dispatch costs (per-request work is in the trace).
     pub cost: CostModel,
@@ -660,9 +662,10 @@ impl Sim<'_> {
     }
 
     /// Early and late binding: hands the execution of a parsed request to its core, or, with
-    /// `serialize_connections`, queues it behind its connection's executing request.
+    /// `serialize_connections` (late binding), queues it behind its connection's executing
+    /// request.
     fn submit(&mut self, job: Job) {
-        if self.config.serialize_connections {
+        if self.serializes() {
             let conn = &mut self.conns[self.trace.requests[job.req as usize].conn as usize];
             if conn.executing {
                 conn.waiting.push_back(job);
@@ -671,6 +674,11 @@ impl Sim<'_> {
             conn.executing = true;
         }
         self.release(job);
+    }
+
+    /// Whether a connection's requests execute one at a time.
+    fn serializes(&self) -> bool {
+        self.config.serialize_connections && self.config.policy == Policy::LateBinding
     }
 
     fn release(&mut self, job: Job) {
@@ -740,12 +748,7 @@ impl Sim<'_> {
         self.finished[index] = self.now;
         self.served_by[index] = core;
         let request = self.trace.requests[index];
-        if self.config.serialize_connections
-            && matches!(
-                self.config.policy,
-                Policy::EarlyBinding | Policy::LateBinding
-            )
-        {
+        if self.serializes() {
             let conn = &mut self.conns[request.conn as usize];
             conn.executing = false;
             if let Some(next) = conn.waiting.pop_front() {
