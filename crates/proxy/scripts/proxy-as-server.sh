@@ -46,6 +46,15 @@ for _ in $(seq "$backends"); do
     pids+=("$!")
     servers+=("127.0.0.1:$p:1")
 done
+# The proxy must not answer before its backends listen (a suite's first request would get
+# "backend unreachable"): wait up to 5 s for each to accept a connection.
+for server in "${servers[@]}"; do
+    p="${server#127.0.0.1:}"; p="${p%:1}"
+    for _ in $(seq 100); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && break
+        sleep 0.05
+    done
+done
 self=$$
 ( while kill -0 "$self" 2>/dev/null; do sleep 0.3; done; kill "${pids[@]}" 2>/dev/null ) &
 joined="$(IFS=,; echo "${servers[*]}")"
