@@ -35,7 +35,34 @@ impl ChildGuard {
                 .arg(format!("-{name}"))
                 .arg(pid.to_string())
                 .status();
+            if name == "STOP" {
+                // kill(2) only queues the stop: a thread running on another CPU may still
+                // answer a request. Wait until every thread is stopped (state T), up to 2 s.
+                wait_until_stopped(pid);
+            }
         }
+    }
+}
+
+/// Waits (at most 2 s) until every thread of `pid` is in state `T` (stopped).
+fn wait_until_stopped(pid: u32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while std::time::Instant::now() < deadline {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return;
+        };
+        let all_stopped = tasks.flatten().all(|task| {
+            std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+                // The state follows the parenthesised command name.
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().next())
+                    .is_some_and(|state| state == "T" || state == "t")
+            })
+        });
+        if all_stopped {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
     }
 }
 
