@@ -32,4 +32,7 @@ pub enum PolicyError {
         /// Servers in the pool.
         servers: usize,
     },
+    /// An unknown warm-up mode name.
+    #[error("unknown warm-up mode {0:?} (known: cold, fallback, preemptive, preemptive+fallback)")]
+    UnknownWarmupMode(String),
 }

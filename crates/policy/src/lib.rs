@@ -6,6 +6,9 @@
 //!   request ──► planner::plan(&request, &view) ──► Vec<Action> ──► client/proxy (owns sockets)
 //!                      ▲                                  │
 //!                      └── health (TKO state, EWMA) ◄─────┘ observations (time is a parameter)
+//!
+//!   reads ──► hotkeys (sampled space-saving top-k) ──► warmup::plan_copies ──► copies
+//!   membership change ──► warmup::WarmupProgress (hit ratios) ──► warm-up over?
 //! ```
 //!
 //! Every module is deterministic: time comes in as [`health::Timestamp`], randomness (if any)
@@ -14,6 +17,8 @@
 
 pub mod error;
 pub mod health;
+pub mod hotkeys;
 pub mod planner;
 pub mod ring;
 pub mod sizeaware;
+pub mod warmup;
