@@ -89,6 +89,10 @@ pub enum ProtoError {
     /// memcached closes the connection without a reply.
     #[error("line too long")]
     LineTooLong,
+    /// An HTTP request line (an unknown command ending in `HTTP/...`): memcached hangs up
+    /// without a reply.
+    #[error("HTTP request")]
+    HttpRequest,
 }
 
 impl ProtoError {
@@ -107,7 +111,7 @@ impl ProtoError {
 
     /// True when the connection must be closed after this error.
     pub fn closes_connection(&self) -> bool {
-        matches!(self, ProtoError::LineTooLong)
+        matches!(self, ProtoError::LineTooLong | ProtoError::HttpRequest)
     }
 
     /// Bytes of data that follow the command line and must be discarded.

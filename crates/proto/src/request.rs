@@ -173,6 +173,15 @@ pub enum Request {
         /// The key.
         key: Bytes,
     },
+    /// An administrative command memcached knows whose reply is fixed by the line alone in
+    /// tailtrim, which has no slab allocator to tune (`slabs automove 1` → `OK`, `slabs
+    /// reassign 1 2` → `NOSPARE ...`): accepted as a no-op with memcached's reply.
+    Admin {
+        /// The reply line, without `\r\n`.
+        reply: &'static [u8],
+        /// `noreply` was given (memcached then stays silent).
+        noreply: bool,
+    },
 }
 
 impl Request {
@@ -282,13 +291,12 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Parsed<Request> {
             .map(|(key, flags)| (Request::MetaDelete { key, flags }, line_len)),
         b"ma" => parse_meta_keyed(MetaKind::Arithmetic, &toks)
             .map(|(key, flags)| (Request::MetaArithmetic { key, flags }, line_len)),
-        b"me" => match toks.get(1) {
-            Some(k) if toks.len() == 2 => {
-                key_bytes(k).map(|key| (Request::MetaDebug { key }, line_len))
-            }
-            _ => Err(ProtoError::BadCommandLine { noreply: false }),
-        },
+        b"me" => parse_meta_debug(&toks).map(done(line_len)),
         b"ms" => return parse_meta_set(&toks, buf, line_len, limits),
+        // memcached's long-gone "binary get", still accepted as `get`.
+        b"bget" => parse_get(&toks, false).map(done(line_len)),
+        b"slabs" => parse_slabs(&toks).map(done(line_len)),
+        _ if is_http_request_line(&toks) => Err(ProtoError::HttpRequest),
         _ => Err(ProtoError::UnknownCommand),
     };
     match result {
@@ -388,7 +396,7 @@ fn parse_store(
     } else {
         0
     };
-    let Ok(vlen) = usize::try_from(vlen) else {
+    let Some(vlen) = value_length(vlen) else {
         return invalid(bad, line_len);
     };
     let key = Bytes::copy_from_slice(toks[1]);
@@ -422,6 +430,99 @@ fn parse_store(
         }),
         consumed: total,
     }
+}
+
+/// A declared value length as memcached accepts it: not negative and leaving room for the
+/// data block's `\r\n` in a C `int` (past that: `CLIENT_ERROR bad command line format`,
+/// not `SERVER_ERROR object too large for cache`).
+fn value_length(declared: i32) -> Option<usize> {
+    if declared > i32::MAX - 2 {
+        return None;
+    }
+    usize::try_from(declared).ok()
+}
+
+/// Tokens memcached's tokenizer yields before it stops splitting (24 slots, one for the rest).
+const MAX_TOKENS_SPLIT: usize = 23;
+
+/// True for a line memcached treats as an HTTP request: an unknown command whose last
+/// token (of the first 23) starts with `HTTP/`. memcached hangs up without a reply.
+/// Commands whose first letter memcached dispatches on (`g`, `s`, `a`, `c`, `i`, `d`, `t`,
+/// two-letter `m?`) answer `ERROR` instead, as do one-byte commands.
+fn is_http_request_line(toks: &[&[u8]]) -> bool {
+    let Some(command) = toks.first() else {
+        return false;
+    };
+    let dispatched_by_letter = matches!(command[0], b'g' | b's' | b'a' | b'c' | b'i' | b'd' | b't')
+        || (command[0] == b'm' && command.len() == 2);
+    if command.len() < 2 || dispatched_by_letter {
+        return false;
+    }
+    let last = toks[toks.len().min(MAX_TOKENS_SPLIT) - 1];
+    last.starts_with(b"HTTP/")
+}
+
+/// memcached's class ids run from 0 (the global page pool) to the largest class, 39 with the
+/// default growth factor and chunk sizes (the same for `-I 512k` to `-I 2m`).
+const SLAB_CLASS_LARGEST: i32 = 39;
+
+/// `slabs automove <0|1|2|ratio N>` and `slabs reassign <src> <dst>`, answered as memcached
+/// answers them; tailtrim has no slab pages, so there is never a spare page to move (and
+/// `-1`, "any class with a spare page", finds none: `BADCLASS`, as memcached says then).
+fn parse_slabs(toks: &[&[u8]]) -> Result<Request, ProtoError> {
+    let admin = |reply: &'static [u8], noreply: bool| Ok(Request::Admin { reply, noreply });
+    match toks.get(1).copied() {
+        Some(b"reassign") if toks.len() == 4 => {
+            let (Some(src), Some(dst)) = (parse_i32(toks[2]), parse_i32(toks[3])) else {
+                return Err(ProtoError::BadCommandLine { noreply: false });
+            };
+            let valid = |class: i32| (0..=SLAB_CLASS_LARGEST).contains(&class);
+            if src == dst {
+                admin(b"SAME src and dst class are identical", false)
+            } else if !valid(src) || !valid(dst) {
+                admin(b"BADCLASS invalid src or dst class id", false)
+            } else {
+                admin(b"NOSPARE source class has no spare pages", false)
+            }
+        }
+        Some(b"automove") if toks.len() >= 3 => {
+            let noreply = is_noreply(toks.last());
+            if toks[2] == b"ratio" {
+                let ratio = toks.get(3).and_then(|t| std::str::from_utf8(t).ok());
+                if toks.len() < 4 || ratio.and_then(|r| r.parse::<f64>().ok()).is_none() {
+                    return admin(b"ERROR", noreply);
+                }
+                return admin(b"OK", noreply);
+            }
+            match parse_u32(toks[2]) {
+                None => Err(ProtoError::BadCommandLine { noreply }),
+                Some(0..=2) => admin(b"OK", noreply),
+                Some(_) => admin(b"ERROR", noreply),
+            }
+        }
+        _ => Err(ProtoError::UnknownCommand),
+    }
+}
+
+/// `me <key> [b]`: memcached ignores tokens after the key except a `b` (base64 key) in third
+/// place.
+fn parse_meta_debug(toks: &[&[u8]]) -> Result<Request, ProtoError> {
+    let bad = ProtoError::BadCommandLine { noreply: false };
+    let Some(raw) = toks.get(1) else {
+        return Err(bad);
+    };
+    if raw.len() > MAX_KEY_LEN {
+        return Err(bad);
+    }
+    let key = if toks.get(2).copied() == Some(b"b".as_slice()) {
+        match decode_base64(raw) {
+            Some(decoded) if !decoded.is_empty() => Bytes::from(decoded),
+            _ => return Err(bad),
+        }
+    } else {
+        Bytes::copy_from_slice(raw)
+    };
+    Ok(Request::MetaDebug { key })
 }
 
 fn parse_delete(toks: &[&[u8]]) -> Result<Request, ProtoError> {
@@ -529,7 +630,7 @@ fn parse_meta_set(toks: &[&[u8]], buf: &[u8], line_len: usize, limits: &Limits) 
     if raw_key.len() > MAX_KEY_LEN {
         return invalid(bad, line_len);
     }
-    let Some(vlen) = parse_i32(len_token).and_then(|v| usize::try_from(v).ok()) else {
+    let Some(vlen) = parse_i32(len_token).and_then(value_length) else {
         return invalid(bad, line_len);
     };
     let swallow = vlen + 2;
@@ -674,6 +775,23 @@ mod tests {
             (b"verbosity\r\n", ProtoError::UnknownCommand),
             (b"mg k zz\r\n", ProtoError::InvalidMetaFlag),
             (b"mg k v v\r\n", ProtoError::DuplicateMetaFlag),
+            (b"GET / HTTP/1.0\r\n", ProtoError::HttpRequest),
+            (b"HTTP/1.1\r\n", ProtoError::HttpRequest),
+            (b"gxx / HTTP/1.1\r\n", ProtoError::UnknownCommand),
+            (b"xx HTTP/1.0 tail\r\n", ProtoError::UnknownCommand),
+            (
+                b"set a 0 0 2147483646\r\n",
+                ProtoError::BadCommandLine { noreply: false },
+            ),
+            (
+                b"ms a 2147483647\r\n",
+                ProtoError::BadCommandLine { noreply: false },
+            ),
+            (
+                b"slabs automove x noreply\r\n",
+                ProtoError::BadCommandLine { noreply: true },
+            ),
+            (b"slabs automove\r\n", ProtoError::UnknownCommand),
         ];
         for (input, expected) in cases {
             match parse(input) {
@@ -683,6 +801,45 @@ mod tests {
                 other => panic!("{}: {other:?}", String::from_utf8_lossy(input)),
             }
         }
+    }
+
+    #[test]
+    fn admin_commands_answer_as_memcached() {
+        let cases: &[(&[u8], &[u8], bool)] = &[
+            (b"slabs automove 2\r\n", b"OK", false),
+            (b"slabs automove 3 noreply\r\n", b"ERROR", true),
+            (b"slabs automove ratio 0.8 x\r\n", b"OK", false),
+            (b"slabs automove ratio\r\n", b"ERROR", false),
+            (
+                b"slabs reassign 3 3\r\n",
+                b"SAME src and dst class are identical",
+                false,
+            ),
+            (
+                b"slabs reassign 1 40\r\n",
+                b"BADCLASS invalid src or dst class id",
+                false,
+            ),
+            (
+                b"slabs reassign 0 39\r\n",
+                b"NOSPARE source class has no spare pages",
+                false,
+            ),
+        ];
+        for (input, reply, noreply) in cases {
+            match parse(input) {
+                Parsed::Complete {
+                    value:
+                        Request::Admin {
+                            reply: got,
+                            noreply: quiet,
+                        },
+                    ..
+                } => assert_eq!((got, quiet), (*reply, *noreply)),
+                other => panic!("{}: {other:?}", String::from_utf8_lossy(input)),
+            }
+        }
+        assert!(ProtoError::HttpRequest.closes_connection());
     }
 
     #[test]

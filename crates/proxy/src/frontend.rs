@@ -419,6 +419,13 @@ async fn execute(shared: &Shared, request: Request, raw: Bytes) -> Bytes {
                 Bytes::from_static(b"OK\r\n")
             }
         }
+        Request::Admin { reply, noreply } => {
+            if noreply {
+                Bytes::new()
+            } else {
+                Bytes::from([reply, b"\r\n"].concat())
+            }
+        }
         Request::Stats { args } => Bytes::from(metrics::stats_reply(shared, &args).await),
         Request::Quit => Bytes::new(),
     }

@@ -104,6 +104,11 @@ pub fn execute(request: Request, frame: &Bytes, ctx: &ExecContext<'_>, out: &mut
                 reply::line(out, b"OK");
             }
         }
+        Request::Admin { reply, noreply } => {
+            if !noreply {
+                reply::line(out, reply);
+            }
+        }
         Request::Quit => return Flow::Close,
         Request::Stats { args } => crate::report::stats_command(&args, ctx, out),
         Request::MetaNoop => reply::line(out, b"MN"),
