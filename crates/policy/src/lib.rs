@@ -15,6 +15,7 @@
 //! from a seed in the caller's config. The runtime (`tailtrim-client`) and the simulator run the
 //! same code.
 
+pub mod chisel;
 pub mod error;
 pub mod health;
 pub mod hotkeys;

@@ -12,7 +12,9 @@
 //! Planners never touch sockets or clocks: the runtime sends the fetches and reports what it saw
 //! back through [`Planner::observe`], which is how learning planners (Chisel's latency model,
 //! TailX's large-key filter) will be fed. `batch`, the state of practice, sends one
-//! `get k1 … kn` per backend. A [`Fetch`] can carry a start time (`not_before`, for TailX's
+//! `get k1 … kn` per backend; `chisel` ([`crate::chisel`]) splits elephants into chunks and lets
+//! the runtime merge mice ([`Planner::merge_limit`]), with a [`QueryShape`] that an online
+//! analyzer sets ([`Planner::set_shape`]). A [`Fetch`] can carry a start time (`not_before`, for TailX's
 //! delay queue) and a priority (for Rein), so those planners fit without changing the runtime's
 //! contract.
 
@@ -20,7 +22,7 @@ use crate::error::PolicyError;
 use crate::health::{choose_replica, BackendLoad, Timestamp};
 
 /// Names accepted by [`PlannerKind::from_name`].
-pub const PLANNER_NAMES: [&str; 1] = ["batch"];
+pub const PLANNER_NAMES: [&str; 2] = ["batch", "chisel"];
 
 /// A read of one or more keys.
 #[derive(Debug, Clone, Copy)]
@@ -83,6 +85,17 @@ pub struct Observation {
     pub at: Timestamp,
 }
 
+/// How a query-reshaping planner (Chisel) sizes backend queries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueryShape {
+    /// `B`: mice requests that may share one backend query (1 = no merging).
+    pub merge_level: u32,
+    /// `L`: most keys in one elephant chunk (`u32::MAX` or ≥ the request = no splitting).
+    pub chunk_size: u32,
+    /// Requests with more keys than this are elephants; the others are mice.
+    pub elephant_threshold: u32,
+}
+
 /// A multiget scheduler.
 pub trait Planner: Send {
     /// Config name (`batch`, …).
@@ -91,6 +104,17 @@ pub trait Planner: Send {
     fn plan(&mut self, request: &PlanRequest<'_>, view: &dyn ClusterView) -> Vec<Action>;
     /// Feedback after a fetch completes. Default: ignored.
     fn observe(&mut self, _observation: &Observation) {}
+    /// How many requests of `keys` keys may share one backend query while it is being set up
+    /// (the runtime merges fetches of such requests to the same backend). Default: 1, never.
+    fn merge_limit(&self, _keys: usize) -> u32 {
+        1
+    }
+    /// The current query shape, for planners that reshape queries. Default: `None`.
+    fn shape(&self) -> Option<QueryShape> {
+        None
+    }
+    /// Sets the query shape (an online analyzer's decision). Default: ignored.
+    fn set_shape(&mut self, _shape: QueryShape) {}
 }
 
 /// Selectable planners.
@@ -98,6 +122,8 @@ pub trait Planner: Send {
 pub enum PlannerKind {
     /// One multiget per backend.
     Batch,
+    /// Split elephants into chunks, merge mice (see [`crate::chisel`]).
+    Chisel,
 }
 
 impl PlannerKind {
@@ -105,6 +131,7 @@ impl PlannerKind {
     pub fn from_name(name: &str) -> Result<Self, PolicyError> {
         match name {
             "batch" => Ok(PlannerKind::Batch),
+            "chisel" => Ok(PlannerKind::Chisel),
             other => Err(PolicyError::UnknownPlanner(other.to_string())),
         }
     }
@@ -113,6 +140,7 @@ impl PlannerKind {
     pub fn name(self) -> &'static str {
         match self {
             PlannerKind::Batch => "batch",
+            PlannerKind::Chisel => "chisel",
         }
     }
 
@@ -120,6 +148,7 @@ impl PlannerKind {
     pub fn build(self) -> Box<dyn Planner> {
         match self {
             PlannerKind::Batch => Box::new(BatchPlanner::default()),
+            PlannerKind::Chisel => Box::new(crate::chisel::ChiselPlanner::default()),
         }
     }
 }
@@ -169,14 +198,15 @@ impl Planner for BatchPlanner {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::ring::{Ring, RingOptions, RingServer};
 
-    struct TestView {
-        ring: Ring,
-        copies: usize,
-        loads: Vec<BackendLoad>,
+    /// A ring-backed view with settable loads, shared by the planners' tests.
+    pub(crate) struct TestView {
+        pub(crate) ring: Ring,
+        pub(crate) copies: usize,
+        pub(crate) loads: Vec<BackendLoad>,
     }
 
     impl ClusterView for TestView {
@@ -191,7 +221,7 @@ mod tests {
         }
     }
 
-    fn view(servers: usize, copies: usize) -> TestView {
+    pub(crate) fn view(servers: usize, copies: usize) -> TestView {
         let list: Vec<RingServer> = (0..servers)
             .map(|index| RingServer {
                 name: format!("10.0.0.{index}:11311"),
