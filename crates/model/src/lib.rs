@@ -41,6 +41,7 @@ mod time;
 
 pub mod cheng;
 pub mod chisel;
+pub mod chisel_online;
 pub mod cliff;
 pub mod pareto;
 

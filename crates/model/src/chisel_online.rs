@@ -1,0 +1,524 @@
+//! Chisel's online analyzer: the layered model's inputs measured, not configured, and the
+//! best `(B, L)` chosen every epoch, with hysteresis and a safe fallback to batching.
+//!
+//! ```text
+//!  every completed backend query ─► observe(keys K, latency) ─► sliding window (last N queries)
+//!  every epoch: decide(EpochLoad{requests and keys per class, seconds, client overhead o})
+//!     window ─► per key count K: low quantile of the latency ─► weighted least squares
+//!               T(K) = α + β·K  (R², sample and key-count checks)  ── poor fit ─► batch (1, ∞)
+//!     T(K) split into P_S = s·T and N_S = (1 − s)·T (s = processing share, configured:
+//!     a proxy only sees the round trip)
+//!     Λ, elephant fraction, mean keys per class, o ─► ChiselParams ─► best_plan(grid)
+//!     ── no stable plan ─► batch
+//!     new (B, L) only if its predicted objective beats the current (B, L)'s by `hysteresis`
+//! ```
+//!
+//! Pure: no clock, no I/O; the runtime feeds it numbers. The fit uses a low quantile of the
+//! latency per key count, so the queueing a busy system adds to every round trip is not taken
+//! for network or processing time (the model adds its own queueing on top).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::chisel::{
+    best_plan, ChiselModel, ChiselParams, LinearCost, Objective, PlanGrid, Prediction,
+};
+use crate::time::Seconds;
+
+/// Default number of recent backend queries the fit looks at.
+pub const DEFAULT_WINDOW: usize = 4096;
+/// Default fewest queries in the window before the model is trusted.
+pub const DEFAULT_MIN_SAMPLES: usize = 200;
+/// Default fewest requests in an epoch before the model is trusted.
+pub const DEFAULT_MIN_REQUESTS: u64 = 50;
+/// Default lowest R² of the fit before the model is trusted.
+pub const DEFAULT_MIN_R_SQUARED: f64 = 0.6;
+/// Default quantile of the latency per key count that the fit uses.
+pub const DEFAULT_FIT_QUANTILE: f64 = 0.25;
+/// Default share of the fitted round trip attributed to backend processing `P_S` (the paper's
+/// testbed profile puts it at about 4 % of the constant and 8 % of the per-key part).
+pub const DEFAULT_PROCESSING_SHARE: f64 = 0.1;
+/// Default relative improvement a new `(B, L)` must promise before the analyzer switches.
+pub const DEFAULT_HYSTERESIS: f64 = 0.05;
+/// Default largest merge level searched.
+pub const DEFAULT_MAX_MERGE: u32 = 8;
+
+/// `L` meaning "do not split".
+pub const NO_SPLIT: u32 = u32::MAX;
+
+/// Settings of an [`Analyzer`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct AnalyzerConfig {
+    /// Recent backend queries kept for the fit.
+    pub window: usize,
+    /// Fewest queries in the window before the model is used.
+    pub min_samples: usize,
+    /// Fewest requests in the epoch before the model is used.
+    pub min_requests: u64,
+    /// Lowest R² of the fit before the model is used.
+    pub min_r_squared: f64,
+    /// Quantile of the latency per key count that the fit uses (0..1).
+    pub fit_quantile: f64,
+    /// Share of the fitted round trip that is backend processing `P_S` (0..=1).
+    pub processing_share: f64,
+    /// `C`: client query threads (the runtime's bound on concurrent backend queries).
+    pub client_threads: u32,
+    /// `S`: backend worker threads in the pool.
+    pub server_threads: u32,
+    /// Relative improvement a new `(B, L)` must promise to replace the current one.
+    pub hysteresis: f64,
+    /// Largest merge level searched.
+    pub max_merge: u32,
+    /// What the grid search minimizes.
+    pub objective: Objective,
+}
+
+impl Default for AnalyzerConfig {
+    fn default() -> Self {
+        AnalyzerConfig {
+            window: DEFAULT_WINDOW,
+            min_samples: DEFAULT_MIN_SAMPLES,
+            min_requests: DEFAULT_MIN_REQUESTS,
+            min_r_squared: DEFAULT_MIN_R_SQUARED,
+            fit_quantile: DEFAULT_FIT_QUANTILE,
+            processing_share: DEFAULT_PROCESSING_SHARE,
+            client_threads: 16,
+            server_threads: 16,
+            hysteresis: DEFAULT_HYSTERESIS,
+            max_merge: DEFAULT_MAX_MERGE,
+            objective: Objective::Mean,
+        }
+    }
+}
+
+/// What the runtime counted during one epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct EpochLoad {
+    /// Length of the epoch.
+    pub seconds: f64,
+    /// Mice requests that arrived.
+    pub mice: u64,
+    /// Keys in those mice requests.
+    pub mice_keys: u64,
+    /// Elephant requests that arrived.
+    pub elephants: u64,
+    /// Keys in those elephant requests.
+    pub elephant_keys: u64,
+    /// `o`: measured client-side time per backend query before it is sent.
+    pub client_overhead: Seconds,
+}
+
+/// A least-squares line `T(K) = fixed + per_key · K`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LinearFit {
+    /// Intercept, seconds.
+    pub fixed: f64,
+    /// Slope, seconds per key.
+    pub per_key: f64,
+    /// Coefficient of determination over the fitted points (weighted).
+    pub r_squared: f64,
+    /// Queries behind the fit.
+    pub samples: usize,
+    /// Distinct key counts behind the fit.
+    pub key_counts: usize,
+}
+
+/// Weighted least squares over `(x, y, weight)` points; `None` with fewer than two distinct
+/// `x` or no weight.
+pub fn least_squares(points: &[(f64, f64, f64)]) -> Option<LinearFit> {
+    let total: f64 = points.iter().map(|p| p.2).sum();
+    if total <= 0.0 {
+        return None;
+    }
+    let mean_x = points.iter().map(|p| p.0 * p.2).sum::<f64>() / total;
+    let mean_y = points.iter().map(|p| p.1 * p.2).sum::<f64>() / total;
+    let sxx: f64 = points.iter().map(|p| p.2 * (p.0 - mean_x).powi(2)).sum();
+    let sxy: f64 = points
+        .iter()
+        .map(|p| p.2 * (p.0 - mean_x) * (p.1 - mean_y))
+        .sum();
+    let syy: f64 = points.iter().map(|p| p.2 * (p.1 - mean_y).powi(2)).sum();
+    if sxx <= 0.0 || !sxx.is_finite() {
+        return None;
+    }
+    let per_key = sxy / sxx;
+    let fixed = mean_y - per_key * mean_x;
+    let residual: f64 = points
+        .iter()
+        .map(|p| p.2 * (p.1 - fixed - per_key * p.0).powi(2))
+        .sum();
+    let r_squared = if syy > 0.0 { 1.0 - residual / syy } else { 1.0 };
+    Some(LinearFit {
+        fixed,
+        per_key,
+        r_squared,
+        samples: 0,
+        key_counts: points.len(),
+    })
+}
+
+/// Why the analyzer chose batching instead of the model's plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Fallback {
+    /// Fewer queries in the window than `min_samples`.
+    TooFewSamples,
+    /// Fewer than two distinct key counts observed: no slope to fit.
+    OneKeyCount,
+    /// R² below `min_r_squared`, or a negative slope or intercept.
+    PoorFit,
+    /// Fewer requests in the epoch than `min_requests`.
+    TooFewRequests,
+    /// The model found no stable plan (or rejected its inputs).
+    NoStablePlan,
+}
+
+impl Fallback {
+    /// A short name for stats.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fallback::TooFewSamples => "too_few_samples",
+            Fallback::OneKeyCount => "one_key_count",
+            Fallback::PoorFit => "poor_fit",
+            Fallback::TooFewRequests => "too_few_requests",
+            Fallback::NoStablePlan => "no_stable_plan",
+        }
+    }
+}
+
+/// One epoch's outcome.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    /// `B` to use.
+    pub merge_level: u32,
+    /// `L` to use ([`NO_SPLIT`]: none).
+    pub chunk_size: u32,
+    /// Set when the decision is batching because the model could not be trusted.
+    pub fallback: Option<Fallback>,
+    /// The fit of the round trip, when there was one.
+    pub fit: Option<LinearFit>,
+    /// The model's inputs, when they could be built.
+    pub params: Option<ChiselParams>,
+    /// The model's prediction for the chosen `(B, L)`.
+    pub prediction: Option<Prediction>,
+    /// True when the best plan was not adopted because it did not beat the current one by
+    /// the hysteresis margin.
+    pub held: bool,
+}
+
+/// The online analyzer: a window of observations and the current `(B, L)`.
+#[derive(Debug, Clone)]
+pub struct Analyzer {
+    config: AnalyzerConfig,
+    samples: VecDeque<(u32, f64)>,
+    merge_level: u32,
+    chunk_size: u32,
+}
+
+impl Analyzer {
+    /// An analyzer starting at batching.
+    pub fn new(config: AnalyzerConfig) -> Self {
+        Analyzer {
+            config,
+            samples: VecDeque::with_capacity(config.window.min(1 << 16)),
+            merge_level: 1,
+            chunk_size: NO_SPLIT,
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &AnalyzerConfig {
+        &self.config
+    }
+
+    /// The current `(B, L)`.
+    pub fn current(&self) -> (u32, u32) {
+        (self.merge_level, self.chunk_size)
+    }
+
+    /// Queries in the window.
+    pub fn samples(&self) -> usize {
+        self.samples.len()
+    }
+
+    /// Records one completed backend query of `keys` keys.
+    pub fn observe(&mut self, keys: u32, latency: Seconds) {
+        if keys == 0 || !latency.0.is_finite() || latency.0 < 0.0 {
+            return;
+        }
+        if self.samples.len() >= self.config.window.max(1) {
+            self.samples.pop_front();
+        }
+        self.samples.push_back((keys, latency.0));
+    }
+
+    /// The round-trip fit over the window: a low quantile per key count, weighted by count.
+    pub fn fit(&self) -> Result<LinearFit, Fallback> {
+        if self.samples.len() < self.config.min_samples.max(2) {
+            return Err(Fallback::TooFewSamples);
+        }
+        let mut buckets: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+        for &(keys, latency) in &self.samples {
+            buckets.entry(keys).or_default().push(latency);
+        }
+        let quantile = self.config.fit_quantile.clamp(0.0, 1.0);
+        let points: Vec<(f64, f64, f64)> = buckets
+            .into_iter()
+            .map(|(keys, mut latencies)| {
+                latencies.sort_unstable_by(f64::total_cmp);
+                let at = ((latencies.len() - 1) as f64 * quantile).round() as usize;
+                (f64::from(keys), latencies[at], latencies.len() as f64)
+            })
+            .collect();
+        if points.len() < 2 {
+            return Err(Fallback::OneKeyCount);
+        }
+        let mut fit = least_squares(&points).ok_or(Fallback::OneKeyCount)?;
+        fit.samples = self.samples.len();
+        if fit.r_squared < self.config.min_r_squared || fit.per_key < 0.0 || fit.fixed < 0.0 {
+            return Err(Fallback::PoorFit);
+        }
+        Ok(fit)
+    }
+
+    /// The model's inputs from a fit and an epoch's counts.
+    pub fn params(&self, fit: &LinearFit, load: &EpochLoad) -> Result<ChiselParams, Fallback> {
+        let requests = load.mice + load.elephants;
+        if requests < self.config.min_requests.max(1) || load.seconds <= 0.0 {
+            return Err(Fallback::TooFewRequests);
+        }
+        let mean_keys = |keys: u64, count: u64, default: u32| {
+            if count == 0 {
+                default
+            } else {
+                ((keys as f64 / count as f64).round() as u32).max(1)
+            }
+        };
+        let mouse_keys = mean_keys(load.mice_keys, load.mice, 1);
+        let elephant_keys = mean_keys(load.elephant_keys, load.elephants, mouse_keys.max(1));
+        let share = self.config.processing_share.clamp(0.0, 1.0);
+        Ok(ChiselParams {
+            arrival_rate: requests as f64 / load.seconds,
+            elephant_fraction: load.elephants as f64 / requests as f64,
+            mouse_keys,
+            elephant_keys,
+            client_threads: self.config.client_threads.max(1),
+            server_threads: self.config.server_threads.max(1),
+            processing: LinearCost {
+                fixed: Seconds(share * fit.fixed),
+                per_key: Seconds(share * fit.per_key),
+            },
+            network: LinearCost {
+                fixed: Seconds((1.0 - share) * fit.fixed),
+                per_key: Seconds((1.0 - share) * fit.per_key),
+            },
+            client_overhead: load.client_overhead,
+        })
+    }
+
+    fn fall_back(&mut self, why: Fallback, fit: Option<LinearFit>) -> Decision {
+        self.merge_level = 1;
+        self.chunk_size = NO_SPLIT;
+        Decision {
+            merge_level: 1,
+            chunk_size: NO_SPLIT,
+            fallback: Some(why),
+            fit,
+            params: None,
+            prediction: None,
+            held: false,
+        }
+    }
+
+    /// One epoch: fit, build the model's inputs, search the grid, apply hysteresis.
+    pub fn decide(&mut self, load: &EpochLoad) -> Decision {
+        let fit = match self.fit() {
+            Ok(fit) => fit,
+            Err(why) => return self.fall_back(why, None),
+        };
+        let params = match self.params(&fit, load) {
+            Ok(params) => params,
+            Err(why) => return self.fall_back(why, Some(fit)),
+        };
+        let mut grid = PlanGrid::default_for(&params);
+        grid.merge_levels = (1..=self.config.max_merge.max(1)).collect();
+        grid.objective = self.config.objective;
+        let Ok((merge_level, chunk_size, best)) = best_plan(&params, &grid) else {
+            return self.fall_back(Fallback::NoStablePlan, Some(fit));
+        };
+        // The model's L ≥ K_e means "do not split".
+        let chunk_size = if chunk_size >= params.elephant_keys {
+            NO_SPLIT
+        } else {
+            chunk_size
+        };
+        let score = |prediction: &Prediction| match self.config.objective {
+            Objective::Mean => prediction.overall.mean.0,
+            Objective::P95 => prediction.overall.p95.0,
+        };
+        let current = ChiselModel::new(params).ok().and_then(|model| {
+            model
+                .predict(self.merge_level, self.chunk_size.min(params.elephant_keys))
+                .ok()
+        });
+        let mut decision = Decision {
+            merge_level,
+            chunk_size,
+            fallback: None,
+            fit: Some(fit),
+            params: Some(params),
+            prediction: Some(best),
+            held: false,
+        };
+        if let Some(current) = current {
+            let changes = (merge_level, chunk_size) != (self.merge_level, self.chunk_size);
+            if changes && score(&best) > (1.0 - self.config.hysteresis) * score(&current) {
+                decision.merge_level = self.merge_level;
+                decision.chunk_size = self.chunk_size;
+                decision.prediction = Some(current);
+                decision.held = true;
+            }
+        }
+        self.merge_level = decision.merge_level;
+        self.chunk_size = decision.chunk_size;
+        decision
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds queries whose latency is the paper's profile P_S + N_S = 88.3 + 7.1·K µs plus
+    /// a deterministic spread of queueing above it.
+    fn feed(analyzer: &mut Analyzer, key_counts: &[u32], per_count: usize) {
+        for i in 0..per_count {
+            for &keys in key_counts {
+                let base = 88.3 + 7.1 * f64::from(keys);
+                let queueing = (i % 10) as f64 * 15.0;
+                analyzer.observe(keys, Seconds::from_micros(base + queueing));
+            }
+        }
+    }
+
+    fn load(interarrival_us: f64, overhead_us: f64) -> EpochLoad {
+        let seconds = 1.0;
+        let requests = (seconds / (interarrival_us * 1e-6)) as u64;
+        let elephants = requests / 10;
+        let mice = requests - elephants;
+        EpochLoad {
+            seconds,
+            mice,
+            mice_keys: mice * 10,
+            elephants,
+            elephant_keys: elephants * 100,
+            client_overhead: Seconds::from_micros(overhead_us),
+        }
+    }
+
+    fn config() -> AnalyzerConfig {
+        AnalyzerConfig {
+            client_threads: 4,
+            server_threads: 16,
+            ..AnalyzerConfig::default()
+        }
+    }
+
+    #[test]
+    fn least_squares_recovers_a_line() {
+        let points: Vec<(f64, f64, f64)> = (1..=5)
+            .map(|k| (f64::from(k), 3.0 + 2.0 * f64::from(k), 1.0))
+            .collect();
+        let fit = least_squares(&points).unwrap();
+        assert!((fit.fixed - 3.0).abs() < 1e-9 && (fit.per_key - 2.0).abs() < 1e-9);
+        assert!((fit.r_squared - 1.0).abs() < 1e-9);
+        assert!(least_squares(&[(1.0, 2.0, 1.0), (1.0, 3.0, 1.0)]).is_none());
+    }
+
+    #[test]
+    fn fit_uses_a_low_quantile_per_key_count() {
+        let mut analyzer = Analyzer::new(config());
+        feed(&mut analyzer, &[10, 25, 100], 100);
+        let fit = analyzer.fit().unwrap();
+        // The 25th percentile sits 2 queueing steps (30 µs) above the profile.
+        assert!((fit.per_key * 1e6 - 7.1).abs() < 0.05, "{fit:?}");
+        assert!((fit.fixed * 1e6 - 118.3).abs() < 1.0, "{fit:?}");
+    }
+
+    #[test]
+    fn splits_at_low_load_and_merges_at_high_load() {
+        let mut low = Analyzer::new(config());
+        feed(&mut low, &[10, 25, 100], 100);
+        let decision = low.decide(&load(300.0, 60.0));
+        assert_eq!(decision.fallback, None);
+        assert_eq!(decision.merge_level, 1, "{decision:?}");
+        assert!(decision.chunk_size < 100, "low load splits: {decision:?}");
+
+        let mut high = Analyzer::new(config());
+        feed(&mut high, &[10, 25, 100], 100);
+        let decision = high.decide(&load(60.0, 60.0));
+        assert_eq!(decision.fallback, None);
+        assert!(decision.merge_level > 1, "high load merges: {decision:?}");
+        assert_eq!(decision.chunk_size, NO_SPLIT, "{decision:?}");
+    }
+
+    #[test]
+    fn falls_back_to_batch_when_the_fit_is_poor_or_thin() {
+        let mut analyzer = Analyzer::new(config());
+        assert_eq!(
+            analyzer.decide(&load(300.0, 60.0)).fallback,
+            Some(Fallback::TooFewSamples)
+        );
+        // Latency unrelated to the key count: no line explains it.
+        for i in 0..600u32 {
+            let keys = 1 + (i * 7) % 50;
+            let latency = 100.0 + f64::from((i * 7919) % 400);
+            analyzer.observe(keys, Seconds::from_micros(latency));
+        }
+        let decision = analyzer.decide(&load(300.0, 60.0));
+        assert_eq!(decision.fallback, Some(Fallback::PoorFit), "{decision:?}");
+        assert_eq!((decision.merge_level, decision.chunk_size), (1, NO_SPLIT));
+        // One key count only.
+        let mut analyzer = Analyzer::new(config());
+        feed(&mut analyzer, &[10], 300);
+        assert_eq!(
+            analyzer.decide(&load(300.0, 60.0)).fallback,
+            Some(Fallback::OneKeyCount)
+        );
+        // A good fit but an idle epoch.
+        let mut analyzer = Analyzer::new(config());
+        feed(&mut analyzer, &[10, 100], 200);
+        assert_eq!(
+            analyzer.decide(&load(1e6, 0.0)).fallback,
+            Some(Fallback::TooFewRequests)
+        );
+    }
+
+    #[test]
+    fn a_poor_fit_reverts_a_split_to_batch() {
+        let mut analyzer = Analyzer::new(config());
+        feed(&mut analyzer, &[10, 25, 100], 100);
+        assert!(analyzer.decide(&load(300.0, 60.0)).chunk_size < 100);
+        for i in 0..4096u32 {
+            let keys = 1 + (i * 7) % 50;
+            analyzer.observe(
+                keys,
+                Seconds::from_micros(100.0 + f64::from((i * 7919) % 400)),
+            );
+        }
+        analyzer.decide(&load(300.0, 60.0));
+        assert_eq!(analyzer.current(), (1, NO_SPLIT));
+    }
+
+    #[test]
+    fn hysteresis_holds_a_plan_that_is_nearly_as_good() {
+        let mut analyzer = Analyzer::new(AnalyzerConfig {
+            hysteresis: 0.99,
+            ..config()
+        });
+        feed(&mut analyzer, &[10, 25, 100], 100);
+        let decision = analyzer.decide(&load(300.0, 60.0));
+        assert!(decision.held, "{decision:?}");
+        assert_eq!(analyzer.current(), (1, NO_SPLIT));
+    }
+}
