@@ -100,7 +100,10 @@ impl HotKeyTracker {
     /// skip the lock on unsampled calls instead.
     pub fn offer(&mut self, key: &[u8]) {
         self.calls += 1;
-        if self.calls.is_multiple_of(u64::from(self.config.sample_every)) {
+        if self
+            .calls
+            .is_multiple_of(u64::from(self.config.sample_every))
+        {
             self.record(key, u64::from(self.config.sample_every));
         }
     }
