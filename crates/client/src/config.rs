@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use tailtrim_policy::health::{HealthSettings, DEFAULT_FAILURE_LIMIT, DEFAULT_RETRY_AFTER_NANOS};
-use tailtrim_policy::planner::PlannerKind;
+use tailtrim_policy::planner::{PlannerKind, PlannerSettings};
 use tailtrim_policy::ring::{ketama_name, RingOptions, RingServer};
 
 use crate::error::ClientError;
@@ -103,6 +103,8 @@ pub struct PoolConfig {
     pub replicas: usize,
     /// Multiget planner.
     pub planner: PlannerKind,
+    /// Settings of the planners that have any (TailX's filter and threshold).
+    pub planner_settings: PlannerSettings,
     /// Bound on one backend request (queueing + send + reply).
     pub timeout: Duration,
     /// Bound on establishing a connection.
@@ -129,6 +131,7 @@ impl PoolConfig {
             },
             replicas: DEFAULT_REPLICAS,
             planner: PlannerKind::Batch,
+            planner_settings: PlannerSettings::default(),
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             connections_per_backend: DEFAULT_CONNECTIONS_PER_BACKEND,

@@ -141,7 +141,7 @@ impl Pool {
             .map(|server| Backend::new(server.address(), settings, clock))
             .collect();
         Ok(Pool {
-            planner: Mutex::new(config.planner.build()),
+            planner: Mutex::new(config.planner.build_with(&config.planner_settings)),
             config,
             ring,
             backends,
@@ -371,8 +371,14 @@ impl Pool {
                     Ok(reply) => {
                         let hits = reply.values.len() as u32;
                         let value_bytes = reply.values.iter().map(|v| v.data.len() as u64).sum();
+                        let mut planner = self.planner.lock();
+                        if planner.wants_values() {
+                            for value in &reply.values {
+                                planner.observe_value(&value.key, value.data.len() as u64);
+                            }
+                        }
                         assign_values(keys, &original, reply.values, &mut results);
-                        self.planner.lock().observe(&Observation {
+                        planner.observe(&Observation {
                             backend: fetch.backend,
                             keys: original.len() as u32,
                             hits,

@@ -4,6 +4,7 @@
 //!   key ──► ring (hash + distribution) ──► replica set ──┐
 //!                                                        ▼
 //!   request ──► planner::plan(&request, &view) ──► Vec<Action> ──► client/proxy (owns sockets)
+//!               (batch · rein SBF/SDS priorities · tailx delays)      │ priorities: drr (5 classes)
 //!                      ▲                                  │
 //!                      └── health (TKO state, EWMA) ◄─────┘ observations (time is a parameter)
 //!
@@ -16,10 +17,13 @@
 //! same code.
 
 pub mod chisel;
+pub mod drr;
 pub mod error;
 pub mod health;
 pub mod hotkeys;
 pub mod planner;
+pub mod rein;
 pub mod ring;
 pub mod sizeaware;
+pub mod tailx;
 pub mod warmup;

@@ -11,18 +11,22 @@
 //!
 //! Planners never touch sockets or clocks: the runtime sends the fetches and reports what it saw
 //! back through [`Planner::observe`], which is how learning planners (Chisel's latency model,
-//! TailX's large-key filter) will be fed. `batch`, the state of practice, sends one
-//! `get k1 … kn` per backend; `chisel` ([`crate::chisel`]) splits elephants into chunks and lets
-//! the runtime merge mice ([`Planner::merge_limit`]), with a [`QueryShape`] that an online
-//! analyzer sets ([`Planner::set_shape`]). A [`Fetch`] can carry a start time (`not_before`, for TailX's
-//! delay queue) and a priority (for Rein), so those planners fit without changing the runtime's
-//! contract.
+//! TailX's large-key filter) are fed; planners that learn from value sizes ask for
+//! [`Planner::observe_value`] too. `batch`, the state of practice, sends one `get k1 … kn` per
+//! backend; `chisel` ([`crate::chisel`]) splits elephants into chunks and lets the runtime merge
+//! mice ([`Planner::merge_limit`]), with a [`QueryShape`] that an online analyzer sets
+//! ([`Planner::set_shape`]); `rein-sbf`/`rein-sds` ([`crate::rein`]) tag each fetch with a
+//! priority class (0 = highest, served by deficit round robin, [`crate::drr`]); `tailx`
+//! ([`crate::tailx`]) gives the opsets that would finish early a start time (`not_before`) for
+//! the runtime's delay queue. [`Planner::gauges`] exposes a planner's current decisions.
 
 use crate::error::PolicyError;
 use crate::health::{choose_replica, BackendLoad, Timestamp};
+use crate::rein::{ReinPlanner, ReinPolicy};
+use crate::tailx::{TailxPlanner, TailxSettings};
 
 /// Names accepted by [`PlannerKind::from_name`].
-pub const PLANNER_NAMES: [&str; 2] = ["batch", "chisel"];
+pub const PLANNER_NAMES: [&str; 5] = ["batch", "chisel", "rein-sbf", "rein-sds", "tailx"];
 
 /// A read of one or more keys.
 #[derive(Debug, Clone, Copy)]
@@ -52,7 +56,8 @@ pub struct Fetch {
     pub keys: Vec<u32>,
     /// Do not send before this time (`None`: at once).
     pub not_before: Option<Timestamp>,
-    /// Scheduling priority for backends that understand it (`None`: default).
+    /// Priority class for backends that understand it, 0 (highest) to
+    /// [`crate::drr::CLASSES`]` - 1` (`None`: default, served as class 0).
     pub priority: Option<u8>,
 }
 
@@ -115,6 +120,25 @@ pub trait Planner: Send {
     }
     /// Sets the query shape (an online analyzer's decision). Default: ignored.
     fn set_shape(&mut self, _shape: QueryShape) {}
+    /// True if the planner wants [`Planner::observe_value`] calls. Default: false.
+    fn wants_values(&self) -> bool {
+        false
+    }
+    /// The size of one value a completed fetch returned; the runtime calls it for each value
+    /// of a fetch just before [`Planner::observe`] for that fetch. Default: ignored.
+    fn observe_value(&mut self, _key: &[u8], _value_bytes: u64) {}
+    /// The planner's current decisions and estimates as named numbers, for stats and
+    /// Prometheus (names `<planner>_<what>`). Default: none.
+    fn gauges(&self) -> Vec<(&'static str, f64)> {
+        Vec::new()
+    }
+}
+
+/// Settings of the planners that have any.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct PlannerSettings {
+    /// `tailx`.
+    pub tailx: TailxSettings,
 }
 
 /// Selectable planners.
@@ -124,6 +148,12 @@ pub enum PlannerKind {
     Batch,
     /// Split elephants into chunks, merge mice (see [`crate::chisel`]).
     Chisel,
+    /// Rein, shortest bottleneck first.
+    ReinSbf,
+    /// Rein, shortest bottleneck first with slack-driven demotion.
+    ReinSds,
+    /// TailX: size-aware opset costs and delay allowances.
+    Tailx,
 }
 
 impl PlannerKind {
@@ -132,6 +162,9 @@ impl PlannerKind {
         match name {
             "batch" => Ok(PlannerKind::Batch),
             "chisel" => Ok(PlannerKind::Chisel),
+            "rein-sbf" => Ok(PlannerKind::ReinSbf),
+            "rein-sds" => Ok(PlannerKind::ReinSds),
+            "tailx" => Ok(PlannerKind::Tailx),
             other => Err(PolicyError::UnknownPlanner(other.to_string())),
         }
     }
@@ -141,14 +174,30 @@ impl PlannerKind {
         match self {
             PlannerKind::Batch => "batch",
             PlannerKind::Chisel => "chisel",
+            PlannerKind::ReinSbf => "rein-sbf",
+            PlannerKind::ReinSds => "rein-sds",
+            PlannerKind::Tailx => "tailx",
         }
     }
 
-    /// A fresh planner of this kind.
+    /// True for planners whose fetches carry priorities (the runtime serves them by class).
+    pub fn uses_priorities(self) -> bool {
+        matches!(self, PlannerKind::ReinSbf | PlannerKind::ReinSds)
+    }
+
+    /// A fresh planner of this kind with default settings.
     pub fn build(self) -> Box<dyn Planner> {
+        self.build_with(&PlannerSettings::default())
+    }
+
+    /// A fresh planner of this kind.
+    pub fn build_with(self, settings: &PlannerSettings) -> Box<dyn Planner> {
         match self {
             PlannerKind::Batch => Box::new(BatchPlanner::default()),
             PlannerKind::Chisel => Box::new(crate::chisel::ChiselPlanner::default()),
+            PlannerKind::ReinSbf => Box::new(ReinPlanner::new(ReinPolicy::Sbf)),
+            PlannerKind::ReinSds => Box::new(ReinPlanner::new(ReinPolicy::Sds)),
+            PlannerKind::Tailx => Box::new(TailxPlanner::new(settings.tailx)),
         }
     }
 }
@@ -157,6 +206,46 @@ impl PlannerKind {
 pub fn route_key(key: &[u8], view: &dyn ClusterView, scratch: &mut Vec<usize>) -> Option<usize> {
     view.replicas(key, scratch);
     choose_replica(scratch, |backend| view.load(backend))
+}
+
+/// Batch's opsets: every key to its chosen replica, one fetch per backend (ordered by the first
+/// key that needs it, keys ascending, no start time or priority), plus the keys no replica
+/// can serve.
+pub fn group_by_backend(
+    request: &PlanRequest<'_>,
+    view: &dyn ClusterView,
+    scratch: &mut Vec<usize>,
+) -> (Vec<Fetch>, Vec<u32>) {
+    let mut fetches: Vec<Fetch> = Vec::new();
+    let mut slot_of: Vec<u32> = vec![u32::MAX; view.backend_count()];
+    let mut unavailable: Vec<u32> = Vec::new();
+    for (index, key) in request.keys.iter().enumerate() {
+        let index = index as u32;
+        match route_key(key, view, scratch) {
+            Some(backend) => {
+                let known = match slot_of.get(backend) {
+                    Some(&slot) if slot != u32::MAX => Some(slot as usize),
+                    Some(_) => None,
+                    None => fetches.iter().position(|f| f.backend == backend),
+                };
+                let slot = known.unwrap_or_else(|| {
+                    if let Some(entry) = slot_of.get_mut(backend) {
+                        *entry = fetches.len() as u32;
+                    }
+                    fetches.push(Fetch {
+                        backend,
+                        keys: Vec::new(),
+                        not_before: None,
+                        priority: None,
+                    });
+                    fetches.len() - 1
+                });
+                fetches[slot].keys.push(index);
+            }
+            None => unavailable.push(index),
+        }
+    }
+    (fetches, unavailable)
 }
 
 /// The state of practice: every key goes to its chosen replica, one fetch per backend, fetches
@@ -172,23 +261,7 @@ impl Planner for BatchPlanner {
     }
 
     fn plan(&mut self, request: &PlanRequest<'_>, view: &dyn ClusterView) -> Vec<Action> {
-        let mut fetches: Vec<Fetch> = Vec::new();
-        let mut unavailable: Vec<u32> = Vec::new();
-        for (index, key) in request.keys.iter().enumerate() {
-            let index = index as u32;
-            match route_key(key, view, &mut self.scratch) {
-                Some(backend) => match fetches.iter_mut().find(|f| f.backend == backend) {
-                    Some(fetch) => fetch.keys.push(index),
-                    None => fetches.push(Fetch {
-                        backend,
-                        keys: vec![index],
-                        not_before: None,
-                        priority: None,
-                    }),
-                },
-                None => unavailable.push(index),
-            }
-        }
+        let (fetches, unavailable) = group_by_backend(request, view, &mut self.scratch);
         let mut actions: Vec<Action> = fetches.into_iter().map(Action::Fetch).collect();
         if !unavailable.is_empty() {
             actions.push(Action::Unavailable { keys: unavailable });
@@ -249,10 +322,24 @@ pub(crate) mod tests {
         }
     }
 
-    fn keys(count: usize) -> Vec<Vec<u8>> {
+    pub(crate) fn keys(count: usize) -> Vec<Vec<u8>> {
         (0..count)
             .map(|i| format!("key-{i}").into_bytes())
             .collect()
+    }
+
+    /// Plans `owned` keys at time 0 with `planner`.
+    pub(crate) fn plan_with(
+        planner: &mut dyn Planner,
+        view: &TestView,
+        owned: &[Vec<u8>],
+    ) -> Vec<Action> {
+        let borrowed: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+        let request = PlanRequest {
+            keys: &borrowed,
+            now: Timestamp(0),
+        };
+        planner.plan(&request, view)
     }
 
     fn plan(view: &TestView, owned: &[Vec<u8>]) -> Vec<Action> {

@@ -1,0 +1,175 @@
+//! Rein's multiget priorities (Reda, Canini, Suresh, Kostić, Braithwaite: "Rein: Taming tail
+//! latency in key-value stores via multiget scheduling", EuroSys 2017).
+//!
+//! ```text
+//!   keys ─► opsets per backend (as batch) ─► bottleneck B = max keys of an opset
+//!     SBF: every opset gets class(B)                    class(n): n ≤ 1 → 0, ≤ 5 → 1, ≤ 25 → 2,
+//!     SDS: B > 20: a non-bottleneck opset of n keys            ≤ 125 → 3, else 4 (lowest)
+//!          gets class(B + (B − n)): demoted by its slack
+//!   Fetch{priority: Some(class)} ─► served by deficit round robin (weights 5..1, see `drr`)
+//!                                   at the backend, or in the proxy for stock memcached
+//! ```
+//!
+//! Shortest bottleneck first (SBF) serves the requests whose slowest opset is small before
+//! those whose slowest opset is large, so a request of 5 keys does not queue behind the opsets
+//! of a 100-key request. Slack-driven scheduling (SDS) also lets the non-bottleneck opsets of a
+//! large request wait: they would finish early and then wait for the bottleneck anyway.
+
+use crate::drr::CLASSES;
+use crate::planner::{group_by_backend, Action, ClusterView, PlanRequest, Planner};
+
+/// Upper bounds (keys) of the classes 0..=3; larger opsets are class 4.
+pub const CLASS_BOUNDS: [u64; CLASSES - 1] = [1, 5, 25, 125];
+/// SDS demotes non-bottleneck opsets only when the bottleneck has more keys than this.
+pub const SDS_MIN_BOTTLENECK: u64 = 20;
+
+/// The priority class of an opset cost of `keys` keys (0 = highest priority).
+pub fn class_of(keys: u64) -> u8 {
+    CLASS_BOUNDS
+        .iter()
+        .position(|&bound| keys <= bound)
+        .unwrap_or(CLASSES - 1) as u8
+}
+
+/// Which of Rein's two policies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReinPolicy {
+    /// Shortest bottleneck first.
+    Sbf,
+    /// Shortest bottleneck first plus slack-driven demotion.
+    Sds,
+}
+
+/// Rein's planner: batch's opsets, each tagged with a priority class.
+#[derive(Debug, Clone)]
+pub struct ReinPlanner {
+    policy: ReinPolicy,
+    scratch: Vec<usize>,
+}
+
+impl ReinPlanner {
+    /// A planner applying `policy`.
+    pub fn new(policy: ReinPolicy) -> Self {
+        ReinPlanner {
+            policy,
+            scratch: Vec::new(),
+        }
+    }
+}
+
+/// The class SDS gives an opset of `keys` keys in a request whose bottleneck has `bottleneck`.
+pub fn sds_class(bottleneck: u64, keys: u64) -> u8 {
+    if bottleneck > SDS_MIN_BOTTLENECK && keys < bottleneck {
+        class_of(bottleneck + (bottleneck - keys))
+    } else {
+        class_of(bottleneck)
+    }
+}
+
+impl Planner for ReinPlanner {
+    fn name(&self) -> &'static str {
+        match self.policy {
+            ReinPolicy::Sbf => "rein-sbf",
+            ReinPolicy::Sds => "rein-sds",
+        }
+    }
+
+    fn plan(&mut self, request: &PlanRequest<'_>, view: &dyn ClusterView) -> Vec<Action> {
+        let (mut fetches, unavailable) = group_by_backend(request, view, &mut self.scratch);
+        let bottleneck = fetches
+            .iter()
+            .map(|f| f.keys.len() as u64)
+            .max()
+            .unwrap_or(0);
+        for fetch in &mut fetches {
+            let keys = fetch.keys.len() as u64;
+            fetch.priority = Some(match self.policy {
+                ReinPolicy::Sbf => class_of(bottleneck),
+                ReinPolicy::Sds => sds_class(bottleneck, keys),
+            });
+        }
+        let mut actions: Vec<Action> = fetches.into_iter().map(Action::Fetch).collect();
+        if !unavailable.is_empty() {
+            actions.push(Action::Unavailable { keys: unavailable });
+        }
+        actions
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::planner::tests::{keys, plan_with, view};
+
+    #[test]
+    fn classes_have_geometric_bounds() {
+        let got: Vec<u8> = [0, 1, 2, 5, 6, 25, 26, 125, 126, 625, 626, 100_000]
+            .iter()
+            .map(|&n| class_of(n))
+            .collect();
+        assert_eq!(got, vec![0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 4, 4]);
+    }
+
+    #[test]
+    fn sbf_gives_every_opset_the_class_of_the_bottleneck() {
+        let view = view(4, 1);
+        let owned = keys(60);
+        let mut planner = ReinPlanner::new(ReinPolicy::Sbf);
+        let actions = plan_with(&mut planner, &view, &owned);
+        let fetches: Vec<_> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Fetch(f) => Some(f),
+                Action::Unavailable { .. } => None,
+            })
+            .collect();
+        let bottleneck = fetches.iter().map(|f| f.keys.len()).max().unwrap() as u64;
+        assert!(
+            bottleneck > 5 && bottleneck <= 25,
+            "bottleneck {bottleneck}"
+        );
+        assert!(fetches.iter().all(|f| f.priority == Some(2)));
+        // A one-key request is class 0, a five-key request no worse than class 1.
+        let one = plan_with(&mut planner, &view, &keys(1));
+        assert!(matches!(&one[0], Action::Fetch(f) if f.priority == Some(0)));
+        let five = plan_with(&mut planner, &view, &keys(5));
+        assert!(five
+            .iter()
+            .all(|a| matches!(a, Action::Fetch(f) if f.priority <= Some(1))));
+    }
+
+    #[test]
+    fn sds_demotes_non_bottleneck_opsets_by_their_slack_above_twenty_keys() {
+        // Bottleneck of 20 keys or fewer: SDS is SBF.
+        assert_eq!(sds_class(20, 1), class_of(20));
+        // Bottleneck 25 (class 2): an opset of 1 key has slack 24 → cost 49 → class 3;
+        // an opset of 24 keys has slack 1 → 26 → class 3; the bottleneck itself stays class 2.
+        assert_eq!(sds_class(25, 25), 2);
+        assert_eq!(sds_class(25, 24), 3);
+        assert_eq!(sds_class(25, 1), 3);
+        // Bottleneck 100 (class 3): 90 keys → 110, still class 3; 10 keys → 190, class 4.
+        assert_eq!(sds_class(100, 90), 3);
+        assert_eq!(sds_class(100, 10), 4);
+        // Through the planner: 2 backends, 200 keys → both opsets ≈ 100 keys; the smaller one is
+        // never of a higher priority than the bottleneck.
+        let view = view(2, 1);
+        let owned = keys(200);
+        let mut planner = ReinPlanner::new(ReinPolicy::Sds);
+        let actions = plan_with(&mut planner, &view, &owned);
+        let mut by_size: Vec<(usize, u8)> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Fetch(f) => Some((f.keys.len(), f.priority.unwrap())),
+                Action::Unavailable { .. } => None,
+            })
+            .collect();
+        by_size.sort_unstable();
+        let (small, large) = (by_size[0], by_size[1]);
+        assert!(small.0 < large.0);
+        assert_eq!(large.1, class_of(large.0 as u64));
+        assert_eq!(
+            small.1,
+            class_of(large.0 as u64 + (large.0 - small.0) as u64)
+        );
+    }
+}
