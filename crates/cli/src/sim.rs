@@ -12,13 +12,12 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::io::{IoSlice, IsTerminal, Read, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use bytes::BytesMut;
 use indicatif::{ProgressBar, ProgressStyle};
 use plotters::coord::Shift;
 use plotters::prelude::{
@@ -813,21 +812,25 @@ impl Chart {
 
 // ───────────────────────────── sim profile ─────────────────────────────
 
-/// A server-side loopback connection with a thread that drains (and discards) replies.
+/// A loopback connection whose server side is adopted by a real server runtime (the `pinned`
+/// policy, one worker, no threads of its own): the profiler drives that runtime's worker turn
+/// itself, so it times exactly the path the server runs (epoll wait, `recvmsg`, parse, execute,
+/// sequenced `writev`, re-arm). A thread drains (and discards) the replies.
 struct Loopback {
     client: TcpStream,
-    server: TcpStream,
+    runtime: std::sync::Arc<tailtrim_server::runtime::Runtime>,
     drain: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Loopback {
-    fn open() -> Result<Loopback, String> {
+    fn open(shared: std::sync::Arc<tailtrim_server::Shared>) -> Result<Loopback, String> {
         let io = |error: std::io::Error| format!("loopback socket: {error}");
         let listener = TcpListener::bind("127.0.0.1:0").map_err(io)?;
         let client = TcpStream::connect(listener.local_addr().map_err(io)?).map_err(io)?;
-        let (server, _) = listener.accept().map_err(io)?;
+        let (server, peer) = listener.accept().map_err(io)?;
         client.set_nodelay(true).map_err(io)?;
-        server.set_nodelay(true).map_err(io)?;
+        let runtime = tailtrim_server::runtime::Runtime::new(shared, Vec::new()).map_err(io)?;
+        runtime.adopt_std(server, peer);
         let mut reader = client.try_clone().map_err(io)?;
         let drain = std::thread::spawn(move || {
             let mut sink = vec![0u8; 1 << 20];
@@ -835,7 +838,7 @@ impl Loopback {
         });
         Ok(Loopback {
             client,
-            server,
+            runtime,
             drain: Some(drain),
         })
     }
@@ -844,50 +847,43 @@ impl Loopback {
 impl Drop for Loopback {
     fn drop(&mut self) {
         let _ = self.client.shutdown(std::net::Shutdown::Both);
-        let _ = self.server.shutdown(std::net::Shutdown::Both);
+        // The runtime sees the end of input and closes its side.
+        for _ in 0..100 {
+            if !self.runtime.serve_ready(0, 10) {
+                break;
+            }
+        }
         if let Some(drain) = self.drain.take() {
             let _ = drain.join();
         }
     }
 }
 
-/// Reads one complete request from `socket`, parses it, executes it on the real server code
-/// and writes the whole reply back. Returns the reply length.
+/// Runs the server's worker turns until `reply_len` more reply bytes have been written (the
+/// whole reply of the request the client just sent). Returns the reply length.
 fn serve_one(
-    socket: &mut TcpStream,
-    input: &mut BytesMut,
-    ctx: &tailtrim_server::exec::ExecContext<'_>,
-    limits: &tailtrim_proto::Limits,
+    loopback: &Loopback,
+    shared: &tailtrim_server::Shared,
+    reply_len: usize,
 ) -> Result<usize, String> {
-    let mut chunk = [0u8; 16 * 1024];
-    loop {
-        match tailtrim_proto::parse_request(input, limits) {
-            tailtrim_proto::Parsed::Complete { value, consumed } => {
-                let frame = input.split_to(consumed).freeze();
-                let mut out = tailtrim_proto::reply::ReplyBuf::new();
-                let _ = tailtrim_server::exec::execute(value, &frame, ctx, &mut out);
-                let length = out.len();
-                while !out.is_empty() {
-                    let slices: Vec<IoSlice<'_>> = out.chunks().map(|c| IoSlice::new(c)).collect();
-                    let written = socket
-                        .write_vectored(&slices)
-                        .map_err(|error| format!("write: {error}"))?;
-                    out.advance(written);
-                }
-                return Ok(length);
+    let written = || {
+        shared.counters[0]
+            .bytes_written
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let before = written();
+    let mut idle_turns = 0;
+    while written() - before < reply_len as u64 {
+        if loopback.runtime.serve_ready(0, 1000) {
+            idle_turns = 0;
+        } else {
+            idle_turns += 1;
+            if idle_turns > 10 {
+                return Err("the server runtime answered nothing for 10 s".into());
             }
-            tailtrim_proto::Parsed::Incomplete => {
-                let read = socket
-                    .read(&mut chunk)
-                    .map_err(|error| format!("read: {error}"))?;
-                if read == 0 {
-                    return Err("loopback closed".into());
-                }
-                input.extend_from_slice(&chunk[..read]);
-            }
-            tailtrim_proto::Parsed::Invalid { error, .. } => return Err(format!("parse: {error}")),
         }
     }
+    Ok((written() - before) as usize)
 }
 
 fn median(values: &mut [f64]) -> f64 {
@@ -904,15 +900,11 @@ fn run_profile(args: ProfileArgs) -> Result<ExitCode, String> {
         ..tailtrim_store::StoreConfig::default()
     })
     .map_err(|error| error.to_string())?;
-    let shared = tailtrim_server::Shared::new(store, tailtrim_server::ServerConfig::default());
-    let limits = tailtrim_proto::Limits::default();
-    let ctx = tailtrim_server::exec::ExecContext {
-        shared: &shared,
-        counters: &shared.counters[0],
-        now: tailtrim_server::shared::unix_now(),
-    };
-    let mut loopback = Loopback::open()?;
-    let mut input = BytesMut::new();
+    let mut config = tailtrim_server::ServerConfig::default();
+    config.workers.threads = 1;
+    config.workers.dispatch = tailtrim_server::config::DispatchPolicy::Pinned;
+    let shared = std::sync::Arc::new(tailtrim_server::Shared::new(store, config));
+    let mut loopback = Loopback::open(std::sync::Arc::clone(&shared))?;
     let mut samples = Vec::new();
     let mut ratios = Vec::new();
     for &size in &args.sizes {
@@ -925,8 +917,10 @@ fn run_profile(args: ProfileArgs) -> Result<ExitCode, String> {
             .client
             .write_all(&request)
             .map_err(|error| format!("write: {error}"))?;
-        serve_one(&mut loopback.server, &mut input, &ctx, &limits)?;
+        serve_one(&loopback, &shared, b"STORED\r\n".len())?;
         let get = format!("get {key}\r\n").into_bytes();
+        let get_reply =
+            format!("VALUE {key} 0 {size}\r\n").len() + size as usize + b"\r\nEND\r\n".len();
         // Fewer iterations for large values: at most ~1 GB moved per size.
         let iterations = args
             .iterations
@@ -940,7 +934,7 @@ fn run_profile(args: ProfileArgs) -> Result<ExitCode, String> {
                 .write_all(&get)
                 .map_err(|error| format!("write: {error}"))?;
             let started = Instant::now();
-            reply_bytes = serve_one(&mut loopback.server, &mut input, &ctx, &limits)?;
+            reply_bytes = serve_one(&loopback, &shared, get_reply)?;
             let elapsed = started.elapsed().as_nanos() as f64;
             if round >= iterations / 10 {
                 times.push(elapsed); // the first 10 % warm caches and are dropped

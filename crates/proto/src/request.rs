@@ -189,7 +189,18 @@ impl Request {
     pub fn keys(&self) -> Vec<&Bytes> {
         match self {
             Request::Get { keys, .. } | Request::GetAndTouch { keys, .. } => keys.iter().collect(),
-            Request::Store(cmd) => vec![&cmd.key],
+            _ => self.single_key().into_iter().collect(),
+        }
+    }
+
+    /// The key of a request that touches exactly one (`None` for multi-key
+    /// and keyless requests); allocation-free, for per-request dispatch.
+    pub fn single_key(&self) -> Option<&Bytes> {
+        match self {
+            Request::Get { keys, .. } | Request::GetAndTouch { keys, .. } if keys.len() == 1 => {
+                keys.first()
+            }
+            Request::Store(cmd) => Some(&cmd.key),
             Request::Delete { key, .. }
             | Request::Arithmetic { key, .. }
             | Request::Touch { key, .. }
@@ -197,8 +208,8 @@ impl Request {
             | Request::MetaSet { key, .. }
             | Request::MetaDelete { key, .. }
             | Request::MetaArithmetic { key, .. }
-            | Request::MetaDebug { key } => vec![key],
-            _ => Vec::new(),
+            | Request::MetaDebug { key } => Some(key),
+            _ => None,
         }
     }
 
@@ -694,6 +705,19 @@ mod tests {
 
     fn parse(input: &[u8]) -> Parsed<Request> {
         parse_request(input, &Limits::default())
+    }
+
+    #[test]
+    fn single_key_names_the_key_of_single_key_requests_only() {
+        let key = |text: &[u8]| match parse(text) {
+            Parsed::Complete { value, .. } => value.single_key().map(|k| k.to_vec()),
+            _ => panic!("{text:?} does not parse"),
+        };
+        assert_eq!(key(b"get a\r\n"), Some(b"a".to_vec()));
+        assert_eq!(key(b"get a b\r\n"), None);
+        assert_eq!(key(b"set k 0 0 1\r\nx\r\n"), Some(b"k".to_vec()));
+        assert_eq!(key(b"mg k v\r\n"), Some(b"k".to_vec()));
+        assert_eq!(key(b"version\r\n"), None);
     }
 
     #[test]

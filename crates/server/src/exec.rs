@@ -8,7 +8,7 @@ use bytes::Bytes;
 use tailtrim_proto::meta::{encode_base64, MetaFlags};
 use tailtrim_proto::reply::{self, ReplyBuf};
 use tailtrim_proto::request::StoreCommand;
-use tailtrim_proto::{Request, StoreMode as WireMode};
+use tailtrim_proto::{ProtoError, Request, StoreMode as WireMode};
 use tailtrim_store::{
     flush_deadline, ArithDirection, ArithOutcome, ArithRequest, ArithVivify, DeleteOutcome,
     DeleteRequest, Expiry, MetaGetHit, MetaGetRequest, StoreError, StoreMode, StoreOutcome,
@@ -645,6 +645,25 @@ fn meta_debug(key: &[u8], ctx: &ExecContext<'_>, out: &mut ReplyBuf) {
         )
         .as_bytes(),
     );
+}
+
+/// Drops the old value of a storage command rejected as too large, as
+/// memcached does (so a reader never sees the value the client replaced).
+pub fn unlink_too_large(error: &ProtoError, ctx: &ExecContext<'_>) {
+    if let ProtoError::TooLarge {
+        unlink_key: Some(key),
+        ..
+    } = error
+    {
+        ctx.shared.store.delete(key, ctx.now);
+    }
+}
+
+/// memcached's reply to invalid input, with its side effect on the store
+/// ([`unlink_too_large`]).
+pub fn error_reply(error: &ProtoError, ctx: &ExecContext<'_>, out: &mut ReplyBuf) {
+    unlink_too_large(error, ctx);
+    reply::error(out, error);
 }
 
 /// Counts bytes read from a client.

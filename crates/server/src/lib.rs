@@ -2,32 +2,36 @@
 //! around the pure `proto` and `store` crates.
 //!
 //! ```text
-//!                    ┌────────────┐  round-robin   ┌──────────────────────────┐
-//!  TCP clients ────► │  acceptor  │ ─────────────► │ worker 0..t (mio loops)  │
-//!                    │ (-c limit) │  channel+waker │  read → proto::parse     │
-//!                    └────────────┘                │  → exec (store) → writev │
-//!  UDP datagrams ──────── SO_REUSEPORT socket per worker ──►│                          │
-//!                                                  └────────────┬─────────────┘
-//!                                                               │ Arc<Shared>
-//!   crawler thread: store.crawl_expired every interval          ▼
+//!                    ┌────────────┐  adopt   ┌──────────────── runtime (one engine) ───────────────┐
+//!  TCP clients ────► │  acceptor  │ ───────► │ sessions on epoll: read → parse → place → execute   │
+//!                    │ (-c limit) │          │ → sequenced replies → writev          (runtime.rs)  │
+//!                    └────────────┘          │ policy strategy: where a request runs, what an idle │
+//!  UDP datagrams ── SO_REUSEPORT socket ───► │ worker does (policies/*.rs: pinned, size-aware,     │
+//!                   per worker (udp.rs)      │ early-binding, stealing, late-binding)              │
+//!                                            └──────────────────────┬──────────────────────────────┘
+//!                                                                   │ Arc<Shared>
+//!   crawler thread: store.crawl_expired every interval              ▼
 //!   admin thread:   Prometheus text on --admin-port     store (sharded locks), counters
 //! ```
 //!
-//! Connections are pinned to the worker that accepted them (memcached's
-//! model); [`config::DispatchPolicy`] is the seam where other policies plug in.
-//! Lock order and invariants: see `docs/server.md`.
+//! Module dependencies run one way: `runtime` → `policies`, `session`,
+//! `exec` → `report` → `shared`; `shared` sees the runtime only through the
+//! [`shared::DispatchView`] trait. Lock order and invariants: see
+//! `docs/server.md`.
 
 pub mod affinity;
 pub mod buffers;
 pub mod config;
-pub mod dispatch;
 pub mod epoll;
 pub mod exec;
+pub mod policies;
 pub mod report;
+pub mod runtime;
 pub mod rxtime;
+pub mod session;
 pub mod shared;
 pub mod stats;
-pub mod worker;
+pub mod udp;
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener};
@@ -36,7 +40,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::Sender;
 use mio::{Events, Interest, Poll, Token, Waker};
 use tailtrim_store::{Store, StoreConfig};
 use thiserror::Error;
@@ -71,6 +74,7 @@ const ACCEPTOR_WAKER: Token = Token(1);
 /// A running server; dropping it does not stop it, call [`ServerHandle::shutdown`].
 pub struct ServerHandle {
     shared: Arc<Shared>,
+    runtime: Arc<runtime::Runtime>,
     wakers: Vec<Arc<Waker>>,
     threads: Vec<JoinHandle<()>>,
     local_addr: SocketAddr,
@@ -85,6 +89,11 @@ impl ServerHandle {
     /// The shared state (store, counters) for in-process inspection.
     pub fn shared(&self) -> &Arc<Shared> {
         &self.shared
+    }
+
+    /// The runtime (policy state, per-class latency).
+    pub fn runtime(&self) -> &Arc<runtime::Runtime> {
+        &self.runtime
     }
 
     /// Stops accepting, closes connections and joins every thread.
@@ -144,7 +153,6 @@ pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
 
     let mut wakers = Vec::new();
     let mut threads = Vec::new();
-    let mut senders: Vec<Sender<(mio::net::TcpStream, SocketAddr)>> = Vec::new();
     // One SO_REUSEPORT UDP socket per worker (the stand-in for a NIC RX queue).
     let mut udp_sockets: Vec<mio::net::UdpSocket> = Vec::new();
     if let Some(addr) = udp_addr {
@@ -162,43 +170,7 @@ pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
             .udp_port
             .store(u64::from(bind_to.port()), Ordering::Relaxed);
     }
-    let runtime = if config.workers.dispatch == config::DispatchPolicy::Pinned {
-        None
-    } else {
-        let sockets = std::mem::take(&mut udp_sockets);
-        Some(start_dispatch(&shared, sockets, &mut threads)?)
-    };
-    let pinned_workers = if runtime.is_some() {
-        0
-    } else {
-        config.workers.threads
-    };
-    let mut udp_sockets = udp_sockets.into_iter();
-    for id in 0..pinned_workers {
-        let (poll, waker) = worker::poll_with_waker()?;
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let udp = udp_sockets.next();
-        let setup = worker::WorkerSetup {
-            id,
-            shared: Arc::clone(&shared),
-            incoming: rx,
-            poll,
-            udp,
-        };
-        let cpu = config.workers.cpu_of(id);
-        let thread = std::thread::Builder::new()
-            .name(format!("worker-{id}"))
-            .spawn(move || {
-                pin_worker(id, cpu);
-                if let Err(e) = worker::run(setup) {
-                    eprintln!("tailtrim: worker {id} failed: {e}");
-                    std::process::abort();
-                }
-            })?;
-        threads.push(thread);
-        senders.push(tx);
-        wakers.push(waker);
-    }
+    let runtime = start_runtime(&shared, udp_sockets, &mut threads)?;
 
     let accept_poll = Poll::new()?;
     let acceptor_waker = Arc::new(Waker::new(accept_poll.registry(), ACCEPTOR_WAKER)?);
@@ -208,19 +180,12 @@ pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         .register(&mut mio_listener, LISTENER_TOKEN, Interest::READABLE)?;
     {
         let shared = Arc::clone(&shared);
-        let worker_wakers = wakers.clone();
+        let acceptor_runtime = Arc::clone(&runtime);
         threads.push(
             std::thread::Builder::new()
                 .name("acceptor".into())
                 .spawn(move || {
-                    let target = match runtime {
-                        Some(runtime) => Handoff::Dispatch(runtime),
-                        None => Handoff::Pinned {
-                            senders,
-                            wakers: worker_wakers,
-                        },
-                    };
-                    accept_loop(accept_poll, mio_listener, &shared, target)
+                    accept_loop(accept_poll, mio_listener, &shared, &acceptor_runtime)
                 })?,
         );
     }
@@ -247,21 +212,11 @@ pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     }
     Ok(ServerHandle {
         shared,
+        runtime,
         wakers,
         threads,
         local_addr,
     })
-}
-
-/// Where the acceptor hands new connections.
-enum Handoff {
-    /// Round-robin to pinned workers.
-    Pinned {
-        senders: Vec<Sender<(mio::net::TcpStream, SocketAddr)>>,
-        wakers: Vec<Arc<Waker>>,
-    },
-    /// To the dispatch runtime.
-    Dispatch(Arc<dispatch::Runtime>),
 }
 
 /// Pins the calling worker thread to `cpu` (if configured); a CPU the
@@ -274,23 +229,17 @@ fn pin_worker(id: usize, cpu: Option<usize>) {
     }
 }
 
-/// Builds the dispatch runtime and spawns its threads.
-fn start_dispatch(
+/// Builds the runtime and spawns its worker threads and the policy's
+/// helper thread (dispatcher, controller).
+fn start_runtime(
     shared: &Arc<Shared>,
     udp_sockets: Vec<mio::net::UdpSocket>,
     threads: &mut Vec<JoinHandle<()>>,
-) -> Result<Arc<dispatch::Runtime>, ServerError> {
+) -> Result<Arc<runtime::Runtime>, ServerError> {
     let config = &shared.config;
-    let section = &config.sizeaware;
-    let options = dispatch::DispatchOptions {
-        fixed_threshold: (section.fixed_threshold > 0).then_some(section.fixed_threshold),
-        fixed_small_workers: (section.fixed_small_workers > 0)
-            .then_some(section.fixed_small_workers),
-        percentile: Some(section.percentile),
-        epoch_ms: Some(section.epoch_ms),
-    };
-    let runtime = dispatch::Runtime::new(Arc::clone(shared), options, udp_sockets)?;
-    let _ = shared.runtime.set(Arc::downgrade(&runtime));
+    let runtime = runtime::Runtime::new(Arc::clone(shared), udp_sockets)?;
+    let view: Arc<dyn shared::DispatchView> = runtime.clone();
+    let _ = shared.runtime.set(Arc::downgrade(&view));
     for id in 0..config.workers.threads {
         let rt = Arc::clone(&runtime);
         let cpu = config.workers.cpu_of(id);
@@ -303,37 +252,24 @@ fn start_dispatch(
                 })?,
         );
     }
-    match config.workers.dispatch {
-        config::DispatchPolicy::LateBinding => {
-            let rt = Arc::clone(&runtime);
-            threads.push(
-                std::thread::Builder::new()
-                    .name("dispatcher".into())
-                    .spawn(move || rt.dispatcher_loop())?,
-            );
-        }
-        config::DispatchPolicy::SizeAware => {
-            let mut controller =
-                tailtrim_policy::sizeaware::SizeAwareConfig::with_workers(config.workers.threads);
-            controller.percentile = section.percentile;
-            controller.fixed_threshold_bytes = options.fixed_threshold;
-            controller.fixed_small_workers = options.fixed_small_workers;
-            let epoch = Duration::from_millis(section.epoch_ms);
-            let rt = Arc::clone(&runtime);
-            threads.push(
-                std::thread::Builder::new()
-                    .name("controller".into())
-                    .spawn(move || rt.controller_loop(controller, epoch))?,
-            );
-        }
-        _ => {}
+    if let Some(name) = runtime.helper_thread() {
+        let rt = Arc::clone(&runtime);
+        threads.push(
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || rt.run_helper())?,
+        );
     }
     Ok(runtime)
 }
 
-fn accept_loop(mut poll: Poll, listener: mio::net::TcpListener, shared: &Shared, target: Handoff) {
+fn accept_loop(
+    mut poll: Poll,
+    listener: mio::net::TcpListener,
+    shared: &Shared,
+    runtime: &runtime::Runtime,
+) {
     let mut events = Events::with_capacity(64);
-    let mut next = 0usize;
     let max = shared.config.server.max_connections as u64;
     while !shared.stopping() {
         if poll.poll(&mut events, None).is_err() {
@@ -359,18 +295,7 @@ fn accept_loop(mut poll: Poll, listener: mio::net::TcpListener, shared: &Shared,
             }
             shared.curr_connections.fetch_add(1, Ordering::Relaxed);
             shared.total_connections.fetch_add(1, Ordering::Relaxed);
-            match &target {
-                Handoff::Pinned { senders, wakers } => {
-                    let worker = next % senders.len();
-                    next = next.wrapping_add(1);
-                    if senders[worker].send((stream, peer)).is_ok() {
-                        let _ = wakers[worker].wake();
-                    } else {
-                        shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
-                    }
-                }
-                Handoff::Dispatch(runtime) => runtime.adopt(stream, peer),
-            }
+            runtime.adopt(stream, peer);
         }
     }
 }

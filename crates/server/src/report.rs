@@ -72,7 +72,7 @@ pub fn general_stats(shared: &Shared, now: u64) -> Vec<(String, String)> {
     push("reclaimed", store.reclaimed.to_string());
     push("item_size_max", store.item_size_max.to_string());
     // The dispatch policy's live state (the full set is `stats sizeaware`).
-    match shared.runtime.get().and_then(|runtime| runtime.upgrade()) {
+    match shared.dispatch_view() {
         Some(runtime) => {
             for (name, value) in runtime.stats() {
                 if GENERAL_DISPATCH_STATS.contains(&name.as_str()) {
@@ -155,23 +155,21 @@ pub fn stats_command(args: &[Bytes], ctx: &ExecContext<'_>, out: &mut ReplyBuf) 
                 ("total_malloced".into(), store.bytes.to_string()),
             ]
         }
-        Some(b"sizeaware" | b"dispatch") => {
-            match ctx.shared.runtime.get().and_then(|w| w.upgrade()) {
-                Some(runtime) => runtime.stats(),
-                None => vec![
-                    ("dispatch".into(), "pinned".into()),
-                    (
-                        "workers".into(),
-                        ctx.shared.config.workers.threads.to_string(),
-                    ),
-                ],
-            }
-        }
+        Some(b"sizeaware" | b"dispatch") => match ctx.shared.dispatch_view() {
+            Some(runtime) => runtime.stats(),
+            None => vec![
+                ("dispatch".into(), "pinned".into()),
+                (
+                    "workers".into(),
+                    ctx.shared.config.workers.threads.to_string(),
+                ),
+            ],
+        },
         Some(b"reset") => {
             for counters in &ctx.shared.counters {
                 counters.reset();
             }
-            if let Some(runtime) = ctx.shared.runtime.get().and_then(|w| w.upgrade()) {
+            if let Some(runtime) = ctx.shared.dispatch_view() {
                 runtime.reset_stats();
             }
             return reply::line(out, b"RESET");

@@ -37,9 +37,10 @@ pub struct Shared {
     pub tcp_port: AtomicU64,
     /// UDP port actually bound (0 when disabled).
     pub udp_port: AtomicU64,
-    /// The dispatch runtime, when a policy other than `pinned` runs
-    /// (weak: the runtime itself holds this `Shared`).
-    pub runtime: std::sync::OnceLock<std::sync::Weak<crate::dispatch::Runtime>>,
+    /// The dispatch runtime's statistics (weak: the runtime itself holds
+    /// this `Shared`). A trait object, so this module does not depend on the
+    /// runtime.
+    pub runtime: std::sync::OnceLock<std::sync::Weak<dyn DispatchView>>,
 }
 
 impl Shared {
@@ -74,6 +75,21 @@ impl Shared {
     /// True once shutdown has begun.
     pub fn stopping(&self) -> bool {
         self.shutdown.load(Ordering::Acquire)
+    }
+}
+
+/// What `stats` needs from the dispatch runtime.
+pub trait DispatchView: Send + Sync {
+    /// `stats sizeaware` pairs.
+    fn stats(&self) -> Vec<(String, String)>;
+    /// Zeroes the runtime's statistics (`stats reset`).
+    fn reset_stats(&self);
+}
+
+impl Shared {
+    /// The runtime's statistics view, while it runs.
+    pub fn dispatch_view(&self) -> Option<std::sync::Arc<dyn DispatchView>> {
+        self.runtime.get().and_then(std::sync::Weak::upgrade)
     }
 }
 

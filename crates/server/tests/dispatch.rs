@@ -256,16 +256,7 @@ fn size_aware_split_change_strands_no_queued_large_job() {
     // Queue many large sends, then move every worker to small while they wait.
     conn.write_all(&b"get big\r\n".repeat(40)).expect("write");
     std::thread::sleep(Duration::from_millis(20));
-    let runtime = handle
-        .shared()
-        .runtime
-        .get()
-        .and_then(|weak| weak.upgrade())
-        .expect("dispatch runtime");
-    runtime
-        .sizeaware
-        .small_workers
-        .store(3, std::sync::atomic::Ordering::Relaxed);
+    handle.runtime().set_split(3);
     let one = "VALUE big 0 200000\r\n".len() + 200_000 + "\r\nEND\r\n".len();
     let got = read_exactly_for(&mut conn, one * 40, "after the split change");
     assert_eq!(got.len(), one * 40);

@@ -46,7 +46,7 @@ pub struct TraceRequest {
     /// GET or SET.
     pub kind: OpKind,
     /// The size the server classifies by: a GET's reply length after lookup, a SET's
-    /// declared value length (as `crates/server/src/dispatch.rs` `route` records it).
+    /// declared value length (as `crates/server/src/runtime.rs` `route` records it).
     pub size: u64,
     /// Bytes moved: reply for a GET, request for a SET.
     pub wire_bytes: u64,

@@ -1,0 +1,106 @@
+//! `early-binding` (MICA-like): a request runs on the worker that owns its
+//! key. The connection's home worker reads and parses; a single-key request
+//! whose key it owns runs in place, others go to the owner's job queue
+//! (woken through an eventfd in its epoll). Multi-key, keyless and invalid
+//! requests are barriers run by the reader.
+//!
+//! ```text
+//!   home worker: read ─► parse ─► owner = key_worker(key) ─► == me and alone? run here
+//!                                                        └─► owner's queue + eventfd
+//! ```
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::{EpollLayout, Placement, Policy, IDLE_WAIT_MS, STATS_CLASS_THRESHOLD};
+use crate::config::DispatchPolicy;
+use crate::epoll::EventFd;
+use crate::runtime::Runtime;
+use crate::session::Job;
+
+/// The early-binding policy: one job queue and eventfd per worker.
+pub struct EarlyBinding {
+    workers: usize,
+    jobs: Vec<(Sender<Job>, Receiver<Job>, EventFd)>,
+}
+
+impl EarlyBinding {
+    /// Queues for `workers` workers.
+    pub fn new(workers: usize) -> std::io::Result<EarlyBinding> {
+        let jobs = (0..workers)
+            .map(|_| {
+                let (tx, rx) = crossbeam_channel::unbounded();
+                EventFd::new().map(|event| (tx, rx, event))
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        Ok(EarlyBinding { workers, jobs })
+    }
+
+    fn run_queued(&self, rt: &Runtime, worker: usize) {
+        while let Ok(job) = self.jobs[worker].1.try_recv() {
+            rt.run_job(job, worker);
+        }
+    }
+}
+
+impl Policy for EarlyBinding {
+    fn kind(&self) -> DispatchPolicy {
+        DispatchPolicy::EarlyBinding
+    }
+
+    fn layout(&self) -> EpollLayout {
+        EpollLayout::PerWorker
+    }
+
+    fn events_per_wait(&self) -> usize {
+        16
+    }
+
+    fn place(&self, key: Option<&[u8]>, reader: usize) -> Placement {
+        match key {
+            Some(key) => Placement::Worker {
+                target: key_worker(key, self.workers),
+                barrier: false,
+            },
+            None => Placement::Worker {
+                target: reader,
+                barrier: true,
+            },
+        }
+    }
+
+    fn release(&self, _rt: &Runtime, target: usize, job: Job) {
+        let (tx, _, event) = &self.jobs[target];
+        if tx.send(job).is_ok() {
+            event.notify();
+        }
+    }
+
+    fn worker_step(&self, rt: &Runtime, worker: usize, tokens: &mut Vec<u64>) {
+        self.run_queued(rt, worker);
+        rt.poll_and_serve(worker, worker, tokens, IDLE_WAIT_MS);
+    }
+
+    fn wake_fd(&self, index: usize) -> Option<std::os::fd::RawFd> {
+        self.jobs.get(index).map(|(_, _, event)| event.raw())
+    }
+
+    fn on_wake(&self, rt: &Runtime, index: usize, worker: usize) {
+        self.jobs[index].2.drain();
+        self.run_queued(rt, worker);
+    }
+
+    fn class_threshold(&self) -> u64 {
+        STATS_CLASS_THRESHOLD
+    }
+}
+
+/// Early binding's partition function: the worker that owns `key`.
+fn key_worker(key: &[u8], workers: usize) -> usize {
+    // FNV-1a: cheap and stable across runs.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in key {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (hash % workers.max(1) as u64) as usize
+}

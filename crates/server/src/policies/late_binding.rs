@@ -1,0 +1,80 @@
+//! `late-binding` (RAMCloud-like): one dispatcher thread reads and parses
+//! every connection; each request waits in one queue for the first idle
+//! worker. A connection's requests run one at a time (any idle worker may
+//! take the next, so two for one key could otherwise race).
+//!
+//! ```text
+//!   dispatcher: shared epoll ─► read ─► parse ─► queue ─► idle worker executes ─► reply slot
+//! ```
+
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::{EpollLayout, Placement, Policy, IDLE_WAIT_MS, STATS_CLASS_THRESHOLD};
+use crate::config::DispatchPolicy;
+use crate::runtime::Runtime;
+use crate::session::Job;
+
+/// The late-binding policy: the request queue workers take from.
+pub struct LateBinding {
+    queue: (Sender<Job>, Receiver<Job>),
+}
+
+impl LateBinding {
+    /// An empty queue.
+    pub fn new() -> LateBinding {
+        LateBinding {
+            queue: crossbeam_channel::unbounded(),
+        }
+    }
+}
+
+impl Policy for LateBinding {
+    fn kind(&self) -> DispatchPolicy {
+        DispatchPolicy::LateBinding
+    }
+
+    fn layout(&self) -> EpollLayout {
+        EpollLayout::Shared
+    }
+
+    fn events_per_wait(&self) -> usize {
+        16
+    }
+
+    fn place(&self, _key: Option<&[u8]>, _reader: usize) -> Placement {
+        Placement::AnyWorker
+    }
+
+    fn release(&self, _rt: &Runtime, _target: usize, job: Job) {
+        let _ = self.queue.0.send(job);
+    }
+
+    fn worker_step(&self, rt: &Runtime, worker: usize, _tokens: &mut Vec<u64>) {
+        if let Ok(job) = self
+            .queue
+            .1
+            .recv_timeout(Duration::from_millis(IDLE_WAIT_MS as u64))
+        {
+            rt.run_job(job, worker);
+        }
+    }
+
+    fn helper_thread(&self) -> Option<&'static str> {
+        Some("dispatcher")
+    }
+
+    /// The dispatcher reads and parses every connection (its counters live
+    /// in worker 0's block).
+    fn run_helper(&self, rt: &Runtime) {
+        let mut tokens = Vec::with_capacity(16);
+        while !rt.stopping() {
+            rt.poll_and_serve(0, 0, &mut tokens, IDLE_WAIT_MS);
+        }
+    }
+
+    fn class_threshold(&self) -> u64 {
+        STATS_CLASS_THRESHOLD
+    }
+}

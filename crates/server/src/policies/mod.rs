@@ -1,0 +1,196 @@
+//! The dispatch policies as strategies of the one runtime ([`crate::runtime`]).
+//!
+//! Each policy is a small object that answers two questions, and holds the
+//! state only it needs (queues, controller, counters):
+//! - **where does this request run** ([`Policy::place`]): inline on the
+//!   worker that read it, on worker *i*, or on any idle worker; size-aware
+//!   also decides after executing whether a large reply (or the receive of a
+//!   large value) moves to a large worker ([`Policy::finish_inline`],
+//!   [`Policy::wants_large_receive`]);
+//! - **what does a worker do** when it comes round ([`Policy::worker_step`]):
+//!   wait on its own epoll, on the shared one, on a job queue, or steal.
+//!
+//! ```text
+//!            ┌─────────── Runtime (sessions, epolls, sequencing, flush) ───────────┐
+//!   worker i ─► policy.worker_step(rt, i) ─► rt.poll_and_serve / rt.run_job       │
+//!   reader   ─► parse ─► policy.place(key, reader) ─► Inline | Worker(i) | Any     │
+//!            └─────────────────────────────────────────────────────────────────────┘
+//!   pinned.rs  size_aware.rs  early_binding.rs  stealing.rs  late_binding.rs
+//! ```
+
+mod early_binding;
+mod late_binding;
+mod pinned;
+mod size_aware;
+mod stealing;
+
+use std::sync::Arc;
+
+use tailtrim_proto::reply::ReplyBuf;
+
+use crate::config::{DispatchPolicy, ServerConfig};
+use crate::runtime::{FlushMode, Runtime};
+use crate::session::{Conn, Job, ReadSide};
+
+/// How long a blocked thread sleeps before re-checking roles and shutdown.
+pub(crate) const IDLE_WAIT_MS: i32 = 5;
+
+/// Class boundary for latency statistics of policies without a threshold.
+pub(crate) const STATS_CLASS_THRESHOLD: u64 = 16 * 1024;
+
+/// How connections are spread over epoll instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EpollLayout {
+    /// One epoll per worker; a connection's home is one of them.
+    PerWorker,
+    /// One epoll every reader waits on.
+    Shared,
+}
+
+/// Where a parsed request runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// On the worker that read it, now.
+    Inline,
+    /// On worker `target`, in order with the connection's other requests
+    /// ([`crate::session::ExecQueue`]); a `barrier` waits for every earlier one.
+    Worker {
+        /// The executing worker.
+        target: usize,
+        /// Waits for and blocks the connection's other requests.
+        barrier: bool,
+    },
+    /// On whichever worker is idle first, one request of the connection at a time.
+    AnyWorker,
+}
+
+/// What the runtime knows about a request it executed inline.
+#[derive(Debug, Clone, Copy)]
+pub struct Executed {
+    /// Size the request is classified by: the declared value length of a
+    /// storage command, else the reply length.
+    pub size: u64,
+    /// It accessed an item (a stored value or a hit), so its size is a sample.
+    pub accessed: bool,
+    /// A storage command (its value was received with the request).
+    pub storage: bool,
+}
+
+/// A dispatch policy.
+pub trait Policy: Send + Sync {
+    /// Which one.
+    fn kind(&self) -> DispatchPolicy;
+
+    /// How connections are spread over epolls.
+    fn layout(&self) -> EpollLayout;
+
+    /// Most ready connections one `epoll_wait` hands a worker: more than one
+    /// only where the epoll is the worker's alone.
+    fn events_per_wait(&self) -> usize {
+        1
+    }
+
+    /// Where a request runs. `key` is its key when it has exactly one (`None`
+    /// for multi-key and keyless requests and for error replies); `reader`
+    /// is the worker that parsed it.
+    fn place(&self, key: Option<&[u8]>, reader: usize) -> Placement;
+
+    /// Hands `job` to worker `target` (or to the policy's shared queue).
+    fn release(&self, _rt: &Runtime, _target: usize, _job: Job) {}
+
+    /// One turn of worker `worker`'s loop.
+    fn worker_step(&self, rt: &Runtime, worker: usize, tokens: &mut Vec<u64>);
+
+    /// A wake-up descriptor per epoll (`index`), for policies that hand jobs
+    /// to a worker blocked in `epoll_wait`.
+    fn wake_fd(&self, _index: usize) -> Option<std::os::fd::RawFd> {
+        None
+    }
+
+    /// The wake-up descriptor of epoll `index` fired on `worker`.
+    fn on_wake(&self, _rt: &Runtime, _index: usize, _worker: usize) {}
+
+    /// Name of the policy's extra thread (dispatcher, controller), if any.
+    fn helper_thread(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// Body of that thread.
+    fn run_helper(&self, _rt: &Runtime) {}
+
+    /// True when the buffer starts with a large value still arriving that a
+    /// large worker should receive (size-aware).
+    fn wants_large_receive(&self, _read: &ReadSide) -> bool {
+        false
+    }
+
+    /// Moves the receive of a large value to a large worker (size-aware).
+    fn hand_off_receive(&self, _rt: &Runtime, _conn: &Arc<Conn>) {}
+
+    /// The size above which a request counts as large in latency statistics.
+    fn class_threshold(&self) -> u64;
+
+    /// Queues the reply of a request executed inline: by default in place,
+    /// written after the reader's batch. `receiving`: a large worker took the
+    /// connection over.
+    #[allow(clippy::too_many_arguments)]
+    fn finish_inline(
+        &self,
+        rt: &Runtime,
+        conn: &Arc<Conn>,
+        seq: u64,
+        reply: ReplyBuf,
+        executed: Executed,
+        worker: usize,
+        _receiving: bool,
+        arrived_at: std::time::Instant,
+    ) {
+        rt.complete(conn, seq, reply, worker, FlushMode::Deferred);
+        rt.record_latency(worker, executed.size > self.class_threshold(), arrived_at);
+    }
+
+    /// `stats sizeaware` entries of the policy's own state.
+    fn stats(&self, workers: usize) -> PolicyStats {
+        PolicyStats {
+            small_workers: workers,
+            threshold: None,
+            ..PolicyStats::default()
+        }
+    }
+
+    /// Zeroes the policy's counters (`stats reset`).
+    fn reset_stats(&self) {}
+
+    /// Moves the size-aware split to `small` small workers now, as an epoch
+    /// decision would (tests and experiments); other policies ignore it.
+    fn set_split(&self, _small: usize) {}
+}
+
+/// The policy's state as `stats sizeaware` shows it.
+#[derive(Debug, Clone, Default)]
+pub struct PolicyStats {
+    /// Workers that read requests (size-aware: small workers).
+    pub small_workers: usize,
+    /// Size-aware threshold, if any.
+    pub threshold: Option<u64>,
+    /// Requests handed from a small to a large worker.
+    pub handoffs: u64,
+    /// Connections taken from another worker's epoll.
+    pub steals: u64,
+    /// Controller epochs run.
+    pub epochs: u64,
+    /// The controller's last decision, rendered.
+    pub decision: Vec<(&'static str, String)>,
+}
+
+/// Builds the configured policy.
+pub fn build(config: &ServerConfig) -> std::io::Result<Box<dyn Policy>> {
+    let workers = config.workers.threads;
+    Ok(match config.workers.dispatch {
+        DispatchPolicy::Pinned => Box::new(pinned::Pinned),
+        DispatchPolicy::SizeAware => Box::new(size_aware::SizeAware::new(config)),
+        DispatchPolicy::EarlyBinding => Box::new(early_binding::EarlyBinding::new(workers)?),
+        DispatchPolicy::Stealing => Box::new(stealing::Stealing::new(workers)),
+        DispatchPolicy::LateBinding => Box::new(late_binding::LateBinding::new()),
+    })
+}

@@ -1,0 +1,39 @@
+//! `pinned`: memcached's model. A connection lives on the worker it was
+//! given at accept (round robin) and every request runs inline there.
+//!
+//! ```text
+//!   accept ─► home worker's epoll ─► that worker: read ─► parse ─► execute ─► writev
+//! ```
+
+use super::{EpollLayout, Placement, Policy, IDLE_WAIT_MS, STATS_CLASS_THRESHOLD};
+use crate::config::DispatchPolicy;
+use crate::runtime::Runtime;
+
+/// The pinned policy (no state of its own).
+pub struct Pinned;
+
+impl Policy for Pinned {
+    fn kind(&self) -> DispatchPolicy {
+        DispatchPolicy::Pinned
+    }
+
+    fn layout(&self) -> EpollLayout {
+        EpollLayout::PerWorker
+    }
+
+    fn events_per_wait(&self) -> usize {
+        16
+    }
+
+    fn place(&self, _key: Option<&[u8]>, _reader: usize) -> Placement {
+        Placement::Inline
+    }
+
+    fn worker_step(&self, rt: &Runtime, worker: usize, tokens: &mut Vec<u64>) {
+        rt.poll_and_serve(worker, worker, tokens, IDLE_WAIT_MS * 20);
+    }
+
+    fn class_threshold(&self) -> u64 {
+        STATS_CLASS_THRESHOLD
+    }
+}

@@ -1,0 +1,948 @@
+//! The one I/O engine: sessions on epoll, read → swallow → parse →
+//! place → execute → sequenced reply → `writev`, for every policy. The
+//! policy ([`crate::policies`]) is a strategy object: it says where a
+//! request runs and what a worker does; this module does all the I/O.
+//!
+//! ```text
+//!  acceptor ─► adopt(conn) ─► registered EPOLLONESHOT in the home epoll
+//!     (per-worker epolls: pinned, early-binding, stealing; one shared: size-aware, late-binding)
+//!
+//!  worker i ─► policy.worker_step ─► poll_and_serve(epoll) ─► serve_conn
+//!     serve_conn: recvmsg (kernel receive stamp) ─► swallow ─► parse ─► seq
+//!        ─► policy.place(key) ─ Inline ─► execute ─► policy.finish_inline ─► reply slot
+//!                             └ Worker(i) / AnyWorker ─► ExecQueue ─► policy.release ─► run_job
+//!     reply slots complete in any order; output leaves in request order (one writev per batch)
+//!  UDP: one SO_REUSEPORT socket per worker, one-shot in an epoll like a connection (udp.rs)
+//! ```
+//!
+//! Replies of one connection are sequenced: the reader numbers requests as it
+//! parses them, whoever executes a request completes its slot, and output is
+//! written strictly in sequence, so pipelined small and large requests on one
+//! connection always get their replies in order.
+
+use std::collections::HashMap;
+use std::io::{self, IoSlice, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes};
+use parking_lot::{Mutex, RwLock};
+use tailtrim_proto::reply::{self, ReplyBuf};
+use tailtrim_proto::{parse_request, Limits, Parsed, ProtoError, Request};
+
+use crate::config::DispatchPolicy;
+use crate::epoll::{wait_fd, Epoll, READABLE, WRITABLE};
+use crate::exec::{count_read, count_written, execute, unlink_too_large, ExecContext};
+use crate::policies::{EpollLayout, Executed, Placement, Policy};
+use crate::session::{Admit, Conn, Job, PendingJob, ReadSide};
+use crate::shared::{unix_now, DispatchView, Shared};
+
+/// Stop reading a connection while this much output is pending.
+pub const OUTPUT_HIGH_WATER: usize = 4 * 1024 * 1024;
+/// Bytes per `read`.
+const READ_CHUNK: usize = 64 * 1024;
+/// Token of a policy's wake-up descriptor in an epoll.
+const WAKE_TOKEN: u64 = u64::MAX;
+/// Longest a large worker waits on one slow client before giving the rest
+/// of the output back to the event loop.
+const LARGE_IO_TIMEOUT_MS: i32 = 2000;
+/// Tokens at and above this value name UDP sockets (index = token − base).
+const UDP_TOKEN_BASE: u64 = u64::MAX - 1 - 4096;
+/// Most slices handed to one `writev`.
+const MAX_IOVECS: usize = 64;
+/// Longest reply a retrieval that found nothing sends (`END\r\n`).
+const MISS_REPLY_MAX: u64 = 5;
+
+/// Per-class server-side latency (µs), recorded from the kernel's receipt of
+/// the request's bytes ([`crate::rxtime`]) to its reply queued for writing.
+pub struct ClassLatency {
+    /// Small requests.
+    pub small: Mutex<hdrhistogram::Histogram<u64>>,
+    /// Large requests.
+    pub large: Mutex<hdrhistogram::Histogram<u64>>,
+    /// Small requests counted.
+    pub small_requests: AtomicU64,
+    /// Large requests counted.
+    pub large_requests: AtomicU64,
+}
+
+fn new_histogram() -> Mutex<hdrhistogram::Histogram<u64>> {
+    Mutex::new(
+        hdrhistogram::Histogram::new_with_bounds(1, 60_000_000, 3)
+            .unwrap_or_else(|_| hdrhistogram::Histogram::new(3).unwrap_or_else(|_| unreachable!())),
+    )
+}
+
+/// The runtime shared by its threads.
+pub struct Runtime {
+    shared: Arc<Shared>,
+    policy: Box<dyn Policy>,
+    workers: usize,
+    limits: Limits,
+    max_buffer: usize,
+    verbose: u32,
+    /// One epoll per worker or one shared, as the policy's layout says.
+    epolls: Vec<Arc<Epoll>>,
+    conns: RwLock<HashMap<u64, Arc<Conn>>>,
+    next_id: AtomicU64,
+    next_home: AtomicUsize,
+    /// Server-side latency per class.
+    pub latency: ClassLatency,
+    /// UDP sockets, one per worker, registered one-shot like connections.
+    udp: Vec<mio::net::UdpSocket>,
+}
+
+/// What serving a connection's buffered input ended with.
+enum Next {
+    /// Everything complete was processed; the rest needs more input.
+    Continue,
+    /// Stopped because too much output is pending; requests may remain.
+    OutputFull,
+    /// A large worker took the connection over.
+    HandedOff,
+    /// The connection is closing.
+    Closed,
+}
+
+/// When [`Runtime::complete`] writes the reply out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlushMode {
+    /// Queue only: the reader flushes after its batch (pipelined replies
+    /// share one `writev`).
+    Deferred,
+    /// Write what the socket takes now.
+    NonBlocking,
+    /// Wait for the socket (large workers do the costly send).
+    Blocking,
+}
+
+/// How a write attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// Everything was written.
+    Done,
+    /// The socket is full; the rest waits.
+    WouldBlock,
+    /// The peer is gone (an error, or a write that took nothing): close.
+    Failed,
+}
+
+/// Writes `out` to `sink` with vectored writes until it is empty or the
+/// sink would block; `written` is told each write's size.
+pub fn write_out(
+    mut sink: impl Write,
+    out: &mut ReplyBuf,
+    mut written: impl FnMut(usize),
+) -> WriteOutcome {
+    while !out.is_empty() {
+        let result = {
+            let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
+            let mut count = 0;
+            for (slot, chunk) in slices.iter_mut().zip(out.chunks()) {
+                *slot = IoSlice::new(chunk);
+                count += 1;
+            }
+            sink.write_vectored(&slices[..count])
+        };
+        match result {
+            Ok(0) => return WriteOutcome::Failed,
+            Ok(n) => {
+                written(n);
+                out.advance(n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return WriteOutcome::WouldBlock,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return WriteOutcome::Failed,
+        }
+    }
+    WriteOutcome::Done
+}
+
+impl Runtime {
+    /// Builds the runtime (no threads yet).
+    pub fn new(shared: Arc<Shared>, udp: Vec<mio::net::UdpSocket>) -> io::Result<Arc<Runtime>> {
+        let config = &shared.config;
+        let workers = config.workers.threads;
+        let policy = crate::policies::build(config)?;
+        let epoll_count = match policy.layout() {
+            EpollLayout::PerWorker => workers,
+            EpollLayout::Shared => 1,
+        };
+        let epolls = (0..epoll_count)
+            .map(|_| Epoll::new().map(Arc::new))
+            .collect::<io::Result<Vec<_>>>()?;
+        for (index, epoll) in epolls.iter().enumerate() {
+            if let Some(fd) = policy.wake_fd(index) {
+                epoll.add_persistent(fd, WAKE_TOKEN)?;
+            }
+        }
+        let runtime = Runtime {
+            limits: Limits {
+                item_size_max: config.storage.item_size_max as usize,
+            },
+            max_buffer: config.server.max_connection_buffer,
+            verbose: u32::from(config.server.verbose),
+            workers,
+            policy,
+            epolls,
+            conns: RwLock::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            next_home: AtomicUsize::new(0),
+            latency: ClassLatency {
+                small: new_histogram(),
+                large: new_histogram(),
+                small_requests: AtomicU64::new(0),
+                large_requests: AtomicU64::new(0),
+            },
+            udp,
+            shared,
+        };
+        for (index, socket) in runtime.udp.iter().enumerate() {
+            let epoll = &runtime.epolls[index % runtime.epolls.len()];
+            epoll.add_oneshot(socket.as_raw_fd(), UDP_TOKEN_BASE + index as u64, READABLE)?;
+        }
+        Ok(Arc::new(runtime))
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> DispatchPolicy {
+        self.policy.kind()
+    }
+
+    /// Name of the policy's extra thread, if it has one.
+    pub fn helper_thread(&self) -> Option<&'static str> {
+        self.policy.helper_thread()
+    }
+
+    /// Body of the policy's extra thread.
+    pub fn run_helper(&self) {
+        self.policy.run_helper(self);
+    }
+
+    /// Moves the size-aware split now ([`Policy::set_split`]).
+    pub fn set_split(&self, small: usize) {
+        self.policy.set_split(small);
+    }
+
+    /// True once shutdown has begun.
+    pub fn stopping(&self) -> bool {
+        self.shared.stopping()
+    }
+
+    /// Takes ownership of an accepted connection.
+    pub fn adopt(&self, stream: mio::net::TcpStream, peer: SocketAddr) {
+        use std::os::fd::{FromRawFd, IntoRawFd};
+        // SAFETY: the descriptor comes straight from the mio stream we own.
+        let stream = unsafe { TcpStream::from_raw_fd(stream.into_raw_fd()) };
+        self.adopt_std(stream, peer);
+    }
+
+    /// Takes ownership of an accepted connection (a std stream; the caller
+    /// has counted it in `curr_connections`).
+    pub fn adopt_std(&self, stream: TcpStream, peer: SocketAddr) {
+        let _ = stream.set_nodelay(true);
+        // Latency is measured from kernel receipt; without it, from the read.
+        let _ = crate::rxtime::enable(stream.as_raw_fd());
+        if stream.set_nonblocking(true).is_err() {
+            self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+            return;
+        }
+        let home = self.next_home.fetch_add(1, Ordering::Relaxed) % self.epolls.len();
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let conn = Arc::new(Conn::new(id, peer, stream, Arc::clone(&self.epolls[home])));
+        if self.verbose > 0 {
+            eprintln!("<{id} new client connection from {peer}");
+        }
+        self.conns.write().insert(id, Arc::clone(&conn));
+        if conn.epoll.add_oneshot(conn.fd(), id, READABLE).is_err() {
+            self.close(&conn);
+        }
+    }
+
+    fn close(&self, conn: &Arc<Conn>) {
+        if conn.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let _ = conn.epoll.delete(conn.fd());
+        let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+        self.conns.write().remove(&conn.id);
+        self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+        if self.verbose > 0 {
+            eprintln!("<{} connection closed ({})", conn.id, conn.peer);
+        }
+    }
+
+    fn lookup(&self, token: u64) -> Option<Arc<Conn>> {
+        self.conns.read().get(&token).cloned()
+    }
+
+    fn ctx(&self, worker: usize) -> ExecContext<'_> {
+        ExecContext {
+            shared: &self.shared,
+            counters: &self.shared.counters[worker],
+            now: unix_now(),
+        }
+    }
+
+    /// Re-arms the connection for reading (and writing if output is pending).
+    fn rearm(&self, conn: &Conn) {
+        if conn.is_closed() {
+            return;
+        }
+        let write = conn.write.lock();
+        let mut interest = READABLE;
+        if !write.out.is_empty() {
+            interest |= WRITABLE;
+        }
+        let _ = conn.epoll.rearm(conn.fd(), conn.id, interest);
+    }
+
+    /// Fills `seq`'s reply slot and writes whatever is now in order.
+    pub(crate) fn complete(
+        &self,
+        conn: &Arc<Conn>,
+        seq: u64,
+        reply: ReplyBuf,
+        worker: usize,
+        mode: FlushMode,
+    ) {
+        let close = conn.write.lock().fill(seq, reply);
+        if mode == FlushMode::Deferred && !close {
+            // The reader flushes once after its whole batch.
+            return;
+        }
+        let blocking = mode == FlushMode::Blocking;
+        let pending = self.flush(conn, worker, blocking);
+        if close && !pending {
+            self.close(conn);
+        } else if pending && blocking {
+            // Gave up waiting on a slow client: let the event loop finish it.
+            self.rearm(conn);
+        }
+    }
+
+    /// Writes pending output. Returns true if some is still pending. A
+    /// failed write closes the connection.
+    fn flush(&self, conn: &Arc<Conn>, worker: usize, blocking: bool) -> bool {
+        let deadline = Instant::now() + Duration::from_millis(LARGE_IO_TIMEOUT_MS as u64);
+        let counters = &self.shared.counters[worker];
+        loop {
+            let mut write = conn.write.lock();
+            let outcome = write_out(&conn.stream, &mut write.out, |n| count_written(counters, n));
+            if outcome == WriteOutcome::Failed {
+                write.out.clear();
+                drop(write);
+                self.close(conn);
+                return false;
+            }
+            let pending = !write.out.is_empty();
+            drop(write);
+            if !pending || !blocking || conn.is_closed() {
+                return pending;
+            }
+            if Instant::now() >= deadline {
+                return true;
+            }
+            wait_fd(conn.fd(), libc::POLLOUT, 50);
+        }
+    }
+
+    /// Records a request's server-side latency in its class.
+    pub(crate) fn record_latency(&self, _worker: usize, large: bool, since: Instant) {
+        let micros = since.elapsed().as_micros().max(1) as u64;
+        let (histogram, counter) = if large {
+            (&self.latency.large, &self.latency.large_requests)
+        } else {
+            (&self.latency.small, &self.latency.small_requests)
+        };
+        let _ = histogram.lock().record(micros.min(60_000_000));
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Clears the per-class latency histograms and counters (`stats reset`).
+    pub fn reset_stats(&self) {
+        self.latency.small.lock().reset();
+        self.latency.large.lock().reset();
+        self.latency.small_requests.store(0, Ordering::Relaxed);
+        self.latency.large_requests.store(0, Ordering::Relaxed);
+        self.policy.reset_stats();
+    }
+
+    /// Body of worker thread `worker`.
+    pub fn worker_loop(&self, worker: usize) {
+        let mut tokens = Vec::with_capacity(16);
+        while !self.shared.stopping() {
+            self.policy.worker_step(self, worker, &mut tokens);
+        }
+    }
+
+    /// One worker turn on worker `worker`'s home epoll, for a caller that
+    /// drives the runtime without its threads (the profiler): waits up to
+    /// `timeout_ms` and serves what is ready. True if it served something.
+    pub fn serve_ready(&self, worker: usize, timeout_ms: i32) -> bool {
+        let mut tokens = Vec::with_capacity(16);
+        let index = worker % self.epolls.len();
+        self.poll_and_serve(index, worker, &mut tokens, timeout_ms)
+    }
+
+    /// Waits up to `timeout_ms` on epoll `index` and serves what is ready
+    /// (as many connections as the policy takes per wait). Returns true if it
+    /// served something.
+    pub(crate) fn poll_and_serve(
+        &self,
+        index: usize,
+        worker: usize,
+        tokens: &mut Vec<u64>,
+        timeout_ms: i32,
+    ) -> bool {
+        let max = self.policy.events_per_wait();
+        if self.epolls[index].wait(tokens, max, timeout_ms).is_err() {
+            return false;
+        }
+        let mut served = false;
+        for &token in tokens.iter() {
+            if token == WAKE_TOKEN {
+                self.policy.on_wake(self, index, worker);
+                continue;
+            }
+            if token >= UDP_TOKEN_BASE {
+                self.serve_udp(index, token, worker);
+                served = true;
+                continue;
+            }
+            if let Some(conn) = self.lookup(token) {
+                self.serve_conn(&conn, worker, false);
+                served = true;
+            }
+        }
+        served
+    }
+
+    /// Serves the datagrams waiting on one UDP socket, then re-arms it.
+    fn serve_udp(&self, epoll_index: usize, token: u64, worker: usize) {
+        let Some(socket) = self.udp.get((token - UDP_TOKEN_BASE) as usize) else {
+            return;
+        };
+        let ctx = self.ctx(worker);
+        crate::udp::serve(socket, &ctx, &self.limits);
+        let _ = self.epolls[epoll_index].rearm(socket.as_raw_fd(), token, READABLE);
+    }
+
+    /// Runs a job handed to worker `worker`.
+    pub(crate) fn run_job(&self, job: Job, worker: usize) {
+        self.run_job_with(job, worker, FlushMode::NonBlocking);
+    }
+
+    /// `mode` says how an executed request's reply is written.
+    fn run_job_with(&self, job: Job, worker: usize, mode: FlushMode) {
+        match job {
+            Job::Execute {
+                conn,
+                seq,
+                request,
+                frame,
+                arrived_at,
+            } => {
+                let ctx = self.ctx(worker);
+                let declared = request.data_len();
+                let mut out = ReplyBuf::new();
+                let _ = execute(request, &frame, &ctx, &mut out);
+                let large = declared.unwrap_or(out.len()) as u64 > self.policy.class_threshold();
+                self.complete(&conn, seq, out, worker, mode);
+                self.record_latency(worker, large, arrived_at);
+                self.finish(&conn);
+                if mode != FlushMode::Deferred && !conn.write.lock().out.is_empty() {
+                    self.rearm(&conn);
+                }
+            }
+            Job::Send {
+                conn,
+                seq,
+                reply,
+                arrived_at,
+            } => {
+                self.complete(&conn, seq, reply, worker, FlushMode::Blocking);
+                self.record_latency(worker, true, arrived_at);
+            }
+            Job::Receive { conn } => {
+                self.serve_conn(&conn, worker, true);
+            }
+            Job::Reject { conn, seq, error } => {
+                let ctx = self.ctx(worker);
+                self.reject(&conn, seq, &error, worker, &ctx, FlushMode::NonBlocking);
+                self.finish(&conn);
+            }
+        }
+    }
+
+    /// Reads and serves one ready connection. `receiving` is set when a large
+    /// worker took the connection over to receive a large value.
+    fn serve_conn(&self, conn: &Arc<Conn>, worker: usize, receiving: bool) {
+        if conn.is_closed() {
+            return;
+        }
+        let Some(mut read) = (if receiving {
+            Some(conn.read.lock())
+        } else {
+            conn.read.try_lock()
+        }) else {
+            // Another thread is reading it; it re-arms when done.
+            return;
+        };
+        if self.flush(conn, worker, false) && conn.write.lock().out.len() > OUTPUT_HIGH_WATER {
+            drop(read);
+            self.rearm(conn);
+            return;
+        }
+        let ctx = self.ctx(worker);
+        loop {
+            let eof = match self.read_some(conn, &mut read, worker, receiving) {
+                Ok(eof) => eof,
+                Err(_) => {
+                    drop(read);
+                    self.close(conn);
+                    return;
+                }
+            };
+            match self.process(conn, &mut read, worker, &ctx, receiving) {
+                Next::HandedOff => return, // the large worker owns reading now
+                Next::Closed => return,
+                Next::OutputFull => {
+                    // Buffered requests wait for output to drain; no socket
+                    // event will announce them, so come back here ourselves.
+                    if self.flush(conn, worker, false)
+                        && conn.write.lock().out.len() > OUTPUT_HIGH_WATER
+                    {
+                        break; // re-armed with EPOLLOUT below
+                    }
+                    continue;
+                }
+                Next::Continue => {}
+            }
+            if conn.is_closed() {
+                return;
+            }
+            if eof {
+                read.eof = true;
+                let mut write = conn.write.lock();
+                let last = read.next_seq;
+                if write.base >= last {
+                    drop(write);
+                    drop(read);
+                    // A half-closed client still reads: answer it, then close.
+                    self.flush(conn, worker, true);
+                    self.close(conn);
+                } else {
+                    write.close_after_seq = Some(last.saturating_sub(1));
+                }
+                return;
+            }
+            if read.input.len() >= self.max_buffer {
+                drop(read);
+                self.close(conn);
+                return;
+            }
+            // Keep going while reads stopped early to process; stop when the
+            // socket is drained or output must drain first.
+            let output_full = conn.write.lock().out.len() > OUTPUT_HIGH_WATER;
+            if !read.more_pending || output_full {
+                break;
+            }
+            self.flush(conn, worker, false);
+        }
+        // Level-triggered one-shot: re-arming reports anything still unread.
+        drop(read);
+        self.flush(conn, worker, false);
+        self.rearm(conn);
+    }
+
+    /// Reads what the socket has. Returns true on EOF. A large receiver
+    /// waits for the data of the request it took over.
+    fn read_some(
+        &self,
+        conn: &Conn,
+        read: &mut ReadSide,
+        worker: usize,
+        receiving: bool,
+    ) -> io::Result<bool> {
+        let deadline = Instant::now() + Duration::from_millis(LARGE_IO_TIMEOUT_MS as u64);
+        read.more_pending = false;
+        loop {
+            if read.input.len() >= self.max_buffer {
+                return Ok(false);
+            }
+            let room = {
+                let default_room = (self.max_buffer - read.input.len()).min(READ_CHUNK);
+                crate::buffers::next_read_room(&mut read.input, default_room)
+            };
+            if room == 0 {
+                // Complete requests are buffered: process them first.
+                read.more_pending = true;
+                return Ok(false);
+            }
+            read.input.reserve(room);
+            let spare = &mut read.input.spare_capacity_mut()[..room];
+            // SAFETY: a socket read only writes into the buffer; we keep
+            // exactly the `n` bytes it reports.
+            let target = unsafe {
+                std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<u8>(), spare.len())
+            };
+            let was_empty = read.input.is_empty();
+            match crate::rxtime::recv_with_arrival(conn.fd(), target) {
+                Ok((0, _)) => return Ok(true),
+                Ok((n, arrival)) => {
+                    read.latest_ns = arrival.unwrap_or_else(crate::rxtime::realtime_now_ns);
+                    if was_empty || read.arrived_ns == 0 {
+                        read.arrived_ns = read.latest_ns;
+                    }
+                    let len = read.input.len();
+                    // SAFETY: `read` initialised these `n` bytes.
+                    unsafe { read.input.set_len(len + n) };
+                    count_read(&self.shared.counters[worker], n);
+                    if read.swallow > 0 {
+                        read.swallow_buffered();
+                    }
+                    // A small reader stops here to classify what it has.
+                    if !receiving && self.policy.wants_large_receive(read) {
+                        return Ok(false);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if receiving && receive_incomplete(read) && Instant::now() < deadline {
+                        wait_fd(conn.fd(), libc::POLLIN, 50);
+                        continue;
+                    }
+                    return Ok(false);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Parses and places every complete request in the buffer.
+    fn process(
+        &self,
+        conn: &Arc<Conn>,
+        read: &mut ReadSide,
+        worker: usize,
+        ctx: &ExecContext<'_>,
+        receiving: bool,
+    ) -> Next {
+        loop {
+            if read.swallow > 0 && !read.swallow_buffered() {
+                return Next::Continue;
+            }
+            if conn.write.lock().out.len() > OUTPUT_HIGH_WATER {
+                return Next::OutputFull;
+            }
+            if !receiving && self.policy.wants_large_receive(read) {
+                // Replies already queued must not wait for the large receive.
+                self.flush(conn, worker, false);
+                self.policy.hand_off_receive(self, conn);
+                return Next::HandedOff;
+            }
+            if read.input.is_empty() {
+                return Next::Continue;
+            }
+            let arrived_at = arrival_instant(read.arrived_ns);
+            let parsed = parse_request(&read.input, &self.limits);
+            if !matches!(parsed, Parsed::Incomplete) {
+                // The next request starts in bytes of the latest read.
+                read.arrived_ns = read.latest_ns;
+            }
+            match parsed {
+                Parsed::Incomplete => return Next::Continue,
+                Parsed::Invalid { error, consumed } => {
+                    read.input.advance(consumed.min(read.input.len()));
+                    if error.closes_connection() {
+                        read.input.clear();
+                        self.close(conn);
+                        return Next::Closed;
+                    }
+                    read.swallow = error.swallow();
+                    let seq = read.take_seq();
+                    match self.policy.place(None, worker) {
+                        Placement::Inline => {
+                            self.reject(conn, seq, &error, worker, ctx, FlushMode::Deferred)
+                        }
+                        placement => {
+                            let job = Job::Reject {
+                                conn: Arc::clone(conn),
+                                seq,
+                                error,
+                            };
+                            self.submit(conn, placement, job, worker);
+                        }
+                    }
+                }
+                Parsed::Complete { value, consumed } => {
+                    let frame = read.input.split_to(consumed).freeze();
+                    let seq = read.take_seq();
+                    let is_quit = matches!(value, Request::Quit);
+                    if is_quit {
+                        conn.write.lock().close_after_seq = Some(seq);
+                    }
+                    let request = Parsed1 {
+                        seq,
+                        request: value,
+                        frame,
+                        arrived_at,
+                    };
+                    self.route(conn, request, worker, ctx, receiving);
+                    if is_quit {
+                        return Next::Closed;
+                    }
+                }
+            }
+        }
+    }
+
+    fn route(
+        &self,
+        conn: &Arc<Conn>,
+        parsed: Parsed1,
+        worker: usize,
+        ctx: &ExecContext<'_>,
+        receiving: bool,
+    ) {
+        let Parsed1 {
+            seq,
+            request,
+            frame,
+            arrived_at,
+        } = parsed;
+        let placement = self
+            .policy
+            .place(request.single_key().map(|k| k.as_ref()), worker);
+        if placement != Placement::Inline {
+            let job = Job::Execute {
+                conn: Arc::clone(conn),
+                seq,
+                request,
+                frame,
+                arrived_at,
+            };
+            self.submit(conn, placement, job, worker);
+            return;
+        }
+        let declared = request.data_len();
+        let retrieval = matches!(
+            request,
+            Request::Get { .. } | Request::GetAndTouch { .. } | Request::MetaGet { .. }
+        );
+        let mut out = ReplyBuf::new();
+        let _ = execute(request, &frame, ctx, &mut out);
+        let size = declared.unwrap_or(out.len()) as u64;
+        let executed = Executed {
+            size,
+            accessed: declared.is_some() || (retrieval && size > MISS_REPLY_MAX),
+            storage: declared.is_some(),
+        };
+        self.policy.finish_inline(
+            self, conn, seq, out, executed, worker, receiving, arrived_at,
+        );
+    }
+
+    /// Releases `job` to the worker `placement` names now, or queues it
+    /// behind the connection's earlier requests ([`crate::session::ExecQueue`]
+    /// says which). A request for a worker that is the reader itself runs in
+    /// place when nothing else of the connection is outstanding.
+    fn submit(&self, conn: &Arc<Conn>, placement: Placement, job: Job, reader: usize) {
+        let (target, barrier) = match placement {
+            Placement::Worker { target, barrier } => (target, barrier),
+            Placement::AnyWorker | Placement::Inline => (reader, true),
+        };
+        let admitted = conn.exec.lock().submit(PendingJob { target, job }, barrier);
+        let Admit::Run { job, alone } = admitted else {
+            return;
+        };
+        let here = matches!(placement, Placement::Worker { .. }) && target == reader && alone;
+        if here {
+            self.run_job_with(job.job, reader, FlushMode::Deferred);
+        } else {
+            self.policy.release(self, job.target, job.job);
+        }
+    }
+
+    /// Marks one of the connection's requests finished and releases what may
+    /// run now.
+    fn finish(&self, conn: &Arc<Conn>) {
+        let ready = conn.exec.lock().finish();
+        for next in ready {
+            self.policy.release(self, next.target, next.job);
+        }
+    }
+
+    /// Answers invalid input (and drops a stale value like memcached does).
+    fn reject(
+        &self,
+        conn: &Arc<Conn>,
+        seq: u64,
+        error: &ProtoError,
+        worker: usize,
+        ctx: &ExecContext<'_>,
+        mode: FlushMode,
+    ) {
+        unlink_too_large(error, ctx);
+        let mut out = ReplyBuf::new();
+        reply::error(&mut out, error);
+        self.complete(conn, seq, out, worker, mode);
+    }
+
+    /// `stats sizeaware` pairs.
+    pub fn stats(&self) -> Vec<(String, String)> {
+        let state = self.policy.stats(self.workers);
+        let mut out = vec![
+            (
+                "dispatch".to_string(),
+                self.policy.kind().name().to_string(),
+            ),
+            ("workers".into(), self.workers.to_string()),
+            ("small_workers".into(), state.small_workers.to_string()),
+            (
+                "large_workers".into(),
+                (self.workers.saturating_sub(state.small_workers)).to_string(),
+            ),
+            (
+                "threshold_bytes".into(),
+                state
+                    .threshold
+                    .map_or_else(|| "none".to_string(), |t| t.to_string()),
+            ),
+            ("handoffs".into(), state.handoffs.to_string()),
+            ("steals".into(), state.steals.to_string()),
+            ("epochs".into(), state.epochs.to_string()),
+        ];
+        for (name, histogram, count) in [
+            ("small", &self.latency.small, &self.latency.small_requests),
+            ("large", &self.latency.large, &self.latency.large_requests),
+        ] {
+            let h = histogram.lock();
+            out.push((
+                format!("{name}_requests"),
+                count.load(Ordering::Relaxed).to_string(),
+            ));
+            for (label, q) in [("p50", 0.5), ("p99", 0.99), ("p999", 0.999)] {
+                out.push((
+                    format!("{name}_{label}_us"),
+                    h.value_at_quantile(q).to_string(),
+                ));
+            }
+        }
+        for (name, value) in state.decision {
+            out.push((name.to_string(), value));
+        }
+        out
+    }
+}
+
+impl DispatchView for Runtime {
+    fn stats(&self) -> Vec<(String, String)> {
+        Runtime::stats(self)
+    }
+
+    fn reset_stats(&self) {
+        Runtime::reset_stats(self);
+    }
+}
+
+/// A parsed request on its way to a worker.
+struct Parsed1 {
+    seq: u64,
+    request: Request,
+    frame: Bytes,
+    arrived_at: Instant,
+}
+
+fn receive_incomplete(read: &ReadSide) -> bool {
+    read.swallow > 0
+        || tailtrim_proto::request::declared_total(&read.input)
+            .is_some_and(|total| total > read.input.len())
+}
+
+/// The [`Instant`] at which the kernel received input stamped `arrived_ns`
+/// (realtime ns); now if unknown.
+fn arrival_instant(arrived_ns: u64) -> Instant {
+    let now = Instant::now();
+    if arrived_ns == 0 {
+        return now;
+    }
+    let waited = crate::rxtime::realtime_now_ns().saturating_sub(arrived_ns);
+    now.checked_sub(Duration::from_nanos(waited)).unwrap_or(now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sink that takes `take` bytes per write, then reports `then`.
+    struct Sink {
+        got: Vec<u8>,
+        budget: usize,
+        zero: bool,
+    }
+
+    impl Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if self.budget == 0 {
+                return if self.zero {
+                    Ok(0)
+                } else {
+                    Err(io::ErrorKind::WouldBlock.into())
+                };
+            }
+            let n = buf.len().min(self.budget);
+            self.budget -= n;
+            self.got.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn queued(text: &[u8]) -> ReplyBuf {
+        let mut out = ReplyBuf::new();
+        out.push(text);
+        out
+    }
+
+    #[test]
+    fn a_write_that_takes_nothing_fails_the_connection() {
+        let mut out = queued(b"VALUE k 0 1\r\nx\r\nEND\r\n");
+        let mut sink = Sink {
+            got: Vec::new(),
+            budget: 4,
+            zero: true,
+        };
+        let mut total = 0;
+        assert_eq!(
+            write_out(&mut sink, &mut out, |n| total += n),
+            WriteOutcome::Failed
+        );
+        assert_eq!(total, 4);
+    }
+
+    #[test]
+    fn a_full_socket_keeps_the_rest_for_later() {
+        let mut out = queued(b"STORED\r\n");
+        let mut sink = Sink {
+            got: Vec::new(),
+            budget: 3,
+            zero: false,
+        };
+        assert_eq!(
+            write_out(&mut sink, &mut out, |_| {}),
+            WriteOutcome::WouldBlock
+        );
+        assert_eq!(out.len(), 5);
+        sink.budget = 100;
+        assert_eq!(write_out(&mut sink, &mut out, |_| {}), WriteOutcome::Done);
+        assert_eq!(sink.got, b"STORED\r\n");
+    }
+}

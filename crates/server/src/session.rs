@@ -1,0 +1,361 @@
+//! One client connection (a *session*) and the bookkeeping every policy
+//! shares: the read side (input buffer, swallow, request numbering, kernel
+//! receive stamps), the write side (reply slots sequenced by request number,
+//! pending output) and the execution queue of requests run on other workers.
+//!
+//! ```text
+//!   reader: read ─► swallow ─► parse ─► seq = next_seq++ ─► execute here / job elsewhere
+//!                                                                │
+//!   whoever executes seq:  WriteSide::fill(seq, reply) ◄─────────┘
+//!        slots [base, base+1, ...] ─► in-order prefix appended to `out` ─► writev
+//! ```
+//!
+//! The sequencing structures ([`WriteSide`], [`ExecQueue`]) are plain data
+//! with no I/O, unit-tested here; the runtime locks them per connection.
+
+use std::collections::VecDeque;
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use tailtrim_proto::reply::ReplyBuf;
+use tailtrim_proto::{ProtoError, Request};
+
+use crate::epoll::Epoll;
+
+/// A connection shared by the threads that read it and complete its replies.
+pub struct Conn {
+    /// Registration token in its epoll.
+    pub(crate) id: u64,
+    pub(crate) peer: SocketAddr,
+    pub(crate) stream: TcpStream,
+    pub(crate) epoll: Arc<Epoll>,
+    pub(crate) read: Mutex<ReadSide>,
+    pub(crate) write: Mutex<WriteSide>,
+    pub(crate) exec: Mutex<ExecQueue<PendingJob>>,
+    pub(crate) closed: AtomicBool,
+}
+
+impl Conn {
+    pub(crate) fn new(id: u64, peer: SocketAddr, stream: TcpStream, epoll: Arc<Epoll>) -> Conn {
+        Conn {
+            id,
+            peer,
+            stream,
+            epoll,
+            read: Mutex::new(ReadSide::default()),
+            write: Mutex::new(WriteSide::default()),
+            exec: Mutex::new(ExecQueue::default()),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn fd(&self) -> RawFd {
+        self.stream.as_raw_fd()
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+}
+
+/// The reading half of a connection (one reader at a time).
+#[derive(Default)]
+pub struct ReadSide {
+    pub(crate) input: BytesMut,
+    /// The last read stopped to let complete requests be processed first.
+    pub(crate) more_pending: bool,
+    /// Bytes of a rejected data block still to discard.
+    pub(crate) swallow: usize,
+    pub(crate) next_seq: u64,
+    pub(crate) eof: bool,
+    /// Kernel receive time (realtime ns) of the request at the front of
+    /// `input`: the read that brought its first bytes.
+    pub(crate) arrived_ns: u64,
+    /// Kernel receive time of the latest read: the requests after the front
+    /// one came with it (or earlier, if reads stopped to process: then this
+    /// under-reports their wait).
+    pub(crate) latest_ns: u64,
+}
+
+impl ReadSide {
+    /// Discards what is left of a rejected data block. True when done.
+    pub(crate) fn swallow_buffered(&mut self) -> bool {
+        use bytes::Buf;
+        let n = self.swallow.min(self.input.len());
+        self.input.advance(n);
+        self.swallow -= n;
+        self.swallow == 0
+    }
+
+    /// Numbers the next request.
+    pub(crate) fn take_seq(&mut self) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        seq
+    }
+}
+
+/// The writing half: reply slots in request order and the output not yet
+/// written.
+#[derive(Default)]
+pub struct WriteSide {
+    /// Sequence number of `slots[0]`.
+    pub(crate) base: u64,
+    pub(crate) slots: VecDeque<Option<ReplyBuf>>,
+    pub(crate) out: ReplyBuf,
+    /// Close once every reply up to this request is written.
+    pub(crate) close_after_seq: Option<u64>,
+}
+
+impl WriteSide {
+    /// Stores `seq`'s reply and moves every reply now in order to the
+    /// output. Returns true when the connection should close after writing
+    /// (a `quit` or end of input reached its turn).
+    pub fn fill(&mut self, seq: u64, mut reply: ReplyBuf) -> bool {
+        if self.slots.is_empty() && seq == self.base {
+            // The common case: the reply is next in line.
+            self.out.append(&mut reply);
+            self.base += 1;
+        } else {
+            let index = seq.saturating_sub(self.base) as usize;
+            while self.slots.len() <= index {
+                self.slots.push_back(None);
+            }
+            self.slots[index] = Some(reply);
+            while let Some(Some(_)) = self.slots.front() {
+                if let Some(Some(mut done)) = self.slots.pop_front() {
+                    self.out.append(&mut done);
+                }
+                self.base += 1;
+            }
+        }
+        self.close_after_seq.is_some_and(|last| self.base > last)
+    }
+}
+
+/// Execution order of one connection's requests when they run on other
+/// workers (early and late binding).
+///
+/// Late binding runs them one at a time (any idle worker may take the next,
+/// so two requests for one key could otherwise race). Early binding lets
+/// single-key requests run side by side on their keys' workers: requests for
+/// one key go to one worker's FIFO, so they still execute in order, and
+/// replies are sequenced anyway. Everything else (multi-key gets, keyless
+/// commands, error replies) is a *barrier*: it waits for every earlier
+/// request and runs alone.
+pub struct ExecQueue<J> {
+    /// Requests released to a worker and not yet finished.
+    in_flight: usize,
+    /// The request in flight is a barrier.
+    barrier: bool,
+    pending: VecDeque<(J, bool)>,
+}
+
+impl<J> Default for ExecQueue<J> {
+    fn default() -> Self {
+        ExecQueue {
+            in_flight: 0,
+            barrier: false,
+            pending: VecDeque::new(),
+        }
+    }
+}
+
+/// What [`ExecQueue::submit`] decided.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Admit<J> {
+    /// Release the job now; `alone` when nothing else of the connection is
+    /// in flight.
+    Run {
+        /// The job.
+        job: J,
+        /// Nothing else in flight.
+        alone: bool,
+    },
+    /// Queued behind earlier requests.
+    Queued,
+}
+
+impl<J> ExecQueue<J> {
+    /// Admits `job`: runnable now, or queued behind earlier requests.
+    pub fn submit(&mut self, job: J, barrier: bool) -> Admit<J> {
+        let runnable =
+            self.pending.is_empty() && !self.barrier && (!barrier || self.in_flight == 0);
+        if !runnable {
+            self.pending.push_back((job, barrier));
+            return Admit::Queued;
+        }
+        let alone = self.in_flight == 0;
+        self.in_flight += 1;
+        self.barrier = barrier;
+        Admit::Run { job, alone }
+    }
+
+    /// One released job finished: returns the queued jobs that may run now.
+    pub fn finish(&mut self) -> Vec<J> {
+        let mut ready = Vec::new();
+        self.in_flight = self.in_flight.saturating_sub(1);
+        if self.in_flight == 0 {
+            self.barrier = false;
+        }
+        while !self.barrier {
+            let Some((_, barrier)) = self.pending.front() else {
+                break;
+            };
+            if *barrier && self.in_flight > 0 {
+                break;
+            }
+            let Some((job, barrier)) = self.pending.pop_front() else {
+                break;
+            };
+            self.in_flight += 1;
+            self.barrier = barrier;
+            ready.push(job);
+        }
+        ready
+    }
+}
+
+/// A job queued on a connection's [`ExecQueue`]: where it goes and what.
+pub struct PendingJob {
+    pub(crate) target: usize,
+    pub(crate) job: Job,
+}
+
+/// A unit of work handed between threads.
+pub enum Job {
+    /// Execute a parsed request (early- and late-binding).
+    Execute {
+        /// Its connection.
+        conn: Arc<Conn>,
+        /// Its reply slot.
+        seq: u64,
+        /// The request.
+        request: Request,
+        /// The bytes it was parsed from.
+        frame: Bytes,
+        /// When its bytes reached the kernel.
+        arrived_at: Instant,
+    },
+    /// Send an already composed large reply (size-aware).
+    Send {
+        /// Its connection.
+        conn: Arc<Conn>,
+        /// Its reply slot.
+        seq: u64,
+        /// The reply.
+        reply: ReplyBuf,
+        /// When its bytes reached the kernel.
+        arrived_at: Instant,
+    },
+    /// Receive the rest of a large value and keep reading the connection (size-aware).
+    Receive {
+        /// The connection taken over.
+        conn: Arc<Conn>,
+    },
+    /// Reply to invalid input, in order with the connection's other requests.
+    Reject {
+        /// Its connection.
+        conn: Arc<Conn>,
+        /// Its reply slot.
+        seq: u64,
+        /// What was wrong.
+        error: ProtoError,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(text: &str) -> ReplyBuf {
+        let mut out = ReplyBuf::new();
+        out.push(text.as_bytes());
+        out
+    }
+
+    fn output(write: &mut WriteSide) -> Vec<u8> {
+        write.out.take_contiguous()
+    }
+
+    #[test]
+    fn replies_leave_in_request_order_whatever_order_they_finish() {
+        let mut write = WriteSide::default();
+        assert!(!write.fill(2, reply("c")));
+        assert!(!write.fill(1, reply("b")));
+        assert!(output(&mut write).is_empty(), "0 has not finished");
+        assert!(!write.fill(0, reply("a")));
+        assert_eq!(output(&mut write), b"abc");
+        assert_eq!(write.base, 3);
+        assert!(!write.fill(3, reply("d")));
+        assert_eq!(output(&mut write), b"d");
+        assert!(write.slots.is_empty());
+    }
+
+    #[test]
+    fn close_waits_for_the_last_reply_before_it() {
+        let mut write = WriteSide {
+            close_after_seq: Some(1),
+            ..WriteSide::default()
+        };
+        assert!(!write.fill(1, reply("quit-slot")));
+        assert!(write.fill(0, reply("a")));
+    }
+
+    #[test]
+    fn single_key_jobs_run_side_by_side_barriers_alone() {
+        let mut queue = ExecQueue::default();
+        assert_eq!(
+            queue.submit(1, false),
+            Admit::Run {
+                job: 1,
+                alone: true
+            }
+        );
+        assert_eq!(
+            queue.submit(2, false),
+            Admit::Run {
+                job: 2,
+                alone: false
+            }
+        );
+        // A barrier waits for both, and what follows waits for the barrier.
+        assert_eq!(queue.submit(3, true), Admit::Queued);
+        assert_eq!(queue.submit(4, false), Admit::Queued);
+        assert!(queue.finish().is_empty(), "2 is still in flight");
+        assert_eq!(queue.finish(), vec![3]);
+        assert_eq!(queue.finish(), vec![4]);
+        assert!(queue.finish().is_empty());
+        assert_eq!(
+            queue.submit(5, true),
+            Admit::Run {
+                job: 5,
+                alone: true
+            }
+        );
+    }
+
+    #[test]
+    fn queued_non_barriers_are_released_together_up_to_the_next_barrier() {
+        let mut queue = ExecQueue::default();
+        assert_eq!(
+            queue.submit(1, true),
+            Admit::Run {
+                job: 1,
+                alone: true
+            }
+        );
+        for job in [2, 3] {
+            assert_eq!(queue.submit(job, false), Admit::Queued);
+        }
+        assert_eq!(queue.submit(4, true), Admit::Queued);
+        assert_eq!(queue.finish(), vec![2, 3]);
+        assert!(queue.finish().is_empty());
+        assert_eq!(queue.finish(), vec![4]);
+    }
+}
