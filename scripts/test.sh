@@ -127,6 +127,11 @@ server_bin="$TAILTRIM_BIN"
 export TAILTRIM_BIN="$repo/crates/proxy/scripts/proxy-as-server.sh"
 run_pytest "through the proxy"
 run_go "through the proxy"
+# ... and with the chisel planner, which merges mice across connections (issue 12).
+export TAILTRIM_PROXY_ARGS="--planner chisel"
+run_pytest "through the proxy, chisel"
+run_go "through the proxy, chisel"
+unset TAILTRIM_PROXY_ARGS
 export TAILTRIM_BIN="$server_bin"
 
 echo

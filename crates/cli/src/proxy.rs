@@ -37,9 +37,18 @@ pub struct Args {
     /// Copies of each key.
     #[arg(short = 'r', long = "replicas")]
     pub replicas: Option<usize>,
-    /// Multiget planner (batch).
+    /// Multiget planner (batch, chisel).
     #[arg(long = "planner")]
     pub planner: Option<String>,
+    /// Setup time added before every multiget backend query, µs (emulated client overhead).
+    #[arg(long = "inject-overhead", value_name = "US")]
+    pub inject_overhead: Option<u64>,
+    /// Multiget backend queries in flight at once (0 = unbounded).
+    #[arg(long = "query-threads")]
+    pub query_threads: Option<usize>,
+    /// Chisel: fixed "B,L" instead of the online analyzer's choice.
+    #[arg(long = "chisel-fixed", value_name = "B,L")]
+    pub chisel_fixed: Option<String>,
     /// Backend request timeout in milliseconds.
     #[arg(long = "timeout-ms")]
     pub timeout_ms: Option<u64>,
@@ -99,6 +108,15 @@ fn effective_config(args: &Args) -> Result<ProxyConfig, String> {
     }
     if let Some(planner) = &args.planner {
         config.pool.planner = planner.clone();
+    }
+    if let Some(overhead) = args.inject_overhead {
+        config.pool.inject_overhead_us = overhead;
+    }
+    if let Some(threads) = args.query_threads {
+        config.pool.query_threads = threads;
+    }
+    if let Some(fixed) = &args.chisel_fixed {
+        config.pool.chisel_fixed = fixed.clone();
     }
     if let Some(timeout) = args.timeout_ms {
         config.pool.timeout_ms = timeout;

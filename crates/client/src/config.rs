@@ -20,6 +20,14 @@ pub const DEFAULT_QUEUE_LIMIT: usize = 4096;
 pub const DEFAULT_REPLICAS: usize = 1;
 /// Default EWMA weight of a new latency sample for replica choice.
 pub const DEFAULT_EWMA_ALPHA: f64 = tailtrim_policy::health::DEFAULT_EWMA_ALPHA;
+/// Default bound on backend queries of multigets in flight (0 = unbounded).
+pub const DEFAULT_QUERY_THREADS: usize = 0;
+/// Query threads the Chisel analyzer assumes when `query_threads` is 0 (unbounded).
+pub const DEFAULT_MODEL_CLIENT_THREADS: u32 = 16;
+/// Default worker threads per backend, as the Chisel analyzer assumes (memcached's `-t 4`).
+pub const DEFAULT_BACKEND_THREADS: u32 = 4;
+/// Default Chisel analyzer epoch.
+pub const DEFAULT_CHISEL_EPOCH: Duration = Duration::from_secs(1);
 
 /// One backend: `host:port`, a weight and an optional ketama name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,6 +125,22 @@ pub struct PoolConfig {
     pub health: HealthSettings,
     /// EWMA weight for latency samples.
     pub ewma_alpha: f64,
+    /// Bound on backend queries of multigets in flight, the paper's query threads `C`
+    /// (0 = unbounded). Applies to every planner.
+    pub query_threads: usize,
+    /// Setup time added before every backend query of a multiget (the paper's injected client
+    /// overhead; zero = none). Applies to every planner.
+    pub inject_overhead: Duration,
+    /// Requests with more keys than this are elephants (per-class stats, Chisel).
+    pub elephant_threshold: u32,
+    /// Worker threads per backend (the Chisel analyzer's `S` = backends × this).
+    pub backend_threads: u32,
+    /// Chisel: epoch of the online analyzer.
+    pub chisel_epoch: Duration,
+    /// Chisel: a fixed `(B, L)` instead of the analyzer's (experiments sweep with this).
+    pub chisel_fixed: Option<(u32, u32)>,
+    /// Chisel: the analyzer's settings (`client_threads`/`server_threads` are derived).
+    pub analyzer: tailtrim_model::chisel_online::AnalyzerConfig,
 }
 
 impl PoolConfig {
@@ -141,6 +165,13 @@ impl PoolConfig {
                 retry_after_nanos: DEFAULT_RETRY_AFTER_NANOS,
             },
             ewma_alpha: DEFAULT_EWMA_ALPHA,
+            query_threads: DEFAULT_QUERY_THREADS,
+            inject_overhead: Duration::ZERO,
+            elephant_threshold: tailtrim_policy::chisel::DEFAULT_ELEPHANT_THRESHOLD,
+            backend_threads: DEFAULT_BACKEND_THREADS,
+            chisel_epoch: DEFAULT_CHISEL_EPOCH,
+            chisel_fixed: None,
+            analyzer: tailtrim_model::chisel_online::AnalyzerConfig::default(),
         }
     }
 }

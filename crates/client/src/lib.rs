@@ -25,6 +25,7 @@ pub mod config;
 pub mod connection;
 pub mod error;
 pub mod pool;
+pub mod shaping;
 pub mod stats;
 #[cfg(feature = "testkit")]
 pub mod testkit;

@@ -14,16 +14,19 @@ use std::time::Instant;
 use bytes::Bytes;
 use futures_util::future::join_all;
 use parking_lot::Mutex;
-use tailtrim_policy::health::{choose_replica, BackendLoad};
-use tailtrim_policy::planner::{Action, ClusterView, Observation, PlanRequest, Planner};
+use tailtrim_policy::health::{choose_replica, BackendLoad, Timestamp};
+use tailtrim_policy::planner::{
+    Action, ClusterView, Observation, PlanRequest, Planner, QueryShape,
+};
 use tailtrim_policy::ring::Ring;
 use tailtrim_proto::compose;
 
 use crate::backend::{Backend, BackendSettings};
 use crate::clock::Clock;
-use crate::config::PoolConfig;
+use crate::config::{PoolConfig, DEFAULT_MODEL_CLIENT_THREADS};
 use crate::connection::{RawReply, ReplyShape, ValueItem};
 use crate::error::ClientError;
+use crate::shaping::{join_or_lead, seal, setup_wait, Merge, Shaper};
 use crate::stats::PoolStats;
 
 /// Which multi-key read command to send.
@@ -83,6 +86,7 @@ pub struct Pool {
     ring: Ring,
     backends: Vec<Backend>,
     planner: Mutex<Box<dyn Planner>>,
+    shaper: Shaper,
     clock: Clock,
     stats: PoolStats,
 }
@@ -140,8 +144,38 @@ impl Pool {
             .iter()
             .map(|server| Backend::new(server.address(), settings, clock))
             .collect();
+        let mut planner = config.planner.build_with(&config.planner_settings);
+        let mut shape = planner
+            .shape()
+            .unwrap_or(tailtrim_policy::chisel::DEFAULT_SHAPE);
+        shape.elephant_threshold = config.elephant_threshold;
+        if let Some((merge_level, chunk_size)) = config.chisel_fixed {
+            shape.merge_level = merge_level;
+            shape.chunk_size = chunk_size;
+        }
+        planner.set_shape(shape);
+        let mut analyzer = config.analyzer;
+        analyzer.client_threads = match u32::try_from(config.query_threads) {
+            Ok(0) | Err(_) => DEFAULT_MODEL_CLIENT_THREADS,
+            Ok(threads) => threads,
+        };
+        analyzer.server_threads = (config.servers.len() as u32)
+            .saturating_mul(config.backend_threads.max(1))
+            .max(1);
+        // Only a planner that reshapes queries, and has no fixed shape, is retuned.
+        let epoch = (planner.shape().is_some() && config.chisel_fixed.is_none())
+            .then_some(config.chisel_epoch);
+        let shaper = Shaper::new(
+            config.servers.len(),
+            config.query_threads,
+            config.inject_overhead,
+            config.elephant_threshold,
+            epoch,
+            analyzer,
+        );
         Ok(Pool {
-            planner: Mutex::new(config.planner.build_with(&config.planner_settings)),
+            planner: Mutex::new(planner),
+            shaper,
             config,
             ring,
             backends,
@@ -173,6 +207,22 @@ impl Pool {
     /// Name of the active planner.
     pub fn planner_name(&self) -> &'static str {
         self.planner.lock().name()
+    }
+
+    /// The planner's current query shape (`None` for planners that do not reshape).
+    pub fn planner_shape(&self) -> Option<QueryShape> {
+        self.planner.lock().shape()
+    }
+
+    /// True when the planner may merge requests of `keys` keys (so even one-key reads
+    /// should go through [`Pool::multiget`]).
+    pub fn merges(&self, keys: usize) -> bool {
+        self.planner.lock().merge_limit(keys) > 1
+    }
+
+    /// Query shaping state: merge counters, the analyzer's last decision.
+    pub fn shaper(&self) -> &Shaper {
+        &self.shaper
     }
 
     fn record_latency(&self, started: Instant) {
@@ -289,11 +339,131 @@ impl Pool {
         self.stats.multigets.incr();
         self.stats.multiget_keys.add(keys.len() as u64);
         let started = Instant::now();
+        self.shaper.request(keys.len());
+        self.shaper.maybe_run_epoch();
+        if let Some(shape) = self.shaper.take_pending(self.config.elephant_threshold) {
+            self.planner.lock().set_shape(shape);
+        }
         let result = self.multiget_inner(keys, kind).await;
         let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         self.stats.multiget_latency.record_micros(micros);
         self.stats.latency.record_micros(micros);
+        if self.shaper.is_elephant(keys.len()) {
+            self.stats.elephant_latency.record_micros(micros);
+        } else {
+            self.stats.mice_latency.record_micros(micros);
+        }
+        self.shaper.finished(keys.len(), micros);
         result
+    }
+
+    /// Runs one planned fetch: merged into a query being set up (mice, `merge_limit > 1`),
+    /// or as its own query. One entry per key of `keys`.
+    async fn run_fetch(
+        &self,
+        backend: usize,
+        keys: Vec<Bytes>,
+        kind: MultigetKind,
+        merge_limit: u32,
+        not_before: Option<Timestamp>,
+    ) -> Result<Vec<Option<ValueItem>>, ClientError> {
+        if let Some(start_at) = not_before {
+            let wait = start_at.nanos_since(self.clock.now());
+            if wait > 0 {
+                tokio::time::sleep(std::time::Duration::from_nanos(wait)).await;
+            }
+        }
+        let shaper = &self.shaper;
+        if merge_limit <= 1 {
+            let _slot = shaper.query_slots.acquire().await;
+            if !shaper.inject_overhead.is_zero() {
+                let setup = Instant::now();
+                setup_wait(shaper.inject_overhead).await;
+                shaper.setup_done(setup.elapsed());
+            }
+            return self.query(backend, &keys, kind).await;
+        }
+        let query = match join_or_lead(&shaper.slots[backend], &keys, merge_limit) {
+            Merge::Joined(reply) => {
+                shaper.merged_requests.incr();
+                return reply.await.unwrap_or_else(|_| {
+                    Err(ClientError::ConnectionLost {
+                        backend: self.backends[backend].address().to_string(),
+                        reason: "the merged query was abandoned".to_string(),
+                    })
+                });
+            }
+            Merge::Leader(query) => query,
+        };
+        // Mice keep joining while the query waits for a slot and is set up.
+        let _slot = shaper.query_slots.acquire().await;
+        let setup = Instant::now();
+        setup_wait(shaper.inject_overhead).await;
+        shaper.setup_done(setup.elapsed());
+        let sealed = seal(&shaper.slots[backend], &query);
+        if !sealed.members.is_empty() {
+            shaper.merged_queries.incr();
+        }
+        let own = keys.len();
+        match self.query(backend, &sealed.keys, kind).await {
+            Ok(mut values) => {
+                for (range, member) in sealed.members {
+                    let _ =
+                        member.send(Ok(values.get(range).map(<[_]>::to_vec).unwrap_or_default()));
+                }
+                values.truncate(own);
+                Ok(values)
+            }
+            Err(error) => {
+                for (_, member) in sealed.members {
+                    let _ = member.send(Err(error.clone()));
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Sends one multi-key query to `backend`; one entry per key of `keys`.
+    async fn query(
+        &self,
+        backend: usize,
+        keys: &[Bytes],
+        kind: MultigetKind,
+    ) -> Result<Vec<Option<ValueItem>>, ClientError> {
+        let refs: Vec<&[u8]> = keys.iter().map(Bytes::as_ref).collect();
+        let bytes = kind.compose(&refs);
+        self.stats.queries.incr();
+        self.stats.query_keys.add(keys.len() as u64);
+        let sent = Instant::now();
+        let reply = self.backends[backend]
+            .call(bytes, ReplyShape::UntilEnd)
+            .await?;
+        let elapsed = sent.elapsed();
+        if reply.error_line {
+            return Err(ClientError::BackendReplied {
+                backend: self.backends[backend].address().to_string(),
+                line: String::from_utf8_lossy(reply.bytes.trim_ascii_end()).into_owned(),
+            });
+        }
+        let hits = reply.values.len() as u32;
+        let value_bytes = reply.values.iter().map(|v| v.data.len() as u64).sum();
+        self.shaper.query_done(keys.len() as u32, elapsed);
+        let mut planner = self.planner.lock();
+        if planner.wants_values() {
+            for value in &reply.values {
+                planner.observe_value(&value.key, value.data.len() as u64);
+            }
+        }
+        planner.observe(&Observation {
+            backend,
+            keys: keys.len() as u32,
+            hits,
+            value_bytes,
+            latency_nanos: u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
+            at: self.clock.now(),
+        });
+        drop(planner);
+        Ok(match_values(keys, reply.values))
     }
 
     async fn multiget_inner(&self, keys: &[Bytes], kind: MultigetKind) -> Vec<KeyResult> {
@@ -319,7 +489,19 @@ impl Pool {
                 pool: self,
                 excluded: &excluded,
             };
-            let actions = self.planner.lock().plan(&request, &view);
+            let (actions, planned_merge) = {
+                let mut planner = self.planner.lock();
+                (
+                    planner.plan(&request, &view),
+                    planner.merge_limit(keys.len()),
+                )
+            };
+            // Only plain `get`s merge: their replies carry nothing request-specific.
+            let merge_limit = if kind == MultigetKind::Get {
+                planned_merge
+            } else {
+                1
+            };
             let mut fetches = Vec::with_capacity(actions.len());
             for action in actions {
                 match action {
@@ -335,57 +517,33 @@ impl Pool {
             }
             self.stats.fetches.add(fetches.len() as u64);
             let calls = fetches.iter().map(|fetch| {
-                let fetch_keys: Vec<&[u8]> =
-                    fetch.keys.iter().map(|&i| round_keys[i as usize]).collect();
-                let bytes = kind.compose(&fetch_keys);
-                let not_before = fetch.not_before;
-                let clock = self.clock;
-                let backend = &self.backends[fetch.backend];
-                async move {
-                    if let Some(start_at) = not_before {
-                        let wait = start_at.nanos_since(clock.now());
-                        if wait > 0 {
-                            tokio::time::sleep(std::time::Duration::from_nanos(wait)).await;
-                        }
-                    }
-                    let sent = Instant::now();
-                    let reply = backend.call(bytes, ReplyShape::UntilEnd).await;
-                    (reply, sent.elapsed())
-                }
+                let fetch_keys: Vec<Bytes> = fetch
+                    .keys
+                    .iter()
+                    .map(|&i| keys[remaining[i as usize]].clone())
+                    .collect();
+                self.run_fetch(
+                    fetch.backend,
+                    fetch_keys,
+                    kind,
+                    merge_limit,
+                    fetch.not_before,
+                )
             });
             let replies = join_all(calls).await;
-            for (fetch, (reply, elapsed)) in fetches.iter().zip(replies) {
+            for (fetch, reply) in fetches.iter().zip(replies) {
                 let original: Vec<usize> =
                     fetch.keys.iter().map(|&i| remaining[i as usize]).collect();
                 match reply {
-                    Ok(reply) if reply.error_line => {
-                        let error = ClientError::BackendReplied {
-                            backend: self.backends[fetch.backend].address().to_string(),
-                            line: String::from_utf8_lossy(reply.bytes.trim_ascii_end())
-                                .into_owned(),
-                        };
+                    Ok(values) => {
+                        for (&index, value) in original.iter().zip(values) {
+                            results[index] = Ok(value);
+                        }
+                    }
+                    Err(error @ ClientError::BackendReplied { .. }) => {
                         for &index in &original {
                             results[index] = Err(error.clone());
                         }
-                    }
-                    Ok(reply) => {
-                        let hits = reply.values.len() as u32;
-                        let value_bytes = reply.values.iter().map(|v| v.data.len() as u64).sum();
-                        let mut planner = self.planner.lock();
-                        if planner.wants_values() {
-                            for value in &reply.values {
-                                planner.observe_value(&value.key, value.data.len() as u64);
-                            }
-                        }
-                        assign_values(keys, &original, reply.values, &mut results);
-                        planner.observe(&Observation {
-                            backend: fetch.backend,
-                            keys: original.len() as u32,
-                            hits,
-                            value_bytes,
-                            latency_nanos: u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
-                            at: self.clock.now(),
-                        });
                     }
                     Err(error) => {
                         excluded.push(fetch.backend);
@@ -473,24 +631,22 @@ impl Pool {
     }
 }
 
-/// Matches the `VALUE` items of one fetch to the key indices it asked for. Backends answer in
-/// request order, skipping misses; an item is only ever given to an index whose key equals the
-/// item's key, so a confused backend can cause a miss but never a wrong value.
-fn assign_values(
-    keys: &[Bytes],
-    asked: &[usize],
-    values: Vec<ValueItem>,
-    results: &mut [KeyResult],
-) {
+/// Matches the `VALUE` items of one query to the keys it asked for (one entry per key, `None`
+/// for a miss). Backends answer in request order, skipping misses; an item is only ever given
+/// to a key equal to the item's key, so a confused backend can cause a miss but never a wrong
+/// value.
+fn match_values(keys: &[Bytes], values: Vec<ValueItem>) -> Vec<Option<ValueItem>> {
+    let mut out = vec![None; keys.len()];
     let mut values = values.into_iter().peekable();
-    for &index in asked {
+    for (slot, key) in out.iter_mut().zip(keys) {
         let Some(next) = values.peek() else {
             break;
         };
-        if next.key == keys[index] {
-            results[index] = Ok(values.next());
+        if next.key == key {
+            *slot = values.next();
         }
     }
+    out
 }
 
 fn no_backend(last_error: Option<ClientError>) -> ClientError {
@@ -523,31 +679,19 @@ mod tests {
             .iter()
             .map(|k| Bytes::from(*k))
             .collect();
-        let mut results: Vec<KeyResult> = vec![Ok(None); 4];
         // b missed; a asked twice and returned twice.
-        assign_values(
-            &keys,
-            &[0, 1, 2, 3],
-            vec![item("a"), item("c"), item("a")],
-            &mut results,
-        );
+        let results = match_values(&keys, vec![item("a"), item("c"), item("a")]);
         let got: Vec<Option<&[u8]>> = results
             .iter()
-            .map(|r| {
-                r.as_ref()
-                    .ok()
-                    .and_then(Option::as_ref)
-                    .map(|v| v.key.as_ref())
-            })
+            .map(|r| r.as_ref().map(|v| v.key.as_ref()))
             .collect();
         assert_eq!(
             got,
             vec![Some(&b"a"[..]), None, Some(&b"c"[..]), Some(&b"a"[..])]
         );
         // A backend returning an unexpected key gives no value to anyone.
-        let mut results: Vec<KeyResult> = vec![Ok(None); 4];
-        assign_values(&keys, &[0, 1], vec![item("zz")], &mut results);
-        assert!(results.iter().all(|r| matches!(r, Ok(None))));
+        let results = match_values(&keys[..2], vec![item("zz")]);
+        assert!(results.iter().all(Option::is_none));
     }
 
     #[test]

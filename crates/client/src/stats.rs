@@ -48,6 +48,24 @@ impl LatencyHistogram {
     }
 }
 
+impl LatencyHistogram {
+    /// The `quantile` (0..=1) in microseconds, then empties the histogram (0 when empty).
+    pub fn take_quantile(&self, quantile: f64) -> f64 {
+        match self.inner.lock().as_mut() {
+            Some(histogram) => {
+                let value = if histogram.is_empty() {
+                    0
+                } else {
+                    histogram.value_at_quantile(quantile)
+                };
+                histogram.reset();
+                value as f64
+            }
+            None => 0.0,
+        }
+    }
+}
+
 impl Default for LatencyHistogram {
     fn default() -> Self {
         LatencyHistogram::new()
@@ -117,4 +135,12 @@ pub struct PoolStats {
     pub latency: LatencyHistogram,
     /// `pool_multiget_latency`: end-to-end latency of multi-key reads.
     pub multiget_latency: LatencyHistogram,
+    /// `pool_mice_latency`: multi-key reads of at most `elephant_threshold` keys.
+    pub mice_latency: LatencyHistogram,
+    /// `pool_elephant_latency`: multi-key reads of more keys.
+    pub elephant_latency: LatencyHistogram,
+    /// `pool_queries`: backend queries sent for multi-key reads (after merging).
+    pub queries: Counter,
+    /// `pool_query_keys`: keys in those queries.
+    pub query_keys: Counter,
 }

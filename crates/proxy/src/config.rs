@@ -52,6 +52,19 @@ pub const DEFAULT_SERVER_RETRY_TIMEOUT_MS: u64 =
     tailtrim_policy::health::DEFAULT_RETRY_AFTER_NANOS / 1_000_000;
 /// Default requests queued per backend connection before failing fast.
 pub const DEFAULT_QUEUE_LIMIT: usize = tailtrim_client::config::DEFAULT_QUEUE_LIMIT;
+/// Default bound on multiget backend queries in flight (0 = unbounded).
+pub const DEFAULT_QUERY_THREADS: usize = tailtrim_client::config::DEFAULT_QUERY_THREADS;
+/// Default setup time injected before every multiget backend query, µs (0 = none).
+pub const DEFAULT_INJECT_OVERHEAD_US: u64 = 0;
+/// Default size above which a request is an elephant, in keys.
+pub const DEFAULT_ELEPHANT_THRESHOLD: u32 = tailtrim_policy::chisel::DEFAULT_ELEPHANT_THRESHOLD;
+/// Default worker threads per backend assumed by the Chisel analyzer.
+pub const DEFAULT_BACKEND_THREADS: u32 = tailtrim_client::config::DEFAULT_BACKEND_THREADS;
+/// Default Chisel analyzer epoch, ms.
+pub const DEFAULT_CHISEL_EPOCH_MS: u64 = 1000;
+/// Default share of the measured round trip the Chisel analyzer counts as backend processing.
+pub const DEFAULT_CHISEL_PROCESSING_SHARE: f64 =
+    tailtrim_model::chisel_online::DEFAULT_PROCESSING_SHARE;
 
 /// The whole file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -105,7 +118,7 @@ pub struct PoolSection {
     pub hash_tag: String,
     /// Copies of each key: writes go to all, reads to the cheapest live one.
     pub replicas: usize,
-    /// Multiget planner: batch.
+    /// Multiget planner: batch or chisel.
     pub planner: String,
     /// Backend request timeout (ms).
     pub timeout_ms: u64,
@@ -119,6 +132,21 @@ pub struct PoolSection {
     pub server_retry_timeout_ms: u64,
     /// Requests queued per connection before failing fast.
     pub queue_limit: usize,
+    /// Multiget backend queries in flight at once (Chisel's query threads `C`); 0 = unbounded.
+    pub query_threads: usize,
+    /// Setup time added before every multiget backend query, µs (emulated client overhead;
+    /// it spins on the proxy's threads). 0 = none.
+    pub inject_overhead_us: u64,
+    /// Requests with more keys than this are elephants (per-class stats; Chisel splits them).
+    pub elephant_threshold: u32,
+    /// Worker threads per backend (the Chisel analyzer's server threads = backends × this).
+    pub backend_threads: u32,
+    /// Chisel: how often the analyzer picks (B, L), ms.
+    pub chisel_epoch_ms: u64,
+    /// Chisel: a fixed "B,L" (merge level, chunk size) instead of the analyzer's; "" = online.
+    pub chisel_fixed: String,
+    /// Chisel: share of the measured round trip counted as backend processing P_S.
+    pub chisel_processing_share: f64,
 }
 
 impl Default for PoolSection {
@@ -137,8 +165,26 @@ impl Default for PoolSection {
             server_failure_limit: DEFAULT_SERVER_FAILURE_LIMIT,
             server_retry_timeout_ms: DEFAULT_SERVER_RETRY_TIMEOUT_MS,
             queue_limit: DEFAULT_QUEUE_LIMIT,
+            query_threads: DEFAULT_QUERY_THREADS,
+            inject_overhead_us: DEFAULT_INJECT_OVERHEAD_US,
+            elephant_threshold: DEFAULT_ELEPHANT_THRESHOLD,
+            backend_threads: DEFAULT_BACKEND_THREADS,
+            chisel_epoch_ms: DEFAULT_CHISEL_EPOCH_MS,
+            chisel_fixed: String::new(),
+            chisel_processing_share: DEFAULT_CHISEL_PROCESSING_SHARE,
         }
     }
+}
+
+/// Parses `"B,L"` (L may be `inf`).
+fn parse_fixed_shape(text: &str) -> Option<(u32, u32)> {
+    let (merge, chunk) = text.split_once(',')?;
+    let merge: u32 = merge.trim().parse().ok()?;
+    let chunk = match chunk.trim() {
+        "inf" | "max" => u32::MAX,
+        other => other.parse().ok()?,
+    };
+    (merge >= 1 && chunk >= 1).then_some((merge, chunk))
 }
 
 impl ProxyConfig {
@@ -211,6 +257,28 @@ impl ProxyConfig {
             failure_limit: pool.server_failure_limit.max(1),
             retry_after_nanos: pool.server_retry_timeout_ms.saturating_mul(1_000_000),
         };
+        config.query_threads = pool.query_threads;
+        config.inject_overhead = Duration::from_micros(pool.inject_overhead_us);
+        config.elephant_threshold = pool.elephant_threshold;
+        config.backend_threads = pool.backend_threads.max(1);
+        config.chisel_epoch = Duration::from_millis(pool.chisel_epoch_ms.max(1));
+        if !(0.0..=1.0).contains(&pool.chisel_processing_share) {
+            return Err(bad(format!(
+                "chisel_processing_share = {} must be between 0 and 1",
+                pool.chisel_processing_share
+            )));
+        }
+        config.analyzer.processing_share = pool.chisel_processing_share;
+        config.chisel_fixed = if pool.chisel_fixed.is_empty() {
+            None
+        } else {
+            Some(parse_fixed_shape(&pool.chisel_fixed).ok_or_else(|| {
+                bad(format!(
+                    "chisel_fixed = {:?}: expected \"B,L\" with B, L >= 1 (L may be inf)",
+                    pool.chisel_fixed
+                ))
+            })?)
+        };
         Ok(config)
     }
 }
@@ -252,6 +320,17 @@ mod tests {
             .to_string()
             .contains("replicas"));
         config.pool.replicas = 1;
+        config.pool.chisel_fixed = "0,5".to_string();
+        assert!(config
+            .pool_config()
+            .unwrap_err()
+            .to_string()
+            .contains("chisel_fixed"));
+        config.pool.chisel_fixed = "2,inf".to_string();
+        assert_eq!(
+            config.pool_config().unwrap().chisel_fixed,
+            Some((2, u32::MAX))
+        );
         config.pool.hash = "sha1".to_string();
         assert!(config
             .pool_config()

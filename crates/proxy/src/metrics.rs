@@ -109,6 +109,19 @@ fn counters(shared: &Shared) -> Vec<Sample> {
         pool_label.clone(),
         stats.unavailable.get(),
     );
+    push(
+        "pool_queries",
+        "Backend queries sent for multi-key reads (after splitting and merging).",
+        pool_label.clone(),
+        stats.queries.get(),
+    );
+    push(
+        "pool_query_keys",
+        "Keys in those backend queries.",
+        pool_label.clone(),
+        stats.query_keys.get(),
+    );
+    chisel_samples(shared, &pool_label, &mut push);
     for backend in pool.backends() {
         let labels = vec![
             ("pool", pool.config().name.clone()),
@@ -176,6 +189,148 @@ fn counters(shared: &Shared) -> Vec<Sample> {
 /// Metric labels as (name, value) pairs.
 type Labels = Vec<(&'static str, String)>;
 
+/// Chisel's gauges (names starting `chisel_` that are not counters): B, L, the fit and the
+/// model's prediction against what the last epoch measured.
+const CHISEL_COUNTERS: [&str; 4] = [
+    "chisel_merged_queries",
+    "chisel_merged_requests",
+    "chisel_epochs",
+    "chisel_fallbacks",
+];
+
+/// Microseconds as an integer sample (rounded; negative or NaN as 0).
+fn micros(value: f64) -> u64 {
+    if value.is_finite() && value > 0.0 {
+        value.round() as u64
+    } else {
+        0
+    }
+}
+
+fn chisel_samples(
+    shared: &Shared,
+    labels: &Labels,
+    push: &mut impl FnMut(&str, &'static str, Labels, u64),
+) {
+    let pool = &shared.pool;
+    let Some(shape) = pool.planner_shape() else {
+        return;
+    };
+    let shaper = pool.shaper();
+    push(
+        "chisel_merge_level",
+        "Current merge level B (mice per backend query).",
+        labels.clone(),
+        u64::from(shape.merge_level),
+    );
+    push(
+        "chisel_chunk_size",
+        "Current chunk size L in keys (0: elephants are not split).",
+        labels.clone(),
+        if shape.chunk_size == u32::MAX {
+            0
+        } else {
+            u64::from(shape.chunk_size)
+        },
+    );
+    push(
+        "chisel_merged_queries",
+        "Backend queries that carried more than one request.",
+        labels.clone(),
+        shaper.merged_queries.get(),
+    );
+    push(
+        "chisel_merged_requests",
+        "Requests that rode in another request's backend query.",
+        labels.clone(),
+        shaper.merged_requests.get(),
+    );
+    push(
+        "chisel_epochs",
+        "Analyzer epochs run.",
+        labels.clone(),
+        shaper.epochs.get(),
+    );
+    push(
+        "chisel_fallbacks",
+        "Epochs that fell back to batching (thin or poor fit, no stable plan).",
+        labels.clone(),
+        shaper.fallbacks(),
+    );
+    let Some((decision, observed)) = shaper.last_decision() else {
+        return;
+    };
+    push(
+        "chisel_fallback",
+        "1 when the last epoch fell back to batching.",
+        labels.clone(),
+        u64::from(decision.fallback.is_some()),
+    );
+    if let Some(fit) = decision.fit {
+        push(
+            "chisel_fit_fixed_ns",
+            "Fitted round trip T(K) = fixed + per_key * K: fixed part, ns.",
+            labels.clone(),
+            micros(fit.fixed * 1e9),
+        );
+        push(
+            "chisel_fit_per_key_ns",
+            "Fitted round trip: per-key part, ns.",
+            labels.clone(),
+            micros(fit.per_key * 1e9),
+        );
+        push(
+            "chisel_fit_r2_permille",
+            "R squared of the fit, in thousandths.",
+            labels.clone(),
+            micros(fit.r_squared * 1000.0),
+        );
+    }
+    let classes = [
+        ("mice", observed.mice_mean_us, observed.mice_p95_us),
+        (
+            "elephant",
+            observed.elephant_mean_us,
+            observed.elephant_p95_us,
+        ),
+    ];
+    for (class, mean, p95) in classes {
+        let mut class_labels = labels.clone();
+        class_labels.push(("class", class.to_string()));
+        push(
+            "chisel_observed_mean_us",
+            "Mean latency measured in the last epoch, µs.",
+            class_labels.clone(),
+            micros(mean),
+        );
+        push(
+            "chisel_observed_p95_us",
+            "95th percentile measured in the last epoch, µs.",
+            class_labels.clone(),
+            micros(p95),
+        );
+        if let Some(prediction) = &decision.prediction {
+            let predicted = if class == "mice" {
+                prediction.mice
+            } else {
+                prediction.elephant
+            };
+            push(
+                "chisel_predicted_mean_us",
+                "Mean latency the model predicts for the current (B, L), µs.",
+                class_labels.clone(),
+                micros(predicted.mean.as_micros()),
+            );
+            push(
+                "chisel_predicted_p95_us",
+                "95th percentile the model predicts for the current (B, L), µs.",
+                class_labels,
+                micros(predicted.p95.as_micros()),
+            );
+        }
+    }
+}
+
 fn histograms(shared: &Shared) -> Vec<(String, Labels, &LatencyHistogram)> {
     let pool = &shared.pool;
     let mut out = vec![
@@ -191,6 +346,22 @@ fn histograms(shared: &Shared) -> Vec<(String, Labels, &LatencyHistogram)> {
                 ("planner", pool.planner_name().to_string()),
             ],
             &pool.stats().multiget_latency,
+        ),
+        (
+            "pool_mice_latency_us".to_string(),
+            vec![
+                ("pool", pool.config().name.clone()),
+                ("planner", pool.planner_name().to_string()),
+            ],
+            &pool.stats().mice_latency,
+        ),
+        (
+            "pool_elephant_latency_us".to_string(),
+            vec![
+                ("pool", pool.config().name.clone()),
+                ("planner", pool.planner_name().to_string()),
+            ],
+            &pool.stats().elephant_latency,
         ),
     ];
     for backend in pool.backends() {
@@ -321,7 +492,7 @@ pub async fn stats_reply(shared: &Shared, args: &[Bytes]) -> Vec<u8> {
             let suffix: Vec<&str> = sample
                 .labels
                 .iter()
-                .filter(|(name, _)| *name == "backend")
+                .filter(|(name, _)| *name == "backend" || *name == "class")
                 .map(|(_, value)| value.as_str())
                 .collect();
             match suffix.first() {
@@ -378,10 +549,13 @@ pub fn prometheus_text(shared: &Shared) -> String {
     let mut out = String::new();
     let mut last_name = String::new();
     for sample in counters(shared) {
-        let kind = if matches!(
-            sample.name.as_str(),
-            "proxy_curr_connections" | "backend_outstanding" | "backend_up"
-        ) {
+        let chisel_gauge =
+            sample.name.starts_with("chisel_") && !CHISEL_COUNTERS.contains(&sample.name.as_str());
+        let kind = if chisel_gauge
+            || matches!(
+                sample.name.as_str(),
+                "proxy_curr_connections" | "backend_outstanding" | "backend_up"
+            ) {
             "gauge"
         } else {
             "counter"

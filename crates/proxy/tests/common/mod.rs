@@ -34,6 +34,12 @@ pub struct Options {
     pub timeout_ms: u64,
     pub failure_limit: u32,
     pub retry_ms: u64,
+    /// `[pool] planner`.
+    pub planner: &'static str,
+    /// `[pool] chisel_fixed` ("" = online analyzer).
+    pub chisel_fixed: &'static str,
+    /// `[pool] inject_overhead_us`.
+    pub inject_overhead_us: u64,
 }
 
 impl Default for Options {
@@ -44,6 +50,9 @@ impl Default for Options {
             timeout_ms: 300,
             failure_limit: 2,
             retry_ms: 400,
+            planner: "batch",
+            chisel_fixed: "",
+            inject_overhead_us: 0,
         }
     }
 }
@@ -61,6 +70,9 @@ pub fn config_for(ports: &[u16], options: &Options) -> ProxyConfig {
     config.pool.connect_timeout_ms = 200;
     config.pool.server_failure_limit = options.failure_limit;
     config.pool.server_retry_timeout_ms = options.retry_ms;
+    config.pool.planner = options.planner.to_string();
+    config.pool.chisel_fixed = options.chisel_fixed.to_string();
+    config.pool.inject_overhead_us = options.inject_overhead_us;
     config
 }
 

@@ -1,0 +1,395 @@
+//! Query shaping at run time: the query-thread bound and injected setup time every planner
+//! pays, Chisel's merging of mice fetches into shared backend queries, and the online
+//! analyzer that retunes the planner's `(B, L)` every epoch.
+//!
+//! ```text
+//!  fetch ─► acquire a query slot (≤ query_threads in flight; 0 = unbounded)
+//!        ─► setup: inject_overhead µs (spins on the runtime, yielding) ─► send ─► reply
+//!
+//!  mouse fetch with merge_limit B > 1, per backend:
+//!     open query being set up, with < B members? ── yes ─► append keys, wait for its reply
+//!                                                 └─ no ─► become its leader: open one,
+//!        set up (slot + overhead; at least one yield, so concurrent mice can join), seal it,
+//!        send `get <all keys>`, split the values back by key range to every member
+//!
+//!  every completed query ─► inbox (keys, latency) ─┐
+//!  every request ─► epoch counters per class        ├─ each epoch: spawn_blocking(analyzer.decide)
+//!                                                   ┘     ─► pending shape ─► planner.set_shape
+//! ```
+//!
+//! Merged members wait on their leader; a failed or timed-out merged query fails every member
+//! (each gets the error; nothing waits past the backend timeout). A member whose leader was
+//! dropped gets `ConnectionLost`.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tailtrim_model::chisel_online::{Analyzer, AnalyzerConfig, Decision, EpochLoad};
+use tailtrim_model::Seconds;
+use tailtrim_policy::planner::QueryShape;
+use tokio::sync::{oneshot, Semaphore, SemaphorePermit};
+
+use crate::connection::ValueItem;
+use crate::error::ClientError;
+use crate::stats::{Counter, LatencyHistogram};
+
+/// Per-key outcome of one merged member's keys.
+pub type MemberResult = Result<Vec<Option<ValueItem>>, ClientError>;
+
+/// A query being set up that mice may still join.
+pub struct OpenQuery {
+    keys: Vec<Bytes>,
+    members: Vec<(Range<usize>, oneshot::Sender<MemberResult>)>,
+    limit: u32,
+    sealed: bool,
+}
+
+/// One backend's merge slot.
+pub type MergeSlot = Mutex<Option<Arc<Mutex<OpenQuery>>>>;
+
+/// What a mouse fetch became.
+pub enum Merge {
+    /// It joined a query being set up: wait for this.
+    Joined(oneshot::Receiver<MemberResult>),
+    /// It leads a new query: set it up, then [`seal`] it.
+    Leader(Arc<Mutex<OpenQuery>>),
+}
+
+/// Joins the open query of `slot` if it has room, else opens a new one led by the caller.
+pub fn join_or_lead(slot: &MergeSlot, keys: &[Bytes], limit: u32) -> Merge {
+    let mut open = slot.lock();
+    if let Some(query) = open.as_ref() {
+        let query = query.clone();
+        let mut inner = query.lock();
+        if !inner.sealed && (inner.members.len() as u32 + 1) < inner.limit {
+            let start = inner.keys.len();
+            inner.keys.extend(keys.iter().cloned());
+            let (tx, rx) = oneshot::channel();
+            let range = start..inner.keys.len();
+            inner.members.push((range, tx));
+            if inner.members.len() as u32 + 1 >= inner.limit {
+                // Full: later mice start a new query.
+                inner.sealed = true;
+                drop(inner);
+                *open = None;
+            }
+            return Merge::Joined(rx);
+        }
+    }
+    let query = Arc::new(Mutex::new(OpenQuery {
+        keys: keys.to_vec(),
+        members: Vec::new(),
+        limit,
+        sealed: false,
+    }));
+    *open = Some(query.clone());
+    Merge::Leader(query)
+}
+
+/// A sealed query: every key to ask for, the leader's own range first (`0..n`), and the
+/// members waiting for their ranges.
+pub struct Sealed {
+    /// All keys, the leader's first.
+    pub keys: Vec<Bytes>,
+    /// Members' key ranges and reply channels.
+    pub members: Vec<(Range<usize>, oneshot::Sender<MemberResult>)>,
+}
+
+/// Closes a query to new members (removing it from the slot if it is still there).
+pub fn seal(slot: &MergeSlot, query: &Arc<Mutex<OpenQuery>>) -> Sealed {
+    {
+        let mut open = slot.lock();
+        if open
+            .as_ref()
+            .is_some_and(|current| Arc::ptr_eq(current, query))
+        {
+            *open = None;
+        }
+    }
+    let mut inner = query.lock();
+    inner.sealed = true;
+    Sealed {
+        keys: std::mem::take(&mut inner.keys),
+        members: std::mem::take(&mut inner.members),
+    }
+}
+
+/// Waits `overhead`, spinning on the runtime (yielding to other tasks) because tokio's
+/// timer cannot sleep for tens of microseconds; always yields at least once.
+pub async fn setup_wait(overhead: Duration) {
+    let deadline = Instant::now() + overhead;
+    loop {
+        tokio::task::yield_now().await;
+        if Instant::now() >= deadline {
+            return;
+        }
+    }
+}
+
+/// The client's query slots (`C`, the paper's query threads).
+pub struct QuerySlots {
+    semaphore: Option<Semaphore>,
+}
+
+impl QuerySlots {
+    /// `limit` concurrent backend queries; 0 = unbounded.
+    pub fn new(limit: usize) -> Self {
+        QuerySlots {
+            semaphore: (limit > 0).then(|| Semaphore::new(limit)),
+        }
+    }
+
+    /// Waits for a slot (`None` when unbounded).
+    pub async fn acquire(&self) -> Option<SemaphorePermit<'_>> {
+        match &self.semaphore {
+            Some(semaphore) => semaphore.acquire().await.ok(),
+            None => None,
+        }
+    }
+}
+
+/// Counters of one epoch, per request class.
+#[derive(Debug, Default)]
+struct EpochCounters {
+    mice: AtomicU64,
+    mice_keys: AtomicU64,
+    elephants: AtomicU64,
+    elephant_keys: AtomicU64,
+    setup_nanos: AtomicU64,
+    setups: AtomicU64,
+    mice_micros: AtomicU64,
+    elephant_micros: AtomicU64,
+}
+
+/// Observed latency of the last completed epoch.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ObservedEpoch {
+    /// Mean mice latency, µs.
+    pub mice_mean_us: f64,
+    /// Mice p95, µs.
+    pub mice_p95_us: f64,
+    /// Mean elephant latency, µs.
+    pub elephant_mean_us: f64,
+    /// Elephant p95, µs.
+    pub elephant_p95_us: f64,
+}
+
+/// The analyzer's state shared with its blocking task.
+struct AnalyzerState {
+    analyzer: Mutex<Analyzer>,
+    inbox: Mutex<Vec<(u32, f64)>>,
+    pending: Mutex<Option<Decision>>,
+    last: Mutex<Option<(Decision, ObservedEpoch)>>,
+    running: std::sync::atomic::AtomicBool,
+    fallbacks: AtomicU64,
+}
+
+/// Chisel's run-time side for one pool.
+pub struct Shaper {
+    /// Per-backend merge slots.
+    pub slots: Vec<MergeSlot>,
+    /// Query slots.
+    pub query_slots: QuerySlots,
+    /// Setup time added before every backend query of a multiget.
+    pub inject_overhead: Duration,
+    /// Requests with more keys are elephants.
+    pub elephant_threshold: u32,
+    /// Epoch length; `None` keeps the planner's shape fixed.
+    epoch: Option<Duration>,
+    epoch_started: Mutex<Instant>,
+    counters: EpochCounters,
+    epoch_mice: LatencyHistogram,
+    epoch_elephants: LatencyHistogram,
+    state: Arc<AnalyzerState>,
+    /// `chisel_merged_queries`: backend queries that carried more than one request.
+    pub merged_queries: Counter,
+    /// `chisel_merged_requests`: requests that rode in another request's query.
+    pub merged_requests: Counter,
+    /// `chisel_epochs`: analyzer runs.
+    pub epochs: Counter,
+}
+
+/// Bound on the observation inbox between two epochs.
+const INBOX_LIMIT: usize = 1 << 16;
+
+impl Shaper {
+    /// A shaper for `backends` backends.
+    pub fn new(
+        backends: usize,
+        query_threads: usize,
+        inject_overhead: Duration,
+        elephant_threshold: u32,
+        epoch: Option<Duration>,
+        analyzer: AnalyzerConfig,
+    ) -> Self {
+        Shaper {
+            slots: (0..backends).map(|_| Mutex::new(None)).collect(),
+            query_slots: QuerySlots::new(query_threads),
+            inject_overhead,
+            elephant_threshold,
+            epoch,
+            epoch_started: Mutex::new(Instant::now()),
+            counters: EpochCounters::default(),
+            epoch_mice: LatencyHistogram::new(),
+            epoch_elephants: LatencyHistogram::new(),
+            state: Arc::new(AnalyzerState {
+                analyzer: Mutex::new(Analyzer::new(analyzer)),
+                inbox: Mutex::new(Vec::new()),
+                pending: Mutex::new(None),
+                last: Mutex::new(None),
+                running: std::sync::atomic::AtomicBool::new(false),
+                fallbacks: AtomicU64::new(0),
+            }),
+            merged_queries: Counter::default(),
+            merged_requests: Counter::default(),
+            epochs: Counter::default(),
+        }
+    }
+
+    /// True for a request of `keys` keys that is an elephant.
+    pub fn is_elephant(&self, keys: usize) -> bool {
+        keys > self.elephant_threshold as usize
+    }
+
+    /// Counts a request's arrival.
+    pub fn request(&self, keys: usize) {
+        let (count, sum) = if self.is_elephant(keys) {
+            (&self.counters.elephants, &self.counters.elephant_keys)
+        } else {
+            (&self.counters.mice, &self.counters.mice_keys)
+        };
+        count.fetch_add(1, Ordering::Relaxed);
+        sum.fetch_add(keys as u64, Ordering::Relaxed);
+    }
+
+    /// Records a finished request's latency in the epoch's class histogram.
+    pub fn finished(&self, keys: usize, micros: u64) {
+        if self.is_elephant(keys) {
+            self.epoch_elephants.record_micros(micros);
+            self.counters
+                .elephant_micros
+                .fetch_add(micros, Ordering::Relaxed);
+        } else {
+            self.epoch_mice.record_micros(micros);
+            self.counters
+                .mice_micros
+                .fetch_add(micros, Ordering::Relaxed);
+        }
+    }
+
+    /// Records the client-side time spent before a query was sent.
+    pub fn setup_done(&self, elapsed: Duration) {
+        self.counters.setup_nanos.fetch_add(
+            u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        self.counters.setups.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records one completed backend query for the analyzer's fit.
+    pub fn query_done(&self, keys: u32, latency: Duration) {
+        if self.epoch.is_none() {
+            return;
+        }
+        let mut inbox = self.state.inbox.lock();
+        if inbox.len() < INBOX_LIMIT {
+            inbox.push((keys, latency.as_secs_f64()));
+        }
+    }
+
+    /// A decision made since the last call, to apply to the planner.
+    pub fn take_pending(&self, elephant_threshold: u32) -> Option<QueryShape> {
+        let decision = self.state.pending.lock().take()?;
+        Some(QueryShape {
+            merge_level: decision.merge_level,
+            chunk_size: decision.chunk_size,
+            elephant_threshold,
+        })
+    }
+
+    /// The last decision and the epoch it was made from.
+    pub fn last_decision(&self) -> Option<(Decision, ObservedEpoch)> {
+        self.state.last.lock().clone()
+    }
+
+    /// Starts the analyzer on a blocking thread when an epoch has passed.
+    pub fn maybe_run_epoch(&self) {
+        let Some(epoch) = self.epoch else {
+            return;
+        };
+        let seconds = {
+            let mut started = self.epoch_started.lock();
+            let elapsed = started.elapsed();
+            if elapsed < epoch || self.state.running.load(Ordering::Acquire) {
+                return;
+            }
+            *started = Instant::now();
+            elapsed.as_secs_f64()
+        };
+        let take = |counter: &AtomicU64| counter.swap(0, Ordering::Relaxed);
+        let setups = take(&self.counters.setups);
+        let setup_nanos = take(&self.counters.setup_nanos);
+        let load = EpochLoad {
+            seconds,
+            mice: take(&self.counters.mice),
+            mice_keys: take(&self.counters.mice_keys),
+            elephants: take(&self.counters.elephants),
+            elephant_keys: take(&self.counters.elephant_keys),
+            client_overhead: Seconds(if setups > 0 {
+                setup_nanos as f64 / setups as f64 * 1e-9
+            } else {
+                0.0
+            }),
+        };
+        let observed = ObservedEpoch {
+            mice_mean_us: mean(take(&self.counters.mice_micros), load.mice),
+            mice_p95_us: self.epoch_mice.take_quantile(0.95),
+            elephant_mean_us: mean(take(&self.counters.elephant_micros), load.elephants),
+            elephant_p95_us: self.epoch_elephants.take_quantile(0.95),
+        };
+        self.epochs.incr();
+        let state = self.state.clone();
+        state.running.store(true, Ordering::Release);
+        let run = move || {
+            let samples = std::mem::take(&mut *state.inbox.lock());
+            let mut analyzer = state.analyzer.lock();
+            for (keys, latency) in samples {
+                analyzer.observe(keys, Seconds(latency));
+            }
+            let before = analyzer.current();
+            let decision = analyzer.decide(&load);
+            if decision.fallback.is_some() {
+                state.fallbacks.fetch_add(1, Ordering::Relaxed);
+            }
+            if analyzer.current() != before || state.last.lock().is_none() {
+                *state.pending.lock() = Some(decision.clone());
+            }
+            *state.last.lock() = Some((decision, observed));
+            state.running.store(false, Ordering::Release);
+        };
+        // The grid search takes milliseconds: keep it off the request path.
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn_blocking(run);
+            }
+            Err(_) => run(),
+        }
+    }
+
+    /// Epochs that fell back to batching.
+    pub fn fallbacks(&self) -> u64 {
+        self.state.fallbacks.load(Ordering::Relaxed)
+    }
+}
+
+fn mean(sum: u64, count: u64) -> f64 {
+    if count == 0 {
+        0.0
+    } else {
+        sum as f64 / count as f64
+    }
+}
