@@ -403,3 +403,70 @@ fn every_policy_resumes_buffered_requests_after_output_drains() {
         handle.shutdown();
     }
 }
+
+/// A UDP `set` whose value is over `-I` gets memcached's error and, as over
+/// TCP, drops the key's old value (a later reader must not see the value the
+/// client tried to replace).
+#[test]
+fn every_policy_drops_the_old_value_on_a_too_large_udp_set() {
+    for policy in POLICIES {
+        let mut config = ServerConfig::default();
+        config.server.listen = "127.0.0.1".into();
+        config.server.port = 0;
+        let probe = std::net::UdpSocket::bind("127.0.0.1:0").expect("probe");
+        config.server.udp_port = probe.local_addr().expect("addr").port();
+        drop(probe);
+        config.workers.threads = 2;
+        config.workers.dispatch = policy;
+        config.storage.item_size_max = 1024;
+        let handle = start(config).expect("server starts");
+        let port = handle
+            .shared()
+            .udp_port
+            .load(std::sync::atomic::Ordering::Relaxed) as u16;
+        let mut conn = connect(&handle);
+        conn.write_all(b"set k 0 0 3\r\nold\r\n").expect("write");
+        assert_eq!(read_exactly(&mut conn, 8), b"STORED\r\n");
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        socket
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut set = b"set k 0 0 2000\r\n".to_vec();
+        set.extend_from_slice(&[b'n'; 2000]);
+        set.extend_from_slice(b"\r\n");
+        let reply = udp_request(&socket, port, 9, &set);
+        assert_eq!(
+            reply, b"SERVER_ERROR object too large for cache\r\n",
+            "{policy:?}"
+        );
+        conn.write_all(b"get k\r\n").expect("write");
+        assert_eq!(read_exactly(&mut conn, 5), b"END\r\n", "{policy:?}");
+        handle.shutdown();
+    }
+}
+
+/// Every policy, `pinned` included, times requests from the kernel's receive
+/// stamp and counts them per class in `stats sizeaware`.
+#[test]
+fn every_policy_reports_per_class_latency() {
+    for policy in POLICIES {
+        let handle = server(policy, 0);
+        let mut conn = connect(&handle);
+        conn.write_all(b"set k 0 0 1\r\nx\r\n").expect("write");
+        assert_eq!(read_exactly(&mut conn, 8), b"STORED\r\n");
+        for _ in 0..10 {
+            conn.write_all(b"get k\r\n").expect("write");
+            let one = "VALUE k 0 1\r\nx\r\nEND\r\n".len();
+            assert_eq!(read_exactly(&mut conn, one).len(), one);
+        }
+        let small: u64 = stat(&mut conn, "sizeaware", "small_requests")
+            .parse()
+            .expect("number");
+        assert!(small >= 11, "{policy:?}: {small} small requests counted");
+        let p99: u64 = stat(&mut conn, "sizeaware", "small_p99_us")
+            .parse()
+            .expect("number");
+        assert!(p99 > 0, "{policy:?}: no small p99");
+        handle.shutdown();
+    }
+}
