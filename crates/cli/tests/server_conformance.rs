@@ -21,7 +21,7 @@ const POLICIES: [&str; 5] = [
 fn every_policy_logs_connections_under_verbose() {
     for policy in POLICIES {
         let port = common::free_port();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tailtrim"))
+        let child = Command::new(env!("CARGO_BIN_EXE_tailtrim"))
             .args(["serve", "-v", "-U", "0", "-l", "127.0.0.1", "-t", "2"])
             .args(["-p", &port.to_string(), "--dispatch", policy])
             .stdin(Stdio::null())
