@@ -46,7 +46,19 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let argv: Vec<String> = std::env::args().collect();
+    let argv = if argv.get(1).map(String::as_str) == Some("serve") {
+        match serve::expand_memcached_conf(argv) {
+            Ok(argv) => argv,
+            Err(message) => {
+                eprintln!("tailtrim: {message}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        argv
+    };
+    let cli = Cli::parse_from(argv);
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Bench(args) => bench::run(args),

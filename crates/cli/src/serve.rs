@@ -7,8 +7,40 @@ use tailtrim_server::config::{parse_size, DispatchPolicy, ServerConfig};
 
 /// Arguments of `tailtrim serve`.
 #[derive(clap::Args, Debug)]
-#[command(about = "Run the memcached-compatible cache server")]
+#[command(
+    about = "Run the memcached-compatible cache server",
+    args_override_self = true
+)]
 pub struct Args {
+    /// Read memcached flags from a Debian-style `/etc/memcached.conf` (one flag per line,
+    /// `#` comments, `logfile PATH`); flags given after it on the command line win.
+    #[arg(long, value_name = "FILE")]
+    memcached_conf: Option<std::path::PathBuf>,
+    /// Run as a daemon (memcached's `-d`).
+    #[arg(short = 'd', long = "daemon")]
+    daemon: bool,
+    /// When started as root, run as this user (memcached's `-u`; ignored otherwise).
+    #[arg(short = 'u', long = "user", value_name = "USER")]
+    user: Option<String>,
+    /// Write the process id to FILE (memcached's `-P`).
+    #[arg(short = 'P', long = "pidfile", value_name = "FILE")]
+    pid_file: Option<String>,
+    /// Append output to FILE (the `logfile` line of Debian's memcached.conf).
+    #[arg(long, value_name = "FILE")]
+    log_file: Option<String>,
+    /// Return `SERVER_ERROR out of memory storing object` instead of evicting (memcached's `-M`).
+    #[arg(short = 'M', long = "disable-evictions")]
+    disable_evictions: bool,
+    /// Lock all paged memory (memcached's `-k`).
+    #[arg(short = 'k', long = "lock-memory")]
+    lock_memory: bool,
+    /// Raise the core file limit to its maximum (memcached's `-r`).
+    #[arg(short = 'r', long = "enable-coredumps")]
+    enable_coredumps: bool,
+    /// memcached's extended options, comma separated (`-o lru_crawler,idle_timeout=60`);
+    /// unknown ones are warned about and ignored.
+    #[arg(short = 'o', long = "extended", value_name = "OPTS", action = clap::ArgAction::Append)]
+    extended: Vec<String>,
     /// TOML configuration file (sections `[server]`, `[storage]`, `[workers]`, `[sizeaware]`).
     #[arg(long, value_name = "FILE")]
     config: Option<std::path::PathBuf>,
@@ -120,8 +152,82 @@ fn load(args: &Args) -> Result<ServerConfig, String> {
     if let Some(ms) = args.epoch_ms {
         config.sizeaware.epoch_ms = ms;
     }
+    apply_process_flags(args, &mut config);
+    for option in args.extended.iter().flat_map(|list| list.split(',')) {
+        if option.is_empty() {
+            continue;
+        }
+        if let Some(warning) = config.apply_memcached_option(option)? {
+            eprintln!("tailtrim: warning: {warning}");
+        }
+    }
     config.validate()?;
     Ok(config)
+}
+
+fn apply_process_flags(args: &Args, config: &mut ServerConfig) {
+    let process = &mut config.process;
+    process.daemonize |= args.daemon;
+    process.lock_memory |= args.lock_memory;
+    process.max_core_file |= args.enable_coredumps;
+    if let Some(user) = &args.user {
+        process.user = user.clone();
+    }
+    if let Some(path) = &args.pid_file {
+        process.pid_file = path.clone();
+    }
+    if let Some(path) = &args.log_file {
+        process.log_file = path.clone();
+    }
+    if args.disable_evictions {
+        config.storage.evict_to_free = false;
+    }
+}
+
+/// The command-line flags a Debian `/etc/memcached.conf` stands for, as its start script reads
+/// it: blank lines and `#` comments skipped, `logfile PATH` becomes `--log-file PATH`, every
+/// other line must hold flags (`-m 64`), split on white space.
+pub fn memcached_conf_flags(text: &str) -> Result<Vec<String>, String> {
+    let mut flags = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some(path) = line.strip_prefix("logfile") {
+            flags.push("--log-file".to_string());
+            flags.push(path.trim().to_string());
+        } else if line.starts_with('-') {
+            flags.extend(line.split_whitespace().map(str::to_string));
+        } else {
+            return Err(format!(
+                "line {}: {line:?} is neither a flag nor `logfile PATH`",
+                number + 1
+            ));
+        }
+    }
+    Ok(flags)
+}
+
+/// Replaces `--memcached-conf FILE` (or `--memcached-conf=FILE`) in a `serve` command line by
+/// the flags the file holds, so that flags after it override the file.
+pub fn expand_memcached_conf(argv: Vec<String>) -> Result<Vec<String>, String> {
+    let mut out = Vec::with_capacity(argv.len());
+    let mut args = argv.into_iter();
+    while let Some(arg) = args.next() {
+        let path = if arg == "--memcached-conf" {
+            args.next().ok_or("--memcached-conf needs a file name")?
+        } else if let Some(path) = arg.strip_prefix("--memcached-conf=") {
+            path.to_string()
+        } else {
+            out.push(arg);
+            continue;
+        };
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("cannot read {path}: {e}"))?;
+        out.extend(memcached_conf_flags(&text).map_err(|e| format!("{path}: {e}"))?);
+    }
+    Ok(out)
 }
 
 /// glibc keeps freed memory of large values in its arenas unless told to
@@ -149,7 +255,75 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         print!("{}", config.to_toml());
         return Ok(ExitCode::SUCCESS);
     }
+    let (_pid_file, warnings) = tailtrim_server::process::prepare(&config.process)?;
+    for warning in warnings {
+        eprintln!("tailtrim: {warning}");
+    }
     tune_allocator();
     tailtrim_server::run_until_signal(config).map_err(|e| e.to_string())?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    /// Debian's `/etc/memcached.conf`, verbatim, maps to memcached's flags and every one of
+    /// them parses into the configuration it stands for.
+    #[test]
+    fn debian_memcached_conf_flags() {
+        let text = include_str!("../../../tests/fixtures/debian-memcached.conf");
+        let flags = memcached_conf_flags(text).expect("parses");
+        assert_eq!(
+            flags.join(" "),
+            "-d --log-file /var/log/memcached.log -m 64 -p 11211 -u memcache -l 127.0.0.1 \
+             -P /var/run/memcached/memcached.pid"
+        );
+        let argv = std::iter::once("serve".to_string()).chain(flags);
+        let cli = Cli::try_parse_from(argv).expect("every flag is accepted");
+        let config = load(&cli.args).expect("valid configuration");
+        let process = &config.process;
+        assert!(process.daemonize);
+        assert_eq!(process.user, "memcache");
+        assert_eq!(process.pid_file, "/var/run/memcached/memcached.pid");
+        assert_eq!(process.log_file, "/var/log/memcached.log");
+        assert_eq!(config.storage.memory_mb, 64);
+        assert_eq!(config.server.listen, "127.0.0.1");
+        assert!(config.storage.evict_to_free);
+    }
+
+    #[test]
+    fn memcached_operational_flags() {
+        let argv = [
+            "serve",
+            "-M",
+            "-k",
+            "-r",
+            "-vv",
+            "-c",
+            "10",
+            "-o",
+            "modern,no_lru_crawler",
+            "-o",
+            "idle_timeout=5",
+            "-p",
+            "1",
+            "-p",
+            "2",
+        ];
+        let cli = Cli::try_parse_from(argv).expect("accepted");
+        let config = load(&cli.args).expect("valid");
+        assert!(!config.storage.evict_to_free);
+        assert!(config.process.lock_memory && config.process.max_core_file);
+        assert_eq!(config.storage.crawl_interval_ms, 0);
+        assert_eq!(config.server.port, 2, "a later flag wins");
+        assert!(memcached_conf_flags("garbage line").is_err());
+    }
 }

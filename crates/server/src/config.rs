@@ -24,6 +24,8 @@ pub const DEFAULT_ADMIN_PORT: u16 = 0;
 pub const DEFAULT_CRAWL_INTERVAL_MS: u64 = 1000;
 /// Items the crawler may inspect per interval.
 pub const DEFAULT_CRAWL_BUDGET: usize = 4096;
+/// Default eviction mode: evict the LRU tail when full (memcached without `-M`).
+pub const DEFAULT_EVICT_TO_FREE: bool = true;
 /// Largest per-connection read buffer before the connection is closed (bytes):
 /// bounds memory whatever a client sends (must exceed `-I` plus a line).
 pub const DEFAULT_MAX_CONN_BUFFER: usize = 4 * 1024 * 1024;
@@ -40,6 +42,28 @@ pub struct ServerConfig {
     pub workers: WorkersSection,
     /// `[sizeaware]`: the size-aware controller.
     pub sizeaware: SizeAwareSection,
+    /// `[process]`
+    pub process: ProcessSection,
+}
+
+/// `[process]` section: how the process runs as a system service, memcached's operational
+/// flags. All off by default.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProcessSection {
+    /// Detach into the background (`-d`).
+    pub daemonize: bool,
+    /// When started as root, switch to this user before serving (`-u`); ignored otherwise,
+    /// as memcached does.
+    pub user: String,
+    /// Write the process id to this file (`-P`); removed on a clean exit.
+    pub pid_file: String,
+    /// Append stdout and stderr to this file (Debian's `logfile` line).
+    pub log_file: String,
+    /// Lock all memory with `mlockall` (`-k`); a failure is a warning, as in memcached.
+    pub lock_memory: bool,
+    /// Raise the core file size limit to its maximum (`-r`).
+    pub max_core_file: bool,
 }
 
 /// Default percentile of accessed sizes that sets the size-aware threshold.
@@ -118,6 +142,9 @@ pub struct StorageSection {
     pub crawl_interval_ms: u64,
     /// Items inspected per crawler interval.
     pub crawl_budget: usize,
+    /// Evict live items when memory is full (memcached's default). `false` is memcached's
+    /// `-M`: stores answer `SERVER_ERROR out of memory storing object` instead.
+    pub evict_to_free: bool,
 }
 
 impl Default for StorageSection {
@@ -127,6 +154,7 @@ impl Default for StorageSection {
             item_size_max: DEFAULT_ITEM_SIZE_MAX,
             crawl_interval_ms: DEFAULT_CRAWL_INTERVAL_MS,
             crawl_budget: DEFAULT_CRAWL_BUDGET,
+            evict_to_free: DEFAULT_EVICT_TO_FREE,
         }
     }
 }
@@ -197,7 +225,74 @@ impl DispatchPolicy {
     }
 }
 
+/// memcached `-o` options tailtrim accepts without effect: they tune memcached's slab
+/// allocator, LRU maintainer, hash table or logging, which tailtrim does not have.
+pub const IGNORED_MEMCACHED_OPTIONS: &[&str] = &[
+    "maxconns_fast",
+    "no_maxconns_fast",
+    "hashpower",
+    "hash_algorithm",
+    "slab_reassign",
+    "no_slab_reassign",
+    "slab_automove",
+    "slab_automove_ratio",
+    "slab_automove_window",
+    "slab_chunk_max",
+    "slab_sizes",
+    "lru_maintainer",
+    "no_lru_maintainer",
+    "lru_segmented",
+    "no_lru_segmented",
+    "hot_lru_pct",
+    "warm_lru_pct",
+    "hot_max_factor",
+    "warm_max_factor",
+    "temporary_ttl",
+    "tail_repair_time",
+    "watcher_logbuf_size",
+    "worker_logbuf_size",
+    "track_sizes",
+    "no_hashexpand",
+    "modern",
+    "no_modern",
+    "inline_ascii_response",
+    "no_inline_ascii_response",
+    "lru_crawler_sleep",
+    "lru_crawler_tocrawl",
+    "read_buf_mem_limit",
+    "resp_obj_mem_limit",
+];
+
 impl ServerConfig {
+    /// Applies one memcached `-o` option (`name` or `name=value`). Options with a tailtrim
+    /// meaning change the configuration; [`IGNORED_MEMCACHED_OPTIONS`] are accepted silently;
+    /// anything else is accepted with the warning returned, so memcached's command lines
+    /// keep starting. A malformed value of an option tailtrim implements is an error.
+    pub fn apply_memcached_option(&mut self, option: &str) -> Result<Option<String>, String> {
+        let (name, value) = match option.split_once('=') {
+            Some((name, value)) => (name, Some(value)),
+            None => (option, None),
+        };
+        match (name, value) {
+            ("lru_crawler", None) => {
+                if self.storage.crawl_interval_ms == 0 {
+                    self.storage.crawl_interval_ms = DEFAULT_CRAWL_INTERVAL_MS;
+                }
+            }
+            ("no_lru_crawler", None) => self.storage.crawl_interval_ms = 0,
+            ("item_size_max", Some(size)) => {
+                self.storage.item_size_max = parse_size(size)?;
+            }
+            _ if IGNORED_MEMCACHED_OPTIONS.contains(&name) => {}
+            _ => {
+                return Ok(Some(format!(
+                    "-o {option}: not supported by tailtrim, ignored"
+                )))
+            }
+        }
+        Ok(None)
+    }
+
     /// Parses a TOML document.
     pub fn from_toml(text: &str) -> Result<ServerConfig, toml::de::Error> {
         toml::from_str(text)

@@ -25,6 +25,7 @@ pub mod config;
 pub mod epoll;
 pub mod exec;
 pub mod policies;
+pub mod process;
 pub mod report;
 pub mod runtime;
 pub mod rxtime;
@@ -128,6 +129,7 @@ pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     let store = Store::new(StoreConfig {
         max_bytes: config.storage.memory_mb * 1024 * 1024,
         item_size_max: config.storage.item_size_max,
+        evict_to_free: config.storage.evict_to_free,
         ..StoreConfig::default()
     })
     .map_err(|e| ServerError::Config(e.to_string()))?;

@@ -43,6 +43,10 @@ pub struct StoreConfig {
     pub shards: usize,
     /// Seed of the key hashers.
     pub hash_seed: u64,
+    /// Evict live items to make room (memcached's default). `false` is memcached's `-M`:
+    /// only expired or flushed items are reclaimed, and a store that still does not fit
+    /// fails with [`StoreError::OutOfMemory`].
+    pub evict_to_free: bool,
 }
 
 impl Default for StoreConfig {
@@ -52,6 +56,7 @@ impl Default for StoreConfig {
             item_size_max: DEFAULT_ITEM_SIZE_MAX,
             shards: DEFAULT_SHARDS,
             hash_seed: DEFAULT_HASH_SEED,
+            evict_to_free: true,
         }
     }
 }
@@ -149,6 +154,7 @@ pub struct Store {
     shard_hasher: ahash::RandomState,
     max_bytes: u64,
     item_size_max: u64,
+    evict_to_free: bool,
     /// Accounted bytes of stored items plus in-flight reservations; never
     /// exceeds `max_bytes`.
     used_bytes: AtomicU64,
@@ -280,6 +286,7 @@ impl Store {
             shard_hasher,
             max_bytes: config.max_bytes,
             item_size_max: config.item_size_max,
+            evict_to_free: config.evict_to_free,
             used_bytes: AtomicU64::new(0),
             last_cas: AtomicU64::new(0),
             flush_oldest_live_plus_one: AtomicU64::new(0),
@@ -372,7 +379,14 @@ impl Store {
             }
             cursor = state.newer_than(slot);
         }
-        let chosen = chosen.or_else(|| state.tail().map(|slot| (slot, false)));
+        let chosen = if self.evict_to_free {
+            chosen.or_else(|| state.tail().map(|slot| (slot, false)))
+        } else if chosen.is_none() {
+            // `-M`: nothing dead at the tail and live items are not evicted.
+            return false;
+        } else {
+            chosen
+        };
         if let Some((slot, dead)) = chosen {
             let item = state.remove(slot);
             let unfetched = !item.has(STATE_FETCHED);
@@ -412,6 +426,8 @@ impl Store {
             }
             if self.evict_one(home, now) {
                 fruitless = 0;
+            } else if !self.evict_to_free {
+                return Err(StoreError::OutOfMemory { size: target });
             } else {
                 // Everything left is held by concurrent reservations.
                 fruitless += 1;

@@ -906,3 +906,69 @@ fn error_replies_match_memcached() {
         "SERVER_ERROR object too large for cache"
     );
 }
+
+/// memcached's `-M`: a full store refuses new items instead of evicting, keeps every stored
+/// item, and still reclaims expired ones.
+#[test]
+fn no_evict_mode_refuses_when_full_and_reclaims_dead_items() {
+    let store = Store::new(StoreConfig {
+        max_bytes: 64 * 1024,
+        shards: 4,
+        evict_to_free: false,
+        ..StoreConfig::default()
+    })
+    .expect("valid config");
+    let now = at(0);
+    let value = Bytes::from(vec![b'v'; 1000]);
+    let mut stored = Vec::new();
+    let refused = (0..200).find_map(|index| {
+        let key = format!("k{index}");
+        match store.set(key.as_bytes(), value.clone(), 0, Expiry::Never, now) {
+            Ok(_) => {
+                stored.push(key);
+                None
+            }
+            Err(error) => Some(error),
+        }
+    });
+    assert!(
+        matches!(refused, Some(StoreError::OutOfMemory { .. })),
+        "{refused:?}"
+    );
+    assert!(stored.len() > 30, "only {} stored", stored.len());
+    for key in &stored {
+        assert!(
+            store.get(key.as_bytes(), now).is_some(),
+            "{key} was evicted"
+        );
+    }
+    assert_eq!(store.stats().evictions, 0);
+
+    // Items that expire make room again once they are dead.
+    let store = Store::new(StoreConfig {
+        max_bytes: 64 * 1024,
+        shards: 1,
+        evict_to_free: false,
+        ..StoreConfig::default()
+    })
+    .expect("valid config");
+    let expiring = Expiry::from_protocol(10, now);
+    let mut filled = 0;
+    while store
+        .set(
+            format!("e{filled}").as_bytes(),
+            value.clone(),
+            0,
+            expiring,
+            now,
+        )
+        .is_ok()
+    {
+        filled += 1;
+    }
+    assert!(filled > 30);
+    let later = at(20);
+    store
+        .set(b"fresh", value.clone(), 0, Expiry::Never, later)
+        .expect("an expired item is reclaimed for the new one");
+}
