@@ -9,7 +9,11 @@
 //!                          swept, a + b·bytes fitted ─► profile JSON (`--profile` input)
 //!   tailtrim sim validate  the real experiment's results.json ─► the same sweep at its core
 //!                          count, connections and rates ─► side-by-side comparison
+//!   tailtrim sim cluster   N servers, client threads, network, a multiget planner
+//!                          (tailtrim_sim::cluster) ─► p50/p99 per rate (table or JSON)
 //! ```
+
+mod cluster;
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Read, Write};
@@ -50,6 +54,9 @@ enum SimCommand {
     /// Run the simulator at the real experiment's scale (cores, connections, rates) and
     /// compare with its measured results.json.
     Validate(Box<ValidateArgs>),
+    /// A cluster of N servers with client threads and a network stage, reads planned by a
+    /// multiget planner (batch, …); service, network and client costs from cost specs.
+    Cluster(Box<cluster::ClusterArgs>),
 }
 
 /// Flags shared by `minos` and `validate`: the model and the sweep.
@@ -211,6 +218,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         SimCommand::Minos(minos) => run_minos(*minos),
         SimCommand::Profile(profile) => run_profile(profile),
         SimCommand::Validate(validate) => run_validate(*validate),
+        SimCommand::Cluster(args) => cluster::run(*args),
     }
 }
 

@@ -10,6 +10,8 @@
 //!
 //!   reads ──► hotkeys (sampled space-saving top-k) ──► warmup::plan_copies ──► copies
 //!   membership change ──► warmup::WarmupProgress (hit ratios) ──► warm-up over?
+//!   "const=20us,key=2us,dist=exp" ──► costspec::CostSpec ──► emulated / simulated times
+//!                                     (server's emulation and the simulator share it)
 //! ```
 //!
 //! Every module is deterministic: time comes in as [`health::Timestamp`], randomness (if any)
@@ -17,6 +19,7 @@
 //! same code.
 
 pub mod chisel;
+pub mod costspec;
 pub mod drr;
 pub mod error;
 pub mod health;

@@ -31,6 +31,7 @@
 //! same configuration always gives the same numbers. See `docs/sim.md` for the model and
 //! what it leaves out.
 
+pub mod cluster;
 pub mod cost;
 pub mod engine;
 pub mod events;
@@ -40,6 +41,10 @@ pub mod sweep;
 pub mod time;
 pub mod workload;
 
+pub use cluster::{
+    run_cluster, run_cluster_with, sweep_cluster, ArrivalProcess, ClusterResult, ClusterScenario,
+    ClusterWorkload,
+};
 pub use cost::{CostModel, Profile, ProfileSample};
 pub use engine::{run, RequestRecord, RunConfig, RunResult};
 pub use policy::Policy;

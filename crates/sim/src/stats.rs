@@ -45,6 +45,11 @@ impl LatencyRecorder {
         self.sum_ns += u128::from(nanos);
     }
 
+    /// The histogram (nanoseconds, clamped to the bench's tracked range).
+    pub fn histogram(&self) -> &Histogram<u64> {
+        &self.histogram
+    }
+
     /// The summary so far.
     pub fn summary(&self) -> LatencySummary {
         let count = self.histogram.len();

@@ -1,0 +1,186 @@
+//! `tailtrim sim cluster`: the cluster simulator (`tailtrim_sim::cluster`) from the command line.
+//!
+//! ```text
+//!   flags ─► ClusterScenario ─► sweep_cluster(rates) ─► table (stdout) | JSON (--json)
+//! ```
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use serde::Serialize;
+use tailtrim_bench::workload::Popularity;
+use tailtrim_policy::costspec::CostSpec;
+use tailtrim_sim::cluster::{
+    parse_distribution, sweep_cluster, ArrivalProcess, ClusterResult, ClusterScenario,
+    ClusterWorkload, DEFAULT_LARGE_VALUE_BYTES, DEFAULT_WARMUP_FRACTION,
+};
+
+/// Arguments of `tailtrim sim cluster`.
+#[derive(clap::Args, Debug)]
+pub struct ClusterArgs {
+    /// Cache servers.
+    #[arg(long, default_value_t = 4)]
+    servers: usize,
+    /// Worker threads per server.
+    #[arg(long, default_value_t = 1)]
+    workers: usize,
+    /// Copies of each key.
+    #[arg(long, default_value_t = 1)]
+    replicas: usize,
+    /// Client/proxy threads (modelled when --client-send or --client-recv costs something).
+    #[arg(long, default_value_t = 1)]
+    client_threads: usize,
+    /// Multiget planner (policy crate name).
+    #[arg(long, default_value = "batch")]
+    planner: String,
+    /// Distinct keys.
+    #[arg(long, default_value_t = 100_000)]
+    keyspace: u64,
+    /// Key popularity: uniform, zipf or zipf:S.
+    #[arg(long, default_value = "uniform")]
+    popularity: Popularity,
+    /// Keys per request: N, uniform:A:B, exp:MEAN or table:V@P/V@P…
+    #[arg(long, default_value = "1")]
+    keys: String,
+    /// Value bytes per key (same syntax as --keys).
+    #[arg(long, default_value = "100")]
+    value_bytes: String,
+    /// A request with a value above this is in the large class.
+    #[arg(long, default_value_t = DEFAULT_LARGE_VALUE_BYTES)]
+    large_value_bytes: u64,
+    /// Offered rates, requests per second (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "10000")]
+    rates: Vec<f64>,
+    /// Uniform instead of Poisson arrivals.
+    #[arg(long)]
+    uniform_arrivals: bool,
+    /// Requests per rate.
+    #[arg(short = 'n', long, default_value_t = 200_000)]
+    requests: u64,
+    /// Share of requests not measured.
+    #[arg(long, default_value_t = DEFAULT_WARMUP_FRACTION)]
+    warmup: f64,
+    /// Server time per fetch (cost spec, e.g. `const=20us,key=1us,dist=exp`).
+    #[arg(long, default_value = "const=20us,dist=exp")]
+    service: String,
+    /// One-way network time per message (cost spec).
+    #[arg(long, default_value = "off")]
+    network: String,
+    /// Client-thread time per request (cost spec).
+    #[arg(long, default_value = "off")]
+    client_send: String,
+    /// Client-thread time per fetch reply (cost spec).
+    #[arg(long, default_value = "off")]
+    client_recv: String,
+    /// Seed of every random stream.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print JSON (scenario and one result per rate) instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    scenario: &'a ClusterScenario,
+    results: &'a [ClusterResult],
+}
+
+fn spec(text: &str) -> Result<CostSpec, String> {
+    CostSpec::parse(text).map_err(|e| e.to_string())
+}
+
+/// Runs `tailtrim sim cluster`.
+pub fn run(args: ClusterArgs) -> Result<ExitCode, String> {
+    let scenario = ClusterScenario {
+        servers: args.servers,
+        workers_per_server: args.workers,
+        replicas: args.replicas,
+        client_threads: args.client_threads,
+        planner: args.planner,
+        workload: ClusterWorkload {
+            keyspace: args.keyspace,
+            popularity: args.popularity,
+            keys_per_request: parse_distribution(&args.keys).map_err(|e| e.to_string())?,
+            value_bytes: parse_distribution(&args.value_bytes).map_err(|e| e.to_string())?,
+            large_value_bytes: args.large_value_bytes,
+        },
+        rate_rps: args.rates.first().copied().unwrap_or(1.0),
+        arrival: if args.uniform_arrivals {
+            ArrivalProcess::Uniform
+        } else {
+            ArrivalProcess::Poisson
+        },
+        requests: args.requests,
+        warmup_fraction: args.warmup,
+        service: spec(&args.service)?,
+        network: spec(&args.network)?,
+        client_send: spec(&args.client_send)?,
+        client_recv: spec(&args.client_recv)?,
+        seed: args.seed,
+    };
+    let started = Instant::now();
+    let results = sweep_cluster(&scenario, &args.rates).map_err(|e| e.to_string())?;
+    let wall = started.elapsed().as_secs_f64();
+    if args.json {
+        let report = Report {
+            scenario: &scenario,
+            results: &results,
+        };
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "cluster: {} servers × {} workers, {} replicas, planner {}, keys {}, values {} B",
+        scenario.servers,
+        scenario.workers_per_server,
+        scenario.replicas,
+        scenario.planner,
+        args.keys,
+        args.value_bytes
+    );
+    println!(
+        "service {}  network {}  client send {}  recv {}",
+        scenario.service, scenario.network, scenario.client_send, scenario.client_recv
+    );
+    println!(
+        "{:>10} {:>10} {:>9} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8}",
+        "offered",
+        "achieved",
+        "p50 µs",
+        "p99 µs",
+        "p99.9 µs",
+        "small p99",
+        "large p99",
+        "fetch/r",
+        "max util"
+    );
+    for result in &results {
+        let max_util = result
+            .server_utilization
+            .iter()
+            .copied()
+            .fold(0.0, f64::max);
+        println!(
+            "{:>10.0} {:>10.0} {:>9.1} {:>9.1} {:>9.1} {:>10.1} {:>10.1} {:>8.2} {:>8.2}",
+            result.offered_rps,
+            result.achieved_rps,
+            result.overall.summary.p50_us,
+            result.overall.summary.p99_us,
+            result.overall.summary.p999_us,
+            result.small.summary.p99_us,
+            result.large.summary.p99_us,
+            result.fetches as f64 / result.requests as f64,
+            max_util
+        );
+    }
+    eprintln!(
+        "{} requests × {} rates simulated in {wall:.1} s",
+        scenario.requests,
+        results.len()
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,1016 @@
+//! The cluster simulator: N cache servers, client/proxy threads and a network stage, with the
+//! `policy` crate's multiget planners making every fetch decision.
+//!
+//! ```text
+//!  ClusterScenario{servers, replicas, workload, rate, service/network/client CostSpecs, seed}
+//!        │
+//!        ▼  Arrival (Poisson or uniform gaps) ─► keys (popularity), value size per key (fixed)
+//!  ┌─ client thread (request % threads): client_send cost ─────────────────────────────┐
+//!  │   Planner::plan(&PlanRequest{keys, now}, &View) ─► [Fetch{backend, keys, not_before,│
+//!  │        ▲ replicas(key) from the ketama ring         priority}, Unavailable{keys}]  │
+//!  │        └ load(backend): outstanding fetches, EWMA of fetch latency                 │
+//!  └───────────────────────────────────────────────────────────────────────────────────┘
+//!        │ send at max(now, not_before) ─► network (request bytes) ─►
+//!        ▼
+//!  server s: `workers_per_server` workers, one queue ordered by (priority, arrival);
+//!            service = service.sample(keys, reply bytes)
+//!        │ network (reply bytes) ─► Planner::observe(Observation) ─► client thread:
+//!        ▼                          client_recv cost
+//!  last fetch of the request in ─► latency = done − arrival ─► HDR histograms (overall, by
+//!                                   key count, small/large by the largest value)
+//! ```
+//!
+//! Deterministic: events pop by `(time, seq)`, every random stream is a fork of the scenario's
+//! seed, planners see simulated time only. Costs come from [`CostSpec`], the same model the
+//! server's emulation sleeps for, so a testbed run and a simulated run share their model.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+use tailtrim_bench::dist::{Distribution, Zipf};
+use tailtrim_bench::rng::{hash_unit, Rng};
+use tailtrim_bench::workload::Popularity;
+use tailtrim_policy::costspec::{CostSpec, Units};
+use tailtrim_policy::health::{BackendLoad, Ewma, Timestamp};
+use tailtrim_policy::planner::{
+    Action, ClusterView, Observation, PlanRequest, Planner, PlannerKind,
+};
+use tailtrim_policy::ring::{Ring, RingOptions, RingServer};
+
+use crate::events::EventQueue;
+use crate::stats::{LatencyRecorder, LatencySummary};
+use crate::time::Nanos;
+use crate::SimError;
+
+/// Bytes of every simulated key (`key:` and a 10-digit id).
+pub const KEY_LEN: usize = 14;
+/// Reply bytes per returned key besides its value (`VALUE <key> 0 <len>\r\n` … `\r\n`).
+pub const REPLY_OVERHEAD_PER_KEY: u64 = KEY_LEN as u64 + 20;
+/// A value above this many bytes makes its request "large" (the bench's class boundary).
+pub const DEFAULT_LARGE_VALUE_BYTES: u64 = 1499;
+/// Requests whose latency is not measured, as a share of the run.
+pub const DEFAULT_WARMUP_FRACTION: f64 = 0.1;
+
+/// Inter-arrival process of the open-loop client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ArrivalProcess {
+    /// Exponential gaps.
+    #[default]
+    Poisson,
+    /// Equal gaps of `1 / rate`.
+    Uniform,
+}
+
+/// What the clients ask for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterWorkload {
+    /// Number of distinct keys.
+    pub keyspace: u64,
+    /// Key popularity (Zipf rank 1 = key 0).
+    pub popularity: Popularity,
+    /// Keys per request (rounded, at least 1). Duplicates are possible, as in a real multiget.
+    pub keys_per_request: Distribution,
+    /// Value bytes of each key (drawn once per key from the seed, so a key keeps its size).
+    pub value_bytes: Distribution,
+    /// A request with a value above this many bytes is in the `large` class.
+    pub large_value_bytes: u64,
+}
+
+impl Default for ClusterWorkload {
+    fn default() -> Self {
+        ClusterWorkload {
+            keyspace: 100_000,
+            popularity: Popularity::Uniform,
+            keys_per_request: Distribution::Fixed { value: 1.0 },
+            value_bytes: Distribution::Fixed { value: 100.0 },
+            large_value_bytes: DEFAULT_LARGE_VALUE_BYTES,
+        }
+    }
+}
+
+/// One simulated experiment. Serialized with the cost models as spec text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterScenario {
+    /// Cache servers.
+    pub servers: usize,
+    /// Worker threads per server, sharing the server's queue.
+    pub workers_per_server: usize,
+    /// Copies of each key (owner first on the ketama ring).
+    pub replicas: usize,
+    /// Client/proxy threads; a request is handled by thread `request % threads`. Their costs
+    /// are `client_send` and `client_recv`; with both zero the threads are not modelled.
+    pub client_threads: usize,
+    /// Planner config name (`PlannerKind::from_name`), used by [`run_cluster`].
+    pub planner: String,
+    /// The requests.
+    pub workload: ClusterWorkload,
+    /// Offered requests per second.
+    pub rate_rps: f64,
+    /// Gap process.
+    pub arrival: ArrivalProcess,
+    /// Requests simulated (the first `warmup_fraction` of them are not measured).
+    pub requests: u64,
+    /// Share of requests not measured.
+    pub warmup_fraction: f64,
+    /// Server time per fetch (units: keys, reply bytes).
+    #[serde(with = "spec_text")]
+    pub service: CostSpec,
+    /// One-way network time per message (units: keys, message bytes). A pure delay: it holds
+    /// no worker.
+    #[serde(with = "spec_text")]
+    pub network: CostSpec,
+    /// Client-thread time to plan and send a request (units: keys, request bytes).
+    #[serde(with = "spec_text")]
+    pub client_send: CostSpec,
+    /// Client-thread time per fetch reply (units: keys, reply bytes).
+    #[serde(with = "spec_text")]
+    pub client_recv: CostSpec,
+    /// Seed of every random stream.
+    pub seed: u64,
+}
+
+impl Default for ClusterScenario {
+    fn default() -> Self {
+        ClusterScenario {
+            servers: 4,
+            workers_per_server: 1,
+            replicas: 1,
+            client_threads: 1,
+            planner: "batch".to_string(),
+            workload: ClusterWorkload::default(),
+            rate_rps: 10_000.0,
+            arrival: ArrivalProcess::Poisson,
+            requests: 100_000,
+            warmup_fraction: DEFAULT_WARMUP_FRACTION,
+            service: CostSpec::constant(
+                20_000.0,
+                tailtrim_policy::costspec::Dispersion::Exponential,
+            ),
+            network: CostSpec::ZERO,
+            client_send: CostSpec::ZERO,
+            client_recv: CostSpec::ZERO,
+            seed: 1,
+        }
+    }
+}
+
+impl ClusterScenario {
+    /// Checks ranges.
+    pub fn validate(&self) -> Result<(), SimError> {
+        let fail = |reason: &str| Err(SimError::Config(reason.to_string()));
+        if self.servers == 0 || self.servers > 4096 {
+            return fail("servers must be 1..=4096");
+        }
+        if self.workers_per_server == 0 || self.workers_per_server > 1024 {
+            return fail("workers per server must be 1..=1024");
+        }
+        if self.replicas == 0 || self.replicas > self.servers {
+            return fail("replicas must be between 1 and the number of servers");
+        }
+        if self.client_threads == 0 {
+            return fail("client threads must be at least 1");
+        }
+        if !(self.rate_rps.is_finite() && self.rate_rps > 0.0) {
+            return fail("rate must be positive");
+        }
+        if self.requests == 0 {
+            return fail("requests must be at least 1");
+        }
+        if !(0.0..1.0).contains(&self.warmup_fraction) {
+            return fail("warm-up fraction must be in [0, 1)");
+        }
+        if self.workload.keyspace == 0 || self.workload.keyspace >= 10_000_000_000 {
+            return fail("keyspace must be 1..10^10");
+        }
+        Ok(())
+    }
+}
+
+/// Cost specs as their text in JSON.
+mod spec_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use tailtrim_policy::costspec::CostSpec;
+
+    pub fn serialize<S: Serializer>(spec: &CostSpec, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(spec)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<CostSpec, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        CostSpec::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Parses a size or count distribution for flags: `N` (fixed), `uniform:A:B`, `exp:MEAN`,
+/// `table:V@P/V@P/…` (values with probabilities, normalised).
+pub fn parse_distribution(text: &str) -> Result<Distribution, SimError> {
+    let fail = || {
+        SimError::Config(format!(
+            "distribution {text:?}: expected N, uniform:A:B, exp:MEAN or table:V@P/V@P…"
+        ))
+    };
+    let number = |t: &str| -> Result<f64, SimError> {
+        t.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite() && *v >= 0.0)
+            .ok_or_else(fail)
+    };
+    if let Some(rest) = text.strip_prefix("uniform:") {
+        let (min, max) = rest.split_once(':').ok_or_else(fail)?;
+        let (min, max) = (number(min)?, number(max)?);
+        if min > max {
+            return Err(fail());
+        }
+        return Ok(Distribution::Uniform { min, max });
+    }
+    if let Some(mean) = text.strip_prefix("exp:") {
+        return Ok(Distribution::Exponential {
+            mean: number(mean)?,
+        });
+    }
+    if let Some(rest) = text.strip_prefix("table:") {
+        let mut entries = Vec::new();
+        for entry in rest.split('/') {
+            let (value, weight) = entry.split_once('@').ok_or_else(fail)?;
+            entries.push((number(value)?, number(weight)?));
+        }
+        let total: f64 = entries.iter().map(|(_, w)| w).sum();
+        if entries.is_empty() || total <= 0.0 {
+            return Err(fail());
+        }
+        entries.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for entry in &mut entries {
+            entry.1 /= total;
+        }
+        return Ok(Distribution::Table {
+            entries,
+            tail: None,
+        });
+    }
+    Ok(Distribution::Fixed {
+        value: number(text)?,
+    })
+}
+
+/// Latency of one class of requests.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClassResult {
+    /// Percentiles in microseconds.
+    pub summary: LatencySummary,
+    /// The full histogram (nanoseconds), for any other percentile or for serialization.
+    #[serde(skip)]
+    pub histogram: Option<Histogram<u64>>,
+}
+
+/// What one run produced.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterResult {
+    /// Planner that made the decisions.
+    pub planner: String,
+    /// Offered rate.
+    pub offered_rps: f64,
+    /// Measured requests / (last delivery − first measured arrival).
+    pub achieved_rps: f64,
+    /// Requests simulated.
+    pub requests: u64,
+    /// Requests measured (after warm-up).
+    pub measured: u64,
+    /// Every request.
+    pub overall: ClassResult,
+    /// Requests whose largest value is at most `large_value_bytes`.
+    pub small: ClassResult,
+    /// Requests with a larger value.
+    pub large: ClassResult,
+    /// By number of keys in the request.
+    pub by_keys: BTreeMap<u32, ClassResult>,
+    /// Fetches sent.
+    pub fetches: u64,
+    /// Key lookups served by servers (conservation: equals the keys requested minus
+    /// unavailable ones).
+    pub keys_served: u64,
+    /// Keys requested.
+    pub keys_requested: u64,
+    /// Keys no replica could serve.
+    pub keys_unavailable: u64,
+    /// Busy time / run time per server (all its workers together, so up to `workers`).
+    pub server_utilization: Vec<f64>,
+    /// Busy time / run time per client thread.
+    pub client_utilization: Vec<f64>,
+    /// Simulated end time.
+    pub duration_secs: f64,
+}
+
+/// Runs `scenario` with the planner it names.
+pub fn run_cluster(scenario: &ClusterScenario) -> Result<ClusterResult, SimError> {
+    let kind =
+        PlannerKind::from_name(&scenario.planner).map_err(|e| SimError::Config(e.to_string()))?;
+    run_cluster_with(scenario, kind.build())
+}
+
+/// Runs `scenario` with a planner instance (for planners with parameters of their own).
+pub fn run_cluster_with(
+    scenario: &ClusterScenario,
+    planner: Box<dyn Planner>,
+) -> Result<ClusterResult, SimError> {
+    scenario.validate()?;
+    Sim::new(scenario, planner)?.run()
+}
+
+/// One run per rate, in order.
+pub fn sweep_cluster(
+    scenario: &ClusterScenario,
+    rates: &[f64],
+) -> Result<Vec<ClusterResult>, SimError> {
+    rates
+        .iter()
+        .map(|&rate| {
+            run_cluster(&ClusterScenario {
+                rate_rps: rate,
+                ..scenario.clone()
+            })
+        })
+        .collect()
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Event {
+    Arrival,
+    ClientDone(u32),
+    /// A planned fetch leaves the client.
+    Send(u32),
+    /// A fetch reaches its server.
+    AtServer(u32),
+    /// A server worker finished a fetch.
+    Served(u32),
+    /// A fetch's reply reaches the client.
+    Reply(u32),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum ClientJob {
+    Plan(u32),
+    Reply(u32),
+}
+
+struct RequestState {
+    arrival: Nanos,
+    pending: u32,
+    keys: u32,
+    large: bool,
+    measured: bool,
+    /// Client thread that owns the request.
+    thread: u32,
+}
+
+fn state_thread(state: &RequestState) -> usize {
+    state.thread as usize
+}
+
+struct FetchState {
+    request: u32,
+    backend: u32,
+    keys: u32,
+    reply_bytes: u64,
+    priority: u8,
+    sent: Nanos,
+}
+
+struct ServerState {
+    idle_workers: usize,
+    queue: BinaryHeap<Reverse<(u8, u64, u32)>>,
+    busy_ns: u128,
+}
+
+struct ClientThread {
+    busy: bool,
+    queue: std::collections::VecDeque<ClientJob>,
+    busy_ns: u128,
+}
+
+struct Keys {
+    /// Per key id, `1 + copies` slots: the value length, then the replica list (owner first).
+    /// Filled on first use; one cache line serves a key's whole lookup.
+    table: Vec<u32>,
+    copies: usize,
+    ring: Ring,
+    value_seed: u64,
+    value_bytes: Distribution,
+}
+
+impl Keys {
+    fn stride(&self) -> usize {
+        1 + self.copies
+    }
+
+    /// Fills the key's slots if needed.
+    fn prepare(&mut self, id: u64, scratch: &mut Vec<usize>) {
+        let start = id as usize * self.stride();
+        if self.table[start] != u32::MAX {
+            return;
+        }
+        let mut key = [0u8; KEY_LEN];
+        write_key(id, &mut key);
+        self.ring.replicas_for(&key, self.copies, scratch);
+        for (slot, &server) in self.table[start + 1..start + 1 + self.copies]
+            .iter_mut()
+            .zip(scratch.iter())
+        {
+            *slot = server as u32;
+        }
+        let u = hash_unit(self.value_seed, id, 0, 0);
+        self.table[start] = self.value_bytes.quantile(u).round().clamp(0.0, 1e9) as u32;
+    }
+
+    /// Value bytes of a prepared key.
+    fn value_len(&self, id: u64) -> u64 {
+        u64::from(self.table[id as usize * self.stride()])
+    }
+
+    /// Replicas of a prepared key.
+    fn replicas(&self, id: u64) -> &[u32] {
+        let start = id as usize * self.stride() + 1;
+        &self.table[start..start + self.copies]
+    }
+}
+
+fn write_key(id: u64, out: &mut [u8; KEY_LEN]) {
+    out[..4].copy_from_slice(b"key:");
+    let mut rest = id;
+    for slot in out[4..].iter_mut().rev() {
+        *slot = b'0' + (rest % 10) as u8;
+        rest /= 10;
+    }
+}
+
+/// The planner's window on the simulated cluster.
+struct View<'a> {
+    keys: &'a Keys,
+    /// Key bytes of the request being planned, `KEY_LEN` apart.
+    buffer: &'a [u8],
+    ids: &'a [u64],
+    outstanding: &'a [u32],
+    ewma: &'a [Ewma],
+    servers: usize,
+}
+
+impl View<'_> {
+    fn id_of(&self, key: &[u8]) -> Option<u64> {
+        let base = self.buffer.as_ptr() as usize;
+        let at = key.as_ptr() as usize;
+        if key.len() != KEY_LEN || at < base || at >= base + self.buffer.len() {
+            return None;
+        }
+        let offset = at - base;
+        offset.is_multiple_of(KEY_LEN).then(|| self.ids[offset / KEY_LEN])
+    }
+}
+
+impl ClusterView for View<'_> {
+    fn backend_count(&self) -> usize {
+        self.servers
+    }
+
+    fn replicas(&self, key: &[u8], out: &mut Vec<usize>) {
+        // Planners ask with the request's own slices, so the cached list is found by position;
+        // any other slice goes through the ring.
+        match self.id_of(key) {
+            Some(id) => {
+                out.clear();
+                out.extend(self.keys.replicas(id).iter().map(|&s| s as usize));
+            }
+            None => self.keys.ring.replicas_for(key, self.keys.copies, out),
+        }
+    }
+
+    fn load(&self, backend: usize) -> BackendLoad {
+        BackendLoad {
+            outstanding: self.outstanding[backend],
+            ewma_nanos: self.ewma[backend].value(),
+            available: true,
+        }
+    }
+}
+
+struct Recorders {
+    overall: LatencyRecorder,
+    small: LatencyRecorder,
+    large: LatencyRecorder,
+    by_keys: BTreeMap<u32, LatencyRecorder>,
+}
+
+struct Sim<'s> {
+    scenario: &'s ClusterScenario,
+    planner: Box<dyn Planner>,
+    queue: EventQueue<Event>,
+    now: Nanos,
+    arrivals: Rng,
+    workload_rng: Rng,
+    service_rng: Rng,
+    network_rng: Rng,
+    client_rng: Rng,
+    zipf: Option<Zipf>,
+    keys: Keys,
+    requests: Vec<RequestState>,
+    fetches: Vec<FetchState>,
+    free_fetches: Vec<u32>,
+    servers: Vec<ServerState>,
+    clients: Vec<ClientThread>,
+    outstanding: Vec<u32>,
+    ewma: Vec<Ewma>,
+    client_modelled: bool,
+    generated: u64,
+    warmup: u64,
+    first_measured: Option<Nanos>,
+    last_delivery: Nanos,
+    recorders: Recorders,
+    key_buffer: Vec<u8>,
+    key_ids: Vec<u64>,
+    fetch_count: u64,
+    server_seq: u64,
+    free_requests: Vec<u32>,
+    keys_served: u64,
+    keys_requested: u64,
+    keys_unavailable: u64,
+    completed: u64,
+}
+
+impl<'s> Sim<'s> {
+    fn new(scenario: &'s ClusterScenario, planner: Box<dyn Planner>) -> Result<Self, SimError> {
+        let ring_servers: Vec<RingServer> = (0..scenario.servers)
+            .map(|index| RingServer {
+                name: format!("10.0.{}.{}:11211", index / 256, index % 256),
+                weight: 1,
+            })
+            .collect();
+        let ring = Ring::new(
+            &ring_servers,
+            RingOptions {
+                hash: tailtrim_policy::ring::HashFunction::Md5,
+                ..RingOptions::default()
+            },
+        )
+        .map_err(|e| SimError::Config(e.to_string()))?;
+        let keyspace = scenario.workload.keyspace as usize;
+        let root = Rng::new(scenario.seed);
+        let zipf = match scenario.workload.popularity {
+            Popularity::Uniform => None,
+            Popularity::Zipf { exponent } => Some(Zipf::new(scenario.workload.keyspace, exponent)),
+        };
+        Ok(Sim {
+            scenario,
+            planner,
+            queue: EventQueue::new(),
+            now: Nanos::ZERO,
+            arrivals: root.fork(1),
+            workload_rng: root.fork(2),
+            service_rng: root.fork(3),
+            network_rng: root.fork(4),
+            client_rng: root.fork(5),
+            zipf,
+            keys: Keys {
+                table: vec![u32::MAX; keyspace * (1 + scenario.replicas)],
+                copies: scenario.replicas,
+                ring,
+                value_seed: root.fork(6).next_u64(),
+                value_bytes: scenario.workload.value_bytes.clone(),
+            },
+            requests: Vec::new(),
+            fetches: Vec::new(),
+            free_fetches: Vec::new(),
+            servers: (0..scenario.servers)
+                .map(|_| ServerState {
+                    idle_workers: scenario.workers_per_server,
+                    queue: BinaryHeap::new(),
+                    busy_ns: 0,
+                })
+                .collect(),
+            clients: (0..scenario.client_threads)
+                .map(|_| ClientThread {
+                    busy: false,
+                    queue: Default::default(),
+                    busy_ns: 0,
+                })
+                .collect(),
+            outstanding: vec![0; scenario.servers],
+            ewma: vec![Ewma::default(); scenario.servers],
+            client_modelled: !(scenario.client_send.is_zero() && scenario.client_recv.is_zero()),
+            generated: 0,
+            warmup: (scenario.requests as f64 * scenario.warmup_fraction) as u64,
+            first_measured: None,
+            last_delivery: Nanos::ZERO,
+            recorders: Recorders {
+                overall: LatencyRecorder::default(),
+                small: LatencyRecorder::default(),
+                large: LatencyRecorder::default(),
+                by_keys: BTreeMap::new(),
+            },
+            key_buffer: Vec::new(),
+            key_ids: Vec::new(),
+            fetch_count: 0,
+            server_seq: 0,
+            free_requests: Vec::new(),
+            keys_served: 0,
+            keys_requested: 0,
+            keys_unavailable: 0,
+            completed: 0,
+        })
+    }
+
+    fn run(mut self) -> Result<ClusterResult, SimError> {
+        self.queue.push(Nanos::ZERO, Event::Arrival);
+        while let Some((at, event)) = self.queue.pop() {
+            self.now = at;
+            match event {
+                Event::Arrival => self.arrival(),
+                Event::ClientDone(thread) => self.client_done(thread as usize),
+                Event::Send(fetch) => self.send(fetch),
+                Event::AtServer(fetch) => self.at_server(fetch),
+                Event::Served(fetch) => self.served(fetch),
+                Event::Reply(fetch) => self.reply(fetch),
+            }
+        }
+        if self.completed != self.generated {
+            return Err(SimError::Config(format!(
+                "internal: {} of {} requests completed",
+                self.completed, self.generated
+            )));
+        }
+        Ok(self.finish())
+    }
+
+    fn arrival(&mut self) {
+        let sequence = self.generated;
+        self.generated += 1;
+        if self.generated < self.scenario.requests {
+            let mean_gap = 1e9 / self.scenario.rate_rps;
+            let at = match self.scenario.arrival {
+                // From the index, so equal gaps do not drift by rounding.
+                ArrivalProcess::Uniform => Nanos::from_f64(self.generated as f64 * mean_gap),
+                ArrivalProcess::Poisson => {
+                    self.now + Nanos::from_f64(-mean_gap * (-self.arrivals.unit()).ln_1p())
+                }
+            };
+            self.queue.push(at, Event::Arrival);
+        }
+        let workload = &self.scenario.workload;
+        let keys = workload
+            .keys_per_request
+            .quantile(self.workload_rng.unit())
+            .round()
+            .clamp(1.0, 1e6) as u32;
+        let measured = sequence >= self.warmup;
+        if measured && self.first_measured.is_none() {
+            self.first_measured = Some(self.now);
+        }
+        let state = RequestState {
+            arrival: self.now,
+            pending: 0,
+            keys,
+            large: false,
+            measured,
+            thread: (sequence % self.clients.len() as u64) as u32,
+        };
+        let id = match self.free_requests.pop() {
+            Some(id) => {
+                self.requests[id as usize] = state;
+                id
+            }
+            None => {
+                self.requests.push(state);
+                (self.requests.len() - 1) as u32
+            }
+        };
+        self.keys_requested += u64::from(keys);
+        if self.client_modelled {
+            let thread = state_thread(&self.requests[id as usize]);
+            self.client_enqueue(thread, ClientJob::Plan(id));
+        } else {
+            self.plan(id);
+        }
+    }
+
+    fn draw_key(&mut self) -> u64 {
+        match &self.zipf {
+            Some(zipf) => zipf.sample(&mut self.workload_rng) - 1,
+            None => {
+                (self.workload_rng.unit() * self.scenario.workload.keyspace as f64) as u64
+                    % self.scenario.workload.keyspace
+            }
+        }
+    }
+
+    fn plan(&mut self, request: u32) {
+        let count = self.requests[request as usize].keys as usize;
+        self.key_ids.clear();
+        self.key_buffer.clear();
+        self.key_buffer.resize(count * KEY_LEN, 0);
+        let mut scratch = Vec::with_capacity(self.scenario.replicas);
+        for slot in 0..count {
+            let id = self.draw_key();
+            self.key_ids.push(id);
+            let mut key = [0u8; KEY_LEN];
+            write_key(id, &mut key);
+            self.key_buffer[slot * KEY_LEN..(slot + 1) * KEY_LEN].copy_from_slice(&key);
+            self.keys.prepare(id, &mut scratch);
+        }
+        let slices: Vec<&[u8]> = self.key_buffer.chunks_exact(KEY_LEN).collect();
+        let plan_request = PlanRequest {
+            keys: &slices,
+            now: Timestamp(self.now.0),
+        };
+        let view = View {
+            keys: &self.keys,
+            buffer: &self.key_buffer,
+            ids: &self.key_ids,
+            outstanding: &self.outstanding,
+            ewma: &self.ewma,
+            servers: self.scenario.servers,
+        };
+        let actions = self.planner.plan(&plan_request, &view);
+        drop(slices);
+        let mut large = false;
+        let mut pending = 0u32;
+        for action in actions {
+            match action {
+                Action::Fetch(fetch) => {
+                    let mut reply_bytes = 5; // END\r\n
+                    for &index in &fetch.keys {
+                        let id = self.key_ids[index as usize];
+                        let value = self.keys.value_len(id);
+                        large |= value > self.scenario.workload.large_value_bytes;
+                        reply_bytes += value + REPLY_OVERHEAD_PER_KEY;
+                    }
+                    let state = FetchState {
+                        request,
+                        backend: fetch.backend as u32,
+                        keys: fetch.keys.len() as u32,
+                        reply_bytes,
+                        priority: fetch.priority.unwrap_or(u8::MAX),
+                        sent: self.now,
+                    };
+                    let id = match self.free_fetches.pop() {
+                        Some(id) => {
+                            self.fetches[id as usize] = state;
+                            id
+                        }
+                        None => {
+                            self.fetches.push(state);
+                            (self.fetches.len() - 1) as u32
+                        }
+                    };
+                    pending += 1;
+                    self.fetch_count += 1;
+                    let at = match fetch.not_before {
+                        Some(Timestamp(t)) if t > self.now.0 => Nanos(t),
+                        _ => self.now,
+                    };
+                    if at == self.now {
+                        self.send(id);
+                    } else {
+                        self.queue.push(at, Event::Send(id));
+                    }
+                }
+                Action::Unavailable { keys } => {
+                    self.keys_unavailable += keys.len() as u64;
+                }
+            }
+        }
+        let state = &mut self.requests[request as usize];
+        state.large = large;
+        state.pending = pending;
+        if pending == 0 {
+            self.complete(request);
+        }
+    }
+
+    fn send(&mut self, fetch: u32) {
+        let state = &mut self.fetches[fetch as usize];
+        state.sent = self.now;
+        let backend = state.backend as usize;
+        let units = Units {
+            keys: u64::from(state.keys),
+            bytes: 6 + u64::from(state.keys) * (KEY_LEN as u64 + 1),
+        };
+        self.outstanding[backend] += 1;
+        let delay = sample(&self.scenario.network, units, &mut self.network_rng);
+        self.queue.push(self.now + delay, Event::AtServer(fetch));
+    }
+
+    fn at_server(&mut self, fetch: u32) {
+        let state = &self.fetches[fetch as usize];
+        let (backend, priority) = (state.backend as usize, state.priority);
+        if self.servers[backend].idle_workers > 0 {
+            self.servers[backend].idle_workers -= 1;
+            self.start_service(fetch);
+        } else {
+            let seq = self.queue_seq();
+            self.servers[backend]
+                .queue
+                .push(Reverse((priority, seq, fetch)));
+        }
+    }
+
+    fn queue_seq(&mut self) -> u64 {
+        // Arrival order inside a priority.
+        self.server_seq += 1;
+        self.server_seq
+    }
+
+    fn start_service(&mut self, fetch: u32) {
+        let state = &self.fetches[fetch as usize];
+        let units = Units {
+            keys: u64::from(state.keys),
+            bytes: state.reply_bytes,
+        };
+        let time = sample(&self.scenario.service, units, &mut self.service_rng);
+        self.servers[state.backend as usize].busy_ns += u128::from(time.0);
+        self.queue.push(self.now + time, Event::Served(fetch));
+    }
+
+    fn served(&mut self, fetch: u32) {
+        let state = &self.fetches[fetch as usize];
+        let backend = state.backend as usize;
+        let units = Units {
+            keys: u64::from(state.keys),
+            bytes: state.reply_bytes,
+        };
+        let delay = sample(&self.scenario.network, units, &mut self.network_rng);
+        self.queue.push(self.now + delay, Event::Reply(fetch));
+        let server = &mut self.servers[backend];
+        match server.queue.pop() {
+            Some(Reverse((_, _, next))) => self.start_service(next),
+            None => server.idle_workers += 1,
+        }
+    }
+
+    fn reply(&mut self, fetch: u32) {
+        let state = &self.fetches[fetch as usize];
+        let backend = state.backend as usize;
+        let latency = self.now.since(state.sent);
+        self.outstanding[backend] -= 1;
+        self.ewma[backend].observe(latency.0 as f64);
+        self.planner.observe(&Observation {
+            backend,
+            keys: state.keys,
+            hits: state.keys,
+            value_bytes: state
+                .reply_bytes
+                .saturating_sub(5 + u64::from(state.keys) * REPLY_OVERHEAD_PER_KEY),
+            latency_nanos: latency.0,
+            at: Timestamp(self.now.0),
+        });
+        if self.client_modelled {
+            let thread = state_thread(&self.requests[state.request as usize]);
+            self.client_enqueue(thread, ClientJob::Reply(fetch));
+        } else {
+            self.fetch_done(fetch);
+        }
+    }
+
+    fn fetch_done(&mut self, fetch: u32) {
+        let state = &self.fetches[fetch as usize];
+        let request = state.request;
+        self.keys_served += u64::from(state.keys);
+        self.free_fetches.push(fetch);
+        let request_state = &mut self.requests[request as usize];
+        request_state.pending -= 1;
+        if request_state.pending == 0 {
+            self.complete(request);
+        }
+    }
+
+    fn complete(&mut self, request: u32) {
+        self.completed += 1;
+        self.free_requests.push(request);
+        let state = &self.requests[request as usize];
+        if !state.measured {
+            return;
+        }
+        self.last_delivery = self.last_delivery.max(self.now);
+        let latency = self.now.since(state.arrival).0;
+        let recorders = &mut self.recorders;
+        recorders.overall.record(latency);
+        if state.large {
+            recorders.large.record(latency);
+        } else {
+            recorders.small.record(latency);
+        }
+        recorders
+            .by_keys
+            .entry(state.keys)
+            .or_default()
+            .record(latency);
+    }
+
+    fn client_enqueue(&mut self, thread: usize, job: ClientJob) {
+        if self.clients[thread].busy {
+            self.clients[thread].queue.push_back(job);
+        } else {
+            self.client_start(thread, job);
+        }
+    }
+
+    fn client_start(&mut self, thread: usize, job: ClientJob) {
+        let (spec, units) = match job {
+            ClientJob::Plan(request) => {
+                let keys = u64::from(self.requests[request as usize].keys);
+                (
+                    &self.scenario.client_send,
+                    Units {
+                        keys,
+                        bytes: 6 + keys * (KEY_LEN as u64 + 1),
+                    },
+                )
+            }
+            ClientJob::Reply(fetch) => {
+                let state = &self.fetches[fetch as usize];
+                (
+                    &self.scenario.client_recv,
+                    Units {
+                        keys: u64::from(state.keys),
+                        bytes: state.reply_bytes,
+                    },
+                )
+            }
+        };
+        let time = sample(spec, units, &mut self.client_rng);
+        let client = &mut self.clients[thread];
+        client.busy = true;
+        client.busy_ns += u128::from(time.0);
+        client.queue.push_front(job);
+        self.queue
+            .push(self.now + time, Event::ClientDone(thread as u32));
+    }
+
+    fn client_done(&mut self, thread: usize) {
+        let job = self.clients[thread].queue.pop_front();
+        self.clients[thread].busy = false;
+        match job {
+            Some(ClientJob::Plan(request)) => self.plan(request),
+            Some(ClientJob::Reply(fetch)) => self.fetch_done(fetch),
+            None => {}
+        }
+        if !self.clients[thread].busy {
+            if let Some(next) = self.clients[thread].queue.pop_front() {
+                self.client_start(thread, next);
+            }
+        }
+    }
+
+    fn finish(self) -> ClusterResult {
+        let start = self.first_measured.unwrap_or(Nanos::ZERO);
+        let window = self.last_delivery.since(start).as_secs_f64();
+        let measured = self.recorders.overall.summary().count;
+        let end = self.now.as_secs_f64().max(1e-12);
+        let class = |recorder: &LatencyRecorder| ClassResult {
+            summary: recorder.summary(),
+            histogram: Some(recorder.histogram().clone()),
+        };
+        ClusterResult {
+            planner: self.planner.name().to_string(),
+            offered_rps: self.scenario.rate_rps,
+            achieved_rps: if window > 0.0 {
+                measured as f64 / window
+            } else {
+                0.0
+            },
+            requests: self.generated,
+            measured,
+            overall: class(&self.recorders.overall),
+            small: class(&self.recorders.small),
+            large: class(&self.recorders.large),
+            by_keys: self
+                .recorders
+                .by_keys
+                .iter()
+                .map(|(&keys, recorder)| (keys, class(recorder)))
+                .collect(),
+            fetches: self.fetch_count,
+            keys_served: self.keys_served,
+            keys_requested: self.keys_requested,
+            keys_unavailable: self.keys_unavailable,
+            server_utilization: self
+                .servers
+                .iter()
+                .map(|s| s.busy_ns as f64 / 1e9 / end)
+                .collect(),
+            client_utilization: self
+                .clients
+                .iter()
+                .map(|c| c.busy_ns as f64 / 1e9 / end)
+                .collect(),
+            duration_secs: self.now.as_secs_f64(),
+        }
+    }
+}
+
+fn sample(spec: &CostSpec, units: Units, rng: &mut Rng) -> Nanos {
+    if spec.is_zero() {
+        return Nanos::ZERO;
+    }
+    Nanos::from_f64(spec.sample_nanos(units, rng.unit()))
+}

@@ -1,0 +1,267 @@
+//! The cluster simulator against queueing theory, and its bookkeeping invariants.
+
+use tailtrim_bench::dist::Distribution;
+use tailtrim_policy::costspec::{CostSpec, Dispersion};
+use tailtrim_policy::planner::{Action, ClusterView, Fetch, PlanRequest, Planner};
+use tailtrim_sim::cluster::{
+    run_cluster, run_cluster_with, ArrivalProcess, ClusterScenario, ClusterWorkload,
+};
+
+const SERVICE_NS: f64 = 10_000.0;
+
+fn single_key(servers: usize, rate: f64, requests: u64) -> ClusterScenario {
+    ClusterScenario {
+        servers,
+        rate_rps: rate,
+        requests,
+        service: CostSpec::constant(SERVICE_NS, Dispersion::Exponential),
+        seed: 7,
+        ..ClusterScenario::default()
+    }
+}
+
+fn close(measured: f64, expected: f64, tolerance: f64, what: &str) {
+    let error = (measured - expected).abs() / expected;
+    assert!(
+        error < tolerance,
+        "{what}: measured {measured:.2}, expected {expected:.2} (error {:.1} %)",
+        error * 100.0
+    );
+}
+
+#[test]
+fn one_server_is_an_mm1_queue() {
+    // M/M/1 at ρ = 0.5: sojourn time ~ Exp(μ − λ), mean S/(1−ρ) = 20 µs, p99 = ln(100) × 20 µs.
+    let result = run_cluster(&single_key(1, 50_000.0, 400_000)).unwrap();
+    let mean = SERVICE_NS / 1e3 / 0.5;
+    close(result.overall.summary.mean_us, mean, 0.03, "mean");
+    close(
+        result.overall.summary.p99_us,
+        mean * 100f64.ln(),
+        0.05,
+        "p99",
+    );
+    close(result.achieved_rps, 50_000.0, 0.02, "throughput");
+    close(result.server_utilization[0], 0.5, 0.02, "utilization");
+}
+
+#[test]
+fn two_server_fork_join_matches_nelson_and_tantawi() {
+    // Every request reads 32 keys, so it forks to both servers (each an M/M/1 at ρ = 0.5).
+    // Nelson & Tantawi (IEEE ToC 1988): exact mean for two servers = (12 − ρ)/8 × S/(1 − ρ).
+    let scenario = ClusterScenario {
+        workload: ClusterWorkload {
+            keys_per_request: Distribution::Fixed { value: 32.0 },
+            ..ClusterWorkload::default()
+        },
+        ..single_key(2, 50_000.0, 300_000)
+    };
+    let result = run_cluster(&scenario).unwrap();
+    assert_eq!(
+        result.fetches,
+        2 * result.requests,
+        "every request forks to both"
+    );
+    let rho = 0.5;
+    let expected = (12.0 - rho) / 8.0 * SERVICE_NS / 1e3 / (1.0 - rho);
+    close(
+        result.overall.summary.mean_us,
+        expected,
+        0.03,
+        "fork-join mean",
+    );
+    // And it is slower than one branch alone (20 µs): the max of two.
+    assert!(result.overall.summary.mean_us > 25.0);
+}
+
+#[test]
+fn light_load_fork_join_is_the_max_of_independent_services() {
+    // ρ → 0: a request's latency is the max of N exponential services, mean S × H_N.
+    let servers = 4;
+    let scenario = ClusterScenario {
+        workload: ClusterWorkload {
+            keys_per_request: Distribution::Fixed { value: 64.0 },
+            ..ClusterWorkload::default()
+        },
+        ..single_key(servers, 100.0, 100_000)
+    };
+    let result = run_cluster(&scenario).unwrap();
+    let harmonic: f64 = (1..=servers).map(|i| 1.0 / i as f64).sum();
+    close(
+        result.overall.summary.mean_us,
+        SERVICE_NS / 1e3 * harmonic,
+        0.03,
+        "max of 4",
+    );
+}
+
+#[test]
+fn network_and_client_costs_add_where_they_should() {
+    // Fixed costs, uniform arrivals far apart: latency = client send + 2 × network + service
+    // + client receive, exactly.
+    let scenario = ClusterScenario {
+        servers: 3,
+        rate_rps: 1_000.0,
+        arrival: ArrivalProcess::Uniform,
+        requests: 2_000,
+        service: CostSpec::parse("const=10us,key=1us").unwrap(),
+        network: CostSpec::parse("const=50us").unwrap(),
+        client_send: CostSpec::parse("const=3us").unwrap(),
+        client_recv: CostSpec::parse("const=2us").unwrap(),
+        ..ClusterScenario::default()
+    };
+    let result = run_cluster(&scenario).unwrap();
+    let expected = 3.0 + 50.0 + 11.0 + 50.0 + 2.0;
+    assert!(
+        (result.overall.summary.p50_us - expected).abs() < 0.2,
+        "{:?}",
+        result.overall.summary
+    );
+    assert!((result.overall.summary.max_us - expected).abs() < 0.2);
+}
+
+#[test]
+fn same_seed_same_result_other_seed_other_result() {
+    let scenario = ClusterScenario {
+        servers: 8,
+        replicas: 2,
+        workload: ClusterWorkload {
+            keys_per_request: Distribution::Uniform {
+                min: 1.0,
+                max: 20.0,
+            },
+            value_bytes: Distribution::Exponential { mean: 2_000.0 },
+            ..ClusterWorkload::default()
+        },
+        rate_rps: 20_000.0,
+        requests: 30_000,
+        service: CostSpec::parse("const=5us,key=1us,byte=1ns,dist=lognormal:0.8").unwrap(),
+        network: CostSpec::parse("const=20us,dist=exp").unwrap(),
+        client_send: CostSpec::parse("const=1us").unwrap(),
+        ..ClusterScenario::default()
+    };
+    let a = run_cluster(&scenario).unwrap();
+    let b = run_cluster(&scenario).unwrap();
+    assert_eq!(
+        serde_json::to_string(&a).unwrap(),
+        serde_json::to_string(&b).unwrap()
+    );
+    let c = run_cluster(&ClusterScenario {
+        seed: 99,
+        ..scenario
+    })
+    .unwrap();
+    assert_ne!(a.overall.summary.p99_us, c.overall.summary.p99_us);
+}
+
+#[test]
+fn every_key_is_served_exactly_once_and_every_request_completes() {
+    let scenario = ClusterScenario {
+        servers: 16,
+        replicas: 3,
+        workload: ClusterWorkload {
+            keyspace: 1_000,
+            popularity: "zipf:0.99".parse().unwrap(),
+            keys_per_request: Distribution::Uniform {
+                min: 1.0,
+                max: 40.0,
+            },
+            value_bytes: Distribution::Fixed { value: 3_000.0 },
+            ..ClusterWorkload::default()
+        },
+        rate_rps: 30_000.0,
+        requests: 20_000,
+        ..ClusterScenario::default()
+    };
+    let result = run_cluster(&scenario).unwrap();
+    assert_eq!(result.keys_unavailable, 0);
+    assert_eq!(result.keys_served, result.keys_requested);
+    let by_keys: u64 = result.by_keys.values().map(|c| c.summary.count).sum();
+    assert_eq!(by_keys, result.measured);
+    assert_eq!(
+        result.small.summary.count + result.large.summary.count,
+        result.measured
+    );
+    // Every value is 3000 B > 1499 B: every request is large.
+    assert_eq!(result.small.summary.count, 0);
+    assert_eq!(result.measured, 18_000);
+    assert!(result.fetches <= 16 * result.requests);
+}
+
+/// A planner that holds every fetch 100 µs and marks single-key reads urgent: checks that
+/// `not_before` and `priority` reach the simulated servers.
+struct DelayAndPrioritize;
+
+impl Planner for DelayAndPrioritize {
+    fn name(&self) -> &'static str {
+        "test-delay"
+    }
+    fn plan(&mut self, request: &PlanRequest<'_>, view: &dyn ClusterView) -> Vec<Action> {
+        let mut replicas = Vec::new();
+        view.replicas(request.keys[0], &mut replicas);
+        vec![Action::Fetch(Fetch {
+            backend: replicas[0],
+            keys: (0..request.keys.len() as u32).collect(),
+            not_before: Some(request.now.plus_nanos(100_000)),
+            priority: Some(if request.keys.len() == 1 { 0 } else { 9 }),
+        })]
+    }
+}
+
+#[test]
+fn planner_delays_and_priorities_are_honoured() {
+    let scenario = ClusterScenario {
+        servers: 1,
+        rate_rps: 1_000.0,
+        arrival: ArrivalProcess::Uniform,
+        requests: 1_000,
+        service: CostSpec::parse("const=10us").unwrap(),
+        ..ClusterScenario::default()
+    };
+    let result = run_cluster_with(&scenario, Box::new(DelayAndPrioritize)).unwrap();
+    assert_eq!(result.planner, "test-delay");
+    assert!((result.overall.summary.p50_us - 110.0).abs() < 0.2);
+
+    // Overloaded single server with two classes: the urgent one waits far less.
+    let mixed = ClusterScenario {
+        rate_rps: 95_000.0,
+        arrival: ArrivalProcess::Poisson,
+        requests: 100_000,
+        workload: ClusterWorkload {
+            keys_per_request: Distribution::Table {
+                entries: vec![(1.0, 0.5), (2.0, 0.5)],
+                tail: None,
+            },
+            ..ClusterWorkload::default()
+        },
+        ..scenario
+    };
+    let result = run_cluster_with(&mixed, Box::new(DelayAndPrioritize)).unwrap();
+    let urgent = result.by_keys[&1].summary.p99_us;
+    let other = result.by_keys[&2].summary.p99_us;
+    assert!(urgent * 3.0 < other, "urgent p99 {urgent} vs {other}");
+}
+
+#[test]
+fn bad_scenarios_are_rejected() {
+    for scenario in [
+        ClusterScenario {
+            servers: 0,
+            ..ClusterScenario::default()
+        },
+        ClusterScenario {
+            replicas: 5,
+            ..ClusterScenario::default()
+        },
+        ClusterScenario {
+            rate_rps: 0.0,
+            ..ClusterScenario::default()
+        },
+        ClusterScenario {
+            planner: "nope".into(),
+            ..ClusterScenario::default()
+        },
+    ] {
+        assert!(run_cluster(&scenario).is_err());
+    }
+}
