@@ -164,9 +164,11 @@ impl CostSpec {
                     }
                 }
                 "dist" => spec.dispersion = parse_dispersion(value).map_err(fail)?,
-                other => return Err(fail(format!(
+                other => {
+                    return Err(fail(format!(
                     "unknown term {other:?} (known: const, packet, key, byte, mtu, dist, dilation)"
-                ))),
+                )))
+                }
             }
         }
         Ok(spec)

@@ -25,7 +25,7 @@
 //! server's emulation sleeps for, so a testbed run and a simulated run share their model.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
@@ -33,6 +33,7 @@ use tailtrim_bench::dist::{Distribution, Zipf};
 use tailtrim_bench::rng::{hash_unit, Rng};
 use tailtrim_bench::workload::Popularity;
 use tailtrim_policy::costspec::{CostSpec, Units};
+use tailtrim_policy::drr::{self, Drr};
 use tailtrim_policy::health::{BackendLoad, Ewma, Timestamp};
 use tailtrim_policy::planner::{
     Action, ClusterView, Observation, PlanRequest, Planner, PlannerKind,
@@ -62,6 +63,20 @@ pub enum ArrivalProcess {
     Poisson,
     /// Equal gaps of `1 / rate`.
     Uniform,
+}
+
+/// How a server orders fetches that carry a priority (fetches without one are FIFO and go
+/// first: a planner either sets priorities on all its fetches or on none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerQueue {
+    /// Deficit round robin over the priority classes (`tailtrim_policy::drr`, Rein's
+    /// weights; priorities above the last class go to the last), one unit per fetch: what the
+    /// proxy and the server do.
+    #[default]
+    Drr,
+    /// Strict priority (lower value first), FIFO inside a priority.
+    Strict,
 }
 
 /// What the clients ask for.
@@ -98,6 +113,9 @@ pub struct ClusterScenario {
     pub servers: usize,
     /// Worker threads per server, sharing the server's queue.
     pub workers_per_server: usize,
+    /// Order of prioritized fetches in a server's queue.
+    #[serde(default)]
+    pub server_queue: ServerQueue,
     /// Copies of each key (owner first on the ketama ring).
     pub replicas: usize,
     /// Client/proxy threads; a request is handled by thread `request % threads`. Their costs
@@ -137,6 +155,7 @@ impl Default for ClusterScenario {
         ClusterScenario {
             servers: 4,
             workers_per_server: 1,
+            server_queue: ServerQueue::Drr,
             replicas: 1,
             client_threads: 1,
             planner: "batch".to_string(),
@@ -370,6 +389,9 @@ fn state_thread(state: &RequestState) -> usize {
     state.thread as usize
 }
 
+/// Marks a fetch without a priority.
+const NO_PRIORITY: u8 = u8::MAX;
+
 struct FetchState {
     request: u32,
     backend: u32,
@@ -377,12 +399,31 @@ struct FetchState {
     reply_bytes: u64,
     priority: u8,
     sent: Nanos,
+    /// Key ids, kept only for planners that want each value's size.
+    key_ids: Vec<u64>,
 }
 
 struct ServerState {
     idle_workers: usize,
-    queue: BinaryHeap<Reverse<(u8, u64, u32)>>,
+    /// Fetches without a priority.
+    fifo: VecDeque<u32>,
+    /// Prioritized fetches, strict order.
+    strict: BinaryHeap<Reverse<(u8, u64, u32)>>,
+    /// Prioritized fetches, deficit round robin.
+    drr: Drr<u32>,
     busy_ns: u128,
+}
+
+impl ServerState {
+    fn pop(&mut self) -> Option<u32> {
+        if let Some(fetch) = self.fifo.pop_front() {
+            return Some(fetch);
+        }
+        if let Some((_, fetch)) = self.drr.pop() {
+            return Some(fetch);
+        }
+        self.strict.pop().map(|Reverse((_, _, fetch))| fetch)
+    }
 }
 
 struct ClientThread {
@@ -465,7 +506,9 @@ impl View<'_> {
             return None;
         }
         let offset = at - base;
-        offset.is_multiple_of(KEY_LEN).then(|| self.ids[offset / KEY_LEN])
+        offset
+            .is_multiple_of(KEY_LEN)
+            .then(|| self.ids[offset / KEY_LEN])
     }
 }
 
@@ -522,6 +565,7 @@ struct Sim<'s> {
     outstanding: Vec<u32>,
     ewma: Vec<Ewma>,
     client_modelled: bool,
+    wants_values: bool,
     generated: u64,
     warmup: u64,
     first_measured: Option<Nanos>,
@@ -555,6 +599,7 @@ impl<'s> Sim<'s> {
         )
         .map_err(|e| SimError::Config(e.to_string()))?;
         let keyspace = scenario.workload.keyspace as usize;
+        let wants_values = planner.wants_values();
         let root = Rng::new(scenario.seed);
         let zipf = match scenario.workload.popularity {
             Popularity::Uniform => None,
@@ -584,7 +629,9 @@ impl<'s> Sim<'s> {
             servers: (0..scenario.servers)
                 .map(|_| ServerState {
                     idle_workers: scenario.workers_per_server,
-                    queue: BinaryHeap::new(),
+                    fifo: VecDeque::new(),
+                    strict: BinaryHeap::new(),
+                    drr: Drr::new(drr::WEIGHTS, drr::DEFAULT_QUANTUM),
                     busy_ns: 0,
                 })
                 .collect(),
@@ -597,6 +644,7 @@ impl<'s> Sim<'s> {
                 .collect(),
             outstanding: vec![0; scenario.servers],
             ewma: vec![Ewma::default(); scenario.servers],
+            wants_values,
             client_modelled: !(scenario.client_send.is_zero() && scenario.client_recv.is_zero()),
             generated: 0,
             warmup: (scenario.requests as f64 * scenario.warmup_fraction) as u64,
@@ -749,8 +797,17 @@ impl<'s> Sim<'s> {
                         backend: fetch.backend as u32,
                         keys: fetch.keys.len() as u32,
                         reply_bytes,
-                        priority: fetch.priority.unwrap_or(u8::MAX),
+                        priority: fetch.priority.unwrap_or(NO_PRIORITY),
                         sent: self.now,
+                        key_ids: if self.wants_values {
+                            fetch
+                                .keys
+                                .iter()
+                                .map(|&index| self.key_ids[index as usize])
+                                .collect()
+                        } else {
+                            Vec::new()
+                        },
                     };
                     let id = match self.free_fetches.pop() {
                         Some(id) => {
@@ -806,11 +863,21 @@ impl<'s> Sim<'s> {
         if self.servers[backend].idle_workers > 0 {
             self.servers[backend].idle_workers -= 1;
             self.start_service(fetch);
+        } else if priority == NO_PRIORITY {
+            self.servers[backend].fifo.push_back(fetch);
         } else {
-            let seq = self.queue_seq();
-            self.servers[backend]
-                .queue
-                .push(Reverse((priority, seq, fetch)));
+            match self.scenario.server_queue {
+                ServerQueue::Drr => {
+                    let class = usize::from(priority).min(drr::CLASSES - 1);
+                    self.servers[backend].drr.push(class, 1, fetch);
+                }
+                ServerQueue::Strict => {
+                    let seq = self.queue_seq();
+                    self.servers[backend]
+                        .strict
+                        .push(Reverse((priority, seq, fetch)));
+                }
+            }
         }
     }
 
@@ -841,8 +908,8 @@ impl<'s> Sim<'s> {
         let delay = sample(&self.scenario.network, units, &mut self.network_rng);
         self.queue.push(self.now + delay, Event::Reply(fetch));
         let server = &mut self.servers[backend];
-        match server.queue.pop() {
-            Some(Reverse((_, _, next))) => self.start_service(next),
+        match server.pop() {
+            Some(next) => self.start_service(next),
             None => server.idle_workers += 1,
         }
     }
@@ -853,6 +920,13 @@ impl<'s> Sim<'s> {
         let latency = self.now.since(state.sent);
         self.outstanding[backend] -= 1;
         self.ewma[backend].observe(latency.0 as f64);
+        if self.wants_values {
+            let mut key = [0u8; KEY_LEN];
+            for &id in &state.key_ids {
+                write_key(id, &mut key);
+                self.planner.observe_value(&key, self.keys.value_len(id));
+            }
+        }
         self.planner.observe(&Observation {
             backend,
             keys: state.keys,

@@ -2,7 +2,7 @@
 
 use tailtrim_bench::dist::Distribution;
 use tailtrim_policy::costspec::{CostSpec, Dispersion};
-use tailtrim_policy::planner::{Action, ClusterView, Fetch, PlanRequest, Planner};
+use tailtrim_policy::planner::{Action, ClusterView, Fetch, PlanRequest, Planner, PLANNER_NAMES};
 use tailtrim_sim::cluster::{
     run_cluster, run_cluster_with, ArrivalProcess, ClusterScenario, ClusterWorkload,
 };
@@ -240,6 +240,38 @@ fn planner_delays_and_priorities_are_honoured() {
     let urgent = result.by_keys[&1].summary.p99_us;
     let other = result.by_keys[&2].summary.p99_us;
     assert!(urgent * 3.0 < other, "urgent p99 {urgent} vs {other}");
+}
+
+#[test]
+fn every_registered_planner_runs_and_conserves_keys() {
+    for name in PLANNER_NAMES {
+        let scenario = ClusterScenario {
+            servers: 8,
+            replicas: 2,
+            planner: name.to_string(),
+            workload: ClusterWorkload {
+                keyspace: 5_000,
+                keys_per_request: Distribution::Table {
+                    entries: vec![(1.0, 0.6), (8.0, 0.3), (100.0, 0.1)],
+                    tail: None,
+                },
+                value_bytes: Distribution::Exponential { mean: 1_500.0 },
+                ..ClusterWorkload::default()
+            },
+            rate_rps: 2_000.0,
+            requests: 5_000,
+            network: CostSpec::parse("const=20us,byte=1ns").unwrap(),
+            ..ClusterScenario::default()
+        };
+        let result = run_cluster(&scenario).unwrap();
+        assert_eq!(result.planner, name);
+        assert_eq!(result.requests, 5_000, "{name}");
+        assert_eq!(
+            result.keys_served + result.keys_unavailable,
+            result.keys_requested,
+            "{name}"
+        );
+    }
 }
 
 #[test]

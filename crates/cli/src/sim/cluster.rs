@@ -12,7 +12,7 @@ use tailtrim_bench::workload::Popularity;
 use tailtrim_policy::costspec::CostSpec;
 use tailtrim_sim::cluster::{
     parse_distribution, sweep_cluster, ArrivalProcess, ClusterResult, ClusterScenario,
-    ClusterWorkload, DEFAULT_LARGE_VALUE_BYTES, DEFAULT_WARMUP_FRACTION,
+    ClusterWorkload, ServerQueue, DEFAULT_LARGE_VALUE_BYTES, DEFAULT_WARMUP_FRACTION,
 };
 
 /// Arguments of `tailtrim sim cluster`.
@@ -24,13 +24,16 @@ pub struct ClusterArgs {
     /// Worker threads per server.
     #[arg(long, default_value_t = 1)]
     workers: usize,
+    /// Serve prioritized fetches in strict priority order instead of deficit round robin.
+    #[arg(long)]
+    strict_priority: bool,
     /// Copies of each key.
     #[arg(long, default_value_t = 1)]
     replicas: usize,
     /// Client/proxy threads (modelled when --client-send or --client-recv costs something).
     #[arg(long, default_value_t = 1)]
     client_threads: usize,
-    /// Multiget planner (policy crate name).
+    /// Multiget planner: batch, chisel, rein-sbf, rein-sds, tailx (policy crate names).
     #[arg(long, default_value = "batch")]
     planner: String,
     /// Distinct keys.
@@ -95,6 +98,11 @@ pub fn run(args: ClusterArgs) -> Result<ExitCode, String> {
     let scenario = ClusterScenario {
         servers: args.servers,
         workers_per_server: args.workers,
+        server_queue: if args.strict_priority {
+            ServerQueue::Strict
+        } else {
+            ServerQueue::Drr
+        },
         replicas: args.replicas,
         client_threads: args.client_threads,
         planner: args.planner,
