@@ -11,6 +11,7 @@
 //!                          count, connections and rates ─► side-by-side comparison
 //!   tailtrim sim cluster   N servers, client threads, network, a multiget planner
 //!                          (tailtrim_sim::cluster) ─► p50/p99 per rate (table or JSON)
+//!   tailtrim sim sleep-accuracy   requested vs achieved sleeps (tailtrim_server::emulate)
 //! ```
 
 mod cluster;
@@ -57,6 +58,50 @@ enum SimCommand {
     /// A cluster of N servers with client threads and a network stage, reads planned by a
     /// multiget planner (batch, …); service, network and client costs from cost specs.
     Cluster(Box<cluster::ClusterArgs>),
+    /// How accurately this machine sleeps (the emulation's clock): requested vs achieved
+    /// sleeps at 1, 8 and 16 concurrent sleepers, with the default and a 1 ns timer slack.
+    SleepAccuracy(SleepAccuracyArgs),
+}
+
+/// Arguments of `tailtrim sim sleep-accuracy`.
+#[derive(clap::Args, Debug)]
+struct SleepAccuracyArgs {
+    /// Requested sleeps, microseconds (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "50,200,1000")]
+    micros: Vec<u64>,
+    /// Concurrent sleepers (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,8,16")]
+    sleepers: Vec<usize>,
+    /// Sleeps per sleeper per point.
+    #[arg(long, default_value_t = 500)]
+    samples: usize,
+}
+
+fn run_sleep_accuracy(args: SleepAccuracyArgs) -> Result<ExitCode, String> {
+    use tailtrim_server::emulate::measure_accuracy;
+    println!("| requested | sleepers | timer slack | samples | overshoot p50 | p99 | max |");
+    println!("|---:|---:|---|---:|---:|---:|---:|");
+    for &micros in &args.micros {
+        for &sleepers in &args.sleepers {
+            for min_slack in [false, true] {
+                let a = measure_accuracy(
+                    std::time::Duration::from_micros(micros),
+                    sleepers,
+                    args.samples,
+                    min_slack,
+                );
+                println!(
+                    "| {micros} µs | {sleepers} | {} | {} | {:.1} µs | {:.1} µs | {:.1} µs |",
+                    if min_slack { "1 ns" } else { "default" },
+                    a.samples,
+                    a.p50_us,
+                    a.p99_us,
+                    a.max_us
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Flags shared by `minos` and `validate`: the model and the sweep.
@@ -219,6 +264,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         SimCommand::Profile(profile) => run_profile(profile),
         SimCommand::Validate(validate) => run_validate(*validate),
         SimCommand::Cluster(args) => cluster::run(*args),
+        SimCommand::SleepAccuracy(args) => run_sleep_accuracy(args),
     }
 }
 

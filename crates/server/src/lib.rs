@@ -22,6 +22,7 @@
 pub mod affinity;
 pub mod buffers;
 pub mod config;
+pub mod emulate;
 pub mod epoll;
 pub mod exec;
 pub mod policies;
