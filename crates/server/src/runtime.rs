@@ -107,7 +107,7 @@ enum Next {
     Closed,
 }
 
-/// When [`Runtime::complete`] writes the reply out.
+/// When the runtime writes a completed reply out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlushMode {
     /// Queue only: the reader flushes after its batch (pipelined replies
