@@ -66,8 +66,9 @@ pub use controller::{
     DEFAULT_PERCENTILE, DEFAULT_SHARE_MARGIN, DEFAULT_WINDOW_EPOCHS, DEFAULT_WORKERS,
 };
 pub use dispatch::{
-    early_binding_worker, large_worker_for, late_binding_worker, least_loaded_large_worker,
-    DispatchPolicy, StealPolicy, DEFAULT_MIN_VICTIM_BACKLOG,
+    early_binding_worker, key_hash, key_worker, large_worker_for, late_binding_worker,
+    least_loaded_large_worker, DispatchPolicy, PackedDecision, StealPolicy,
+    DEFAULT_MIN_VICTIM_BACKLOG,
 };
 pub use histogram::{CostSplit, SizeHistogram, SizeWindow};
 

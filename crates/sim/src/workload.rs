@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use tailtrim_bench::class::Class;
 use tailtrim_bench::dist::Distribution;
-use tailtrim_bench::rng::{splitmix64, Rng};
+use tailtrim_bench::rng::Rng;
 use tailtrim_bench::schedule::Schedule;
 use tailtrim_bench::workload::{OpKind, RequestGenerator, WorkloadSpec};
 
@@ -123,6 +123,7 @@ impl Trace {
         let mut service_rng = root.fork(3);
         let mut per_conn = vec![0u32; connections as usize];
         let mut requests = Vec::with_capacity(count);
+        let mut key_bytes = Vec::new();
         for _ in 0..count {
             let operation = generator.next_operation();
             let Some(key) = operation.keys.first().copied() else {
@@ -137,8 +138,11 @@ impl Trace {
                 }
                 OpKind::Set => (value_len, set_request_bytes(key_len, value_len)),
             };
-            let mut hash_state = (u64::from(key.pool) << 56) ^ key.id ^ spec.key_seed;
-            let key_hash = splitmix64(&mut hash_state);
+            // The bytes the load generator sends for this key, hashed as the server hashes
+            // them, so early binding routes the key to the same worker in both.
+            key_bytes.clear();
+            spec.write_key(key, &mut key_bytes);
+            let key_hash = tailtrim_policy::sizeaware::key_hash(&key_bytes);
             let conn = conn_rng.below(u64::from(connections)) as u32;
             let conn_seq = per_conn[conn as usize];
             per_conn[conn as usize] += 1;

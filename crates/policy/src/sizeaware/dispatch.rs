@@ -85,6 +85,85 @@ pub const fn early_binding_worker(key_hash: u64, workers: usize) -> usize {
     ((key_hash as u128 * workers as u128) >> 64) as usize
 }
 
+/// The hash early binding partitions keys by: 64-bit FNV-1a of the key's bytes. The server
+/// hashes the key it parsed; the simulator hashes the bytes the load generator would send for
+/// the same key, so both route a key to the same worker ([`key_worker`]).
+pub const fn key_hash(key: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut index = 0;
+    while index < key.len() {
+        hash ^= key[index] as u64;
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        index += 1;
+    }
+    hash
+}
+
+/// Early binding's owner of `key` among `workers`: [`early_binding_worker`] of [`key_hash`].
+pub const fn key_worker(key: &[u8], workers: usize) -> usize {
+    early_binding_worker(key_hash(key), workers)
+}
+
+/// A size-aware decision as the workers read it: threshold and split packed into one `u64`,
+/// so a runtime publishes an epoch's decision with one atomic store and a worker never sees
+/// one epoch's threshold with another epoch's split. The threshold keeps its low 48 bits
+/// (thresholds of 256 TiB and more, and "none", read as [`PackedDecision::NO_THRESHOLD`]);
+/// the split keeps 16 bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PackedDecision(pub u64);
+
+impl PackedDecision {
+    const THRESHOLD_BITS: u32 = 48;
+    const THRESHOLD_MASK: u64 = (1 << Self::THRESHOLD_BITS) - 1;
+    /// The threshold read back when there is none (every request is small).
+    pub const NO_THRESHOLD: u64 = u64::MAX;
+
+    /// Packs `threshold` (`None`: no threshold) and `small_workers` (at most 65535).
+    pub const fn new(threshold: Option<u64>, small_workers: usize) -> PackedDecision {
+        let threshold = match threshold {
+            Some(bytes) if bytes < Self::THRESHOLD_MASK => bytes,
+            _ => Self::THRESHOLD_MASK,
+        };
+        let small = if small_workers > 0xffff {
+            0xffff
+        } else {
+            small_workers as u64
+        };
+        PackedDecision((small << Self::THRESHOLD_BITS) | threshold)
+    }
+
+    /// The threshold in bytes ([`Self::NO_THRESHOLD`] when none).
+    pub const fn threshold(self) -> u64 {
+        let bits = self.0 & Self::THRESHOLD_MASK;
+        if bits == Self::THRESHOLD_MASK {
+            Self::NO_THRESHOLD
+        } else {
+            bits
+        }
+    }
+
+    /// Workers `0..small_workers` are small.
+    pub const fn small_workers(self) -> usize {
+        (self.0 >> Self::THRESHOLD_BITS) as usize
+    }
+
+    /// This decision with another threshold.
+    pub const fn with_threshold(self, threshold: Option<u64>) -> PackedDecision {
+        PackedDecision::new(threshold, self.small_workers())
+    }
+
+    /// This decision with another split.
+    pub const fn with_small_workers(self, small_workers: usize) -> PackedDecision {
+        let threshold = self.threshold();
+        let threshold = if threshold == Self::NO_THRESHOLD {
+            None
+        } else {
+            Some(threshold)
+        };
+        PackedDecision::new(threshold, small_workers)
+    }
+}
+
 /// The large worker for a handed-off request: round-robin over the large workers by `id`.
 /// Pass a **connection** id to keep every large request of a connection on one large worker
 /// (its queue is FIFO, which simplifies reply ordering); pass a request counter to spread them.
@@ -177,8 +256,8 @@ impl StealPolicy {
 #[cfg(test)]
 mod tests {
     use super::{
-        early_binding_worker, large_worker_for, late_binding_worker, least_loaded_large_worker,
-        DispatchPolicy, StealPolicy,
+        early_binding_worker, key_hash, key_worker, large_worker_for, late_binding_worker,
+        least_loaded_large_worker, DispatchPolicy, PackedDecision, StealPolicy,
     };
     use crate::sizeaware::{SizeAwareConfig, SizeAwareController, SizeAwareError};
     use proptest::prelude::{prop_assert, prop_assert_eq, proptest};
@@ -209,6 +288,31 @@ mod tests {
             "minos".parse::<DispatchPolicy>(),
             Err(SizeAwareError::UnknownDispatchPolicy("minos".to_string()))
         );
+    }
+
+    #[test]
+    fn packed_decision_round_trips_threshold_and_split() {
+        let packed = PackedDecision::new(Some(1499), 3);
+        assert_eq!((packed.threshold(), packed.small_workers()), (1499, 3));
+        let none = PackedDecision::new(None, 4);
+        assert_eq!(none.threshold(), PackedDecision::NO_THRESHOLD);
+        assert_eq!(none.small_workers(), 4);
+        assert_eq!(packed.with_small_workers(1).threshold(), 1499);
+        assert_eq!(none.with_threshold(Some(0)).threshold(), 0);
+        assert_eq!(none.with_threshold(Some(0)).small_workers(), 4);
+        assert_eq!(
+            PackedDecision::new(Some(u64::MAX - 1), 1).threshold(),
+            PackedDecision::NO_THRESHOLD
+        );
+    }
+
+    #[test]
+    fn key_worker_is_early_binding_of_fnv() {
+        assert_eq!(key_hash(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(key_hash(b"a"), 0xaf63_dc4c_8601_ec8c);
+        for key in [&b"key:1"[..], b"x", b"another key"] {
+            assert_eq!(key_worker(key, 4), early_binding_worker(key_hash(key), 4));
+        }
     }
 
     #[test]

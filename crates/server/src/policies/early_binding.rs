@@ -1,6 +1,7 @@
 //! `early-binding` (MICA-like): a request runs on the worker that owns its
 //! key. The connection's home worker reads and parses; a single-key request
-//! whose key it owns runs in place, others go to the owner's job queue
+//! whose key it owns (`policy::sizeaware::key_worker`, the function the simulator
+//! routes by) runs in place, others go to the owner's job queue
 //! (woken through an eventfd in its epoll). Multi-key, keyless and invalid
 //! requests are barriers run by the reader.
 //!
@@ -10,6 +11,7 @@
 //! ```
 
 use crossbeam_channel::{Receiver, Sender};
+use tailtrim_policy::sizeaware::key_worker;
 
 use super::{EpollLayout, Placement, Policy, IDLE_WAIT_MS, STATS_CLASS_THRESHOLD};
 use crate::config::DispatchPolicy;
@@ -92,15 +94,4 @@ impl Policy for EarlyBinding {
     fn class_threshold(&self) -> u64 {
         STATS_CLASS_THRESHOLD
     }
-}
-
-/// Early binding's partition function: the worker that owns `key`.
-fn key_worker(key: &[u8], workers: usize) -> usize {
-    // FNV-1a: cheap and stable across runs.
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in key {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    (hash % workers.max(1) as u64) as usize
 }

@@ -11,14 +11,14 @@
 //!  controller: every epoch merges the workers' size histograms ─► threshold, split
 //! ```
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use tailtrim_policy::sizeaware::{
-    Epoch, SizeAwareConfig, SizeAwareController, SizeHistogram, SizeWindow,
+    Epoch, PackedDecision, SizeAwareConfig, SizeAwareController, SizeHistogram, SizeWindow,
 };
 use tailtrim_proto::reply::ReplyBuf;
 use tailtrim_proto::request::declared_total;
@@ -36,10 +36,10 @@ pub struct SizeAware {
     fixed_split: Option<usize>,
     controller: SizeAwareConfig,
     epoch: Duration,
-    /// Current threshold in bytes (reply size for GETs, value size for SETs).
-    threshold: AtomicU64,
-    /// Current number of small workers (worker ids below it are small).
-    small_workers: AtomicUsize,
+    /// The live decision (threshold: reply size for GETs, value size for
+    /// SETs; workers below the split are small), one [`PackedDecision`] so
+    /// an epoch's threshold and split are published together.
+    decision: AtomicU64,
     handoffs: AtomicU64,
     epochs: AtomicU64,
     last_decision: Mutex<Vec<(&'static str, String)>>,
@@ -68,8 +68,7 @@ impl SizeAware {
             fixed_split,
             controller,
             epoch: Duration::from_millis(section.epoch_ms),
-            threshold: AtomicU64::new(fixed_threshold.unwrap_or(u64::MAX)),
-            small_workers: AtomicUsize::new(small),
+            decision: AtomicU64::new(PackedDecision::new(fixed_threshold, small).0),
             handoffs: AtomicU64::new(0),
             epochs: AtomicU64::new(0),
             last_decision: Mutex::new(Vec::new()),
@@ -80,12 +79,16 @@ impl SizeAware {
         }
     }
 
+    fn decision(&self) -> PackedDecision {
+        PackedDecision(self.decision.load(Ordering::Acquire))
+    }
+
     fn threshold(&self) -> u64 {
-        self.threshold.load(Ordering::Relaxed)
+        self.decision().threshold()
     }
 
     fn large_workers_available(&self) -> bool {
-        self.small_workers.load(Ordering::Relaxed) < self.workers
+        self.decision().small_workers() < self.workers
     }
 }
 
@@ -107,7 +110,7 @@ impl Policy for SizeAware {
     }
 
     fn worker_step(&self, rt: &Runtime, worker: usize, tokens: &mut Vec<u64>) {
-        let small = worker < self.small_workers.load(Ordering::Relaxed);
+        let small = worker < self.decision().small_workers();
         if small {
             if !self.large_workers_available() {
                 // The split moved every worker to small: serve the large
@@ -156,16 +159,15 @@ impl Policy for SizeAware {
             window.advance_to(Epoch(epoch_index));
             window.absorb_epoch(Epoch(epoch_index), &merged);
             let decision = controller.on_epoch(&window);
+            // Threshold and split of this epoch, published as one unit.
+            let mut next = self.decision();
             if self.fixed_threshold.is_none() {
-                self.threshold
-                    .store(decision.threshold_bytes, Ordering::Relaxed);
+                next = next.with_threshold(Some(decision.threshold_bytes));
             }
             if self.fixed_split.is_none() {
-                self.small_workers.store(
-                    decision.small_workers.clamp(1, self.workers),
-                    Ordering::Relaxed,
-                );
+                next = next.with_small_workers(decision.small_workers.clamp(1, self.workers));
             }
+            self.decision.store(next.0, Ordering::Release);
             bump(&self.epochs);
             *self.last_decision.lock() = decision.stats();
         }
@@ -233,10 +235,11 @@ impl Policy for SizeAware {
     }
 
     fn stats(&self, _workers: usize) -> PolicyStats {
-        let threshold = self.threshold();
+        let decision = self.decision();
+        let threshold = decision.threshold();
         PolicyStats {
-            small_workers: self.small_workers.load(Ordering::Relaxed),
-            threshold: (threshold != u64::MAX).then_some(threshold),
+            small_workers: decision.small_workers(),
+            threshold: (threshold != PackedDecision::NO_THRESHOLD).then_some(threshold),
             handoffs: self.handoffs.load(Ordering::Relaxed),
             steals: 0,
             epochs: self.epochs.load(Ordering::Relaxed),
@@ -249,7 +252,9 @@ impl Policy for SizeAware {
     }
 
     fn set_split(&self, small: usize) {
-        self.small_workers
-            .store(small.clamp(1, self.workers.max(1)), Ordering::Relaxed);
+        let next = self
+            .decision()
+            .with_small_workers(small.clamp(1, self.workers.max(1)));
+        self.decision.store(next.0, Ordering::Release);
     }
 }
