@@ -14,6 +14,13 @@ pub struct Args {
     /// TOML configuration file (sections `[proxy]` and `[pool]`).
     #[arg(short = 'c', long = "config", value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// A twemproxy (nutcracker) YAML configuration instead of `--config`: every key of the
+    /// pool is mapped or refused with a reason (see the proxy crate's `twemproxy` module).
+    #[arg(long = "twemproxy", value_name = "FILE.yml", conflicts_with = "config")]
+    pub twemproxy: Option<PathBuf>,
+    /// The pool of the `--twemproxy` file to serve, when it has several.
+    #[arg(long = "twemproxy-pool", value_name = "NAME", requires = "twemproxy")]
+    pub twemproxy_pool: Option<String>,
     /// Client listen address, e.g. 127.0.0.1:22122.
     #[arg(short = 'l', long = "listen", value_name = "ADDR")]
     pub listen: Option<String>,
@@ -74,9 +81,20 @@ pub struct Args {
 
 /// Builds the effective configuration: file (or defaults), then flags.
 fn effective_config(args: &Args) -> Result<ProxyConfig, String> {
-    let mut config = match &args.config {
-        Some(path) => ProxyConfig::from_file(path).map_err(|error| error.to_string())?,
-        None => ProxyConfig::default(),
+    let mut config = match (&args.config, &args.twemproxy) {
+        (Some(path), _) => ProxyConfig::from_file(path).map_err(|error| error.to_string())?,
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+            let (config, warnings) =
+                tailtrim_proxy::twemproxy::from_yaml(&text, args.twemproxy_pool.as_deref())
+                    .map_err(|error| format!("{}: {error}", path.display()))?;
+            for warning in warnings {
+                eprintln!("tailtrim: warning: {warning}");
+            }
+            config
+        }
+        (None, None) => ProxyConfig::default(),
     };
     if let Some(listen) = &args.listen {
         config.proxy.listen = listen.clone();

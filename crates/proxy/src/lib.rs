@@ -20,6 +20,7 @@ pub mod config;
 pub mod error;
 pub mod frontend;
 pub mod metrics;
+pub mod twemproxy;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
