@@ -252,7 +252,8 @@ impl Analyzer {
         self.samples.push_back((keys, latency.0));
     }
 
-    /// The round-trip fit over the window: a low quantile per key count, weighted by count.
+    /// The round-trip fit over the window: a low quantile per key count, weighted by count
+    /// (see [`Analyzer::trusts`] for whether it is good enough).
     pub fn fit(&self) -> Result<LinearFit, Fallback> {
         if self.samples.len() < self.config.min_samples.max(2) {
             return Err(Fallback::TooFewSamples);
@@ -275,10 +276,12 @@ impl Analyzer {
         }
         let mut fit = least_squares(&points).ok_or(Fallback::OneKeyCount)?;
         fit.samples = self.samples.len();
-        if fit.r_squared < self.config.min_r_squared || fit.per_key < 0.0 || fit.fixed < 0.0 {
-            return Err(Fallback::PoorFit);
-        }
         Ok(fit)
+    }
+
+    /// True when a fit is good enough to drive the model.
+    pub fn trusts(&self, fit: &LinearFit) -> bool {
+        fit.r_squared >= self.config.min_r_squared && fit.per_key >= 0.0 && fit.fixed >= 0.0
     }
 
     /// The model's inputs from a fit and an epoch's counts.
@@ -336,6 +339,9 @@ impl Analyzer {
             Ok(fit) => fit,
             Err(why) => return self.fall_back(why, None),
         };
+        if !self.trusts(&fit) {
+            return self.fall_back(Fallback::PoorFit, Some(fit));
+        }
         let params = match self.params(&fit, load) {
             Ok(params) => params,
             Err(why) => return self.fall_back(why, Some(fit)),
@@ -440,6 +446,7 @@ mod tests {
         let mut analyzer = Analyzer::new(config());
         feed(&mut analyzer, &[10, 25, 100], 100);
         let fit = analyzer.fit().unwrap();
+        assert!(analyzer.trusts(&fit));
         // The 25th percentile sits 2 queueing steps (30 µs) above the profile.
         assert!((fit.per_key * 1e6 - 7.1).abs() < 0.05, "{fit:?}");
         assert!((fit.fixed * 1e6 - 118.3).abs() < 1.0, "{fit:?}");

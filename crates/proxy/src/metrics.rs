@@ -488,6 +488,14 @@ pub async fn stats_reply(shared: &Shared, args: &[Bytes]) -> Vec<u8> {
         }
         let _ = write!(out, "STAT backends_unreachable {unreachable}\r\n");
         let _ = write!(out, "STAT pool_planner {}\r\n", shared.pool.planner_name());
+        if let Some((decision, _)) = shared.pool.shaper().last_decision() {
+            let state = match decision.fallback {
+                Some(why) => why.name(),
+                None if decision.held => "held",
+                None => "model",
+            };
+            let _ = write!(out, "STAT chisel_decision {state}\r\n");
+        }
         for sample in counters(shared) {
             let suffix: Vec<&str> = sample
                 .labels
