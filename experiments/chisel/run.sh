@@ -13,7 +13,10 @@
 # turns them into results.json and results.md.
 #
 # Environment: SCENARIOS ("A:M:R:O ..." = inter-arrival µs, mice keys, mice per elephant,
-# overhead µs), REPEATS (2), DURATION (5 s), WARMUP (3 s), BACKEND (tailtrim|memcached).
+# overhead µs), REPEATS (2), DURATION (5 s), WARMUP (3 s), BACKEND (tailtrim|memcached),
+# SECOND (chisel; "batch" makes an A/A control: the second proxy also plans with batch, still
+# labelled chisel in the file names), ALTERNATE (0; 1 puts the second system first in even
+# rounds).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 bin="${TAILTRIM:-$repo/target/release/tailtrim}"
@@ -23,6 +26,8 @@ repeats="${REPEATS:-2}"
 duration="${DURATION:-5}"
 warmup="${WARMUP:-3}"
 backend_kind="${BACKEND:-tailtrim}"
+second="${SECOND:-chisel}"
+alternate="${ALTERNATE:-0}"
 mkdir -p "$out"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_port() {
@@ -57,7 +62,8 @@ pool="$(IFS=,; echo "${servers[*]}")"
     echo " \"repeats\": $repeats, \"duration_s\": $duration, \"warmup_s\": $warmup,"
     echo " \"commit\": \"$(git -C "$repo" rev-parse HEAD)\", \"dirty\": $([ -n "$(git -C "$repo" status --porcelain)" ] && echo true || echo false),"
     echo " \"cpu\": \"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)\", \"cores\": $(nproc),"
-    echo " \"command\": \"SCENARIOS='$scenarios' REPEATS=$repeats DURATION=$duration WARMUP=$warmup BACKEND=$backend_kind experiments/chisel/run.sh\"}"
+    echo " \"second\": \"$second\", \"alternate\": $alternate,"
+    echo " \"command\": \"SCENARIOS='$scenarios' REPEATS=$repeats DURATION=$duration WARMUP=$warmup BACKEND=$backend_kind SECOND=$second ALTERNATE=$alternate experiments/chisel/run.sh ${1:-}\"}"
 } > "$out/meta.json"
 
 start_proxy() { # planner overhead -> prints "pid port"
@@ -74,7 +80,7 @@ for scenario in $scenarios; do
     IFS=: read -r interarrival mice ratio overhead <<< "$scenario"
     rate=$(( 1000000 / interarrival ))
     read -r batch_pid batch_port < <(start_proxy batch "$overhead")
-    read -r chisel_pid chisel_port < <(start_proxy chisel "$overhead")
+    read -r chisel_pid chisel_port < <(start_proxy "$second" "$overhead")
     pids+=("$batch_pid" "$chisel_pid")
     wait_port "$batch_port"
     wait_port "$chisel_port"
@@ -85,7 +91,9 @@ for scenario in $scenarios; do
         preloaded=yes
     fi
     for round in $(seq "$repeats"); do
-        for system in batch chisel; do
+        order="batch chisel"
+        [ "$alternate" = 1 ] && [ $((round % 2)) = 0 ] && order="chisel batch"
+        for system in $order; do
             port=$batch_port
             [ "$system" = chisel ] && port=$chisel_port
             name="A${interarrival}-m${mice}-r${ratio}-o${overhead}-${system}-${round}"

@@ -5,6 +5,8 @@
 //!        │ read(key) · write(key) · multiget(keys) · broadcast
 //!        ▼
 //!  pool::Pool ── ring (policy::ring) ── planner (policy::planner) ── health (policy::health)
+//!        │ multiget fetches: shaping (query slots, injected setup, Chisel's merging of mice,
+//!        │                   the online analyzer retuning B and L: model::chisel_online)
 //!        │ one per server
 //!        ▼
 //!  backend::Backend ── TKO tracker · EWMA · outstanding · stats
