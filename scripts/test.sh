@@ -131,6 +131,12 @@ run_go "through the proxy"
 export TAILTRIM_PROXY_ARGS="--planner chisel"
 run_pytest "through the proxy, chisel"
 run_go "through the proxy, chisel"
+# ... and with the Rein (priorities queued in the proxy) and TailX (delay queue) planners (issue 13).
+for planner in rein-sbf tailx; do
+    export TAILTRIM_PROXY_ARGS="--planner $planner"
+    run_pytest "through the proxy, $planner"
+    run_go "through the proxy, $planner"
+done
 unset TAILTRIM_PROXY_ARGS
 export TAILTRIM_BIN="$server_bin"
 

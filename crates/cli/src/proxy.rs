@@ -44,7 +44,7 @@ pub struct Args {
     /// Copies of each key.
     #[arg(short = 'r', long = "replicas")]
     pub replicas: Option<usize>,
-    /// Multiget planner (batch, chisel).
+    /// Multiget planner: batch, chisel, rein-sbf, rein-sds or tailx.
     #[arg(long = "planner")]
     pub planner: Option<String>,
     /// Setup time added before every multiget backend query, µs (emulated client overhead).
@@ -56,6 +56,10 @@ pub struct Args {
     /// Chisel: fixed "B,L" instead of the online analyzer's choice.
     #[arg(long = "chisel-fixed", value_name = "B,L")]
     pub chisel_fixed: Option<String>,
+    /// Requests in flight per backend before the proxy queues them by priority class
+    /// (0: no bound; default 2 for rein-sbf/rein-sds, else no bound).
+    #[arg(long = "backend-window")]
+    pub backend_window: Option<usize>,
     /// Backend request timeout in milliseconds.
     #[arg(long = "timeout-ms")]
     pub timeout_ms: Option<u64>,
@@ -135,6 +139,9 @@ fn effective_config(args: &Args) -> Result<ProxyConfig, String> {
     }
     if let Some(fixed) = &args.chisel_fixed {
         config.pool.chisel_fixed = fixed.clone();
+    }
+    if let Some(window) = args.backend_window {
+        config.pool.backend_window = Some(window);
     }
     if let Some(timeout) = args.timeout_ms {
         config.pool.timeout_ms = timeout;

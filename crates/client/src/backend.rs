@@ -1,8 +1,9 @@
 //! One backend server: its connections, health, load and metrics.
 //!
 //! ```text
-//!   call(bytes, shape)
+//!   call_in(bytes, shape, class)
 //!     ├─ health.try_acquire(now)? ── no ──► Err(BackendDown)          (fail fast)
+//!     ├─ window set: gate.admit(class) ≤ timeout (DRR queue, see sched) ─ else Err(Overloaded)
 //!     ├─ slot = next round-robin connection; connect lazily (connect_timeout)
 //!     ├─ outstanding += 1; submit; wait ≤ timeout
 //!     │     ├─ reply   ─► health.record_success, EWMA, latency histogram
@@ -21,6 +22,7 @@ use tokio::net::TcpStream;
 use crate::clock::Clock;
 use crate::connection::{Connection, RawReply, ReplyShape};
 use crate::error::ClientError;
+use crate::sched::Gate;
 use crate::stats::BackendStats;
 
 /// Settings shared by the backends of a pool.
@@ -38,6 +40,9 @@ pub struct BackendSettings {
     pub health: HealthSettings,
     /// EWMA weight.
     pub ewma_alpha: f64,
+    /// Requests in flight at most, queued by priority class beyond that (0: no bound, no
+    /// queue in the client).
+    pub window: usize,
 }
 
 /// A backend server.
@@ -50,6 +55,7 @@ pub struct Backend {
     health: Mutex<HealthTracker>,
     ewma: Mutex<Ewma>,
     outstanding: AtomicU32,
+    gate: Option<Gate>,
     stats: BackendStats,
 }
 
@@ -68,6 +74,7 @@ impl Backend {
             health: Mutex::new(HealthTracker::new(settings.health)),
             ewma: Mutex::new(Ewma::new(settings.ewma_alpha)),
             outstanding: AtomicU32::new(0),
+            gate: (settings.window > 0).then(|| Gate::new(settings.window)),
             stats: BackendStats::default(),
         }
     }
@@ -80,6 +87,11 @@ impl Backend {
     /// Metrics.
     pub fn stats(&self) -> &BackendStats {
         &self.stats
+    }
+
+    /// The priority gate, when the pool bounds requests in flight.
+    pub fn gate(&self) -> Option<&Gate> {
+        self.gate.as_ref()
     }
 
     /// Requests in flight.
@@ -140,14 +152,43 @@ impl Backend {
         Ok(connection)
     }
 
-    /// Sends one request and waits for its reply, bounded by the timeout.
+    /// Sends one request and waits for its reply, bounded by the timeout; priority class 0.
     pub async fn call(&self, bytes: Bytes, shape: ReplyShape) -> Result<RawReply, ClientError> {
+        self.call_in(bytes, shape, 0).await
+    }
+
+    /// Sends one request in priority `class` (0 = highest; only matters when the pool bounds
+    /// requests in flight) and waits for its reply. Waiting for a slot and the exchange are
+    /// each bounded by the timeout; a request that never got a slot fails `Overloaded`, which
+    /// does not count against the backend's health.
+    pub async fn call_in(
+        &self,
+        bytes: Bytes,
+        shape: ReplyShape,
+        class: usize,
+    ) -> Result<RawReply, ClientError> {
         if !self.health.lock().try_acquire(self.clock.now()) {
             self.stats.fail_fast.incr();
             return Err(ClientError::BackendDown {
                 backend: self.address.clone(),
             });
         }
+        let _permit = match &self.gate {
+            None => None,
+            Some(gate) => {
+                match tokio::time::timeout(self.settings.timeout, gate.admit(class)).await {
+                    Ok(permit) => Some(permit),
+                    Err(_) => {
+                        self.stats.errors.incr();
+                        self.health.lock().record_abandoned(self.clock.now());
+                        return Err(ClientError::Overloaded {
+                            backend: self.address.clone(),
+                            limit: gate.window(),
+                        });
+                    }
+                }
+            }
+        };
         self.stats.requests.incr();
         let mut in_flight = InFlight::new(self);
         let started = Instant::now();

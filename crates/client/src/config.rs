@@ -18,6 +18,9 @@ pub const DEFAULT_CONNECTIONS_PER_BACKEND: usize = 2;
 pub const DEFAULT_QUEUE_LIMIT: usize = 4096;
 /// Default copies of each key.
 pub const DEFAULT_REPLICAS: usize = 1;
+/// Requests in flight per backend, when the planner sets priorities and the config leaves the
+/// window unset: small, so that the queue forms in the client where priorities are applied.
+pub const DEFAULT_PRIORITY_WINDOW: usize = 2;
 /// Default EWMA weight of a new latency sample for replica choice.
 pub const DEFAULT_EWMA_ALPHA: f64 = tailtrim_policy::health::DEFAULT_EWMA_ALPHA;
 /// Default bound on backend queries of multigets in flight (0 = unbounded).
@@ -141,6 +144,10 @@ pub struct PoolConfig {
     pub chisel_fixed: Option<(u32, u32)>,
     /// Chisel: the analyzer's settings (`client_threads`/`server_threads` are derived).
     pub analyzer: tailtrim_model::chisel_online::AnalyzerConfig,
+    /// Requests in flight per backend before the client queues them by priority class:
+    /// `None` picks [`DEFAULT_PRIORITY_WINDOW`] for planners that set priorities and no bound
+    /// otherwise; `Some(0)` is no bound.
+    pub window: Option<usize>,
 }
 
 impl PoolConfig {
@@ -172,7 +179,17 @@ impl PoolConfig {
             chisel_epoch: DEFAULT_CHISEL_EPOCH,
             chisel_fixed: None,
             analyzer: tailtrim_model::chisel_online::AnalyzerConfig::default(),
+            window: None,
         }
+    }
+
+    /// The in-flight window the backends apply (0: none).
+    pub fn effective_window(&self) -> usize {
+        self.window.unwrap_or(if self.planner.uses_priorities() {
+            DEFAULT_PRIORITY_WINDOW
+        } else {
+            0
+        })
     }
 }
 

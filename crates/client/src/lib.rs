@@ -9,7 +9,9 @@
 //!        │                   the online analyzer retuning B and L: model::chisel_online)
 //!        │ one per server
 //!        ▼
-//!  backend::Backend ── TKO tracker · EWMA · outstanding · stats
+//!        │ tailx: not_before ─► sched::DelayQueue (runtime timer) ─┐
+//!        ▼                                                           ▼
+//!  backend::Backend ── TKO tracker · EWMA · outstanding · stats · sched::Gate (window + DRR)
 //!        │ round-robin over N lazily opened connections
 //!        ▼
 //!  connection::Connection ── writer task ─► socket ─► reader task (replies in order)
@@ -27,6 +29,7 @@ pub mod config;
 pub mod connection;
 pub mod error;
 pub mod pool;
+pub mod sched;
 pub mod shaping;
 pub mod stats;
 #[cfg(feature = "testkit")]

@@ -7,6 +7,7 @@
 //!   multiget(keys) ─► planner.plan(&request, &view) ─► Fetch per backend, concurrently
 //!                        failed fetches: their keys are planned again without that backend
 //!                        Unavailable: fail fast (NoBackend)
+//!                        not_before: wait in the delay queue; priority: the backend gate's class
 //! ```
 
 use std::time::Instant;
@@ -14,10 +15,12 @@ use std::time::Instant;
 use bytes::Bytes;
 use futures_util::future::join_all;
 use parking_lot::Mutex;
+use tailtrim_policy::drr::CLASSES;
 use tailtrim_policy::health::{choose_replica, BackendLoad, Timestamp};
 use tailtrim_policy::planner::{
     Action, ClusterView, Observation, PlanRequest, Planner, QueryShape,
 };
+use tailtrim_policy::rein::class_of;
 use tailtrim_policy::ring::Ring;
 use tailtrim_proto::compose;
 
@@ -26,6 +29,7 @@ use crate::clock::Clock;
 use crate::config::{PoolConfig, DEFAULT_MODEL_CLIENT_THREADS};
 use crate::connection::{RawReply, ReplyShape, ValueItem};
 use crate::error::ClientError;
+use crate::sched::DelayQueue;
 use crate::shaping::{join_or_lead, seal, setup_wait, Merge, Shaper};
 use crate::stats::PoolStats;
 
@@ -88,6 +92,7 @@ pub struct Pool {
     planner: Mutex<Box<dyn Planner>>,
     shaper: Shaper,
     clock: Clock,
+    delay: DelayQueue,
     stats: PoolStats,
 }
 
@@ -138,6 +143,7 @@ impl Pool {
             queue_limit: config.queue_limit,
             health: config.health,
             ewma_alpha: config.ewma_alpha,
+            window: config.effective_window(),
         };
         let backends = config
             .servers
@@ -180,6 +186,7 @@ impl Pool {
             ring,
             backends,
             clock,
+            delay: DelayQueue::default(),
             stats: PoolStats::default(),
         })
     }
@@ -202,6 +209,16 @@ impl Pool {
     /// The ring.
     pub fn ring(&self) -> &Ring {
         &self.ring
+    }
+
+    /// TailX's delay queue.
+    pub fn delay_queue(&self) -> &DelayQueue {
+        &self.delay
+    }
+
+    /// The active planner's gauges (see `Planner::gauges`).
+    pub fn planner_gauges(&self) -> Vec<(&'static str, f64)> {
+        self.planner.lock().gauges()
     }
 
     /// Name of the active planner.
@@ -347,6 +364,8 @@ impl Pool {
         let result = self.multiget_inner(keys, kind).await;
         let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         self.stats.multiget_latency.record_micros(micros);
+        self.stats.multiget_class_latency[usize::from(class_of(keys.len() as u64))]
+            .record_micros(micros);
         self.stats.latency.record_micros(micros);
         if self.shaper.is_elephant(keys.len()) {
             self.stats.elephant_latency.record_micros(micros);
@@ -366,12 +385,11 @@ impl Pool {
         kind: MultigetKind,
         merge_limit: u32,
         not_before: Option<Timestamp>,
+        class: usize,
     ) -> Result<Vec<Option<ValueItem>>, ClientError> {
         if let Some(start_at) = not_before {
             let wait = start_at.nanos_since(self.clock.now());
-            if wait > 0 {
-                tokio::time::sleep(std::time::Duration::from_nanos(wait)).await;
-            }
+            self.delay.hold(std::time::Duration::from_nanos(wait)).await;
         }
         let shaper = &self.shaper;
         if merge_limit <= 1 {
@@ -381,7 +399,7 @@ impl Pool {
                 setup_wait(shaper.inject_overhead).await;
                 shaper.setup_done(setup.elapsed());
             }
-            return self.query(backend, &keys, kind).await;
+            return self.query(backend, &keys, kind, class).await;
         }
         let query = match join_or_lead(&shaper.slots[backend], &keys, merge_limit) {
             Merge::Joined(reply) => {
@@ -405,7 +423,7 @@ impl Pool {
             shaper.merged_queries.incr();
         }
         let own = keys.len();
-        match self.query(backend, &sealed.keys, kind).await {
+        match self.query(backend, &sealed.keys, kind, class).await {
             Ok(mut values) => {
                 for (range, member) in sealed.members {
                     let _ =
@@ -429,6 +447,7 @@ impl Pool {
         backend: usize,
         keys: &[Bytes],
         kind: MultigetKind,
+        class: usize,
     ) -> Result<Vec<Option<ValueItem>>, ClientError> {
         let refs: Vec<&[u8]> = keys.iter().map(Bytes::as_ref).collect();
         let bytes = kind.compose(&refs);
@@ -436,9 +455,12 @@ impl Pool {
         self.stats.query_keys.add(keys.len() as u64);
         let sent = Instant::now();
         let reply = self.backends[backend]
-            .call(bytes, ReplyShape::UntilEnd)
-            .await?;
+            .call_in(bytes, ReplyShape::UntilEnd, class)
+            .await;
         let elapsed = sent.elapsed();
+        self.stats.fetch_class_latency[class]
+            .record_micros(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX));
+        let reply = reply?;
         if reply.error_line {
             return Err(ClientError::BackendReplied {
                 backend: self.backends[backend].address().to_string(),
@@ -528,6 +550,7 @@ impl Pool {
                     kind,
                     merge_limit,
                     fetch.not_before,
+                    usize::from(fetch.priority.unwrap_or(0)).min(CLASSES - 1),
                 )
             });
             let replies = join_all(calls).await;

@@ -143,4 +143,10 @@ pub struct PoolStats {
     pub queries: Counter,
     /// `pool_query_keys`: keys in those queries.
     pub query_keys: Counter,
+    /// `pool_multiget_class_latency`: end-to-end latency of multi-key reads by the Rein class
+    /// of their key count (≤1, ≤5, ≤25, ≤125, more).
+    pub multiget_class_latency: [LatencyHistogram; tailtrim_policy::drr::CLASSES],
+    /// `pool_fetch_priority_latency`: latency of the planner's fetches by priority class, from
+    /// leaving the delay queue (waiting for a slot included) to the reply.
+    pub fetch_class_latency: [LatencyHistogram; tailtrim_policy::drr::CLASSES],
 }

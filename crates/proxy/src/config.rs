@@ -18,6 +18,7 @@ use tailtrim_client::{PoolConfig, ServerSpec};
 use tailtrim_policy::health::HealthSettings;
 use tailtrim_policy::planner::PlannerKind;
 use tailtrim_policy::ring::{parse_hash_tag, Distribution, HashFunction, RingOptions};
+use tailtrim_policy::tailx::TailxSettings;
 
 use crate::error::ProxyError;
 
@@ -50,6 +51,15 @@ pub const DEFAULT_SERVER_FAILURE_LIMIT: u32 = tailtrim_policy::health::DEFAULT_F
 /// Default wait before probing a down backend, in milliseconds.
 pub const DEFAULT_SERVER_RETRY_TIMEOUT_MS: u64 =
     tailtrim_policy::health::DEFAULT_RETRY_AFTER_NANOS / 1_000_000;
+/// Default TailX large-value threshold in bytes (0: learned from the observed value sizes).
+pub const DEFAULT_TAILX_LARGE_THRESHOLD: u64 = 0;
+/// Default keys per TailX Bloom filter generation.
+pub const DEFAULT_TAILX_FILTER_CAPACITY: usize = tailtrim_policy::tailx::DEFAULT_FILTER_CAPACITY;
+/// Default TailX Bloom filter generations.
+pub const DEFAULT_TAILX_FILTER_GENERATIONS: usize =
+    tailtrim_policy::tailx::DEFAULT_FILTER_GENERATIONS;
+/// Default smallest TailX delay allowance acted on, in microseconds.
+pub const DEFAULT_TAILX_MIN_DELAY_US: u64 = tailtrim_policy::tailx::DEFAULT_MIN_DELAY_NANOS / 1000;
 /// Default requests queued per backend connection before failing fast.
 pub const DEFAULT_QUEUE_LIMIT: usize = tailtrim_client::config::DEFAULT_QUEUE_LIMIT;
 /// Default bound on multiget backend queries in flight (0 = unbounded).
@@ -118,8 +128,21 @@ pub struct PoolSection {
     pub hash_tag: String,
     /// Copies of each key: writes go to all, reads to the cheapest live one.
     pub replicas: usize,
-    /// Multiget planner: batch or chisel.
+    /// Multiget planner: batch, chisel, rein-sbf, rein-sds or tailx.
     pub planner: String,
+    /// Requests in flight per backend; more wait in the proxy, served by priority class
+    /// (deficit round robin, weights 5..1). Unset: 2 for rein-sbf/rein-sds, else no bound;
+    /// 0: no bound.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend_window: Option<usize>,
+    /// TailX: values larger than this many bytes are large (0: learned from value sizes).
+    pub tailx_large_threshold: u64,
+    /// TailX: keys per Bloom filter generation.
+    pub tailx_filter_capacity: usize,
+    /// TailX: Bloom filter generations (the oldest is dropped when the newest is full).
+    pub tailx_filter_generations: usize,
+    /// TailX: smallest delay allowance acted on (µs); smaller ones are sent at once.
+    pub tailx_min_delay_us: u64,
     /// Backend request timeout (ms).
     pub timeout_ms: u64,
     /// Connect timeout (ms).
@@ -159,6 +182,11 @@ impl Default for PoolSection {
             hash_tag: String::new(),
             replicas: 1,
             planner: DEFAULT_PLANNER.to_string(),
+            backend_window: None,
+            tailx_large_threshold: DEFAULT_TAILX_LARGE_THRESHOLD,
+            tailx_filter_capacity: DEFAULT_TAILX_FILTER_CAPACITY,
+            tailx_filter_generations: DEFAULT_TAILX_FILTER_GENERATIONS,
+            tailx_min_delay_us: DEFAULT_TAILX_MIN_DELAY_US,
             timeout_ms: DEFAULT_TIMEOUT_MS,
             connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
             server_connections: DEFAULT_SERVER_CONNECTIONS,
@@ -249,6 +277,15 @@ impl ProxyConfig {
         };
         config.replicas = pool.replicas;
         config.planner = planner;
+        config.window = pool.backend_window;
+        config.planner_settings.tailx = TailxSettings {
+            large_threshold_bytes: (pool.tailx_large_threshold > 0)
+                .then_some(pool.tailx_large_threshold),
+            filter_capacity: pool.tailx_filter_capacity.max(1),
+            filter_generations: pool.tailx_filter_generations.max(2),
+            min_delay_nanos: pool.tailx_min_delay_us.saturating_mul(1000),
+            ..TailxSettings::default()
+        };
         config.timeout = Duration::from_millis(pool.timeout_ms);
         config.connect_timeout = Duration::from_millis(pool.connect_timeout_ms);
         config.connections_per_backend = pool.server_connections.max(1);

@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 use tailtrim_client::stats::LatencyHistogram;
 use tailtrim_client::ReplyShape;
+use tailtrim_policy::drr::CLASSES;
 
 use crate::frontend::Shared;
 
@@ -121,6 +122,24 @@ fn counters(shared: &Shared) -> Vec<Sample> {
         pool_label.clone(),
         stats.query_keys.get(),
     );
+    push(
+        "pool_delay_queue_length",
+        "Opsets waiting in the delay queue (tailx).",
+        pool_label.clone(),
+        pool.delay_queue().len(),
+    );
+    push(
+        "pool_delay_queued",
+        "Opsets that waited in the delay queue (tailx).",
+        pool_label.clone(),
+        pool.delay_queue().delayed.get(),
+    );
+    push(
+        "pool_backend_window",
+        "Requests in flight per backend before the proxy queues by priority (0: no bound).",
+        pool_label.clone(),
+        pool.config().effective_window() as u64,
+    );
     chisel_samples(shared, &pool_label, &mut push);
     for backend in pool.backends() {
         let labels = vec![
@@ -176,6 +195,30 @@ fn counters(shared: &Shared) -> Vec<Sample> {
             labels.clone(),
             u64::from(backend.outstanding()),
         );
+        if let Some(gate) = backend.gate() {
+            push(
+                "backend_gate_waiting",
+                "Requests queued in the proxy for a slot in the backend's window.",
+                labels.clone(),
+                gate.waiting() as u64,
+            );
+            for class in 0..CLASSES {
+                let mut class_labels = labels.clone();
+                class_labels.push(("class", class.to_string()));
+                push(
+                    "backend_gate_admitted",
+                    "Requests admitted to the backend by priority class.",
+                    class_labels.clone(),
+                    gate.admitted[class].get(),
+                );
+                push(
+                    "backend_gate_queued",
+                    "Requests that waited in the proxy's priority queue, by class.",
+                    class_labels,
+                    gate.queued[class].get(),
+                );
+            }
+        }
         push(
             "backend_up",
             "1 when the backend is up.",
@@ -364,6 +407,28 @@ fn histograms(shared: &Shared) -> Vec<(String, Labels, &LatencyHistogram)> {
             &pool.stats().elephant_latency,
         ),
     ];
+    out.push((
+        "pool_delay_granted_us".to_string(),
+        vec![("pool", pool.config().name.clone())],
+        &pool.delay_queue().granted,
+    ));
+    for class in 0..CLASSES {
+        let labels = vec![
+            ("pool", pool.config().name.clone()),
+            ("planner", pool.planner_name().to_string()),
+            ("class", class.to_string()),
+        ];
+        out.push((
+            "pool_multiget_class_latency_us".to_string(),
+            labels.clone(),
+            &pool.stats().multiget_class_latency[class],
+        ));
+        out.push((
+            "pool_fetch_priority_latency_us".to_string(),
+            labels,
+            &pool.stats().fetch_class_latency[class],
+        ));
+    }
     for backend in pool.backends() {
         out.push((
             "backend_latency_us".to_string(),
@@ -496,29 +561,21 @@ pub async fn stats_reply(shared: &Shared, args: &[Bytes]) -> Vec<u8> {
             };
             let _ = write!(out, "STAT chisel_decision {state}\r\n");
         }
+        let _ = write!(
+            out,
+            "STAT pool_priorities {}\r\n",
+            priorities_mode(&shared.pool)
+        );
         for sample in counters(shared) {
-            let suffix: Vec<&str> = sample
-                .labels
-                .iter()
-                .filter(|(name, _)| *name == "backend" || *name == "class")
-                .map(|(_, value)| value.as_str())
-                .collect();
-            match suffix.first() {
-                Some(backend) => {
-                    let _ = write!(out, "STAT {}:{} {}\r\n", sample.name, backend, sample.value);
-                }
-                None => {
-                    let _ = write!(out, "STAT {} {}\r\n", sample.name, sample.value);
-                }
-            }
+            let suffix = stat_suffix(&sample.labels);
+            let _ = write!(out, "STAT {}{suffix} {}\r\n", sample.name, sample.value);
+        }
+        for (name, value) in shared.pool.planner_gauges() {
+            let _ = write!(out, "STAT pool_{name} {}\r\n", gauge_text(value));
         }
         for (name, labels, histogram) in histograms(shared) {
             let (count, values, max) = histogram.summary(&QUANTILES);
-            let backend = labels
-                .iter()
-                .find(|(label, _)| *label == "backend")
-                .map(|(_, value)| format!(":{value}"))
-                .unwrap_or_default();
+            let backend = stat_suffix(&labels);
             let _ = write!(out, "STAT {name}_count{backend} {count}\r\n");
             for (quantile, value) in QUANTILE_NAMES.iter().zip(values) {
                 let _ = write!(out, "STAT {name}_{quantile}{backend} {value}\r\n");
@@ -528,6 +585,49 @@ pub async fn stats_reply(shared: &Shared, args: &[Bytes]) -> Vec<u8> {
     }
     out.push_str("END\r\n");
     out.into_bytes()
+}
+
+/// `:backend` and `:classN` (priority) or `:mice`-like (named class) suffixes of a `stats` line (pool and planner are implied).
+fn stat_suffix(labels: &[(&'static str, String)]) -> String {
+    let mut suffix = String::new();
+    for (name, value) in labels {
+        match *name {
+            "backend" => {
+                let _ = write!(suffix, ":{value}");
+            }
+            "class" if value.bytes().all(|b| b.is_ascii_digit()) => {
+                let _ = write!(suffix, ":class{value}");
+            }
+            "class" => {
+                let _ = write!(suffix, ":{value}");
+            }
+            _ => {}
+        }
+    }
+    suffix
+}
+
+/// Where the planner's priorities are applied: `proxy-drr` when the proxy queues requests
+/// by class behind a bounded window (stock memcached backends serve a connection in order),
+/// `proxy-fifo` when it bounds the window without priorities, `none` otherwise.
+fn priorities_mode(pool: &tailtrim_client::Pool) -> &'static str {
+    match (
+        pool.config().effective_window() > 0,
+        pool.config().planner.uses_priorities(),
+    ) {
+        (true, true) => "proxy-drr",
+        (true, false) => "proxy-fifo",
+        (false, _) => "none",
+    }
+}
+
+/// A gauge as text: integers without a fraction, others with up to 6 significant decimals.
+fn gauge_text(value: f64) -> String {
+    if value.fract() == 0.0 && value.abs() < 1e15 {
+        format!("{}", value as i64)
+    } else {
+        format!("{value:.6}")
+    }
 }
 
 fn label_text(labels: &[(&'static str, String)], extra: Option<(&str, String)>) -> String {
@@ -562,7 +662,12 @@ pub fn prometheus_text(shared: &Shared) -> String {
         let kind = if chisel_gauge
             || matches!(
                 sample.name.as_str(),
-                "proxy_curr_connections" | "backend_outstanding" | "backend_up"
+                "proxy_curr_connections"
+                    | "backend_outstanding"
+                    | "backend_up"
+                    | "backend_gate_waiting"
+                    | "pool_delay_queue_length"
+                    | "pool_backend_window"
             ) {
             "gauge"
         } else {
@@ -584,6 +689,16 @@ pub fn prometheus_text(shared: &Shared) -> String {
             label_text(&sample.labels, None),
             sample.value
         );
+    }
+    let pool_labels = vec![
+        ("pool", shared.pool.config().name.clone()),
+        ("planner", shared.pool.planner_name().to_string()),
+    ];
+    for (name, value) in shared.pool.planner_gauges() {
+        let name = format!("tailtrim_pool_{name}");
+        let _ = writeln!(out, "# HELP {name} Planner state (see docs/proxy.md).");
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        let _ = writeln!(out, "{name}{} {value}", label_text(&pool_labels, None));
     }
     let mut last_histogram = String::new();
     for (name, labels, histogram) in histograms(shared) {
