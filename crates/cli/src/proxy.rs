@@ -165,6 +165,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         print!("{}", config.to_toml().map_err(|error| error.to_string())?);
         return Ok(ExitCode::SUCCESS);
     }
-    tailtrim_proxy::run_blocking(&config).map_err(|error| error.to_string())?;
+    tailtrim_proxy::run_blocking(&config, args.config.as_deref())
+        .map_err(|error| error.to_string())?;
     Ok(ExitCode::SUCCESS)
 }

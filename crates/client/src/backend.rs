@@ -45,6 +45,21 @@ pub struct BackendSettings {
     pub window: usize,
 }
 
+impl BackendSettings {
+    /// The settings a pool config gives its backends.
+    pub fn of(config: &crate::config::PoolConfig) -> Self {
+        BackendSettings {
+            timeout: config.timeout,
+            connect_timeout: config.connect_timeout,
+            connections: config.connections_per_backend,
+            queue_limit: config.queue_limit,
+            health: config.health,
+            ewma_alpha: config.ewma_alpha,
+            window: config.effective_window(),
+        }
+    }
+}
+
 /// A backend server.
 pub struct Backend {
     address: String,

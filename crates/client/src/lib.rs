@@ -4,6 +4,9 @@
 //!  application / tailtrim-proxy
 //!        │ read(key) · write(key) · multiget(keys) · broadcast
 //!        ▼
+//!  cluster::Cluster ── versioned view (add/remove/re-weight at runtime) · hot-key trackers
+//!        │            · warm-up: preemptive copies, fallback reads, write fences
+//!        ▼
 //!  pool::Pool ── ring (policy::ring) ── planner (policy::planner) ── health (policy::health)
 //!        │ multiget fetches: shaping (query slots, injected setup, Chisel's merging of mice,
 //!        │                   the online analyzer retuning B and L: model::chisel_online)
@@ -25,6 +28,7 @@
 
 pub mod backend;
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod connection;
 pub mod error;
@@ -35,6 +39,7 @@ pub mod stats;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
+pub use cluster::{ChangeReport, Cluster, ClusterStatus};
 pub use config::{PoolConfig, ServerSpec};
 pub use connection::{RawReply, ReplyShape, ValueItem};
 pub use error::ClientError;

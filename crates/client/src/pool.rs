@@ -10,6 +10,7 @@
 //!                        not_before: wait in the delay queue; priority: the backend gate's class
 //! ```
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -88,12 +89,12 @@ pub type KeyResult = Result<Option<ValueItem>, ClientError>;
 pub struct Pool {
     config: PoolConfig,
     ring: Ring,
-    backends: Vec<Backend>,
+    backends: Vec<Arc<Backend>>,
     planner: Mutex<Box<dyn Planner>>,
     shaper: Shaper,
     clock: Clock,
     delay: DelayQueue,
-    stats: PoolStats,
+    stats: Arc<PoolStats>,
 }
 
 /// The planner's view of the pool, minus backends already tried for this request.
@@ -125,6 +126,25 @@ impl ClusterView for PoolView<'_> {
 impl Pool {
     /// Builds the pool (no connection is opened until the first request).
     pub fn new(config: PoolConfig) -> Result<Pool, ClientError> {
+        let clock = Clock::new();
+        let settings = BackendSettings::of(&config);
+        let backends = config
+            .servers
+            .iter()
+            .map(|server| Arc::new(Backend::new(server.address(), settings, clock)))
+            .collect();
+        Pool::assemble(config, backends, Arc::new(PoolStats::default()), clock)
+    }
+
+    /// Builds a pool over existing backends (one per `config.servers` entry, same order), so a
+    /// new ring version keeps the connections, health and metrics of the servers it shares
+    /// with the previous one ([`crate::cluster::Cluster`]).
+    pub fn assemble(
+        config: PoolConfig,
+        backends: Vec<Arc<Backend>>,
+        stats: Arc<PoolStats>,
+        clock: Clock,
+    ) -> Result<Pool, ClientError> {
         if config.replicas == 0 || config.replicas > config.servers.len() {
             return Err(ClientError::Config(format!(
                 "replicas = {} must be between 1 and the number of servers ({})",
@@ -132,24 +152,16 @@ impl Pool {
                 config.servers.len()
             )));
         }
+        if backends.len() != config.servers.len() {
+            return Err(ClientError::Config(format!(
+                "{} backends for {} servers",
+                backends.len(),
+                config.servers.len()
+            )));
+        }
         let ring_servers: Vec<_> = config.servers.iter().map(|s| s.ring_server()).collect();
         let ring = Ring::new(&ring_servers, config.ring)
             .map_err(|error| ClientError::Config(error.to_string()))?;
-        let clock = Clock::new();
-        let settings = BackendSettings {
-            timeout: config.timeout,
-            connect_timeout: config.connect_timeout,
-            connections: config.connections_per_backend,
-            queue_limit: config.queue_limit,
-            health: config.health,
-            ewma_alpha: config.ewma_alpha,
-            window: config.effective_window(),
-        };
-        let backends = config
-            .servers
-            .iter()
-            .map(|server| Backend::new(server.address(), settings, clock))
-            .collect();
         let mut planner = config.planner.build_with(&config.planner_settings);
         let mut shape = planner
             .shape()
@@ -187,8 +199,18 @@ impl Pool {
             backends,
             clock,
             delay: DelayQueue::default(),
-            stats: PoolStats::default(),
+            stats,
         })
+    }
+
+    /// The clock requests are timed with.
+    pub fn clock(&self) -> Clock {
+        self.clock
+    }
+
+    /// The shared metrics handle (kept across ring versions).
+    pub fn stats_handle(&self) -> Arc<PoolStats> {
+        self.stats.clone()
     }
 
     /// The configuration.
@@ -197,7 +219,7 @@ impl Pool {
     }
 
     /// The backends, in config order.
-    pub fn backends(&self) -> &[Backend] {
+    pub fn backends(&self) -> &[Arc<Backend>] {
         &self.backends
     }
 

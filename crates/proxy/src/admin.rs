@@ -1,10 +1,26 @@
-//! The admin listener: a minimal HTTP/1.x responder for `GET /metrics` (Prometheus text).
+//! The admin listener: a minimal HTTP/1.x responder.
+//!
+//! ```text
+//!   GET    /metrics                                  Prometheus text
+//!   GET    /pool                                     membership, phase, last change (JSON)
+//!   POST   /pool/servers?server=H:P[:W]&warmup=MODE&share=F
+//!                                                    add a backend (or re-weight a member)
+//!   DELETE /pool/servers?server=H:P&warmup=drain|cold&share=F
+//!                                                    remove a backend
+//!   GET    /pool/hotkeys?server=H:P&n=N              that backend's hottest tracked keys
+//! ```
+//!
+//! Changes answer once the new ring version routes requests (after any preemptive copying);
+//! a fallback warm-up goes on in the background (`GET /pool` shows when it ended). Errors are
+//! `400` with a JSON `{"error": …}`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+use tailtrim_client::{ChangeReport, ServerSpec};
 
 use crate::frontend::Shared;
 use crate::metrics::prometheus_text;
@@ -43,8 +59,53 @@ async fn answer(mut stream: TcpStream, shared: Arc<Shared>) {
     let request_line = head.split(|&b| b == b'\n').next().unwrap_or_default();
     let mut words = request_line.split(|&b| b == b' ');
     let method = words.next().unwrap_or_default();
-    let path = words.next().unwrap_or_default();
+    let target = words.next().unwrap_or_default();
+    let (path, query) = match target.iter().position(|&b| b == b'?') {
+        Some(at) => (&target[..at], &target[at + 1..]),
+        None => (target, &b""[..]),
+    };
+    let params = parse_query(query);
+    let param = |name: &str| {
+        params
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    };
     let (status, content_type, body) = match (method, path) {
+        (b"GET", b"/pool") => ("200 OK", "application/json", status_json(&shared)),
+        (b"POST", b"/pool/servers") | (b"DELETE", b"/pool/servers") => {
+            let adding = method == b"POST";
+            match change(&shared, adding, param("server"), param("warmup"), param("share")).await
+            {
+                Ok(body) => ("200 OK", "application/json", body),
+                Err(message) => (
+                    "400 Bad Request",
+                    "application/json",
+                    serde_json::json!({ "error": message }).to_string(),
+                ),
+            }
+        }
+        (b"GET", b"/pool/hotkeys") => {
+            let n = param("n").and_then(|n| n.parse().ok()).unwrap_or(20);
+            let server = param("server").unwrap_or_default();
+            let keys: Vec<serde_json::Value> = shared
+                .pool
+                .hot_keys(server, n)
+                .into_iter()
+                .map(|hot| {
+                    serde_json::json!({
+                        "key": String::from_utf8_lossy(&hot.key),
+                        "count": hot.count,
+                        "error": hot.error,
+                    })
+                })
+                .collect();
+            (
+                "200 OK",
+                "application/json",
+                serde_json::json!({ "server": server, "keys": keys }).to_string(),
+            )
+        }
         (b"GET", b"/metrics") => (
             "200 OK",
             "text/plain; version=0.0.4",
@@ -53,7 +114,7 @@ async fn answer(mut stream: TcpStream, shared: Arc<Shared>) {
         (b"GET", b"/") => (
             "200 OK",
             "text/plain",
-            "tailtrim proxy admin: GET /metrics for Prometheus text\n".to_string(),
+            "tailtrim proxy admin: GET /metrics, GET /pool, POST|DELETE /pool/servers?server=H:P, GET /pool/hotkeys?server=H:P\n".to_string(),
         ),
         _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
     };
@@ -63,4 +124,125 @@ async fn answer(mut stream: TcpStream, shared: Arc<Shared>) {
     );
     let _ = stream.write_all(response.as_bytes()).await;
     let _ = stream.shutdown().await;
+}
+
+/// Applies a join/re-weight (`adding`) or a removal; the JSON answer describes the change.
+async fn change(
+    shared: &Shared,
+    adding: bool,
+    server: Option<&str>,
+    warmup: Option<&str>,
+    share: Option<&str>,
+) -> Result<String, String> {
+    let server = server.ok_or("missing server=HOST:PORT[:WEIGHT]")?;
+    let mut section = shared.warmup.clone();
+    if let Some(share) = share {
+        section.warm_share = share.parse().map_err(|_| format!("bad share {share:?}"))?;
+    }
+    let default_mode = if adding {
+        section.mode.clone()
+    } else {
+        section.remove_mode.clone()
+    };
+    let settings = section
+        .settings(warmup.unwrap_or(&default_mode))
+        .map_err(|error| error.to_string())?;
+    let report = if adding {
+        let spec = ServerSpec::parse(server).map_err(|error| error.to_string())?;
+        shared.pool.add_server(spec, settings).await
+    } else {
+        let address = match ServerSpec::parse(server) {
+            Ok(spec) => spec.address(),
+            Err(_) => server.to_string(),
+        };
+        shared.pool.remove_server(&address, settings).await
+    }
+    .map_err(|error| error.to_string())?;
+    Ok(report_json(&report).to_string())
+}
+
+fn report_json(report: &ChangeReport) -> serde_json::Value {
+    serde_json::json!({
+        "version": report.version,
+        "mode": report.mode,
+        "before": report.before,
+        "after": report.after,
+        "moved_tracked": report.moved_tracked,
+        "planned": report.planned,
+        "copied": report.copied,
+        "copy_ms": report.copy_ms,
+        "warmup_end": report.warmup_end,
+        "warmup_ms": report.warmup_ms,
+    })
+}
+
+fn status_json(shared: &Shared) -> String {
+    let status = shared.pool.status();
+    let stats = shared.pool.stats();
+    serde_json::json!({
+        "version": status.version,
+        "servers": status.servers,
+        "phase": status.phase,
+        "last_change": status.last_change.as_ref().map(report_json),
+        "copies": stats.copies.get(),
+        "copy_misses": stats.copy_misses.get(),
+        "fallback_reads": stats.fallback_reads.get(),
+        "fallback_hits": stats.fallback_hits.get(),
+        "fenced_writes": stats.fenced_writes.get(),
+        "tracker_bytes": shared.pool.tracker_memory(),
+    })
+    .to_string()
+}
+
+/// `a=b&c=d` with `%XX` and `+` decoded.
+fn parse_query(query: &[u8]) -> Vec<(String, String)> {
+    query
+        .split(|&b| b == b'&')
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            let (key, value) = match part.iter().position(|&b| b == b'=') {
+                Some(at) => (&part[..at], &part[at + 1..]),
+                None => (part, &b""[..]),
+            };
+            (decode(key), decode(value))
+        })
+        .collect()
+}
+
+fn decode(text: &[u8]) -> String {
+    let mut out = Vec::with_capacity(text.len());
+    let mut i = 0;
+    while i < text.len() {
+        match text[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < text.len() => {
+                let hex = std::str::from_utf8(&text[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(byte) => {
+                        out.push(byte);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            byte => out.push(byte),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_decode() {
+        let params =
+            parse_query(b"server=127.0.0.1%3A11214:2+alpha&warmup=preemptive%2Bfallback&x");
+        assert_eq!(params[0].1, "127.0.0.1:11214:2 alpha");
+        assert_eq!(params[1].1, "preemptive+fallback");
+        assert_eq!(params[2], ("x".to_string(), String::new()));
+        assert_eq!(decode(b"%zz%4"), "%zz%4");
+    }
 }

@@ -16,9 +16,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tailtrim_client::{PoolConfig, ServerSpec};
 use tailtrim_policy::health::HealthSettings;
+use tailtrim_policy::hotkeys::TrackerConfig;
 use tailtrim_policy::planner::PlannerKind;
 use tailtrim_policy::ring::{parse_hash_tag, Distribution, HashFunction, RingOptions};
 use tailtrim_policy::tailx::TailxSettings;
+use tailtrim_policy::warmup::{WarmupMode, WarmupSettings};
 
 use crate::error::ProxyError;
 
@@ -84,6 +86,87 @@ pub struct ProxyConfig {
     pub proxy: ProxySection,
     /// `[pool]`: the backends.
     pub pool: PoolSection,
+    /// `[warmup]`: hot-key tracking and warm-up of membership changes.
+    pub warmup: WarmupSection,
+}
+
+/// `[warmup]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WarmupSection {
+    /// Default mode of a join or a SIGHUP reload: cold, fallback, preemptive,
+    /// preemptive+fallback (the admin API can override it per change).
+    pub mode: String,
+    /// Default mode of a removal: cold, or drain (= preemptive: the departing server's hottest
+    /// keys are copied to their new owners first).
+    pub remove_mode: String,
+    /// Share of the remapped tracked keys copied before the switch, hottest first.
+    pub warm_share: f64,
+    /// Copies per second at most.
+    pub copy_rate: u32,
+    /// Fallback warm-up ends at the latest after this long (ms).
+    pub max_ms: u64,
+    /// Reads of moved keys before warm-up may end on hit ratio.
+    pub min_reads: u64,
+    /// Warm-up ends when the moved keys' hit ratio is within this of the others'.
+    pub tolerance: f64,
+    /// Keys tracked per backend (memory bound: about capacity x (2 x 250 + 100) bytes).
+    pub tracker_capacity: usize,
+    /// Track one request in this many.
+    pub tracker_sample_every: u32,
+}
+
+/// Default join mode.
+pub const DEFAULT_WARMUP_MODE: &str = "preemptive+fallback";
+/// Default removal mode.
+pub const DEFAULT_REMOVE_MODE: &str = "drain";
+
+impl Default for WarmupSection {
+    fn default() -> Self {
+        WarmupSection {
+            mode: DEFAULT_WARMUP_MODE.to_string(),
+            remove_mode: DEFAULT_REMOVE_MODE.to_string(),
+            warm_share: tailtrim_policy::warmup::DEFAULT_WARM_SHARE,
+            copy_rate: tailtrim_policy::warmup::DEFAULT_COPY_RATE,
+            max_ms: tailtrim_policy::warmup::DEFAULT_MAX_NANOS / 1_000_000,
+            min_reads: tailtrim_policy::warmup::DEFAULT_MIN_READS,
+            tolerance: tailtrim_policy::warmup::DEFAULT_TOLERANCE,
+            tracker_capacity: tailtrim_policy::hotkeys::DEFAULT_CAPACITY,
+            tracker_sample_every: tailtrim_policy::hotkeys::DEFAULT_SAMPLE_EVERY,
+        }
+    }
+}
+
+impl WarmupSection {
+    /// Warm-up settings for `mode` (a name; empty: this section's join mode).
+    pub fn settings(&self, mode: &str) -> Result<WarmupSettings, ProxyError> {
+        let bad = |message: String| ProxyError::Config(format!("[warmup] {message}"));
+        let mode = WarmupMode::from_name(if mode.is_empty() { &self.mode } else { mode })
+            .map_err(|e| bad(e.to_string()))?;
+        if !(0.0..=1.0).contains(&self.warm_share) {
+            return Err(bad(format!(
+                "warm_share = {} must be between 0 and 1",
+                self.warm_share
+            )));
+        }
+        Ok(WarmupSettings {
+            mode,
+            warm_share: self.warm_share,
+            copy_rate: self.copy_rate.max(1),
+            max_nanos: self.max_ms.saturating_mul(1_000_000),
+            min_reads: self.min_reads,
+            tolerance: self.tolerance,
+        })
+    }
+
+    /// The trackers' settings.
+    pub fn tracker(&self) -> TrackerConfig {
+        TrackerConfig {
+            capacity: self.tracker_capacity.max(1),
+            sample_every: self.tracker_sample_every.max(1),
+            ..TrackerConfig::default()
+        }
+    }
 }
 
 /// `[proxy]`
@@ -329,6 +412,14 @@ mod tests {
         let text = include_str!("../../../config/proxy.example.toml");
         let config = ProxyConfig::from_toml(text).expect("example parses");
         let pool = config.pool_config().expect("example validates");
+        config
+            .warmup
+            .settings("")
+            .expect("example warm-up validates");
+        config
+            .warmup
+            .settings(&config.warmup.remove_mode)
+            .expect("example removal mode validates");
         assert_eq!(pool.servers.len(), 3);
         // Round trip through --print-config output.
         let printed = config.to_toml().expect("print");

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::future::join_all;
-use tailtrim_client::{ClientError, MultigetKind, Pool, RawReply, ReplyShape, ValueItem};
+use tailtrim_client::{ClientError, Cluster, MultigetKind, RawReply, ReplyShape, ValueItem};
 use tailtrim_proto::{parse_request, Limits, Parsed, ProtoError, Request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -48,8 +48,10 @@ pub struct FrontendStats {
 
 /// State shared by every connection.
 pub struct Shared {
-    /// The backend pool.
-    pub pool: Pool,
+    /// The backend pool, whose membership can change at runtime.
+    pub pool: Arc<Cluster>,
+    /// Warm-up defaults for membership changes.
+    pub warmup: crate::config::WarmupSection,
     /// Limits applied when parsing client requests.
     pub limits: Limits,
     /// Front-end counters.
@@ -215,7 +217,7 @@ async fn run_concurrently(shared: &Shared, mut works: Vec<Work>) -> Vec<Bytes> {
     // for the whole run instead of one per client request); each client request still gets
     // its own `VALUE … END` reply in its place. A planner that merges requests itself (chisel)
     // sees each request on its own, so its classes and merge level are the clients'.
-    if shared.pool.merges(1) {
+    if shared.pool.current().merges(1) {
         return join_all(works.into_iter().map(|work| run_one(shared, work))).await;
     }
     let mut merged_keys: Vec<Bytes> = Vec::new();
@@ -332,7 +334,7 @@ fn with_noop(raw: Bytes, quiet: bool) -> (Bytes, ReplyShape) {
 async fn execute(shared: &Shared, request: Request, raw: Bytes) -> Bytes {
     let pool = &shared.pool;
     match request {
-        Request::Get { keys, .. } if keys.len() == 1 && !pool.merges(1) => {
+        Request::Get { keys, .. } if keys.len() == 1 && !pool.current().merges(1) => {
             // One key: forward the client's own bytes to the chosen replica, no planning.
             let key = &keys[0];
             match pool.read(key, raw, ReplyShape::UntilEnd).await {

@@ -9,6 +9,8 @@
 //!                                              ▼
 //!                                   memcached or `tailtrim serve` backends
 //!  Prometheus ──HTTP──► admin listener ──► metrics::prometheus_text
+//!  operator ──HTTP POST/DELETE /pool/servers, or SIGHUP (reload) ──► Cluster::change
+//!                 (versioned ring swap, hot-key warm-up: tailtrim_client::cluster)
 //! ```
 //!
 //! All tasks run on one multi-threaded tokio runtime (`[proxy] threads`). Replies to a
@@ -26,7 +28,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tailtrim_client::Pool;
+use tailtrim_client::Cluster;
 use tailtrim_proto::Limits;
 use tokio::net::TcpListener;
 
@@ -45,7 +47,9 @@ impl Proxy {
     /// Validates the config and binds the listeners (call inside a tokio runtime).
     pub async fn bind(config: &ProxyConfig) -> Result<Proxy, ProxyError> {
         let pool_config = config.pool_config()?;
-        let pool = Pool::new(pool_config).map_err(|error| ProxyError::Config(error.to_string()))?;
+        config.warmup.settings("")?;
+        let pool = Cluster::new(pool_config, config.warmup.tracker())
+            .map_err(|error| ProxyError::Config(error.to_string()))?;
         let listener = TcpListener::bind(&config.proxy.listen)
             .await
             .map_err(|source| ProxyError::Io {
@@ -66,6 +70,7 @@ impl Proxy {
         };
         let shared = Arc::new(Shared {
             pool,
+            warmup: config.warmup.clone(),
             limits: Limits {
                 item_size_max: config.proxy.item_size_max,
             },
@@ -117,9 +122,71 @@ impl Proxy {
     }
 }
 
+/// Re-reads the config file and applies its `[pool] servers` list (joins with `[warmup] mode`,
+/// removals with `[warmup] remove_mode`, one change per server). Other changed settings need a
+/// restart and are reported as ignored.
+pub async fn reload(shared: &Shared, path: &std::path::Path) -> Result<String, ProxyError> {
+    let fresh = ProxyConfig::from_file(path)?;
+    let wanted = fresh.pool_config()?.servers;
+    let current = shared.pool.current().config().servers.clone();
+    let mut changes = Vec::new();
+    for spec in &current {
+        if !wanted.iter().any(|w| w.address() == spec.address()) {
+            let settings = shared.warmup.settings(&fresh.warmup.remove_mode)?;
+            shared
+                .pool
+                .remove_server(&spec.address(), settings)
+                .await
+                .map_err(|error| ProxyError::Config(error.to_string()))?;
+            changes.push(format!("removed {spec}"));
+        }
+    }
+    for spec in &wanted {
+        if !current.contains(spec) {
+            let settings = shared.warmup.settings(&fresh.warmup.mode)?;
+            shared
+                .pool
+                .add_server(spec.clone(), settings)
+                .await
+                .map_err(|error| ProxyError::Config(error.to_string()))?;
+            changes.push(format!("added {spec}"));
+        }
+    }
+    if changes.is_empty() {
+        changes.push("no membership change".to_string());
+    }
+    Ok(changes.join(", "))
+}
+
+/// Applies [`reload`] on every SIGHUP, logging the outcome to stderr.
+async fn reload_on_sighup(shared: Arc<Shared>, path: std::path::PathBuf) {
+    let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+    else {
+        eprintln!("tailtrim proxy: cannot listen for SIGHUP; config reload disabled");
+        return;
+    };
+    while hangups.recv().await.is_some() {
+        match reload(&shared, &path).await {
+            Ok(summary) => eprintln!(
+                "tailtrim proxy: reloaded {}: {summary} (version {})",
+                path.display(),
+                shared.pool.version()
+            ),
+            Err(error) => eprintln!(
+                "tailtrim proxy: reload of {} failed: {error}",
+                path.display()
+            ),
+        }
+    }
+}
+
 /// Builds a runtime with `[proxy] threads` workers, binds, prints where it listens to stderr,
-/// and serves until Ctrl-C (SIGINT). For `tailtrim proxy`.
-pub fn run_blocking(config: &ProxyConfig) -> Result<(), ProxyError> {
+/// and serves until Ctrl-C (SIGINT). For `tailtrim proxy`. With `reload_from`, SIGHUP re-reads
+/// that file and applies its server list ([`reload`]).
+pub fn run_blocking(
+    config: &ProxyConfig,
+    reload_from: Option<&std::path::Path>,
+) -> Result<(), ProxyError> {
     config.pool_config()?;
     // One thread: a current-thread runtime (one event loop, like nutcracker, no work stealing
     // or cross-thread wake-ups). More: the multi-threaded scheduler.
@@ -148,7 +215,10 @@ pub fn run_blocking(config: &ProxyConfig) -> Result<(), ProxyError> {
             );
         }
         if let Some(address) = proxy.admin_addr() {
-            eprintln!("tailtrim proxy: metrics at http://{address}/metrics");
+            eprintln!("tailtrim proxy: metrics at http://{address}/metrics, membership at /pool");
+        }
+        if let Some(path) = reload_from {
+            tokio::spawn(reload_on_sighup(proxy.shared(), path.to_path_buf()));
         }
         tokio::select! {
             _ = proxy.serve() => {}

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use tailtrim_client::stats::LatencyHistogram;
-use tailtrim_client::ReplyShape;
+use tailtrim_client::{Pool, ReplyShape};
 use tailtrim_policy::drr::CLASSES;
 
 use crate::frontend::Shared;
@@ -65,7 +65,7 @@ fn counters(shared: &Shared) -> Vec<Sample> {
         vec![],
         front.server_errors.load(Ordering::Relaxed),
     );
-    let pool = &shared.pool;
+    let pool = shared.pool.current();
     let pool_label = vec![("pool", pool.config().name.clone())];
     let stats = pool.stats();
     push(
@@ -140,7 +140,52 @@ fn counters(shared: &Shared) -> Vec<Sample> {
         pool_label.clone(),
         pool.config().effective_window() as u64,
     );
-    chisel_samples(shared, &pool_label, &mut push);
+    chisel_samples(&pool, &pool_label, &mut push);
+    let cluster = shared.pool.stats();
+    for (name, help, value) in [
+        (
+            "cluster_version",
+            "Membership version (1 at start, +1 per installed view).",
+            shared.pool.version(),
+        ),
+        (
+            "cluster_changes",
+            "Membership changes applied.",
+            cluster.changes.get(),
+        ),
+        (
+            "cluster_copies",
+            "Keys copied to their new owner before a switch.",
+            cluster.copies.get(),
+        ),
+        (
+            "cluster_copy_misses",
+            "Planned copies whose key was gone at the old owner.",
+            cluster.copy_misses.get(),
+        ),
+        (
+            "cluster_fallback_reads",
+            "Misses at a new owner read from the previous owner.",
+            cluster.fallback_reads.get(),
+        ),
+        (
+            "cluster_fallback_hits",
+            "Fallback reads found and added at the new owner.",
+            cluster.fallback_hits.get(),
+        ),
+        (
+            "cluster_fenced_writes",
+            "Writes to moved keys during a change.",
+            cluster.fenced_writes.get(),
+        ),
+        (
+            "cluster_tracker_bytes",
+            "Memory held by the hot-key trackers.",
+            shared.pool.tracker_memory() as u64,
+        ),
+    ] {
+        push(name, help, pool_label.clone(), value);
+    }
     for backend in pool.backends() {
         let labels = vec![
             ("pool", pool.config().name.clone()),
@@ -251,11 +296,10 @@ fn micros(value: f64) -> u64 {
 }
 
 fn chisel_samples(
-    shared: &Shared,
+    pool: &Pool,
     labels: &Labels,
     push: &mut impl FnMut(&str, &'static str, Labels, u64),
 ) {
-    let pool = &shared.pool;
     let Some(shape) = pool.planner_shape() else {
         return;
     };
@@ -374,8 +418,7 @@ fn chisel_samples(
     }
 }
 
-fn histograms(shared: &Shared) -> Vec<(String, Labels, &LatencyHistogram)> {
-    let pool = &shared.pool;
+fn histograms(pool: &Pool) -> Vec<(String, Labels, &LatencyHistogram)> {
     let mut out = vec![
         (
             "pool_latency_us".to_string(),
@@ -481,6 +524,7 @@ pub const SUMMED_BACKEND_STATS: [&str; 29] = [
 async fn backend_totals(shared: &Shared) -> (Vec<u64>, usize) {
     let replies = shared
         .pool
+        .current()
         .broadcast(Bytes::from_static(b"stats\r\n"), ReplyShape::UntilEnd)
         .await;
     let mut totals = vec![0u64; SUMMED_BACKEND_STATS.len()];
@@ -552,8 +596,9 @@ pub async fn stats_reply(shared: &Shared, args: &[Bytes]) -> Vec<u8> {
             let _ = write!(out, "STAT {name} {total}\r\n");
         }
         let _ = write!(out, "STAT backends_unreachable {unreachable}\r\n");
-        let _ = write!(out, "STAT pool_planner {}\r\n", shared.pool.planner_name());
-        if let Some((decision, _)) = shared.pool.shaper().last_decision() {
+        let pool = shared.pool.current();
+        let _ = write!(out, "STAT pool_planner {}\r\n", pool.planner_name());
+        if let Some((decision, _)) = pool.shaper().last_decision() {
             let state = match decision.fallback {
                 Some(why) => why.name(),
                 None if decision.held => "held",
@@ -561,19 +606,15 @@ pub async fn stats_reply(shared: &Shared, args: &[Bytes]) -> Vec<u8> {
             };
             let _ = write!(out, "STAT chisel_decision {state}\r\n");
         }
-        let _ = write!(
-            out,
-            "STAT pool_priorities {}\r\n",
-            priorities_mode(&shared.pool)
-        );
+        let _ = write!(out, "STAT pool_priorities {}\r\n", priorities_mode(&pool));
         for sample in counters(shared) {
             let suffix = stat_suffix(&sample.labels);
             let _ = write!(out, "STAT {}{suffix} {}\r\n", sample.name, sample.value);
         }
-        for (name, value) in shared.pool.planner_gauges() {
+        for (name, value) in pool.planner_gauges() {
             let _ = write!(out, "STAT pool_{name} {}\r\n", gauge_text(value));
         }
-        for (name, labels, histogram) in histograms(shared) {
+        for (name, labels, histogram) in histograms(&pool) {
             let (count, values, max) = histogram.summary(&QUANTILES);
             let backend = stat_suffix(&labels);
             let _ = write!(out, "STAT {name}_count{backend} {count}\r\n");
@@ -690,18 +731,19 @@ pub fn prometheus_text(shared: &Shared) -> String {
             sample.value
         );
     }
+    let pool = shared.pool.current();
     let pool_labels = vec![
-        ("pool", shared.pool.config().name.clone()),
-        ("planner", shared.pool.planner_name().to_string()),
+        ("pool", pool.config().name.clone()),
+        ("planner", pool.planner_name().to_string()),
     ];
-    for (name, value) in shared.pool.planner_gauges() {
+    for (name, value) in pool.planner_gauges() {
         let name = format!("tailtrim_pool_{name}");
         let _ = writeln!(out, "# HELP {name} Planner state (see docs/proxy.md).");
         let _ = writeln!(out, "# TYPE {name} gauge");
         let _ = writeln!(out, "{name}{} {value}", label_text(&pool_labels, None));
     }
     let mut last_histogram = String::new();
-    for (name, labels, histogram) in histograms(shared) {
+    for (name, labels, histogram) in histograms(&pool) {
         let name = format!("tailtrim_{name}");
         if name != last_histogram {
             let _ = writeln!(out, "# HELP {name} Latency in microseconds.");

@@ -107,7 +107,8 @@ fn mice_merged_across_connections_keep_each_connections_reply_order() {
     for client in clients {
         client.join().expect("client thread");
     }
-    let shaper = harness.shared.pool.shaper();
+    let pool = harness.shared.pool.current();
+    let shaper = pool.shaper();
     assert!(
         shaper.merged_requests.get() > 0,
         "no request shared a backend query"

@@ -101,7 +101,12 @@ pub fn start(options: Options) -> Harness {
 
 /// Which backend index owns `key` (replica 0).
 pub fn owner(harness: &Harness, key: &str) -> usize {
-    harness.shared.pool.ring().server_for(key.as_bytes())
+    harness
+        .shared
+        .pool
+        .current()
+        .ring()
+        .server_for(key.as_bytes())
 }
 
 pub fn connect(address: SocketAddr) -> TcpStream {
@@ -184,8 +189,32 @@ pub fn backend_requests(harness: &Harness) -> u64 {
     harness
         .shared
         .pool
+        .current()
         .backends()
         .iter()
         .map(|backend| backend.stats().requests.get())
         .sum()
+}
+
+/// One HTTP request to the admin listener; returns (status code, body).
+pub fn admin(harness: &Harness, method: &str, target: &str) -> (u16, String) {
+    let address = harness.admin.expect("admin listener");
+    let mut stream = TcpStream::connect(address).expect("connect admin");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("timeout");
+    write!(stream, "{method} {target} HTTP/1.1\r\nHost: x\r\n\r\n").expect("write");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("read admin reply");
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    (status, body)
 }

@@ -1,0 +1,824 @@
+//! Runtime membership: a versioned [`Pool`] swapped atomically, hot-key tracking, and warm-up
+//! of the keys a join or a removal moves.
+//!
+//! ```text
+//!   request ─► enter(): Arc<View> (in-flight += 1 under the read lock) ─► view.pool.read/write
+//!                 │ the request finishes on the view it entered, even if a change swaps it
+//!   change(servers, warm-up):
+//!     1. new Pool over the same Backend handles (connections kept) + new ones
+//!     2. preemptive: view {route old, shadow Next(new)}; wait until the old view is idle;
+//!        tracker top-k ─► keys whose owner changes ─► policy::warmup::plan_copies ─►
+//!        copy old owner ─► new owner (mg v f t ─► set), hottest first, rate-limited
+//!     3. switch: view {route new, shadow Previous(old)} when fallback, else {route new}
+//!        wait until the previous view is idle
+//!     4. fallback: a miss at the new owner of a moved key ─► mg at the old owner ─► add at the
+//!        new owner ─► the read is repeated; ends when policy::warmup::WarmupProgress says so
+//!   consistency: while a view has a shadow, a write to a key whose owner differs takes the
+//!   key's fence, writes at the routing owner and deletes at the shadow owner; copies take the
+//!   same fence, so a copy is entirely before or entirely after any write of its key.
+//! ```
+//!
+//! Only one change runs at a time. A change starting while a previous warm-up still runs ends
+//! that warm-up first. Fences and the shadow deletes exist only during a change, so steady-state
+//! requests pay one in-flight increment and one sampled-tracker check.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::future::join_all;
+use parking_lot::{Mutex, RwLock};
+use tailtrim_policy::hotkeys::{HotKey, HotKeyTracker, Sampler, TrackerConfig};
+use tailtrim_policy::warmup::{plan_copies, WarmupEnd, WarmupProgress, WarmupSettings};
+use tailtrim_proto::{compose, parse_response, Parsed, Response};
+
+use crate::backend::{Backend, BackendSettings};
+use crate::clock::Clock;
+use crate::config::{PoolConfig, ServerSpec};
+use crate::connection::{RawReply, ReplyShape, ValueItem};
+use crate::error::ClientError;
+use crate::pool::{KeyResult, MultigetKind, Pool};
+use crate::stats::{Counter, PoolStats};
+
+/// Stripes of the per-key write/copy fence.
+const FENCE_STRIPES: usize = 1024;
+/// Poll step while waiting for a view to become idle.
+const QUIESCE_STEP: Duration = Duration::from_millis(1);
+/// Poll step of the warm-up monitor.
+const MONITOR_STEP: Duration = Duration::from_millis(50);
+/// Copies issued concurrently during a preemptive warm-up.
+const COPY_CONCURRENCY: usize = 16;
+/// memcached reads an exptime above 30 days as a unix time.
+const RELATIVE_TTL_MAX: i64 = 60 * 60 * 24 * 30;
+
+/// The other pool of a view during a change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ShadowRole {
+    /// The pool about to be switched to (preemptive copying): writes also delete there.
+    Next,
+    /// The pool switched from: writes also delete there; misses may fall back to it.
+    Previous {
+        /// Read a miss of a moved key from its previous owner.
+        fallback: bool,
+    },
+}
+
+struct Shadow {
+    pool: Arc<Pool>,
+    role: ShadowRole,
+    progress: Option<Mutex<WarmupProgress>>,
+}
+
+/// One version of the membership.
+pub struct View {
+    version: u64,
+    pool: Arc<Pool>,
+    shadow: Option<Shadow>,
+    in_flight: AtomicUsize,
+}
+
+impl View {
+    /// The version number (1 for the initial pool, +1 per installed view).
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// The routing pool.
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    /// The shadow pool's backends that hold `key` there but not in the routing pool.
+    fn shadow_owners(&self, key: &[u8]) -> Vec<Arc<Backend>> {
+        let Some(shadow) = &self.shadow else {
+            return Vec::new();
+        };
+        let copies = self.pool.config().replicas;
+        let mut routing = Vec::with_capacity(copies);
+        self.pool.ring().replicas_for(key, copies, &mut routing);
+        let mut other = Vec::with_capacity(copies);
+        shadow
+            .pool
+            .ring()
+            .replicas_for(key, shadow.pool.config().replicas, &mut other);
+        let routing_addresses: Vec<&str> = routing
+            .iter()
+            .map(|&i| self.pool.backends()[i].address())
+            .collect();
+        other
+            .into_iter()
+            .map(|i| shadow.pool.backends()[i].clone())
+            .filter(|backend| !routing_addresses.contains(&backend.address()))
+            .collect()
+    }
+
+    fn owner(&self, key: &[u8]) -> &Arc<Backend> {
+        &self.pool.backends()[self.pool.ring().server_for(key)]
+    }
+}
+
+/// A request's hold on the view it entered: the view stays "busy" until this drops.
+struct Ticket(Arc<View>);
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Counters of membership changes and warm-up (`cluster_*`).
+#[derive(Debug, Default)]
+pub struct ClusterStats {
+    /// `cluster_changes`: membership changes applied.
+    pub changes: Counter,
+    /// `cluster_copies`: keys copied before a switch (preemptive warm-up, drain).
+    pub copies: Counter,
+    /// `cluster_copy_misses`: planned copies whose key was gone at the old owner.
+    pub copy_misses: Counter,
+    /// `cluster_fallback_reads`: misses at a new owner read from the previous owner.
+    pub fallback_reads: Counter,
+    /// `cluster_fallback_hits`: of those, found there and added at the new owner.
+    pub fallback_hits: Counter,
+    /// `cluster_fenced_writes`: writes to moved keys during a change (fenced, shadow delete).
+    pub fenced_writes: Counter,
+}
+
+/// What the last change did (for the admin API and the experiment).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChangeReport {
+    /// Version installed by the switch.
+    pub version: u64,
+    /// Warm-up mode name.
+    pub mode: String,
+    /// Servers before and after.
+    pub before: Vec<String>,
+    /// Servers after.
+    pub after: Vec<String>,
+    /// Tracked keys whose owner changes.
+    pub moved_tracked: usize,
+    /// Keys planned for copying.
+    pub planned: usize,
+    /// Keys copied.
+    pub copied: usize,
+    /// Time spent copying before the switch (ms).
+    pub copy_ms: f64,
+    /// Warm-up after the switch: still running, or how it ended.
+    pub warmup_end: Option<String>,
+    /// Warm-up time after the switch (ms), once ended.
+    pub warmup_ms: Option<f64>,
+}
+
+/// Membership and warm-up status.
+#[derive(Debug, Clone)]
+pub struct ClusterStatus {
+    /// Current version.
+    pub version: u64,
+    /// Routing servers (`host:port:weight [name]`).
+    pub servers: Vec<String>,
+    /// `steady`, `copying` or `warming`.
+    pub phase: &'static str,
+    /// The last change, if any.
+    pub last_change: Option<ChangeReport>,
+}
+
+struct Tracked {
+    tracker: Mutex<HotKeyTracker>,
+}
+
+/// A pool whose membership can change at runtime.
+pub struct Cluster {
+    view: RwLock<Arc<View>>,
+    changing: tokio::sync::Mutex<()>,
+    template: PoolConfig,
+    pool_stats: Arc<PoolStats>,
+    clock: Clock,
+    versions: AtomicU64,
+    fences: Vec<tokio::sync::Mutex<()>>,
+    sampler: Sampler,
+    tracker_config: TrackerConfig,
+    trackers: RwLock<HashMap<String, Arc<Tracked>>>,
+    stats: ClusterStats,
+    last_change: Mutex<Option<ChangeReport>>,
+    monitor: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Cluster {
+    /// Builds the cluster's first version (no connection is opened until the first request).
+    pub fn new(config: PoolConfig, tracker: TrackerConfig) -> Result<Arc<Cluster>, ClientError> {
+        let pool = Pool::new(config.clone())?;
+        let clock = pool.clock();
+        let pool_stats = pool.stats_handle();
+        let cluster = Cluster {
+            view: RwLock::new(Arc::new(View {
+                version: 1,
+                pool: Arc::new(pool),
+                shadow: None,
+                in_flight: AtomicUsize::new(0),
+            })),
+            changing: tokio::sync::Mutex::new(()),
+            template: config,
+            pool_stats,
+            clock,
+            versions: AtomicU64::new(1),
+            fences: (0..FENCE_STRIPES)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
+            sampler: Sampler::new(tracker.sample_every),
+            tracker_config: TrackerConfig {
+                sample_every: 1,
+                ..tracker
+            },
+            trackers: RwLock::new(HashMap::new()),
+            stats: ClusterStats::default(),
+            last_change: Mutex::new(None),
+            monitor: Mutex::new(None),
+        };
+        Ok(Arc::new(cluster))
+    }
+
+    /// The routing pool now (a request started now would use it).
+    pub fn current(&self) -> Arc<Pool> {
+        self.view.read().pool.clone()
+    }
+
+    /// The current membership version.
+    pub fn version(&self) -> u64 {
+        self.view.read().version
+    }
+
+    /// Change and warm-up counters.
+    pub fn stats(&self) -> &ClusterStats {
+        &self.stats
+    }
+
+    /// Pool metrics, kept across versions.
+    pub fn pool_stats(&self) -> &PoolStats {
+        &self.pool_stats
+    }
+
+    /// Membership and warm-up status.
+    pub fn status(&self) -> ClusterStatus {
+        let view = self.view.read().clone();
+        let phase = match view.shadow.as_ref().map(|shadow| shadow.role) {
+            None => "steady",
+            Some(ShadowRole::Next) => "copying",
+            Some(ShadowRole::Previous { .. }) => "warming",
+        };
+        ClusterStatus {
+            version: view.version,
+            servers: view
+                .pool
+                .config()
+                .servers
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+            phase,
+            last_change: self.last_change.lock().clone(),
+        }
+    }
+
+    /// The `n` hottest keys the tracker of backend `address` holds.
+    pub fn hot_keys(&self, address: &str, n: usize) -> Vec<HotKey> {
+        self.trackers
+            .read()
+            .get(address)
+            .map(|tracked| tracked.tracker.lock().top(n))
+            .unwrap_or_default()
+    }
+
+    /// Bytes held by all trackers.
+    pub fn tracker_memory(&self) -> usize {
+        self.trackers
+            .read()
+            .values()
+            .map(|tracked| tracked.tracker.lock().memory_bytes())
+            .sum()
+    }
+
+    fn enter(&self) -> Ticket {
+        let guard = self.view.read();
+        guard.in_flight.fetch_add(1, Ordering::AcqRel);
+        Ticket(guard.clone())
+    }
+
+    fn fence(&self, key: &[u8]) -> &tokio::sync::Mutex<()> {
+        // FNV-1a: any hash spreading keys over stripes will do.
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for &byte in key {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+        &self.fences[(hash % FENCE_STRIPES as u64) as usize]
+    }
+
+    fn track(&self, view: &View, key: &[u8]) {
+        if !self.sampler.sampled() {
+            return;
+        }
+        let address = view.owner(key).address();
+        let tracked = self.trackers.read().get(address).cloned();
+        let tracked = match tracked {
+            Some(tracked) => tracked,
+            None => self
+                .trackers
+                .write()
+                .entry(address.to_string())
+                .or_insert_with(|| {
+                    Arc::new(Tracked {
+                        tracker: Mutex::new(HotKeyTracker::new(self.tracker_config)),
+                    })
+                })
+                .clone(),
+        };
+        tracked.tracker.lock().record(key, self.sampler.weight());
+    }
+
+    fn observe(&self, view: &View, key: &[u8], hit: bool) {
+        if let Some(shadow) = &view.shadow {
+            if let Some(progress) = &shadow.progress {
+                let moved = shadow.pool.backends()[shadow.pool.ring().server_for(key)].address()
+                    != view.owner(key).address();
+                progress.lock().observe(moved, hit);
+            }
+        }
+    }
+
+    /// A single-key read on the current view; during a fallback warm-up a miss of a moved key
+    /// is filled from its previous owner and the read repeated.
+    pub async fn read(
+        &self,
+        key: &[u8],
+        bytes: Bytes,
+        shape: ReplyShape,
+    ) -> Result<RawReply, ClientError> {
+        let ticket = self.enter();
+        let view = &ticket.0;
+        self.track(view, key);
+        let reply = view.pool.read(key, bytes.clone(), shape).await?;
+        let Some(shadow) = &view.shadow else {
+            return Ok(reply);
+        };
+        let miss = is_miss(&reply, shape);
+        if shape == ReplyShape::UntilEnd && !reply.error_line {
+            self.observe(view, key, !miss);
+        }
+        if !miss || shadow.role != (ShadowRole::Previous { fallback: true }) {
+            return Ok(reply);
+        }
+        let previous = view.shadow_owners(key);
+        let Some(from) = previous.first() else {
+            return Ok(reply);
+        };
+        if self.fallback_copy(key, from, view.owner(key)).await {
+            return view.pool.read(key, bytes, shape).await;
+        }
+        Ok(reply)
+    }
+
+    async fn fallback_copy(&self, key: &[u8], from: &Backend, to: &Backend) -> bool {
+        self.stats.fallback_reads.incr();
+        let _fence = self.fence(key).lock().await;
+        let copied = matches!(copy_key(key, from, to, CopyMode::Add).await, Ok(true));
+        if copied {
+            self.stats.fallback_hits.incr();
+        }
+        copied
+    }
+
+    /// A single-key write on the current view; during a change a write to a moved key is
+    /// fenced and also deletes the key at its shadow owner.
+    pub async fn write(
+        &self,
+        key: &[u8],
+        bytes: Bytes,
+        shape: ReplyShape,
+    ) -> Result<RawReply, ClientError> {
+        let ticket = self.enter();
+        let view = &ticket.0;
+        let others = view.shadow_owners(key);
+        if others.is_empty() {
+            return view.pool.write(key, bytes, shape).await;
+        }
+        self.stats.fenced_writes.incr();
+        let _fence = self.fence(key).lock().await;
+        let result = view.pool.write(key, bytes, shape).await;
+        let mut delete = Vec::with_capacity(key.len() + 10);
+        compose::delete(&mut delete, key, false);
+        let delete = Bytes::from(delete);
+        for other in others {
+            // Best effort: a failed delete leaves a copy only the shadow pool could return,
+            // and every path to it (fallback, copies) takes this key's fence and uses `add`.
+            let _ = other.call(delete.clone(), ReplyShape::Single).await;
+        }
+        result
+    }
+
+    /// The same request to every backend of the current view (and of its shadow).
+    pub async fn broadcast(
+        &self,
+        bytes: Bytes,
+        shape: ReplyShape,
+    ) -> Vec<Result<RawReply, ClientError>> {
+        let ticket = self.enter();
+        let view = &ticket.0;
+        let mut results = view.pool.broadcast(bytes.clone(), shape).await;
+        if let Some(shadow) = &view.shadow {
+            let routing: Vec<&str> = view.pool.backends().iter().map(|b| b.address()).collect();
+            let extra = shadow
+                .pool
+                .backends()
+                .iter()
+                .filter(|backend| !routing.contains(&backend.address()));
+            results.extend(join_all(extra.map(|backend| backend.call(bytes.clone(), shape))).await);
+        }
+        results
+    }
+
+    /// Reads many keys ([`Pool::multiget`]) on the current view.
+    pub async fn multiget(
+        &self,
+        keys: &[Bytes],
+        kind: MultigetKind,
+    ) -> Result<Vec<Option<ValueItem>>, ClientError> {
+        self.multiget_each(keys, kind).await.into_iter().collect()
+    }
+
+    /// Per-key outcomes ([`Pool::multiget_each`]) on the current view, with fallback for the
+    /// missed moved keys during a fallback warm-up.
+    pub async fn multiget_each(&self, keys: &[Bytes], kind: MultigetKind) -> Vec<KeyResult> {
+        let ticket = self.enter();
+        let view = &ticket.0;
+        for key in keys {
+            self.track(view, key);
+        }
+        let mut results = view.pool.multiget_each(keys, kind).await;
+        let Some(shadow) = &view.shadow else {
+            return results;
+        };
+        for (key, result) in keys.iter().zip(&results) {
+            if let Ok(item) = result {
+                self.observe(view, key, item.is_some());
+            }
+        }
+        if shadow.role != (ShadowRole::Previous { fallback: true }) {
+            return results;
+        }
+        let mut refetch: Vec<usize> = Vec::new();
+        for (index, key) in keys.iter().enumerate() {
+            if !matches!(results[index], Ok(None)) {
+                continue;
+            }
+            let previous = view.shadow_owners(key);
+            if let Some(from) = previous.first() {
+                if self.fallback_copy(key, from, view.owner(key)).await {
+                    refetch.push(index);
+                }
+            }
+        }
+        if refetch.is_empty() {
+            return results;
+        }
+        let again: Vec<Bytes> = refetch.iter().map(|&i| keys[i].clone()).collect();
+        let fresh = view.pool.multiget_each(&again, kind).await;
+        for (index, result) in refetch.into_iter().zip(fresh) {
+            results[index] = result;
+        }
+        results
+    }
+
+    fn install(&self, pool: Arc<Pool>, shadow: Option<Shadow>) -> Arc<View> {
+        let version = self.versions.fetch_add(1, Ordering::AcqRel) + 1;
+        let view = Arc::new(View {
+            version,
+            pool,
+            shadow,
+            in_flight: AtomicUsize::new(0),
+        });
+        let old = std::mem::replace(&mut *self.view.write(), view);
+        old
+    }
+
+    /// Waits until no request holds `view` (it is no longer current, so none can enter it).
+    async fn quiesce(view: &View) {
+        while view.in_flight.load(Ordering::Acquire) > 0 {
+            tokio::time::sleep(QUIESCE_STEP).await;
+        }
+    }
+
+    /// Builds the pool for `servers`, reusing the backends already connected.
+    fn build_pool(&self, servers: Vec<ServerSpec>) -> Result<Arc<Pool>, ClientError> {
+        let current = self.current();
+        let settings = BackendSettings::of(&self.template);
+        let backends = servers
+            .iter()
+            .map(|spec| {
+                let address = spec.address();
+                current
+                    .backends()
+                    .iter()
+                    .find(|backend| backend.address() == address)
+                    .cloned()
+                    .unwrap_or_else(|| Arc::new(Backend::new(address, settings, self.clock)))
+            })
+            .collect();
+        let mut config = self.template.clone();
+        config.servers = servers;
+        Ok(Arc::new(Pool::assemble(
+            config,
+            backends,
+            self.pool_stats.clone(),
+            self.clock,
+        )?))
+    }
+
+    /// Adds `spec`, or re-weights it if a server with its address is already a member.
+    pub async fn add_server(
+        self: &Arc<Self>,
+        spec: ServerSpec,
+        warmup: WarmupSettings,
+    ) -> Result<ChangeReport, ClientError> {
+        let mut servers = self.current().config().servers.clone();
+        match servers.iter_mut().find(|s| s.address() == spec.address()) {
+            Some(existing) if *existing == spec => {
+                return Err(ClientError::Config(format!("{spec} is already a member")))
+            }
+            Some(existing) => *existing = spec,
+            None => servers.push(spec),
+        }
+        self.change(servers, warmup).await
+    }
+
+    /// Removes the server at `address` (`host:port`); a preemptive mode drains its hottest
+    /// keys to their new owners first.
+    pub async fn remove_server(
+        self: &Arc<Self>,
+        address: &str,
+        warmup: WarmupSettings,
+    ) -> Result<ChangeReport, ClientError> {
+        let mut servers = self.current().config().servers.clone();
+        let before = servers.len();
+        servers.retain(|s| s.address() != address);
+        if servers.len() == before {
+            return Err(ClientError::Config(format!("{address} is not a member")));
+        }
+        self.change(servers, warmup).await
+    }
+
+    /// Switches to `servers` (e.g. a reloaded config), warming up as `warmup` says. Returns
+    /// once the new view routes requests; a fallback warm-up continues in the background.
+    pub async fn change(
+        self: &Arc<Self>,
+        servers: Vec<ServerSpec>,
+        warmup: WarmupSettings,
+    ) -> Result<ChangeReport, ClientError> {
+        let _one_at_a_time = self.changing.lock().await;
+        if let Some(monitor) = self.monitor.lock().take() {
+            monitor.abort();
+        }
+        // End a warm-up still running: steady on the current routing pool.
+        let current = self.view.read().clone();
+        if current.shadow.is_some() {
+            let old = self.install(current.pool.clone(), None);
+            Self::quiesce(&old).await;
+            self.finish_report(WarmupEnd::TimeBound, None);
+        }
+        let old_pool = self.current();
+        let new_pool = self.build_pool(servers)?;
+        let mut report = ChangeReport {
+            mode: warmup.mode.name().to_string(),
+            before: names(&old_pool),
+            after: names(&new_pool),
+            ..ChangeReport::default()
+        };
+        if warmup.mode.preemptive {
+            let started = Instant::now();
+            let shadow = Shadow {
+                pool: new_pool.clone(),
+                role: ShadowRole::Next,
+                progress: None,
+            };
+            let old = self.install(old_pool.clone(), Some(shadow));
+            Self::quiesce(&old).await;
+            let (moved, plan) = self.plan(&old_pool, &new_pool, warmup.warm_share);
+            report.moved_tracked = moved;
+            report.planned = plan.len();
+            report.copied = self.copy_all(&old_pool, &new_pool, &plan, warmup).await;
+            report.copy_ms = started.elapsed().as_secs_f64() * 1e3;
+        }
+        let shadow = warmup.mode.fallback.then(|| Shadow {
+            pool: old_pool.clone(),
+            role: ShadowRole::Previous { fallback: true },
+            progress: Some(Mutex::new(WarmupProgress::new(warmup, self.clock.now()))),
+        });
+        let warming = shadow.is_some();
+        let old = self.install(new_pool.clone(), shadow);
+        Self::quiesce(&old).await;
+        report.version = self.version();
+        self.stats.changes.incr();
+        // Trackers of servers that left are dropped.
+        let members: Vec<String> = new_pool
+            .backends()
+            .iter()
+            .map(|b| b.address().to_string())
+            .collect();
+        self.trackers
+            .write()
+            .retain(|address, _| members.contains(address));
+        if !warming {
+            report.warmup_end = Some("none".to_string());
+            report.warmup_ms = Some(0.0);
+        }
+        *self.last_change.lock() = Some(report.clone());
+        if warming {
+            let cluster = self.clone();
+            let switched = Instant::now();
+            *self.monitor.lock() = Some(tokio::spawn(async move {
+                cluster.monitor(switched).await;
+            }));
+        }
+        Ok(report)
+    }
+
+    /// Ends the fallback warm-up when the policy says so.
+    async fn monitor(self: Arc<Self>, switched: Instant) {
+        loop {
+            tokio::time::sleep(MONITOR_STEP).await;
+            let view = self.view.read().clone();
+            let Some(progress) = view.shadow.as_ref().and_then(|s| s.progress.as_ref()) else {
+                return;
+            };
+            let done = progress.lock().done(self.clock.now());
+            if let Some(end) = done {
+                let _one_at_a_time = self.changing.lock().await;
+                let old = self.install(view.pool.clone(), None);
+                Self::quiesce(&old).await;
+                self.finish_report(end, Some(switched.elapsed()));
+                return;
+            }
+        }
+    }
+
+    fn finish_report(&self, end: WarmupEnd, after: Option<Duration>) {
+        if let Some(report) = self.last_change.lock().as_mut() {
+            if report.warmup_end.is_none() {
+                report.warmup_end = Some(end.name().to_string());
+                report.warmup_ms = after.map(|d| d.as_secs_f64() * 1e3);
+            }
+        }
+    }
+
+    /// Tracked keys whose owner changes between the pools, and the copy plan.
+    fn plan(&self, old: &Pool, new: &Pool, share: f64) -> (usize, Vec<HotKey>) {
+        let trackers: Vec<(String, Arc<Tracked>)> = self
+            .trackers
+            .read()
+            .iter()
+            .map(|(address, tracked)| (address.clone(), tracked.clone()))
+            .collect();
+        let mut candidates = Vec::new();
+        for (address, tracked) in trackers {
+            let top = tracked.tracker.lock().top(usize::MAX);
+            candidates.extend(top.into_iter().filter(|hot| {
+                let before = old.backends()[old.ring().server_for(&hot.key)].address();
+                let after = new.backends()[new.ring().server_for(&hot.key)].address();
+                before == address && before != after
+            }));
+        }
+        let moved = candidates.len();
+        (moved, plan_copies(candidates, share))
+    }
+
+    async fn copy_all(
+        &self,
+        old: &Pool,
+        new: &Pool,
+        plan: &[HotKey],
+        warmup: WarmupSettings,
+    ) -> usize {
+        let started = Instant::now();
+        let rate = f64::from(warmup.copy_rate.max(1));
+        let mut copied = 0;
+        for (batch_index, batch) in plan.chunks(COPY_CONCURRENCY).enumerate() {
+            let due = Duration::from_secs_f64((batch_index * COPY_CONCURRENCY) as f64 / rate);
+            if let Some(wait) = due.checked_sub(started.elapsed()) {
+                tokio::time::sleep(wait).await;
+            }
+            let copies = batch.iter().map(|hot| async move {
+                let from = &old.backends()[old.ring().server_for(&hot.key)];
+                let to = &new.backends()[new.ring().server_for(&hot.key)];
+                let _fence = self.fence(&hot.key).lock().await;
+                copy_key(&hot.key, from, to, CopyMode::Set).await
+            });
+            for outcome in join_all(copies).await {
+                match outcome {
+                    Ok(true) => {
+                        copied += 1;
+                        self.stats.copies.incr();
+                    }
+                    _ => self.stats.copy_misses.incr(),
+                }
+            }
+        }
+        copied
+    }
+}
+
+fn names(pool: &Pool) -> Vec<String> {
+    pool.config()
+        .servers
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+/// True when a read reply found nothing.
+fn is_miss(reply: &RawReply, shape: ReplyShape) -> bool {
+    if reply.error_line {
+        return false;
+    }
+    match shape {
+        ReplyShape::UntilEnd => reply.values.is_empty(),
+        ReplyShape::Single => reply.bytes.starts_with(b"EN\r\n"),
+        ReplyShape::UntilMetaNoop => reply.bytes.is_empty(),
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CopyMode {
+    /// Before the switch: the old owner is the authority, overwrite.
+    Set,
+    /// After the switch: the new owner is the authority, never overwrite.
+    Add,
+}
+
+/// Copies `key` with its flags and remaining TTL; true when a value was found and stored.
+async fn copy_key(
+    key: &[u8],
+    from: &Backend,
+    to: &Backend,
+    mode: CopyMode,
+) -> Result<bool, ClientError> {
+    let mut request = Vec::with_capacity(key.len() + 12);
+    request.extend_from_slice(b"mg ");
+    request.extend_from_slice(key);
+    request.extend_from_slice(b" v f t\r\n");
+    let reply = from.call(Bytes::from(request), ReplyShape::Single).await?;
+    let Parsed::Complete {
+        value: Response::MetaValue { flags, data },
+        ..
+    } = parse_response(&reply.bytes)
+    else {
+        return Ok(false);
+    };
+    let Some(value) = reply.bytes.get(data) else {
+        return Ok(false);
+    };
+    let mut client_flags: u32 = 0;
+    let mut exptime: i64 = 0;
+    for token in flags.split(|&b| b == b' ') {
+        let Some((&letter, number)) = token.split_first() else {
+            continue;
+        };
+        let number = std::str::from_utf8(number).ok();
+        match letter {
+            b'f' => client_flags = number.and_then(|n| n.parse().ok()).unwrap_or(0),
+            b't' => exptime = number.and_then(|n| n.parse().ok()).unwrap_or(-1),
+            _ => {}
+        }
+    }
+    if exptime == 0 {
+        // Expiring this very second: not worth a copy.
+        return Ok(false);
+    }
+    let exptime = if exptime < 0 {
+        0
+    } else if exptime > RELATIVE_TTL_MAX {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        now + exptime
+    } else {
+        exptime
+    };
+    let mut store = Vec::with_capacity(key.len() + value.len() + 40);
+    let store_mode = match mode {
+        CopyMode::Set => tailtrim_proto::StoreMode::Set,
+        CopyMode::Add => tailtrim_proto::StoreMode::Add,
+    };
+    compose::store(
+        &mut store,
+        store_mode,
+        key,
+        client_flags,
+        exptime,
+        value,
+        0,
+        false,
+    );
+    let stored = to.call(Bytes::from(store), ReplyShape::Single).await?;
+    Ok(stored.bytes.as_ref() == b"STORED\r\n")
+}

@@ -1,0 +1,248 @@
+//! Runtime membership through the admin API: joins and removals under load drop no request,
+//! answer no wrong value, and never bring a stale value back (fallback reads and preemptive
+//! copies race against sets and deletes of the same hot keys).
+
+mod common;
+
+use std::io::{Read, Write};
+
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{admin, start, Options};
+use tailtrim_client::testkit::start_memcached;
+
+/// Keys per load thread (few, so they are all hot and tracked, and copies race with writes).
+const KEYS_PER_THREAD: usize = 150;
+const THREADS: usize = 4;
+/// Requests per pipelined batch.
+const PIPELINE: usize = 8;
+
+enum Op {
+    Set(u64),
+    Delete,
+    Get,
+}
+
+/// Reads one reply: a line, or `VALUE … END`.
+fn read_reply(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> Vec<u8> {
+    let mut chunk = [0u8; 16384];
+    loop {
+        if let Some(end) = reply_end(buffer) {
+            let reply = buffer[..end].to_vec();
+            buffer.drain(..end);
+            return reply;
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) => panic!("proxy closed the connection"),
+            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+            Err(error) => panic!("read: {error}"),
+        }
+    }
+}
+
+fn reply_end(buffer: &[u8]) -> Option<usize> {
+    let line_end = buffer.windows(2).position(|w| w == b"\r\n")? + 2;
+    if !buffer.starts_with(b"VALUE ") {
+        return Some(line_end);
+    }
+    let header = std::str::from_utf8(&buffer[..line_end - 2]).ok()?;
+    let length: usize = header.split(' ').nth(3)?.parse().ok()?;
+    let after = line_end + length + 2;
+    if buffer.len() >= after + 5 && &buffer[after..after + 5] == b"END\r\n" {
+        Some(after + 5)
+    } else {
+        None
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    requests: AtomicU64,
+    hits: AtomicU64,
+}
+
+/// One load thread: owns its keys, so after each acknowledged write it knows the only value
+/// a read may return (or a miss): anything else is a wrong or stale value.
+fn load(address: SocketAddr, thread: usize, stop: Arc<AtomicBool>, tally: Arc<Tally>) -> String {
+    let mut stream = TcpStream::connect(address).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    stream.set_nodelay(true).expect("nodelay");
+    let mut buffer = Vec::new();
+    // None: deleted (a read must miss).
+    let mut latest: Vec<Option<u64>> = vec![None; KEYS_PER_THREAD];
+    let mut version = 0u64;
+    let mut step = thread * 13;
+    while !stop.load(Ordering::Relaxed) {
+        // A pipelined batch of distinct keys (the step 7919 is coprime with the key count), so
+        // each key's expected value is still known: replies come back in request order.
+        let mut request = Vec::new();
+        let mut batch = Vec::with_capacity(PIPELINE);
+        for _ in 0..PIPELINE {
+            step += 1;
+            let index = (step * 7919) % KEYS_PER_THREAD;
+            let key = format!("t{thread}-k{index}");
+            let roll = step % 20;
+            let op = if roll == 0 || latest[index].is_none() && roll % 2 == 0 {
+                version += 1;
+                let value = format!("{key}={version}");
+                request.extend_from_slice(
+                    format!("set {key} 0 0 {}\r\n{value}\r\n", value.len()).as_bytes(),
+                );
+                Op::Set(version)
+            } else if roll == 1 {
+                request.extend_from_slice(format!("delete {key}\r\n").as_bytes());
+                Op::Delete
+            } else {
+                request.extend_from_slice(format!("get {key}\r\n").as_bytes());
+                Op::Get
+            };
+            batch.push((index, key, op));
+        }
+        stream.write_all(&request).expect("write");
+        for (index, key, op) in batch {
+            let reply = read_reply(&mut stream, &mut buffer);
+            match op {
+                Op::Set(version) => {
+                    if reply != b"STORED\r\n" {
+                        return format!("set {key}: {}", String::from_utf8_lossy(&reply));
+                    }
+                    latest[index] = Some(version);
+                }
+                Op::Delete => {
+                    if reply != b"DELETED\r\n" && reply != b"NOT_FOUND\r\n" {
+                        return format!("delete {key}: {}", String::from_utf8_lossy(&reply));
+                    }
+                    latest[index] = None;
+                }
+                Op::Get if reply == b"END\r\n" => {} // A miss is always allowed (a cache).
+                Op::Get if reply.starts_with(b"VALUE ") => {
+                    let header_end = reply.windows(2).position(|w| w == b"\r\n").unwrap_or(0);
+                    let data = &reply[header_end + 2..reply.len() - 7];
+                    let expected = latest[index].map(|v| format!("{key}={v}"));
+                    if expected.as_deref().map(str::as_bytes) != Some(data) {
+                        return format!(
+                            "get {key}: {:?}, expected {expected:?} (stale or wrong value)",
+                            String::from_utf8_lossy(data)
+                        );
+                    }
+                    tally.hits.fetch_add(1, Ordering::Relaxed);
+                }
+                Op::Get => return format!("get {key}: {}", String::from_utf8_lossy(&reply)),
+            }
+            tally.requests.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    String::new()
+}
+
+#[test]
+fn joins_and_removals_under_load_drop_nothing_and_never_return_stale_values() {
+    let harness = start(Options::default());
+    let joining = start_memcached();
+    let stop = Arc::new(AtomicBool::new(false));
+    let tally = Arc::new(Tally::default());
+    let threads: Vec<_> = (0..THREADS)
+        .map(|thread| {
+            let (stop, tally) = (stop.clone(), tally.clone());
+            let address = harness.address;
+            std::thread::spawn(move || load(address, thread, stop, tally))
+        })
+        .collect();
+    let started = Instant::now();
+    let wait_for = |requests: u64| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while tally.requests.load(Ordering::Relaxed) < requests && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let new_server = format!("127.0.0.1:{}:1", joining.port);
+    let old_server = format!("127.0.0.1:{}", harness.backends[1].port);
+    let mut steps = Vec::new();
+    wait_for(20_000);
+    for (method, target) in [
+        // Join with both warm-up mechanisms; copies and fallback race with sets/deletes.
+        (
+            "POST",
+            format!("/pool/servers?server={new_server}&warmup=preemptive%2Bfallback&share=1"),
+        ),
+        // Re-weight the new server (a second change while the first may still warm up).
+        (
+            "POST",
+            format!("/pool/servers?server=127.0.0.1:{}:2", joining.port),
+        ),
+        // Remove an original server, draining its hot keys.
+        (
+            "DELETE",
+            format!("/pool/servers?server={old_server}&warmup=drain&share=1"),
+        ),
+    ] {
+        let before = tally.requests.load(Ordering::Relaxed);
+        let (status, body) = admin(&harness, method, &target);
+        assert_eq!(status, 200, "{method} {target}: {body}");
+        steps.push(body);
+        wait_for(before + 20_000);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for thread in threads {
+        let failure = thread.join().expect("load thread");
+        assert!(failure.is_empty(), "{failure}");
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let requests = tally.requests.load(Ordering::Relaxed);
+    eprintln!(
+        "{requests} requests in {elapsed:.1} s ({:.0} rps), {} hits; changes: {steps:?}",
+        requests as f64 / elapsed,
+        tally.hits.load(Ordering::Relaxed)
+    );
+    let (status, pool) = admin(&harness, "GET", "/pool");
+    assert_eq!(status, 200);
+    let servers = harness.shared.pool.status().servers;
+    assert!(
+        servers.contains(&format!("127.0.0.1:{}:2", joining.port)),
+        "{pool}"
+    );
+    assert!(
+        !servers.iter().any(|s| s.starts_with(&old_server)),
+        "{pool}"
+    );
+    assert!(harness.shared.pool.version() >= 4, "{pool}");
+    assert_eq!(
+        harness.shared.stats.server_errors.load(Ordering::Relaxed),
+        0
+    );
+    // The join copied hot keys, so the race the test hunts for was on.
+    assert!(harness.shared.pool.stats().copies.get() > 0, "{pool}");
+}
+
+#[test]
+fn admin_rejects_bad_changes_with_json_errors() {
+    let harness = start(Options::default());
+    for (method, target, needle) in [
+        ("POST", "/pool/servers", "missing server"),
+        ("POST", "/pool/servers?server=nonsense", "server"),
+        (
+            "POST",
+            "/pool/servers?server=127.0.0.1:1:1&warmup=lukewarm",
+            "warm-up mode",
+        ),
+        ("DELETE", "/pool/servers?server=127.0.0.1:1", "not a member"),
+    ] {
+        let (status, body) = admin(&harness, method, target);
+        assert_eq!(status, 400, "{method} {target}: {body}");
+        assert!(
+            body.contains("\"error\"") && body.contains(needle),
+            "{body}"
+        );
+    }
+    let (status, body) = admin(&harness, "GET", "/pool");
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("\"version\":1") && body.contains("\"phase\":\"steady\""),
+        "{body}"
+    );
+}
