@@ -87,7 +87,7 @@ fn load(address: SocketAddr, thread: usize, stop: Arc<AtomicBool>, tally: Arc<Ta
             let index = (step * 7919) % KEYS_PER_THREAD;
             let key = format!("t{thread}-k{index}");
             let roll = step % 20;
-            let op = if roll == 0 || latest[index].is_none() && roll % 2 == 0 {
+            let op = if roll == 0 || latest[index].is_none() && roll.is_multiple_of(2) {
                 version += 1;
                 let value = format!("{key}={version}");
                 request.extend_from_slice(
