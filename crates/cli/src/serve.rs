@@ -3,6 +3,7 @@
 
 use std::process::ExitCode;
 
+use tailtrim_policy::costspec::CostSpec;
 use tailtrim_server::config::{parse_size, DispatchPolicy, ServerConfig};
 
 /// Arguments of `tailtrim serve`.
@@ -92,6 +93,15 @@ pub struct Args {
     /// size-aware: controller epoch in milliseconds (default 1000).
     #[arg(long, value_name = "MS")]
     epoch_ms: Option<u64>,
+    /// EXPERIMENTAL: after running a request, hold its worker (sleeping, no CPU) until this
+    /// emulated service time has passed since it started, e.g. `const=1ms,packet=100us,dist=exp`
+    /// (docs/emulation.md; default off).
+    #[arg(long, value_name = "SPEC")]
+    emulate_service: Option<String>,
+    /// EXPERIMENTAL: hold every reply (not the worker) for this emulated network time before it
+    /// is written, e.g. `const=500us,byte=10ns` (default off).
+    #[arg(long, value_name = "SPEC")]
+    emulate_network: Option<String>,
 }
 
 fn load(args: &Args) -> Result<ServerConfig, String> {
@@ -151,6 +161,23 @@ fn load(args: &Args) -> Result<ServerConfig, String> {
     }
     if let Some(ms) = args.epoch_ms {
         config.sizeaware.epoch_ms = ms;
+    }
+    for (flag, spec, field) in [
+        (
+            "--emulate-service",
+            &args.emulate_service,
+            &mut config.emulation.service,
+        ),
+        (
+            "--emulate-network",
+            &args.emulate_network,
+            &mut config.emulation.network,
+        ),
+    ] {
+        if let Some(spec) = spec {
+            CostSpec::parse(spec).map_err(|e| format!("{flag}: {e}"))?;
+            *field = spec.clone();
+        }
     }
     apply_process_flags(args, &mut config);
     for option in args.extended.iter().flat_map(|list| list.split(',')) {
@@ -260,6 +287,16 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         eprintln!("tailtrim: {warning}");
     }
     tune_allocator();
+    let (service, network) = (
+        config.emulation.service_spec()?,
+        config.emulation.network_spec()?,
+    );
+    if !service.is_zero() || !network.is_zero() {
+        eprintln!(
+            "tailtrim: EXPERIMENTAL emulated time on (service {service}, network {network}): \
+             latencies are emulated, not this machine's"
+        );
+    }
     tailtrim_server::run_until_signal(config).map_err(|e| e.to_string())?;
     Ok(ExitCode::SUCCESS)
 }
@@ -325,5 +362,21 @@ mod tests {
         assert_eq!(config.storage.crawl_interval_ms, 0);
         assert_eq!(config.server.port, 2, "a later flag wins");
         assert!(memcached_conf_flags("garbage line").is_err());
+    }
+
+    #[test]
+    fn emulation_flags_are_checked_and_override_the_file() {
+        let parse = |argv: &[&str]| {
+            let cli = Cli::try_parse_from(argv).expect("accepted by clap");
+            load(&cli.args)
+        };
+        let config = parse(&["serve", "--emulate-service", "const=2ms,dist=exp"]).expect("valid");
+        assert_eq!(config.emulation.service, "const=2ms,dist=exp");
+        assert_eq!(config.emulation.network, "off");
+        let error = parse(&["serve", "--emulate-network", "const=fast"]).unwrap_err();
+        assert!(
+            error.starts_with("--emulate-network: bad cost spec \"const=fast\""),
+            "{error}"
+        );
     }
 }

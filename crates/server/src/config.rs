@@ -3,6 +3,7 @@
 //! command-line flags on top (flags win), and can print the result.
 
 use serde::{Deserialize, Serialize};
+use tailtrim_policy::costspec::CostSpec;
 
 /// Default TCP port (`-p`), memcached's.
 pub const DEFAULT_PORT: u16 = 11211;
@@ -44,6 +45,45 @@ pub struct ServerConfig {
     pub sizeaware: SizeAwareSection,
     /// `[process]`
     pub process: ProcessSection,
+    /// `[emulation]`: emulated service and network time (experimental, off by default).
+    pub emulation: EmulationSection,
+}
+
+/// Default emulated service and network cost: none.
+pub const DEFAULT_EMULATION_SPEC: &str = "off";
+
+/// `[emulation]` section (experimental, off by default; `docs/emulation.md`). Each value is a
+/// cost spec (`tailtrim_policy::costspec`, e.g. `const=1ms,packet=100us,dist=exp`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct EmulationSection {
+    /// `--emulate-service`: after really running a request, the worker that ran it is held
+    /// (sleeping, no CPU) until this much time has passed since the request started.
+    pub service: String,
+    /// `--emulate-network`: every reply waits this long before it may be written, without
+    /// holding the worker; replies of a connection keep their order.
+    pub network: String,
+}
+
+impl Default for EmulationSection {
+    fn default() -> Self {
+        EmulationSection {
+            service: DEFAULT_EMULATION_SPEC.to_string(),
+            network: DEFAULT_EMULATION_SPEC.to_string(),
+        }
+    }
+}
+
+impl EmulationSection {
+    /// The parsed service spec (zero when off).
+    pub fn service_spec(&self) -> Result<CostSpec, String> {
+        CostSpec::parse(&self.service).map_err(|e| format!("emulation.service: {e}"))
+    }
+
+    /// The parsed network spec (zero when off).
+    pub fn network_spec(&self) -> Result<CostSpec, String> {
+        CostSpec::parse(&self.network).map_err(|e| format!("emulation.network: {e}"))
+    }
 }
 
 /// `[process]` section: how the process runs as a system service, memcached's operational
@@ -333,6 +373,8 @@ impl ServerConfig {
         if (self.server.max_connection_buffer as u64) < self.storage.item_size_max + 4096 {
             return Err("max_connection_buffer must exceed item_size_max by at least 4 KiB".into());
         }
+        self.emulation.service_spec()?;
+        self.emulation.network_spec()?;
         Ok(())
     }
 }
@@ -380,5 +422,14 @@ mod tests {
         assert!(config.validate().is_ok());
         config.workers.threads = 0;
         assert!(config.validate().is_err());
+        let mut config = ServerConfig::default();
+        config.emulation.service = "const=2ms".into();
+        assert!(config.validate().is_ok());
+        config.emulation.network = "const=2".into();
+        let error = config.validate().unwrap_err();
+        assert!(
+            error.starts_with("emulation.network: bad cost spec"),
+            "{error}"
+        );
     }
 }

@@ -11,7 +11,9 @@
 //! ```
 //!
 //! A sleeping thread costs no CPU, so emulated workers and servers fit on few cores; the error
-//! of each sleep is what [`measure_accuracy`] reports. Not yet wired into the request path.
+//! of each sleep is what [`measure_accuracy`] reports. The request path uses it in
+//! `Runtime::complete` ([`crate::runtime`]): one hold per request, on the worker that completes
+//! it, for every dispatch policy.
 
 use std::time::{Duration, Instant};
 

@@ -255,6 +255,14 @@ fn start_runtime(
                 })?,
         );
     }
+    if runtime.emulates_network() {
+        let rt = Arc::clone(&runtime);
+        threads.push(
+            std::thread::Builder::new()
+                .name("emulated-network".into())
+                .spawn(move || rt.run_network_timer())?,
+        );
+    }
     if let Some(name) = runtime.helper_thread() {
         let rt = Arc::clone(&runtime);
         threads.push(

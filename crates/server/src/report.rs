@@ -132,6 +132,18 @@ fn settings_stats(shared: &Shared) -> Vec<(String, String)> {
         ("cas_enabled".into(), "yes".into()),
         ("item_size_max".into(), c.storage.item_size_max.to_string()),
         ("dispatch".into(), c.workers.dispatch.name().to_string()),
+        (
+            "emulate_service".into(),
+            c.emulation
+                .service_spec()
+                .map_or_else(|e| e, |s| s.to_string()),
+        ),
+        (
+            "emulate_network".into(),
+            c.emulation
+                .network_spec()
+                .map_or_else(|e| e, |s| s.to_string()),
+        ),
     ]
 }
 

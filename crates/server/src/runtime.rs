@@ -13,6 +13,11 @@
 //!                             └ Worker(i) / AnyWorker ─► ExecQueue ─► policy.release ─► run_job
 //!     reply slots complete in any order; output leaves in request order (one writev per batch)
 //!  UDP: one SO_REUSEPORT socket per worker, one-shot in an epoll like a connection (udp.rs)
+//!
+//!  emulation (experimental, off by default; docs/emulation.md), in `complete`, for every policy:
+//!     --emulate-service: the completing worker sleeps until started + cost(units) ─► fill slot
+//!     --emulate-network: a reply reaching its turn is held until now + cost(bytes)
+//!        ─► WriteSide::held ─► network timer thread: release + flush at the instant
 //! ```
 //!
 //! Replies of one connection are sequenced: the reader numbers requests as it
@@ -29,11 +34,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes};
+use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Mutex, RwLock};
+use tailtrim_policy::costspec::{CostSpec, Units};
 use tailtrim_proto::reply::{self, ReplyBuf};
 use tailtrim_proto::{parse_request, Limits, Parsed, ProtoError, Request};
 
 use crate::config::DispatchPolicy;
+use crate::emulate::{set_min_timer_slack, Emulator};
 use crate::epoll::{wait_fd, Epoll, READABLE, WRITABLE};
 use crate::exec::{count_read, count_written, execute, unlink_too_large, ExecContext};
 use crate::policies::{EpollLayout, Executed, Placement, Policy};
@@ -93,6 +101,64 @@ pub struct Runtime {
     pub latency: ClassLatency,
     /// UDP sockets, one per worker, registered one-shot like connections.
     udp: Vec<mio::net::UdpSocket>,
+    /// Emulated service time: one draw stream per worker (empty when off).
+    service: Vec<Mutex<Emulator>>,
+    /// Emulated network time (`None` when off).
+    network: Option<NetworkEmulation>,
+}
+
+/// The emulated network stage: draws per worker, and the timer queue of
+/// connections whose first held reply is due at an instant.
+struct NetworkEmulation {
+    draws: Vec<Mutex<Emulator>>,
+    timer: (Sender<DueAt>, Receiver<DueAt>),
+}
+
+/// A connection and when its first held reply is due.
+type DueAt = (Instant, Arc<Conn>);
+
+/// What a request costs in emulated service time: its units, from the
+/// instant the completing worker started on it.
+#[derive(Debug, Clone, Copy)]
+pub struct Charge {
+    /// Keys and bytes of the request.
+    pub units: Units,
+    /// When the worker that completes it started on it.
+    pub started: Instant,
+}
+
+impl Charge {
+    /// A request of `keys` keys and `bytes` bytes, started now.
+    pub fn now(keys: usize, bytes: u64) -> Charge {
+        Charge {
+            units: Units {
+                keys: keys as u64,
+                bytes,
+            },
+            started: Instant::now(),
+        }
+    }
+}
+
+/// Keys a request names (for the per-key cost term), without allocating.
+fn key_count(request: &Request) -> usize {
+    match request {
+        Request::Get { keys, .. } | Request::GetAndTouch { keys, .. } => keys.len(),
+        other => usize::from(other.single_key().is_some()),
+    }
+}
+
+/// One emulator per worker, seeded apart, or none when the spec is zero.
+fn emulators(spec: CostSpec, workers: usize, salt: u64) -> Vec<Mutex<Emulator>> {
+    if spec.is_zero() {
+        return Vec::new();
+    }
+    (0..workers.max(1))
+        .map(|i| {
+            let seed = salt ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            Mutex::new(Emulator::new(spec, seed))
+        })
+        .collect()
 }
 
 /// What serving a connection's buffered input ended with.
@@ -179,7 +245,15 @@ impl Runtime {
                 epoll.add_persistent(fd, WAKE_TOKEN)?;
             }
         }
+        let service = config.emulation.service_spec().map_err(io::Error::other)?;
+        let network = config.emulation.network_spec().map_err(io::Error::other)?;
+        let network_draws = emulators(network, workers, 0x6E65_7477_6F72_6B00);
         let runtime = Runtime {
+            service: emulators(service, workers, 0x7365_7276_6963_6500),
+            network: (!network_draws.is_empty()).then(|| NetworkEmulation {
+                draws: network_draws,
+                timer: crossbeam_channel::unbounded(),
+            }),
             limits: Limits {
                 item_size_max: config.storage.item_size_max as usize,
             },
@@ -294,13 +368,19 @@ impl Runtime {
         }
         let write = conn.write.lock();
         let mut interest = READABLE;
-        if !write.out.is_empty() {
+        // Output to write, or held output released far enough that the
+        // reader may go on with buffered requests (EPOLLOUT brings it back).
+        let reader_may_resume = write.wake_reader && write.pending_len() <= OUTPUT_HIGH_WATER;
+        if !write.out.is_empty() || reader_may_resume {
             interest |= WRITABLE;
         }
         let _ = conn.epoll.rearm(conn.fd(), conn.id, interest);
     }
 
-    /// Fills `seq`'s reply slot and writes whatever is now in order.
+    /// Fills `seq`'s reply slot and writes whatever is now in order. With
+    /// emulated service time, the worker is first held for the `charge`d
+    /// cost; with emulated network time, the reply is held back (not the
+    /// worker) and the network timer writes it when due.
     pub(crate) fn complete(
         &self,
         conn: &Arc<Conn>,
@@ -308,8 +388,33 @@ impl Runtime {
         reply: ReplyBuf,
         worker: usize,
         mode: FlushMode,
+        charge: Option<Charge>,
     ) {
-        let close = conn.write.lock().fill(seq, reply);
+        if let (Some(charge), Some(emulator)) = (charge, self.service.get(worker)) {
+            emulator.lock().hold(charge.units, charge.started);
+        }
+        let close = match &self.network {
+            None => conn.write.lock().fill(seq, reply),
+            Some(network) => {
+                let mut write = conn.write.lock();
+                let was_held = !write.held.is_empty();
+                let now = Instant::now();
+                let draws = &network.draws[worker % network.draws.len()];
+                let close = write.fill_held(seq, reply, |len| {
+                    let units = Units {
+                        keys: 1,
+                        bytes: len as u64,
+                    };
+                    Some(now + draws.lock().draw(units))
+                });
+                let due = if was_held { None } else { write.next_release() };
+                drop(write);
+                if let Some(due) = due {
+                    let _ = network.timer.0.send((due, Arc::clone(conn)));
+                }
+                close
+            }
+        };
         if mode == FlushMode::Deferred && !close {
             // The reader flushes once after its whole batch.
             return;
@@ -350,6 +455,68 @@ impl Runtime {
         }
     }
 
+    /// True when replies are held by an emulated network (the runtime then
+    /// needs [`Runtime::run_network_timer`] on a thread of its own).
+    pub fn emulates_network(&self) -> bool {
+        self.network.is_some()
+    }
+
+    /// Body of the emulated network's timer thread: releases and writes
+    /// each connection's held replies when they are due.
+    pub fn run_network_timer(&self) {
+        let Some(network) = &self.network else {
+            return;
+        };
+        set_min_timer_slack();
+        let idle = Duration::from_millis(crate::policies::IDLE_WAIT_MS as u64);
+        let mut due: std::collections::BinaryHeap<Due> = std::collections::BinaryHeap::new();
+        while !self.stopping() {
+            let now = Instant::now();
+            let wait = due.peek().map_or(idle, |next| {
+                next.at.saturating_duration_since(now).min(idle)
+            });
+            match network.timer.1.recv_timeout(wait) {
+                Ok((at, conn)) => due.push(Due { at, conn }),
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+            }
+            while let Ok((at, conn)) = network.timer.1.try_recv() {
+                due.push(Due { at, conn });
+            }
+            let now = Instant::now();
+            while due.peek().is_some_and(|next| next.at <= now) {
+                let Some(Due { conn, .. }) = due.pop() else {
+                    break;
+                };
+                if let Some(at) = self.release_held(&conn, now) {
+                    due.push(Due { at, conn });
+                }
+            }
+        }
+    }
+
+    /// Moves `conn`'s due replies to its output and writes what the socket
+    /// takes. Returns when its next held reply is due.
+    fn release_held(&self, conn: &Arc<Conn>, now: Instant) -> Option<Instant> {
+        if conn.is_closed() {
+            return None;
+        }
+        let mut write = conn.write.lock();
+        let next = write.release(now);
+        let closing = write.closing();
+        let resume = write.wake_reader && write.pending_len() <= OUTPUT_HIGH_WATER;
+        drop(write);
+        let pending = self.flush(conn, 0, false);
+        if closing && !pending {
+            self.close(conn);
+            return None;
+        }
+        if pending || resume {
+            self.rearm(conn);
+        }
+        next
+    }
+
     /// Records a request's server-side latency in its class.
     pub(crate) fn record_latency(&self, _worker: usize, large: bool, since: Instant) {
         let micros = since.elapsed().as_micros().max(1) as u64;
@@ -373,6 +540,9 @@ impl Runtime {
 
     /// Body of worker thread `worker`.
     pub fn worker_loop(&self, worker: usize) {
+        if !self.service.is_empty() {
+            set_min_timer_slack();
+        }
         let mut tokens = Vec::with_capacity(16);
         while !self.shared.stopping() {
             self.policy.worker_step(self, worker, &mut tokens);
@@ -446,12 +616,19 @@ impl Runtime {
                 frame,
                 arrived_at,
             } => {
+                let started = Instant::now();
                 let ctx = self.ctx(worker);
                 let declared = request.data_len();
+                let keys = key_count(&request);
                 let mut out = ReplyBuf::new();
                 let _ = execute(request, &frame, &ctx, &mut out);
-                let large = declared.unwrap_or(out.len()) as u64 > self.policy.class_threshold();
-                self.complete(&conn, seq, out, worker, mode);
+                let size = declared.unwrap_or(out.len()) as u64;
+                let large = size > self.policy.class_threshold();
+                let charge = Charge {
+                    started,
+                    ..Charge::now(keys, size)
+                };
+                self.complete(&conn, seq, out, worker, mode, Some(charge));
                 self.record_latency(worker, large, arrived_at);
                 self.finish(&conn);
                 if mode != FlushMode::Deferred && !conn.write.lock().out.is_empty() {
@@ -462,9 +639,14 @@ impl Runtime {
                 conn,
                 seq,
                 reply,
+                units,
                 arrived_at,
             } => {
-                self.complete(&conn, seq, reply, worker, FlushMode::Blocking);
+                let charge = Charge {
+                    units,
+                    started: Instant::now(),
+                };
+                self.complete(&conn, seq, reply, worker, FlushMode::Blocking, Some(charge));
                 self.record_latency(worker, true, arrived_at);
             }
             Job::Receive { conn } => {
@@ -497,6 +679,9 @@ impl Runtime {
             self.rearm(conn);
             return;
         }
+        if self.network.is_some() {
+            conn.write.lock().wake_reader = false;
+        }
         let ctx = self.ctx(worker);
         loop {
             let eof = match self.read_some(conn, &mut read, worker, receiving) {
@@ -513,10 +698,16 @@ impl Runtime {
                 Next::OutputFull => {
                     // Buffered requests wait for output to drain; no socket
                     // event will announce them, so come back here ourselves.
-                    if self.flush(conn, worker, false)
-                        && conn.write.lock().out.len() > OUTPUT_HIGH_WATER
-                    {
+                    let pending = self.flush(conn, worker, false);
+                    let mut write = conn.write.lock();
+                    if pending && write.out.len() > OUTPUT_HIGH_WATER {
                         break; // re-armed with EPOLLOUT below
+                    }
+                    if write.pending_len() > OUTPUT_HIGH_WATER {
+                        // Held by the emulated network: its timer brings a
+                        // reader back once enough is released.
+                        write.wake_reader = true;
+                        break;
                     }
                     continue;
                 }
@@ -529,7 +720,7 @@ impl Runtime {
                 read.eof = true;
                 let mut write = conn.write.lock();
                 let last = read.next_seq;
-                if write.base >= last {
+                if write.base >= last && write.held.is_empty() {
                     drop(write);
                     drop(read);
                     // A half-closed client still reads: answer it, then close.
@@ -636,7 +827,7 @@ impl Runtime {
             if read.swallow > 0 && !read.swallow_buffered() {
                 return Next::Continue;
             }
-            if conn.write.lock().out.len() > OUTPUT_HIGH_WATER {
+            if conn.write.lock().pending_len() > OUTPUT_HIGH_WATER {
                 return Next::OutputFull;
             }
             if !receiving && self.policy.wants_large_receive(read) {
@@ -734,6 +925,8 @@ impl Runtime {
             request,
             Request::Get { .. } | Request::GetAndTouch { .. } | Request::MetaGet { .. }
         );
+        let started = Instant::now();
+        let keys = key_count(&request);
         let mut out = ReplyBuf::new();
         let _ = execute(request, &frame, ctx, &mut out);
         let size = declared.unwrap_or(out.len()) as u64;
@@ -741,6 +934,10 @@ impl Runtime {
             size,
             accessed: declared.is_some() || (retrieval && size > MISS_REPLY_MAX),
             storage: declared.is_some(),
+            charge: Charge {
+                started,
+                ..Charge::now(keys, size)
+            },
         };
         self.policy.finish_inline(
             self, conn, seq, out, executed, worker, receiving, arrived_at,
@@ -790,7 +987,7 @@ impl Runtime {
         unlink_too_large(error, ctx);
         let mut out = ReplyBuf::new();
         reply::error(&mut out, error);
-        self.complete(conn, seq, out, worker, mode);
+        self.complete(conn, seq, out, worker, mode, None);
     }
 
     /// `stats sizeaware` pairs.
@@ -847,6 +1044,32 @@ impl DispatchView for Runtime {
 
     fn reset_stats(&self) {
         Runtime::reset_stats(self);
+    }
+}
+
+/// A connection whose first held reply is due at `at` (earliest first).
+struct Due {
+    at: Instant,
+    conn: Arc<Conn>,
+}
+
+impl PartialEq for Due {
+    fn eq(&self, other: &Due) -> bool {
+        self.at == other.at
+    }
+}
+
+impl Eq for Due {}
+
+impl PartialOrd for Due {
+    fn partial_cmp(&self, other: &Due) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Due {
+    fn cmp(&self, other: &Due) -> std::cmp::Ordering {
+        other.at.cmp(&self.at)
     }
 }
 

@@ -110,16 +110,38 @@ pub struct WriteSide {
     pub(crate) out: ReplyBuf,
     /// Close once every reply up to this request is written.
     pub(crate) close_after_seq: Option<u64>,
+    /// Replies in order but held back until their instant (emulated network
+    /// time); the instants never decrease, so they leave in order.
+    pub(crate) held: VecDeque<(Instant, ReplyBuf)>,
+    /// Bytes in `held`.
+    pub(crate) held_bytes: usize,
+    /// The reader stopped because held output reached the high-water mark:
+    /// whoever releases it must bring a reader back.
+    pub(crate) wake_reader: bool,
 }
 
 impl WriteSide {
     /// Stores `seq`'s reply and moves every reply now in order to the
     /// output. Returns true when the connection should close after writing
     /// (a `quit` or end of input reached its turn).
-    pub fn fill(&mut self, seq: u64, mut reply: ReplyBuf) -> bool {
+    pub fn fill(&mut self, seq: u64, reply: ReplyBuf) -> bool {
+        self.fill_held(seq, reply, |_| None)
+    }
+
+    /// [`WriteSide::fill`], where `hold(len)` says until when a reply of
+    /// `len` bytes that reaches its turn is held back (`None`: not held).
+    /// A reply behind a held one is held at least as long, so output keeps
+    /// request order. Returns true when the connection should close: its
+    /// last reply reached its turn and nothing is held.
+    pub fn fill_held(
+        &mut self,
+        seq: u64,
+        mut reply: ReplyBuf,
+        mut hold: impl FnMut(usize) -> Option<Instant>,
+    ) -> bool {
         if self.slots.is_empty() && seq == self.base {
             // The common case: the reply is next in line.
-            self.out.append(&mut reply);
+            self.emit(&mut reply, &mut hold);
             self.base += 1;
         } else {
             let index = seq.saturating_sub(self.base) as usize;
@@ -129,12 +151,59 @@ impl WriteSide {
             self.slots[index] = Some(reply);
             while let Some(Some(_)) = self.slots.front() {
                 if let Some(Some(mut done)) = self.slots.pop_front() {
-                    self.out.append(&mut done);
+                    self.emit(&mut done, &mut hold);
                 }
                 self.base += 1;
             }
         }
-        self.close_after_seq.is_some_and(|last| self.base > last)
+        self.closing()
+    }
+
+    fn emit(&mut self, reply: &mut ReplyBuf, hold: &mut impl FnMut(usize) -> Option<Instant>) {
+        let until = hold(reply.len());
+        let behind = self.held.back().map(|(at, _)| *at);
+        let until = match (until, behind) {
+            (None, None) => {
+                self.out.append(reply);
+                return;
+            }
+            (Some(at), Some(last)) => at.max(last),
+            (Some(at), None) | (None, Some(at)) => at,
+        };
+        self.held_bytes += reply.len();
+        let mut taken = ReplyBuf::new();
+        taken.append(reply);
+        self.held.push_back((until, taken));
+    }
+
+    /// Moves the held replies whose instant has come to the output. Returns
+    /// the instant of the next one still held.
+    pub fn release(&mut self, now: Instant) -> Option<Instant> {
+        while let Some((at, _)) = self.held.front() {
+            if *at > now {
+                return Some(*at);
+            }
+            if let Some((_, mut reply)) = self.held.pop_front() {
+                self.held_bytes -= reply.len();
+                self.out.append(&mut reply);
+            }
+        }
+        None
+    }
+
+    /// The instant of the first held reply.
+    pub fn next_release(&self) -> Option<Instant> {
+        self.held.front().map(|(at, _)| *at)
+    }
+
+    /// Output not yet written, held replies included.
+    pub fn pending_len(&self) -> usize {
+        self.out.len() + self.held_bytes
+    }
+
+    /// The last reply before closing reached its turn and nothing is held.
+    pub fn closing(&self) -> bool {
+        self.held.is_empty() && self.close_after_seq.is_some_and(|last| self.base > last)
     }
 }
 
@@ -250,6 +319,8 @@ pub enum Job {
         seq: u64,
         /// The reply.
         reply: ReplyBuf,
+        /// What it costs in emulated service time.
+        units: tailtrim_policy::costspec::Units,
         /// When its bytes reached the kernel.
         arrived_at: Instant,
     },
@@ -305,6 +376,29 @@ mod tests {
         };
         assert!(!write.fill(1, reply("quit-slot")));
         assert!(write.fill(0, reply("a")));
+    }
+
+    #[test]
+    fn held_replies_leave_in_order_at_their_instants() {
+        let start = Instant::now();
+        let at = |ms: u64| start + std::time::Duration::from_millis(ms);
+        let mut write = WriteSide {
+            close_after_seq: Some(2),
+            ..WriteSide::default()
+        };
+        // Reply 0 held 10 ms, reply 1 only 2 ms: 1 still waits behind 0.
+        assert!(!write.fill_held(0, reply("a"), |_| Some(at(10))));
+        assert!(!write.fill_held(1, reply("bb"), |_| Some(at(2))));
+        assert_eq!(write.pending_len(), 3);
+        assert_eq!(write.release(at(5)), Some(at(10)));
+        assert!(output(&mut write).is_empty());
+        // A reply not held itself still waits behind held ones; the close
+        // waits for them too.
+        assert!(!write.fill_held(2, reply("c"), |_| None));
+        assert_eq!(write.release(at(10)), None);
+        assert_eq!(output(&mut write), b"abbc");
+        assert!(write.closing());
+        assert_eq!(write.pending_len(), 0);
     }
 
     #[test]

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use tailtrim_proto::reply::ReplyBuf;
 
 use crate::config::{DispatchPolicy, ServerConfig};
-use crate::runtime::{FlushMode, Runtime};
+use crate::runtime::{Charge, FlushMode, Runtime};
 use crate::session::{Conn, Job, ReadSide};
 
 /// How long a blocked thread sleeps before re-checking roles and shutdown.
@@ -74,6 +74,8 @@ pub struct Executed {
     pub accessed: bool,
     /// A storage command (its value was received with the request).
     pub storage: bool,
+    /// Its emulated service cost, charged by whoever completes it.
+    pub charge: Charge,
 }
 
 /// A dispatch policy.
@@ -145,7 +147,8 @@ pub trait Policy: Send + Sync {
         _receiving: bool,
         arrived_at: std::time::Instant,
     ) {
-        rt.complete(conn, seq, reply, worker, FlushMode::Deferred);
+        let charge = Some(executed.charge);
+        rt.complete(conn, seq, reply, worker, FlushMode::Deferred, charge);
         rt.record_latency(worker, executed.size > self.class_threshold(), arrived_at);
     }
 

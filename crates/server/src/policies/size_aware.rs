@@ -217,10 +217,12 @@ impl Policy for SizeAware {
             receiving || (executed.size > self.threshold() && self.large_workers_available());
         if large && !receiving && !executed.storage {
             bump(&self.handoffs);
+            // The large worker that sends it is charged its emulated cost.
             let _ = self.queue.0.send(Job::Send {
                 conn: Arc::clone(conn),
                 seq,
                 reply,
+                units: executed.charge.units,
                 arrived_at,
             });
             return;
@@ -230,7 +232,7 @@ impl Policy for SizeAware {
         } else {
             FlushMode::Deferred
         };
-        rt.complete(conn, seq, reply, worker, mode);
+        rt.complete(conn, seq, reply, worker, mode, Some(executed.charge));
         rt.record_latency(worker, large, arrived_at);
     }
 

@@ -1,0 +1,154 @@
+//! Emulated service and network time (experimental) through the real request path: a held
+//! worker makes every policy's reply wait at least the emulated service time; an emulated
+//! network delays replies without holding the worker, and keeps each connection's reply order.
+//! Only lower bounds and orderings are asserted (no wall-clock upper bounds).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use tailtrim_server::config::DispatchPolicy;
+use tailtrim_server::{start, ServerConfig, ServerHandle};
+
+const POLICIES: [DispatchPolicy; 5] = [
+    DispatchPolicy::Pinned,
+    DispatchPolicy::SizeAware,
+    DispatchPolicy::EarlyBinding,
+    DispatchPolicy::Stealing,
+    DispatchPolicy::LateBinding,
+];
+
+fn server(policy: DispatchPolicy, threads: usize, service: &str, network: &str) -> ServerHandle {
+    let mut config = ServerConfig::default();
+    config.server.listen = "127.0.0.1".into();
+    config.server.port = 0;
+    config.workers.threads = threads;
+    config.workers.dispatch = policy;
+    // size-aware: replies above 10 kB go to the one large worker.
+    config.sizeaware.fixed_threshold = 10_000;
+    config.sizeaware.fixed_small_workers = threads.saturating_sub(1).max(1);
+    config.emulation.service = service.into();
+    config.emulation.network = network.into();
+    start(config).expect("server starts")
+}
+
+fn connect(handle: &ServerHandle) -> TcpStream {
+    let stream = TcpStream::connect(handle.local_addr()).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    stream
+}
+
+/// Reads until the buffer ends with `end`.
+fn read_until(stream: &mut TcpStream, end: &[u8]) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    while !got.ends_with(end) {
+        let n = stream.read(&mut buf).expect("read");
+        assert!(n > 0, "closed early after {} bytes", got.len());
+        got.extend_from_slice(&buf[..n]);
+    }
+    got
+}
+
+fn set(stream: &mut TcpStream, key: &str, value: &[u8]) {
+    let mut request = format!("set {key} 0 0 {}\r\n", value.len()).into_bytes();
+    request.extend_from_slice(value);
+    request.extend_from_slice(b"\r\n");
+    stream.write_all(&request).expect("write");
+    assert_eq!(read_until(stream, b"\r\n"), b"STORED\r\n");
+}
+
+fn setting(stream: &mut TcpStream, name: &str) -> String {
+    stream.write_all(b"stats settings\r\n").expect("write");
+    let text = String::from_utf8(read_until(stream, b"END\r\n")).expect("utf-8");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("STAT {name} ")).map(str::to_string))
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+/// Every policy, small and (size-aware: handed to the large worker) large replies: the reply
+/// comes no earlier than the emulated 2 ms after the request was sent.
+#[test]
+fn every_policy_holds_the_worker_for_the_emulated_service_time() {
+    let cost = Duration::from_millis(2);
+    let large = vec![b'v'; 50_000];
+    for policy in POLICIES {
+        let handle = server(policy, 3, "const=2ms", "off");
+        let mut conn = connect(&handle);
+        assert_eq!(
+            setting(&mut conn, "emulate_service"),
+            "const=2000us,dist=fixed"
+        );
+        assert_eq!(setting(&mut conn, "emulate_network"), "off");
+        set(&mut conn, "small", b"abc");
+        set(&mut conn, "large", &large);
+        for (key, len) in [("small", 3), ("large", large.len())] {
+            for _ in 0..3 {
+                let sent = Instant::now();
+                conn.write_all(format!("get {key}\r\n").as_bytes())
+                    .expect("write");
+                let reply = read_until(&mut conn, b"END\r\n");
+                let took = sent.elapsed();
+                assert!(reply.len() > len, "{policy:?}: short reply");
+                assert!(
+                    took >= cost,
+                    "{policy:?} {key}: reply after {took:?} < {cost:?}"
+                );
+            }
+        }
+        handle.shutdown();
+    }
+}
+
+/// One worker, two connections: the first asks for a large value whose emulated network time is
+/// long (2 µs per byte of its 200 kB reply), the second for a miss (a few µs). Were the worker
+/// held for the network time, the second reply would come after the first; it comes before.
+/// The pipelined requests of one connection still get their replies in order, then `quit`
+/// closes it.
+#[test]
+fn network_time_delays_replies_without_holding_the_worker() {
+    let handle = server(DispatchPolicy::Pinned, 1, "off", "byte=2us");
+    let mut first = connect(&handle);
+    assert_eq!(
+        setting(&mut first, "emulate_network"),
+        "const=0ns,byte=2us,dist=fixed"
+    );
+    let value = vec![b'x'; 200_000];
+    set(&mut first, "big", &value);
+    let mut second = connect(&handle);
+    let sent = Instant::now();
+    first
+        .write_all(b"get big\r\nget nothing\r\nquit\r\n")
+        .expect("write");
+    // Both connections are read at once, each noting when its reply was complete.
+    let reader = std::thread::spawn(move || {
+        let mut reply = Vec::new();
+        first
+            .read_to_end(&mut reply)
+            .expect("read until the server closes");
+        (reply, sent.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(20));
+    second.write_all(b"get nothing\r\n").expect("write");
+    assert_eq!(read_until(&mut second, b"END\r\n"), b"END\r\n");
+    let second_done = sent.elapsed();
+    let (reply, first_done) = reader.join().expect("reader");
+    let mut expected = b"VALUE big 0 200000\r\n".to_vec();
+    expected.extend_from_slice(&value);
+    expected.extend_from_slice(b"\r\nEND\r\nEND\r\n");
+    assert!(
+        reply == expected,
+        "replies out of order or cut ({} bytes)",
+        reply.len()
+    );
+    // 200 020 reply bytes at 2 µs each: at least 400 ms.
+    assert!(first_done >= Duration::from_millis(400), "{first_done:?}");
+    assert!(
+        second_done < first_done,
+        "the second connection waited for the first one's network time \
+         ({second_done:?} vs {first_done:?})"
+    );
+    handle.shutdown();
+}
