@@ -103,6 +103,8 @@ pub struct Runtime {
     udp: Vec<mio::net::UdpSocket>,
     /// Emulated service time: one draw stream per worker (empty when off).
     service: Vec<Mutex<Emulator>>,
+    /// How far each service hold overshot its instant.
+    holds: HoldStats,
     /// Emulated network time (`None` when off).
     network: Option<NetworkEmulation>,
 }
@@ -116,6 +118,64 @@ struct NetworkEmulation {
 
 /// A connection and when its first held reply is due.
 type DueAt = (Instant, Arc<Conn>);
+
+/// Accuracy of the emulated service holds: achieved minus requested end.
+struct HoldStats {
+    /// Overshoot per hold, in nanoseconds.
+    overshoot_ns: Mutex<hdrhistogram::Histogram<u64>>,
+    holds: AtomicU64,
+    /// Holds whose instant had passed before the sleep (the real work took longer).
+    late: AtomicU64,
+}
+
+impl HoldStats {
+    fn new() -> HoldStats {
+        HoldStats {
+            overshoot_ns: new_histogram(),
+            holds: AtomicU64::new(0),
+            late: AtomicU64::new(0),
+        }
+    }
+
+    fn record(&self, deadline: Instant, late: bool) {
+        let nanos = deadline.elapsed().as_nanos().clamp(1, 60_000_000_000) as u64;
+        let _ = self.overshoot_ns.lock().record(nanos);
+        self.holds.fetch_add(1, Ordering::Relaxed);
+        if late {
+            self.late.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn reset(&self) {
+        self.overshoot_ns.lock().reset();
+        self.holds.store(0, Ordering::Relaxed);
+        self.late.store(0, Ordering::Relaxed);
+    }
+
+    /// `emulate_*` pairs of `stats sizeaware`.
+    fn stats(&self) -> Vec<(String, String)> {
+        let h = self.overshoot_ns.lock();
+        let micros = |nanos: u64| format!("{:.1}", nanos as f64 / 1e3);
+        let mut out = vec![
+            (
+                "emulate_holds".to_string(),
+                self.holds.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "emulate_late_holds".to_string(),
+                self.late.load(Ordering::Relaxed).to_string(),
+            ),
+        ];
+        for (label, q) in [("p50", 0.5), ("p99", 0.99), ("p999", 0.999)] {
+            out.push((
+                format!("emulate_overshoot_{label}_us"),
+                micros(h.value_at_quantile(q)),
+            ));
+        }
+        out.push(("emulate_overshoot_max_us".into(), micros(h.max())));
+        out
+    }
+}
 
 /// What a request costs in emulated service time: its units, from the
 /// instant the completing worker started on it.
@@ -250,6 +310,7 @@ impl Runtime {
         let network_draws = emulators(network, workers, 0x6E65_7477_6F72_6B00);
         let runtime = Runtime {
             service: emulators(service, workers, 0x7365_7276_6963_6500),
+            holds: HoldStats::new(),
             network: (!network_draws.is_empty()).then(|| NetworkEmulation {
                 draws: network_draws,
                 timer: crossbeam_channel::unbounded(),
@@ -391,7 +452,11 @@ impl Runtime {
         charge: Option<Charge>,
     ) {
         if let (Some(charge), Some(emulator)) = (charge, self.service.get(worker)) {
-            emulator.lock().hold(charge.units, charge.started);
+            let time = emulator.lock().draw(charge.units);
+            let deadline = charge.started + time;
+            let late = Instant::now() > deadline;
+            crate::emulate::sleep_until(deadline);
+            self.holds.record(deadline, late);
         }
         let close = match &self.network {
             None => conn.write.lock().fill(seq, reply),
@@ -535,6 +600,7 @@ impl Runtime {
         self.latency.large.lock().reset();
         self.latency.small_requests.store(0, Ordering::Relaxed);
         self.latency.large_requests.store(0, Ordering::Relaxed);
+        self.holds.reset();
         self.policy.reset_stats();
     }
 
@@ -1032,6 +1098,9 @@ impl Runtime {
         }
         for (name, value) in state.decision {
             out.push((name.to_string(), value));
+        }
+        if !self.service.is_empty() {
+            out.extend(self.holds.stats());
         }
         out
     }

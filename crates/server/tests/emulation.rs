@@ -82,6 +82,8 @@ fn every_policy_holds_the_worker_for_the_emulated_service_time() {
             "const=2000us,dist=fixed"
         );
         assert_eq!(setting(&mut conn, "emulate_network"), "off");
+        conn.write_all(b"stats reset\r\n").expect("write");
+        assert_eq!(read_until(&mut conn, b"\r\n"), b"RESET\r\n");
         set(&mut conn, "small", b"abc");
         set(&mut conn, "large", &large);
         for (key, len) in [("small", 3), ("large", large.len())] {
@@ -98,6 +100,15 @@ fn every_policy_holds_the_worker_for_the_emulated_service_time() {
                 );
             }
         }
+        // Every request since the reset was held once (the reset itself, two sets, six gets),
+        // and the server measured each hold.
+        conn.write_all(b"stats sizeaware\r\n").expect("write");
+        let text = String::from_utf8(read_until(&mut conn, b"END\r\n")).expect("utf-8");
+        assert!(
+            text.contains("STAT emulate_holds 9\r\n"),
+            "{policy:?}: {text}"
+        );
+        assert!(text.contains("STAT emulate_overshoot_p99_us "), "{text}");
         handle.shutdown();
     }
 }
