@@ -236,7 +236,9 @@ fn key_bytes(token: &[u8]) -> Result<Bytes, ProtoError> {
 
 /// When a storage command's line is complete, how many bytes the whole
 /// request (line + data + `\r\n`) needs. Lets a server classify a large `set`
-/// by its declared length before the value has arrived.
+/// by its declared length before the value has arrived. `None` for a length the
+/// parser rejects (negative or past `INT_MAX - 2`): such a line is answered at once,
+/// no value is waited for.
 pub fn declared_total(buf: &[u8]) -> Option<usize> {
     let (line, line_len) = split_line(buf)?;
     let toks: Vec<&[u8]> = tokens(line).collect();
@@ -245,7 +247,7 @@ pub fn declared_total(buf: &[u8]) -> Option<usize> {
         Some(b"ms") => toks.get(2),
         _ => None,
     }?;
-    let len = usize::try_from(parse_i32(len_token)?).ok()?;
+    let len = value_length(parse_i32(len_token)?)?;
     Some(line_len + len + 2)
 }
 
@@ -750,6 +752,14 @@ mod tests {
         assert_eq!(&input[cmd.data.clone()], b"hello");
         assert_eq!((cmd.flags, cmd.exptime, cmd.noreply), (1, 2, false));
         assert_eq!(declared_total(b"set k 1 2 5\r\n"), Some(input.len()));
+        // Lengths the parser rejects announce no value to wait for.
+        assert_eq!(declared_total(b"set k 0 0 2147483646\r\n"), None);
+        assert_eq!(declared_total(b"set k 0 0 -1\r\n"), None);
+        assert_eq!(declared_total(b"ms k 2147483647\r\n"), None);
+        assert_eq!(
+            declared_total(b"set k 0 0 2147483645\r\n"),
+            Some(2147483645 + 24)
+        );
     }
 
     #[test]

@@ -470,3 +470,25 @@ fn every_policy_reports_per_class_latency() {
         handle.shutdown();
     }
 }
+
+/// A `set` whose declared length memcached rejects (past `INT_MAX - 2`) is answered at once
+/// under size-aware dispatch too: it is not handed to a large worker to wait for a value
+/// that will never be read.
+#[test]
+fn size_aware_answers_an_impossible_length_without_waiting_for_the_value() {
+    let handle = server(DispatchPolicy::SizeAware, 10_000);
+    let mut conn = connect(&handle);
+    conn.write_all(b"set k 0 0 2147483647\r\n").expect("write");
+    let expected = b"CLIENT_ERROR bad command line format\r\n";
+    assert_eq!(
+        String::from_utf8_lossy(&read_exactly_for(&mut conn, expected.len(), "set")),
+        String::from_utf8_lossy(expected)
+    );
+    // The old path handed the connection to a large worker, which waited for the value
+    // until its I/O timeout before parsing the line.
+    assert_eq!(stat(&mut conn, "sizeaware", "handoffs"), "0");
+    conn.write_all(b"version\r\n").expect("write");
+    let reply = read_exactly_for(&mut conn, 8, "version");
+    assert_eq!(&reply, b"VERSION ");
+    handle.shutdown();
+}
