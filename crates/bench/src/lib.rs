@@ -41,6 +41,7 @@
 //! `rate / threads` (their superposition is exactly Poisson for Poisson
 //! arrivals, and approximately the ETC process for GPD arrivals).
 
+pub mod cacheaside;
 pub mod class;
 pub mod dist;
 pub mod engine;
@@ -54,6 +55,7 @@ pub mod sweep;
 pub mod wire;
 pub mod workload;
 
+pub use cacheaside::{run_cache_aside, CacheAsideConfig, CacheAsideReport, ScheduledEvent};
 pub use class::{Class, ClassSet};
 pub use engine::{run, run_detailed, Progress, RunConfig, RunOutput, Transport};
 pub use floor::NullServer;

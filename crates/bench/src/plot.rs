@@ -352,6 +352,243 @@ fn draw_sweep<DB: DrawingBackend>(
     root.present().map_err(plot_error)
 }
 
+/// One line of an overlay plot.
+#[derive(Clone, Debug, Default)]
+pub struct Line {
+    /// Legend label.
+    pub name: String,
+    /// `(x, y)` points.
+    pub points: Vec<(f64, f64)>,
+}
+
+/// One panel of an overlay plot: lines sharing axes, and vertical event markers.
+#[derive(Clone, Debug, Default)]
+pub struct Panel {
+    /// Caption.
+    pub title: String,
+    /// X axis description.
+    pub x_desc: String,
+    /// Y axis description.
+    pub y_desc: String,
+    /// Logarithmic y axis (latencies in µs get time labels).
+    pub log_y: bool,
+    /// Y values are latencies in microseconds.
+    pub latency: bool,
+    /// The lines.
+    pub lines: Vec<Line>,
+    /// X positions of events (drawn as dashed vertical lines).
+    pub markers: Vec<f64>,
+}
+
+/// Writes `name.svg` and `name.png`: the panels stacked vertically.
+pub fn plot_panels(
+    directory: &Path,
+    name: &str,
+    panels: &[Panel],
+) -> Result<Vec<PathBuf>, BenchError> {
+    write_both(
+        directory,
+        name,
+        |root| draw_panels(&root, panels),
+        |root| draw_panels(&root, panels),
+    )
+}
+
+fn draw_panels<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    panels: &[Panel],
+) -> Result<(), BenchError> {
+    root.fill(&WHITE).map_err(plot_error)?;
+    let areas = root.split_evenly((panels.len().max(1), 1));
+    for (area, panel) in areas.iter().zip(panels) {
+        let x_max = panel
+            .lines
+            .iter()
+            .flat_map(|line| line.points.iter().map(|p| p.0))
+            .fold(1.0f64, f64::max);
+        let ys = || {
+            panel
+                .lines
+                .iter()
+                .flat_map(|line| line.points.iter().map(|p| p.1))
+        };
+        let mut builder = ChartBuilder::on(area);
+        builder
+            .caption(&panel.title, ("sans-serif", 16))
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(70);
+        if panel.log_y {
+            let (low, high) = bounds(ys());
+            let mut chart = builder
+                .build_cartesian_2d(0.0..x_max, (low..high).log_scale())
+                .map_err(plot_error)?;
+            let mut mesh = chart.configure_mesh();
+            mesh.x_desc(&panel.x_desc).y_desc(&panel.y_desc);
+            if panel.latency {
+                mesh.y_label_formatter(&latency_label);
+            }
+            mesh.draw().map_err(plot_error)?;
+            for marker in &panel.markers {
+                chart
+                    .draw_series(LineSeries::new(
+                        vec![(*marker, low), (*marker, high)],
+                        BLACK.mix(0.5).stroke_width(1),
+                    ))
+                    .map_err(plot_error)?;
+            }
+            draw_lines(&mut chart, &panel.lines)?;
+        } else {
+            let (low, high) = ys().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), y| {
+                (lo.min(y), hi.max(y))
+            });
+            let (low, high) = if low.is_finite() {
+                let pad = ((high - low) * 0.05).max(1e-3);
+                (low - pad, high + pad)
+            } else {
+                (0.0, 1.0)
+            };
+            let mut chart = builder
+                .build_cartesian_2d(0.0..x_max, low..high)
+                .map_err(plot_error)?;
+            let mut mesh = chart.configure_mesh();
+            mesh.x_desc(&panel.x_desc).y_desc(&panel.y_desc);
+            if panel.latency {
+                mesh.y_label_formatter(&latency_label);
+            }
+            mesh.draw().map_err(plot_error)?;
+            for marker in &panel.markers {
+                chart
+                    .draw_series(LineSeries::new(
+                        vec![(*marker, low), (*marker, high)],
+                        BLACK.mix(0.5).stroke_width(1),
+                    ))
+                    .map_err(plot_error)?;
+            }
+            draw_lines(&mut chart, &panel.lines)?;
+        }
+    }
+    root.present().map_err(plot_error)
+}
+
+fn draw_lines<'a, DB, X, Y>(
+    chart: &mut plotters::chart::ChartContext<
+        'a,
+        DB,
+        plotters::coord::cartesian::Cartesian2d<X, Y>,
+    >,
+    lines: &[Line],
+) -> Result<(), BenchError>
+where
+    DB: DrawingBackend + 'a,
+    X: plotters::coord::ranged1d::Ranged<ValueType = f64>,
+    Y: plotters::coord::ranged1d::Ranged<ValueType = f64>,
+{
+    for (index, line) in lines.iter().enumerate() {
+        let series_color = color(index);
+        chart
+            .draw_series(LineSeries::new(
+                line.points.clone(),
+                series_color.stroke_width(2),
+            ))
+            .map_err(plot_error)?
+            .label(line.name.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], series_color.stroke_width(2))
+            });
+    }
+    if lines.len() > 1 || lines.iter().any(|line| !line.name.is_empty()) {
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(plot_error)?;
+    }
+    Ok(())
+}
+
+/// The (fractional) request index scheduled at `time_s`, interpolated between windows.
+#[must_use]
+pub fn request_index_at(windows: &[crate::cacheaside::WindowSample], time_s: f64) -> u64 {
+    let Some(at) = windows.iter().rposition(|w| w.time_s <= time_s) else {
+        return 0;
+    };
+    let here = &windows[at];
+    let Some(next) = windows.get(at + 1) else {
+        return here.start + here.requests;
+    };
+    let span = (next.time_s - here.time_s).max(1e-9);
+    let share = ((time_s - here.time_s) / span).clamp(0.0, 1.0);
+    here.start + (share * (next.start - here.start) as f64) as u64
+}
+
+/// Writes the plot of a cache-aside run (`cacheaside`): hit ratio, mean and p99 latency per
+/// window of requests, with the events marked.
+pub fn plot_cache_aside(
+    report: &crate::cacheaside::CacheAsideReport,
+    directory: &Path,
+) -> Result<Vec<PathBuf>, BenchError> {
+    let thousands = |start: u64| start as f64 / 1e3;
+    let windows = &report.per_request;
+    let markers: Vec<f64> = report
+        .events
+        .iter()
+        .map(|event| thousands(request_index_at(windows, event.sent_s)))
+        .collect();
+    let x_desc = format!(
+        "requests (thousands; windows of {})",
+        report.window_requests
+    );
+    let panels = [
+        Panel {
+            title: format!(
+                "{} via {}: hit ratio per {} requests",
+                report.workload, report.server, report.window_requests
+            ),
+            x_desc: x_desc.clone(),
+            y_desc: "hit ratio".into(),
+            lines: vec![Line {
+                name: "hit ratio".into(),
+                points: windows
+                    .iter()
+                    .map(|w| (thousands(w.start), w.hit_ratio))
+                    .collect(),
+            }],
+            markers: markers.clone(),
+            ..Panel::default()
+        },
+        Panel {
+            title: format!(
+                "latency per {} requests (database {} ms)",
+                report.window_requests, report.db_latency_ms
+            ),
+            x_desc,
+            y_desc: "latency".into(),
+            latency: true,
+            lines: vec![
+                Line {
+                    name: "mean".into(),
+                    points: windows
+                        .iter()
+                        .map(|w| (thousands(w.start), w.mean_us.max(0.1)))
+                        .collect(),
+                },
+                Line {
+                    name: "p99".into(),
+                    points: windows
+                        .iter()
+                        .map(|w| (thousands(w.start), w.p99_us.max(0.1)))
+                        .collect(),
+                },
+            ],
+            markers,
+            ..Panel::default()
+        },
+    ];
+    plot_panels(directory, "cacheaside", &panels)
+}
+
 #[cfg(test)]
 mod tests {
     use super::{latency_label, plot_run, plot_sweep};

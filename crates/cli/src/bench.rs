@@ -8,17 +8,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use tailtrim_bench::plot::{plot_run, plot_sweep};
+use tailtrim_bench::cacheaside::parse_duration;
+use tailtrim_bench::plot::{plot_cache_aside, plot_run, plot_sweep};
 use tailtrim_bench::workload::{etc_arrival, Arrival, Popularity};
 use tailtrim_bench::{
-    parse_rates, preload, sweep, NullServer, RunConfig, Transport, WorkloadOverrides, WorkloadSpec,
+    parse_rates, preload, run_cache_aside, sweep, CacheAsideConfig, NullServer, RunConfig,
+    ScheduledEvent, Transport, WorkloadOverrides, WorkloadSpec,
 };
 
 /// Arguments of `tailtrim bench`.
 #[derive(clap::Args, Debug)]
 #[command(
     about = "Open-loop load generator (latency from the scheduled send time)",
-    after_help = "Example:\n  tailtrim bench -s 127.0.0.1:11211 --workload etc --rate 20000 --duration 10 \\\n      --json out.json --plot plots/\n\nBuilt-in workloads: etc, minos, chisel, tailx, tailx-large, uniform.\n`--print-workload` prints one as TOML to start a custom mix (`--workload-file`)."
+    after_help = "Example:\n  tailtrim bench -s 127.0.0.1:11211 --workload etc --rate 20000 --duration 10 \\\n      --json out.json --plot plots/\n  tailtrim bench -s 127.0.0.1:22122 --cache-aside --db-latency 8ms --workload uniform \\\n      --popularity zipf --prefill --admin 127.0.0.1:22222 --at 60s:add=127.0.0.1:11214 \\\n      --duration 120 --json ca.json --plot plots/\n\nBuilt-in workloads: etc, minos, chisel, tailx, tailx-large, uniform.\n`--print-workload` prints one as TOML to start a custom mix (`--workload-file`)."
 )]
 pub struct Args {
     #[command(flatten)]
@@ -149,6 +151,30 @@ struct Flags {
     /// Requests with at least this many keys are `elephant`.
     #[arg(long)]
     elephant_min_keys: Option<u32>,
+    /// Cache-aside load: on a miss, wait for a simulated database (`--db-latency`) and add
+    /// the value; SETs are database writes followed by a cache set. Every value read is
+    /// checked against the database (key and version). Worker threads, one connection each.
+    #[arg(long)]
+    cache_aside: bool,
+    /// Simulated database latency per read or write (cache-aside), e.g. 8ms.
+    #[arg(long, default_value = "8ms", value_name = "DURATION")]
+    db_latency: String,
+    /// The proxy's admin listener (HOST:PORT), needed by `--at`.
+    #[arg(long, value_name = "ADDR")]
+    admin: Option<String>,
+    /// A membership change during the measured window (cache-aside), repeatable:
+    /// `60s:add=HOST:PORT[,warmup=MODE][,share=F]` or `90s:remove=HOST:PORT[,warmup=drain]`.
+    #[arg(long = "at", value_name = "EVENT")]
+    at: Vec<String>,
+    /// Cache-aside worker threads (requests in progress at most).
+    #[arg(long, default_value_t = tailtrim_bench::cacheaside::DEFAULT_WORKERS)]
+    workers: usize,
+    /// Requests per window of the cache-aside per-request series.
+    #[arg(long, default_value_t = tailtrim_bench::cacheaside::DEFAULT_WINDOW_REQUESTS)]
+    window_requests: usize,
+    /// Cache-aside: before the run, write every key at version 0, coldest first.
+    #[arg(long)]
+    prefill: bool,
 }
 
 fn workload_from(args: &Flags) -> Result<WorkloadSpec, String> {
@@ -224,6 +250,9 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     }
     let workload = Arc::new(spec);
     let interactive = !args.quiet && std::io::stderr().is_terminal();
+    if args.cache_aside {
+        return cache_aside(&args, &workload, interactive);
+    }
     let mut config = RunConfig::new(&args.server, args.rate, seconds(args.duration, "duration")?);
     config.transport = if args.udp {
         Transport::Udp
@@ -371,6 +400,65 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
             .map_err(|error| format!("writing {}: {error}", path.display()))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `tailtrim bench --cache-aside`.
+fn cache_aside(
+    args: &Flags,
+    workload: &Arc<WorkloadSpec>,
+    interactive: bool,
+) -> Result<ExitCode, String> {
+    let mut config =
+        CacheAsideConfig::new(&args.server, args.rate, seconds(args.duration, "duration")?);
+    config.warmup = seconds(args.warmup, "warmup")?;
+    config.db_latency = parse_duration(&args.db_latency).map_err(|error| error.to_string())?;
+    config.admin = args.admin.clone();
+    config.events = args
+        .at
+        .iter()
+        .map(|text| text.parse::<ScheduledEvent>())
+        .collect::<Result<_, _>>()
+        .map_err(|error| error.to_string())?;
+    config.workers = args.workers;
+    config.window_requests = args.window_requests;
+    config.prefill = args.prefill;
+    config.seed = args.seed;
+    let total_ms = (config.warmup + config.duration).as_millis() as u64;
+    let bar = progress_bar(
+        interactive,
+        total_ms,
+        &format!("cache-aside {:.0} rps", config.rate),
+    );
+    let report = run_cache_aside(workload, &config, &mut |elapsed, completed| {
+        if let Some(bar) = &bar {
+            bar.set_position(elapsed.as_millis() as u64);
+            bar.set_message(format!("{completed} requests"));
+        }
+    })
+    .map_err(|error| error.to_string())?;
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    if !args.quiet {
+        print!("{}", report.to_table());
+    }
+    if let Some(directory) = &args.plot {
+        plot_cache_aside(&report, directory).map_err(|error| error.to_string())?;
+    }
+    if let Some(path) = &args.json {
+        let json = serde_json::to_string_pretty(&report).map_err(|error| error.to_string())?;
+        std::fs::write(path, json + "\n")
+            .map_err(|error| format!("writing {}: {error}", path.display()))?;
+    }
+    if report.clean() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "cache-aside: {} wrong values, {} stale values, {} client errors",
+            report.wrong_values, report.stale_values, report.errors
+        );
+        Ok(ExitCode::FAILURE)
+    }
 }
 
 /// Redraws the plots of a saved run or sweep.
