@@ -102,6 +102,12 @@ pub struct Args {
     /// is written, e.g. `const=500us,byte=10ns` (default off).
     #[arg(long, value_name = "SPEC")]
     emulate_network: Option<String>,
+    /// Hot-key tracking (`stats hotkeys`): record one read in N (0 turns it off; default 8).
+    #[arg(long, value_name = "N")]
+    hotkeys_sample_every: Option<u32>,
+    /// Hot-key tracking: keys tracked at most, bounding its memory (default 1024).
+    #[arg(long, value_name = "N")]
+    hotkeys_capacity: Option<usize>,
 }
 
 fn load(args: &Args) -> Result<ServerConfig, String> {
@@ -178,6 +184,17 @@ fn load(args: &Args) -> Result<ServerConfig, String> {
             CostSpec::parse(spec).map_err(|e| format!("{flag}: {e}"))?;
             *field = spec.clone();
         }
+    }
+    match args.hotkeys_sample_every {
+        Some(0) => config.hotkeys.enabled = false,
+        Some(every) => {
+            config.hotkeys.enabled = true;
+            config.hotkeys.sample_every = every;
+        }
+        None => {}
+    }
+    if let Some(capacity) = args.hotkeys_capacity {
+        config.hotkeys.capacity = capacity;
     }
     apply_process_flags(args, &mut config);
     for option in args.extended.iter().flat_map(|list| list.split(',')) {

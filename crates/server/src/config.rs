@@ -47,6 +47,39 @@ pub struct ServerConfig {
     pub process: ProcessSection,
     /// `[emulation]`: emulated service and network time (experimental, off by default).
     pub emulation: EmulationSection,
+    /// `[hotkeys]`: the sampled hot-key tracker behind `stats hotkeys`.
+    pub hotkeys: HotKeysSection,
+}
+
+/// Default: the hot-key tracker runs.
+pub const DEFAULT_HOTKEYS_ENABLED: bool = true;
+/// Default keys tracked by `stats hotkeys` (bounds the tracker's memory).
+pub const DEFAULT_HOTKEYS_CAPACITY: usize = 1024;
+/// Default: one read in this many is recorded by the hot-key tracker.
+pub const DEFAULT_HOTKEYS_SAMPLE_EVERY: u32 = 8;
+
+/// `[hotkeys]` section: a sampled space-saving top-k of the keys read (`get`, `gets`, `gat`,
+/// `mg`), reported by `stats hotkeys [N]`. Memory is bounded by `capacity` keys of at most
+/// 250 bytes; an unsampled read costs one relaxed atomic increment.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct HotKeysSection {
+    /// Track hot keys at all (`--hotkeys-sample-every 0` turns it off).
+    pub enabled: bool,
+    /// Keys tracked at most (`--hotkeys-capacity`).
+    pub capacity: usize,
+    /// Record one read in this many (`--hotkeys-sample-every`).
+    pub sample_every: u32,
+}
+
+impl Default for HotKeysSection {
+    fn default() -> Self {
+        HotKeysSection {
+            enabled: DEFAULT_HOTKEYS_ENABLED,
+            capacity: DEFAULT_HOTKEYS_CAPACITY,
+            sample_every: DEFAULT_HOTKEYS_SAMPLE_EVERY,
+        }
+    }
 }
 
 /// Default emulated service and network cost: none.
@@ -375,6 +408,9 @@ impl ServerConfig {
         }
         self.emulation.service_spec()?;
         self.emulation.network_spec()?;
+        if self.hotkeys.enabled && (self.hotkeys.capacity == 0 || self.hotkeys.sample_every == 0) {
+            return Err("hotkeys.capacity and hotkeys.sample_every must be at least 1".into());
+        }
         Ok(())
     }
 }

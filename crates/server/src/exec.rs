@@ -137,6 +137,9 @@ fn get(
     let store = &ctx.shared.store;
     let expiry = touch.map(|t| Expiry::from_protocol(i64::from(t), ctx.now));
     for key in keys {
+        if let Some(hotkeys) = &ctx.shared.hotkeys {
+            hotkeys.offer(key);
+        }
         let found = match expiry {
             Some(expiry) => {
                 bump(&ctx.counters.cmd_touch);
@@ -334,6 +337,9 @@ fn meta_get(key: &[u8], flags: &MetaFlags, ctx: &ExecContext<'_>, out: &mut Repl
         recache_before,
         no_bump: flags.has(b'u'),
     };
+    if let Some(hotkeys) = &ctx.shared.hotkeys {
+        hotkeys.offer(key);
+    }
     bump(&ctx.counters.cmd_get);
     if new_expiry.is_some() {
         bump(&ctx.counters.cmd_touch);

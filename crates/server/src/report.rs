@@ -147,6 +147,9 @@ fn settings_stats(shared: &Shared) -> Vec<(String, String)> {
     ]
 }
 
+/// Hot keys listed by `stats hotkeys` without a count.
+pub const DEFAULT_HOTKEYS_SHOWN: usize = 20;
+
 /// Executes a `stats` command.
 pub fn stats_command(args: &[Bytes], ctx: &ExecContext<'_>, out: &mut ReplyBuf) {
     let pairs = match args.first().map(|a| a.as_ref()) {
@@ -177,9 +180,26 @@ pub fn stats_command(args: &[Bytes], ctx: &ExecContext<'_>, out: &mut ReplyBuf) 
                 ),
             ],
         },
+        Some(b"hotkeys") => match &ctx.shared.hotkeys {
+            Some(hotkeys) => {
+                let n = match args.get(1) {
+                    None => DEFAULT_HOTKEYS_SHOWN,
+                    Some(text) => match std::str::from_utf8(text).ok().and_then(|t| t.parse().ok())
+                    {
+                        Some(n) => n,
+                        None => return reply::line(out, b"CLIENT_ERROR bad number of hot keys"),
+                    },
+                };
+                hotkeys.stats(n)
+            }
+            None => vec![("hotkeys_enabled".into(), "0".into())],
+        },
         Some(b"reset") => {
             for counters in &ctx.shared.counters {
                 counters.reset();
+            }
+            if let Some(hotkeys) = &ctx.shared.hotkeys {
+                hotkeys.reset();
             }
             if let Some(runtime) = ctx.shared.dispatch_view() {
                 runtime.reset_stats();

@@ -1,8 +1,10 @@
 //! State shared by every thread of one server instance.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use tailtrim_policy::hotkeys::{HotKeyTracker, Sampler, TrackerConfig};
 use tailtrim_store::{Store, UnixSecs};
 
 use crate::config::ServerConfig;
@@ -41,6 +43,80 @@ pub struct Shared {
     /// this `Shared`). A trait object, so this module does not depend on the
     /// runtime.
     pub runtime: std::sync::OnceLock<std::sync::Weak<dyn DispatchView>>,
+    /// The hot-key tracker (`stats hotkeys`), when `[hotkeys] enabled`.
+    pub hotkeys: Option<HotKeys>,
+}
+
+/// The server's sampled hot-key tracker: the lock is taken only on sampled reads.
+pub struct HotKeys {
+    sampler: Sampler,
+    tracker: Mutex<HotKeyTracker>,
+}
+
+impl HotKeys {
+    /// A tracker of at most `capacity` keys recording one read in `sample_every`.
+    pub fn new(capacity: usize, sample_every: u32) -> HotKeys {
+        HotKeys {
+            sampler: Sampler::new(sample_every),
+            tracker: Mutex::new(HotKeyTracker::new(TrackerConfig {
+                capacity,
+                sample_every,
+                ..TrackerConfig::default()
+            })),
+        }
+    }
+
+    /// Counts one read of `key` (recorded on sampled calls only).
+    pub fn offer(&self, key: &[u8]) {
+        if self.sampler.sampled() {
+            self.lock().record(key, self.sampler.weight());
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HotKeyTracker> {
+        self.tracker
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `stats hotkeys` pairs: settings, memory, then `hotkey:<rank>` = `<key> <count> <error>`
+    /// for the `n` hottest keys.
+    pub fn stats(&self, n: usize) -> Vec<(String, String)> {
+        let tracker = self.lock();
+        let config = tracker.config();
+        let mut pairs = vec![
+            ("hotkeys_enabled".to_string(), "1".to_string()),
+            ("hotkeys_capacity".into(), config.capacity.to_string()),
+            (
+                "hotkeys_sample_every".into(),
+                config.sample_every.to_string(),
+            ),
+            ("hotkeys_tracked".into(), tracker.len().to_string()),
+            ("hotkeys_recorded".into(), tracker.recorded().to_string()),
+            ("hotkeys_bytes".into(), tracker.memory_bytes().to_string()),
+            (
+                "hotkeys_bytes_bound".into(),
+                HotKeyTracker::memory_bound(config).to_string(),
+            ),
+        ];
+        for (rank, hot) in tracker.top(n).into_iter().enumerate() {
+            pairs.push((
+                format!("hotkey:{}", rank + 1),
+                format!(
+                    "{} {} {}",
+                    String::from_utf8_lossy(&hot.key),
+                    hot.count,
+                    hot.error
+                ),
+            ));
+        }
+        pairs
+    }
+
+    /// Forgets every tracked key (`stats reset`).
+    pub fn reset(&self) {
+        self.lock().clear();
+    }
 }
 
 impl Shared {
@@ -59,6 +135,10 @@ impl Shared {
             tcp_port: AtomicU64::new(u64::from(config.server.port)),
             udp_port: AtomicU64::new(u64::from(config.server.udp_port)),
             runtime: std::sync::OnceLock::new(),
+            hotkeys: config
+                .hotkeys
+                .enabled
+                .then(|| HotKeys::new(config.hotkeys.capacity, config.hotkeys.sample_every)),
             config,
         }
     }
