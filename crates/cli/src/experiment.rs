@@ -18,6 +18,7 @@ use std::process::ExitCode;
 
 mod common;
 mod minos;
+mod warmup;
 
 /// Arguments of `tailtrim experiment`.
 #[derive(clap::Args, Debug)]
@@ -36,11 +37,16 @@ enum Experiment {
     /// size-aware, early-binding, stealing and late-binding dispatch policies
     /// and stock memcached, under the `minos` workload.
     Minos(Box<minos::Args>),
+    /// Scale-out without a miss storm: cache-aside load with a simulated database through
+    /// the proxy while a 4th server joins (cold, fallback, preemptive, both) or one leaves
+    /// (cold, drain); extra misses, deepest dip and time to recover against a baseline.
+    Warmup(Box<warmup::Args>),
 }
 
 /// Runs `tailtrim experiment`.
 pub fn run(args: Args) -> Result<ExitCode, String> {
     match args.experiment {
         Experiment::Minos(minos_args) => minos::run(*minos_args),
+        Experiment::Warmup(warmup_args) => warmup::run(*warmup_args),
     }
 }

@@ -1,0 +1,76 @@
+//! Smoke test of `tailtrim experiment warmup --quick`: real `tailtrim serve` backends behind a
+//! real `tailtrim proxy`, cache-aside load, a preemptive join halfway. Checks the structure of
+//! results.json, that the join happened inside the measured run and was compared with the
+//! baseline, and that no value was wrong; no timing assertions.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn scratch_directory() -> PathBuf {
+    let directory =
+        std::env::temp_dir().join(format!("tailtrim-test-warmup-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&directory);
+    directory
+}
+
+#[test]
+fn quick_warmup_run_compares_a_join_with_its_baseline() {
+    let out = scratch_directory();
+    let output = Command::new(env!("CARGO_BIN_EXE_tailtrim"))
+        .args([
+            "experiment",
+            "warmup",
+            "--quick",
+            "--runs",
+            "baseline,preemptive@1",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap_or_else(|error| panic!("running tailtrim: {error}"));
+    assert!(
+        output.status.success(),
+        "tailtrim experiment warmup failed ({:?}):\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = std::fs::read_to_string(out.join("results.json"))
+        .unwrap_or_else(|error| panic!("reading results.json: {error}"));
+    let json: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|error| panic!("parsing: {error}"));
+    assert_eq!(json["experiment"], "warmup");
+    assert_eq!(json["complete"], true);
+    let runs = json["runs"].as_array().cloned().unwrap_or_default();
+    assert_eq!(runs.len(), 2);
+    assert!(runs[0]["metrics"].is_null(), "a baseline has no metrics");
+    let join = &runs[1];
+    assert_eq!(join["spec"]["change"]["mode"], "preemptive");
+    assert_eq!(join["spec"]["change"]["share"], 1.0);
+    let event = &join["report"]["events"][0];
+    assert_eq!(event["status"], 200, "{event}");
+    let answer: serde_json::Value =
+        serde_json::from_str(event["answer"].as_str().unwrap_or("{}")).unwrap_or_default();
+    assert_eq!(answer["mode"], "preemptive");
+    assert!(
+        answer["after"].as_array().map_or(0, Vec::len) == 4,
+        "{answer}"
+    );
+    let metrics = &join["metrics"];
+    assert!(
+        metrics["event_window"].as_u64().unwrap_or(0) > 0,
+        "{metrics}"
+    );
+    assert!(metrics["misses_after"].is_u64() && metrics["extra_misses"].is_i64());
+    for run in &runs {
+        let report = &run["report"];
+        assert!(report["requests"].as_u64().unwrap_or(0) > 1_000);
+        assert_eq!(report["wrong_values"], 0);
+        assert_eq!(report["stale_values"], 0);
+        assert_eq!(report["errors"], 0);
+    }
+    assert_eq!(json["summary"]["wrong_or_stale_values"], 0);
+    for file in ["results.md", "join.svg", "join.png"] {
+        assert!(out.join(file).is_file(), "{file} missing");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
