@@ -16,6 +16,7 @@
 
 use std::process::ExitCode;
 
+mod chisel;
 mod common;
 mod minos;
 mod warmup;
@@ -41,6 +42,9 @@ enum Experiment {
     /// the proxy while a 4th server joins (cold, fallback, preemptive, both) or one leaves
     /// (cold, drain); extra misses, deepest dip and time to recover against a baseline.
     Warmup(Box<warmup::Args>),
+    /// Chisel vs batch over the paper's 360 scenarios in the cluster simulator (SIMULATED),
+    /// with the fixed-(B, L) sweep behind the optimality ratio.
+    Chisel(Box<chisel::Args>),
 }
 
 /// Runs `tailtrim experiment`.
@@ -48,5 +52,6 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     match args.experiment {
         Experiment::Minos(minos_args) => minos::run(*minos_args),
         Experiment::Warmup(warmup_args) => warmup::run(*warmup_args),
+        Experiment::Chisel(chisel_args) => chisel::run(*chisel_args),
     }
 }

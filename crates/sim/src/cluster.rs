@@ -32,11 +32,13 @@ use serde::{Deserialize, Serialize};
 use tailtrim_bench::dist::{Distribution, Zipf};
 use tailtrim_bench::rng::{hash_unit, Rng};
 use tailtrim_bench::workload::Popularity;
+use tailtrim_model::chisel_online::{Analyzer, AnalyzerConfig, EpochLoad};
+use tailtrim_model::Seconds;
 use tailtrim_policy::costspec::{CostSpec, Units};
 use tailtrim_policy::drr::{self, Drr};
 use tailtrim_policy::health::{BackendLoad, Ewma, Timestamp};
 use tailtrim_policy::planner::{
-    Action, ClusterView, Observation, PlanRequest, Planner, PlannerKind,
+    Action, ClusterView, Observation, PlanRequest, Planner, PlannerKind, QueryShape,
 };
 use tailtrim_policy::ring::{Ring, RingOptions, RingServer};
 
@@ -146,9 +148,40 @@ pub struct ClusterScenario {
     /// Client-thread time per fetch reply (units: keys, reply bytes).
     #[serde(with = "spec_text")]
     pub client_recv: CostSpec,
+    /// Query slots: backend queries in flight at once, over all backends (the client's
+    /// `query_threads`; a query holds its slot from setup to reply). 0: unbounded.
+    #[serde(default)]
+    pub query_threads: usize,
+    /// Client time to set up each backend query once it has a slot (the client's
+    /// `inject_overhead`, Chisel's `o`; units: keys, request bytes). Mice may join a query
+    /// (up to the planner's `merge_limit`) until its setup ends.
+    #[serde(default = "zero_spec", with = "spec_text")]
+    pub query_setup: CostSpec,
+    /// Chisel's online analyzer retuning the planner's `(B, L)` every epoch (the planner must
+    /// have a query shape).
+    #[serde(default)]
+    pub online_analysis: Option<OnlineAnalysis>,
     /// Seed of every random stream.
     pub seed: u64,
 }
+
+fn zero_spec() -> CostSpec {
+    CostSpec::ZERO
+}
+
+/// Settings of the simulated online analyzer (`tailtrim_model::chisel_online`, the code the
+/// client and proxy run).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct OnlineAnalysis {
+    /// Simulated seconds between decisions.
+    pub epoch_secs: f64,
+    /// The analyzer's settings; `client_threads` and `server_threads` are derived as the
+    /// client does (query slots, or 16 when unbounded; servers × workers).
+    pub config: AnalyzerConfig,
+}
+
+/// `C` the analyzer assumes when query slots are unbounded (the client's default).
+pub const DEFAULT_MODEL_CLIENT_THREADS: u32 = 16;
 
 impl Default for ClusterScenario {
     fn default() -> Self {
@@ -171,6 +204,9 @@ impl Default for ClusterScenario {
             network: CostSpec::ZERO,
             client_send: CostSpec::ZERO,
             client_recv: CostSpec::ZERO,
+            query_threads: 0,
+            query_setup: CostSpec::ZERO,
+            online_analysis: None,
             seed: 1,
         }
     }
@@ -203,6 +239,11 @@ impl ClusterScenario {
         }
         if self.workload.keyspace == 0 || self.workload.keyspace >= 10_000_000_000 {
             return fail("keyspace must be 1..10^10");
+        }
+        if let Some(analysis) = &self.online_analysis {
+            if !(analysis.epoch_secs.is_finite() && analysis.epoch_secs > 0.0) {
+                return fail("the analyzer's epoch must be positive");
+            }
         }
         Ok(())
     }
@@ -306,8 +347,14 @@ pub struct ClusterResult {
     pub large: ClassResult,
     /// By number of keys in the request.
     pub by_keys: BTreeMap<u32, ClassResult>,
-    /// Fetches sent.
+    /// Fetches planned.
     pub fetches: u64,
+    /// Backend queries sent (fewer than fetches when mice merge).
+    #[serde(default)]
+    pub queries: u64,
+    /// Fetches that joined another fetch's query.
+    #[serde(default)]
+    pub merged_fetches: u64,
     /// Key lookups served by servers (conservation: equals the keys requested minus
     /// unavailable ones).
     pub keys_served: u64,
@@ -321,6 +368,36 @@ pub struct ClusterResult {
     pub client_utilization: Vec<f64>,
     /// Simulated end time.
     pub duration_secs: f64,
+    /// What the online analyzer did, when it ran.
+    #[serde(default)]
+    pub analysis: Option<AnalysisReport>,
+}
+
+/// The online analyzer's decisions over a run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AnalysisReport {
+    /// Epochs run.
+    pub epochs: u64,
+    /// Epochs that fell back to batching (poor fit, too few samples, …).
+    pub fallbacks: u64,
+    /// Epochs whose best plan was held back by hysteresis.
+    pub held: u64,
+    /// Epochs during the measured part of the run per `(B, L)` in force after them
+    /// (`L` = `u32::MAX`: no split), most used first.
+    pub shapes: Vec<ShapeEpochs>,
+    /// `(B, L)` at the end of the run.
+    pub last: (u32, u32),
+}
+
+/// Epochs spent at one `(B, L)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShapeEpochs {
+    /// `B`.
+    pub merge_level: u32,
+    /// `L`.
+    pub chunk_size: u32,
+    /// Epochs.
+    pub epochs: u64,
 }
 
 /// Runs `scenario` with the planner it names.
@@ -359,14 +436,18 @@ pub fn sweep_cluster(
 enum Event {
     Arrival,
     ClientDone(u32),
-    /// A planned fetch leaves the client.
+    /// A delayed fetch (`not_before`) is due.
     Send(u32),
-    /// A fetch reaches its server.
+    /// A query's setup is done: it is sealed and sent.
+    SetupDone(u32),
+    /// A query reaches its server.
     AtServer(u32),
-    /// A server worker finished a fetch.
+    /// A server worker finished a query.
     Served(u32),
-    /// A fetch's reply reaches the client.
+    /// A query's reply reaches the client.
     Reply(u32),
+    /// The online analyzer decides.
+    Epoch,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -396,20 +477,47 @@ struct FetchState {
     request: u32,
     backend: u32,
     keys: u32,
+    /// Reply bytes of this fetch's own keys (with `END\r\n`).
     reply_bytes: u64,
     priority: u8,
-    sent: Nanos,
+    /// `merge_limit` of its request.
+    merge_limit: u32,
     /// Key ids, kept only for planners that want each value's size.
     key_ids: Vec<u64>,
 }
 
+/// One backend query: a fetch, or mice fetches merged into one `get`.
+struct QueryState {
+    backend: u32,
+    /// Member fetches, the leader first.
+    fetches: Vec<u32>,
+    keys: u32,
+    reply_bytes: u64,
+    priority: u8,
+    limit: u32,
+    setup_started: Nanos,
+    sent: Nanos,
+}
+
+/// The online analyzer and its epoch counters.
+struct Analysis {
+    analyzer: Analyzer,
+    epoch: Nanos,
+    elephant_threshold: u32,
+    load: EpochLoad,
+    setups: u64,
+    setup_nanos: u128,
+    report: AnalysisReport,
+    shapes: BTreeMap<(u32, u32), u64>,
+}
+
 struct ServerState {
     idle_workers: usize,
-    /// Fetches without a priority.
+    /// Queries without a priority.
     fifo: VecDeque<u32>,
-    /// Prioritized fetches, strict order.
+    /// Prioritized queries, strict order.
     strict: BinaryHeap<Reverse<(u8, u64, u32)>>,
-    /// Prioritized fetches, deficit round robin.
+    /// Prioritized queries, deficit round robin.
     drr: Drr<u32>,
     busy_ns: u128,
 }
@@ -560,6 +668,15 @@ struct Sim<'s> {
     requests: Vec<RequestState>,
     fetches: Vec<FetchState>,
     free_fetches: Vec<u32>,
+    queries: Vec<QueryState>,
+    free_queries: Vec<u32>,
+    /// Per backend, the query mice may still join.
+    open: Vec<Option<u32>>,
+    slots_busy: usize,
+    slot_wait: VecDeque<u32>,
+    query_count: u64,
+    merged_fetches: u64,
+    analysis: Option<Analysis>,
     servers: Vec<ServerState>,
     clients: Vec<ClientThread>,
     outstanding: Vec<u32>,
@@ -600,6 +717,35 @@ impl<'s> Sim<'s> {
         .map_err(|e| SimError::Config(e.to_string()))?;
         let keyspace = scenario.workload.keyspace as usize;
         let wants_values = planner.wants_values();
+        let analysis = match (&scenario.online_analysis, planner.shape()) {
+            (None, _) => None,
+            (Some(_), None) => {
+                return Err(SimError::Config(format!(
+                    "the online analyzer needs a planner with a query shape, not {}",
+                    planner.name()
+                )))
+            }
+            (Some(settings), Some(shape)) => {
+                let mut config = settings.config;
+                config.client_threads = match u32::try_from(scenario.query_threads) {
+                    Ok(0) | Err(_) => DEFAULT_MODEL_CLIENT_THREADS,
+                    Ok(threads) => threads,
+                };
+                config.server_threads = (scenario.servers * scenario.workers_per_server)
+                    .try_into()
+                    .unwrap_or(u32::MAX);
+                Some(Analysis {
+                    analyzer: Analyzer::new(config),
+                    epoch: Nanos::from_f64(settings.epoch_secs * 1e9).max(Nanos(1)),
+                    elephant_threshold: shape.elephant_threshold,
+                    load: EpochLoad::default(),
+                    setups: 0,
+                    setup_nanos: 0,
+                    report: AnalysisReport::default(),
+                    shapes: BTreeMap::new(),
+                })
+            }
+        };
         let root = Rng::new(scenario.seed);
         let zipf = match scenario.workload.popularity {
             Popularity::Uniform => None,
@@ -626,6 +772,14 @@ impl<'s> Sim<'s> {
             requests: Vec::new(),
             fetches: Vec::new(),
             free_fetches: Vec::new(),
+            queries: Vec::new(),
+            free_queries: Vec::new(),
+            open: vec![None; scenario.servers],
+            slots_busy: 0,
+            slot_wait: VecDeque::new(),
+            query_count: 0,
+            merged_fetches: 0,
+            analysis,
             servers: (0..scenario.servers)
                 .map(|_| ServerState {
                     idle_workers: scenario.workers_per_server,
@@ -670,15 +824,23 @@ impl<'s> Sim<'s> {
 
     fn run(mut self) -> Result<ClusterResult, SimError> {
         self.queue.push(Nanos::ZERO, Event::Arrival);
+        if let Some(analysis) = &self.analysis {
+            self.queue.push(analysis.epoch, Event::Epoch);
+        }
         while let Some((at, event)) = self.queue.pop() {
+            if matches!(event, Event::Epoch) && self.completed == self.scenario.requests {
+                continue;
+            }
             self.now = at;
             match event {
                 Event::Arrival => self.arrival(),
                 Event::ClientDone(thread) => self.client_done(thread as usize),
-                Event::Send(fetch) => self.send(fetch),
-                Event::AtServer(fetch) => self.at_server(fetch),
-                Event::Served(fetch) => self.served(fetch),
-                Event::Reply(fetch) => self.reply(fetch),
+                Event::Send(fetch) => self.dispatch(fetch),
+                Event::SetupDone(query) => self.setup_done(query),
+                Event::AtServer(query) => self.at_server(query),
+                Event::Served(query) => self.served(query),
+                Event::Reply(query) => self.reply(query),
+                Event::Epoch => self.epoch(),
             }
         }
         if self.completed != self.generated {
@@ -733,6 +895,15 @@ impl<'s> Sim<'s> {
             }
         };
         self.keys_requested += u64::from(keys);
+        if let Some(analysis) = &mut self.analysis {
+            if keys > analysis.elephant_threshold {
+                analysis.load.elephants += 1;
+                analysis.load.elephant_keys += u64::from(keys);
+            } else {
+                analysis.load.mice += 1;
+                analysis.load.mice_keys += u64::from(keys);
+            }
+        }
         if self.client_modelled {
             let thread = state_thread(&self.requests[id as usize]);
             self.client_enqueue(thread, ClientJob::Plan(id));
@@ -779,6 +950,7 @@ impl<'s> Sim<'s> {
             servers: self.scenario.servers,
         };
         let actions = self.planner.plan(&plan_request, &view);
+        let merge_limit = self.planner.merge_limit(count).max(1);
         drop(slices);
         let mut large = false;
         let mut pending = 0u32;
@@ -798,7 +970,7 @@ impl<'s> Sim<'s> {
                         keys: fetch.keys.len() as u32,
                         reply_bytes,
                         priority: fetch.priority.unwrap_or(NO_PRIORITY),
-                        sent: self.now,
+                        merge_limit,
                         key_ids: if self.wants_values {
                             fetch
                                 .keys
@@ -826,7 +998,7 @@ impl<'s> Sim<'s> {
                         _ => self.now,
                     };
                     if at == self.now {
-                        self.send(id);
+                        self.dispatch(id);
                     } else {
                         self.queue.push(at, Event::Send(id));
                     }
@@ -844,38 +1016,122 @@ impl<'s> Sim<'s> {
         }
     }
 
-    fn send(&mut self, fetch: u32) {
-        let state = &mut self.fetches[fetch as usize];
-        state.sent = self.now;
-        let backend = state.backend as usize;
-        let units = Units {
-            keys: u64::from(state.keys),
-            bytes: 6 + u64::from(state.keys) * (KEY_LEN as u64 + 1),
+    /// A fetch joins the open query to its backend (mice, room left) or leads a new query.
+    fn dispatch(&mut self, fetch: u32) {
+        let state = &self.fetches[fetch as usize];
+        let (backend, limit) = (state.backend as usize, state.merge_limit);
+        let (keys, own_bytes, priority) = (state.keys, state.reply_bytes - 5, state.priority);
+        if limit > 1 {
+            if let Some(open) = self.open[backend] {
+                let query = &mut self.queries[open as usize];
+                if (query.fetches.len() as u32) < query.limit {
+                    query.fetches.push(fetch);
+                    query.keys += keys;
+                    query.reply_bytes += own_bytes;
+                    if query.fetches.len() as u32 >= query.limit {
+                        // Full: later mice start a new query.
+                        self.open[backend] = None;
+                    }
+                    self.merged_fetches += 1;
+                    return;
+                }
+            }
+        }
+        let state = QueryState {
+            backend: backend as u32,
+            fetches: Vec::new(),
+            keys,
+            reply_bytes: 5 + own_bytes,
+            priority,
+            limit,
+            setup_started: self.now,
+            sent: self.now,
         };
-        self.outstanding[backend] += 1;
-        let delay = sample(&self.scenario.network, units, &mut self.network_rng);
-        self.queue.push(self.now + delay, Event::AtServer(fetch));
+        let id = match self.free_queries.pop() {
+            Some(id) => {
+                let slot = &mut self.queries[id as usize];
+                let mut members = std::mem::take(&mut slot.fetches);
+                members.clear();
+                *slot = state;
+                slot.fetches = members;
+                id
+            }
+            None => {
+                self.queries.push(state);
+                (self.queries.len() - 1) as u32
+            }
+        };
+        self.queries[id as usize].fetches.push(fetch);
+        self.query_count += 1;
+        if limit > 1 {
+            self.open[backend] = Some(id);
+        }
+        let threads = self.scenario.query_threads;
+        if threads == 0 || self.slots_busy < threads {
+            self.slots_busy += 1;
+            self.start_setup(id);
+        } else {
+            self.slot_wait.push_back(id);
+        }
     }
 
-    fn at_server(&mut self, fetch: u32) {
-        let state = &self.fetches[fetch as usize];
+    /// A query has its slot: set it up (mice may still join meanwhile).
+    fn start_setup(&mut self, query: u32) {
+        let state = &mut self.queries[query as usize];
+        state.setup_started = self.now;
+        if self.scenario.query_setup.is_zero() {
+            self.setup_done(query);
+            return;
+        }
+        let units = Units {
+            keys: u64::from(state.keys),
+            bytes: request_bytes(state.keys),
+        };
+        let time = sample(&self.scenario.query_setup, units, &mut self.client_rng);
+        self.queue.push(self.now + time, Event::SetupDone(query));
+    }
+
+    /// Seals the query and sends it.
+    fn setup_done(&mut self, query: u32) {
+        let state = &mut self.queries[query as usize];
+        let backend = state.backend as usize;
+        if self.open[backend] == Some(query) {
+            self.open[backend] = None;
+        }
+        state.sent = self.now;
+        let elapsed = self.now.since(state.setup_started);
+        let units = Units {
+            keys: u64::from(state.keys),
+            bytes: request_bytes(state.keys),
+        };
+        if let Some(analysis) = &mut self.analysis {
+            analysis.setups += 1;
+            analysis.setup_nanos += u128::from(elapsed.0);
+        }
+        self.outstanding[backend] += 1;
+        let delay = sample(&self.scenario.network, units, &mut self.network_rng);
+        self.queue.push(self.now + delay, Event::AtServer(query));
+    }
+
+    fn at_server(&mut self, query: u32) {
+        let state = &self.queries[query as usize];
         let (backend, priority) = (state.backend as usize, state.priority);
         if self.servers[backend].idle_workers > 0 {
             self.servers[backend].idle_workers -= 1;
-            self.start_service(fetch);
+            self.start_service(query);
         } else if priority == NO_PRIORITY {
-            self.servers[backend].fifo.push_back(fetch);
+            self.servers[backend].fifo.push_back(query);
         } else {
             match self.scenario.server_queue {
                 ServerQueue::Drr => {
                     let class = usize::from(priority).min(drr::CLASSES - 1);
-                    self.servers[backend].drr.push(class, 1, fetch);
+                    self.servers[backend].drr.push(class, 1, query);
                 }
                 ServerQueue::Strict => {
                     let seq = self.queue_seq();
                     self.servers[backend]
                         .strict
-                        .push(Reverse((priority, seq, fetch)));
+                        .push(Reverse((priority, seq, query)));
                 }
             }
         }
@@ -887,26 +1143,26 @@ impl<'s> Sim<'s> {
         self.server_seq
     }
 
-    fn start_service(&mut self, fetch: u32) {
-        let state = &self.fetches[fetch as usize];
+    fn start_service(&mut self, query: u32) {
+        let state = &self.queries[query as usize];
         let units = Units {
             keys: u64::from(state.keys),
             bytes: state.reply_bytes,
         };
         let time = sample(&self.scenario.service, units, &mut self.service_rng);
         self.servers[state.backend as usize].busy_ns += u128::from(time.0);
-        self.queue.push(self.now + time, Event::Served(fetch));
+        self.queue.push(self.now + time, Event::Served(query));
     }
 
-    fn served(&mut self, fetch: u32) {
-        let state = &self.fetches[fetch as usize];
+    fn served(&mut self, query: u32) {
+        let state = &self.queries[query as usize];
         let backend = state.backend as usize;
         let units = Units {
             keys: u64::from(state.keys),
             bytes: state.reply_bytes,
         };
         let delay = sample(&self.scenario.network, units, &mut self.network_rng);
-        self.queue.push(self.now + delay, Event::Reply(fetch));
+        self.queue.push(self.now + delay, Event::Reply(query));
         let server = &mut self.servers[backend];
         match server.pop() {
             Some(next) => self.start_service(next),
@@ -914,35 +1170,87 @@ impl<'s> Sim<'s> {
         }
     }
 
-    fn reply(&mut self, fetch: u32) {
-        let state = &self.fetches[fetch as usize];
+    fn reply(&mut self, query: u32) {
+        let state = &self.queries[query as usize];
         let backend = state.backend as usize;
+        let keys = state.keys;
         let latency = self.now.since(state.sent);
         self.outstanding[backend] -= 1;
         self.ewma[backend].observe(latency.0 as f64);
+        if let Some(analysis) = &mut self.analysis {
+            analysis
+                .analyzer
+                .observe(keys, Seconds(latency.0 as f64 * 1e-9));
+        }
+        let members = std::mem::take(&mut self.queries[query as usize].fetches);
         if self.wants_values {
             let mut key = [0u8; KEY_LEN];
-            for &id in &state.key_ids {
-                write_key(id, &mut key);
-                self.planner.observe_value(&key, self.keys.value_len(id));
+            for &fetch in &members {
+                for &id in &self.fetches[fetch as usize].key_ids {
+                    write_key(id, &mut key);
+                    self.planner.observe_value(&key, self.keys.value_len(id));
+                }
             }
         }
+        let reply_bytes = self.queries[query as usize].reply_bytes;
         self.planner.observe(&Observation {
             backend,
-            keys: state.keys,
-            hits: state.keys,
-            value_bytes: state
-                .reply_bytes
-                .saturating_sub(5 + u64::from(state.keys) * REPLY_OVERHEAD_PER_KEY),
+            keys,
+            hits: keys,
+            value_bytes: reply_bytes.saturating_sub(5 + u64::from(keys) * REPLY_OVERHEAD_PER_KEY),
             latency_nanos: latency.0,
             at: Timestamp(self.now.0),
         });
-        if self.client_modelled {
-            let thread = state_thread(&self.requests[state.request as usize]);
-            self.client_enqueue(thread, ClientJob::Reply(fetch));
-        } else {
-            self.fetch_done(fetch);
+        // The slot goes to the next waiting query.
+        match self.slot_wait.pop_front() {
+            Some(next) => self.start_setup(next),
+            None => self.slots_busy -= 1,
         }
+        for &fetch in &members {
+            if self.client_modelled {
+                let thread =
+                    state_thread(&self.requests[self.fetches[fetch as usize].request as usize]);
+                self.client_enqueue(thread, ClientJob::Reply(fetch));
+            } else {
+                self.fetch_done(fetch);
+            }
+        }
+        self.queries[query as usize].fetches = members;
+        self.free_queries.push(query);
+    }
+
+    /// The analyzer's epoch: decide, apply the shape to the planner.
+    fn epoch(&mut self) {
+        let measuring = self.first_measured.is_some();
+        let Some(analysis) = &mut self.analysis else {
+            return;
+        };
+        let mut load = std::mem::take(&mut analysis.load);
+        load.seconds = analysis.epoch.as_secs_f64();
+        load.client_overhead = Seconds(if analysis.setups > 0 {
+            analysis.setup_nanos as f64 / analysis.setups as f64 * 1e-9
+        } else {
+            0.0
+        });
+        analysis.setups = 0;
+        analysis.setup_nanos = 0;
+        let decision = analysis.analyzer.decide(&load);
+        let report = &mut analysis.report;
+        report.epochs += 1;
+        report.fallbacks += u64::from(decision.fallback.is_some());
+        report.held += u64::from(decision.held);
+        let shape = (decision.merge_level, decision.chunk_size);
+        report.last = shape;
+        if measuring {
+            *analysis.shapes.entry(shape).or_default() += 1;
+        }
+        self.planner.set_shape(QueryShape {
+            merge_level: decision.merge_level,
+            chunk_size: decision.chunk_size,
+            elephant_threshold: analysis.elephant_threshold,
+        });
+        let next = self.now + analysis.epoch;
+        self.queue.push(next, Event::Epoch);
     }
 
     fn fetch_done(&mut self, fetch: u32) {
@@ -1064,6 +1372,8 @@ impl<'s> Sim<'s> {
                 .map(|(&keys, recorder)| (keys, class(recorder)))
                 .collect(),
             fetches: self.fetch_count,
+            queries: self.query_count,
+            merged_fetches: self.merged_fetches,
             keys_served: self.keys_served,
             keys_requested: self.keys_requested,
             keys_unavailable: self.keys_unavailable,
@@ -1078,8 +1388,29 @@ impl<'s> Sim<'s> {
                 .map(|c| c.busy_ns as f64 / 1e9 / end)
                 .collect(),
             duration_secs: self.now.as_secs_f64(),
+            analysis: self.analysis.map(|analysis| {
+                let mut shapes: Vec<ShapeEpochs> = analysis
+                    .shapes
+                    .iter()
+                    .map(|(&(merge_level, chunk_size), &epochs)| ShapeEpochs {
+                        merge_level,
+                        chunk_size,
+                        epochs,
+                    })
+                    .collect();
+                shapes.sort_by(|a, b| b.epochs.cmp(&a.epochs));
+                AnalysisReport {
+                    shapes,
+                    ..analysis.report
+                }
+            }),
         }
     }
+}
+
+/// Bytes of a `get` of `keys` keys.
+fn request_bytes(keys: u32) -> u64 {
+    6 + u64::from(keys) * (KEY_LEN as u64 + 1)
 }
 
 fn sample(spec: &CostSpec, units: Units, rng: &mut Rng) -> Nanos {

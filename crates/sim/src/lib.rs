@@ -31,6 +31,7 @@
 //! same configuration always gives the same numbers. See `docs/sim.md` for the model and
 //! what it leaves out.
 
+pub mod chisel;
 pub mod cluster;
 pub mod cost;
 pub mod engine;
@@ -42,8 +43,8 @@ pub mod time;
 pub mod workload;
 
 pub use cluster::{
-    run_cluster, run_cluster_with, sweep_cluster, ArrivalProcess, ClusterResult, ClusterScenario,
-    ClusterWorkload,
+    run_cluster, run_cluster_with, sweep_cluster, AnalysisReport, ArrivalProcess, ClusterResult,
+    ClusterScenario, ClusterWorkload, OnlineAnalysis,
 };
 pub use cost::{CostModel, Profile, ProfileSample};
 pub use engine::{run, RequestRecord, RunConfig, RunResult};

@@ -75,6 +75,13 @@ pub struct ClusterArgs {
     /// Client-thread time per fetch reply (cost spec).
     #[arg(long, default_value = "off")]
     client_recv: String,
+    /// Backend queries in flight at once over all backends (0: unbounded).
+    #[arg(long, default_value_t = 0)]
+    query_threads: usize,
+    /// Client time to set up each backend query once it has a slot (cost spec; Chisel's
+    /// overhead `o`).
+    #[arg(long, default_value = "off")]
+    query_setup: String,
     /// Seed of every random stream.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -125,6 +132,9 @@ pub fn run(args: ClusterArgs) -> Result<ExitCode, String> {
         network: spec(&args.network)?,
         client_send: spec(&args.client_send)?,
         client_recv: spec(&args.client_recv)?,
+        query_threads: args.query_threads,
+        query_setup: spec(&args.query_setup)?,
+        online_analysis: None,
         seed: args.seed,
     };
     let started = Instant::now();

@@ -1,0 +1,561 @@
+//! `tailtrim experiment chisel`: Chisel against batching over the paper's 360 scenarios in the
+//! cluster simulator (`tailtrim_sim::chisel`), plus the fixed-(B, L) sweep behind the
+//! optimality ratio. SIMULATED: no server runs.
+//!
+//! ```text
+//!   flags ─► tailtrim_sim::chisel::Setup ─► paper_grid() (or --only A,mice,ratio,overhead)
+//!        ─► run_point per scenario, --jobs threads ─► summarize
+//!        ─► <out>/results.json (metadata, setup, summary, per scenario)
+//!           <out>/ccdf_gain.svg  gain_by_condition.svg  query_size.svg  optimality.svg
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use plotters::coord::Shift;
+use plotters::prelude::{
+    ChartBuilder, Color, DrawingArea, DrawingBackend, IntoDrawingArea, IntoSegmentedCoord,
+    LineSeries, PathElement, RGBColor, Rectangle, SVGBackend, SegmentValue, BLACK, WHITE,
+};
+use serde::Serialize;
+use tailtrim_sim::chisel::{
+    paper_grid, run_point, summarize, GridPoint, PointResult, Setup, Summary,
+};
+
+use super::common::{progress_bar, utc_timestamp};
+
+/// Arguments of `tailtrim experiment chisel`.
+#[derive(clap::Args, Debug)]
+#[command(
+    about = "Chisel vs batch over the paper's 360 scenarios in the cluster simulator (SIMULATED)"
+)]
+pub struct Args {
+    /// Output directory.
+    #[arg(long, default_value = "experiments/chisel/sim")]
+    out: PathBuf,
+    /// Requests per simulated run.
+    #[arg(short = 'n', long, default_value_t = Setup::default().requests)]
+    requests: u64,
+    /// Seed of every run.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Skip the fixed-(B, L) sweep (no optimality ratio).
+    #[arg(long)]
+    no_sweep: bool,
+    /// Scenarios run at once (threads).
+    #[arg(long, default_value_t = 2)]
+    jobs: usize,
+    /// Only these scenarios, `A:mice:ratio:overhead` (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct Metadata {
+    command: String,
+    commit: String,
+    dirty: bool,
+    seed: u64,
+    started_utc: String,
+    wall_secs: f64,
+    note: &'static str,
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    metadata: Metadata,
+    setup: &'a Setup,
+    summary: &'a Summary,
+    results: &'a [PointResult],
+}
+
+fn parse_point(text: &str) -> Result<GridPoint, String> {
+    let fields: Vec<&str> = text.split(':').collect();
+    let number = |field: &str| -> Result<f64, String> {
+        field
+            .trim()
+            .parse::<f64>()
+            .map_err(|_| format!("--only {text:?}: expected A:mice:ratio:overhead"))
+    };
+    if fields.len() != 4 {
+        return Err(format!("--only {text:?}: expected A:mice:ratio:overhead"));
+    }
+    Ok(GridPoint {
+        interarrival_us: number(fields[0])?,
+        mice_keys: number(fields[1])? as u32,
+        mice_per_elephant: number(fields[2])? as u32,
+        overhead_us: number(fields[3])?,
+    })
+}
+
+/// `git rev-parse HEAD` and whether the tree has changes (unknown: `unknown`, false).
+pub fn git_state() -> (String, bool) {
+    let run = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|output| output.status.success())
+            .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_string())
+    };
+    let commit = run(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".to_string());
+    let dirty = run(&["status", "--porcelain", "--untracked-files=no"])
+        .is_some_and(|status| !status.is_empty());
+    (commit, dirty)
+}
+
+/// Runs `tailtrim experiment chisel`.
+pub fn run(args: Args) -> Result<ExitCode, String> {
+    let setup = Setup {
+        requests: args.requests,
+        seed: args.seed,
+        sweep: if args.no_sweep {
+            Vec::new()
+        } else {
+            Setup::default().sweep
+        },
+        ..Setup::default()
+    };
+    let grid = if args.only.is_empty() {
+        paper_grid()
+    } else {
+        args.only
+            .iter()
+            .map(|text| parse_point(text))
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    let started_utc = utc_timestamp();
+    let started = Instant::now();
+    let bar = progress_bar(
+        std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        grid.len() as u64,
+        "chisel (simulated)",
+    );
+    let next = AtomicUsize::new(0);
+    let slots: Mutex<Vec<Option<Result<PointResult, String>>>> = Mutex::new(vec![None; grid.len()]);
+    std::thread::scope(|scope| {
+        for _ in 0..args.jobs.max(1) {
+            scope.spawn(|| loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                let Some(point) = grid.get(index) else {
+                    break;
+                };
+                let outcome =
+                    run_point(&setup, point).map_err(|error| format!("{}: {error}", point.name()));
+                if let Ok(mut slots) = slots.lock() {
+                    slots[index] = Some(outcome);
+                }
+                if let Some(bar) = &bar {
+                    bar.inc(1);
+                }
+            });
+        }
+    });
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    let results: Vec<PointResult> = slots
+        .into_inner()
+        .map_err(|_| "a simulation thread panicked".to_string())?
+        .into_iter()
+        .map(|slot| slot.unwrap_or_else(|| Err("scenario not run".to_string())))
+        .collect::<Result<_, _>>()?;
+    let wall_secs = started.elapsed().as_secs_f64();
+    let summary = summarize(&results);
+    let (commit, dirty) = git_state();
+    let report = Report {
+        metadata: Metadata {
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+            commit,
+            dirty,
+            seed: args.seed,
+            started_utc,
+            wall_secs,
+            note: "SIMULATED: tailtrim's cluster simulator, no real servers",
+        },
+        setup: &setup,
+        summary: &summary,
+        results: &results,
+    };
+    std::fs::create_dir_all(&args.out)
+        .map_err(|e| format!("create {}: {e}", args.out.display()))?;
+    let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+    let path = args.out.join("results.json");
+    std::fs::write(&path, json + "\n").map_err(|e| format!("write {}: {e}", path.display()))?;
+    plot_all(&args.out, &results, &summary)?;
+    print_summary(&summary, &results, wall_secs);
+    println!("wrote {}", args.out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_summary(summary: &Summary, results: &[PointResult], wall_secs: f64) {
+    println!(
+        "SIMULATED, {} scenarios in {wall_secs:.0} s: mean gain on the mean {:.1} %, on the p95 {:.1} % \
+         (median {:.1} %), worst p95 gain {:.1} % ({}), {} scenario(s) worse than batch by > 5 % on p95",
+        summary.scenarios,
+        summary.mean_gain_mean_pct,
+        summary.mean_gain_p95_pct,
+        summary.median_gain_p95_pct,
+        summary.worst_gain_p95_pct,
+        summary.worst_scenario,
+        summary.worse_than_batch_p95.len()
+    );
+    if let Some(ratio) = summary.median_optimality_mean {
+        println!(
+            "optimality ratio (best fixed (B, L) / online), median: mean {ratio:.3}, p95 {:.3}",
+            summary.median_optimality_p95.unwrap_or(0.0)
+        );
+    }
+    if results.len() <= 24 {
+        println!(
+            "{:<22} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7}  (B, L)",
+            "scenario", "batch µs", "chisel", "gain", "batch p95", "chisel", "gain"
+        );
+        for r in results {
+            println!(
+                "{:<22} {:>9.0} {:>9.0} {:>6.1}% {:>9.0} {:>9.0} {:>6.1}%  ({}, {})",
+                r.point.name(),
+                r.batch.mean_us,
+                r.chisel.mean_us,
+                r.gain_mean_pct,
+                r.batch.p95_us,
+                r.chisel.p95_us,
+                r.gain_p95_pct,
+                r.main_shape.0,
+                shape_l(r.main_shape.1)
+            );
+        }
+    }
+}
+
+fn shape_l(chunk_size: u32) -> String {
+    if chunk_size == u32::MAX {
+        "∞".to_string()
+    } else {
+        chunk_size.to_string()
+    }
+}
+
+const MEAN_COLOR: RGBColor = RGBColor(31, 119, 180);
+const P95_COLOR: RGBColor = RGBColor(214, 39, 40);
+
+fn fail(error: &dyn std::fmt::Display) -> String {
+    format!("plot: {error}")
+}
+
+fn plot_all(out: &Path, results: &[PointResult], summary: &Summary) -> Result<(), String> {
+    let path = |name: &str| out.join(name);
+    let (ccdf_path, conditions, sizes, optimality) = (
+        path("ccdf_gain.svg"),
+        path("gain_by_condition.svg"),
+        path("query_size.svg"),
+        path("optimality.svg"),
+    );
+    draw_ccdf(
+        &SVGBackend::new(&ccdf_path, (900, 600)).into_drawing_area(),
+        results,
+    )?;
+    draw_conditions(
+        &SVGBackend::new(&conditions, (1200, 800)).into_drawing_area(),
+        summary,
+    )?;
+    draw_query_size(
+        &SVGBackend::new(&sizes, (1000, 600)).into_drawing_area(),
+        results,
+    )?;
+    if results.iter().any(|r| r.optimality_mean.is_some()) {
+        draw_optimality(
+            &SVGBackend::new(&optimality, (900, 600)).into_drawing_area(),
+            results,
+        )?;
+    }
+    Ok(())
+}
+
+/// Points of a CCDF: for each value, the share of values ≥ it.
+fn ccdf(mut values: Vec<f64>) -> Vec<(f64, f64)> {
+    values.sort_by(f64::total_cmp);
+    let n = values.len() as f64;
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| (v, (n - i as f64) / n))
+        .collect()
+}
+
+fn draw_ccdf<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    results: &[PointResult],
+) -> Result<(), String> {
+    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    let mean = ccdf(results.iter().map(|r| r.gain_mean_pct).collect());
+    let p95 = ccdf(results.iter().map(|r| r.gain_p95_pct).collect());
+    let low = mean
+        .iter()
+        .chain(&p95)
+        .map(|p| p.0)
+        .fold(0.0f64, f64::min)
+        .floor();
+    let mut chart = ChartBuilder::on(root)
+        .caption(
+            format!(
+                "SIMULATED: CCDF of Chisel's gain over batch ({} scenarios)",
+                results.len()
+            ),
+            ("sans-serif", 20),
+        )
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(low..100.0, 0.0..1.02)
+        .map_err(|e| fail(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc("gain over batch (%)")
+        .y_desc("share of scenarios with at least this gain")
+        .draw()
+        .map_err(|e| fail(&e))?;
+    for (label, points, color) in [("mean", mean, MEAN_COLOR), ("p95", p95, P95_COLOR)] {
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))
+            .map_err(|e| fail(&e))?
+            .label(label)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| fail(&e))?;
+    root.present().map_err(|e| fail(&e))
+}
+
+/// Grouped bars (mean, p95) over categories.
+fn draw_bars<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    title: &str,
+    x_desc: &str,
+    groups: &[(String, Vec<f64>)],
+    labels: &[(&str, RGBColor)],
+    y_desc: &str,
+) -> Result<(), String> {
+    let values = groups.iter().flat_map(|g| g.1.iter().copied());
+    let (low, high) = values.fold((0.0f64, 0.0f64), |(l, h), v| (l.min(v), h.max(v)));
+    let (low, high) = (low * 1.1, (high * 1.1).max(1.0));
+    let series = labels.len() as i32;
+    let slots = groups.len() as i32 * (series + 1);
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(55)
+        .build_cartesian_2d((0..slots).into_segmented(), low..high)
+        .map_err(|e| fail(&e))?;
+    let names: Vec<String> = groups.iter().map(|g| g.0.clone()).collect();
+    let step = series + 1;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_labels(slots as usize)
+        .x_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) if i % step == (series - 1) / 2 => {
+                names.get((i / step) as usize).cloned().unwrap_or_default()
+            }
+            _ => String::new(),
+        })
+        .draw()
+        .map_err(|e| fail(&e))?;
+    for (s, (label, color)) in labels.iter().enumerate() {
+        let color = *color;
+        chart
+            .draw_series(groups.iter().enumerate().map(|(g, group)| {
+                let x = g as i32 * step + s as i32;
+                let value = group.1.get(s).copied().unwrap_or(0.0);
+                let (bottom, top) = if value >= 0.0 {
+                    (0.0, value)
+                } else {
+                    (value, 0.0)
+                };
+                Rectangle::new(
+                    [
+                        (SegmentValue::Exact(x), bottom),
+                        (SegmentValue::Exact(x + 1), top),
+                    ],
+                    color.filled(),
+                )
+            }))
+            .map_err(|e| fail(&e))?
+            .label(*label)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| fail(&e))?;
+    Ok(())
+}
+
+fn draw_conditions<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    summary: &Summary,
+) -> Result<(), String> {
+    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    let root = root
+        .titled(
+            "SIMULATED: mean gain of Chisel over batch by condition",
+            ("sans-serif", 22),
+        )
+        .map_err(|e| fail(&e))?;
+    let panels = root.split_evenly((2, 2));
+    let conditions = [
+        ("mice keys", "(a) mice request size (keys)"),
+        ("mice per elephant", "(b) mice per elephant"),
+        ("A", "(c) mean inter-arrival A (µs)"),
+        ("overhead", "(d) client overhead per query (µs)"),
+    ];
+    for (panel, (condition, title)) in panels.iter().zip(conditions) {
+        let groups: Vec<(String, Vec<f64>)> = summary
+            .by_condition
+            .iter()
+            .filter(|c| c.condition == condition)
+            .map(|c| {
+                (
+                    format!("{}", c.value),
+                    vec![c.gain_mean_pct, c.gain_p95_pct],
+                )
+            })
+            .collect();
+        draw_bars(
+            panel,
+            title,
+            "",
+            &groups,
+            &[("mean", MEAN_COLOR), ("p95", P95_COLOR)],
+            "gain (%)",
+        )?;
+    }
+    root.present().map_err(|e| fail(&e))
+}
+
+/// Fig. 9: mean keys per backend query, batch vs chisel, at A = 120 and 1000 µs (overhead 0).
+fn draw_query_size<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    results: &[PointResult],
+) -> Result<(), String> {
+    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    let root = root
+        .titled(
+            "SIMULATED: mean keys per backend query, no injected overhead",
+            ("sans-serif", 22),
+        )
+        .map_err(|e| fail(&e))?;
+    let panels = root.split_evenly((1, 2));
+    for (panel, a) in panels.iter().zip([120.0, 1000.0]) {
+        let groups: Vec<(String, Vec<f64>)> = results
+            .iter()
+            .filter(|r| r.point.interarrival_us == a && r.point.overhead_us == 0.0)
+            .map(|r| {
+                (
+                    format!("{}:1 m{}", r.point.mice_per_elephant, r.point.mice_keys),
+                    vec![r.batch.keys_per_query, r.chisel.keys_per_query],
+                )
+            })
+            .collect();
+        if groups.is_empty() {
+            continue;
+        }
+        draw_bars(
+            panel,
+            &format!("A = {a} µs"),
+            "mix, mice keys",
+            &groups,
+            &[("batch", MEAN_COLOR), ("chisel", P95_COLOR)],
+            "keys per query",
+        )?;
+    }
+    root.present().map_err(|e| fail(&e))
+}
+
+/// Fig. 7d: CDF of the optimality ratio (best fixed (B, L) / online), mean and p95.
+fn draw_optimality<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    results: &[PointResult],
+) -> Result<(), String> {
+    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    let cdf = |values: Vec<f64>| -> Vec<(f64, f64)> {
+        ccdf(values)
+            .into_iter()
+            .map(|(v, share)| (v, 1.0 - share + 1.0 / results.len().max(1) as f64))
+            .collect()
+    };
+    let mean = cdf(results.iter().filter_map(|r| r.optimality_mean).collect());
+    let p95 = cdf(results.iter().filter_map(|r| r.optimality_p95).collect());
+    let low = mean
+        .iter()
+        .chain(&p95)
+        .map(|p| p.0)
+        .fold(1.0f64, f64::min)
+        .min(0.5);
+    let high = mean.iter().chain(&p95).map(|p| p.0).fold(1.0f64, f64::max) * 1.02;
+    let mut chart = ChartBuilder::on(root)
+        .caption(
+            "SIMULATED: optimality ratio, best fixed (B, L) / online analyzer's",
+            ("sans-serif", 20),
+        )
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(low..high, 0.0..1.02)
+        .map_err(|e| fail(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc("optimality ratio (1: as good as the best fixed shape)")
+        .y_desc("share of scenarios at or below")
+        .draw()
+        .map_err(|e| fail(&e))?;
+    for (label, points, color) in [("mean", mean, MEAN_COLOR), ("p95", p95, P95_COLOR)] {
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))
+            .map_err(|e| fail(&e))?
+            .label(label)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .position(plotters::chart::SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| fail(&e))?;
+    root.present().map_err(|e| fail(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_parses_scenarios() {
+        let point = parse_point("120:5:9:60").unwrap();
+        assert_eq!(point.name(), "A120-m5-r9-o60");
+        assert!(parse_point("120:5:9").is_err());
+    }
+
+    #[test]
+    fn ccdf_starts_at_one() {
+        let points = ccdf(vec![3.0, 1.0, 2.0]);
+        assert_eq!(points, vec![(1.0, 1.0), (2.0, 2.0 / 3.0), (3.0, 1.0 / 3.0)]);
+    }
+}
