@@ -456,6 +456,9 @@ fn mean(values: impl Iterator<Item = f64>) -> f64 {
     }
 }
 
+/// A condition's value of a scenario.
+type Condition = fn(&GridPoint) -> f64;
+
 /// Summarizes a run.
 pub fn summarize(results: &[PointResult]) -> Summary {
     let gains_p95: Vec<f64> = results.iter().map(|r| r.gain_p95_pct).collect();
@@ -467,7 +470,7 @@ pub fn summarize(results: &[PointResult]) -> Summary {
         (!values.is_empty()).then(|| median(&values))
     };
     let mut by_condition = Vec::new();
-    let conditions: [(&str, fn(&GridPoint) -> f64); 4] = [
+    let conditions: [(&str, Condition); 4] = [
         ("A", |p| p.interarrival_us),
         ("mice keys", |p| f64::from(p.mice_keys)),
         ("mice per elephant", |p| f64::from(p.mice_per_elephant)),

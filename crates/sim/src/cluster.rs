@@ -10,12 +10,15 @@
 //!  │        ▲ replicas(key) from the ketama ring         priority}, Unavailable{keys}]  │
 //!  │        └ load(backend): outstanding fetches, EWMA of fetch latency                 │
 //!  └───────────────────────────────────────────────────────────────────────────────────┘
-//!        │ send at max(now, not_before) ─► network (request bytes) ─►
+//!        │ due at max(now, not_before) ─► query: a mouse (merge_limit B > 1) joins its
+//!        │ backend's open query (< B fetches, still in setup), else a new query takes a slot
+//!        │ (≤ query_threads, FIFO) ─► query_setup ─► sealed ─► network (request bytes) ─►
 //!        ▼
 //!  server s: `workers_per_server` workers, one queue ordered by (priority, arrival);
-//!            service = service.sample(keys, reply bytes)
-//!        │ network (reply bytes) ─► Planner::observe(Observation) ─► client thread:
-//!        ▼                          client_recv cost
+//!            service = service.sample(query keys, reply bytes)
+//!        │ network (reply bytes) ─► slot freed ─► Planner::observe(Observation) ─►
+//!        ▼ each member fetch ─► client thread: client_recv cost
+//!  every epoch (online_analysis): chisel_online::Analyzer ─► decide ─► Planner::set_shape
 //!  last fetch of the request in ─► latency = done − arrival ─► HDR histograms (overall, by
 //!                                   key count, small/large by the largest value)
 //! ```
@@ -1398,7 +1401,7 @@ impl<'s> Sim<'s> {
                         epochs,
                     })
                     .collect();
-                shapes.sort_by(|a, b| b.epochs.cmp(&a.epochs));
+                shapes.sort_by_key(|shape| Reverse(shape.epochs));
                 AnalysisReport {
                     shapes,
                     ..analysis.report

@@ -297,3 +297,79 @@ fn bad_scenarios_are_rejected() {
         assert!(run_cluster(&scenario).is_err());
     }
 }
+
+#[test]
+fn query_slots_serialize_queries_and_setup_is_paid_per_query() {
+    // One key per server: a 2-key request on 2 servers makes 2 queries. With one query slot
+    // they run one after the other, each paying setup + network + service.
+    let scenario = ClusterScenario {
+        servers: 2,
+        workload: ClusterWorkload {
+            keyspace: 2_000,
+            keys_per_request: Distribution::Fixed { value: 1.0 },
+            ..ClusterWorkload::default()
+        },
+        rate_rps: 1_000.0,
+        arrival: ArrivalProcess::Uniform,
+        requests: 1_000,
+        service: CostSpec::parse("const=10us").unwrap(),
+        network: CostSpec::parse("const=5us").unwrap(),
+        query_threads: 1,
+        query_setup: CostSpec::parse("const=30us").unwrap(),
+        ..ClusterScenario::default()
+    };
+    let single = run_cluster(&scenario).unwrap();
+    assert!((single.overall.summary.mean_us - 50.0).abs() < 0.01);
+    assert_eq!(single.queries, single.fetches);
+    // 40 keys spread over both servers: 2 queries, serialized by the one slot.
+    let spread = ClusterScenario {
+        workload: ClusterWorkload {
+            keys_per_request: Distribution::Fixed { value: 40.0 },
+            ..scenario.workload.clone()
+        },
+        ..scenario.clone()
+    };
+    let serialized = run_cluster(&spread).unwrap();
+    assert_eq!(serialized.fetches, 2 * serialized.requests);
+    assert!((serialized.overall.summary.mean_us - 100.0).abs() < 0.01);
+    let parallel = run_cluster(&ClusterScenario {
+        query_threads: 2,
+        ..spread
+    })
+    .unwrap();
+    assert!((parallel.overall.summary.mean_us - 50.0).abs() < 0.01);
+}
+
+#[test]
+fn mice_merge_into_queries_being_set_up_up_to_the_merge_level() {
+    use tailtrim_policy::chisel::{ChiselPlanner, DEFAULT_ELEPHANT_THRESHOLD};
+    use tailtrim_policy::planner::QueryShape;
+    let scenario = ClusterScenario {
+        servers: 1,
+        workers_per_server: 4,
+        planner: "chisel".to_string(),
+        rate_rps: 50_000.0,
+        requests: 20_000,
+        service: CostSpec::parse("const=5us,key=1us").unwrap(),
+        query_threads: 16,
+        query_setup: CostSpec::parse("const=100us").unwrap(),
+        ..ClusterScenario::default()
+    };
+    let shape = |merge_level| QueryShape {
+        merge_level,
+        chunk_size: u32::MAX,
+        elephant_threshold: DEFAULT_ELEPHANT_THRESHOLD,
+    };
+    let alone = run_cluster_with(&scenario, Box::new(ChiselPlanner::new(shape(1)))).unwrap();
+    assert_eq!(alone.merged_fetches, 0);
+    assert_eq!(alone.queries, alone.fetches);
+    let merged = run_cluster_with(&scenario, Box::new(ChiselPlanner::new(shape(4)))).unwrap();
+    assert!(merged.merged_fetches > 0);
+    assert_eq!(merged.queries + merged.merged_fetches, merged.fetches);
+    // At most 4 fetches per query, and every key still served once.
+    assert!(merged.queries * 4 >= merged.fetches);
+    assert_eq!(merged.keys_served, merged.keys_requested);
+    // 16 slots each held 100 µs + service: 50k single queries/s would need 5+ s of slot time
+    // per second; merging is what keeps the client stable.
+    assert!(merged.overall.summary.mean_us < alone.overall.summary.mean_us);
+}

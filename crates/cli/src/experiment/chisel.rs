@@ -127,6 +127,8 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
             .map(|text| parse_point(text))
             .collect::<Result<Vec<_>, _>>()?
     };
+    // The tree as the run starts: the code that produces the numbers.
+    let (commit, dirty) = git_state();
     let started_utc = utc_timestamp();
     let started = Instant::now();
     let bar = progress_bar(
@@ -165,7 +167,6 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         .collect::<Result<_, _>>()?;
     let wall_secs = started.elapsed().as_secs_f64();
     let summary = summarize(&results);
-    let (commit, dirty) = git_state();
     let report = Report {
         metadata: Metadata {
             command: std::env::args().collect::<Vec<_>>().join(" "),
