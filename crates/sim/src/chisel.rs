@@ -52,9 +52,9 @@ pub const PAPER_SERVICE: &str = "const=3.3us,key=0.6us";
 pub const PAPER_NETWORK_ONE_WAY: &str = "const=42.5us,key=3.25us";
 /// Merge levels of the fixed-shape sweep.
 pub const SWEEP_MERGE_LEVELS: [u32; 4] = [1, 2, 4, 8];
-/// Chunk sizes of the fixed-shape sweep (`u32::MAX`: no split; 100 keys give 1, 2, 3, 4, 6, 10,
-/// 15 and 20 chunks).
-pub const SWEEP_CHUNK_SIZES: [u32; 8] = [NO_SPLIT, 50, 34, 25, 17, 10, 7, 5];
+/// Chunk sizes of the fixed-shape sweep (`u32::MAX`: no split; 100 keys give 1, 2, 4, 6, 10 and
+/// 15 chunks).
+pub const SWEEP_CHUNK_SIZES: [u32; 6] = [NO_SPLIT, 50, 25, 17, 10, 7];
 
 /// One scenario of the grid.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
