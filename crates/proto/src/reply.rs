@@ -233,3 +233,32 @@ mod tests {
         assert_eq!(out.take_contiguous(), b"ERROR\r\n");
     }
 }
+
+/// memcached's whole reply to `stats detail [arg]`, for a server or proxy that keeps no
+/// per-prefix statistics: `on` and `off` are acknowledged, `dump` lists no prefixes, and
+/// anything else gets the usage error.
+pub fn stats_detail(arg: Option<&[u8]>) -> &'static [u8] {
+    match arg {
+        Some(b"on" | b"off") => b"OK\r\n",
+        Some(b"dump") => b"END\r\n",
+        _ => b"CLIENT_ERROR usage: stats detail on|off|dump\r\n",
+    }
+}
+
+#[cfg(test)]
+mod stats_detail_tests {
+    use super::stats_detail;
+
+    #[test]
+    fn answers_as_memcached() {
+        assert_eq!(stats_detail(Some(b"on")), b"OK\r\n");
+        assert_eq!(stats_detail(Some(b"off")), b"OK\r\n");
+        assert_eq!(stats_detail(Some(b"dump")), b"END\r\n");
+        for arg in [None, Some(&b"x"[..]), Some(&b"ON"[..])] {
+            assert_eq!(
+                stats_detail(arg),
+                b"CLIENT_ERROR usage: stats detail on|off|dump\r\n"
+            );
+        }
+    }
+}

@@ -46,6 +46,20 @@ pub struct FrontendStats {
     pub server_errors: AtomicU64,
 }
 
+impl FrontendStats {
+    /// `stats reset`: clears the cumulative counters (open connections stay counted).
+    pub fn reset(&self) {
+        for counter in [
+            &self.total_connections,
+            &self.requests,
+            &self.client_errors,
+            &self.server_errors,
+        ] {
+            counter.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
 /// State shared by every connection.
 pub struct Shared {
     /// The backend pool, whose membership can change at runtime.

@@ -563,9 +563,31 @@ async fn backend_totals(shared: &Shared) -> (Vec<u64>, usize) {
 /// The `stats` reply. `stats` alone gives the proxy's own fields (pid, uptime, connections,
 /// threads), the pool totals of the backends' counters, then per-pool and per-backend
 /// counters and latency quantiles; other groups get an empty `END`.
+///
+/// Subcommands as memcached answers them: `settings` lists the pool's settings, `reset`
+/// clears the front end's counters (`RESET`; the pool's and backends' counters and latency
+/// histograms are cumulative, as Prometheus counters must be), `detail` is answered as by a
+/// memcached with no prefixes recorded, and any other group `ERROR`.
 pub async fn stats_reply(shared: &Shared, args: &[Bytes]) -> Vec<u8> {
     let mut out = String::new();
-    if args.is_empty() {
+    match args.first().map(|arg| arg.as_ref()) {
+        None => {}
+        Some(b"settings") => {
+            settings_reply(shared, &mut out);
+            out.push_str("END\r\n");
+            return out.into_bytes();
+        }
+        Some(b"reset") => {
+            shared.stats.reset();
+            return b"RESET\r\n".to_vec();
+        }
+        Some(b"detail") => {
+            let arg = args.get(1).map(|arg| arg.as_ref());
+            return tailtrim_proto::reply::stats_detail(arg).to_vec();
+        }
+        Some(_) => return b"ERROR\r\n".to_vec(),
+    }
+    {
         let uptime = shared.started.elapsed().as_secs();
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -626,6 +648,42 @@ pub async fn stats_reply(shared: &Shared, args: &[Bytes]) -> Vec<u8> {
     }
     out.push_str("END\r\n");
     out.into_bytes()
+}
+
+/// `stats settings`: how the proxy routes, as `STAT name value` lines.
+fn settings_reply(shared: &Shared, out: &mut String) {
+    let pool = shared.pool.current();
+    let config = pool.config();
+    let servers: Vec<String> = pool
+        .backends()
+        .iter()
+        .map(|backend| backend.address().to_string())
+        .collect();
+    let hash_tag = config
+        .ring
+        .hash_tag
+        .map(|[open, close]| format!("{}{}", open as char, close as char))
+        .unwrap_or_default();
+    let settings: [(&str, String); 11] = [
+        ("pool", config.name.clone()),
+        ("servers", servers.join(",")),
+        ("hash", config.ring.hash.name().to_string()),
+        ("distribution", config.ring.distribution.name().to_string()),
+        ("hash_tag", hash_tag),
+        ("replicas", config.replicas.to_string()),
+        ("planner", pool.planner_name().to_string()),
+        ("timeout_ms", config.timeout.as_millis().to_string()),
+        (
+            "server_connections",
+            config.connections_per_backend.to_string(),
+        ),
+        ("queue_limit", config.queue_limit.to_string()),
+        ("num_threads", shared.threads.to_string()),
+    ];
+    for (name, value) in settings {
+        let value = if value.is_empty() { "none" } else { &value };
+        let _ = write!(out, "STAT {name} {value}\r\n");
+    }
 }
 
 /// `:backend` and `:classN` (priority) or `:mice`-like (named class) suffixes of a `stats` line (pool and planner are implied).

@@ -70,6 +70,12 @@ const SCRIPTS: &[&[u8]] = &[
     b"mg k \x01\r\n",
     b"ms k 2 MZ\r\nhi\r\n",
     b"\x00\x01\x02\xff\r\n",
+    // `stats` groups whose replies carry no STAT lines (memccapable sends `stats noreply`).
+    b"stats noreply\r\n",
+    b"stats nosuchgroup\r\n",
+    b"stats reset\r\n",
+    b"stats detail\r\n",
+    b"stats detail on\r\nstats detail off\r\nstats detail dump\r\nstats detail x\r\n",
 ];
 
 #[test]

@@ -207,7 +207,7 @@ pub fn stats_command(args: &[Bytes], ctx: &ExecContext<'_>, out: &mut ReplyBuf) 
             return reply::line(out, b"RESET");
         }
         Some(b"detail") => {
-            return reply::line(out, b"CLIENT_ERROR usage: stats detail on|off|dump");
+            return out.push(reply::stats_detail(args.get(1).map(|arg| arg.as_ref())));
         }
         Some(_) => return reply::line(out, b"ERROR"),
     };
