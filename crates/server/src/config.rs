@@ -30,6 +30,9 @@ pub const DEFAULT_EVICT_TO_FREE: bool = true;
 /// Largest per-connection read buffer before the connection is closed (bytes):
 /// bounds memory whatever a client sends (must exceed `-I` plus a line).
 pub const DEFAULT_MAX_CONN_BUFFER: usize = 4 * 1024 * 1024;
+/// Default idle timeout in seconds (memcached's `-o idle_timeout=N`): 0, connections are
+/// never closed for idleness.
+pub const DEFAULT_IDLE_TIMEOUT_SECS: u64 = 0;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -187,6 +190,10 @@ pub struct NetworkSection {
     pub verbose: u8,
     /// Per-connection read buffer bound in bytes.
     pub max_connection_buffer: usize,
+    /// Close a connection that has not completed a command for this many seconds and has
+    /// no reply pending (`-o idle_timeout=N`); 0 disables. A client trickling a request a
+    /// byte at a time (slowloris) completes no command, so it is closed too.
+    pub idle_timeout_secs: u64,
 }
 
 impl Default for NetworkSection {
@@ -199,6 +206,7 @@ impl Default for NetworkSection {
             admin_port: DEFAULT_ADMIN_PORT,
             verbose: 0,
             max_connection_buffer: DEFAULT_MAX_CONN_BUFFER,
+            idle_timeout_secs: DEFAULT_IDLE_TIMEOUT_SECS,
         }
     }
 }
@@ -353,6 +361,12 @@ impl ServerConfig {
                 }
             }
             ("no_lru_crawler", None) => self.storage.crawl_interval_ms = 0,
+            ("idle_timeout", Some(secs)) => {
+                self.server.idle_timeout_secs = secs
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("-o idle_timeout={secs}: not a number of seconds"))?;
+            }
             ("item_size_max", Some(size)) => {
                 self.storage.item_size_max = parse_size(size)?;
             }
@@ -450,6 +464,15 @@ mod tests {
         assert_eq!(parse_size("512k").unwrap(), 512 * 1024);
         assert_eq!(parse_size("2000").unwrap(), 2000);
         assert!(parse_size("lots").is_err());
+    }
+
+    #[test]
+    fn idle_timeout_option() {
+        let mut config = ServerConfig::default();
+        assert_eq!(config.server.idle_timeout_secs, 0);
+        assert_eq!(config.apply_memcached_option("idle_timeout=30"), Ok(None));
+        assert_eq!(config.server.idle_timeout_secs, 30);
+        assert!(config.apply_memcached_option("idle_timeout=soon").is_err());
     }
 
     #[test]

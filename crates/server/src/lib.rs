@@ -4,7 +4,9 @@
 //! ```text
 //!                    ┌────────────┐  adopt   ┌──────────────── runtime (one engine) ───────────────┐
 //!  TCP clients ────► │  acceptor  │ ───────► │ sessions on epoll: read → parse → place → execute   │
-//!                    │ (-c limit) │          │ → sequenced replies → writev          (runtime.rs)  │
+//!                    │ (-c limit, │          │ → sequenced replies → writev          (runtime.rs)  │
+//!                    │ idle kicks,│          │                                                     │
+//!                    │ back-off)  │          │                                                     │
 //!                    └────────────┘          │ policy strategy: where a request runs, what an idle │
 //!  UDP datagrams ── SO_REUSEPORT socket ───► │ worker does (policies/*.rs: pinned, size-aware,     │
 //!                   per worker (udp.rs)      │ early-binding, stealing, late-binding)              │
@@ -274,6 +276,25 @@ fn start_runtime(
     Ok(runtime)
 }
 
+/// First pause of the acceptor after `accept` failed (EMFILE and friends); it doubles on
+/// each further failure up to [`ACCEPT_BACKOFF_MAX`] and resets on the next success.
+pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+/// Longest pause of the acceptor between `accept` retries after failures.
+pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(500);
+
+/// How often the acceptor looks for idle connections, given the idle timeout.
+fn idle_check_every(idle: Duration) -> Duration {
+    (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(1))
+}
+
+/// The acceptor: accepts until the listener would block, refuses connections past `-c`
+/// with memcached's error line, and closes idle connections (`idle_timeout`).
+///
+/// When `accept` fails (no descriptor left: EMFILE, ENFILE; no memory), the pending
+/// connections stay in the kernel's backlog and the listener raises no new edge for them,
+/// so the acceptor does not wait for one: it sleeps in `poll` for a back-off that doubles
+/// from [`ACCEPT_BACKOFF_MIN`] to [`ACCEPT_BACKOFF_MAX`] and retries `accept` itself,
+/// serving existing connections all along, until descriptors free up.
 fn accept_loop(
     mut poll: Poll,
     listener: mio::net::TcpListener,
@@ -282,22 +303,45 @@ fn accept_loop(
 ) {
     let mut events = Events::with_capacity(64);
     let max = shared.config.server.max_connections as u64;
+    let idle = Duration::from_secs(shared.config.server.idle_timeout_secs);
+    let idle_every = (!idle.is_zero()).then(|| idle_check_every(idle));
+    let mut next_idle_check = std::time::Instant::now();
+    let mut backoff: Option<Duration> = None;
     while !shared.stopping() {
-        if poll.poll(&mut events, None).is_err() {
+        let timeout = match (backoff, idle_every) {
+            (Some(pause), Some(every)) => Some(pause.min(every)),
+            (pause, every) => pause.or(every),
+        };
+        if poll.poll(&mut events, timeout).is_err() {
             continue;
+        }
+        if let Some(every) = idle_every {
+            let now = std::time::Instant::now();
+            if now >= next_idle_check {
+                runtime.close_idle(idle);
+                next_idle_check = now + every;
+            }
         }
         loop {
             let (stream, peer) = match listener.accept() {
                 Ok(pair) => pair,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    backoff = None;
+                    break;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    // EMFILE and friends: back off briefly rather than spin.
-                    eprintln!("tailtrim: accept failed: {e}");
-                    std::thread::sleep(Duration::from_millis(10));
+                    if backoff.is_none() {
+                        shared.listen_disabled_num.fetch_add(1, Ordering::Relaxed);
+                        eprintln!("tailtrim: accept failed: {e}; retrying with back-off");
+                    }
+                    backoff = Some(backoff.map_or(ACCEPT_BACKOFF_MIN, |pause| {
+                        (pause * 2).min(ACCEPT_BACKOFF_MAX)
+                    }));
                     break;
                 }
             };
+            backoff = None;
             if shared.curr_connections.load(Ordering::Relaxed) >= max {
                 shared.rejected_connections.fetch_add(1, Ordering::Relaxed);
                 let mut s = stream;

@@ -56,6 +56,17 @@ pub fn general_stats(shared: &Shared, now: u64) -> Vec<(String, String)> {
             .load(Ordering::Relaxed)
             .to_string(),
     );
+    push(
+        "idle_kicks",
+        shared.idle_kicks.load(Ordering::Relaxed).to_string(),
+    );
+    push(
+        "listen_disabled_num",
+        shared
+            .listen_disabled_num
+            .load(Ordering::Relaxed)
+            .to_string(),
+    );
     let counters = shared.counter_snapshot();
     for (name, value) in counters.pairs() {
         push(name, value.to_string());
@@ -131,6 +142,10 @@ fn settings_stats(shared: &Shared) -> Vec<(String, String)> {
         ("num_threads".into(), c.workers.threads.to_string()),
         ("cas_enabled".into(), "yes".into()),
         ("item_size_max".into(), c.storage.item_size_max.to_string()),
+        (
+            "idle_timeout".into(),
+            c.server.idle_timeout_secs.to_string(),
+        ),
         ("dispatch".into(), c.workers.dispatch.name().to_string()),
         (
             "emulate_service".into(),

@@ -107,6 +107,8 @@ pub struct Runtime {
     holds: HoldStats,
     /// Emulated network time (`None` when off).
     network: Option<NetworkEmulation>,
+    /// Origin of the connections' `last_command_ms` clock.
+    clock: Instant,
 }
 
 /// The emulated network stage: draws per worker, and the timer queue of
@@ -334,6 +336,7 @@ impl Runtime {
             },
             udp,
             shared,
+            clock: Instant::now(),
         };
         for (index, socket) in runtime.udp.iter().enumerate() {
             let epoll = &runtime.epolls[index % runtime.epolls.len()];
@@ -388,6 +391,7 @@ impl Runtime {
         let home = self.next_home.fetch_add(1, Ordering::Relaxed) % self.epolls.len();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let conn = Arc::new(Conn::new(id, peer, stream, Arc::clone(&self.epolls[home])));
+        conn.touch(self.clock_ms());
         if self.verbose > 0 {
             eprintln!("<{id} new client connection from {peer}");
         }
@@ -408,6 +412,47 @@ impl Runtime {
         if self.verbose > 0 {
             eprintln!("<{} connection closed ({})", conn.id, conn.peer);
         }
+    }
+
+    /// Milliseconds since the runtime started (the idle timeout's clock).
+    fn clock_ms(&self) -> u64 {
+        self.clock.elapsed().as_millis() as u64
+    }
+
+    /// Closes every connection that has completed no command for `idle` and has nothing
+    /// outstanding (memcached's `idle_timeout`: a connection writing a reply, or with
+    /// requests still executing, is not idle). Returns how many were closed.
+    pub fn close_idle(&self, idle: Duration) -> usize {
+        let now = self.clock_ms();
+        let limit = idle.as_millis() as u64;
+        let idle_conns: Vec<Arc<Conn>> = self
+            .conns
+            .read()
+            .values()
+            .filter(|conn| now.saturating_sub(conn.last_command_ms.load(Ordering::Relaxed)) > limit)
+            .cloned()
+            .collect();
+        let mut closed = 0;
+        for conn in idle_conns {
+            // Lock order: read side, then write side. A reader at work is not idle.
+            let busy = match conn.read.try_lock() {
+                None => true,
+                Some(read) => {
+                    let write = conn.write.lock();
+                    !write.out.is_empty() || write.base < read.next_seq
+                }
+            };
+            if busy || conn.is_closed() {
+                continue;
+            }
+            if self.verbose > 0 {
+                eprintln!("<{} idle timeout, closing ({})", conn.id, conn.peer);
+            }
+            self.close(&conn);
+            self.shared.idle_kicks.fetch_add(1, Ordering::Relaxed);
+            closed += 1;
+        }
+        closed
     }
 
     fn lookup(&self, token: u64) -> Option<Arc<Conn>> {
@@ -910,6 +955,7 @@ impl Runtime {
             if !matches!(parsed, Parsed::Incomplete) {
                 // The next request starts in bytes of the latest read.
                 read.arrived_ns = read.latest_ns;
+                conn.touch(self.clock_ms());
             }
             match parsed {
                 Parsed::Incomplete => return Next::Continue,

@@ -16,7 +16,7 @@
 use std::collections::VecDeque;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -38,6 +38,9 @@ pub struct Conn {
     pub(crate) write: Mutex<WriteSide>,
     pub(crate) exec: Mutex<ExecQueue<PendingJob>>,
     pub(crate) closed: AtomicBool,
+    /// When the connection last completed a command (or was adopted), in ms of the
+    /// runtime's clock: the idle timeout's measure.
+    pub(crate) last_command_ms: AtomicU64,
 }
 
 impl Conn {
@@ -51,6 +54,7 @@ impl Conn {
             write: Mutex::new(WriteSide::default()),
             exec: Mutex::new(ExecQueue::default()),
             closed: AtomicBool::new(false),
+            last_command_ms: AtomicU64::new(0),
         }
     }
 
@@ -60,6 +64,11 @@ impl Conn {
 
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// Notes a completed command at `now_ms`.
+    pub(crate) fn touch(&self, now_ms: u64) {
+        self.last_command_ms.store(now_ms, Ordering::Relaxed);
     }
 }
 

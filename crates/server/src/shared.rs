@@ -33,6 +33,11 @@ pub struct Shared {
     pub total_connections: AtomicU64,
     /// Connections refused because of `-c`.
     pub rejected_connections: AtomicU64,
+    /// Connections closed by the idle timeout (memcached's `idle_kicks`).
+    pub idle_kicks: AtomicU64,
+    /// Times the acceptor stopped accepting for a while because `accept` failed (EMFILE,
+    /// ENFILE, ENOMEM...); memcached's `listen_disabled_num`.
+    pub listen_disabled_num: AtomicU64,
     /// Set once to stop every thread.
     pub shutdown: AtomicBool,
     /// TCP port actually bound (differs from config when it was 0).
@@ -131,6 +136,8 @@ impl Shared {
             curr_connections: AtomicU64::new(0),
             total_connections: AtomicU64::new(0),
             rejected_connections: AtomicU64::new(0),
+            idle_kicks: AtomicU64::new(0),
+            listen_disabled_num: AtomicU64::new(0),
             shutdown: AtomicBool::new(false),
             tcp_port: AtomicU64::new(u64::from(config.server.port)),
             udp_port: AtomicU64::new(u64::from(config.server.udp_port)),

@@ -92,6 +92,12 @@ impl Server {
     /// Starts `program` with memcached-style flags (`-m 64 -I 1m -t 2` ...). Port, listen
     /// address and `-U 0` are added here. Waits until the port accepts connections.
     pub fn start(program: Program, flags: &[&str]) -> Server {
+        Server::start_wrapped(program, flags, &[])
+    }
+
+    /// Like [`Server::start`], run through `wrapper` (e.g. `prlimit --nofile=20`), which
+    /// must exec the program so that the process id stays the server's.
+    pub fn start_wrapped(program: Program, flags: &[&str], wrapper: &[&str]) -> Server {
         let port = free_port();
         let port_text = port.to_string();
         let mut args: Vec<String> = Vec::new();
@@ -119,7 +125,15 @@ impl Server {
                 }
             }
         }
-        let child = Command::new(&binary)
+        let mut command = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut command = Command::new(first);
+                command.args(rest).arg(&binary);
+                command
+            }
+            None => Command::new(&binary),
+        };
+        let child = command
             .args(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
