@@ -22,8 +22,11 @@ use common::{drain, read_until, value_for, Program, Server};
 
 const MIB: u64 = 1024 * 1024;
 /// Bound on RSS growth (KiB) while one connection sends a multi-megabyte hostile stream:
-/// the server may buffer a bounded line, never the stream.
-const HOSTILE_RSS_GROWTH_KIB: u64 = 48 * 1024;
+/// the server may buffer a bounded line (`max_connection_buffer`, 4 MiB), never the stream.
+const HOSTILE_RSS_GROWTH_KIB: u64 = 16 * 1024;
+/// Bytes each hostile stream offers: at least three times the bound, so that a server that
+/// buffered the stream would fail the test.
+const HOSTILE_BYTES: usize = 3 * HOSTILE_RSS_GROWTH_KIB as usize * 1024;
 
 const FLAGS: &[&str] = &["-m", "64", "-I", "1m", "-t", "2"];
 
@@ -83,6 +86,10 @@ fn send_hostile(
         }
         max_rss = max_rss.max(server.rss_kib());
     }
+    eprintln!(
+        "hostile stream: {sent} of {total} bytes sent; RSS {} KiB after, max {max_rss} KiB",
+        server.rss_kib()
+    );
     (sent, max_rss)
 }
 
@@ -119,7 +126,7 @@ fn megabyte_line_without_newline_is_closed_with_bounded_memory() {
     let baseline = server.rss_kib();
     let mut attacker = server.connect();
     let unit = vec![b'x'; 64 * 1024];
-    let (sent, max_rss) = send_hostile(&server, &mut attacker, 8 * MIB as usize, |_| unit.clone());
+    let (sent, max_rss) = send_hostile(&server, &mut attacker, HOSTILE_BYTES, |_| unit.clone());
     let outcome = drain(
         &mut attacker,
         Duration::from_secs(3),
@@ -160,7 +167,7 @@ fn huge_get_line_keeps_memory_bounded() {
     let mut attacker = server.connect();
     let (reader, done) = background_reader(&attacker);
     let unit = vec![b'a'; 64 * 1024];
-    let (sent, max_rss) = send_hostile(&server, &mut attacker, 64 * MIB as usize, |offset| {
+    let (sent, max_rss) = send_hostile(&server, &mut attacker, 4 * HOSTILE_BYTES, |offset| {
         if offset == 0 {
             b"get ".to_vec()
         } else {
@@ -210,7 +217,7 @@ fn binary_garbage_gets_errors_or_close_and_harms_nobody() {
     let baseline = server.rss_kib();
     let mut attacker = server.connect();
     let (reader, done) = background_reader(&attacker);
-    let stream = garbage(0x5eed_1234, 4 * MIB as usize);
+    let stream = garbage(0x5eed_1234, HOSTILE_BYTES);
     let chunk = 16 * 1024;
     let (sent, max_rss) = send_hostile(&server, &mut attacker, stream.len(), |offset| {
         stream[offset..(offset + chunk).min(stream.len())].to_vec()
