@@ -75,6 +75,13 @@ pub struct Args {
     /// Runtime worker threads.
     #[arg(short = 't', long = "threads")]
     pub threads: Option<usize>,
+    /// Client connections at most; past it memcached's "ERROR Too many open connections"
+    /// (memcached's -c; 0: no limit).
+    #[arg(long = "conn-limit", value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Close a client that completes no command for this many seconds (0: never).
+    #[arg(long = "idle-timeout", value_name = "SECS")]
+    pub idle_timeout: Option<u64>,
     /// Largest value accepted from clients, in bytes (memcached's -I).
     #[arg(short = 'I', long = "max-item-size")]
     pub item_size_max: Option<usize>,
@@ -112,6 +119,12 @@ fn effective_config(args: &Args) -> Result<ProxyConfig, String> {
     }
     if let Some(threads) = args.threads {
         config.proxy.threads = threads;
+    }
+    if let Some(max) = args.max_connections {
+        config.proxy.max_connections = max;
+    }
+    if let Some(secs) = args.idle_timeout {
+        config.proxy.idle_timeout_secs = secs;
     }
     if let Some(size) = args.item_size_max {
         config.proxy.item_size_max = size;

@@ -32,6 +32,12 @@ pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:22123";
 pub const DEFAULT_THREADS: usize = 2;
 /// Default largest value accepted from clients (memcached's `-I` default, 1 MiB).
 pub const DEFAULT_ITEM_SIZE_MAX: usize = tailtrim_proto::DEFAULT_ITEM_SIZE_MAX;
+/// Default client connection limit (memcached's `-c` default); past it a new client gets
+/// `ERROR Too many open connections` and is closed. 0: no limit.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Default idle timeout, seconds: a client that completes no command for this long is closed
+/// (memcached's `-o idle_timeout`). 0: never.
+pub const DEFAULT_IDLE_TIMEOUT_SECS: u64 = 0;
 /// Default pool name.
 pub const DEFAULT_POOL_NAME: &str = "default";
 /// Default key hash. `md5` is libmemcached's ketama hash; set `fnv1a_64` to match a
@@ -182,6 +188,12 @@ pub struct ProxySection {
     /// Largest value accepted from clients (bytes); larger `set`s get memcached's
     /// `SERVER_ERROR object too large for cache` without reaching a backend.
     pub item_size_max: usize,
+    /// Client connections at most; past it a new client gets `ERROR Too many open
+    /// connections` and is closed (memcached's `-c`). 0: no limit.
+    pub max_connections: usize,
+    /// Close a client that completes no command for this many seconds (memcached's
+    /// `-o idle_timeout`; a client trickling a request counts as idle). 0: never.
+    pub idle_timeout_secs: u64,
 }
 
 impl Default for ProxySection {
@@ -191,6 +203,8 @@ impl Default for ProxySection {
             admin_listen: DEFAULT_ADMIN_LISTEN.to_string(),
             threads: DEFAULT_THREADS,
             item_size_max: DEFAULT_ITEM_SIZE_MAX,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            idle_timeout_secs: DEFAULT_IDLE_TIMEOUT_SECS,
         }
     }
 }

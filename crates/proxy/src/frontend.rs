@@ -5,13 +5,19 @@
 //!   socket ─► BytesMut ─► parse_request ─┬─ Complete ─► route (pool.read / write / multiget / broadcast)
 //!                                        ├─ Invalid  ─► memcached's error reply (never forwarded)
 //!                                        └─ Incomplete ─► read more
-//!   the batch of requests parsed from one read runs concurrently (join_all keeps order)
-//!   ─► replies concatenated ─► one write
+//!   the batch of requests parsed from one read runs in rounds of at most MAX_KEYS_PER_ROUND
+//!   keys; a round's requests run concurrently (join_all keeps order) ─► its replies written
+//!   (the next round, and the next read, wait until the client has taken them)
 //! ```
+//!
+//! Bounds per client: unparsed input at most one request (the parser refuses longer lines
+//! and larger values than `item_size_max`); replies held at most one round's (a client that does not read stops having its
+//! requests read or executed while its replies wait); no complete command for
+//! `idle_timeout_secs` closes it. Connections past `max_connections` are refused at accept.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::future::join_all;
@@ -27,6 +33,16 @@ use crate::metrics;
 const META_NOOP: &[u8] = b"mn\r\n";
 /// Read buffer growth step.
 const READ_CHUNK: usize = 16 * 1024;
+/// Keys executed concurrently for one client before its replies are written: pipelined
+/// requests beyond this wait for the replies before them to leave, so a client that never
+/// reads holds at most one round of replies in the proxy (plus one request's, if a single
+/// request names more keys).
+pub const MAX_KEYS_PER_ROUND: usize = 128;
+/// Replies of a round up to this size are concatenated into one write; larger ones are
+/// written one by one, without a copy.
+const COALESCE_LIMIT: usize = 64 * 1024;
+/// memcached's reply to a connection past its limit.
+pub const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
 /// Version string returned by `version`.
 pub const VERSION_LINE: &str =
     concat!("VERSION tailtrim-proxy-", env!("CARGO_PKG_VERSION"), "\r\n");
@@ -44,6 +60,10 @@ pub struct FrontendStats {
     pub client_errors: AtomicU64,
     /// `proxy_server_errors`: requests answered with SERVER_ERROR for backend failures.
     pub server_errors: AtomicU64,
+    /// `rejected_connections`: connections refused past `max_connections`.
+    pub rejected_connections: AtomicU64,
+    /// `idle_kicks`: connections closed by the idle timeout.
+    pub idle_kicks: AtomicU64,
 }
 
 impl FrontendStats {
@@ -74,18 +94,37 @@ pub struct Shared {
     pub started: Instant,
     /// Runtime worker threads (reported by `stats`).
     pub threads: usize,
+    /// Client connections at most (0: no limit).
+    pub max_connections: usize,
+    /// Close a client with no complete command for this long.
+    pub idle_timeout: Option<Duration>,
 }
 
-/// Serves one client connection until it closes or sends `quit`.
+impl Shared {
+    /// Counts a newly accepted connection, or refuses it past `max_connections` (the caller
+    /// then answers [`TOO_MANY_CONNECTIONS`] and closes it). Returns true if admitted; an
+    /// admitted connection must be served with [`serve_connection`].
+    pub fn admit(&self) -> bool {
+        let stats = &self.stats;
+        let admitted = stats
+            .curr_connections
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |current| {
+                (self.max_connections == 0 || current < self.max_connections as u64)
+                    .then_some(current + 1)
+            })
+            .is_ok();
+        if admitted {
+            stats.total_connections.fetch_add(1, Ordering::Relaxed);
+        } else {
+            stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
+        }
+        admitted
+    }
+}
+
+/// Serves one client connection, admitted by [`Shared::admit`], until it closes or sends
+/// `quit`.
 pub async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
-    shared
-        .stats
-        .curr_connections
-        .fetch_add(1, Ordering::Relaxed);
-    shared
-        .stats
-        .total_connections
-        .fetch_add(1, Ordering::Relaxed);
     let _ = stream.set_nodelay(true);
     let _ = serve(stream, &shared).await;
     shared
@@ -105,12 +144,23 @@ enum Work {
 async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut swallow = 0usize;
-    let mut out: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    let mut last_command = tokio::time::Instant::now();
     loop {
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {
             buf.reserve(READ_CHUNK);
         }
-        if stream.read_buf(&mut buf).await? == 0 {
+        let read = stream.read_buf(&mut buf);
+        let got = match shared.idle_timeout {
+            Some(idle) => match tokio::time::timeout_at(last_command + idle, read).await {
+                Ok(got) => got?,
+                Err(_) => {
+                    shared.stats.idle_kicks.fetch_add(1, Ordering::Relaxed);
+                    return Ok(());
+                }
+            },
+            None => read.await?,
+        };
+        if got == 0 {
             return Ok(());
         }
         let mut batch: Vec<Work> = Vec::new();
@@ -127,7 +177,11 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
             if buf.is_empty() {
                 break;
             }
-            match parse_request(&buf, &shared.limits) {
+            let parsed = parse_request(&buf, &shared.limits);
+            if !matches!(parsed, Parsed::Incomplete) {
+                last_command = tokio::time::Instant::now();
+            }
+            match parsed {
                 Parsed::Incomplete => break,
                 Parsed::Complete { value, consumed } => {
                     shared.stats.requests.fetch_add(1, Ordering::Relaxed);
@@ -168,18 +222,62 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
                 }
             }
         }
-        let replies = run_in_order(shared, batch).await;
-        out.clear();
-        for reply in &replies {
-            out.extend_from_slice(reply);
-        }
-        if !out.is_empty() {
-            stream.write_all(&out).await?;
+        while !batch.is_empty() {
+            let rest = batch.split_off(round_len(&batch));
+            let replies = run_in_order(shared, std::mem::replace(&mut batch, rest)).await;
+            write_replies(&mut stream, replies).await?;
+            // Time spent waiting for the client to take its replies is not idleness.
+            last_command = tokio::time::Instant::now();
         }
         if close {
             return Ok(());
         }
     }
+}
+
+/// Keys a piece of work reads or writes (1 for keyless work).
+fn keys_of(work: &Work) -> usize {
+    match work {
+        Work::Forward(Request::Get { keys, .. } | Request::GetAndTouch { keys, .. }, _) => {
+            keys.len().max(1)
+        }
+        _ => 1,
+    }
+}
+
+/// How many leading requests of `batch` form the next round: as many as fit in
+/// [`MAX_KEYS_PER_ROUND`] keys, and at least one.
+fn round_len(batch: &[Work]) -> usize {
+    let mut keys = 0;
+    for (index, work) in batch.iter().enumerate() {
+        keys += keys_of(work);
+        if keys > MAX_KEYS_PER_ROUND {
+            return index.max(1);
+        }
+    }
+    batch.len()
+}
+
+/// Writes a round's replies in order: small rounds as one write, large replies each on
+/// their own (no copy), each dropped once written.
+async fn write_replies(stream: &mut TcpStream, replies: Vec<Bytes>) -> std::io::Result<()> {
+    let total: usize = replies.iter().map(Bytes::len).sum();
+    if total == 0 {
+        return Ok(());
+    }
+    if total <= COALESCE_LIMIT {
+        let mut out = Vec::with_capacity(total);
+        for reply in &replies {
+            out.extend_from_slice(reply);
+        }
+        return stream.write_all(&out).await;
+    }
+    for reply in replies {
+        if !reply.is_empty() {
+            stream.write_all(&reply).await?;
+        }
+    }
+    Ok(())
 }
 
 /// True for work that neither changes backend state nor depends on earlier writes beyond what

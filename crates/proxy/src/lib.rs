@@ -77,6 +77,9 @@ impl Proxy {
             stats: FrontendStats::default(),
             started: Instant::now(),
             threads: config.proxy.threads,
+            max_connections: config.proxy.max_connections,
+            idle_timeout: (config.proxy.idle_timeout_secs > 0)
+                .then(|| std::time::Duration::from_secs(config.proxy.idle_timeout_secs)),
         });
         Ok(Proxy {
             shared,
@@ -102,8 +105,10 @@ impl Proxy {
         self.shared.clone()
     }
 
-    /// Serves until the future is dropped. Accept errors (e.g. too many open files) are logged
-    /// and retried after a short pause rather than ending the proxy.
+    /// Serves until the future is dropped. Connections past `[proxy] max_connections` get
+    /// memcached's `ERROR Too many open connections` and are closed. Accept errors (e.g. too
+    /// many open files) are logged and retried after a short pause rather than ending the
+    /// proxy.
     pub async fn serve(self) {
         if let Some(admin) = self.admin {
             tokio::spawn(admin::serve(admin, self.shared.clone()));
@@ -111,7 +116,12 @@ impl Proxy {
         loop {
             match self.listener.accept().await {
                 Ok((stream, _)) => {
-                    tokio::spawn(frontend::serve_connection(stream, self.shared.clone()));
+                    if self.shared.admit() {
+                        tokio::spawn(frontend::serve_connection(stream, self.shared.clone()));
+                    } else {
+                        // memcached's answer past -c; a full socket buffer just loses it.
+                        let _ = stream.try_write(frontend::TOO_MANY_CONNECTIONS);
+                    }
                 }
                 Err(error) => {
                     eprintln!("tailtrim proxy: accept failed: {error}");

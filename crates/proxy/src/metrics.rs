@@ -60,6 +60,18 @@ fn counters(shared: &Shared) -> Vec<Sample> {
         front.client_errors.load(Ordering::Relaxed),
     );
     push(
+        "proxy_rejected_connections",
+        "Client connections refused past max_connections.",
+        vec![],
+        front.rejected_connections.load(Ordering::Relaxed),
+    );
+    push(
+        "proxy_idle_kicks",
+        "Client connections closed by the idle timeout.",
+        vec![],
+        front.idle_kicks.load(Ordering::Relaxed),
+    );
+    push(
         "proxy_server_errors",
         "Requests answered SERVER_ERROR because backends failed.",
         vec![],
@@ -612,6 +624,12 @@ pub async fn stats_reply(shared: &Shared, args: &[Bytes]) -> Vec<u8> {
             "STAT total_connections {}\r\n",
             front.total_connections.load(Ordering::Relaxed)
         );
+        for (name, counter) in [
+            ("rejected_connections", &front.rejected_connections),
+            ("idle_kicks", &front.idle_kicks),
+        ] {
+            let _ = write!(out, "STAT {name} {}\r\n", counter.load(Ordering::Relaxed));
+        }
         let _ = write!(out, "STAT threads {}\r\n", shared.threads);
         let (totals, unreachable) = backend_totals(shared).await;
         for (name, total) in SUMMED_BACKEND_STATS.iter().zip(totals) {

@@ -23,6 +23,7 @@
 //! | `preconnect`             | accepted with a warning when true (connections are lazy)  |
 //! | `backlog`                | accepted with a warning (the OS default backlog is used)  |
 //! | `redis`                  | false accepted; true refused (memcached protocol only)    |
+//! | `client_connections`     | `proxy.max_connections` (0 or absent: no limit, as there) |
 //! | anything else            | refused                                                   |
 
 use crate::config::ProxyConfig;
@@ -151,6 +152,8 @@ fn boolean(key: &str, value: &str) -> Result<bool, ProxyError> {
 /// behaviour differs from nutcracker's.
 pub fn map_pool(pool: &NutcrackerPool) -> Result<(ProxyConfig, Vec<String>), ProxyError> {
     let mut config = ProxyConfig::default();
+    // nutcracker limits client connections only when `client_connections` says so.
+    config.proxy.max_connections = 0;
     let mut warnings = Vec::new();
     let refuse =
         |key: &str, why: &str| Err(config_error(format!("pool {}: {key}: {why}", pool.name)));
@@ -207,6 +210,7 @@ pub fn map_pool(pool: &NutcrackerPool) -> Result<(ProxyConfig, Vec<String>), Pro
                     pool.name
                 ));
             }
+            "client_connections" => config.proxy.max_connections = number(key, value)?,
             "redis" => {
                 if boolean(key, value)? {
                     return refuse(key, "the redis protocol is not supported (memcached only)");
