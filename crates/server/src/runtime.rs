@@ -66,22 +66,82 @@ const MISS_REPLY_MAX: u64 = 5;
 
 /// Per-class server-side latency (µs), recorded from the kernel's receipt of
 /// the request's bytes ([`crate::rxtime`]) to its reply queued for writing.
+///
+/// One histogram pair per worker: a worker records into its own (its lock is
+/// uncontended except while `stats` merges them), so no lock is shared by every
+/// worker on the request path.
 pub struct ClassLatency {
-    /// Small requests.
-    pub small: Mutex<hdrhistogram::Histogram<u64>>,
-    /// Large requests.
-    pub large: Mutex<hdrhistogram::Histogram<u64>>,
-    /// Small requests counted.
-    pub small_requests: AtomicU64,
-    /// Large requests counted.
-    pub large_requests: AtomicU64,
+    /// Per worker: (small, large) histograms.
+    per_worker: Vec<Mutex<WorkerLatency>>,
 }
 
-fn new_histogram() -> Mutex<hdrhistogram::Histogram<u64>> {
-    Mutex::new(
-        hdrhistogram::Histogram::new_with_bounds(1, 60_000_000, 3)
-            .unwrap_or_else(|_| hdrhistogram::Histogram::new(3).unwrap_or_else(|_| unreachable!())),
-    )
+/// One worker's latency histograms and counts.
+struct WorkerLatency {
+    small: hdrhistogram::Histogram<u64>,
+    large: hdrhistogram::Histogram<u64>,
+}
+
+/// Merged view of every worker's latency, for `stats`.
+pub struct LatencySnapshot {
+    /// Small requests.
+    pub small: hdrhistogram::Histogram<u64>,
+    /// Large requests.
+    pub large: hdrhistogram::Histogram<u64>,
+}
+
+fn new_histogram() -> hdrhistogram::Histogram<u64> {
+    hdrhistogram::Histogram::new_with_bounds(1, 60_000_000, 3)
+        .unwrap_or_else(|_| hdrhistogram::Histogram::new(3).unwrap_or_else(|_| unreachable!()))
+}
+
+impl ClassLatency {
+    fn new(workers: usize) -> Self {
+        ClassLatency {
+            per_worker: (0..workers.max(1))
+                .map(|_| {
+                    Mutex::new(WorkerLatency {
+                        small: new_histogram(),
+                        large: new_histogram(),
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    /// Records `micros` for `worker` (an out-of-range worker, e.g. a helper
+    /// thread, records into the last slot).
+    fn record(&self, worker: usize, large: bool, micros: u64) {
+        let slot = worker.min(self.per_worker.len() - 1);
+        let mut mine = self.per_worker[slot].lock();
+        let histogram = if large {
+            &mut mine.large
+        } else {
+            &mut mine.small
+        };
+        let _ = histogram.record(micros.clamp(1, 60_000_000));
+    }
+
+    /// Every worker's histograms merged.
+    pub fn snapshot(&self) -> LatencySnapshot {
+        let mut merged = LatencySnapshot {
+            small: new_histogram(),
+            large: new_histogram(),
+        };
+        for worker in &self.per_worker {
+            let worker = worker.lock();
+            let _ = merged.small.add(&worker.small);
+            let _ = merged.large.add(&worker.large);
+        }
+        merged
+    }
+
+    fn reset(&self) {
+        for worker in &self.per_worker {
+            let mut worker = worker.lock();
+            worker.small.reset();
+            worker.large.reset();
+        }
+    }
 }
 
 /// The runtime shared by its threads.
@@ -133,7 +193,7 @@ struct HoldStats {
 impl HoldStats {
     fn new() -> HoldStats {
         HoldStats {
-            overshoot_ns: new_histogram(),
+            overshoot_ns: Mutex::new(new_histogram()),
             holds: AtomicU64::new(0),
             late: AtomicU64::new(0),
         }
@@ -328,12 +388,7 @@ impl Runtime {
             conns: RwLock::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             next_home: AtomicUsize::new(0),
-            latency: ClassLatency {
-                small: new_histogram(),
-                large: new_histogram(),
-                small_requests: AtomicU64::new(0),
-                large_requests: AtomicU64::new(0),
-            },
+            latency: ClassLatency::new(workers),
             udp,
             shared,
             clock: Instant::now(),
@@ -628,23 +683,14 @@ impl Runtime {
     }
 
     /// Records a request's server-side latency in its class.
-    pub(crate) fn record_latency(&self, _worker: usize, large: bool, since: Instant) {
-        let micros = since.elapsed().as_micros().max(1) as u64;
-        let (histogram, counter) = if large {
-            (&self.latency.large, &self.latency.large_requests)
-        } else {
-            (&self.latency.small, &self.latency.small_requests)
-        };
-        let _ = histogram.lock().record(micros.min(60_000_000));
-        counter.fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn record_latency(&self, worker: usize, large: bool, since: Instant) {
+        let micros = since.elapsed().as_micros().min(u128::from(u64::MAX)) as u64;
+        self.latency.record(worker, large, micros);
     }
 
     /// Clears the per-class latency histograms and counters (`stats reset`).
     pub fn reset_stats(&self) {
-        self.latency.small.lock().reset();
-        self.latency.large.lock().reset();
-        self.latency.small_requests.store(0, Ordering::Relaxed);
-        self.latency.large_requests.store(0, Ordering::Relaxed);
+        self.latency.reset();
         self.holds.reset();
         self.policy.reset_stats();
     }
@@ -1126,15 +1172,9 @@ impl Runtime {
             ("steals".into(), state.steals.to_string()),
             ("epochs".into(), state.epochs.to_string()),
         ];
-        for (name, histogram, count) in [
-            ("small", &self.latency.small, &self.latency.small_requests),
-            ("large", &self.latency.large, &self.latency.large_requests),
-        ] {
-            let h = histogram.lock();
-            out.push((
-                format!("{name}_requests"),
-                count.load(Ordering::Relaxed).to_string(),
-            ));
+        let latency = self.latency.snapshot();
+        for (name, h) in [("small", &latency.small), ("large", &latency.large)] {
+            out.push((format!("{name}_requests"), h.len().to_string()));
             for (label, q) in [("p50", 0.5), ("p99", 0.99), ("p999", 0.999)] {
                 out.push((
                     format!("{name}_{label}_us"),
