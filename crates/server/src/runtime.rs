@@ -262,6 +262,15 @@ impl Charge {
     }
 }
 
+/// Bytes a request moves over the network, for the emulated cost: the request of a store
+/// (`declared` is its value length), else the reply.
+fn wire_bytes(declared: Option<usize>, frame: &[u8], reply: &ReplyBuf) -> u64 {
+    match declared {
+        Some(_) => frame.len() as u64,
+        None => reply.len() as u64,
+    }
+}
+
 /// Keys a request names (for the per-key cost term), without allocating.
 fn key_count(request: &Request) -> usize {
     match request {
@@ -783,7 +792,7 @@ impl Runtime {
                 let large = size > self.policy.class_threshold();
                 let charge = Charge {
                     started,
-                    ..Charge::now(keys, size)
+                    ..Charge::now(keys, wire_bytes(declared, &frame, &out))
                 };
                 self.complete(&conn, seq, out, worker, mode, Some(charge));
                 self.record_latency(worker, large, arrived_at);
@@ -1094,7 +1103,7 @@ impl Runtime {
             storage: declared.is_some(),
             charge: Charge {
                 started,
-                ..Charge::now(keys, size)
+                ..Charge::now(keys, wire_bytes(declared, &frame, &out))
             },
         };
         self.policy.finish_inline(

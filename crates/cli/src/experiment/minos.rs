@@ -37,6 +37,7 @@ use tailtrim_bench::{
     parse_rates, preload, run_detailed, Class, ClassSummary, PreloadReport, RunConfig, RunReport,
     WorkloadOverrides, WorkloadSpec,
 };
+use tailtrim_policy::costspec::{CostSpec, Units};
 
 use super::common::{
     fetch_stats, interleaved_order, median, parse_cpu_list, pin_current_thread, progress_bar,
@@ -51,8 +52,15 @@ pub const DEFAULT_RATES: &str = "5000,10000,20000,30000,40000,60000,80000,100000
 const QUICK_RATES: &str = "1000,3000";
 /// Name of the noise-floor pseudo-system in results.
 pub const FLOOR: &str = "floor";
-/// A small request p99 above this marks early binding's knee (µs).
+/// A small request p99 above this marks early binding's knee (µs), without emulation.
 const KNEE_US: f64 = 1_000.0;
+/// With emulated service time, the knee is this many times a one-packet request's emulated
+/// cost (ZygOS's SLO: p99 within 10x the service time).
+const EMULATED_KNEE_SERVICE_TIMES: f64 = 10.0;
+
+fn default_knee_us() -> f64 {
+    KNEE_US
+}
 
 /// Arguments of `tailtrim experiment minos`.
 #[derive(clap::Args, Debug)]
@@ -122,6 +130,16 @@ pub struct Args {
     /// default: the server's controller decides.
     #[arg(long)]
     small_workers: Option<usize>,
+    /// EXPERIMENTAL testbed: every tailtrim server runs with `--emulate-service SPEC` (its
+    /// workers sleep for an emulated cost per request, docs/emulation.md), e.g.
+    /// `packet=500ns,dilation=1000` for a cost proportional to packets as in Minos. Results are
+    /// labelled EMULATED; memcached cannot take part.
+    #[arg(long, value_name = "SPEC")]
+    emulate_service: Option<String>,
+    /// Knee latency (µs): the summary's knee is the first rate where early binding's small p99
+    /// exceeds it. Default 1000, or with --emulate-service 10x a one-packet request's cost.
+    #[arg(long)]
+    knee_us: Option<f64>,
     /// Extra argument for every `tailtrim serve` (repeatable).
     #[arg(long = "server-arg", value_name = "ARG", allow_hyphen_values = true)]
     server_args: Vec<String>,
@@ -161,7 +179,17 @@ struct System {
 
 fn system_from_name(name: &str, args: &Args) -> Result<System, String> {
     let mut extra = args.server_args.clone();
+    if let Some(spec) = &args.emulate_service {
+        extra.extend(["--emulate-service".to_string(), spec.clone()]);
+    }
     let program = match name {
+        "memcached" if args.emulate_service.is_some() => {
+            return Err(
+                "memcached cannot emulate service time: leave it out of --systems with \
+                 --emulate-service"
+                    .to_string(),
+            )
+        }
         "memcached" => Program::Memcached,
         "pinned" => Program::Tailtrim { extra },
         "size-aware" | "early-binding" | "stealing" | "late-binding" => {
@@ -437,6 +465,13 @@ pub struct RunSettings {
     pub quick: bool,
     /// Whether the noise floor was measured.
     pub floor: bool,
+    /// The emulated service cost every tailtrim server ran with (EXPERIMENTAL testbed); `None`:
+    /// real service times.
+    #[serde(default)]
+    pub emulate_service: Option<String>,
+    /// Knee latency (µs) of the summary.
+    #[serde(default = "default_knee_us")]
+    pub knee_us: f64,
 }
 
 /// The machine the experiment ran on.
@@ -457,7 +492,7 @@ pub struct MachineInfo {
 /// Headline numbers.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
-    /// First target rate where early binding's small p99 exceeds 1 ms.
+    /// First target rate where early binding's small p99 exceeds the knee latency.
     pub knee_rate_rps: Option<f64>,
     /// Early binding's small p99 at the knee (µs).
     pub early_binding_small_p99_us: Option<f64>,
@@ -475,7 +510,7 @@ pub struct Summary {
     /// In-server small p99: early binding / size-aware at the end-to-end knee.
     #[serde(default)]
     pub server_small_p99_ratio_at_knee: Option<f64>,
-    /// First target rate where early binding's in-server small p99 exceeds 1 ms.
+    /// First target rate where early binding's in-server small p99 exceeds the knee latency.
     #[serde(default)]
     pub server_knee_rate_rps: Option<f64>,
     /// In-server small p99 of every tailtrim system at the in-server knee (µs).
@@ -631,6 +666,19 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
         set_nice(nice)?;
     }
     let workload = Arc::new(workload_for(&args)?);
+    let emulated = args
+        .emulate_service
+        .as_deref()
+        .map(|text| CostSpec::parse(text).map_err(|error| format!("--emulate-service: {error}")))
+        .transpose()?;
+    let one_packet_us = emulated.map_or(0.0, |spec| {
+        spec.mean_nanos(Units { keys: 1, bytes: 1 }) / 1e3
+    });
+    let knee_us = args.knee_us.unwrap_or(if one_packet_us > 0.0 {
+        EMULATED_KNEE_SERVICE_TIMES * one_packet_us
+    } else {
+        KNEE_US
+    });
     let interactive = !args.quiet && std::io::stderr().is_terminal();
     let verbose = !args.quiet;
 
@@ -658,6 +706,8 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
             nice: args.nice,
             quick,
             floor: !args.no_floor,
+            emulate_service: args.emulate_service.clone(),
+            knee_us,
         },
         machine: machine_info(),
         workload: Some((*workload).clone()),
@@ -984,13 +1034,14 @@ fn point_at(system: &SystemResult, rate: f64) -> Option<&Point> {
 /// Headline numbers: early binding's knee, ratios there, saturation, floor.
 fn summarize(results: &MinosResults) -> Summary {
     let mut summary = Summary::default();
+    let knee_us = results.settings.knee_us;
     let early = system(results, "early-binding");
     let size_aware = system(results, "size-aware");
     if let Some(early) = early {
         if let Some(knee) = early
             .points
             .iter()
-            .find(|point| point.valid_repeats > 0 && point.small_p99_us > KNEE_US)
+            .find(|point| point.valid_repeats > 0 && point.small_p99_us > knee_us)
         {
             summary.knee_rate_rps = Some(knee.target_rps);
             summary.early_binding_small_p99_us = Some(knee.small_p99_us);
@@ -1020,7 +1071,7 @@ fn summarize(results: &MinosResults) -> Summary {
     }
     if let Some(knee) = early.and_then(|early| {
         early.points.iter().find(|point| {
-            point.valid_repeats > 0 && point.server_small_p99_us.is_some_and(|p99| p99 > KNEE_US)
+            point.valid_repeats > 0 && point.server_small_p99_us.is_some_and(|p99| p99 > knee_us)
         })
     }) {
         summary.server_knee_rate_rps = Some(knee.target_rps);
@@ -1095,6 +1146,14 @@ fn markdown(results: &MinosResults) -> String {
     let mut text = String::new();
     let settings = &results.settings;
     let _ = writeln!(text, "# minos: results ({})\n", results.started_utc);
+    if let Some(spec) = &settings.emulate_service {
+        let _ = writeln!(
+            text,
+            "**EMULATED** (experimental testbed): every server's workers sleep for an emulated \
+             service time per request, `--emulate-service {spec}`; the latencies are the \
+             emulation's, not this machine's service times.\n"
+        );
+    }
     let _ = writeln!(text, "Command: `{}`\n", results.command);
     let _ = writeln!(
         text,
@@ -1124,7 +1183,8 @@ fn markdown(results: &MinosResults) -> String {
     let _ = writeln!(text, "## Summary\n");
     let _ = writeln!(
         text,
-        "- early binding's small p99 first exceeds 1 ms at: {} rps (early binding {} µs, size-aware {} µs, ratio {})",
+        "- early binding's small p99 first exceeds {:.0} µs at: {} rps (early binding {} µs, size-aware {} µs, ratio {})",
+        settings.knee_us,
         optional(summary.knee_rate_rps, 0),
         optional(summary.early_binding_small_p99_us, 0),
         optional(summary.size_aware_small_p99_us, 0),
@@ -1154,7 +1214,8 @@ fn markdown(results: &MinosResults) -> String {
     );
     let _ = writeln!(
         text,
-        "- early binding's in-server small p99 first exceeds 1 ms at: {} rps: {}; early / size-aware: {}\n",
+        "- early binding's in-server small p99 first exceeds {:.0} µs at: {} rps: {}; early / size-aware: {}\n",
+        settings.knee_us,
         optional(summary.server_knee_rate_rps, 0),
         p99_list(&summary.server_small_p99_at_server_knee_us),
         optional(summary.server_small_p99_ratio_at_server_knee, 1)
@@ -1360,8 +1421,13 @@ fn draw_latency<DB: DrawingBackend>(
         LatencyClass::Small => "minos: small-request p99 vs achieved throughput",
         LatencyClass::Large => "minos: large-request p99 vs achieved throughput",
     };
+    let emulated = if results.settings.emulate_service.is_some() {
+        "EMULATED "
+    } else {
+        ""
+    };
     let caption = format!(
-        "{title} (-t {}, {} CPUs, median of {})",
+        "{emulated}{title} (-t {}, {} CPUs, median of {})",
         results.settings.threads, results.machine.cpus, results.settings.repeats
     );
     let mut chart = ChartBuilder::on(root)
