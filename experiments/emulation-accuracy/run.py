@@ -122,6 +122,7 @@ def main():
     args = parser.parse_args()
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
                 if l.startswith("model name")), platform.processor())
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     runs = []
     points = [(w, s, u) for u in (0.1, 0.5) for s in (250, 1000, 4000) for w in (1, 8, 16)]
     for repeat in range(args.repeats):
@@ -139,7 +140,8 @@ def main():
         "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
         "cpu_model": cpu,
         "cores": os.cpu_count(),
-        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "started_utc": started,
+        "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     with open(args.out, "w") as f:
         json.dump({"metadata": meta, "runs": runs}, f, indent=1)
