@@ -1034,7 +1034,12 @@ fn point_at(system: &SystemResult, rate: f64) -> Option<&Point> {
 /// Headline numbers: early binding's knee, ratios there, saturation, floor.
 fn summarize(results: &MinosResults) -> Summary {
     let mut summary = Summary::default();
-    let knee_us = results.settings.knee_us;
+    // Zero (settings built without one): the default knee.
+    let knee_us = if results.settings.knee_us > 0.0 {
+        results.settings.knee_us
+    } else {
+        KNEE_US
+    };
     let early = system(results, "early-binding");
     let size_aware = system(results, "size-aware");
     if let Some(early) = early {
@@ -1566,6 +1571,10 @@ mod tests {
         };
         let summary = summarize(&results);
         assert_eq!(summary.knee_rate_rps, Some(2000.0));
+        // An emulated run's knee latency moves the knee.
+        let mut emulated = results.clone();
+        emulated.settings.knee_us = 5_000.0;
+        assert_eq!(summarize(&emulated).knee_rate_rps, Some(3000.0));
         assert_eq!(summary.early_binding_small_p99_us, Some(1500.0));
         assert_eq!(summary.size_aware_small_p99_us, Some(300.0));
         assert_eq!(summary.small_p99_ratio, Some(5.0));
