@@ -5,7 +5,9 @@
 //!   request ─► enter(): Arc<View> (in-flight += 1 under the read lock) ─► view.pool.read/write
 //!                 │ the request finishes on the view it entered, even if a change swaps it
 //!   change(servers, warm-up):
-//!     1. new Pool over the same Backend handles (connections kept) + new ones
+//!     1. new Pool over the same Backend handles (connections kept) + new ones; a joining
+//!        server gets `flush_all` first (what it still holds from an earlier membership is
+//!        stale: it missed the writes made while it was out)
 //!     2. preemptive: view {route old, shadow Next(new)}; wait until the old view is idle;
 //!        tracker top-k ─► keys whose owner changes ─► policy::warmup::plan_copies ─►
 //!        copy old owner ─► new owner (mg v f t ─► set), hottest first, rate-limited
@@ -50,6 +52,8 @@ const QUIESCE_STEP: Duration = Duration::from_millis(1);
 const MONITOR_STEP: Duration = Duration::from_millis(50);
 /// Copies issued concurrently during a preemptive warm-up.
 const COPY_CONCURRENCY: usize = 16;
+/// Earlier routing pools whose owners a write still invalidates (see [`Cluster::write`]).
+const HISTORY: usize = 8;
 /// memcached reads an exptime above 30 days as a unix time.
 const RELATIVE_TTL_MAX: i64 = 60 * 60 * 24 * 30;
 
@@ -92,26 +96,31 @@ impl View {
 
     /// The shadow pool's backends that hold `key` there but not in the routing pool.
     fn shadow_owners(&self, key: &[u8]) -> Vec<Arc<Backend>> {
-        let Some(shadow) = &self.shadow else {
-            return Vec::new();
-        };
-        let copies = self.pool.config().replicas;
-        let mut routing = Vec::with_capacity(copies);
-        self.pool.ring().replicas_for(key, copies, &mut routing);
-        let mut other = Vec::with_capacity(copies);
-        shadow
-            .pool
-            .ring()
-            .replicas_for(key, shadow.pool.config().replicas, &mut other);
-        let routing_addresses: Vec<&str> = routing
-            .iter()
-            .map(|&i| self.pool.backends()[i].address())
-            .collect();
-        other
-            .into_iter()
-            .map(|i| shadow.pool.backends()[i].clone())
-            .filter(|backend| !routing_addresses.contains(&backend.address()))
-            .collect()
+        match &self.shadow {
+            Some(shadow) => owners_elsewhere(&self.pool, &shadow.pool, key),
+            None => Vec::new(),
+        }
+    }
+
+    /// Members of the routing pool that owned `key` in an earlier pool of `history` but do
+    /// not own it now: they may still hold a value of it that later writes did not reach.
+    fn former_owners(&self, history: &[Arc<Pool>], key: &[u8]) -> Vec<Arc<Backend>> {
+        let mut owners: Vec<Arc<Backend>> = Vec::new();
+        for pool in history {
+            for former in owners_elsewhere(&self.pool, pool, key) {
+                let member = self
+                    .pool
+                    .backends()
+                    .iter()
+                    .find(|b| b.address() == former.address());
+                if let Some(member) = member {
+                    if !owners.iter().any(|b| b.address() == member.address()) {
+                        owners.push(member.clone());
+                    }
+                }
+            }
+        }
+        owners
     }
 
     fn owner(&self, key: &[u8]) -> &Arc<Backend> {
@@ -143,6 +152,9 @@ pub struct ClusterStats {
     pub fallback_hits: Counter,
     /// `cluster_fenced_writes`: writes to moved keys during a change (fenced, shadow delete).
     pub fenced_writes: Counter,
+    /// `cluster_former_owner_deletes`: steady-state writes that also deleted the key at
+    /// members that owned it in an earlier routing pool.
+    pub former_owner_deletes: Counter,
 }
 
 /// What the last change did (for the admin API and the experiment).
@@ -187,6 +199,26 @@ struct Tracked {
     tracker: Mutex<HotKeyTracker>,
 }
 
+/// Backends of `other` that hold `key` there but are not among its owners in `routing`.
+fn owners_elsewhere(routing: &Pool, other: &Pool, key: &[u8]) -> Vec<Arc<Backend>> {
+    let copies = routing.config().replicas;
+    let mut owners = Vec::with_capacity(copies);
+    routing.ring().replicas_for(key, copies, &mut owners);
+    let mut elsewhere = Vec::with_capacity(copies);
+    other
+        .ring()
+        .replicas_for(key, other.config().replicas, &mut elsewhere);
+    let owner_addresses: Vec<&str> = owners
+        .iter()
+        .map(|&i| routing.backends()[i].address())
+        .collect();
+    elsewhere
+        .into_iter()
+        .map(|i| other.backends()[i].clone())
+        .filter(|backend| !owner_addresses.contains(&backend.address()))
+        .collect()
+}
+
 /// A pool whose membership can change at runtime.
 pub struct Cluster {
     view: RwLock<Arc<View>>,
@@ -202,6 +234,8 @@ pub struct Cluster {
     stats: ClusterStats,
     last_change: Mutex<Option<ChangeReport>>,
     monitor: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The routing pools before the current one, newest first (at most [`HISTORY`]).
+    history: RwLock<Arc<Vec<Arc<Pool>>>>,
 }
 
 impl Cluster {
@@ -234,6 +268,7 @@ impl Cluster {
             stats: ClusterStats::default(),
             last_change: Mutex::new(None),
             monitor: Mutex::new(None),
+            history: RwLock::new(Arc::new(Vec::new())),
         };
         Ok(Arc::new(cluster))
     }
@@ -389,7 +424,10 @@ impl Cluster {
     }
 
     /// A single-key write on the current view; during a change a write to a moved key is
-    /// fenced and also deletes the key at its shadow owner.
+    /// fenced and also deletes the key at its shadow owner. Any time, it also deletes the key
+    /// at members that owned it in one of the last [`HISTORY`] routing pools: when a server
+    /// leaves, its keys go back to their former owners, which must not answer with what they
+    /// held before the keys moved away.
     pub async fn write(
         &self,
         key: &[u8],
@@ -398,16 +436,32 @@ impl Cluster {
     ) -> Result<RawReply, ClientError> {
         let ticket = self.enter();
         let view = &ticket.0;
-        let others = view.shadow_owners(key);
+        let mut others = view.shadow_owners(key);
+        let history = self.history.read().clone();
+        for former in view.former_owners(&history, key) {
+            if !others.iter().any(|b| b.address() == former.address()) {
+                others.push(former);
+            }
+        }
         if others.is_empty() {
             return view.pool.write(key, bytes, shape).await;
+        }
+        let mut delete = Vec::with_capacity(key.len() + 10);
+        compose::delete(&mut delete, key, false);
+        let delete = Bytes::from(delete);
+        if view.shadow.is_none() {
+            // Steady state: nothing copies or falls back, so no fence; the former owners only
+            // lose a copy that would be stale if the key came back to them.
+            self.stats.former_owner_deletes.incr();
+            let result = view.pool.write(key, bytes, shape).await;
+            for other in others {
+                let _ = other.call(delete.clone(), ReplyShape::Single).await;
+            }
+            return result;
         }
         self.stats.fenced_writes.incr();
         let _fence = self.fence(key).lock().await;
         let result = view.pool.write(key, bytes, shape).await;
-        let mut delete = Vec::with_capacity(key.len() + 10);
-        compose::delete(&mut delete, key, false);
-        let delete = Bytes::from(delete);
         for other in others {
             // Best effort: a failed delete leaves a copy only the shadow pool could return,
             // and every path to it (fallback, copies) takes this key's fence and uses `add`.
@@ -587,6 +641,26 @@ impl Cluster {
         }
         let old_pool = self.current();
         let new_pool = self.build_pool(servers)?;
+        // A joining server starts empty: values it still holds from an earlier membership
+        // were not kept up to date while it was out, and would come back stale.
+        for backend in new_pool.backends() {
+            let member = old_pool
+                .backends()
+                .iter()
+                .any(|old| old.address() == backend.address());
+            if !member {
+                let reply = backend
+                    .call(Bytes::from_static(b"flush_all\r\n"), ReplyShape::Single)
+                    .await?;
+                if reply.bytes.as_ref() != b"OK\r\n" {
+                    return Err(ClientError::Config(format!(
+                        "{}: flush_all before joining answered {:?}",
+                        backend.address(),
+                        String::from_utf8_lossy(&reply.bytes)
+                    )));
+                }
+            }
+        }
         let mut report = ChangeReport {
             mode: warmup.mode.name().to_string(),
             before: names(&old_pool),
@@ -614,6 +688,13 @@ impl Cluster {
             progress: Some(Mutex::new(WarmupProgress::new(warmup, self.clock.now()))),
         });
         let warming = shadow.is_some();
+        {
+            let mut history = self.history.write();
+            let mut pools = Vec::with_capacity(HISTORY);
+            pools.push(old_pool.clone());
+            pools.extend(history.iter().take(HISTORY - 1).cloned());
+            *history = Arc::new(pools);
+        }
         let old = self.install(new_pool.clone(), shadow);
         Self::quiesce(&old).await;
         report.version = self.version();

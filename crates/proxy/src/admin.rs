@@ -189,6 +189,7 @@ fn status_json(shared: &Shared) -> String {
         "fallback_reads": stats.fallback_reads.get(),
         "fallback_hits": stats.fallback_hits.get(),
         "fenced_writes": stats.fenced_writes.get(),
+        "former_owner_deletes": stats.former_owner_deletes.get(),
         "tracker_bytes": shared.pool.tracker_memory(),
     })
     .to_string()

@@ -191,6 +191,11 @@ fn counters(shared: &Shared) -> Vec<Sample> {
             cluster.fenced_writes.get(),
         ),
         (
+            "cluster_former_owner_deletes",
+            "Steady-state writes that also deleted the key at its former owners.",
+            cluster.former_owner_deletes.get(),
+        ),
+        (
             "cluster_tracker_bytes",
             "Memory held by the hot-key trackers.",
             shared.pool.tracker_memory() as u64,

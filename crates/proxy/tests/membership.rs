@@ -220,6 +220,50 @@ fn joins_and_removals_under_load_drop_nothing_and_never_return_stale_values() {
 }
 
 #[test]
+fn a_server_that_leaves_and_rejoins_never_serves_what_it_held() {
+    // Keys the leaving server owned are written elsewhere while it is out; when it rejoins it
+    // must not answer with the values it still holds (a cold join: no copies, no fallback).
+    let harness = start(Options::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let tally = Arc::new(Tally::default());
+    let threads: Vec<_> = (0..THREADS)
+        .map(|thread| {
+            let (stop, tally) = (stop.clone(), tally.clone());
+            let address = harness.address;
+            std::thread::spawn(move || load(address, thread, stop, tally))
+        })
+        .collect();
+    let wait_for = |requests: u64| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while tally.requests.load(Ordering::Relaxed) < requests && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let server = format!("127.0.0.1:{}", harness.backends[1].port);
+    wait_for(10_000);
+    for (method, mode) in [
+        ("DELETE", "cold"),
+        ("POST", "cold"),
+        ("DELETE", "drain"),
+        ("POST", "fallback"),
+    ] {
+        let before = tally.requests.load(Ordering::Relaxed);
+        let (status, body) = admin(
+            &harness,
+            method,
+            &format!("/pool/servers?server={server}&warmup={mode}"),
+        );
+        assert_eq!(status, 200, "{method} {mode}: {body}");
+        wait_for(before + 10_000);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for thread in threads {
+        let failure = thread.join().expect("load thread");
+        assert!(failure.is_empty(), "{failure}");
+    }
+}
+
+#[test]
 fn admin_rejects_bad_changes_with_json_errors() {
     let harness = start(Options::default());
     for (method, target, needle) in [
