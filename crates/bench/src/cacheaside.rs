@@ -22,6 +22,7 @@
 //! so a correct cache never returns a stale value: a stale value can only come from the cache
 //! system itself (for instance an old owner's copy brought back after a membership change).
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -331,11 +332,15 @@ struct CacheConnection {
 
 /// One parsed reply item, owned.
 enum Item {
-    Value { key: Vec<u8>, data: Vec<u8> },
+    Value {
+        key: Vec<u8>,
+        data: Vec<u8>,
+    },
     End,
     Stored,
     NotStored,
-    Other,
+    /// Any other reply (an error line), as text.
+    Other(String),
 }
 
 impl CacheConnection {
@@ -390,7 +395,14 @@ impl CacheConnection {
                         Response::NotStored | Response::Exists | Response::NotFound => {
                             Item::NotStored
                         }
-                        _ => Item::Other,
+                        Response::Error => Item::Other("ERROR".into()),
+                        Response::ClientError(text) => {
+                            Item::Other(format!("CLIENT_ERROR {}", String::from_utf8_lossy(&text)))
+                        }
+                        Response::ServerError(text) => {
+                            Item::Other(format!("SERVER_ERROR {}", String::from_utf8_lossy(&text)))
+                        }
+                        other => Item::Other(format!("{other:?}")),
                     };
                     self.input.drain(..consumed);
                     return Ok(item);
@@ -421,11 +433,16 @@ impl CacheConnection {
         }
     }
 
-    /// Stores `value` under `key` with `mode`; true when the cache answered STORED or NOT_STORED.
-    fn store(&mut self, mode: StoreMode, key: &[u8], value: &[u8]) -> std::io::Result<bool> {
+    /// Stores `value` under `key` with `mode`; Ok when the cache answered STORED or
+    /// NOT_STORED (for `add`: someone stored it first).
+    fn store(&mut self, mode: StoreMode, key: &[u8], value: &[u8]) -> std::io::Result<()> {
         tailtrim_proto::compose::store(&mut self.output, mode, key, 0, 0, value, 0, false);
         self.send()?;
-        Ok(matches!(self.item()?, Item::Stored | Item::NotStored))
+        match self.item()? {
+            Item::Stored | Item::NotStored => Ok(()),
+            Item::Other(text) => Err(std::io::Error::other(text)),
+            _ => Err(std::io::Error::other("unexpected reply to a store")),
+        }
     }
 }
 
@@ -455,6 +472,15 @@ struct Worker<'a> {
     database: &'a Database,
     connection: CacheConnection,
     records: Vec<Record>,
+    error_kinds: BTreeMap<String, u64>,
+}
+
+/// A short name for a client error.
+fn error_kind(error: &std::io::Error) -> String {
+    match error.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => "timeout".into(),
+        _ => error.to_string().chars().take(80).collect(),
+    }
 }
 
 impl Worker<'_> {
@@ -465,12 +491,17 @@ impl Worker<'_> {
             OpKind::Set => {
                 record.write = true;
                 for key in keys {
-                    if self.write(*key).is_err() {
-                        record.error = true;
+                    if let Err(error) = self.write(*key) {
+                        self.fail(record, &error);
                     }
                 }
             }
         }
+    }
+
+    fn fail(&mut self, record: &mut Record, error: &std::io::Error) {
+        record.error = true;
+        *self.error_kinds.entry(error_kind(error)).or_default() += 1;
     }
 
     fn read(&mut self, keys: &[KeyRef], record: &mut Record) {
@@ -496,12 +527,13 @@ impl Worker<'_> {
                         }
                     }
                     Item::End => return Ok(()),
+                    Item::Other(text) => return Err(std::io::Error::other(text)),
                     _ => return Err(std::io::Error::other("unexpected reply to get")),
                 }
             }
         })();
-        if outcome.is_err() {
-            record.error = true;
+        if let Err(error) = outcome {
+            self.fail(record, &error);
             return;
         }
         record.hits = found.iter().filter(|hit| **hit).count() as u32;
@@ -530,9 +562,8 @@ impl Worker<'_> {
         for &i in &missing {
             let version = database.versions[database.flat(keys[i])].load(Ordering::Acquire);
             let value = database.value(keys[i], version);
-            match self.connection.store(StoreMode::Add, &names[i], &value) {
-                Ok(true) => {}
-                _ => record.error = true,
+            if let Err(error) = self.connection.store(StoreMode::Add, &names[i], &value) {
+                self.fail(record, &error);
             }
         }
     }
@@ -546,12 +577,9 @@ impl Worker<'_> {
         let version = database.versions[flat].fetch_add(1, Ordering::AcqRel) + 1;
         let value = database.value(key, version);
         let name = database.key_bytes(key);
-        if self.connection.store(StoreMode::Set, &name, &value)? {
-            database.acked[flat].fetch_max(version, Ordering::AcqRel);
-            Ok(())
-        } else {
-            Err(std::io::Error::other("set refused"))
-        }
+        self.connection.store(StoreMode::Set, &name, &value)?;
+        database.acked[flat].fetch_max(version, Ordering::AcqRel);
+        Ok(())
     }
 }
 
@@ -646,6 +674,9 @@ pub struct CacheAsideReport {
     pub stale_values: u64,
     /// Client errors: timeouts, closed connections, error replies (must be 0).
     pub errors: u64,
+    /// Client errors by kind (`timeout`, the error reply, ...).
+    #[serde(default)]
+    pub error_kinds: BTreeMap<String, u64>,
     /// Keys written by the prefill.
     pub prefilled: u64,
     /// Requests per window of `per_request`.
@@ -685,6 +716,9 @@ impl CacheAsideReport {
             "wrong values {}, stale values {}, client errors {}",
             self.wrong_values, self.stale_values, self.errors
         );
+        for (kind, count) in &self.error_kinds {
+            let _ = writeln!(out, "  {count} × {kind}");
+        }
         for event in &self.events {
             let _ = writeln!(
                 out,
@@ -863,7 +897,7 @@ pub fn run_cache_aside(
     });
     let completed = AtomicU64::new(0);
     let finished = AtomicBool::new(false);
-    let (worker_records, events) = std::thread::scope(|scope| {
+    let worker_records = std::thread::scope(|scope| {
         let events_handle = scope.spawn(|| {
             let mut records = Vec::new();
             let Some(admin) = config.admin.as_deref() else {
@@ -907,6 +941,7 @@ pub fn run_cache_aside(
                         database,
                         connection: CacheConnection::new(address, config.timeout),
                         records: Vec::new(),
+                        error_kinds: BTreeMap::new(),
                     };
                     loop {
                         let next = {
@@ -946,7 +981,7 @@ pub fn run_cache_aside(
                             worker.records.push(record);
                         }
                     }
-                    worker.records
+                    (worker.records, worker.error_kinds)
                 })
             })
             .collect();
@@ -962,23 +997,30 @@ pub fn run_cache_aside(
             }
         }
         finished.store(true, Ordering::Relaxed);
-        let records: Vec<Record> = handles
-            .into_iter()
-            .flat_map(|handle| handle.join().unwrap_or_default())
-            .collect();
+        let mut records: Vec<Record> = Vec::new();
+        let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
+        for handle in handles {
+            let (worker_records, worker_kinds) = handle.join().unwrap_or_default();
+            records.extend(worker_records);
+            for (kind, count) in worker_kinds {
+                *kinds.entry(kind).or_default() += count;
+            }
+        }
         let events = events_handle.join().unwrap_or_default();
-        (records, events)
+        (records, events, kinds)
     });
-    let mut records = worker_records;
+    let (mut records, events, error_kinds) = worker_records;
     records.sort_unstable_by_key(|record| record.index);
-    Ok(summarize(
+    let mut report = summarize(
         workload,
         config,
         &records,
         events,
         prefilled,
         window_start_nanos,
-    ))
+    );
+    report.error_kinds = error_kinds;
+    Ok(report)
 }
 
 fn window(records: &[Record], start: u64, window_start_nanos: u64) -> WindowSample {
@@ -1083,6 +1125,7 @@ fn summarize(
         wrong_values: records.iter().map(|r| u64::from(r.wrong)).sum(),
         stale_values: records.iter().map(|r| u64::from(r.stale)).sum(),
         errors: whole.errors,
+        error_kinds: BTreeMap::new(),
         prefilled,
         window_requests: config.window_requests,
         events,

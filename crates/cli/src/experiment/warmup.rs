@@ -576,6 +576,11 @@ fn markdown(results: &Results) -> String {
             report.errors
         );
     }
+    for run in &results.runs {
+        for (kind, count) in &run.report.error_kinds {
+            let _ = writeln!(out, "\n{}: {count} client errors: {kind}", run.spec.name);
+        }
+    }
     let _ = writeln!(
         out,
         "\nSummary: `{}`",
