@@ -19,6 +19,7 @@ use std::process::ExitCode;
 mod chisel;
 mod common;
 mod minos;
+mod tailx;
 mod warmup;
 
 /// Arguments of `tailtrim experiment`.
@@ -45,6 +46,9 @@ enum Experiment {
     /// Chisel vs batch over the paper's 360 scenarios in the cluster simulator (SIMULATED),
     /// with the fixed-(B, L) sweep behind the optimality ratio.
     Chisel(Box<chisel::Args>),
+    /// TailX vs Rein (SBF, SDS) vs batch at 16 servers in the cluster simulator (SIMULATED):
+    /// key-count mix at 1M and 10M requests, 10/20/50 % large values.
+    Tailx(Box<tailx::Args>),
 }
 
 /// Runs `tailtrim experiment`.
@@ -53,5 +57,6 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         Experiment::Minos(minos_args) => minos::run(*minos_args),
         Experiment::Warmup(warmup_args) => warmup::run(*warmup_args),
         Experiment::Chisel(chisel_args) => chisel::run(*chisel_args),
+        Experiment::Tailx(tailx_args) => tailx::run(*tailx_args),
     }
 }

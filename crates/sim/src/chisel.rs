@@ -292,6 +292,7 @@ pub fn scenario(
                 value: setup.value_bytes as f64,
             },
             large_value_bytes: crate::cluster::DEFAULT_LARGE_VALUE_BYTES,
+            large_keys: None,
         },
         rate_rps: 1e6 / point.interarrival_us,
         arrival: ArrivalProcess::Poisson,

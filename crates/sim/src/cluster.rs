@@ -97,6 +97,24 @@ pub struct ClusterWorkload {
     pub value_bytes: Distribution,
     /// A request with a value above this many bytes is in the `large` class.
     pub large_value_bytes: u64,
+    /// A separate set of keys with large values, drawn into a share of the requests.
+    #[serde(default)]
+    pub large_keys: Option<LargeKeys>,
+}
+
+/// Keys with large values (TailX's experiments: 20 % of the requests carry 10–50 % large
+/// values). Their ids follow the main keyspace; their popularity is the workload's, over
+/// their own set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LargeKeys {
+    /// Distinct large keys.
+    pub keyspace: u64,
+    /// Value bytes of every large key.
+    pub value_bytes: u64,
+    /// Share of requests that carry large keys.
+    pub request_share: f64,
+    /// Share of such a request's keys (rounded) drawn from the large keys.
+    pub key_share: f64,
 }
 
 impl Default for ClusterWorkload {
@@ -107,6 +125,7 @@ impl Default for ClusterWorkload {
             keys_per_request: Distribution::Fixed { value: 1.0 },
             value_bytes: Distribution::Fixed { value: 100.0 },
             large_value_bytes: DEFAULT_LARGE_VALUE_BYTES,
+            large_keys: None,
         }
     }
 }
@@ -242,6 +261,15 @@ impl ClusterScenario {
         }
         if self.workload.keyspace == 0 || self.workload.keyspace >= 10_000_000_000 {
             return fail("keyspace must be 1..10^10");
+        }
+        if let Some(large) = &self.workload.large_keys {
+            if large.keyspace == 0
+                || large.keyspace + self.workload.keyspace >= 10_000_000_000
+                || !(0.0..=1.0).contains(&large.request_share)
+                || !(0.0..=1.0).contains(&large.key_share)
+            {
+                return fail("large keys: keyspace ≥ 1, shares in [0, 1]");
+            }
         }
         if let Some(analysis) = &self.online_analysis {
             if !(analysis.epoch_secs.is_finite() && analysis.epoch_secs > 0.0) {
@@ -551,6 +579,9 @@ struct Keys {
     ring: Ring,
     value_seed: u64,
     value_bytes: Distribution,
+    /// Ids from here on are large keys of `large_bytes` each.
+    small_keys: u64,
+    large_bytes: u64,
 }
 
 impl Keys {
@@ -574,7 +605,11 @@ impl Keys {
             *slot = server as u32;
         }
         let u = hash_unit(self.value_seed, id, 0, 0);
-        self.table[start] = self.value_bytes.quantile(u).round().clamp(0.0, 1e9) as u32;
+        self.table[start] = if id >= self.small_keys {
+            self.large_bytes.min(u64::from(u32::MAX - 1)) as u32
+        } else {
+            self.value_bytes.quantile(u).round().clamp(0.0, 1e9) as u32
+        };
     }
 
     /// Value bytes of a prepared key.
@@ -667,6 +702,7 @@ struct Sim<'s> {
     network_rng: Rng,
     client_rng: Rng,
     zipf: Option<Zipf>,
+    large_zipf: Option<Zipf>,
     keys: Keys,
     requests: Vec<RequestState>,
     fetches: Vec<FetchState>,
@@ -718,7 +754,12 @@ impl<'s> Sim<'s> {
             },
         )
         .map_err(|e| SimError::Config(e.to_string()))?;
-        let keyspace = scenario.workload.keyspace as usize;
+        let large = scenario.workload.large_keys.as_ref();
+        let keyspace = (scenario.workload.keyspace + large.map_or(0, |l| l.keyspace)) as usize;
+        let large_zipf = large.map(|l| match scenario.workload.popularity {
+            Popularity::Uniform => Zipf::new(l.keyspace, 0.0),
+            Popularity::Zipf { exponent } => Zipf::new(l.keyspace, exponent),
+        });
         let wants_values = planner.wants_values();
         let analysis = match (&scenario.online_analysis, planner.shape()) {
             (None, _) => None,
@@ -765,12 +806,15 @@ impl<'s> Sim<'s> {
             network_rng: root.fork(4),
             client_rng: root.fork(5),
             zipf,
+            large_zipf,
             keys: Keys {
                 table: vec![u32::MAX; keyspace * (1 + scenario.replicas)],
                 copies: scenario.replicas,
                 ring,
                 value_seed: root.fork(6).next_u64(),
                 value_bytes: scenario.workload.value_bytes.clone(),
+                small_keys: scenario.workload.keyspace,
+                large_bytes: large.map_or(0, |l| l.value_bytes),
             },
             requests: Vec::new(),
             fetches: Vec::new(),
@@ -931,8 +975,19 @@ impl<'s> Sim<'s> {
         self.key_buffer.clear();
         self.key_buffer.resize(count * KEY_LEN, 0);
         let mut scratch = Vec::with_capacity(self.scenario.replicas);
+        let large_count = match &self.scenario.workload.large_keys {
+            Some(large) if self.workload_rng.unit() < large.request_share => {
+                (large.key_share * count as f64).round() as usize
+            }
+            _ => 0,
+        };
         for slot in 0..count {
-            let id = self.draw_key();
+            let id = match &self.large_zipf {
+                Some(zipf) if slot < large_count => {
+                    self.scenario.workload.keyspace + zipf.sample(&mut self.workload_rng) - 1
+                }
+                _ => self.draw_key(),
+            };
             self.key_ids.push(id);
             let mut key = [0u8; KEY_LEN];
             write_key(id, &mut key);

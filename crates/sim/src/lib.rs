@@ -39,12 +39,13 @@ pub mod events;
 pub mod policy;
 pub mod stats;
 pub mod sweep;
+pub mod tailx;
 pub mod time;
 pub mod workload;
 
 pub use cluster::{
     run_cluster, run_cluster_with, sweep_cluster, AnalysisReport, ArrivalProcess, ClusterResult,
-    ClusterScenario, ClusterWorkload, OnlineAnalysis,
+    ClusterScenario, ClusterWorkload, LargeKeys, OnlineAnalysis,
 };
 pub use cost::{CostModel, Profile, ProfileSample};
 pub use engine::{run, RequestRecord, RunConfig, RunResult};

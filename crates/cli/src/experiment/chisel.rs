@@ -243,7 +243,7 @@ fn shape_l(chunk_size: u32) -> String {
 const MEAN_COLOR: RGBColor = RGBColor(31, 119, 180);
 const P95_COLOR: RGBColor = RGBColor(214, 39, 40);
 
-fn fail(error: &dyn std::fmt::Display) -> String {
+pub(super) fn fail(error: &dyn std::fmt::Display) -> String {
     format!("plot: {error}")
 }
 
@@ -338,7 +338,7 @@ fn draw_ccdf<DB: DrawingBackend>(
 }
 
 /// Grouped bars (mean, p95) over categories.
-fn draw_bars<DB: DrawingBackend>(
+pub(super) fn draw_bars<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     title: &str,
     x_desc: &str,

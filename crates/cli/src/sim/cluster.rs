@@ -119,6 +119,7 @@ pub fn run(args: ClusterArgs) -> Result<ExitCode, String> {
             keys_per_request: parse_distribution(&args.keys).map_err(|e| e.to_string())?,
             value_bytes: parse_distribution(&args.value_bytes).map_err(|e| e.to_string())?,
             large_value_bytes: args.large_value_bytes,
+            large_keys: None,
         },
         rate_rps: args.rates.first().copied().unwrap_or(1.0),
         arrival: if args.uniform_arrivals {

@@ -1,0 +1,304 @@
+//! `tailtrim experiment tailx`: TailX, Rein (SBF, SDS) and batching at 16 servers in the
+//! cluster simulator (`tailtrim_sim::tailx`). SIMULATED: no server runs.
+//!
+//! ```text
+//!   flags ─► tailtrim_sim::tailx::Setup ─► paper_experiments (a at 1M and 10M, b at 10/20/50 %)
+//!        ─► per experiment: calibrate (light batch run) ─► rate = load × capacity
+//!           ─► batch, rein-sbf, rein-sds, tailx (--jobs threads; each run timed)
+//!        ─► <out>/results.json, results.md, <experiment>.svg (p50/p95/p99 per planner)
+//! ```
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use plotters::prelude::{IntoDrawingArea, RGBColor, SVGBackend, WHITE};
+use serde::Serialize;
+use tailtrim_sim::cluster::run_cluster_with;
+use tailtrim_sim::tailx::{
+    calibrate, paper_experiments, planner, reductions, scenario, short_count, Calibration,
+    Experiment, PlannerOutcome, Reduction, Setup, BASELINE, PLANNERS,
+};
+
+use super::chisel::{draw_bars, fail, git_state};
+use super::common::utc_timestamp;
+
+/// Arguments of `tailtrim experiment tailx`.
+#[derive(clap::Args, Debug)]
+#[command(about = "TailX vs Rein vs batch at 16 servers in the cluster simulator (SIMULATED)")]
+pub struct Args {
+    /// Output directory.
+    #[arg(long, default_value = "experiments/tailx/sim")]
+    out: PathBuf,
+    /// Requests of each run of experiment (a), one experiment per value.
+    #[arg(long, value_delimiter = ',', default_value = "1000000,10000000")]
+    a_requests: Vec<u64>,
+    /// Requests of each run of experiment (b).
+    #[arg(long, default_value_t = 1_000_000)]
+    b_requests: u64,
+    /// Only these experiments (a-1M, a-10M, b-10pct, b-20pct, b-50pct).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Offered load, share of the calibrated capacity.
+    #[arg(long, default_value_t = Setup::default().load)]
+    load: f64,
+    /// TailX's smallest allowance worth a delay, µs.
+    #[arg(long, default_value_t = Setup::default().tailx_min_delay_us)]
+    min_delay_us: f64,
+    /// Worker threads per server (each server's queue is shared by its workers).
+    #[arg(long, default_value_t = Setup::default().workers_per_server)]
+    workers: usize,
+    /// Planner runs at once (threads).
+    #[arg(long, default_value_t = 2)]
+    jobs: usize,
+    /// Seed of every run.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+#[derive(Serialize)]
+struct Timed {
+    #[serde(flatten)]
+    outcome: PlannerOutcome,
+    /// Wall seconds of the run on this machine.
+    wall_secs: f64,
+}
+
+#[derive(Serialize)]
+struct ExperimentResult {
+    experiment: Experiment,
+    calibration: Calibration,
+    outcomes: Vec<Timed>,
+    reductions_vs_rein_sbf: Vec<Reduction>,
+}
+
+#[derive(Serialize)]
+struct Metadata {
+    command: String,
+    commit: String,
+    dirty: bool,
+    seed: u64,
+    started_utc: String,
+    wall_secs: f64,
+    load_average_start: String,
+    load_average_end: String,
+    note: &'static str,
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    metadata: Metadata,
+    setup: &'a Setup,
+    experiments: &'a [ExperimentResult],
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
+/// Runs `tailtrim experiment tailx`.
+pub fn run(args: Args) -> Result<ExitCode, String> {
+    let setup = Setup {
+        load: args.load,
+        workers_per_server: args.workers,
+        tailx_min_delay_us: args.min_delay_us,
+        seed: args.seed,
+        ..Setup::default()
+    };
+    let experiments: Vec<Experiment> = paper_experiments(&args.a_requests, args.b_requests)
+        .into_iter()
+        .filter(|e| args.only.is_empty() || args.only.contains(&e.name))
+        .collect();
+    if experiments.is_empty() {
+        return Err("no experiment selected".to_string());
+    }
+    let (commit, dirty) = git_state();
+    let started_utc = utc_timestamp();
+    let load_average_start = load_average();
+    let started = Instant::now();
+    let mut results = Vec::new();
+    for experiment in &experiments {
+        let calibration = calibrate(&setup, experiment).map_err(|e| e.to_string())?;
+        eprintln!(
+            "{}: capacity {:.0} req/s, offered {:.0} req/s, {} requests per planner",
+            experiment.name,
+            calibration.capacity_rps,
+            calibration.rate_rps,
+            short_count(experiment.requests)
+        );
+        let slots: Mutex<Vec<Option<Result<Timed, String>>>> =
+            Mutex::new((0..PLANNERS.len()).map(|_| None).collect());
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..args.jobs.max(1) {
+                scope.spawn(|| loop {
+                    let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(name) = PLANNERS.get(index) else {
+                        break;
+                    };
+                    let run = || -> Result<Timed, String> {
+                        let scenario = scenario(
+                            &setup,
+                            experiment,
+                            name,
+                            calibration.rate_rps,
+                            experiment.requests,
+                        )
+                        .map_err(|e| e.to_string())?;
+                        let began = Instant::now();
+                        let result = run_cluster_with(
+                            &scenario,
+                            planner(&setup, name).map_err(|e| e.to_string())?,
+                        )
+                        .map_err(|e| e.to_string())?;
+                        Ok(Timed {
+                            outcome: PlannerOutcome::of(&result, setup.workers_per_server),
+                            wall_secs: began.elapsed().as_secs_f64(),
+                        })
+                    };
+                    let outcome = run();
+                    if let Ok(mut slots) = slots.lock() {
+                        slots[index] = Some(outcome);
+                    }
+                });
+            }
+        });
+        let outcomes: Vec<Timed> = slots
+            .into_inner()
+            .map_err(|_| "a simulation thread panicked".to_string())?
+            .into_iter()
+            .map(|slot| slot.unwrap_or_else(|| Err("planner not run".to_string())))
+            .collect::<Result<_, _>>()?;
+        let plain: Vec<PlannerOutcome> = outcomes.iter().map(|t| t.outcome.clone()).collect();
+        for timed in &outcomes {
+            eprintln!(
+                "  {:<9} p50 {:>8.0} µs  p95 {:>8.0}  p99 {:>8.0}  ({:.1} s wall)",
+                timed.outcome.planner,
+                timed.outcome.p50_us,
+                timed.outcome.p95_us,
+                timed.outcome.p99_us,
+                timed.wall_secs
+            );
+        }
+        results.push(ExperimentResult {
+            experiment: experiment.clone(),
+            calibration,
+            reductions_vs_rein_sbf: reductions(&plain),
+            outcomes,
+        });
+    }
+    let wall_secs = started.elapsed().as_secs_f64();
+    let report = Report {
+        metadata: Metadata {
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+            commit,
+            dirty,
+            seed: args.seed,
+            started_utc,
+            wall_secs,
+            load_average_start,
+            load_average_end: load_average(),
+            note: "SIMULATED: tailtrim's cluster simulator, no real servers",
+        },
+        setup: &setup,
+        experiments: &results,
+    };
+    std::fs::create_dir_all(&args.out)
+        .map_err(|e| format!("create {}: {e}", args.out.display()))?;
+    let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+    let path = args.out.join("results.json");
+    std::fs::write(&path, json + "\n").map_err(|e| format!("write {}: {e}", path.display()))?;
+    let markdown = render_markdown(&results);
+    let path = args.out.join("results.md");
+    std::fs::write(&path, &markdown).map_err(|e| format!("write {}: {e}", path.display()))?;
+    for result in &results {
+        plot(&args.out, result)?;
+    }
+    print!("{markdown}");
+    println!("wrote {} ({wall_secs:.0} s)", args.out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn render_markdown(results: &[ExperimentResult]) -> String {
+    let mut out = String::from(
+        "# SIMULATED: TailX vs Rein vs batch (tailtrim experiment tailx)\n\n\
+         Latencies in µs; reductions are against rein-sbf (positive: lower latency).\n",
+    );
+    for result in results {
+        let c = &result.calibration;
+        out.push_str(&format!(
+            "\n## {} ({} requests per planner, offered {:.0} req/s = load × capacity {:.0} req/s)\n\n\
+             | planner | mean | p50 | p95 | p99 | p50 red. | p95 red. | p99 red. | p99 / rein-sbf | busiest server util. | wall s |\n\
+             |---|---|---|---|---|---|---|---|---|---|---|\n",
+            result.experiment.name,
+            short_count(result.experiment.requests),
+            c.rate_rps,
+            c.capacity_rps
+        ));
+        for (timed, reduction) in result.outcomes.iter().zip(&result.reductions_vs_rein_sbf) {
+            let o = &timed.outcome;
+            out.push_str(&format!(
+                "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} % | {:.1} % | {:.1} % | {:.2} | {:.2} | {:.1} |\n",
+                o.planner,
+                o.mean_us,
+                o.p50_us,
+                o.p95_us,
+                o.p99_us,
+                reduction.p50_pct,
+                reduction.p95_pct,
+                reduction.p99_pct,
+                reduction.p99_ratio,
+                o.max_utilization,
+                timed.wall_secs
+            ));
+        }
+    }
+    out
+}
+
+const COLORS: [(&str, RGBColor); 3] = [
+    ("p50", RGBColor(31, 119, 180)),
+    ("p95", RGBColor(255, 127, 14)),
+    ("p99", RGBColor(214, 39, 40)),
+];
+
+fn plot(out: &std::path::Path, result: &ExperimentResult) -> Result<(), String> {
+    let path = out.join(format!("{}.svg", result.experiment.name));
+    let root = SVGBackend::new(&path, (900, 550)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    let groups: Vec<(String, Vec<f64>)> = result
+        .outcomes
+        .iter()
+        .map(|t| {
+            (
+                t.outcome.planner.clone(),
+                vec![
+                    t.outcome.p50_us / 1e3,
+                    t.outcome.p95_us / 1e3,
+                    t.outcome.p99_us / 1e3,
+                ],
+            )
+        })
+        .collect();
+    draw_bars(
+        &root,
+        &format!(
+            "SIMULATED: {} ({} requests), latency by planner; baseline {BASELINE}",
+            result.experiment.name,
+            short_count(result.experiment.requests)
+        ),
+        "planner",
+        &groups,
+        &COLORS,
+        "latency (ms)",
+    )?;
+    root.present().map_err(|e| fail(&e))
+}
