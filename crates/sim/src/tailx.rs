@@ -156,9 +156,9 @@ pub fn paper_experiments(a_requests: &[u64], b_requests: u64) -> Vec<Experiment>
 
 /// `1M`, `10M`, `250k`, or the number.
 pub fn short_count(count: u64) -> String {
-    if count >= 1_000_000 && count % 1_000_000 == 0 {
+    if count >= 1_000_000 && count.is_multiple_of(1_000_000) {
         format!("{}M", count / 1_000_000)
-    } else if count >= 1_000 && count % 1_000 == 0 {
+    } else if count >= 1_000 && count.is_multiple_of(1_000) {
         format!("{}k", count / 1_000)
     } else {
         count.to_string()
