@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Simulator vs testbed (EMULATED) on one cost model: the issue's three checks.
+
+    python3 experiments/sim-validation/compare.py TESTBED_RESULTS SIM_RESULTS [SIM_RESULTS ...]
+
+TESTBED_RESULTS: results.json of `tailtrim experiment minos --emulate-service ...`;
+SIM_RESULTS: results.json of `tailtrim sim minos --profile ...` (later files override a
+policy's curve, e.g. late binding simulated with a ninth core for its dispatcher thread).
+
+Checks, per policy, on the small requests:
+  - order: policies ranked by saturation (highest achieved rps) and by small p99 at every
+    offered rate up to 80 % of the simulator's estimated capacity, the same in both;
+  - knee: first offered rate where small p99 exceeds the knee latency, within 10 %;
+  - p99: small p99 within 25 % of the simulator's at every offered rate ≤ 80 % of capacity.
+"""
+
+import json
+import sys
+
+# Small p99s within this share of each other count as equal in the simulator.
+TIE = 0.10
+
+
+def ms(us):
+    return "–" if us is None else f"{us / 1000:.2f}"
+
+
+def main():
+    testbed = json.load(open(sys.argv[1]))
+    sims = [json.load(open(path))["result"] for path in sys.argv[2:]]
+    capacity = sims[0]["estimated_capacity_rps"]
+    knee_us = testbed["settings"]["knee_us"]
+    tb = {s["name"]: {p["target_rps"]: p for p in s["points"] if p["valid_repeats"] > 0}
+          for s in testbed["systems"] if s["name"] != "floor"}
+    sm = {}
+    for sim in sims:
+        for curve in sim["curves"]:
+            sm[curve["policy"]] = {p["offered_rps"]: p for p in curve["points"]}
+    policies = [name for name in tb if name in sm]
+    rates = testbed["settings"]["rates"]
+    low = [r for r in rates if r <= 0.8 * capacity]
+    print(f"Simulator's estimated capacity: {capacity:.0f} rps; rates ≤ 80 %: "
+          f"{', '.join(f'{r:.0f}' for r in low)}; knee latency {knee_us / 1000:.0f} ms.\n")
+
+    print("| offered rps | " + " | ".join(policies) + " |")
+    print("|---:|" + "---:|" * len(policies))
+    errors = {name: [] for name in policies}
+    for rate in rates:
+        cells = []
+        for name in policies:
+            t, s = tb[name].get(rate), sm[name].get(rate)
+            if not t or not s:
+                cells.append("–")
+                continue
+            tv, sv = t["small_p99_us"], s["small"]["p99_us"]
+            err = (tv - sv) / sv
+            if rate in low:
+                errors[name].append((rate, err))
+            cells.append(f"{ms(tv)} / {ms(sv)} ({err:+.0%})")
+        print(f"| {rate:.0f} | " + " | ".join(cells) + " |")
+    print("\nCells: testbed small p99 / simulator small p99 in ms (testbed − sim, relative).\n")
+
+    def saturation(points):
+        return max((p["achieved_rps"] for p in points.values()), default=0.0)
+
+    tb_sat = {n: saturation(tb[n]) for n in policies}
+    sm_sat = {n: saturation(sm[n]) for n in policies}
+    tb_order = sorted(policies, key=lambda n: -tb_sat[n])
+    sm_order = sorted(policies, key=lambda n: -sm_sat[n])
+    print("### Order\n")
+    print(f"- by saturation: testbed {' > '.join(f'{n} {tb_sat[n]:.0f}' for n in tb_order)}; "
+          f"simulator {' > '.join(f'{n} {sm_sat[n]:.0f}' for n in sm_order)}: "
+          f"**{'same' if tb_order == sm_order else 'different'}**")
+    agree = total = 0
+    for rate in low:
+        have = [n for n in policies if rate in tb[n] and rate in sm[n]]
+        if len(have) < 2:
+            continue
+        for i, a in enumerate(have):
+            for b in have[i + 1:]:
+                sa, sb = sm[a][rate]["small"]["p99_us"], sm[b][rate]["small"]["p99_us"]
+                if abs(sa - sb) <= TIE * min(sa, sb):
+                    continue  # the simulator calls them equal: no order to check
+                ta, tb_ = tb[a][rate]["small_p99_us"], tb[b][rate]["small_p99_us"]
+                total += 1
+                agree += (sa < sb) == (ta < tb_)
+        t = sorted(have, key=lambda n: tb[n][rate]["small_p99_us"])
+        s_ = sorted(have, key=lambda n: sm[n][rate]["small"]["p99_us"])
+        print(f"- small p99 at {rate:.0f} rps: testbed {' < '.join(t)}; simulator "
+              f"{' < '.join(s_)}")
+    print(f"- pairs of policies the simulator orders (small p99 more than {TIE:.0%} apart) at "
+          f"rates ≤ 80 %: the testbed orders **{agree} of {total}** the same way\n")
+
+    print("### Knee (first offered rate with small p99 > knee latency)\n")
+    for name in policies:
+        def knee(points, key):
+            return next((r for r in rates if r in points and key(points[r]) > knee_us), None)
+        kt = knee(tb[name], lambda p: p["small_p99_us"])
+        ks = knee(sm[name], lambda p: p["small"]["p99_us"])
+        if kt is None or ks is None:
+            verdict = "n/a (no knee in the sweep on one side)" if kt != ks else "no knee in either"
+        else:
+            verdict = f"{(kt - ks) / ks:+.0%}: {'within' if abs(kt - ks) <= 0.1 * ks else 'NOT within'} 10 %"
+        fmt = lambda r: "none" if r is None else f"{r:.0f}"
+        print(f"- {name}: testbed {fmt(kt)}, simulator {fmt(ks)}: {verdict}")
+
+    print("\n### Small p99 within 25 % at ≤ 80 % load\n")
+    print("End to end (the bench's latency vs the simulator's arrival → delivery; the simulator "
+          "has no loopback and no bench):\n")
+    for name in policies:
+        within = sum(abs(e) <= 0.25 for _, e in errors[name])
+        worst = max(errors[name], key=lambda x: abs(x[1]), default=None)
+        worst_text = f"; worst {worst[1]:+.0%} at {worst[0]:.0f} rps" if worst else ""
+        print(f"- {name}: {within} of {len(errors[name])} rates within 25 %{worst_text}")
+
+
+if __name__ == "__main__":
+    main()
