@@ -1489,7 +1489,34 @@ fn draw_latency<DB: DrawingBackend>(
 #[cfg(test)]
 mod tests {
     use super::{summarize, MinosResults, Point, RunSettings, Sample, SystemResult};
+    use super::{system_from_name, Args, Program};
+    use clap::Parser;
     use tailtrim_bench::class::ClassHistograms;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    #[test]
+    fn emulation_reaches_every_tailtrim_server_and_refuses_memcached() {
+        let cli = Cli::try_parse_from(["minos", "--emulate-service", "packet=500ns,dilation=2000"])
+            .expect("parses");
+        let error = system_from_name("memcached", &cli.args).unwrap_err();
+        assert!(error.contains("cannot emulate"), "{error}");
+        let stealing = system_from_name("stealing", &cli.args).expect("known system");
+        let Program::Tailtrim { extra } = stealing.program else {
+            panic!("stealing runs tailtrim");
+        };
+        let at = extra.iter().position(|arg| arg == "--emulate-service");
+        assert_eq!(
+            at.and_then(|i| extra.get(i + 1)).map(String::as_str),
+            Some("packet=500ns,dilation=2000")
+        );
+        let plain = Cli::try_parse_from(["minos"]).expect("parses");
+        assert!(system_from_name("memcached", &plain.args).is_ok());
+    }
 
     fn sample(small_p99: f64, achieved: f64) -> Sample {
         let mut sample = Sample {
