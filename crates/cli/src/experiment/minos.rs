@@ -1445,7 +1445,14 @@ fn draw_latency<DB: DrawingBackend>(
     chart
         .configure_mesh()
         .x_desc("achieved throughput (requests/s)")
-        .x_label_formatter(&|rate| format!("{:.0}k", rate / 1_000.0))
+        // One decimal below 10k requests/s, so low-rate (emulated) sweeps read 0.5k, 1.5k.
+        .x_label_formatter(&|rate| {
+            if max_rate < 10_000.0 {
+                format!("{:.1}k", rate / 1_000.0)
+            } else {
+                format!("{:.0}k", rate / 1_000.0)
+            }
+        })
         .y_label_formatter(&|micros| format!("{micros:.0}"))
         .y_desc(match class {
             LatencyClass::Small => "small-request p99 (µs)",
