@@ -422,11 +422,20 @@ fn run_one(
     for server in &mut servers {
         server.check_alive()?;
     }
+    // Results are committed: name the program, not where it was built.
+    let exe = std::env::current_exe()
+        .map(|path| path.display().to_string())
+        .unwrap_or_default();
     let mut commands: Vec<String> = servers
         .iter()
         .map(|server| server.command_line().to_string())
+        .chain(std::iter::once(proxy.command_line.clone()))
+        .map(|line| match line.strip_prefix(&exe) {
+            Some(rest) if !exe.is_empty() => format!("tailtrim{rest}"),
+            _ => line,
+        })
         .collect();
-    commands.push(proxy.command_line.clone());
+    commands.dedup();
     Ok(RunResult {
         spec: spec.clone(),
         loadavg: [before, loadavg()],
