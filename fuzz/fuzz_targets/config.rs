@@ -12,7 +12,11 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(config) = ServerConfig::from_toml(&text) {
         if config.validate().is_ok() {
             let again = ServerConfig::from_toml(&config.to_toml());
-            assert_eq!(again.ok().as_ref(), Some(&config), "serve config round trip");
+            assert_eq!(
+                again.ok().as_ref(),
+                Some(&config),
+                "serve config round trip"
+            );
         }
     }
     if let Ok(config) = ProxyConfig::from_toml(&text) {

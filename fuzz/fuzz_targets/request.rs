@@ -25,18 +25,28 @@ fuzz_target!(|data: &[u8]| {
         match parse_request(rest, &limits) {
             Parsed::Incomplete => break,
             Parsed::Complete { value, consumed } => {
-                assert!(consumed > 0 && consumed <= rest.len(), "consumed {consumed}");
+                assert!(
+                    consumed > 0 && consumed <= rest.len(),
+                    "consumed {consumed}"
+                );
                 let _ = value.single_key();
                 let _ = value.data_len();
                 rest = &rest[consumed..];
             }
             Parsed::Invalid { error, consumed } => {
-                assert!(consumed <= rest.len(), "consumed {consumed} of {}", rest.len());
+                assert!(
+                    consumed <= rest.len(),
+                    "consumed {consumed} of {}",
+                    rest.len()
+                );
                 let _ = error.reply_line();
                 if error.closes_connection() {
                     break;
                 }
-                assert!(consumed > 0, "an error that keeps the connection consumed nothing");
+                assert!(
+                    consumed > 0,
+                    "an error that keeps the connection consumed nothing"
+                );
                 rest = &rest[consumed..];
                 let swallow = error.swallow().min(rest.len());
                 rest = &rest[swallow..];

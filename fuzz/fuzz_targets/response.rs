@@ -12,11 +12,18 @@ fuzz_target!(|data: &[u8]| {
         match parse_response(rest) {
             Parsed::Incomplete => break,
             Parsed::Complete { consumed, .. } => {
-                assert!(consumed > 0 && consumed <= rest.len(), "consumed {consumed}");
+                assert!(
+                    consumed > 0 && consumed <= rest.len(),
+                    "consumed {consumed}"
+                );
                 rest = &rest[consumed..];
             }
             Parsed::Invalid { consumed, .. } => {
-                assert!(consumed <= rest.len(), "consumed {consumed} of {}", rest.len());
+                assert!(
+                    consumed <= rest.len(),
+                    "consumed {consumed} of {}",
+                    rest.len()
+                );
                 if consumed == 0 {
                     // The client closes the backend connection on an invalid reply.
                     break;
