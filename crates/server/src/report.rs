@@ -209,6 +209,12 @@ pub fn stats_command(args: &[Bytes], ctx: &ExecContext<'_>, out: &mut ReplyBuf) 
             }
             None => vec![("hotkeys_enabled".into(), "0".into())],
         },
+        // memcached without `-o track_sizes`: the size histogram is off; with more
+        // tokens it answers an empty list.
+        Some(b"sizes") if args.len() == 1 => {
+            vec![("sizes_status".into(), "disabled".into())]
+        }
+        Some(b"sizes") => Vec::new(),
         Some(b"reset") => {
             for counters in &ctx.shared.counters {
                 counters.reset();
