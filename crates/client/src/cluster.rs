@@ -425,7 +425,7 @@ impl Cluster {
 
     /// A single-key write on the current view; during a change a write to a moved key is
     /// fenced and also deletes the key at its shadow owner. Any time, it also deletes the key
-    /// at members that owned it in one of the last [`HISTORY`] routing pools: when a server
+    /// at members that owned it in one of the last `HISTORY` (8) routing pools: when a server
     /// leaves, its keys go back to their former owners, which must not answer with what they
     /// held before the keys moved away.
     pub async fn write(
