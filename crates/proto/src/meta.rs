@@ -1,11 +1,22 @@
 //! Meta-command flags (`mg`, `ms`, `md`, `ma`): single letters, some with a
 //! token (`T30`, `Oabc`, `MS`). Order is kept because memcached echoes the
 //! return flags in the order the client asked for them.
+//!
+//! One flag is tailtrim's own: `p<class>` on `mg` carries the request's priority class
+//! ([`CLASS_FLAG`], `0..`[`PRIORITY_CLASSES`], 0 the highest). Stock memcached answers it with
+//! `CLIENT_ERROR invalid flag`, so a client sends it only to a server that announced support
+//! (`stats settings`: `priorities`); a class out of range gets
+//! `CLIENT_ERROR bad token in command line format`, as any bad numeric token does.
 
 use bytes::Bytes;
 
 use crate::error::ProtoError;
 use crate::number::{parse_i32, parse_u32, parse_u64};
+
+/// The meta flag that carries a priority class (tailtrim's extension, `mg` only).
+pub const CLASS_FLAG: u8 = b'p';
+/// Number of priority classes `p` accepts (`p0` highest .. `p4` lowest): Rein's five.
+pub const PRIORITY_CLASSES: u8 = 5;
 
 /// One flag of a meta command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,7 +51,7 @@ impl MetaKind {
     /// Flag letters memcached 1.6.18 accepts for this command.
     fn accepts(self, letter: u8) -> bool {
         let allowed: &[u8] = match self {
-            MetaKind::Get => b"bcfhklOqstuvNRTP",
+            MetaKind::Get => b"bcfhklOqstuvNRTPp",
             MetaKind::Set => b"bcCFIkOqsSTMNP",
             MetaKind::Delete => b"bCEIkOqTxP",
             MetaKind::Arithmetic => b"bCENJDTMOqtcvkP",
@@ -126,6 +137,7 @@ impl MetaFlags {
             let number_ok = match kind.numeric(letter) {
                 Some(true) => parse_i32(rest).is_some(),
                 Some(false) => parse_u64(rest).is_some(),
+                None if letter == CLASS_FLAG => parse_class(rest).is_some(),
                 None => true,
             };
             if !number_ok {
@@ -181,9 +193,22 @@ impl MetaFlags {
         self.token(b'M').and_then(|t| t.first().copied())
     }
 
+    /// The priority class of the `p` flag, if given (validated when parsed).
+    pub fn class(&self) -> Option<u8> {
+        self.token(CLASS_FLAG).and_then(|t| parse_class(t))
+    }
+
     /// `q`: quiet mode.
     pub fn quiet(&self) -> bool {
         self.has(b'q')
+    }
+}
+
+/// A class token: one decimal digit below [`PRIORITY_CLASSES`].
+fn parse_class(token: &[u8]) -> Option<u8> {
+    match token {
+        [digit @ b'0'..=b'9'] if digit - b'0' < PRIORITY_CLASSES => Some(digit - b'0'),
+        _ => None,
     }
 }
 
@@ -290,6 +315,38 @@ mod tests {
         assert_eq!(
             MetaFlags::parse(MetaKind::Get, std::iter::once(&long_opaque[..])),
             Err(ProtoError::OpaqueTooLong)
+        );
+    }
+
+    #[test]
+    fn the_class_flag_takes_one_digit_below_five_on_mg_only() {
+        let parse = |kind, toks: &[&[u8]]| MetaFlags::parse(kind, toks.iter().copied());
+        for class in 0..PRIORITY_CLASSES {
+            let token = [b'p', b'0' + class];
+            let flags = parse(MetaKind::Get, &[b"v", &token]).unwrap();
+            assert_eq!(flags.class(), Some(class));
+        }
+        assert_eq!(parse(MetaKind::Get, &[b"v"]).unwrap().class(), None);
+        for bad in [&b"p"[..], b"p5", b"p9", b"p-1", b"p00", b"p01", b"px", b"p 1"] {
+            assert_eq!(
+                parse(MetaKind::Get, &[bad]),
+                Err(ProtoError::BadMetaToken),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        assert_eq!(
+            parse(MetaKind::Get, &[b"p1", b"p2"]),
+            Err(ProtoError::DuplicateMetaFlag)
+        );
+        // Not an extension of the other meta commands: their usual unknown-flag errors.
+        assert_eq!(
+            parse(MetaKind::Set, &[b"p1"]),
+            Err(ProtoError::InvalidMetaFlag)
+        );
+        assert_eq!(
+            parse(MetaKind::Delete, &[b"p1"]),
+            Err(ProtoError::InvalidOrDuplicateMetaFlag)
         );
     }
 

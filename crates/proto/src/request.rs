@@ -213,6 +213,14 @@ impl Request {
         }
     }
 
+    /// The priority class the request carries (`mg … p<class>`), if any.
+    pub fn priority_class(&self) -> Option<u8> {
+        match self {
+            Request::MetaGet { flags, .. } => flags.class(),
+            _ => None,
+        }
+    }
+
     /// Declared value length of a storage request (bytes on the wire, without `\r\n`).
     pub fn data_len(&self) -> Option<usize> {
         match self {
@@ -723,6 +731,19 @@ mod tests {
     }
 
     #[test]
+    fn only_mg_carries_a_priority_class() {
+        let class = |text: &[u8]| match parse(text) {
+            Parsed::Complete { value, .. } => value.priority_class(),
+            _ => panic!("{text:?} does not parse"),
+        };
+        assert_eq!(class(b"mg k v p0\r\n"), Some(0));
+        assert_eq!(class(b"mg k p4 v k\r\n"), Some(4));
+        assert_eq!(class(b"mg k v\r\n"), None);
+        assert_eq!(class(b"get k\r\n"), None);
+        assert_eq!(class(b"ms k 1 T0\r\nx\r\n"), None);
+    }
+
+    #[test]
     fn get_many_keys() {
         let Parsed::Complete { value, consumed } = parse(b"gets a b c\r\nrest") else {
             panic!("expected complete");
@@ -809,6 +830,9 @@ mod tests {
             (b"verbosity\r\n", ProtoError::UnknownCommand),
             (b"mg k zz\r\n", ProtoError::InvalidMetaFlag),
             (b"mg k v v\r\n", ProtoError::DuplicateMetaFlag),
+            (b"mg k v p5\r\n", ProtoError::BadMetaToken),
+            (b"mg k v p\r\n", ProtoError::BadMetaToken),
+            (b"mg k p1 p1\r\n", ProtoError::DuplicateMetaFlag),
             (b"GET / HTTP/1.0\r\n", ProtoError::HttpRequest),
             (b"HTTP/1.1\r\n", ProtoError::HttpRequest),
             (b"gxx / HTTP/1.1\r\n", ProtoError::UnknownCommand),

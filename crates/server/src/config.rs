@@ -304,6 +304,21 @@ impl DispatchPolicy {
             DispatchPolicy::LateBinding => "late-binding",
         }
     }
+
+    /// How the policy serves the priority classes `mg … p<class>` carries, as `stats settings`
+    /// announces it (`priorities`): `drr` where requests wait in a job queue the server owns
+    /// (early and late binding: deficit round robin over the classes, see
+    /// [`crate::priority`]), `fifo` where the reading worker executes inline and pending work
+    /// waits in the kernel's socket buffers, which the server cannot reorder (the flag is
+    /// accepted and counted, requests are served in arrival order).
+    pub fn priorities(self) -> &'static str {
+        match self {
+            DispatchPolicy::EarlyBinding | DispatchPolicy::LateBinding => "drr",
+            DispatchPolicy::Pinned | DispatchPolicy::SizeAware | DispatchPolicy::Stealing => {
+                "fifo"
+            }
+        }
+    }
 }
 
 /// memcached `-o` options tailtrim accepts without effect: they tune memcached's slab

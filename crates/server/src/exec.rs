@@ -340,6 +340,9 @@ fn meta_get(key: &[u8], flags: &MetaFlags, ctx: &ExecContext<'_>, out: &mut Repl
     if let Some(hotkeys) = &ctx.shared.hotkeys {
         hotkeys.offer(key);
     }
+    if let Some(class) = flags.class() {
+        bump(ctx.counters.priority_requests(class));
+    }
     bump(&ctx.counters.cmd_get);
     if new_expiry.is_some() {
         bump(&ctx.counters.cmd_touch);

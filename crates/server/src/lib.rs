@@ -28,6 +28,7 @@ pub mod emulate;
 pub mod epoll;
 pub mod exec;
 pub mod policies;
+pub mod priority;
 pub mod process;
 pub mod report;
 pub mod runtime;

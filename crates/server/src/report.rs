@@ -148,6 +148,14 @@ fn settings_stats(shared: &Shared) -> Vec<(String, String)> {
         ),
         ("dispatch".into(), c.workers.dispatch.name().to_string()),
         (
+            "priorities".into(),
+            c.workers.dispatch.priorities().to_string(),
+        ),
+        (
+            "priority_classes".into(),
+            tailtrim_proto::meta::PRIORITY_CLASSES.to_string(),
+        ),
+        (
             "emulate_service".into(),
             c.emulation
                 .service_spec()

@@ -781,6 +781,7 @@ impl Runtime {
                 request,
                 frame,
                 arrived_at,
+                class: _,
             } => {
                 let started = Instant::now();
                 let ctx = self.ctx(worker);
@@ -1080,6 +1081,7 @@ impl Runtime {
             let job = Job::Execute {
                 conn: Arc::clone(conn),
                 seq,
+                class: request.priority_class().unwrap_or(0),
                 request,
                 frame,
                 arrived_at,

@@ -319,6 +319,8 @@ pub enum Job {
         frame: Bytes,
         /// When its bytes reached the kernel.
         arrived_at: Instant,
+        /// Its priority class (`mg … p<class>`; 0 without the flag).
+        class: u8,
     },
     /// Send an already composed large reply (size-aware).
     Send {
@@ -347,6 +349,17 @@ pub enum Job {
         /// What was wrong.
         error: ProtoError,
     },
+}
+
+impl Job {
+    /// The priority class a job waits in ([`crate::priority::ClassQueue`]): a request's own,
+    /// 0 for everything else.
+    pub(crate) fn class(&self) -> usize {
+        match self {
+            Job::Execute { class, .. } => usize::from(*class),
+            _ => 0,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -82,6 +82,29 @@ counters! {
     bytes_written,
     /// Requests that had to wait for more input before being complete.
     conn_yields,
+    /// `mg` requests executed carrying priority class 0 (`p0`, the highest).
+    priority_class0_requests,
+    /// … class 1.
+    priority_class1_requests,
+    /// … class 2.
+    priority_class2_requests,
+    /// … class 3.
+    priority_class3_requests,
+    /// … class 4 (the lowest).
+    priority_class4_requests,
+}
+
+impl WorkerCounters {
+    /// The `priority_class<N>_requests` counter of `class` (the lowest for larger values).
+    pub fn priority_requests(&self, class: u8) -> &AtomicU64 {
+        match class {
+            0 => &self.priority_class0_requests,
+            1 => &self.priority_class1_requests,
+            2 => &self.priority_class2_requests,
+            3 => &self.priority_class3_requests,
+            _ => &self.priority_class4_requests,
+        }
+    }
 }
 
 /// Bumps a counter by one.

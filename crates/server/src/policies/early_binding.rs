@@ -3,42 +3,41 @@
 //! whose key it owns (`policy::sizeaware::key_worker`, the function the simulator
 //! routes by) runs in place, others go to the owner's job queue
 //! (woken through an eventfd in its epoll). Multi-key, keyless and invalid
-//! requests are barriers run by the reader.
+//! requests are barriers run by the reader. A worker's queue is deficit round
+//! robin over the priority classes ([`ClassQueue`]; first come, first served
+//! among requests without a class).
 //!
 //! ```text
 //!   home worker: read ─► parse ─► owner = key_worker(key) ─► == me and alone? run here
-//!                                                        └─► owner's queue + eventfd
+//!                                                        └─► owner's ClassQueue + eventfd
 //! ```
 
-use crossbeam_channel::{Receiver, Sender};
 use tailtrim_policy::sizeaware::key_worker;
 
 use super::{EpollLayout, Placement, Policy, IDLE_WAIT_MS, STATS_CLASS_THRESHOLD};
 use crate::config::DispatchPolicy;
 use crate::epoll::EventFd;
+use crate::priority::ClassQueue;
 use crate::runtime::Runtime;
 use crate::session::Job;
 
 /// The early-binding policy: one job queue and eventfd per worker.
 pub struct EarlyBinding {
     workers: usize,
-    jobs: Vec<(Sender<Job>, Receiver<Job>, EventFd)>,
+    jobs: Vec<(ClassQueue<Job>, EventFd)>,
 }
 
 impl EarlyBinding {
     /// Queues for `workers` workers.
     pub fn new(workers: usize) -> std::io::Result<EarlyBinding> {
         let jobs = (0..workers)
-            .map(|_| {
-                let (tx, rx) = crossbeam_channel::unbounded();
-                EventFd::new().map(|event| (tx, rx, event))
-            })
+            .map(|_| EventFd::new().map(|event| (ClassQueue::default(), event)))
             .collect::<std::io::Result<Vec<_>>>()?;
         Ok(EarlyBinding { workers, jobs })
     }
 
     fn run_queued(&self, rt: &Runtime, worker: usize) {
-        while let Ok(job) = self.jobs[worker].1.try_recv() {
+        while let Some(job) = self.jobs[worker].0.try_pop() {
             rt.run_job(job, worker);
         }
     }
@@ -71,10 +70,9 @@ impl Policy for EarlyBinding {
     }
 
     fn release(&self, _rt: &Runtime, target: usize, job: Job) {
-        let (tx, _, event) = &self.jobs[target];
-        if tx.send(job).is_ok() {
-            event.notify();
-        }
+        let (queue, event) = &self.jobs[target];
+        queue.push(job.class(), job);
+        event.notify();
     }
 
     fn worker_step(&self, rt: &Runtime, worker: usize, tokens: &mut Vec<u64>) {
@@ -83,11 +81,11 @@ impl Policy for EarlyBinding {
     }
 
     fn wake_fd(&self, index: usize) -> Option<std::os::fd::RawFd> {
-        self.jobs.get(index).map(|(_, _, event)| event.raw())
+        self.jobs.get(index).map(|(_, event)| event.raw())
     }
 
     fn on_wake(&self, rt: &Runtime, index: usize, worker: usize) {
-        self.jobs[index].2.drain();
+        self.jobs[index].1.drain();
         self.run_queued(rt, worker);
     }
 

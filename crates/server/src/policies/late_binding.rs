@@ -1,31 +1,32 @@
 //! `late-binding` (RAMCloud-like): one dispatcher thread reads and parses
 //! every connection; each request waits in one queue for the first idle
 //! worker. A connection's requests run one at a time (any idle worker may
-//! take the next, so two for one key could otherwise race).
+//! take the next, so two for one key could otherwise race). The queue is
+//! deficit round robin over the priority classes ([`ClassQueue`]): first come,
+//! first served among requests without a class.
 //!
 //! ```text
-//!   dispatcher: shared epoll ─► read ─► parse ─► queue ─► idle worker executes ─► reply slot
+//!   dispatcher: shared epoll ─► read ─► parse ─► ClassQueue ─► idle worker executes ─► reply slot
 //! ```
 
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender};
-
 use super::{EpollLayout, Placement, Policy, IDLE_WAIT_MS, STATS_CLASS_THRESHOLD};
 use crate::config::DispatchPolicy;
+use crate::priority::ClassQueue;
 use crate::runtime::Runtime;
 use crate::session::Job;
 
 /// The late-binding policy: the request queue workers take from.
 pub struct LateBinding {
-    queue: (Sender<Job>, Receiver<Job>),
+    queue: ClassQueue<Job>,
 }
 
 impl LateBinding {
     /// An empty queue.
     pub fn new() -> LateBinding {
         LateBinding {
-            queue: crossbeam_channel::unbounded(),
+            queue: ClassQueue::default(),
         }
     }
 }
@@ -48,14 +49,13 @@ impl Policy for LateBinding {
     }
 
     fn release(&self, _rt: &Runtime, _target: usize, job: Job) {
-        let _ = self.queue.0.send(job);
+        self.queue.push(job.class(), job);
     }
 
     fn worker_step(&self, rt: &Runtime, worker: usize, _tokens: &mut Vec<u64>) {
-        if let Ok(job) = self
+        if let Some(job) = self
             .queue
-            .1
-            .recv_timeout(Duration::from_millis(IDLE_WAIT_MS as u64))
+            .pop_timeout(Duration::from_millis(IDLE_WAIT_MS as u64))
         {
             rt.run_job(job, worker);
         }

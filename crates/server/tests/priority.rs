@@ -1,0 +1,210 @@
+//! Priority classes (`mg … p<class>`) honoured by the server's own queue: deficit round robin
+//! over the classes across connections where requests wait for a worker (late binding, one
+//! worker, emulated service time so that a backlog exists). Only orders and counts are
+//! asserted: how many low-class requests the server executed before a high-class one, read
+//! from its own per-class counters, never wall-clock bounds.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use tailtrim_server::config::DispatchPolicy;
+use tailtrim_server::{start, ServerConfig, ServerHandle};
+
+const WEIGHTS: [u64; 5] = [5, 4, 3, 2, 1];
+
+fn server(policy: DispatchPolicy, service: &str) -> ServerHandle {
+    let mut config = ServerConfig::default();
+    config.server.listen = "127.0.0.1".into();
+    config.server.port = 0;
+    config.workers.threads = 1;
+    config.workers.dispatch = policy;
+    config.emulation.service = service.into();
+    start(config).expect("server starts")
+}
+
+fn connect(handle: &ServerHandle) -> TcpStream {
+    let stream = TcpStream::connect(handle.local_addr()).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    stream
+}
+
+fn read_until(stream: &mut TcpStream, end: &[u8]) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    while !got.ends_with(end) {
+        let n = stream.read(&mut buf).expect("read");
+        assert!(n > 0, "closed early after {} bytes", got.len());
+        got.extend_from_slice(&buf[..n]);
+    }
+    got
+}
+
+fn stats(stream: &mut TcpStream, group: &str) -> Vec<(String, String)> {
+    let line = if group.is_empty() {
+        "stats\r\n".to_string()
+    } else {
+        format!("stats {group}\r\n")
+    };
+    stream.write_all(line.as_bytes()).expect("write");
+    let text = String::from_utf8(read_until(stream, b"END\r\n")).expect("utf-8");
+    text.lines()
+        .filter_map(|l| l.strip_prefix("STAT "))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn stat(pairs: &[(String, String)], name: &str) -> String {
+    pairs
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| panic!("no {name} in {pairs:?}"))
+}
+
+/// `priority_class<N>_requests` for every class.
+fn executed(stream: &mut TcpStream) -> [u64; 5] {
+    let pairs = stats(stream, "");
+    std::array::from_fn(|c| {
+        stat(&pairs, &format!("priority_class{c}_requests"))
+            .parse()
+            .expect("number")
+    })
+}
+
+/// `count` pipelined `mg` requests of `class` on `stream` (their replies are read later).
+fn send_backlog(stream: &mut TcpStream, class: usize, count: usize) {
+    let mut bytes = Vec::new();
+    for i in 0..count {
+        bytes.extend_from_slice(format!("mg k{class}-{i} v p{class}\r\n").as_bytes());
+    }
+    stream.write_all(&bytes).expect("write");
+}
+
+/// Reads the `count` misses a backlog gets.
+fn drain(stream: &mut TcpStream, count: usize) {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while got.len() < 4 * count {
+        let n = stream.read(&mut buf).expect("read");
+        assert!(n > 0, "closed early after {} bytes", got.len());
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(got, b"EN\r\n".repeat(count));
+}
+
+#[test]
+fn the_server_announces_priorities_and_counts_flagged_requests_under_every_policy() {
+    for (policy, how) in [
+        (DispatchPolicy::Pinned, "fifo"),
+        (DispatchPolicy::SizeAware, "fifo"),
+        (DispatchPolicy::EarlyBinding, "drr"),
+        (DispatchPolicy::Stealing, "fifo"),
+        (DispatchPolicy::LateBinding, "drr"),
+    ] {
+        let handle = server(policy, "off");
+        let mut conn = connect(&handle);
+        let settings = stats(&mut conn, "settings");
+        assert_eq!(stat(&settings, "priorities"), how, "{policy:?}");
+        assert_eq!(stat(&settings, "priority_classes"), "5");
+        conn.write_all(b"set k 3 0 2\r\nhi\r\nmg k v f p3\r\nmg k v p0 k\r\nmg k v\r\n")
+            .expect("write");
+        assert_eq!(
+            read_until(&mut conn, b"VA 2\r\nhi\r\n"),
+            b"STORED\r\nVA 2 f3\r\nhi\r\nVA 2 kk\r\nhi\r\nVA 2\r\nhi\r\n"
+        );
+        // Bad classes: memcached's reply for a bad token; the connection goes on.
+        conn.write_all(b"mg k v p5\r\nmg k v p\r\nmg k p1 p2\r\nmn\r\n")
+            .expect("write");
+        assert_eq!(
+            read_until(&mut conn, b"MN\r\n"),
+            b"CLIENT_ERROR bad token in command line format\r\n\
+              CLIENT_ERROR bad token in command line format\r\n\
+              CLIENT_ERROR duplicate flag\r\nMN\r\n"
+        );
+        assert_eq!(executed(&mut conn), [1, 0, 0, 1, 0], "{policy:?}");
+    }
+}
+
+/// A backlog of class-4 requests on many connections waits in the queue; a class-0 request
+/// that arrives behind it runs after at most the one in progress and the next (deficit round
+/// robin), where first come, first served would run every queued one first.
+#[test]
+fn a_high_class_request_overtakes_a_queued_low_class_backlog() {
+    let handle = server(DispatchPolicy::LateBinding, "const=3ms");
+    const CONNS: usize = 12;
+    const EACH: usize = 4;
+    let mut low: Vec<TcpStream> = (0..CONNS).map(|_| connect(&handle)).collect();
+    let mut high = connect(&handle);
+    for conn in &mut low {
+        send_backlog(conn, 4, EACH);
+    }
+    // Answered (class 0, no flag) once the dispatcher has queued what came before it.
+    let before = executed(&mut high);
+    high.write_all(b"mg h v p0\r\n").expect("write");
+    assert_eq!(read_until(&mut high, b"\r\n"), b"EN\r\n");
+    let after = executed(&mut high);
+    assert_eq!(after[0], 1);
+    let overtaken_by = after[4] - before[4];
+    assert!(
+        overtaken_by <= 3,
+        "{overtaken_by} low-class requests ran between the high-class one's arrival and its \
+         reply ({before:?} → {after:?}); first come, first served would run ~{CONNS}"
+    );
+    assert!(
+        after[4] < (CONNS * EACH) as u64 - CONNS as u64,
+        "the backlog was gone before the high-class request arrived: {after:?}"
+    );
+    for conn in &mut low {
+        drain(conn, EACH);
+    }
+    assert_eq!(executed(&mut high)[4], (CONNS * EACH) as u64);
+}
+
+/// Every class backlogged on several connections: the server serves them in proportion to
+/// the weights 5:4:3:2:1 (within one round), not one connection after another.
+#[test]
+fn backlogged_classes_are_served_by_weight() {
+    let handle = server(DispatchPolicy::LateBinding, "const=1ms");
+    const CONNS_PER_CLASS: usize = 4;
+    const EACH: usize = 40;
+    let mut conns: Vec<(usize, TcpStream)> = Vec::new();
+    for class in 0..5 {
+        for _ in 0..CONNS_PER_CLASS {
+            conns.push((class, connect(&handle)));
+        }
+    }
+    for (class, conn) in &mut conns {
+        send_backlog(conn, *class, EACH);
+    }
+    let mut observer = connect(&handle);
+    let mut counts = executed(&mut observer);
+    // Long enough to see several rounds; every class stays backlogged until class 0 has run
+    // its EACH × CONNS_PER_CLASS requests.
+    while counts.iter().sum::<u64>() < 90 {
+        std::thread::sleep(Duration::from_millis(20));
+        counts = executed(&mut observer);
+    }
+    assert!(
+        counts[0] < (EACH * CONNS_PER_CLASS) as u64,
+        "class 0 ran dry before the check: {counts:?}"
+    );
+    let total: u64 = counts.iter().sum();
+    for (class, &count) in counts.iter().enumerate() {
+        let fair = WEIGHTS[class] * total;
+        let got = 15 * count;
+        // Within one round of the class's weight (plus the observer's own `stats`).
+        let slack = 15 * (WEIGHTS[class] + 1);
+        assert!(
+            got.abs_diff(fair) <= slack,
+            "class {class}: {count} of {total} executed, weights 5..1 give {:.1} ({counts:?})",
+            fair as f64 / 15.0
+        );
+    }
+    for (_, conn) in &mut conns {
+        drain(conn, EACH);
+    }
+}
