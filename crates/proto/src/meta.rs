@@ -327,7 +327,16 @@ mod tests {
             assert_eq!(flags.class(), Some(class));
         }
         assert_eq!(parse(MetaKind::Get, &[b"v"]).unwrap().class(), None);
-        for bad in [&b"p"[..], b"p5", b"p9", b"p-1", b"p00", b"p01", b"px", b"p 1"] {
+        for bad in [
+            &b"p"[..],
+            b"p5",
+            b"p9",
+            b"p-1",
+            b"p00",
+            b"p01",
+            b"px",
+            b"p 1",
+        ] {
             assert_eq!(
                 parse(MetaKind::Get, &[bad]),
                 Err(ProtoError::BadMetaToken),

@@ -314,9 +314,7 @@ impl DispatchPolicy {
     pub fn priorities(self) -> &'static str {
         match self {
             DispatchPolicy::EarlyBinding | DispatchPolicy::LateBinding => "drr",
-            DispatchPolicy::Pinned | DispatchPolicy::SizeAware | DispatchPolicy::Stealing => {
-                "fifo"
-            }
+            DispatchPolicy::Pinned | DispatchPolicy::SizeAware | DispatchPolicy::Stealing => "fifo",
         }
     }
 }
