@@ -152,6 +152,10 @@ pub struct CacheAsideConfig {
     /// Before the run, write every key at version 0, coldest first (so the hottest are the
     /// last written and stay when the cache holds less than the data).
     pub prefill: bool,
+    /// The version every key of the database starts at. Runs back to back against one cache
+    /// (a soak) give each run a base above every version an earlier run wrote, so the values
+    /// those runs left in the cache are checked as older versions, not as values never written.
+    pub first_version: u32,
     /// Reply timeout.
     pub timeout: Duration,
 }
@@ -172,6 +176,7 @@ impl CacheAsideConfig {
             window_requests: DEFAULT_WINDOW_REQUESTS,
             events: Vec::new(),
             prefill: false,
+            first_version: 0,
             timeout: DEFAULT_TIMEOUT,
         }
     }
@@ -220,13 +225,21 @@ pub enum Check {
 }
 
 impl Database {
-    /// A database over the keys of `spec` (pool 0 and the others, one flat index).
+    /// A database over the keys of `spec` (pool 0 and the others, one flat index), every key at
+    /// version 0.
     #[must_use]
     pub fn new(spec: Arc<WorkloadSpec>, latency: Duration) -> Self {
+        Self::starting_at(spec, latency, 0)
+    }
+
+    /// A database whose keys all start at `first_version`: values of lower versions found in
+    /// the cache are older values (never stale: no write of this database came before them).
+    #[must_use]
+    pub fn starting_at(spec: Arc<WorkloadSpec>, latency: Duration, first_version: u32) -> Self {
         let keys = spec.total_keys() as usize;
         Self {
             spec,
-            versions: (0..keys).map(|_| AtomicU32::new(0)).collect(),
+            versions: (0..keys).map(|_| AtomicU32::new(first_version)).collect(),
             acked: (0..keys).map(|_| AtomicU32::new(0)).collect(),
             locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             latency,
@@ -741,7 +754,8 @@ impl CacheAsideReport {
     }
 }
 
-/// Writes every key at version 0, coldest (highest id) first, over `connections` connections.
+/// Writes every key at its current version (0, or the database's first version), coldest
+/// (highest id) first, over `connections` connections.
 pub fn prefill(
     database: &Database,
     server: &str,
@@ -768,7 +782,9 @@ pub fn prefill(
                     for batch in chunk.chunks(PREFILL_WINDOW) {
                         for key in batch {
                             let name = database.key_bytes(*key);
-                            let value = database.value(*key, 0);
+                            let version =
+                                database.versions[database.flat(*key)].load(Ordering::Acquire);
+                            let value = database.value(*key, version);
                             tailtrim_proto::compose::set(
                                 &mut connection.output,
                                 &name,
@@ -879,7 +895,11 @@ pub fn run_cache_aside(
     config.validate()?;
     workload.validate()?;
     let address = resolve(&config.server)?;
-    let database = Database::new(Arc::clone(workload), config.db_latency);
+    let database = Database::starting_at(
+        Arc::clone(workload),
+        config.db_latency,
+        config.first_version,
+    );
     let prefilled = if config.prefill {
         prefill(&database, &config.server, 4, config.timeout)?
     } else {
@@ -1172,6 +1192,22 @@ mod tests {
             database.check(key, &database.value(key, 2), 2),
             Check::Fresh
         );
+    }
+
+    #[test]
+    fn a_later_run_reads_an_earlier_runs_values_as_older_versions() {
+        // Run 1 left version 5 of key 7 in the cache; run 2 starts its database above it.
+        let earlier = Database::new(spec(100), Duration::ZERO);
+        let key = KeyRef { pool: 0, id: 7 };
+        let left = earlier.value(key, 5);
+        let fresh_start = Database::new(spec(100), Duration::ZERO);
+        assert_eq!(fresh_start.check(key, &left, 0), Check::Wrong);
+        let later = Database::starting_at(spec(100), Duration::ZERO, 1_000);
+        assert_eq!(later.check(key, &left, 0), Check::Fresh);
+        assert_eq!(later.check(key, &later.value(key, 1_001), 0), Check::Wrong);
+        // Once run 2 acknowledged a write, run 1's value is stale.
+        later.versions[7].store(1_001, Ordering::Release);
+        assert_eq!(later.check(key, &left, 1_001), Check::Stale);
     }
 
     #[test]

@@ -175,6 +175,10 @@ struct Flags {
     /// Cache-aside: before the run, write every key at version 0, coldest first.
     #[arg(long)]
     prefill: bool,
+    /// Cache-aside: the version every key starts at (runs back to back against one cache give
+    /// each run a base above the versions earlier runs wrote; see scripts/soak.sh).
+    #[arg(long, default_value_t = 0)]
+    first_version: u32,
 }
 
 fn workload_from(args: &Flags) -> Result<WorkloadSpec, String> {
@@ -422,6 +426,7 @@ fn cache_aside(
     config.workers = args.workers;
     config.window_requests = args.window_requests;
     config.prefill = args.prefill;
+    config.first_version = args.first_version;
     config.seed = args.seed;
     let total_ms = (config.warmup + config.duration).as_millis() as u64;
     let bar = progress_bar(
