@@ -40,8 +40,11 @@ chunk_seconds=60
 sample_seconds=10
 
 cargo build --release -q -p tailtrim-cli
-bin="$root/target/release/tailtrim"
 mkdir -p "$out"
+# A copy, so a rebuild of the tree during a soak of hours does not swap the program under it.
+scratch="$(mktemp -d)"
+bin="$scratch/tailtrim"
+cp "$root/target/release/tailtrim" "$bin"
 
 pids=()
 cleanup() {
@@ -49,7 +52,7 @@ cleanup() {
     for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
     pids=()
 }
-trap cleanup EXIT
+trap 'cleanup; rm -rf "$scratch"' EXIT
 
 # Waits until HOST:PORT answers `version`.
 wait_ready() {
