@@ -138,6 +138,22 @@ for planner in rein-sbf tailx; do
     run_go "through the proxy, $planner"
 done
 unset TAILTRIM_PROXY_ARGS
+# ... and while one more backend joins and leaves the pool (fallback warm-up), every 2.4 s:
+# longer than any test's set-to-read window (2.1 s), so no test sees a key leave and come back
+# to a flushed server, which a cache may legitimately forget (issue 14). A run counts only if
+# the pool really changed: at least one join and one removal, none refused.
+export TAILTRIM_PROXY_CHURN=2.4 TAILTRIM_PROXY_CHURN_WARMUP=fallback
+for suite in pytest go; do
+    export TAILTRIM_PROXY_CHURN_LOG="$logdir/churn-$suite.log"
+    rm -f "$TAILTRIM_PROXY_CHURN_LOG"
+    "run_$suite" "through the proxy, backend joining and leaving"
+    joins="$(grep -c '^POST' "$TAILTRIM_PROXY_CHURN_LOG" 2>/dev/null || true)"
+    leaves="$(grep -c '^DELETE' "$TAILTRIM_PROXY_CHURN_LOG" 2>/dev/null || true)"
+    if [ "${joins:-0}" -lt 1 ] || [ "${leaves:-0}" -lt 1 ] || grep -q FAILED "$TAILTRIM_PROXY_CHURN_LOG"; then
+        note_failure "$suite under churn: ${joins:-0} joins, ${leaves:-0} removals ($(grep FAILED "$TAILTRIM_PROXY_CHURN_LOG" 2>/dev/null | head -1))"
+    fi
+done
+unset TAILTRIM_PROXY_CHURN TAILTRIM_PROXY_CHURN_WARMUP TAILTRIM_PROXY_CHURN_LOG
 export TAILTRIM_BIN="$server_bin"
 
 echo

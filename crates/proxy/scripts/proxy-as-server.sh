@@ -11,6 +11,11 @@
 # backends when the proxy (this process after exec) goes away, even on SIGKILL.
 # TAILTRIM_PROXY_BIN picks the tailtrim binary (default target/release/tailtrim);
 # TAILTRIM_PROXY_ARGS adds proxy flags (e.g. "--replicas 2").
+# TAILTRIM_PROXY_CHURN=SECONDS starts one more memcached, adds it to the pool 0.2 s after
+# the proxy starts, then every SECONDS removes it and adds it again through the proxy's admin listener (warm-up mode
+# TAILTRIM_PROXY_CHURN_WARMUP, default fallback), so a suite runs while the membership changes.
+# Each answer of the admin listener is appended to TAILTRIM_PROXY_CHURN_LOG (default
+# /dev/null); a refused change stops the churn and is logged with the word FAILED.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../../.." && pwd)"
 bin="${TAILTRIM_PROXY_BIN:-$repo/target/release/tailtrim}"
@@ -56,7 +61,46 @@ for server in "${servers[@]}"; do
     done
 done
 self=$$
+admin=off
+churn="${TAILTRIM_PROXY_CHURN:-}"
+if [ -n "$churn" ]; then
+    extra="$(free_port)"
+    memcached -l 127.0.0.1 -p "$extra" -U 0 -m $((memory_mb / backends)) -t 1 -I "$item_size" "${user_args[@]}" &
+    pids+=("$!")
+    admin_port="$(free_port)"
+    admin="127.0.0.1:$admin_port"
+    churn_log="${TAILTRIM_PROXY_CHURN_LOG:-/dev/null}"
+    churn_warmup="${TAILTRIM_PROXY_CHURN_WARMUP:-fallback}"
+    # One admin request; prints the status line and the JSON answer on one line.
+    admin_call() {
+        (exec 3<>"/dev/tcp/127.0.0.1/$admin_port" || exit 1
+         printf '%s /pool/servers?server=127.0.0.1:%s&warmup=%s HTTP/1.0\r\n\r\n' \
+             "$1" "$extra" "$churn_warmup" >&3
+         tr '\r\n' '  ' <&3) 2>/dev/null
+    }
+    (
+        # Wait for the proxy (this process after exec) to answer on its admin port.
+        for _ in $(seq 100); do
+            (exec 3<>"/dev/tcp/127.0.0.1/$admin_port") 2>/dev/null && break
+            sleep 0.05
+        done
+        method=POST
+        pause=0.2
+        while kill -0 "$self" 2>/dev/null; do
+            sleep "$pause"
+            pause="$churn"
+            kill -0 "$self" 2>/dev/null || break
+            answer="$(admin_call "$method")"
+            if [[ "$answer" != "HTTP/1.1 200"* && "$answer" != "HTTP/1.0 200"* ]]; then
+                echo "FAILED $method: $answer" >>"$churn_log"
+                break
+            fi
+            echo "$method: $answer" >>"$churn_log"
+            if [ "$method" = POST ]; then method=DELETE; else method=POST; fi
+        done
+    ) &
+fi
 ( while kill -0 "$self" 2>/dev/null; do sleep 0.3; done; kill "${pids[@]}" 2>/dev/null ) &
 joined="$(IFS=,; echo "${servers[*]}")"
 # shellcheck disable=SC2086
-exec "$bin" proxy -l "$listen:$port" --admin off -s "$joined" -I "$item_bytes" ${TAILTRIM_PROXY_ARGS:-}
+exec "$bin" proxy -l "$listen:$port" --admin "$admin" -s "$joined" -I "$item_bytes" ${TAILTRIM_PROXY_ARGS:-}
