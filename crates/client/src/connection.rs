@@ -116,6 +116,12 @@ impl Connection {
     /// Wraps a connected stream, spawning its reader task on the current runtime.
     pub fn start(stream: TcpStream, backend: String, queue_limit: usize) -> Connection {
         let _ = stream.set_nodelay(true);
+        // Closed by a reset, not an orderly FIN: a connection given up on (a timeout, a lost
+        // reply) may still hold requests in its send queue, which the kernel would keep
+        // retransmitting after an orderly close. Behind a partition, a `set` the caller was
+        // told had failed would then reach the backend after a later `set` of the same key
+        // and bring the old value back (scripts/chaos.sh found it). A zero linger drops them.
+        let _ = socket2::SockRef::from(&stream).set_linger(Some(std::time::Duration::ZERO));
         let (read_half, write_half) = stream.into_split();
         let (pending_tx, pending_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {

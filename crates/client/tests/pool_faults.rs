@@ -358,3 +358,52 @@ async fn completed_requests_free_their_queue_slots() {
         }
     }
 }
+
+/// A connection the pool gives up on (here: a reply that never comes) is reset, not closed in
+/// order: an orderly close would keep delivering whatever requests were still queued in its
+/// send buffer, so behind a partition a `set` reported as failed could land after a later
+/// `set` of the same key and bring the old value back (scripts/chaos.sh, `partition`).
+/// The backend is a socket that reads nothing until the pool has given up on a large `set`
+/// (part of it still queued on the pool's side) and dropped the connection; then it reads:
+/// an orderly close delivers the queued bytes and ends with `Ok(0)`, a reset ends with
+/// `ConnectionReset`.
+#[tokio::test]
+async fn a_given_up_connection_is_reset_so_nothing_queued_is_delivered_later() {
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let (given_up, wait_for_it) = std::sync::mpsc::channel::<()>();
+    let backend = std::thread::spawn(move || {
+        let (mut socket, _) = listener.accept().expect("accept");
+        let _ = wait_for_it.recv_timeout(Duration::from_secs(10));
+        socket
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("read timeout");
+        let mut buffer = vec![0u8; 1 << 16];
+        let mut received = 0usize;
+        loop {
+            match socket.read(&mut buffer) {
+                Ok(0) => return format!("orderly close after {received} bytes"),
+                Ok(n) => received += n,
+                Err(error) => return format!("{:?}", error.kind()),
+            }
+        }
+    });
+    let servers = vec![ServerSpec::parse(&format!("127.0.0.1:{port}:1")).expect("spec")];
+    let mut config = PoolConfig::new("test", servers);
+    config.timeout = Duration::from_millis(200);
+    let pool = Pool::new(config).expect("pool");
+    // Far more than the socket buffers on both sides hold: the write stalls, the set times out.
+    let value = vec![b'v'; 32 << 20];
+    let result = pool.set(b"k", 0, 0, &value).await;
+    assert!(result.is_err(), "the backend reads nothing: {result:?}");
+    drop(pool);
+    given_up.send(()).expect("signal");
+    let ended = tokio::task::spawn_blocking(move || backend.join().expect("backend thread"))
+        .await
+        .expect("join");
+    assert_eq!(
+        ended, "ConnectionReset",
+        "the given-up connection ended with"
+    );
+}
