@@ -57,3 +57,68 @@ fn every_policy_logs_connections_under_verbose() {
         assert!(log.contains("connection closed"), "{policy}: {log}");
     }
 }
+
+/// `stats conns` lists the listener and every client connection as memcached does
+/// (`<fd>:addr`, `listen_addr`, `state`, `secs_since_last_cmd`), and `stats cachedump 1 N`
+/// lists stored items, under every policy.
+#[test]
+fn every_policy_lists_connections_and_dumps_items() {
+    for policy in POLICIES {
+        let server = common::Server::start_under_test(&["-t", "2", "--dispatch", policy]);
+        let idle = server.connect();
+        let mut asking = server.connect();
+        asking
+            .write_all(b"set dumped 5 0 3\r\nabc\r\nset ttl 0 1000 10\r\n0123456789\r\n")
+            .expect("write");
+        common::read_until(
+            &mut asking,
+            b"STORED\r\nSTORED\r\n",
+            Duration::from_secs(10),
+        );
+        asking.write_all(b"stats conns\r\n").expect("write");
+        let conns = common::read_until(&mut asking, b"END\r\n", Duration::from_secs(10));
+        let conns = String::from_utf8_lossy(&conns);
+        assert!(
+            conns.contains(&format!(":addr tcp:{}\r\n", server.addr())),
+            "{policy}: the listener in {conns}"
+        );
+        assert!(
+            conns.contains(":state conn_listening\r\n"),
+            "{policy}: {conns}"
+        );
+        for client in [&idle, &asking] {
+            let peer = client.local_addr().expect("local address");
+            assert!(
+                conns.contains(&format!(":addr tcp:{peer}\r\n")),
+                "{policy}: {peer} in {conns}"
+            );
+        }
+        assert!(
+            conns.contains(&format!(":listen_addr tcp:{}\r\n", server.addr())),
+            "{policy}: {conns}"
+        );
+        assert!(
+            conns.contains(":state conn_parse_cmd\r\n"),
+            "{policy}: {conns}"
+        );
+        asking.write_all(b"stats cachedump 1 0\r\n").expect("write");
+        let dump = common::read_until(&mut asking, b"END\r\n", Duration::from_secs(10));
+        let dump = String::from_utf8_lossy(&dump);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_secs();
+        // Most recently used first within a store shard; the two keys may be in two shards.
+        let mut lines: Vec<&str> = dump.lines().collect();
+        assert_eq!(lines.pop(), Some("END"), "{policy}: {dump}");
+        lines.sort_unstable();
+        assert_eq!(lines.len(), 2, "{policy}: {dump}");
+        assert_eq!(lines[0], "ITEM dumped [3 b; 0 s]", "{policy}: {dump}");
+        let expiry: u64 = lines[1]
+            .strip_prefix("ITEM ttl [10 b; ")
+            .and_then(|rest| rest.strip_suffix(" s]"))
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("{policy}: the item with its expiry: {dump}"));
+        assert!(expiry.abs_diff(now + 1000) <= 5, "{policy}: {dump}");
+    }
+}

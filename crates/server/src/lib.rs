@@ -176,6 +176,16 @@ pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
             .udp_port
             .store(u64::from(bind_to.port()), Ordering::Relaxed);
     }
+    {
+        use std::os::fd::AsRawFd;
+        let mut listeners = vec![(listener.as_raw_fd(), shared::tcp_name(&local_addr))];
+        for socket in &udp_sockets {
+            if let Ok(addr) = socket.local_addr() {
+                listeners.push((socket.as_raw_fd(), format!("udp:{addr}")));
+            }
+        }
+        let _ = shared.listeners.set(listeners);
+    }
     let runtime = start_runtime(&shared, udp_sockets, &mut threads)?;
 
     let accept_poll = Poll::new()?;

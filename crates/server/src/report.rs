@@ -235,6 +235,8 @@ pub fn stats_command(args: &[Bytes], ctx: &ExecContext<'_>, out: &mut ReplyBuf) 
             }
             return reply::line(out, b"RESET");
         }
+        Some(b"conns") => return conns_stats(ctx, out),
+        Some(b"cachedump") => return cachedump(args, ctx, out),
         Some(b"detail") => {
             return out.push(reply::stats_detail(args.get(1).map(|arg| arg.as_ref())));
         }
@@ -242,6 +244,84 @@ pub fn stats_command(args: &[Bytes], ctx: &ExecContext<'_>, out: &mut ReplyBuf) 
     };
     for (name, value) in pairs {
         reply::stat(out, &name, &value);
+    }
+    reply::line(out, b"END");
+}
+
+/// `stats conns`: the listening sockets, then every client connection, as memcached lists them
+/// (`STAT <fd>:addr …`, `listen_addr`, `state`, `secs_since_last_cmd`).
+fn conns_stats(ctx: &ExecContext<'_>, out: &mut ReplyBuf) {
+    let uptime = ctx.now.0.saturating_sub(ctx.shared.started);
+    for (fd, addr) in ctx.shared.listeners.get().into_iter().flatten() {
+        let state = if addr.starts_with("udp:") {
+            "conn_read"
+        } else {
+            "conn_listening"
+        };
+        reply::stat(out, &format!("{fd}:addr"), addr);
+        reply::stat(out, &format!("{fd}:state"), &state);
+        reply::stat(out, &format!("{fd}:secs_since_last_cmd"), &uptime);
+    }
+    let connections = ctx
+        .shared
+        .dispatch_view()
+        .map(|runtime| runtime.connections())
+        .unwrap_or_default();
+    for conn in connections {
+        let fd = conn.fd;
+        reply::stat(out, &format!("{fd}:addr"), &conn.addr);
+        reply::stat(out, &format!("{fd}:listen_addr"), &conn.listen_addr);
+        reply::stat(out, &format!("{fd}:state"), &conn.state);
+        reply::stat(
+            out,
+            &format!("{fd}:secs_since_last_cmd"),
+            &conn.secs_since_last_cmd,
+        );
+    }
+    reply::line(out, b"END");
+}
+
+/// memcached's slab classes (`MAX_NUMBER_OF_SLAB_CLASSES`): ids from this on are illegal.
+const SLAB_CLASS_LIMIT: u64 = 64;
+/// memcached's `stats cachedump` stops at 2 MB of output.
+const CACHEDUMP_BYTES: usize = 2 * 1024 * 1024;
+
+/// `stats cachedump <class> <limit>`: the items of the store's one class (1), most recently
+/// used first, `ITEM <key> [<bytes> b; <expiry, Unix seconds, 0 if none> s]`; other legal
+/// class ids are empty. Argument errors answer as memcached does.
+fn cachedump(args: &[Bytes], ctx: &ExecContext<'_>, out: &mut ReplyBuf) {
+    let (Some(class), Some(limit)) = (args.get(1), args.get(2)) else {
+        return reply::line(out, b"CLIENT_ERROR bad command line");
+    };
+    let number = |text: &Bytes| {
+        std::str::from_utf8(text)
+            .ok()
+            .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|t| t.parse::<u64>().ok())
+    };
+    let (Some(class), Some(limit)) = (number(class), number(limit)) else {
+        return reply::line(out, b"CLIENT_ERROR bad command line format");
+    };
+    if class >= SLAB_CLASS_LIMIT {
+        return reply::line(out, b"CLIENT_ERROR Illegal slab id");
+    }
+    if class == 1 {
+        let limit = if limit == 0 {
+            usize::MAX
+        } else {
+            usize::try_from(limit).unwrap_or(usize::MAX)
+        };
+        for item in ctx.shared.store.dump_items(limit, CACHEDUMP_BYTES, ctx.now) {
+            let expiry = match item.expiry {
+                tailtrim_store::Expiry::Never => 0,
+                tailtrim_store::Expiry::At(at) => at.0,
+            };
+            let mut line = Vec::with_capacity(item.key.len() + 40);
+            line.extend_from_slice(b"ITEM ");
+            line.extend_from_slice(&item.key);
+            line.extend_from_slice(format!(" [{} b; {expiry} s]", item.value_len).as_bytes());
+            reply::line(out, &line);
+        }
     }
     reply::line(out, b"END");
 }

@@ -1211,6 +1211,41 @@ impl DispatchView for Runtime {
     fn reset_stats(&self) {
         Runtime::reset_stats(self);
     }
+
+    fn connections(&self) -> Vec<crate::shared::ConnSummary> {
+        let now = self.clock_ms();
+        let mut list: Vec<crate::shared::ConnSummary> = self
+            .conns
+            .read()
+            .values()
+            .filter(|conn| !conn.is_closed())
+            .map(|conn| {
+                // Lock order: read side, then write side; never waits.
+                let state = match conn.read.try_lock() {
+                    None => "conn_parse_cmd",
+                    Some(_read) => match conn.write.try_lock() {
+                        Some(write) if write.out.is_empty() => "conn_waiting",
+                        _ => "conn_mwrite",
+                    },
+                };
+                let listen_addr = conn
+                    .stream
+                    .local_addr()
+                    .map_or_else(|_| "unknown".into(), |a| crate::shared::tcp_name(&a));
+                crate::shared::ConnSummary {
+                    fd: conn.fd(),
+                    addr: crate::shared::tcp_name(&conn.peer),
+                    listen_addr,
+                    state,
+                    secs_since_last_cmd: now
+                        .saturating_sub(conn.last_command_ms.load(Ordering::Relaxed))
+                        / 1000,
+                }
+            })
+            .collect();
+        list.sort_by_key(|conn| conn.fd);
+        list
+    }
 }
 
 /// A connection whose first held reply is due at `at` (earliest first).

@@ -50,6 +50,9 @@ pub struct Shared {
     pub runtime: std::sync::OnceLock<std::sync::Weak<dyn DispatchView>>,
     /// The hot-key tracker (`stats hotkeys`), when `[hotkeys] enabled`.
     pub hotkeys: Option<HotKeys>,
+    /// The listening sockets as `stats conns` lists them: descriptor and `tcp:ADDR`,
+    /// `tcp6:ADDR` or `udp:ADDR`. Set once the sockets are bound.
+    pub listeners: std::sync::OnceLock<Vec<(i32, String)>>,
 }
 
 /// The server's sampled hot-key tracker: the lock is taken only on sampled reads.
@@ -142,6 +145,7 @@ impl Shared {
             tcp_port: AtomicU64::new(u64::from(config.server.port)),
             udp_port: AtomicU64::new(u64::from(config.server.udp_port)),
             runtime: std::sync::OnceLock::new(),
+            listeners: std::sync::OnceLock::new(),
             hotkeys: config
                 .hotkeys
                 .enabled
@@ -171,6 +175,32 @@ pub trait DispatchView: Send + Sync {
     fn stats(&self) -> Vec<(String, String)>;
     /// Zeroes the runtime's statistics (`stats reset`).
     fn reset_stats(&self);
+    /// The open client connections (`stats conns`), by descriptor.
+    fn connections(&self) -> Vec<ConnSummary>;
+}
+
+/// One client connection as `stats conns` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnSummary {
+    /// Its descriptor (memcached's connection id).
+    pub fd: i32,
+    /// The client's address, `tcp:ADDR` or `tcp6:ADDR`.
+    pub addr: String,
+    /// The local address it was accepted on, same form.
+    pub listen_addr: String,
+    /// memcached's state name: `conn_parse_cmd` while a request of it is being read or
+    /// executed, `conn_mwrite` while replies wait to be written, else `conn_waiting`.
+    pub state: &'static str,
+    /// Seconds since it last completed a command.
+    pub secs_since_last_cmd: u64,
+}
+
+/// `tcp:ADDR` for IPv4, `tcp6:ADDR` for IPv6, as memcached names socket addresses.
+pub fn tcp_name(addr: &std::net::SocketAddr) -> String {
+    match addr {
+        std::net::SocketAddr::V4(_) => format!("tcp:{addr}"),
+        std::net::SocketAddr::V6(_) => format!("tcp6:{addr}"),
+    }
 }
 
 impl Shared {

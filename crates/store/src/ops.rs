@@ -232,6 +232,17 @@ pub struct CrawlReport {
     pub reclaimed: u64,
 }
 
+/// One live item as `stats cachedump` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DumpedItem {
+    /// The key as stored.
+    pub key: bytes::Bytes,
+    /// Length of the value in bytes.
+    pub value_len: usize,
+    /// When it expires.
+    pub expiry: Expiry,
+}
+
 /// Item statistics the store provides (the server adds connection, command
 /// and hit/miss counters itself).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -118,6 +118,17 @@ impl ShardState {
         &mut self.node_mut(slot).item
     }
 
+    /// Most recently used slot, if any.
+    pub fn head(&self) -> Option<u32> {
+        (self.head != NIL).then_some(self.head)
+    }
+
+    /// The slot just less recently used than `slot`.
+    pub fn older_than(&self, slot: u32) -> Option<u32> {
+        let older = self.node(slot).older;
+        (older != NIL).then_some(older)
+    }
+
     /// Least recently used slot, if any.
     pub fn tail(&self) -> Option<u32> {
         (self.tail != NIL).then_some(self.tail)

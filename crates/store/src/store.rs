@@ -12,8 +12,8 @@ use crate::item::{
 };
 use crate::ops::{
     ArithDirection, ArithItem, ArithOutcome, ArithRequest, CrawlReport, DeleteOutcome,
-    DeleteRequest, MetaGetHit, MetaGetRequest, StoreMode, StoreOutcome, StoreRequest, StoreStats,
-    StoreStatus,
+    DeleteRequest, DumpedItem, MetaGetHit, MetaGetRequest, StoreMode, StoreOutcome, StoreRequest,
+    StoreStats, StoreStatus,
 };
 use crate::shard::{is_live, FlushMark, ShardState};
 use crate::time::{Expiry, UnixSecs};
@@ -1090,6 +1090,36 @@ impl Store {
             shard.publish(&state);
         }
         report
+    }
+
+    /// Up to `limit` live items, most recently used first within each shard (memcached's
+    /// order), the shards one after the other, each locked while its items are copied out:
+    /// `stats cachedump`. `key_bytes` bounds the keys' total length as well (memcached stops
+    /// its dump at 2 MB).
+    pub fn dump_items(&self, limit: usize, key_bytes: usize, now: UnixSecs) -> Vec<DumpedItem> {
+        let mut items = Vec::new();
+        let mut bytes = 0usize;
+        for shard in &self.shards {
+            let state = shard.state.lock();
+            let flush = self.flush_mark();
+            let mut slot = state.head();
+            while let Some(current) = slot {
+                if items.len() >= limit || bytes >= key_bytes {
+                    return items;
+                }
+                let item = state.item(current);
+                if is_live(item, now, &flush) {
+                    bytes += item.key.len();
+                    items.push(DumpedItem {
+                        key: item.key.clone(),
+                        value_len: item.value.len(),
+                        expiry: item.expiry,
+                    });
+                }
+                slot = state.older_than(current);
+            }
+        }
+        items
     }
 
     /// Item statistics, summed over shards (each locked briefly, one at a

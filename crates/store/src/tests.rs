@@ -138,6 +138,25 @@ fn crawler_reclaims_expired_items() {
     s.check_invariants();
 }
 
+#[test]
+fn dump_items_lists_live_items_most_recently_used_first_within_limits() {
+    let s = store_with(64 * 1024 * 1024, 1);
+    set(&s, "a", "1", 0, T0);
+    set(&s, "bb", "22", 100, T0);
+    set(&s, "gone", "x", 5, T0);
+    set(&s, "ccc", "333", 0, T0);
+    assert!(s.get(b"a", at(1)).is_some()); // `a` becomes the most recently used
+    let dump = s.dump_items(usize::MAX, usize::MAX, at(10));
+    let keys: Vec<&[u8]> = dump.iter().map(|item| item.key.as_ref()).collect();
+    assert_eq!(keys, [&b"a"[..], b"ccc", b"bb"], "expired `gone` left out");
+    assert_eq!(dump[2].value_len, 2);
+    assert_eq!(dump[2].expiry, Expiry::At(at(100)));
+    assert_eq!(dump[0].expiry, Expiry::Never);
+    assert_eq!(s.dump_items(2, usize::MAX, at(10)).len(), 2);
+    // The key budget stops the dump once reached (after the item that reaches it).
+    assert_eq!(s.dump_items(usize::MAX, 4, at(10)).len(), 2);
+}
+
 // ----- incr / decr --------------------------------------------------------
 
 #[test]
