@@ -60,7 +60,7 @@ pub use class::{Class, ClassSet};
 pub use engine::{run, run_detailed, Progress, RunConfig, RunOutput, Transport};
 pub use floor::NullServer;
 pub use preload::{preload, PreloadReport};
-pub use report::{parse_rates, ClassSummary, RunReport, SecondSample, SweepReport};
+pub use report::{median, parse_rates, ClassSummary, RunReport, SecondSample, SweepReport};
 pub use sweep::sweep;
 pub use workload::{WorkloadOverrides, WorkloadSpec};
 

@@ -338,6 +338,21 @@ impl SweepReport {
     }
 }
 
+/// Median of `values`: the middle value of an odd count, the mean of the two middle values
+/// of an even count (the conventional definition); 0 when empty. NaNs sort last. The one
+/// median of the project: experiments (over repeats), the simulator and the bench use it.
+#[must_use]
+pub fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let middle = sorted.len() / 2;
+    match sorted.len() {
+        0 => 0.0,
+        count if count % 2 == 1 => sorted[middle],
+        _ => (sorted[middle - 1] + sorted[middle]) / 2.0,
+    }
+}
+
 /// Parses `a,b,c` or `start:end:step` into a list of rates.
 pub fn parse_rates(text: &str) -> Result<Vec<f64>, crate::BenchError> {
     let bad = || crate::BenchError::Config(format!("bad rate list {text:?}"));
@@ -369,8 +384,28 @@ pub fn parse_rates(text: &str) -> Result<Vec<f64>, crate::BenchError> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_rates, ClassSummary};
+    use super::{median, parse_rates, ClassSummary};
     use crate::class::new_histogram;
+
+    #[test]
+    fn median_of_odd_counts_is_the_middle_value() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[7.0]), 7.0);
+        assert_eq!(median(&[5.0, 1.0, 9.0, 3.0, 7.0]), 5.0);
+    }
+
+    #[test]
+    fn median_of_even_counts_is_the_mean_of_the_two_middle_values() {
+        // The upper-middle convention would give 3, the lower-middle one 2.
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(&[10.0, 20.0]), 15.0);
+    }
+
+    #[test]
+    fn median_of_nothing_is_zero_and_nans_sort_last() {
+        assert_eq!(median(&[]), 0.0);
+        assert_eq!(median(&[f64::NAN, 1.0, 2.0]), 2.0);
+    }
 
     #[test]
     fn rate_lists_and_ranges_parse() {

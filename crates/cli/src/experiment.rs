@@ -1,16 +1,17 @@
 //! `tailtrim experiment NAME`: one command reproduces one of the project's
 //! figures. Each experiment lives in its own module under `experiment/`;
-//! what they share (server processes, ports, interleaving, medians, the noise
-//! floor stub, CPU pinning, progress) is in `experiment/common.rs`.
+//! what they share (processes, interleaving, medians, metadata, histograms,
+//! the noise floor) is the harness, `tailtrim_lab`; CPU pinning and the
+//! progress bar are in `experiment/common.rs`.
 //!
 //! ```text
 //!   tailtrim experiment minos [flags]
 //!        │
-//!        ├─ common::ServerProcess::start  (tailtrim serve --dispatch X | memcached)
+//!        ├─ tailtrim_lab::process::Process::start  (tailtrim serve --dispatch X | memcached)
 //!        ├─ tailtrim_bench::preload       (in-process, once per server)
 //!        ├─ for rate: for repeat: for system (interleaved)
 //!        │     tailtrim_bench::run_detailed  ──> RunReport
-//!        ├─ common::median over repeats
+//!        ├─ tailtrim_lab::stats::median over repeats; histograms and metadata kept
 //!        └─ experiments/<name>/: results.json, results.md, plots (SVG + PNG)
 //! ```
 

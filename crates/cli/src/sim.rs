@@ -31,6 +31,7 @@ use plotters::prelude::{
 };
 use serde::{Deserialize, Serialize};
 use tailtrim_bench::workload::{WorkloadOverrides, WorkloadSpec};
+use tailtrim_lab::stats::median;
 use tailtrim_sim::cost::{CostModel, Profile, ProfileSample};
 use tailtrim_sim::engine::Steering;
 use tailtrim_sim::sweep::{self, SweepConfig, SweepResult};
@@ -940,11 +941,6 @@ fn serve_one(
     Ok((written() - before) as usize)
 }
 
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(0.0)
-}
-
 fn run_profile(args: ProfileArgs) -> Result<ExitCode, String> {
     if args.sizes.len() < 2 || args.iterations == 0 {
         return Err("need at least two sizes and one iteration".into());
@@ -994,7 +990,7 @@ fn run_profile(args: ProfileArgs) -> Result<ExitCode, String> {
                 times.push(elapsed); // the first 10 % warm caches and are dropped
             }
         }
-        let ns = median(&mut times);
+        let ns = median(&times);
         if ns > 0.0 {
             ratios.extend(times.iter().map(|time| time / ns));
         }
@@ -1126,7 +1122,7 @@ struct Validation {
 }
 
 fn stat_median(samples: &[serde_json::Value], name: &str) -> Option<f64> {
-    let mut values: Vec<f64> = samples
+    let values: Vec<f64> = samples
         .iter()
         .filter_map(|sample| {
             sample
@@ -1137,7 +1133,7 @@ fn stat_median(samples: &[serde_json::Value], name: &str) -> Option<f64> {
                 .ok()
         })
         .collect();
-    (!values.is_empty()).then(|| median(&mut values))
+    (!values.is_empty()).then(|| median(&values))
 }
 
 fn run_validate(args: ValidateArgs) -> Result<ExitCode, String> {

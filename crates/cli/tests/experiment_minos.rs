@@ -61,6 +61,22 @@ fn quick_minos_run_writes_results_with_counts() {
         serde_json::from_str(&text).unwrap_or_else(|error| panic!("parsing results.json: {error}"));
     assert_eq!(json["experiment"], "minos");
     assert_eq!(json["complete"], true);
+    let metadata = &json["metadata"];
+    assert!(
+        metadata["command"]
+            .as_str()
+            .is_some_and(|command| command.contains("experiment minos --quick")),
+        "{metadata}"
+    );
+    assert!(metadata["commit"]
+        .as_str()
+        .is_some_and(|commit| !commit.is_empty()));
+    assert!(metadata["dirty"].is_boolean());
+    assert!(number(metadata, "/cores") >= 1.0);
+    assert!(metadata["cpu_model"].is_string());
+    assert!(metadata["load_average_start"].is_string() && metadata["load_average_end"].is_string());
+    assert!(number(metadata, "/steal_percent") >= 0.0);
+    assert!(number(metadata, "/wall_seconds") > 0.0);
     assert_eq!(json["settings"]["quick"], true);
     let rates = json["settings"]["rates"]
         .as_array()
@@ -104,6 +120,19 @@ fn quick_minos_run_writes_results_with_counts() {
         assert_eq!(samples.len(), 1);
         assert!(number(&samples[0], "/small/count") > 0.0);
         assert!(number(&samples[0], "/hits") > 0.0, "preloaded keys are hit");
+        // The run's histogram is kept: its p99 recomputes the recorded p99.
+        let small = tailtrim_lab::histogram::Encoded(
+            samples[0]["histograms"]["small"]
+                .as_str()
+                .unwrap_or_else(|| panic!("no small histogram in {}", samples[0]))
+                .to_string(),
+        );
+        let p99 = small
+            .percentile(99.0, 1_000.0)
+            .unwrap_or_else(|| panic!("small histogram empty or unreadable"));
+        assert_eq!(p99, number(&samples[0], "/small/p99_us"));
+        assert!(samples[0]["histograms"]["all"].is_string());
+        assert!(samples[0]["histograms"]["large"].is_string());
     }
     assert!(large_total > 0.0, "some large requests over the sweep");
 
@@ -130,5 +159,29 @@ fn quick_minos_run_writes_results_with_counts() {
     let table = std::fs::read_to_string(out.join("results.md"))
         .unwrap_or_else(|error| panic!("reading results.md: {error}"));
     assert!(table.contains("| pinned |"));
+
+    // --replot redraws from results.json without running anything.
+    std::fs::remove_file(out.join("small_p99.svg")).unwrap_or_else(|error| panic!("{error}"));
+    std::fs::remove_file(out.join("results.md")).unwrap_or_else(|error| panic!("{error}"));
+    let replot = Command::new(env!("CARGO_BIN_EXE_tailtrim"))
+        .args(["experiment", "minos", "--replot", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap_or_else(|error| panic!("running tailtrim: {error}"));
+    assert!(
+        replot.status.success(),
+        "--replot failed: {}",
+        String::from_utf8_lossy(&replot.stderr)
+    );
+    assert!(out.join("small_p99.svg").is_file() && out.join("results.md").is_file());
+    let replotted: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("results.json"))
+            .unwrap_or_else(|error| panic!("reading results.json: {error}")),
+    )
+    .unwrap_or_else(|error| panic!("parsing: {error}"));
+    assert_eq!(
+        replotted["systems"], json["systems"],
+        "replot keeps the data"
+    );
     let _ = std::fs::remove_dir_all(&out);
 }

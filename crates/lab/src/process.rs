@@ -40,6 +40,34 @@ pub struct ServerShape {
     pub memory_mb: u64,
 }
 
+/// A cache server an experiment compares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Program {
+    /// `tailtrim serve` with arguments appended after the common ones (e.g. `--dispatch
+    /// size-aware`).
+    Tailtrim {
+        /// The extra arguments.
+        extra: Vec<String>,
+    },
+    /// Debian's memcached.
+    Memcached,
+}
+
+impl Program {
+    /// The launch of this server, `tailtrim` being the tailtrim executable.
+    pub fn launch(
+        &self,
+        name: &str,
+        tailtrim: &Path,
+        shape: &ServerShape,
+    ) -> Result<Launch, LabError> {
+        match self {
+            Program::Tailtrim { extra } => Launch::tailtrim_serve(name, tailtrim, shape, extra),
+            Program::Memcached => Launch::memcached(name, shape, &[]),
+        }
+    }
+}
+
 /// How to start one process: binary, arguments, the address that answers `version`.
 #[derive(Clone, Debug)]
 pub struct Launch {
@@ -286,7 +314,7 @@ impl Process {
 
     fn wait_until_ready(&mut self) -> Result<(), LabError> {
         let deadline = Instant::now() + self.launch.ready_timeout;
-        let mut last_problem = String::from("not tried");
+        let mut last_problem;
         loop {
             self.check_alive().map_err(|error| {
                 LabError::Process(format!("{error}\ncommand: {}", self.command_line()))

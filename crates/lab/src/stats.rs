@@ -1,19 +1,7 @@
-//! Repeats and interleaving: the one median of the project, and the rotating order in which
+//! Repeats and interleaving: the one median of the project (the bench's, re-exported), and the rotating order in which
 //! systems take turns.
 
-/// Median of `values`: the middle value of an odd count, the mean of the two middle values
-/// of an even count (the conventional definition); 0 when empty. NaNs sort last.
-#[must_use]
-pub fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let middle = sorted.len() / 2;
-    match sorted.len() {
-        0 => 0.0,
-        count if count % 2 == 1 => sorted[middle],
-        _ => (sorted[middle - 1] + sorted[middle]) / 2.0,
-    }
-}
+pub use tailtrim_bench::report::median;
 
 /// Median of the values that are present; `None` when none is.
 #[must_use]
@@ -37,23 +25,8 @@ mod tests {
     use super::{interleaved_order, median, median_of_present};
 
     #[test]
-    fn median_of_odd_counts_is_the_middle_value() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[7.0]), 7.0);
-        assert_eq!(median(&[5.0, 1.0, 9.0, 3.0, 7.0]), 5.0);
-    }
-
-    #[test]
-    fn median_of_even_counts_is_the_mean_of_the_two_middle_values() {
-        // The upper-middle convention would give 3, the lower-middle one 2.
-        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
-        assert_eq!(median(&[10.0, 20.0]), 15.0);
-    }
-
-    #[test]
-    fn median_of_nothing_is_zero_and_nans_sort_last() {
+    fn median_of_the_present_values() {
         assert_eq!(median(&[]), 0.0);
-        assert_eq!(median(&[f64::NAN, 1.0, 2.0]), 2.0);
         assert_eq!(median_of_present([None, Some(4.0), Some(2.0)]), Some(3.0));
         assert_eq!(median_of_present([None, None]), None);
     }

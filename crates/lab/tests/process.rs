@@ -59,9 +59,10 @@ fn memcached_and_nutcracker_start_answer_and_stop() {
         b"STORED\r\n"
     );
 
-    let proxy =
-        Process::start(Launch::nutcracker("twemproxy", &[backend.clone()], &[]).expect("launch"))
-            .expect("nutcracker starts");
+    let proxy = Process::start(
+        Launch::nutcracker("twemproxy", std::slice::from_ref(&backend), &[]).expect("launch"),
+    )
+    .expect("nutcracker starts");
     let config = proxy
         .command_line()
         .split_whitespace()

@@ -437,16 +437,7 @@ pub struct Summary {
     pub meets_optimality: Option<bool>,
 }
 
-/// Median of a non-empty slice (0 when empty).
-pub fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    match sorted.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => sorted[n / 2],
-        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
-    }
-}
+pub use tailtrim_bench::report::median;
 
 fn mean(values: impl Iterator<Item = f64>) -> f64 {
     let (sum, count) = values.fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));

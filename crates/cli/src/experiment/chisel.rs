@@ -25,7 +25,9 @@ use tailtrim_sim::chisel::{
     paper_grid, run_point, summarize, GridPoint, PointResult, Setup, Summary,
 };
 
-use super::common::{progress_bar, utc_timestamp};
+use tailtrim_lab::meta::{git_state, utc_timestamp};
+
+use super::common::progress_bar;
 
 /// Arguments of `tailtrim experiment chisel`.
 #[derive(clap::Args, Debug)]
@@ -89,22 +91,6 @@ fn parse_point(text: &str) -> Result<GridPoint, String> {
         mice_per_elephant: number(fields[2])? as u32,
         overhead_us: number(fields[3])?,
     })
-}
-
-/// `git rev-parse HEAD` and whether the tree has changes (unknown: `unknown`, false).
-pub fn git_state() -> (String, bool) {
-    let run = |args: &[&str]| {
-        std::process::Command::new("git")
-            .args(args)
-            .output()
-            .ok()
-            .filter(|output| output.status.success())
-            .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_string())
-    };
-    let commit = run(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".to_string());
-    let dirty = run(&["status", "--porcelain", "--untracked-files=no"])
-        .is_some_and(|status| !status.is_empty());
-    (commit, dirty)
 }
 
 /// Runs `tailtrim experiment chisel`.

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use plotters::coord::Shift;
 use plotters::prelude::{
@@ -39,9 +39,17 @@ use tailtrim_bench::{
 };
 use tailtrim_policy::costspec::{CostSpec, Units};
 
+use tailtrim_lab::floor::NullServer;
+use tailtrim_lab::histogram::Encoded;
+use tailtrim_lab::meta::{Recorder, RunMetadata};
+use tailtrim_lab::process::{
+    fetch_stats, program_version, send_command, Process, Program, ServerShape,
+};
+use tailtrim_lab::results::{read_json, write_json, write_text};
+use tailtrim_lab::stats::{interleaved_order, median};
+
 use super::common::{
-    fetch_stats, interleaved_order, median, parse_cpu_list, pin_current_thread, progress_bar,
-    set_nice, utc_timestamp, FloorStub, Program, ServerProcess, ServerShape,
+    parse_cpu_list, pin_current_thread, pin_process, progress_bar, set_nice, tailtrim_binary,
 };
 
 /// Systems run when `--systems` is not given.
@@ -279,6 +287,11 @@ pub struct Sample {
     pub bench_cpu_percent: f64,
     /// p99 of the bench's own send lag (scheduled vs actual send), µs.
     pub send_lag_p99_us: f64,
+    /// The run's latency histograms (nanoseconds; hdrhistogram V2, base64) of the `all`,
+    /// `small` and `large` classes, so any percentile can be recomputed. Absent in files
+    /// written before the harness kept them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub histograms: BTreeMap<String, Encoded>,
     /// `stats sizeaware` of a tailtrim server after the run (cumulative), if
     /// the server has that group.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -303,9 +316,19 @@ impl Sample {
             hits: report.hits,
             bench_cpu_percent: report.bench_cpu_percent,
             send_lag_p99_us: report.send_lag.p99_us,
+            histograms: BTreeMap::new(),
             server_stats: BTreeMap::new(),
             failure: None,
         }
+    }
+
+    /// Keeps the run's histograms of the classes the experiment reads.
+    fn keep_histograms(&mut self, histograms: &ClassHistograms) -> Result<(), String> {
+        for class in [Class::All, Class::Small, Class::Large] {
+            let encoded = Encoded::encode(histograms.get(class))?;
+            self.histograms.insert(class.name().to_string(), encoded);
+        }
+        Ok(())
     }
 }
 
@@ -474,9 +497,10 @@ pub struct RunSettings {
     pub knee_us: f64,
 }
 
-/// The machine the experiment ran on.
+/// The machine as files written before the harness's metadata recorded it; read only, to
+/// fill [`RunMetadata`] when such a file is replotted.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct MachineInfo {
+pub struct LegacyMachine {
     /// CPUs online.
     pub cpus: usize,
     /// `uname -r`-like kernel release.
@@ -534,16 +558,22 @@ pub struct Summary {
 pub struct MinosResults {
     /// `minos`.
     pub experiment: String,
-    /// The command line that produced this file.
-    pub command: String,
-    /// UTC start time.
-    pub started_utc: String,
+    /// How the file was produced: commit, machine, load and steal during the run, command.
+    #[serde(default)]
+    pub metadata: RunMetadata,
     /// Whether every planned run finished.
     pub complete: bool,
     /// Settings.
     pub settings: RunSettings,
-    /// Machine.
-    pub machine: MachineInfo,
+    /// Older files' command line (now in `metadata`; read only).
+    #[serde(default, skip_serializing)]
+    pub command: Option<String>,
+    /// Older files' start time (now in `metadata`; read only).
+    #[serde(default, skip_serializing)]
+    pub started_utc: Option<String>,
+    /// Older files' machine (now in `metadata`; read only).
+    #[serde(default, skip_serializing)]
+    pub machine: Option<LegacyMachine>,
     /// The workload, as the bench ran it.
     pub workload: Option<WorkloadSpec>,
     /// Per system, in the order given (the floor last).
@@ -574,40 +604,27 @@ fn workload_for(args: &Args) -> Result<WorkloadSpec, String> {
     Ok(spec)
 }
 
-/// Total CPU jiffies and steal jiffies from /proc/stat.
-fn cpu_jiffies() -> Option<(u64, u64)> {
-    let text = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = text.lines().next()?;
-    let values: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|field| field.parse().ok())
-        .collect();
-    let steal = *values.get(7)?;
-    Some((values.iter().take(8).sum(), steal))
-}
-
-fn machine_info() -> MachineInfo {
-    // CPUs online, not the ones this (possibly pinned) process may use.
-    // SAFETY: sysconf has no preconditions.
-    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    let cpus = if online > 0 {
-        online as usize
-    } else {
-        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-    };
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|text| text.trim().to_string())
-        .unwrap_or_default();
-    let memcached_version = super::common::memcached_path()
-        .and_then(|path| std::process::Command::new(path).arg("-V").output().ok())
-        .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_string())
-        .unwrap_or_default();
-    MachineInfo {
-        cpus,
-        kernel,
-        memcached_version,
-        ..MachineInfo::default()
+impl MinosResults {
+    /// Moves the metadata of a file written before the harness (top-level `command`,
+    /// `started_utc`, `machine`) into `metadata`; a newer file is left as it is. The commit
+    /// of such a file is unknown.
+    fn upgrade(&mut self) {
+        let Some(machine) = self.machine.take() else {
+            return;
+        };
+        let metadata = &mut self.metadata;
+        metadata.command = self.command.take().unwrap_or_default();
+        metadata.started_utc = self.started_utc.take().unwrap_or_default();
+        metadata.commit = "unknown (recorded before the harness kept commits)".to_string();
+        metadata.cores = machine.cpus;
+        metadata.kernel = machine.kernel;
+        metadata.steal_percent = machine.steal_percent;
+        metadata.wall_seconds = machine.wall_seconds;
+        if !machine.memcached_version.is_empty() {
+            metadata
+                .tools
+                .insert("memcached".to_string(), machine.memcached_version);
+        }
     }
 }
 
@@ -616,8 +633,8 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
     if args.replot {
         return replot(&args.out);
     }
-    let started = Instant::now();
-    let jiffies_before = cpu_jiffies();
+    let mut recorder = Recorder::start();
+    recorder.tool("memcached", program_version("memcached"));
     let quick = args.quick;
     let rates_text = args
         .rates
@@ -684,8 +701,7 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
 
     let mut results = MinosResults {
         experiment: "minos".to_string(),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
-        started_utc: utc_timestamp(),
+        metadata: recorder.snapshot(),
         complete: false,
         settings: RunSettings {
             systems: systems.iter().map(|system| system.name.clone()).collect(),
@@ -709,7 +725,9 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
             emulate_service: args.emulate_service.clone(),
             knee_us,
         },
-        machine: machine_info(),
+        command: None,
+        started_utc: None,
+        machine: None,
         workload: Some((*workload).clone()),
         systems: Vec::new(),
         summary: Summary::default(),
@@ -721,11 +739,14 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
     let shape = ServerShape {
         threads: args.threads,
         memory_mb: args.memory_mb,
-        cpus: server_cpus,
     };
-    let mut servers: Vec<ServerProcess> = Vec::with_capacity(systems.len());
+    let tailtrim = tailtrim_binary()?;
+    let mut servers: Vec<Process> = Vec::with_capacity(systems.len());
     for system in &systems {
-        let server = ServerProcess::start(&system.name, &system.program, &shape)?;
+        let server = Process::start(system.program.launch(&system.name, &tailtrim, &shape)?)?;
+        if let Some(cpus) = &server_cpus {
+            pin_process(server.pid(), cpus)?;
+        }
         let bar = progress_bar(
             interactive,
             workload.total_keys(),
@@ -753,7 +774,7 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
         let stats_after_preload = tailtrim_stats(&system.program, &server.address());
         results.systems.push(SystemResult {
             name: system.name.clone(),
-            command: server.command_line().to_string(),
+            command: server.command_line(),
             preload: Some(loaded),
             stats_after_preload,
             points: Vec::new(),
@@ -768,7 +789,7 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
             command: "in-process stub: every get -> END".to_string(),
             ..SystemResult::default()
         });
-        Some(FloorStub::start()?)
+        Some(NullServer::start().map_err(|error| error.to_string())?)
     };
     let floor_workload = Arc::new(floor_workload(&workload)?);
 
@@ -856,13 +877,14 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
                         }
                     });
                     let alive = match servers.get_mut(participant) {
-                        Some(server) => server.check_alive(),
+                        Some(server) => server.check_alive().map_err(String::from),
                         None => Ok(()),
                     };
                     match (outcome, alive) {
                         (Ok(output), Ok(())) => {
                             pooled[participant].merge(&output.histograms);
                             let mut sample = Sample::from_report(round, position, &output.report);
+                            sample.keep_histograms(&output.histograms)?;
                             if let Some(system) = systems.get(participant) {
                                 sample.server_stats = tailtrim_stats(&system.program, &address);
                             }
@@ -909,7 +931,8 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
                 .push(Point::from_samples(*rate, participant_samples, histograms));
         }
         results.summary = summarize(&results);
-        write_json(&results, &args.out)?;
+        results.metadata = recorder.snapshot();
+        write_json(&args.out, &results)?;
     }
     if let Some(bar) = bar {
         bar.finish_and_clear();
@@ -918,45 +941,39 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
     drop(floor);
 
     results.complete = dead.iter().all(Option::is_none);
-    results.machine.wall_seconds = started.elapsed().as_secs_f64();
-    if let (Some((total_before, steal_before)), Some((total_after, steal_after))) =
-        (jiffies_before, cpu_jiffies())
-    {
-        let total = total_after.saturating_sub(total_before).max(1);
-        results.machine.steal_percent =
-            steal_after.saturating_sub(steal_before) as f64 / total as f64 * 100.0;
-    }
+    results.metadata = recorder.finish();
     results.summary = summarize(&results);
-    write_json(&results, &args.out)?;
-    let table = markdown(&results);
-    std::fs::write(args.out.join("results.md"), &table)
-        .map_err(|error| format!("writing results.md: {error}"))?;
-    plot_latency(&results, &args.out, LatencyClass::Small)?;
-    plot_latency(&results, &args.out, LatencyClass::Large)?;
+    write_json(&args.out, &results)?;
+    let table = render(&results, &args.out)?;
     if verbose {
         print!("{table}");
         eprintln!(
             "wrote {}/results.json, results.md, small_p99.{{svg,png}}, large_p99.{{svg,png}} in {:.0} s",
             args.out.display(),
-            results.machine.wall_seconds
+            results.metadata.wall_seconds
         );
     }
     Ok(std::process::ExitCode::SUCCESS)
 }
 
-/// Re-renders results.md and the plots from an existing results.json.
+/// Writes results.md and the plots; returns the markdown.
+fn render(results: &MinosResults, out: &Path) -> Result<String, String> {
+    let table = markdown(results);
+    write_text(out, "results.md", &table)?;
+    plot_latency(results, out, LatencyClass::Small)?;
+    plot_latency(results, out, LatencyClass::Large)?;
+    Ok(table)
+}
+
+/// Re-renders results.md and the plots from an existing results.json, without running
+/// anything; a file written before the harness kept metadata is rewritten in the current
+/// schema (its metadata moved under `metadata`).
 fn replot(out: &Path) -> Result<std::process::ExitCode, String> {
-    let path = out.join("results.json");
-    let text = std::fs::read_to_string(&path)
-        .map_err(|error| format!("reading {}: {error}", path.display()))?;
-    let mut results: MinosResults = serde_json::from_str(&text)
-        .map_err(|error| format!("parsing {}: {error}", path.display()))?;
+    let mut results: MinosResults = read_json(out)?;
+    results.upgrade();
     results.summary = summarize(&results);
-    write_json(&results, out)?;
-    std::fs::write(out.join("results.md"), markdown(&results))
-        .map_err(|error| format!("writing results.md: {error}"))?;
-    plot_latency(&results, out, LatencyClass::Small)?;
-    plot_latency(&results, out, LatencyClass::Large)?;
+    write_json(out, &results)?;
+    render(&results, out)?;
     Ok(std::process::ExitCode::SUCCESS)
 }
 
@@ -986,7 +1003,7 @@ fn tailtrim_stats(program: &Program, address: &str) -> BTreeMap<String, String> 
 /// sizeaware` read after a run covers that run (and its warm-up) only.
 fn reset_tailtrim_stats(program: &Program, address: &str) {
     if let Program::Tailtrim { .. } = program {
-        let _ = super::common::send_command(address, b"stats reset\r\n", b"RESET\r\n");
+        let _ = send_command(address, b"stats reset\r\n", b"RESET\r\n");
     }
 }
 
@@ -1011,13 +1028,6 @@ fn describe_sample(name: &str, sample: &Sample) -> String {
             sample.bench_cpu_percent
         ),
     }
-}
-
-fn write_json(results: &MinosResults, out: &Path) -> Result<(), String> {
-    let text = serde_json::to_string_pretty(results).map_err(|error| error.to_string())?;
-    let path = out.join("results.json");
-    std::fs::write(&path, text + "\n")
-        .map_err(|error| format!("writing {}: {error}", path.display()))
 }
 
 fn system<'a>(results: &'a MinosResults, name: &str) -> Option<&'a SystemResult> {
@@ -1150,7 +1160,8 @@ fn markdown(results: &MinosResults) -> String {
     use std::fmt::Write;
     let mut text = String::new();
     let settings = &results.settings;
-    let _ = writeln!(text, "# minos: results ({})\n", results.started_utc);
+    let metadata = &results.metadata;
+    let _ = writeln!(text, "# minos: results ({})\n", metadata.started_utc);
     if let Some(spec) = &settings.emulate_service {
         let _ = writeln!(
             text,
@@ -1159,7 +1170,27 @@ fn markdown(results: &MinosResults) -> String {
              emulation's, not this machine's service times.\n"
         );
     }
-    let _ = writeln!(text, "Command: `{}`\n", results.command);
+    let _ = writeln!(text, "Command: `{}`\n", metadata.command);
+    let load = if metadata.load_average_start.is_empty() {
+        "load average not recorded".to_string()
+    } else {
+        format!(
+            "load average {} at the start, {} at the end, highest 1-minute load {:.2}",
+            metadata.load_average_start, metadata.load_average_end, metadata.load_average_max
+        )
+    };
+    let cpu_model = if metadata.cpu_model.is_empty() {
+        "CPU model not recorded"
+    } else {
+        metadata.cpu_model.as_str()
+    };
+    let _ = writeln!(
+        text,
+        "Commit {}{}; {cpu_model} ({} CPUs); {load}.\n",
+        metadata.commit,
+        if metadata.dirty { " (dirty tree)" } else { "" },
+        metadata.cores,
+    );
     let _ = writeln!(
         text,
         "Servers: -t {} -m {}; bench: {} connections, {} I/O thread(s), {} in flight per connection; \
@@ -1180,9 +1211,9 @@ fn markdown(results: &MinosResults) -> String {
         settings
             .nice
             .map_or_else(|| "inherited".to_string(), |nice| nice.to_string()),
-        results.machine.cpus,
-        results.machine.steal_percent,
-        results.machine.wall_seconds
+        metadata.cores,
+        metadata.steal_percent,
+        metadata.wall_seconds
     );
     let summary = &results.summary;
     let _ = writeln!(text, "## Summary\n");
@@ -1433,7 +1464,7 @@ fn draw_latency<DB: DrawingBackend>(
     };
     let caption = format!(
         "{emulated}{title} (-t {}, {} CPUs, median of {})",
-        results.settings.threads, results.machine.cpus, results.settings.repeats
+        results.settings.threads, results.metadata.cores, results.settings.repeats
     );
     let mut chart = ChartBuilder::on(root)
         .caption(caption, ("sans-serif", 20))
@@ -1550,6 +1581,47 @@ mod tests {
                 .collect(),
             ..SystemResult::default()
         }
+    }
+
+    #[test]
+    fn a_file_written_before_the_harness_is_read_and_upgraded() {
+        // The top-level metadata of files written before `metadata` existed (trimmed).
+        let legacy = r#"{
+            "experiment": "minos",
+            "command": "tailtrim experiment minos --repeats 9",
+            "started_utc": "2026-11-22T15:00:41Z",
+            "complete": true,
+            "settings": {"systems": ["size-aware"], "rates": [5000.0], "duration_s": 0.5,
+                "warmup_s": 0.2, "drain_s": 0.5, "repeats": 9, "seed": 1, "threads": 2,
+                "memory_mb": 256, "connections": 32, "bench_threads": 1, "max_in_flight": 16,
+                "bench_cpus": [1], "server_cpus": [], "nice": -15, "quick": false, "floor": true},
+            "machine": {"cpus": 2, "kernel": "6.18", "memcached_version": "memcached 1.6.18",
+                "steal_percent": 1.5, "wall_seconds": 378.5},
+            "workload": null,
+            "systems": [],
+            "summary": {"knee_rate_rps": null, "early_binding_small_p99_us": null,
+                "size_aware_small_p99_us": null, "small_p99_ratio": null,
+                "small_p99_at_knee_us": {}, "large_p99_at_knee_us": {}, "saturation_rps": {},
+                "saturation_ratio_size_aware_vs_early": null, "floor_p99_us": null,
+                "small_p99_over_floor_at_lowest_rate": {}}
+        }"#;
+        let mut results: MinosResults = serde_json::from_str(legacy).expect("old schema reads");
+        results.upgrade();
+        let metadata = &results.metadata;
+        assert_eq!(metadata.command, "tailtrim experiment minos --repeats 9");
+        assert_eq!(metadata.started_utc, "2026-11-22T15:00:41Z");
+        assert_eq!((metadata.cores, metadata.steal_percent), (2, 1.5));
+        assert_eq!(
+            metadata.tools.get("memcached").map(String::as_str),
+            Some("memcached 1.6.18")
+        );
+        assert!(metadata.commit.starts_with("unknown"));
+        // Written back in the current schema, without the old top-level fields.
+        let json = serde_json::to_value(&results).expect("serializes");
+        assert!(json.get("machine").is_none() && json.get("command").is_none());
+        assert_eq!(json["metadata"]["cores"], 2);
+        let again: MinosResults = serde_json::from_value(json).expect("new schema reads");
+        assert_eq!(again.metadata, results.metadata);
     }
 
     #[test]

@@ -21,8 +21,8 @@ use tailtrim_sim::tailx::{
     Experiment, PlannerOutcome, Reduction, Setup, BASELINE, PLANNERS,
 };
 
-use super::chisel::{draw_bars, fail, git_state};
-use super::common::utc_timestamp;
+use super::chisel::{draw_bars, fail};
+use tailtrim_lab::meta::{git_state, load_average, utc_timestamp};
 
 /// Arguments of `tailtrim experiment tailx`.
 #[derive(clap::Args, Debug)]
@@ -91,17 +91,6 @@ struct Report<'a> {
     metadata: Metadata,
     setup: &'a Setup,
     experiments: &'a [ExperimentResult],
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|text| {
-            text.split_whitespace()
-                .take(3)
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_default()
 }
 
 /// Runs `tailtrim experiment tailx`.

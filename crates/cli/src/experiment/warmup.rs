@@ -18,12 +18,9 @@
 //! ```
 
 use std::io::IsTerminal;
-use std::net::{SocketAddr, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tailtrim_bench::cacheaside::{parse_duration, CacheAsideReport, WindowSample};
@@ -32,7 +29,10 @@ use tailtrim_bench::plot::{plot_panels, request_index_at, Line, Panel};
 use tailtrim_bench::workload::{OpKind, OperationSpec, Popularity};
 use tailtrim_bench::{run_cache_aside, CacheAsideConfig, ScheduledEvent, WorkloadSpec};
 
-use super::common::{free_port, progress_bar, utc_timestamp, Program, ServerProcess, ServerShape};
+use tailtrim_lab::meta::{load_average, utc_timestamp};
+use tailtrim_lab::process::{Launch, Process, ServerShape};
+
+use super::common::{progress_bar, tailtrim_binary};
 
 /// Every run, in order.
 pub const DEFAULT_RUNS: &str =
@@ -248,86 +248,6 @@ pub struct Results {
     pub summary: serde_json::Value,
 }
 
-/// `tailtrim proxy` child process, stopped on drop.
-struct ProxyProcess {
-    child: Child,
-    address: String,
-    admin: String,
-    command_line: String,
-}
-
-impl ProxyProcess {
-    fn start(servers: &[String]) -> Result<Self, String> {
-        let binary = std::env::current_exe()
-            .map_err(|error| format!("locating the tailtrim executable: {error}"))?;
-        let (port, admin_port) = (free_port()?, free_port()?);
-        let address = format!("127.0.0.1:{port}");
-        let admin = format!("127.0.0.1:{admin_port}");
-        let arguments = [
-            "proxy".to_string(),
-            "-l".into(),
-            address.clone(),
-            "--admin".into(),
-            admin.clone(),
-            "-s".into(),
-            servers.join(","),
-        ];
-        let command_line = format!("{} {}", binary.display(), arguments.join(" "));
-        let mut command = Command::new(&binary);
-        command
-            .args(&arguments)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        // SAFETY: prctl(2) only, in the forked child before exec (async-signal-safe): the
-        // proxy gets SIGTERM if the experiment dies.
-        unsafe {
-            command.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let child = command
-            .spawn()
-            .map_err(|error| format!("starting {command_line}: {error}"))?;
-        let mut proxy = Self {
-            child,
-            address,
-            admin,
-            command_line,
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        for port in [port, admin_port] {
-            let socket = SocketAddr::from(([127, 0, 0, 1], port));
-            while TcpStream::connect_timeout(&socket, Duration::from_millis(200)).is_err() {
-                if let Ok(Some(status)) = proxy.child.try_wait() {
-                    return Err(format!("{} exited: {status}", proxy.command_line));
-                }
-                if Instant::now() > deadline {
-                    return Err(format!("{} did not listen", proxy.command_line));
-                }
-                std::thread::sleep(Duration::from_millis(30));
-            }
-        }
-        Ok(proxy)
-    }
-}
-
-impl Drop for ProxyProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|text| text.trim().to_string())
-        .unwrap_or_default()
-}
-
 fn workload(args: &Args) -> Arc<WorkloadSpec> {
     // The `uniform` preset has one pool of fixed 32-byte keys; the experiment sets the rest.
     let mut spec = WorkloadSpec::preset("uniform").unwrap_or_else(|_| unreachable_preset());
@@ -369,25 +289,36 @@ fn run_one(
     workload: &Arc<WorkloadSpec>,
     interactive: bool,
 ) -> Result<RunResult, String> {
-    let before = loadavg();
+    let before = load_average();
     let shape = ServerShape {
         threads: 1,
         memory_mb: args.memory_mb,
-        cpus: None,
     };
+    let tailtrim = tailtrim_binary()?;
     let mut servers = Vec::new();
     for index in 0..4 {
-        servers.push(ServerProcess::start(
-            &format!("warmup-{index}"),
-            &Program::Tailtrim { extra: Vec::new() },
+        let name = format!("warmup-{index}");
+        servers.push(Process::start(Launch::tailtrim_serve(
+            &name,
+            &tailtrim,
             &shape,
-        )?);
+            &[],
+        )?)?);
     }
-    let addresses: Vec<String> = servers.iter().map(ServerProcess::address).collect();
-    let proxy = ProxyProcess::start(&addresses[..spec.servers])?;
+    let addresses: Vec<String> = servers.iter().map(Process::address).collect();
+    let proxy = Process::start(Launch::tailtrim_proxy(
+        "proxy",
+        &tailtrim,
+        &addresses[..spec.servers],
+        true,
+        &[],
+    )?)?;
+    let admin = proxy
+        .admin_address()
+        .ok_or_else(|| "the proxy has no admin address".to_string())?;
     let duration = Duration::try_from_secs_f64(args.duration)
         .map_err(|_| "--duration must be a positive number".to_string())?;
-    let mut config = CacheAsideConfig::new(&proxy.address, args.rate, duration);
+    let mut config = CacheAsideConfig::new(&proxy.address(), args.rate, duration);
     config.warmup = Duration::try_from_secs_f64(args.warmup)
         .map_err(|_| "--warmup must be a non-negative number".to_string())?;
     config.db_latency = parse_duration(&args.db_latency).map_err(|error| error.to_string())?;
@@ -395,7 +326,7 @@ fn run_one(
     config.window_requests = args.window;
     config.seed = args.seed;
     config.prefill = true;
-    config.admin = Some(proxy.admin.clone());
+    config.admin = Some(admin);
     if let Some(change) = &spec.change {
         config.events.push(ScheduledEvent {
             at: duration / 2,
@@ -422,14 +353,16 @@ fn run_one(
     for server in &mut servers {
         server.check_alive()?;
     }
+    let mut proxy = proxy;
+    proxy.check_alive()?;
     // Results are committed: name the program, not where it was built.
     let exe = std::env::current_exe()
         .map(|path| path.display().to_string())
         .unwrap_or_default();
     let mut commands: Vec<String> = servers
         .iter()
-        .map(|server| server.command_line().to_string())
-        .chain(std::iter::once(proxy.command_line.clone()))
+        .map(Process::command_line)
+        .chain(std::iter::once(proxy.command_line()))
         .map(|line| match line.strip_prefix(&exe) {
             Some(rest) if !exe.is_empty() => format!("tailtrim{rest}"),
             _ => line,
@@ -438,7 +371,7 @@ fn run_one(
     commands.dedup();
     Ok(RunResult {
         spec: spec.clone(),
-        loadavg: [before, loadavg()],
+        loadavg: [before, load_average()],
         commands,
         report,
         metrics: None,
@@ -729,7 +662,7 @@ pub fn run(mut args: Args) -> Result<std::process::ExitCode, String> {
         summary: serde_json::Value::Null,
     };
     for spec in &specs {
-        eprintln!("warmup: run {} (load {})", spec.name, loadavg());
+        eprintln!("warmup: run {} (load {})", spec.name, load_average());
         let mut result = run_one(spec, &args, &workload, interactive)?;
         if let Some(baseline) = results
             .runs
