@@ -1221,9 +1221,12 @@ impl DispatchView for Runtime {
             .filter(|conn| !conn.is_closed())
             .map(|conn| {
                 // Lock order: read side, then write side; never waits.
+                // A request read but not yet answered (under late binding the reader has
+                // moved on while a worker runs it) counts as being parsed, as the reading.
                 let state = match conn.read.try_lock() {
                     None => "conn_parse_cmd",
-                    Some(_read) => match conn.write.try_lock() {
+                    Some(read) => match conn.write.try_lock() {
+                        Some(write) if write.base < read.next_seq => "conn_parse_cmd",
                         Some(write) if write.out.is_empty() => "conn_waiting",
                         _ => "conn_mwrite",
                     },

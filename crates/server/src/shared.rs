@@ -188,8 +188,9 @@ pub struct ConnSummary {
     pub addr: String,
     /// The local address it was accepted on, same form.
     pub listen_addr: String,
-    /// memcached's state name: `conn_parse_cmd` while a request of it is being read or
-    /// executed, `conn_mwrite` while replies wait to be written, else `conn_waiting`.
+    /// memcached's state name: `conn_parse_cmd` while a request of it is being read or is
+    /// read and not yet answered, `conn_mwrite` while replies wait to be written, else
+    /// `conn_waiting`.
     pub state: &'static str,
     /// Seconds since it last completed a command.
     pub secs_since_last_cmd: u64,
