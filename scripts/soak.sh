@@ -10,7 +10,8 @@
 #      workload's data, so the store fills, evicts and refills for the whole run);
 #   2. fill the cache (5 s at 2000 rps, not counted), then probe capacity: cache-aside load at
 #      rising rates, 3 s each; capacity is the highest rate
-#      whose p99 stays under 20 ms (requests not queueing behind the bench's workers);
+#      whose p99 stays under 20 ms (requests not queueing behind the bench's workers); if
+#      none does (a loaded host), 2000 rps stands for it;
 #   3. run cache-aside load at SOAK_LOAD (default 0.7) of that capacity, in one-minute bench
 #      runs back to back (so the bench's own records stay bounded), 10 % writes, zipf keys:
 #      every value read is checked against its key and version (wrong, stale), every reply
@@ -176,8 +177,9 @@ for spec in "${targets[@]}"; do
         rate=$(awk -v c="$capacity" -v l="$load" 'BEGIN { printf "%d", c * l }')
     fi
     if [ "$rate" -le 0 ]; then
-        echo "soak.sh: $target carries no load at p99 under 20 ms" >&2
-        exit 1
+        # Even the lowest probe queued (a loaded host): soak at 70 % of it all the same.
+        rate=$(awk -v l="$load" 'BEGIN { printf "%d", 2000 * l }')
+        echo "soak.sh: $target: no probe rate kept p99 under 20 ms; soaking at $rate rps" >&2
     fi
     echo "soak.sh: $target: capacity $capacity rps, soak at $rate rps for $target_minutes min" >&2
 
@@ -209,11 +211,12 @@ for spec in "${targets[@]}"; do
     cleanup
 done
 
-python3 - "$out" "${names[@]}" <<'PY'
+# The summary covers every target in the output folder (earlier invocations included).
+python3 - "$out" <<'PY'
 import csv, json, pathlib, statistics, sys
 out = pathlib.Path(sys.argv[1])
 rows, failed = [], False
-for target in sys.argv[2:]:
+for target in sorted(p.parent.name for p in out.glob("*/target.json")):
     d = out / target
     meta = json.loads((d / "target.json").read_text())
     chunks = [json.loads(p.read_text()) for p in sorted(d.glob("chunk-*.json"))]
