@@ -1,5 +1,7 @@
 //! Plots as SVG and PNG: percentile curves per class, per-second throughput
-//! and p99, and the latency-versus-throughput curve of a sweep.
+//! and p99, overlay panels, and latency versus throughput
+//! ([`plot_latency_vs_throughput`], the one routine every sweep, experiment and
+//! simulator figure of that kind is drawn with).
 
 use std::path::{Path, PathBuf};
 
@@ -77,12 +79,39 @@ pub fn plot_run(report: &RunReport, directory: &Path) -> Result<Vec<PathBuf>, Be
 
 /// Writes the latency-versus-throughput plot of a sweep (`sweep`) into `directory`.
 pub fn plot_sweep(sweep: &SweepReport, directory: &Path) -> Result<Vec<PathBuf>, BenchError> {
-    write_both(
-        directory,
-        "sweep",
-        |root| draw_sweep(&root, sweep),
-        |root| draw_sweep(&root, sweep),
-    )
+    type Pick = fn(&crate::report::CurvePoint) -> f64;
+    let series: [(&str, Pick); 5] = [
+        ("p50 all", |point| point.p50_us),
+        ("p99 all", |point| point.p99_us),
+        ("p99.9 all", |point| point.p999_us),
+        ("p99 small", |point| point.small_p99_us),
+        ("p99 large", |point| point.large_p99_us),
+    ];
+    let plot = LatencyThroughput {
+        caption: format!(
+            "{}: latency vs throughput ({})",
+            sweep.workload, sweep.server
+        ),
+        y_desc: "latency".to_string(),
+        x_max: sweep
+            .curve
+            .iter()
+            .map(|point| point.target_rps)
+            .fold(1.0, f64::max),
+        curves: series
+            .iter()
+            .map(|(name, pick)| Curve {
+                name: (*name).to_string(),
+                color: None,
+                points: sweep
+                    .curve
+                    .iter()
+                    .map(|point| (point.achieved_rps, pick(point)))
+                    .collect(),
+            })
+            .collect(),
+    };
+    plot_latency_vs_throughput(directory, "sweep", &plot)
 }
 
 /// Human-readable latency for axis labels (input in microseconds).
@@ -264,66 +293,98 @@ fn draw_timeseries<DB: DrawingBackend>(
     root.present().map_err(plot_error)
 }
 
-fn draw_sweep<DB: DrawingBackend>(
+/// One curve of a latency-versus-throughput plot.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Curve {
+    /// Legend label.
+    pub name: String,
+    /// Fixed color (RGB), so a system keeps its color across figures; `None`: by position.
+    pub color: Option<(u8, u8, u8)>,
+    /// `(achieved requests/s, latency µs)` points; non-positive latencies are left out.
+    pub points: Vec<(f64, f64)>,
+}
+
+/// A latency-versus-throughput figure: the project's one routine for them (the bench's
+/// sweeps, every experiment, the simulator).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LatencyThroughput {
+    /// Caption.
+    pub caption: String,
+    /// Y axis description (e.g. `small-request p99`).
+    pub y_desc: String,
+    /// Rightmost rate to show at least (e.g. the highest target rate); the axis ends 5 %
+    /// past this or the highest point.
+    pub x_max: f64,
+    /// The curves.
+    pub curves: Vec<Curve>,
+}
+
+/// Writes `stem.svg` and `stem.png` into `directory`: latency (log scale) against achieved
+/// throughput, one line with dots per curve.
+pub fn plot_latency_vs_throughput(
+    directory: &Path,
+    stem: &str,
+    plot: &LatencyThroughput,
+) -> Result<Vec<PathBuf>, BenchError> {
+    write_both(
+        directory,
+        stem,
+        |root| draw_latency_vs_throughput(&root, plot),
+        |root| draw_latency_vs_throughput(&root, plot),
+    )
+}
+
+fn draw_latency_vs_throughput<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
-    sweep: &SweepReport,
+    plot: &LatencyThroughput,
 ) -> Result<(), BenchError> {
     root.fill(&WHITE).map_err(plot_error)?;
-    type Pick = fn(&crate::report::CurvePoint) -> f64;
-    let series: [(&str, Pick); 5] = [
-        ("p50 all", |point| point.p50_us),
-        ("p99 all", |point| point.p99_us),
-        ("p99.9 all", |point| point.p999_us),
-        ("p99 small", |point| point.small_p99_us),
-        ("p99 large", |point| point.large_p99_us),
-    ];
-    let lines: Vec<(&str, Vec<(f64, f64)>)> = series
+    type Drawn = (String, plotters::style::RGBColor, Vec<(f64, f64)>);
+    let curves: Vec<Drawn> = plot
+        .curves
         .iter()
-        .map(|(name, pick)| {
-            let points: Vec<(f64, f64)> = sweep
-                .curve
+        .enumerate()
+        .map(|(index, curve)| {
+            let points: Vec<(f64, f64)> = curve
+                .points
                 .iter()
-                .filter(|point| pick(point) > 0.0)
-                .map(|point| (point.achieved_rps, pick(point)))
+                .copied()
+                .filter(|(rate, latency)| rate.is_finite() && latency.is_finite() && *latency > 0.0)
                 .collect();
-            (*name, points)
+            let rgb = curve.color.map_or_else(
+                || color(index),
+                |(red, green, blue)| plotters::style::RGBColor(red, green, blue),
+            );
+            (curve.name.clone(), rgb, points)
         })
-        .filter(|(_, points)| !points.is_empty())
+        .filter(|(_, _, points)| !points.is_empty())
         .collect();
     let (low, high) = bounds(
-        lines
+        curves
             .iter()
-            .flat_map(|(_, points)| points.iter().map(|p| p.1)),
+            .flat_map(|(_, _, points)| points.iter().map(|point| point.1)),
     );
-    let max_rate = sweep
-        .curve
+    let x_max = curves
         .iter()
-        .map(|point| point.achieved_rps.max(point.target_rps))
-        .fold(1.0, f64::max)
+        .flat_map(|(_, _, points)| points.iter().map(|point| point.0))
+        .fold(plot.x_max.max(1.0), f64::max)
         * 1.05;
     let mut chart = ChartBuilder::on(root)
-        .caption(
-            format!(
-                "{}: latency vs throughput ({})",
-                sweep.workload, sweep.server
-            ),
-            ("sans-serif", 20),
-        )
+        .caption(&plot.caption, ("sans-serif", 20))
         .margin(15)
         .x_label_area_size(45)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0.0..max_rate, (low..high).log_scale())
+        .y_label_area_size(80)
+        .build_cartesian_2d(0.0..x_max, (low..high).log_scale())
         .map_err(plot_error)?;
     chart
         .configure_mesh()
         .x_desc("achieved throughput (requests/s)")
         .x_label_formatter(&rate_label)
-        .y_desc("latency")
+        .y_desc(format!("{} (log scale)", plot.y_desc))
         .y_label_formatter(&latency_label)
         .draw()
         .map_err(plot_error)?;
-    for (index, (name, points)) in lines.into_iter().enumerate() {
-        let series_color = color(index);
+    for (name, series_color, points) in curves {
         chart
             .draw_series(LineSeries::new(
                 points.clone(),
@@ -337,7 +398,7 @@ fn draw_sweep<DB: DrawingBackend>(
         chart
             .draw_series(PointSeries::of_element(
                 points,
-                3,
+                4,
                 series_color.filled(),
                 &|coord, size, style| Circle::new(coord, size, style),
             ))
@@ -345,7 +406,8 @@ fn draw_sweep<DB: DrawingBackend>(
     }
     chart
         .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
+        .position(plotters::chart::SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
         .map_err(plot_error)?;
@@ -649,5 +711,39 @@ mod tests {
         assert_eq!(latency_label(&250.0), "250 µs");
         assert_eq!(latency_label(&2_500.0), "2.5 ms");
         assert_eq!(latency_label(&3_000_000.0), "3 s");
+    }
+
+    #[test]
+    fn latency_vs_throughput_writes_both_files_and_skips_empty_curves() {
+        let directory =
+            std::env::temp_dir().join(format!("tailtrim-plot-test-{}", std::process::id()));
+        let plot = super::LatencyThroughput {
+            caption: "test".into(),
+            y_desc: "p99".into(),
+            x_max: 3_000.0,
+            curves: vec![
+                super::Curve {
+                    name: "curve-alpha".into(),
+                    color: Some((214, 39, 40)),
+                    points: vec![(1_000.0, 120.0), (2_000.0, 0.0), (2_900.0, 4_000.0)],
+                },
+                super::Curve {
+                    name: "nothing measured".into(),
+                    color: None,
+                    points: vec![(1_000.0, 0.0)],
+                },
+            ],
+        };
+        let written = super::plot_latency_vs_throughput(&directory, "curve", &plot)
+            .unwrap_or_else(|error| panic!("{error}"));
+        assert_eq!(written.len(), 2);
+        let svg = std::fs::read_to_string(directory.join("curve.svg")).unwrap_or_default();
+        assert!(svg.contains("curve-alpha"), "the curve's legend is drawn");
+        assert!(
+            !svg.contains("nothing measured"),
+            "an empty curve is left out"
+        );
+        assert!(directory.join("curve.png").is_file());
+        let _ = std::fs::remove_dir_all(&directory);
     }
 }

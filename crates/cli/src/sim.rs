@@ -24,13 +24,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use plotters::coord::Shift;
-use plotters::prelude::{
-    BitMapBackend, ChartBuilder, Circle, Color, DrawingArea, DrawingBackend, IntoDrawingArea,
-    IntoLogRange, LineSeries, PathElement, RGBColor, SVGBackend, BLACK, WHITE,
-};
 use serde::{Deserialize, Serialize};
 use tailtrim_bench::workload::{WorkloadOverrides, WorkloadSpec};
+use tailtrim_lab::plot::{plot_latency_vs_throughput, Curve, LatencyThroughput};
 use tailtrim_lab::stats::median;
 use tailtrim_sim::cost::{CostModel, Profile, ProfileSample};
 use tailtrim_sim::engine::Steering;
@@ -535,7 +531,12 @@ fn write_outputs(report: &Report, directory: &Path, with_json: bool) -> Result<(
     }
     write("results.md", markdown(report))?;
     for class in [LatencyClass::Small, LatencyClass::Large] {
-        Chart::of(report, class).write(directory, &format!("{}_p99", class.name()))?;
+        plot_latency_vs_throughput(
+            directory,
+            &format!("{}_p99", class.name()),
+            &latency_plot(report, class),
+        )
+        .map_err(|error| error.to_string())?;
     }
     Ok(())
 }
@@ -750,118 +751,40 @@ impl LatencyClass {
 }
 
 /// One color per policy, the same as the real experiment's plots use for the same systems.
-fn policy_color(policy: Policy) -> RGBColor {
+fn policy_color(policy: Policy) -> (u8, u8, u8) {
     match policy {
-        Policy::SizeAware => RGBColor(214, 39, 40),
-        Policy::EarlyBinding => RGBColor(31, 119, 180),
-        Policy::Stealing => RGBColor(44, 160, 44),
-        Policy::LateBinding => RGBColor(148, 103, 189),
-        Policy::Pinned => RGBColor(255, 127, 14),
+        Policy::SizeAware => (214, 39, 40),
+        Policy::EarlyBinding => (31, 119, 180),
+        Policy::Stealing => (44, 160, 44),
+        Policy::LateBinding => (148, 103, 189),
+        Policy::Pinned => (255, 127, 14),
     }
 }
 
-/// One plotted line: label, color, (throughput, p99) points.
-type Line = (String, RGBColor, Vec<(f64, f64)>);
-
-/// What one latency-vs-throughput chart shows, independent of the backend.
-struct Chart {
-    caption: String,
-    y_desc: String,
-    x_max: f64,
-    y_range: (f64, f64),
-    lines: Vec<Line>,
-}
-
-impl Chart {
-    fn of(report: &Report, class: LatencyClass) -> Chart {
-        let lines: Vec<Line> = report
+/// The latency-vs-throughput figure of one class (the lab's one routine draws it).
+fn latency_plot(report: &Report, class: LatencyClass) -> LatencyThroughput {
+    LatencyThroughput {
+        caption: format!(
+            "simulated minos, {} cores: {}-request p99 vs throughput",
+            report.settings.cores,
+            class.name()
+        ),
+        y_desc: format!("{}-request p99", class.name()),
+        x_max: report.result.rates.iter().copied().fold(1.0, f64::max),
+        curves: report
             .result
             .curves
             .iter()
-            .map(|curve| {
-                let points: Vec<(f64, f64)> = curve
+            .map(|curve| Curve {
+                name: curve.policy.as_str().to_string(),
+                color: Some(policy_color(curve.policy)),
+                points: curve
                     .points
                     .iter()
                     .map(|point| (point.achieved_rps, class.p99(point)))
-                    .filter(|(_, p99)| *p99 > 0.0)
-                    .collect();
-                (
-                    curve.policy.as_str().to_string(),
-                    policy_color(curve.policy),
-                    points,
-                )
+                    .collect(),
             })
-            .collect();
-        let (low, high) = lines
-            .iter()
-            .flat_map(|(_, _, points)| points.iter().map(|point| point.1))
-            .fold((f64::INFINITY, 0.0f64), |(low, high), y| {
-                (low.min(y), high.max(y))
-            });
-        Chart {
-            caption: format!(
-                "simulated minos, {} cores: {}-request p99 vs throughput",
-                report.settings.cores,
-                class.name()
-            ),
-            y_desc: format!("{}-request p99 (µs, log scale)", class.name()),
-            x_max: report.result.rates.iter().copied().fold(1.0, f64::max) * 1.05,
-            y_range: if low.is_finite() && high > 0.0 {
-                (low * 0.7, high * 1.4)
-            } else {
-                (1.0, 10.0)
-            },
-            lines,
-        }
-    }
-
-    /// Writes `stem.svg` and `stem.png` into `directory`.
-    fn write(&self, directory: &Path, stem: &str) -> Result<(), String> {
-        let svg_path = directory.join(format!("{stem}.svg"));
-        let png_path = directory.join(format!("{stem}.png"));
-        self.render(&SVGBackend::new(&svg_path, (1000, 650)).into_drawing_area())?;
-        let png = BitMapBackend::new(&png_path, (1000, 650)).into_drawing_area();
-        self.render(&png)
-    }
-
-    fn render<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String> {
-        let plot_error = |error: &dyn std::fmt::Display| format!("plot: {error}");
-        area.fill(&WHITE).map_err(|e| plot_error(&e))?;
-        let (low, high) = self.y_range;
-        let mut chart = ChartBuilder::on(area)
-            .caption(&self.caption, ("sans-serif", 20))
-            .margin(15)
-            .x_label_area_size(45)
-            .y_label_area_size(80)
-            .build_cartesian_2d(0.0..self.x_max, (low..high).log_scale())
-            .map_err(|e| plot_error(&e))?;
-        chart
-            .configure_mesh()
-            .x_desc("achieved throughput (requests/s)")
-            .y_desc(self.y_desc.as_str())
-            .x_label_formatter(&|x| format!("{:.0}k", x / 1e3))
-            .y_label_formatter(&|y| format!("{y:.0}"))
-            .draw()
-            .map_err(|e| plot_error(&e))?;
-        for (name, color, points) in &self.lines {
-            let style = color.stroke_width(2);
-            let legend = style;
-            chart
-                .draw_series(LineSeries::new(points.iter().copied(), style))
-                .map_err(|e| plot_error(&e))?
-                .label(name.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], legend));
-            let dots = points.iter().map(|at| Circle::new(*at, 3, color.filled()));
-            chart.draw_series(dots).map_err(|e| plot_error(&e))?;
-        }
-        chart
-            .configure_series_labels()
-            .position(plotters::chart::SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| plot_error(&e))?;
-        area.present().map_err(|e| plot_error(&e))
+            .collect(),
     }
 }
 

@@ -17,6 +17,7 @@
 //!       keep its histograms ───────────────> histogram::Encoded (HDR V2, base64)
 //!   point = median over repeats ───────────> stats::median (mean of the middle two)
 //!   results.json ──────────────────────────> results::write_json / read_json
+//!   figures (also `--replot`) ─────────────> plot::plot_latency_vs_throughput
 //!   noise floor ───────────────────────────> floor::NullServer (the bench's own)
 //! ```
 //!
@@ -28,6 +29,12 @@ pub mod meta;
 pub mod process;
 pub mod results;
 pub mod stats;
+
+/// Figures: the one latency-versus-throughput routine (the bench's, which its sweeps use
+/// too).
+pub mod plot {
+    pub use tailtrim_bench::plot::{plot_latency_vs_throughput, Curve, LatencyThroughput};
+}
 
 /// The noise-floor server every experiment measures beside real systems: the bench's own.
 pub mod floor {

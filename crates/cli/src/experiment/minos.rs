@@ -26,11 +26,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use plotters::coord::Shift;
-use plotters::prelude::{
-    BitMapBackend, ChartBuilder, Circle, Color, DrawingArea, DrawingBackend, IntoDrawingArea,
-    IntoLogRange, LineSeries, PathElement, PointSeries, RGBColor, SVGBackend, BLACK, WHITE,
-};
 use serde::{Deserialize, Serialize};
 use tailtrim_bench::class::ClassHistograms;
 use tailtrim_bench::{
@@ -42,6 +37,7 @@ use tailtrim_policy::costspec::{CostSpec, Units};
 use tailtrim_lab::floor::NullServer;
 use tailtrim_lab::histogram::Encoded;
 use tailtrim_lab::meta::{Recorder, RunMetadata};
+use tailtrim_lab::plot::{plot_latency_vs_throughput, Curve, LatencyThroughput};
 use tailtrim_lab::process::{
     fetch_stats, program_version, send_command, Process, Program, ServerShape,
 };
@@ -1388,71 +1384,38 @@ impl LatencyClass {
 }
 
 /// Fixed colors per system, so both plots agree.
-fn system_color(name: &str) -> RGBColor {
+fn system_color(name: &str) -> (u8, u8, u8) {
     match name {
-        "size-aware" => RGBColor(214, 39, 40),
-        "early-binding" => RGBColor(31, 119, 180),
-        "stealing" => RGBColor(44, 160, 44),
-        "late-binding" => RGBColor(148, 103, 189),
-        "memcached" => RGBColor(255, 127, 14),
-        "pinned" => RGBColor(140, 86, 75),
-        _ => RGBColor(127, 127, 127),
+        "size-aware" => (214, 39, 40),
+        "early-binding" => (31, 119, 180),
+        "stealing" => (44, 160, 44),
+        "late-binding" => (148, 103, 189),
+        "memcached" => (255, 127, 14),
+        "pinned" => (140, 86, 75),
+        _ => (127, 127, 127),
     }
 }
 
 fn plot_latency(results: &MinosResults, out: &Path, class: LatencyClass) -> Result<(), String> {
-    let stem = class.file_stem();
-    let svg = out.join(format!("{stem}.svg"));
-    let png = out.join(format!("{stem}.png"));
-    draw_latency(
-        &SVGBackend::new(&svg, (1000, 650)).into_drawing_area(),
-        results,
-        class,
-    )?;
-    let bitmap = BitMapBackend::new(&png, (1000, 650)).into_drawing_area();
-    draw_latency(&bitmap, results, class)
-}
-
-fn draw_latency<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
-    results: &MinosResults,
-    class: LatencyClass,
-) -> Result<(), String> {
-    let fail = |error: &dyn std::fmt::Display| format!("plot: {error}");
-    root.fill(&WHITE).map_err(|error| fail(&error))?;
-    let series: Vec<(String, Vec<(f64, f64)>)> = results
+    let curves: Vec<Curve> = results
         .systems
         .iter()
         .filter(|system| class == LatencyClass::Small || system.name != FLOOR)
-        .map(|system| {
-            let points = system
+        .map(|system| Curve {
+            name: if system.name == FLOOR {
+                "noise floor (stub, all requests)".to_string()
+            } else {
+                system.name.clone()
+            },
+            color: Some(system_color(&system.name)),
+            points: system
                 .points
                 .iter()
-                .filter(|point| point.valid_repeats > 0 && class.pick(point) > 0.0)
+                .filter(|point| point.valid_repeats > 0)
                 .map(|point| (point.achieved_rps, class.pick(point)))
-                .collect::<Vec<_>>();
-            (system.name.clone(), points)
+                .collect(),
         })
-        .filter(|(_, points)| !points.is_empty())
         .collect();
-    let values = series
-        .iter()
-        .flat_map(|(_, points)| points.iter().map(|point| point.1));
-    let (low, high) = values.fold((f64::INFINITY, 0.0f64), |(low, high), value| {
-        (low.min(value), high.max(value))
-    });
-    let (low, high) = if low.is_finite() {
-        (low / 1.5, high * 1.5)
-    } else {
-        (1.0, 10.0)
-    };
-    let max_rate = results
-        .systems
-        .iter()
-        .flat_map(|system| system.points.iter())
-        .map(|point| point.achieved_rps.max(point.target_rps))
-        .fold(1.0, f64::max)
-        * 1.05;
     let title = match class {
         LatencyClass::Small => "minos: small-request p99 vs achieved throughput",
         LatencyClass::Large => "minos: large-request p99 vs achieved throughput",
@@ -1462,66 +1425,22 @@ fn draw_latency<DB: DrawingBackend>(
     } else {
         ""
     };
-    let caption = format!(
-        "{emulated}{title} (-t {}, {} CPUs, median of {})",
-        results.settings.threads, results.metadata.cores, results.settings.repeats
-    );
-    let mut chart = ChartBuilder::on(root)
-        .caption(caption, ("sans-serif", 20))
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(80)
-        .build_cartesian_2d(0.0..max_rate, (low..high).log_scale())
-        .map_err(|error| fail(&error))?;
-    chart
-        .configure_mesh()
-        .x_desc("achieved throughput (requests/s)")
-        // One decimal below 10k requests/s, so low-rate (emulated) sweeps read 0.5k, 1.5k.
-        .x_label_formatter(&|rate| {
-            if max_rate < 10_000.0 {
-                format!("{:.1}k", rate / 1_000.0)
-            } else {
-                format!("{:.0}k", rate / 1_000.0)
-            }
-        })
-        .y_label_formatter(&|micros| format!("{micros:.0}"))
-        .y_desc(match class {
-            LatencyClass::Small => "small-request p99 (µs)",
-            LatencyClass::Large => "large-request p99 (µs)",
-        })
-        .draw()
-        .map_err(|error| fail(&error))?;
-    for (name, points) in series {
-        let color = system_color(&name);
-        let label = if name == FLOOR {
-            "noise floor (stub, all requests)".to_string()
-        } else {
-            name
-        };
-        chart
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
-            .map_err(|error| fail(&error))?
-            .label(label)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-        chart
-            .draw_series(PointSeries::of_element(
-                points,
-                4,
-                color.filled(),
-                &|coord, size, style| Circle::new(coord, size, style),
-            ))
-            .map_err(|error| fail(&error))?;
-    }
-    chart
-        .configure_series_labels()
-        .position(plotters::chart::SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|error| fail(&error))?;
-    root.present().map_err(|error| fail(&error))
+    let plot = LatencyThroughput {
+        caption: format!(
+            "{emulated}{title} (-t {}, {} CPUs, median of {})",
+            results.settings.threads, results.metadata.cores, results.settings.repeats
+        ),
+        y_desc: match class {
+            LatencyClass::Small => "small-request p99",
+            LatencyClass::Large => "large-request p99",
+        }
+        .to_string(),
+        x_max: results.settings.rates.iter().copied().fold(1.0, f64::max),
+        curves,
+    };
+    plot_latency_vs_throughput(out, class.file_stem(), &plot)
+        .map(|_| ())
+        .map_err(|error| error.to_string())
 }
 
 #[cfg(test)]
