@@ -60,12 +60,29 @@ impl BackendSettings {
     }
 }
 
+/// One of a backend's connections, opened lazily and reopened after it dies.
+#[derive(Default)]
+struct Slot {
+    current: Mutex<Option<Connection>>,
+    connecting: tokio::sync::Mutex<()>,
+}
+
+impl Slot {
+    fn live(&self) -> Option<Connection> {
+        self.current
+            .lock()
+            .as_ref()
+            .filter(|connection| connection.is_alive())
+            .cloned()
+    }
+}
+
 /// A backend server.
 pub struct Backend {
     address: String,
     settings: BackendSettings,
     clock: Clock,
-    slots: Vec<tokio::sync::Mutex<Option<Connection>>>,
+    slots: Vec<Slot>,
     next_slot: AtomicUsize,
     health: Mutex<HealthTracker>,
     ewma: Mutex<Ewma>,
@@ -82,9 +99,7 @@ impl Backend {
             address,
             settings,
             clock,
-            slots: (0..connections)
-                .map(|_| tokio::sync::Mutex::new(None))
-                .collect(),
+            slots: (0..connections).map(|_| Slot::default()).collect(),
             next_slot: AtomicUsize::new(0),
             health: Mutex::new(HealthTracker::new(settings.health)),
             ewma: Mutex::new(Ewma::new(settings.ewma_alpha)),
@@ -135,13 +150,15 @@ impl Backend {
 
     async fn connection(&self) -> Result<Connection, ClientError> {
         let index = self.next_slot.fetch_add(1, Ordering::Relaxed) % self.slots.len();
-        let mut slot = self.slots[index].lock().await;
-        if let Some(connection) = slot.as_ref() {
-            if connection.is_alive() {
-                return Ok(connection.clone());
-            }
+        let slot = &self.slots[index];
+        if let Some(connection) = slot.live() {
+            return Ok(connection);
         }
-        *slot = None;
+        // One caller connects; the others wait for its outcome.
+        let _connecting = slot.connecting.lock().await;
+        if let Some(connection) = slot.live() {
+            return Ok(connection);
+        }
         let connect = TcpStream::connect(self.address.as_str());
         let stream = match tokio::time::timeout(self.settings.connect_timeout, connect).await {
             Ok(Ok(stream)) => stream,
@@ -163,7 +180,7 @@ impl Backend {
         };
         self.stats.connects.incr();
         let connection = Connection::start(stream, self.address.clone(), self.settings.queue_limit);
-        *slot = Some(connection.clone());
+        *slot.current.lock() = Some(connection.clone());
         Ok(connection)
     }
 
@@ -247,11 +264,11 @@ impl Backend {
         // If this future is dropped (timeout) mid-write or mid-wait, the guard kills the
         // connection so a torn write or a late reply can never reach a later request.
         let guard = KillOnDrop(Some(connection.clone()));
-        let receiver = match connection.submit(bytes, shape).await {
+        let receiver = match connection.submit(&bytes, shape) {
             Ok(receiver) => receiver,
             Err(error) => {
-                // submit already killed the connection if the write failed; an overload
-                // refusal must not take the other requests down with it.
+                // A dead connection or an overload refusal: nothing of this request was
+                // queued, and the other requests must not be taken down with it.
                 guard.disarm();
                 return Err(error);
             }

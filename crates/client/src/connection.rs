@@ -1,35 +1,41 @@
 //! One pipelined TCP connection to a backend.
 //!
 //! ```text
-//!   caller task ── lock writer ─► push Pending{shape, reply_tx} ─► write bytes ─► socket
-//!                                     │ (same lock: FIFO order == byte order)
-//!                                     ▼
-//!                              [pending FIFO] ──► reader task ◄── socket
-//!                                                         │ parses replies in order with
-//!                                                         ▼ tailtrim_proto::parse_response
-//!                                                    reply_tx.send(RawReply)
+//!   caller ── lock io ─► push Pending{shape, reply_tx} + append bytes to io.out ─► unlock
+//!                 │ (same lock: FIFO order == byte order; no await, no allocation but the reply slot)
+//!                 └─ first request since the last flush: wake the writer task
+//!   writer task ── swap io.out with its spare buffer ─► one write of the whole batch ─► socket
+//!                  (requests submitted while it writes go out in the next batch)
+//!   reader task ◄── socket: parses replies in order with tailtrim_proto::parse_response,
+//!                 lock io ─► pop the oldest Pending ─► reply_tx.send(RawReply)
 //! ```
 //!
-//! Replies come back in request order, so the reader matches each reply to the oldest pending
-//! job. A reply that does not parse, bytes with no pending job, EOF or an I/O error kill the
-//! connection and fail every pending job; [`Connection::kill`] (used on timeouts) does the same,
-//! so a late reply can never be handed to the wrong request.
+//! Requests submitted by many callers in one scheduler tick leave in one `write` (as
+//! twemproxy's event loop batches a server's queue), and buffers are reused. Replies come back
+//! in request order, so the reader matches each reply to the oldest pending job. A reply that
+//! does not parse, bytes with no pending job, EOF or an I/O error kill the connection and fail
+//! every pending job; [`Connection::kill`] (used on timeouts) does the same, so a late reply
+//! can never be handed to the wrong request.
 
+use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
 use tailtrim_proto::{parse_response, Parsed, Response};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{oneshot, Notify};
 use tokio::task::AbortHandle;
 
 use crate::error::ClientError;
 
 /// Read buffer growth step.
 const READ_CHUNK: usize = 16 * 1024;
+/// A write buffer grown past this (a batch of large values) is not kept for reuse.
+const KEEP_WRITE_BUFFER: usize = 256 * 1024;
 
 /// Which reply a request expects, so the reader knows where it ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,44 +82,72 @@ pub struct RawReply {
     pub error_line: bool,
 }
 
+/// The receiving end of one request's reply.
+pub type ReplyReceiver = oneshot::Receiver<Result<RawReply, ClientError>>;
+
 /// A request written (or about to be) and waiting for its reply.
 struct Pending {
     shape: ReplyShape,
     reply: oneshot::Sender<Result<RawReply, ClientError>>,
 }
 
+/// What callers, the writer and the reader share, always updated under one lock.
+struct Io {
+    /// Requests not yet handed to the socket.
+    out: Vec<u8>,
+    /// Requests submitted and not yet answered, oldest first.
+    pending: VecDeque<Pending>,
+    /// The writer has been woken and has not yet found `out` empty.
+    flush_scheduled: bool,
+    /// Set once the connection is dead: nothing may be queued any more.
+    closed: bool,
+}
+
 struct Shared {
     backend: String,
     alive: AtomicBool,
     in_flight: AtomicUsize,
-    tasks: parking_lot::Mutex<Vec<AbortHandle>>,
+    io: Mutex<Io>,
+    wake_writer: Notify,
+    tasks: Mutex<Vec<AbortHandle>>,
 }
 
 impl Shared {
-    fn shut(&self) {
+    /// Marks the connection dead, stops its tasks and fails every pending request.
+    fn shut(&self, error: impl Fn() -> ClientError) {
         self.alive.store(false, Ordering::Release);
         for task in self.tasks.lock().drain(..) {
             task.abort();
         }
+        let pending = {
+            let mut io = self.io.lock();
+            io.closed = true;
+            io.out = Vec::new();
+            std::mem::take(&mut io.pending)
+        };
+        self.in_flight.store(0, Ordering::Relaxed);
+        for job in pending {
+            let _ = job.reply.send(Err(error()));
+        }
     }
-}
 
-/// The write side: the socket and the FIFO of pending replies, always updated together.
-struct Writer {
-    socket: tokio::net::tcp::OwnedWriteHalf,
-    pending: mpsc::UnboundedSender<Pending>,
+    fn lost(&self, reason: &str) -> ClientError {
+        ClientError::ConnectionLost {
+            backend: self.backend.clone(),
+            reason: reason.to_string(),
+        }
+    }
 }
 
 /// A handle on one pipelined connection; cheap to clone.
 #[derive(Clone)]
 pub struct Connection {
-    writer: Arc<tokio::sync::Mutex<Writer>>,
     shared: Arc<Shared>,
     queue_limit: usize,
 }
 
 impl Connection {
-    /// Wraps a connected stream, spawning its reader task on the current runtime.
+    /// Wraps a connected stream, spawning its reader and writer tasks on the current runtime.
     pub fn start(stream: TcpStream, backend: String, queue_limit: usize) -> Connection {
         let _ = stream.set_nodelay(true);
         // Closed by a reset, not an orderly FIN: a connection given up on (a timeout, a lost
@@ -123,20 +157,31 @@ impl Connection {
         // and bring the old value back (scripts/chaos.sh found it). A zero linger drops them.
         let _ = socket2::SockRef::from(&stream).set_linger(Some(std::time::Duration::ZERO));
         let (read_half, write_half) = stream.into_split();
-        let (pending_tx, pending_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             backend,
             alive: AtomicBool::new(true),
             in_flight: AtomicUsize::new(0),
-            tasks: parking_lot::Mutex::new(Vec::new()),
+            io: Mutex::new(Io {
+                out: Vec::new(),
+                pending: VecDeque::new(),
+                flush_scheduled: false,
+                closed: false,
+            }),
+            wake_writer: Notify::new(),
+            tasks: Mutex::new(Vec::new()),
         });
-        let reader = tokio::spawn(read_loop(read_half, pending_rx, shared.clone()));
-        shared.tasks.lock().push(reader.abort_handle());
+        let reader = tokio::spawn(read_loop(read_half, shared.clone()));
+        let writer = tokio::spawn(write_loop(write_half, shared.clone()));
+        {
+            let mut tasks = shared.tasks.lock();
+            tasks.push(reader.abort_handle());
+            tasks.push(writer.abort_handle());
+        }
+        // A task that already ended (a connection refused at once) aborted nothing: end it now.
+        if !shared.alive.load(Ordering::Acquire) {
+            shared.shut(|| shared.lost("connection closed"));
+        }
         Connection {
-            writer: Arc::new(tokio::sync::Mutex::new(Writer {
-                socket: write_half,
-                pending: pending_tx,
-            })),
             shared,
             queue_limit: queue_limit.max(1),
         }
@@ -149,46 +194,67 @@ impl Connection {
 
     /// Closes the connection; every pending request fails with `ConnectionLost`.
     pub fn kill(&self) {
-        self.shared.shut();
+        self.shared
+            .shut(|| self.shared.lost("connection closed"));
     }
 
-    fn lost(&self, reason: &str) -> ClientError {
-        ClientError::ConnectionLost {
-            backend: self.shared.backend.clone(),
-            reason: reason.to_string(),
-        }
-    }
-
-    /// Writes a request (in the caller's task, no hand-off) and returns the receiver of its
-    /// reply. No timeout here: the caller bounds the whole exchange and calls
-    /// [`Connection::kill`] when it gives up, which also covers a write cut short.
-    pub async fn submit(
-        &self,
-        bytes: Bytes,
-        shape: ReplyShape,
-    ) -> Result<oneshot::Receiver<Result<RawReply, ClientError>>, ClientError> {
-        if self.shared.in_flight.load(Ordering::Relaxed) >= self.queue_limit {
+    /// Queues a request (in the caller's task, no hand-off, no wait) and returns the receiver
+    /// of its reply; the connection's writer sends it with the others queued in the same
+    /// tick. No timeout here: the caller bounds the whole exchange and calls
+    /// [`Connection::kill`] when it gives up.
+    pub fn submit(&self, bytes: &[u8], shape: ReplyShape) -> Result<ReplyReceiver, ClientError> {
+        let shared = &self.shared;
+        if shared.in_flight.load(Ordering::Relaxed) >= self.queue_limit {
             return Err(ClientError::Overloaded {
-                backend: self.shared.backend.clone(),
+                backend: shared.backend.clone(),
                 limit: self.queue_limit,
             });
         }
         let (reply, receiver) = oneshot::channel();
-        let mut writer = self.writer.lock().await;
-        if !self.is_alive() {
-            return Err(self.lost("connection closed"));
-        }
-        if writer.pending.send(Pending { shape, reply }).is_err() {
-            self.kill();
-            return Err(self.lost("connection closed"));
-        }
-        self.shared.in_flight.fetch_add(1, Ordering::Relaxed);
-        if let Err(error) = writer.socket.write_all(&bytes).await {
-            self.kill();
-            return Err(self.lost(&error.to_string()));
+        let wake = {
+            let mut io = shared.io.lock();
+            if io.closed || !self.is_alive() {
+                return Err(shared.lost("connection closed"));
+            }
+            io.pending.push_back(Pending { shape, reply });
+            io.out.extend_from_slice(bytes);
+            shared.in_flight.fetch_add(1, Ordering::Relaxed);
+            !std::mem::replace(&mut io.flush_scheduled, true)
+        };
+        if wake {
+            shared.wake_writer.notify_one();
         }
         Ok(receiver)
     }
+}
+
+/// Writes what callers queue, one batch per write; a write error kills the connection.
+async fn write_loop(mut socket: tokio::net::tcp::OwnedWriteHalf, shared: Arc<Shared>) {
+    let mut batch: Vec<u8> = Vec::new();
+    let failure = 'run: loop {
+        shared.wake_writer.notified().await;
+        loop {
+            {
+                let mut io = shared.io.lock();
+                if io.closed {
+                    return;
+                }
+                if io.out.is_empty() {
+                    io.flush_scheduled = false;
+                    break;
+                }
+                std::mem::swap(&mut io.out, &mut batch);
+            }
+            if let Err(error) = socket.write_all(&batch).await {
+                break 'run error.to_string();
+            }
+            batch.clear();
+            if batch.capacity() > KEEP_WRITE_BUFFER {
+                batch = Vec::new();
+            }
+        }
+    };
+    shared.shut(|| shared.lost(&failure));
 }
 
 /// Progress through one reply that may arrive in pieces.
@@ -317,11 +383,7 @@ impl ReplyProgress {
     }
 }
 
-async fn read_loop(
-    mut socket: tokio::net::tcp::OwnedReadHalf,
-    mut pending: mpsc::UnboundedReceiver<Pending>,
-    shared: Arc<Shared>,
-) {
+async fn read_loop(mut socket: tokio::net::tcp::OwnedReadHalf, shared: Arc<Shared>) {
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut current: Option<(Pending, ReplyProgress)> = None;
     let failure = loop {
@@ -331,12 +393,12 @@ async fn read_loop(
                 if buf.is_empty() {
                     break None;
                 }
-                match pending.try_recv() {
-                    Ok(next) => {
+                match shared.io.lock().pending.pop_front() {
+                    Some(next) => {
                         let progress = ReplyProgress::new(next.shape);
                         current = Some((next, progress));
                     }
-                    Err(_) => break Some("unsolicited bytes from backend".to_string()),
+                    None => break Some("unsolicited bytes from backend"),
                 }
             }
             let Some((_, progress)) = current.as_mut() else {
@@ -344,7 +406,7 @@ async fn read_loop(
             };
             match progress.advance(&buf) {
                 Step::NeedMore => break None,
-                Step::Malformed => break Some("malformed reply".to_string()),
+                Step::Malformed => break Some("malformed reply"),
                 Step::Done {
                     consumed,
                     keep,
@@ -362,7 +424,7 @@ async fn read_loop(
             }
         };
         if let Some(reason) = stop {
-            break reason;
+            break reason.to_string();
         }
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {
             buf.reserve(READ_CHUNK);
@@ -373,27 +435,19 @@ async fn read_loop(
             Err(error) => break error.to_string(),
         }
     };
-    shared.alive.store(false, Ordering::Release);
-    let error = |reason: &str| {
-        if reason == "malformed reply" || reason == "unsolicited bytes from backend" {
+    let error = || {
+        if failure == "malformed reply" || failure == "unsolicited bytes from backend" {
             ClientError::Protocol {
                 backend: shared.backend.clone(),
             }
         } else {
-            ClientError::ConnectionLost {
-                backend: shared.backend.clone(),
-                reason: reason.to_string(),
-            }
+            shared.lost(&failure)
         }
     };
     if let Some((job, _)) = current.take() {
-        let _ = job.reply.send(Err(error(&failure)));
+        let _ = job.reply.send(Err(error()));
     }
-    pending.close();
-    while let Ok(job) = pending.try_recv() {
-        let _ = job.reply.send(Err(error(&failure)));
-    }
-    shared.shut();
+    shared.shut(error);
 }
 
 #[cfg(test)]

@@ -145,6 +145,9 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut swallow = 0usize;
     let mut last_command = tokio::time::Instant::now();
+    // Reused across reads: the parsed requests and the coalesced replies.
+    let mut batch: Vec<Work> = Vec::new();
+    let mut out: Vec<u8> = Vec::new();
     loop {
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {
             buf.reserve(READ_CHUNK);
@@ -163,7 +166,6 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
         if got == 0 {
             return Ok(());
         }
-        let mut batch: Vec<Work> = Vec::new();
         let mut close = false;
         loop {
             if swallow > 0 {
@@ -222,10 +224,20 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
                 }
             }
         }
+        if batch.len() == 1 {
+            // The common case, one request per read: no round bookkeeping, no copy.
+            if let Some(work) = batch.pop() {
+                let reply = run_one(shared, work).await;
+                if !reply.is_empty() {
+                    stream.write_all(&reply).await?;
+                }
+                last_command = tokio::time::Instant::now();
+            }
+        }
         while !batch.is_empty() {
             let rest = batch.split_off(round_len(&batch));
             let replies = run_in_order(shared, std::mem::replace(&mut batch, rest)).await;
-            write_replies(&mut stream, replies).await?;
+            write_replies(&mut stream, replies, &mut out).await?;
             // Time spent waiting for the client to take its replies is not idleness.
             last_command = tokio::time::Instant::now();
         }
@@ -258,19 +270,23 @@ fn round_len(batch: &[Work]) -> usize {
     batch.len()
 }
 
-/// Writes a round's replies in order: small rounds as one write, large replies each on
-/// their own (no copy), each dropped once written.
-async fn write_replies(stream: &mut TcpStream, replies: Vec<Bytes>) -> std::io::Result<()> {
+/// Writes a round's replies in order: small rounds as one write (through the connection's
+/// reused buffer `out`), large replies each on their own (no copy), each dropped once written.
+async fn write_replies(
+    stream: &mut TcpStream,
+    replies: Vec<Bytes>,
+    out: &mut Vec<u8>,
+) -> std::io::Result<()> {
     let total: usize = replies.iter().map(Bytes::len).sum();
     if total == 0 {
         return Ok(());
     }
     if total <= COALESCE_LIMIT {
-        let mut out = Vec::with_capacity(total);
+        out.clear();
         for reply in &replies {
             out.extend_from_slice(reply);
         }
-        return stream.write_all(&out).await;
+        return stream.write_all(out).await;
     }
     for reply in replies {
         if !reply.is_empty() {

@@ -1,0 +1,3 @@
+module tailtrim/experiments/proxy/closedloop
+
+go 1.21
