@@ -72,7 +72,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bin", action="append", default=[],
-                        help="NAME=PATH of a tailtrim binary whose proxy is a target (repeatable)")
+                        help="NAME=PATH [PROXY FLAGS...] of a tailtrim binary whose proxy is a "
+                        "target, with extra proxy flags if any (repeatable)")
     parser.add_argument("--bench-bin", default=None, help="tailtrim binary running the bench "
                         "(default: the first --bin)")
     parser.add_argument("--reps", type=int, default=5)
@@ -90,7 +91,7 @@ def main():
     parser.add_argument("--out", default=os.path.join(HERE, "results.json"))
     args = parser.parse_args()
     bins = [b.split("=", 1) for b in (args.bin or ["tailtrim=target/release/tailtrim"])]
-    bench_bin = args.bench_bin or bins[0][1]
+    bench_bin = args.bench_bin or bins[0][1].split()[0]
 
     def pin(cpu):
         return [] if args.no_pin else ["taskset", "-c", str(cpu)]
@@ -135,7 +136,8 @@ def main():
         procs.append(nc)
         wait_port(nc_port)
         targets["nutcracker"] = (nc_port, nc.pid)
-        for name, path in bins:
+        for name, spec in bins:
+            path, *extra = spec.split()
             port = free_port()
             cmd = pin(0) + [path, "proxy", "-l", f"127.0.0.1:{port}", "--admin", "off",
                             "-s", ",".join(servers), "--hash", "fnv1a_64",
@@ -143,6 +145,7 @@ def main():
                             "--server-failure-limit", "1000000000"]
             if args.server_connections:
                 cmd += ["--server-connections", str(args.server_connections)]
+            cmd += extra
             commands[name] = " ".join(cmd)
             p = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
             procs.append(p)

@@ -400,7 +400,7 @@ impl CacheConnection {
                 Parsed::Complete { value, consumed } => {
                     let item = match value {
                         Response::Value { key, data, .. } => Item::Value {
-                            key: key.to_vec(),
+                            key: self.input[key].to_vec(),
                             data: self.input[data].to_vec(),
                         },
                         Response::End => Item::End,

@@ -194,8 +194,7 @@ impl Connection {
 
     /// Closes the connection; every pending request fails with `ConnectionLost`.
     pub fn kill(&self) {
-        self.shared
-            .shut(|| self.shared.lost("connection closed"));
+        self.shared.shut(|| self.shared.lost("connection closed"));
     }
 
     /// Queues a request (in the caller's task, no hand-off, no wait) and returns the receiver
@@ -266,7 +265,7 @@ struct ReplyProgress {
 
 /// A `VALUE` item located in the read buffer (offsets from the start of the reply).
 struct PendingValue {
-    key: Bytes,
+    key: Range<usize>,
     flags: u32,
     cas: Option<u64>,
     item: Range<usize>,
@@ -323,6 +322,7 @@ impl ReplyProgress {
                         data,
                     } => {
                         let data = (data.start + start)..(data.end + start);
+                        let key = (key.start + start)..(key.end + start);
                         self.values.push(PendingValue {
                             key,
                             flags,
@@ -368,7 +368,7 @@ impl ReplyProgress {
             .values
             .into_iter()
             .map(|value| ValueItem {
-                key: value.key,
+                key: reply.slice(value.key),
                 flags: value.flags,
                 cas: value.cas,
                 data: (value.data.start - value.item.start)..(value.data.end - value.item.start),

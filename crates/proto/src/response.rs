@@ -19,8 +19,9 @@ pub const MAX_RESPONSE_LINE: usize = 8192;
 pub enum Response {
     /// `VALUE <key> <flags> <bytes> [<cas>]` and its data.
     Value {
-        /// The key.
-        key: Bytes,
+        /// Where the key lies in the input (offsets, so that a caller holding the input as
+        /// `Bytes` can slice it without a copy).
+        key: Range<usize>,
         /// Client flags.
         flags: u32,
         /// CAS unique (for `gets`/`gats`).
@@ -185,21 +186,33 @@ fn with_data(
 }
 
 fn parse_value(buf: &[u8], line: &[u8], line_len: usize) -> Parsed<Response> {
-    let toks: Vec<&[u8]> = tokens(line).collect();
-    if toks.len() != 4 && toks.len() != 5 {
+    // At most 5 tokens (VALUE key flags bytes [cas]); a sixth makes the line malformed.
+    let mut toks: [&[u8]; 5] = [&[]; 5];
+    let mut count = 0;
+    for token in tokens(line) {
+        if count == toks.len() {
+            return malformed(line_len);
+        }
+        toks[count] = token;
+        count += 1;
+    }
+    if count != 4 && count != 5 {
         return malformed(line_len);
     }
     let (Some(flags), Some(len)) = (parse_u32(toks[2]), parse_u64(toks[3])) else {
         return malformed(line_len);
     };
-    let cas = match toks.get(4) {
-        Some(t) => match parse_u64(t) {
+    let cas = if count == 5 {
+        match parse_u64(toks[4]) {
             Some(c) => Some(c),
             None => return malformed(line_len),
-        },
-        None => None,
+        }
+    } else {
+        None
     };
-    let key = Bytes::copy_from_slice(toks[1]);
+    // The line is a prefix of `buf`, and the key a slice of the line.
+    let key_start = toks[1].as_ptr() as usize - buf.as_ptr() as usize;
+    let key = key_start..key_start + toks[1].len();
     with_data(buf, line_len, len as usize, |data| Response::Value {
         key,
         flags,
@@ -240,7 +253,7 @@ mod tests {
         else {
             panic!()
         };
-        assert_eq!((key.as_ref(), flags, cas), (&b"a"[..], 3, Some(77)));
+        assert_eq!((&buf[key], flags, cas), (&b"a"[..], 3, Some(77)));
         assert_eq!(&buf[data], b"hi");
         let rest = &buf[consumed..];
         let Parsed::Complete {

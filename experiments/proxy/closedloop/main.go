@@ -76,6 +76,8 @@ func main() {
 				set  bool
 			}
 			inflight := make(chan req, *depth)
+			// A token per request in flight, returned once its reply is read.
+			tokens := make(chan struct{}, *depth)
 			done := make(chan struct{})
 			lat := make([]time.Duration, 0, 1<<16)
 			go func() {
@@ -86,6 +88,7 @@ func main() {
 						errors[id]++
 					}
 					lat = append(lat, time.Since(q.sent))
+					<-tokens
 				}
 			}()
 			n := 0
@@ -103,11 +106,17 @@ func main() {
 					}
 					b.WriteString("\r\n")
 				}
+				select {
+				case tokens <- struct{}{}:
+				default:
+					// The window is full: send what is buffered, then wait for a reply.
+					check(w.Flush())
+					tokens <- struct{}{}
+				}
 				inflight <- req{time.Now(), set}
 				w.Write(b.Bytes())
-				if len(inflight) == cap(inflight) || *depth == 1 {
-					check(w.Flush())
-				} else if len(inflight) <= 1 {
+				if len(tokens) == 1 {
+					// Nothing else in flight: do not hold this request back.
 					check(w.Flush())
 				}
 			}
