@@ -25,7 +25,6 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use tailtrim_proto::{parse_response, Parsed, Response};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Notify};
 use tokio::task::AbortHandle;
@@ -156,7 +155,10 @@ impl Connection {
         // told had failed would then reach the backend after a later `set` of the same key
         // and bring the old value back (scripts/chaos.sh found it). A zero linger drops them.
         let _ = socket2::SockRef::from(&stream).set_linger(Some(std::time::Duration::ZERO));
-        let (read_half, write_half) = stream.into_split();
+        // One stream shared by the reader and the writer rather than split halves: a dropped
+        // write half would shut the write side down (a FIN after whatever is still queued)
+        // before the socket is closed, defeating the zero linger.
+        let stream = Arc::new(stream);
         let shared = Arc::new(Shared {
             backend,
             alive: AtomicBool::new(true),
@@ -170,8 +172,8 @@ impl Connection {
             wake_writer: Notify::new(),
             tasks: Mutex::new(Vec::new()),
         });
-        let reader = tokio::spawn(read_loop(read_half, shared.clone()));
-        let writer = tokio::spawn(write_loop(write_half, shared.clone()));
+        let reader = tokio::spawn(read_loop(stream.clone(), shared.clone()));
+        let writer = tokio::spawn(write_loop(stream, shared.clone()));
         {
             let mut tasks = shared.tasks.lock();
             tasks.push(reader.abort_handle());
@@ -228,7 +230,7 @@ impl Connection {
 }
 
 /// Writes what callers queue, one batch per write; a write error kills the connection.
-async fn write_loop(mut socket: tokio::net::tcp::OwnedWriteHalf, shared: Arc<Shared>) {
+async fn write_loop(socket: Arc<TcpStream>, shared: Arc<Shared>) {
     let mut batch: Vec<u8> = Vec::new();
     let failure = 'run: loop {
         shared.wake_writer.notified().await;
@@ -244,7 +246,7 @@ async fn write_loop(mut socket: tokio::net::tcp::OwnedWriteHalf, shared: Arc<Sha
                 }
                 std::mem::swap(&mut io.out, &mut batch);
             }
-            if let Err(error) = socket.write_all(&batch).await {
+            if let Err(error) = write_all(&socket, &batch).await {
                 break 'run error.to_string();
             }
             batch.clear();
@@ -383,7 +385,20 @@ impl ReplyProgress {
     }
 }
 
-async fn read_loop(mut socket: tokio::net::tcp::OwnedReadHalf, shared: Arc<Shared>) {
+/// Writes all of `data` to a stream shared with its reader.
+async fn write_all(socket: &TcpStream, mut data: &[u8]) -> std::io::Result<()> {
+    while !data.is_empty() {
+        socket.writable().await?;
+        match socket.try_write(data) {
+            Ok(written) => data = &data[written..],
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
+}
+
+async fn read_loop(socket: Arc<TcpStream>, shared: Arc<Shared>) {
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut current: Option<(Pending, ReplyProgress)> = None;
     let failure = loop {
@@ -429,9 +444,13 @@ async fn read_loop(mut socket: tokio::net::tcp::OwnedReadHalf, shared: Arc<Share
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {
             buf.reserve(READ_CHUNK);
         }
-        match socket.read_buf(&mut buf).await {
+        if let Err(error) = socket.readable().await {
+            break error.to_string();
+        }
+        match socket.try_read_buf(&mut buf) {
             Ok(0) => break "backend closed the connection".to_string(),
             Ok(_) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(error) => break error.to_string(),
         }
     };
