@@ -13,19 +13,19 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::Instant;
 
 use plotters::coord::Shift;
 use plotters::prelude::{
     ChartBuilder, Color, DrawingArea, DrawingBackend, IntoDrawingArea, IntoSegmentedCoord,
     LineSeries, PathElement, RGBColor, Rectangle, SVGBackend, SegmentValue, BLACK, WHITE,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tailtrim_sim::chisel::{
     paper_grid, run_point, summarize, GridPoint, PointResult, Setup, Summary,
 };
 
-use tailtrim_lab::meta::{git_state, utc_timestamp};
+use tailtrim_lab::meta::{Recorder, RunMetadata};
+use tailtrim_lab::results::{read_json, write_json};
 
 use super::common::progress_bar;
 
@@ -53,25 +53,28 @@ pub struct Args {
     /// Only these scenarios, `A:mice:ratio:overhead` (comma-separated).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Only redraw the figures from `<out>/results.json` (no simulation).
+    #[arg(long)]
+    replot: bool,
 }
 
-#[derive(Serialize)]
+/// The harness's run metadata, the seed and what kind of result this is. Files written
+/// before the harness (`wall_secs` instead of `wall_seconds`, no load or CPU model) read as
+/// well.
+#[derive(Serialize, Deserialize)]
 struct Metadata {
-    command: String,
-    commit: String,
-    dirty: bool,
+    #[serde(flatten)]
+    run: RunMetadata,
     seed: u64,
-    started_utc: String,
-    wall_secs: f64,
-    note: &'static str,
+    note: String,
 }
 
-#[derive(Serialize)]
-struct Report<'a> {
+#[derive(Serialize, Deserialize)]
+struct Report {
     metadata: Metadata,
-    setup: &'a Setup,
-    summary: &'a Summary,
-    results: &'a [PointResult],
+    setup: Setup,
+    summary: Summary,
+    results: Vec<PointResult>,
 }
 
 fn parse_point(text: &str) -> Result<GridPoint, String> {
@@ -95,6 +98,17 @@ fn parse_point(text: &str) -> Result<GridPoint, String> {
 
 /// Runs `tailtrim experiment chisel`.
 pub fn run(args: Args) -> Result<ExitCode, String> {
+    if args.replot {
+        let report: Report = read_json(&args.out)?;
+        plot_all(&args.out, &report.results, &report.summary)?;
+        print_summary(
+            &report.summary,
+            &report.results,
+            report.metadata.run.wall_seconds,
+        );
+        println!("redrew {} from its results.json", args.out.display());
+        return Ok(ExitCode::SUCCESS);
+    }
     let setup = Setup {
         requests: args.requests,
         seed: args.seed,
@@ -114,9 +128,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
             .collect::<Result<Vec<_>, _>>()?
     };
     // The tree as the run starts: the code that produces the numbers.
-    let (commit, dirty) = git_state();
-    let started_utc = utc_timestamp();
-    let started = Instant::now();
+    let recorder = Recorder::start();
     let bar = progress_bar(
         std::io::IsTerminal::is_terminal(&std::io::stderr()),
         grid.len() as u64,
@@ -151,29 +163,22 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         .into_iter()
         .map(|slot| slot.unwrap_or_else(|| Err("scenario not run".to_string())))
         .collect::<Result<_, _>>()?;
-    let wall_secs = started.elapsed().as_secs_f64();
+    let metadata = recorder.finish();
+    let wall_secs = metadata.wall_seconds;
     let summary = summarize(&results);
     let report = Report {
         metadata: Metadata {
-            command: std::env::args().collect::<Vec<_>>().join(" "),
-            commit,
-            dirty,
+            run: metadata,
             seed: args.seed,
-            started_utc,
-            wall_secs,
-            note: "SIMULATED: tailtrim's cluster simulator, no real servers",
+            note: "SIMULATED: tailtrim's cluster simulator, no real servers".to_string(),
         },
-        setup: &setup,
-        summary: &summary,
-        results: &results,
+        setup,
+        summary,
+        results,
     };
-    std::fs::create_dir_all(&args.out)
-        .map_err(|e| format!("create {}: {e}", args.out.display()))?;
-    let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-    let path = args.out.join("results.json");
-    std::fs::write(&path, json + "\n").map_err(|e| format!("write {}: {e}", path.display()))?;
-    plot_all(&args.out, &results, &summary)?;
-    print_summary(&summary, &results, wall_secs);
+    write_json(&args.out, &report)?;
+    plot_all(&args.out, &report.results, &report.summary)?;
+    print_summary(&report.summary, &report.results, wall_secs);
     println!("wrote {}", args.out.display());
     Ok(ExitCode::SUCCESS)
 }

@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use plotters::prelude::{IntoDrawingArea, RGBColor, SVGBackend, WHITE};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tailtrim_sim::cluster::run_cluster_with;
 use tailtrim_sim::tailx::{
     calibrate, paper_experiments, planner, reductions, scenario, short_count, Calibration,
@@ -22,7 +22,8 @@ use tailtrim_sim::tailx::{
 };
 
 use super::chisel::{draw_bars, fail};
-use tailtrim_lab::meta::{git_state, load_average, utc_timestamp};
+use tailtrim_lab::meta::{Recorder, RunMetadata};
+use tailtrim_lab::results::{read_json, write_json, write_text};
 
 /// Arguments of `tailtrim experiment tailx`.
 #[derive(clap::Args, Debug)]
@@ -55,9 +56,12 @@ pub struct Args {
     /// Seed of every run.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Only redraw results.md and the figures from `<out>/results.json` (no simulation).
+    #[arg(long)]
+    replot: bool,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 struct Timed {
     #[serde(flatten)]
     outcome: PlannerOutcome,
@@ -65,7 +69,7 @@ struct Timed {
     wall_secs: f64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 struct ExperimentResult {
     experiment: Experiment,
     calibration: Calibration,
@@ -73,28 +77,32 @@ struct ExperimentResult {
     reductions_vs_rein_sbf: Vec<Reduction>,
 }
 
-#[derive(Serialize)]
+/// The harness's run metadata, the seed and what kind of result this is. Files written
+/// before the harness (`wall_secs` instead of `wall_seconds`, no CPU model) read as well.
+#[derive(Serialize, Deserialize)]
 struct Metadata {
-    command: String,
-    commit: String,
-    dirty: bool,
+    #[serde(flatten)]
+    run: RunMetadata,
     seed: u64,
-    started_utc: String,
-    wall_secs: f64,
-    load_average_start: String,
-    load_average_end: String,
-    note: &'static str,
+    note: String,
 }
 
-#[derive(Serialize)]
-struct Report<'a> {
+#[derive(Serialize, Deserialize)]
+struct Report {
     metadata: Metadata,
-    setup: &'a Setup,
-    experiments: &'a [ExperimentResult],
+    setup: Setup,
+    experiments: Vec<ExperimentResult>,
 }
 
 /// Runs `tailtrim experiment tailx`.
 pub fn run(args: Args) -> Result<ExitCode, String> {
+    if args.replot {
+        let report: Report = read_json(&args.out)?;
+        let markdown = render(&report.experiments, &args.out)?;
+        print!("{markdown}");
+        println!("redrew {} from its results.json", args.out.display());
+        return Ok(ExitCode::SUCCESS);
+    }
     let setup = Setup {
         load: args.load,
         workers_per_server: args.workers,
@@ -109,10 +117,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     if experiments.is_empty() {
         return Err("no experiment selected".to_string());
     }
-    let (commit, dirty) = git_state();
-    let started_utc = utc_timestamp();
-    let load_average_start = load_average();
-    let started = Instant::now();
+    let recorder = Recorder::start();
     let mut results = Vec::new();
     for experiment in &experiments {
         let calibration = calibrate(&setup, experiment).map_err(|e| e.to_string())?;
@@ -184,36 +189,32 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
             outcomes,
         });
     }
-    let wall_secs = started.elapsed().as_secs_f64();
+    let metadata = recorder.finish();
+    let wall_secs = metadata.wall_seconds;
     let report = Report {
         metadata: Metadata {
-            command: std::env::args().collect::<Vec<_>>().join(" "),
-            commit,
-            dirty,
+            run: metadata,
             seed: args.seed,
-            started_utc,
-            wall_secs,
-            load_average_start,
-            load_average_end: load_average(),
-            note: "SIMULATED: tailtrim's cluster simulator, no real servers",
+            note: "SIMULATED: tailtrim's cluster simulator, no real servers".to_string(),
         },
-        setup: &setup,
-        experiments: &results,
+        setup,
+        experiments: results,
     };
-    std::fs::create_dir_all(&args.out)
-        .map_err(|e| format!("create {}: {e}", args.out.display()))?;
-    let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-    let path = args.out.join("results.json");
-    std::fs::write(&path, json + "\n").map_err(|e| format!("write {}: {e}", path.display()))?;
-    let markdown = render_markdown(&results);
-    let path = args.out.join("results.md");
-    std::fs::write(&path, &markdown).map_err(|e| format!("write {}: {e}", path.display()))?;
-    for result in &results {
-        plot(&args.out, result)?;
-    }
+    write_json(&args.out, &report)?;
+    let markdown = render(&report.experiments, &args.out)?;
     print!("{markdown}");
     println!("wrote {} ({wall_secs:.0} s)", args.out.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes results.md and one figure per experiment; returns the markdown.
+fn render(results: &[ExperimentResult], out: &std::path::Path) -> Result<String, String> {
+    let markdown = render_markdown(results);
+    write_text(out, "results.md", &markdown)?;
+    for result in results {
+        plot(out, result)?;
+    }
+    Ok(markdown)
 }
 
 fn render_markdown(results: &[ExperimentResult]) -> String {

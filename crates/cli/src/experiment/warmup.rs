@@ -29,8 +29,9 @@ use tailtrim_bench::plot::{plot_panels, request_index_at, Line, Panel};
 use tailtrim_bench::workload::{OpKind, OperationSpec, Popularity};
 use tailtrim_bench::{run_cache_aside, CacheAsideConfig, ScheduledEvent, WorkloadSpec};
 
-use tailtrim_lab::meta::{load_average, utc_timestamp};
+use tailtrim_lab::meta::{load_average, utc_timestamp, Recorder, RunMetadata};
 use tailtrim_lab::process::{Launch, Process, ServerShape};
+use tailtrim_lab::results::{read_json, write_json, write_text};
 
 use super::common::{progress_bar, tailtrim_binary};
 
@@ -103,6 +104,9 @@ pub struct Args {
     /// Output directory.
     #[arg(long, default_value = "experiments/warmup")]
     out: PathBuf,
+    /// Only redraw results.md and the figures from `<out>/results.json` (no run).
+    #[arg(long)]
+    replot: bool,
 }
 
 /// The membership change of a run.
@@ -238,6 +242,10 @@ pub struct Results {
     pub experiment: String,
     /// Start time.
     pub started: String,
+    /// How the file was produced: commit, machine, load and steal during the runs, command
+    /// (absent in files written before the harness kept it).
+    #[serde(default)]
+    pub metadata: RunMetadata,
     /// Every requested run finished.
     pub complete: bool,
     /// The settings and how they scale the report's setup.
@@ -604,17 +612,20 @@ fn plot(results: &Results, out: &Path) -> Result<(), String> {
 }
 
 fn write(results: &Results, out: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(out).map_err(|error| format!("creating {}: {error}", out.display()))?;
-    let json = serde_json::to_string_pretty(results).map_err(|error| error.to_string())?;
-    std::fs::write(out.join("results.json"), json + "\n")
-        .map_err(|error| format!("writing results.json: {error}"))?;
-    std::fs::write(out.join("results.md"), markdown(results))
-        .map_err(|error| format!("writing results.md: {error}"))?;
+    write_json(out, results)?;
+    write_text(out, "results.md", &markdown(results))?;
     plot(results, out)
 }
 
 /// Runs `tailtrim experiment warmup`.
 pub fn run(mut args: Args) -> Result<std::process::ExitCode, String> {
+    if args.replot {
+        let results: Results = read_json(&args.out)?;
+        write_text(&args.out, "results.md", &markdown(&results))?;
+        plot(&results, &args.out)?;
+        println!("redrew {} from its results.json", args.out.display());
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
     if args.quick {
         args.keys = 2_000;
         args.memory_mb = 2;
@@ -633,8 +644,10 @@ pub fn run(mut args: Args) -> Result<std::process::ExitCode, String> {
     let workload = workload(&args);
     let interactive = std::io::stderr().is_terminal();
     let data_mb = workload.estimated_bytes() as f64 / 1e6;
+    let recorder = Recorder::start();
     let mut results = Results {
         experiment: "warmup".into(),
+        metadata: recorder.snapshot(),
         started: utc_timestamp(),
         complete: false,
         settings: serde_json::json!({
@@ -674,9 +687,11 @@ pub fn run(mut args: Args) -> Result<std::process::ExitCode, String> {
         eprint!("{}", result.report.to_table());
         results.runs.push(result);
         results.summary = summary(&results.runs);
+        results.metadata = recorder.snapshot();
         write(&results, &args.out)?;
     }
     results.complete = true;
+    results.metadata = recorder.finish();
     write(&results, &args.out)?;
     print!("{}", markdown(&results));
     Ok(std::process::ExitCode::SUCCESS)
