@@ -72,5 +72,28 @@ fn quick_warmup_run_compares_a_join_with_its_baseline() {
     for file in ["results.md", "join.svg", "join.png"] {
         assert!(out.join(file).is_file(), "{file} missing");
     }
+    assert!(
+        json["metadata"]["commit"]
+            .as_str()
+            .is_some_and(|commit| !commit.is_empty()),
+        "run metadata recorded"
+    );
+    assert!(json["metadata"]["load_average_start"].is_string());
+
+    // --replot redraws from results.json without running anything.
+    for file in ["results.md", "join.svg"] {
+        std::fs::remove_file(out.join(file)).unwrap_or_else(|error| panic!("{file}: {error}"));
+    }
+    let replot = Command::new(env!("CARGO_BIN_EXE_tailtrim"))
+        .args(["experiment", "warmup", "--replot", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap_or_else(|error| panic!("running tailtrim: {error}"));
+    assert!(
+        replot.status.success(),
+        "--replot failed: {}",
+        String::from_utf8_lossy(&replot.stderr)
+    );
+    assert!(out.join("results.md").is_file() && out.join("join.svg").is_file());
     let _ = std::fs::remove_dir_all(&out);
 }
