@@ -8,7 +8,9 @@
 # and proxy (`tailtrim proxy` over three `serve` backends). Per target:
 #   1. start the processes (memory limit SOAK_MEMORY_MB, default 32, smaller than the
 #      workload's data, so the store fills, evicts and refills for the whole run);
-#   2. fill the cache (5 s at 2000 rps, not counted), then probe capacity: cache-aside load at
+#   2. fill the cache (every key written, coldest first, then 5 s at 2000 rps, not counted:
+#      the stores are full before the soak starts, so RSS growth after warm-up is not the
+#      store filling up), then probe capacity: cache-aside load at
 #      rising rates, 3 s each; capacity is the highest rate
 #      whose p99 stays under 20 ms (requests not queueing behind the bench's workers); if
 #      none does (a loaded host), 2000 rps stands for it;
@@ -161,7 +163,7 @@ for spec in "${targets[@]}"; do
 
     # Capacity probe (also fills the cache).
     capacity=0
-    bench_run "$port" 2000 5 1 "$dir/fill.json"
+    bench_run "$port" 2000 5 1 "$dir/fill.json" --prefill
     if [ -n "${SOAK_RATE:-}" ]; then
         rate="$SOAK_RATE"
     else
