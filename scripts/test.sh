@@ -138,11 +138,12 @@ for planner in rein-sbf tailx; do
     run_go "through the proxy, $planner"
 done
 unset TAILTRIM_PROXY_ARGS
-# ... and while one more backend joins and leaves the pool (fallback warm-up), every 2.4 s:
-# longer than any test's set-to-read window (2.1 s), so no test sees a key leave and come back
-# to a flushed server, which a cache may legitimately forget (issue 14). A run counts only if
-# the pool really changed: at least one join and one removal, none refused.
-export TAILTRIM_PROXY_CHURN=2.4 TAILTRIM_PROXY_CHURN_WARMUP=fallback
+# ... and while one more backend joins the pool (at 0.2 s) and leaves it (1 s later), fallback
+# warm-up, while the suites run (each lasts more than 2 s). One join and one removal only: a
+# key written to a server that leaves is lost if another change comes before it is read (the
+# removal's fallback ends), which a cache may legitimately do (issue 14; docs/scaleout.md).
+# A run counts only if the pool really changed: one join and one removal, none refused.
+export TAILTRIM_PROXY_CHURN=1 TAILTRIM_PROXY_CHURN_CHANGES=2 TAILTRIM_PROXY_CHURN_WARMUP=fallback
 for suite in pytest go; do
     export TAILTRIM_PROXY_CHURN_LOG="$logdir/churn-$suite.log"
     rm -f "$TAILTRIM_PROXY_CHURN_LOG"
@@ -153,7 +154,7 @@ for suite in pytest go; do
         note_failure "$suite under churn: ${joins:-0} joins, ${leaves:-0} removals ($(grep FAILED "$TAILTRIM_PROXY_CHURN_LOG" 2>/dev/null | head -1))"
     fi
 done
-unset TAILTRIM_PROXY_CHURN TAILTRIM_PROXY_CHURN_WARMUP TAILTRIM_PROXY_CHURN_LOG
+unset TAILTRIM_PROXY_CHURN TAILTRIM_PROXY_CHURN_CHANGES TAILTRIM_PROXY_CHURN_WARMUP TAILTRIM_PROXY_CHURN_LOG
 export TAILTRIM_BIN="$server_bin"
 
 echo

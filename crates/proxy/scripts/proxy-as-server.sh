@@ -12,7 +12,8 @@
 # TAILTRIM_PROXY_BIN picks the tailtrim binary (default target/release/tailtrim);
 # TAILTRIM_PROXY_ARGS adds proxy flags (e.g. "--replicas 2").
 # TAILTRIM_PROXY_CHURN=SECONDS starts one more memcached, adds it to the pool 0.2 s after
-# the proxy starts, then every SECONDS removes it and adds it again through the proxy's admin listener (warm-up mode
+# the proxy starts, then every SECONDS removes it and adds it again (at most
+# TAILTRIM_PROXY_CHURN_CHANGES changes, default no limit) through the proxy's admin listener (warm-up mode
 # TAILTRIM_PROXY_CHURN_WARMUP, default fallback), so a suite runs while the membership changes.
 # Each answer of the admin listener is appended to TAILTRIM_PROXY_CHURN_LOG (default
 # /dev/null); a refused change stops the churn and is logged with the word FAILED.
@@ -86,7 +87,10 @@ if [ -n "$churn" ]; then
         done
         method=POST
         pause=0.2
+        changes=0
         while kill -0 "$self" 2>/dev/null; do
+            [ -n "${TAILTRIM_PROXY_CHURN_CHANGES:-}" ] && [ "$changes" -ge "$TAILTRIM_PROXY_CHURN_CHANGES" ] && break
+            changes=$((changes + 1))
             sleep "$pause"
             pause="$churn"
             kill -0 "$self" 2>/dev/null || break
