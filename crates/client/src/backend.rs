@@ -4,18 +4,22 @@
 //!   call_in(bytes, shape, class)
 //!     ├─ health.try_acquire(now)? ── no ──► Err(BackendDown)          (fail fast)
 //!     ├─ window set: gate.admit(class) ≤ timeout (DRR queue, see sched) ─ else Err(Overloaded)
-//!     ├─ slot = next round-robin connection; connect lazily (connect_timeout)
+//!     │     (skipped when the backend serves the classes itself: `priorities drr`)
+//!     ├─ slot = next round-robin connection, or the class's own connection when the backend
+//!     │  serves the classes; connect lazily (connect_timeout); a new connection asks
+//!     │  `stats settings` whether the server announces `priorities drr` (when detecting)
 //!     ├─ outstanding += 1; submit; wait ≤ timeout
 //!     │     ├─ reply   ─► health.record_success, EWMA, latency histogram
 //!     │     └─ timeout ─► kill the connection (pending requests fail), health.record_failure
 //!     └─ outstanding -= 1
 //! ```
 
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
+use tailtrim_policy::drr::CLASSES;
 use tailtrim_policy::health::{BackendLoad, Ewma, HealthSettings, HealthTracker, HealthTransition};
 use tokio::net::TcpStream;
 
@@ -43,6 +47,9 @@ pub struct BackendSettings {
     /// Requests in flight at most, queued by priority class beyond that (0: no bound, no
     /// queue in the client).
     pub window: usize,
+    /// Ask each new connection whether the server serves priority classes itself (`stats
+    /// settings`: `priorities drr`); set when the planner assigns classes.
+    pub detect_priorities: bool,
 }
 
 impl BackendSettings {
@@ -56,6 +63,7 @@ impl BackendSettings {
             health: config.health,
             ewma_alpha: config.ewma_alpha,
             window: config.effective_window(),
+            detect_priorities: config.planner.uses_priorities(),
         }
     }
 }
@@ -77,6 +85,36 @@ impl Slot {
     }
 }
 
+/// Who serves a backend's priority classes, as its latest connection found out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Priorities {
+    /// Not asked yet (no connection, or detection off).
+    Undetected,
+    /// The backend announced `priorities drr`: requests carry their class (`mg … p<class>`),
+    /// each class has its own connection and the client does not hold them back.
+    Backend,
+    /// The backend did not (stock memcached, or a tailtrim dispatch policy that serves
+    /// in arrival order): no flag is sent; the client's gate orders requests, if it has one.
+    Client,
+}
+
+impl Priorities {
+    fn from_u8(value: u8) -> Priorities {
+        match value {
+            1 => Priorities::Backend,
+            2 => Priorities::Client,
+            _ => Priorities::Undetected,
+        }
+    }
+}
+
+/// True when a `stats settings` reply announces that the server serves classes itself.
+fn announces_priorities(reply: &[u8]) -> bool {
+    reply
+        .split(|&b| b == b'\n')
+        .any(|line| line.trim_ascii_end() == b"STAT priorities drr")
+}
+
 /// A backend server.
 pub struct Backend {
     address: String,
@@ -88,13 +126,20 @@ pub struct Backend {
     ewma: Mutex<Ewma>,
     outstanding: AtomicU32,
     gate: Option<Gate>,
+    /// A [`Priorities`] as its `u8`.
+    priorities: AtomicU8,
     stats: BackendStats,
 }
 
 impl Backend {
     /// A backend at `address` (`host:port`); nothing is connected until the first request.
     pub fn new(address: String, settings: BackendSettings, clock: Clock) -> Self {
-        let connections = settings.connections.max(1);
+        // One connection per class in reserve, for a backend that serves the classes.
+        let connections = if settings.detect_priorities {
+            settings.connections.max(CLASSES)
+        } else {
+            settings.connections.max(1)
+        };
         Backend {
             address,
             settings,
@@ -105,6 +150,7 @@ impl Backend {
             ewma: Mutex::new(Ewma::new(settings.ewma_alpha)),
             outstanding: AtomicU32::new(0),
             gate: (settings.window > 0).then(|| Gate::new(settings.window)),
+            priorities: AtomicU8::new(0),
             stats: BackendStats::default(),
         }
     }
@@ -148,13 +194,59 @@ impl Backend {
         self.ewma.lock().value()
     }
 
-    async fn connection(&self) -> Result<Connection, ClientError> {
-        let index = self.next_slot.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+    /// Who serves this backend's priority classes.
+    pub fn priorities(&self) -> Priorities {
+        Priorities::from_u8(self.priorities.load(Ordering::Relaxed))
+    }
+
+    /// Who serves the classes, connecting (and so detecting) first if nobody has asked yet.
+    /// A backend that cannot be reached stays undetected (and is served like
+    /// [`Priorities::Client`]) until a connection succeeds.
+    pub async fn detect_priorities(&self) -> Priorities {
+        if self.settings.detect_priorities && self.priorities() == Priorities::Undetected {
+            let _ = self.connection(0).await;
+        }
+        self.priorities()
+    }
+
+    /// Asks a new connection's server whether it serves priority classes (before the
+    /// connection is published in its slot, so nothing else is queued on it yet).
+    async fn detect_on(&self, connection: &Connection) {
+        let reply = match connection.submit(b"stats settings\r\n", ReplyShape::UntilEnd) {
+            Ok(receiver) => {
+                tokio::time::timeout(self.settings.connect_timeout, receiver)
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .and_then(Result::ok)
+            }
+            Err(_) => None,
+        };
+        let found = match reply {
+            Some(reply) if announces_priorities(&reply.bytes) => Priorities::Backend,
+            _ => Priorities::Client,
+        };
+        self.priorities.store(found as u8, Ordering::Relaxed);
+    }
+
+    /// The connection for a request in `class`: the class's own slot when the backend serves
+    /// the classes (so a backlog of one class never sits in front of another on one
+    /// connection; slots `class + k·CLASSES` round robin), else the next of the configured
+    /// connections round robin.
+    async fn connection(&self, class: usize) -> Result<Connection, ClientError> {
+        let index = if self.priorities() == Priorities::Backend {
+            // Slots class, class + CLASSES, … belong to the class (at least one each).
+            let class = class.min(CLASSES - 1);
+            let own = (self.slots.len() - class).div_ceil(CLASSES);
+            class + CLASSES * (self.next_slot.fetch_add(1, Ordering::Relaxed) % own)
+        } else {
+            self.next_slot.fetch_add(1, Ordering::Relaxed) % self.settings.connections.max(1)
+        };
         let slot = &self.slots[index];
         if let Some(connection) = slot.live() {
             return Ok(connection);
         }
-        // One caller connects; the others wait for its outcome.
+        // One caller connects (and asks about priorities); the others wait for its outcome.
         let _connecting = slot.connecting.lock().await;
         if let Some(connection) = slot.live() {
             return Ok(connection);
@@ -180,6 +272,9 @@ impl Backend {
         };
         self.stats.connects.incr();
         let connection = Connection::start(stream, self.address.clone(), self.settings.queue_limit);
+        if self.settings.detect_priorities {
+            self.detect_on(&connection).await;
+        }
         *slot.current.lock() = Some(connection.clone());
         Ok(connection)
     }
@@ -205,7 +300,11 @@ impl Backend {
                 backend: self.address.clone(),
             });
         }
-        let _permit = match &self.gate {
+        let gate = match self.priorities() {
+            Priorities::Backend => None,
+            Priorities::Undetected | Priorities::Client => self.gate.as_ref(),
+        };
+        let _permit = match gate {
             None => None,
             Some(gate) => {
                 match tokio::time::timeout(self.settings.timeout, gate.admit(class)).await {
@@ -224,7 +323,8 @@ impl Backend {
         self.stats.requests.incr();
         let mut in_flight = InFlight::new(self);
         let started = Instant::now();
-        let result = tokio::time::timeout(self.settings.timeout, self.exchange(bytes, shape)).await;
+        let result =
+            tokio::time::timeout(self.settings.timeout, self.exchange(bytes, shape, class)).await;
         in_flight.finished();
         match result {
             Ok(Ok(reply)) => {
@@ -259,8 +359,13 @@ impl Backend {
         }
     }
 
-    async fn exchange(&self, bytes: Bytes, shape: ReplyShape) -> Result<RawReply, ClientError> {
-        let connection = self.connection().await?;
+    async fn exchange(
+        &self,
+        bytes: Bytes,
+        shape: ReplyShape,
+        class: usize,
+    ) -> Result<RawReply, ClientError> {
+        let connection = self.connection(class).await?;
         // If this future is dropped (timeout) mid-write or mid-wait, the guard kills the
         // connection so a torn write or a late reply can never reach a later request.
         let guard = KillOnDrop(Some(connection.clone()));

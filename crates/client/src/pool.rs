@@ -7,7 +7,8 @@
 //!   multiget(keys) ─► planner.plan(&request, &view) ─► Fetch per backend, concurrently
 //!                        failed fetches: their keys are planned again without that backend
 //!                        Unavailable: fail fast (NoBackend)
-//!                        not_before: wait in the delay queue; priority: the backend gate's class
+//!                        not_before: wait in the delay queue; priority: the backend gate's class,
+//!                        or, to a backend that serves classes itself, `mg … p<class>` requests
 //! ```
 
 use std::sync::Arc;
@@ -25,7 +26,7 @@ use tailtrim_policy::rein::class_of;
 use tailtrim_policy::ring::Ring;
 use tailtrim_proto::compose;
 
-use crate::backend::{Backend, BackendSettings};
+use crate::backend::{Backend, BackendSettings, Priorities};
 use crate::clock::Clock;
 use crate::config::{PoolConfig, DEFAULT_MODEL_CLIENT_THREADS};
 use crate::connection::{RawReply, ReplyShape, ValueItem};
@@ -48,6 +49,20 @@ pub enum MultigetKind {
 }
 
 impl MultigetKind {
+    /// The query as quiet `mg` requests carrying `class`, for a backend that serves classes.
+    fn compose_classed(self, keys: &[&[u8]], class: usize) -> Bytes {
+        let mut out = Vec::with_capacity(keys.iter().map(|k| k.len() + 24).sum::<usize>() + 4);
+        let (with_cas, touch) = match self {
+            MultigetKind::Get => (false, None),
+            MultigetKind::Gets => (true, None),
+            MultigetKind::Gat(exptime) => (false, Some(exptime)),
+            MultigetKind::Gats(exptime) => (true, Some(exptime)),
+        };
+        let class = u8::try_from(class.min(CLASSES - 1)).unwrap_or(0);
+        compose::meta_multiget(&mut out, keys, with_cas, touch, class);
+        Bytes::from(out)
+    }
+
     fn compose(self, keys: &[&[u8]]) -> Bytes {
         let mut out = Vec::with_capacity(16 + keys.iter().map(|k| k.len() + 1).sum::<usize>());
         match self {
@@ -472,17 +487,34 @@ impl Pool {
         class: usize,
     ) -> Result<Vec<Option<ValueItem>>, ClientError> {
         let refs: Vec<&[u8]> = keys.iter().map(Bytes::as_ref).collect();
-        let bytes = kind.compose(&refs);
+        let classed = self.backends[backend].detect_priorities().await == Priorities::Backend;
+        let (bytes, shape) = if classed {
+            (
+                kind.compose_classed(&refs, class),
+                ReplyShape::UntilMetaNoop,
+            )
+        } else {
+            (kind.compose(&refs), ReplyShape::UntilEnd)
+        };
         self.stats.queries.incr();
         self.stats.query_keys.add(keys.len() as u64);
         let sent = Instant::now();
-        let reply = self.backends[backend]
-            .call_in(bytes, ReplyShape::UntilEnd, class)
-            .await;
+        let reply = self.backends[backend].call_in(bytes, shape, class).await;
         let elapsed = sent.elapsed();
         self.stats.fetch_class_latency[class]
             .record_micros(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX));
-        let reply = reply?;
+        let mut reply = reply?;
+        if classed && !reply.error_line {
+            match meta_multiget_values(&reply.bytes) {
+                Ok(values) => reply.values = values,
+                Err(line) => {
+                    return Err(ClientError::BackendReplied {
+                        backend: self.backends[backend].address().to_string(),
+                        line,
+                    })
+                }
+            }
+        }
         if reply.error_line {
             return Err(ClientError::BackendReplied {
                 backend: self.backends[backend].address().to_string(),
@@ -680,6 +712,60 @@ impl Pool {
 /// for a miss). Backends answer in request order, skipping misses; an item is only ever given
 /// to a key equal to the item's key, so a confused backend can cause a miss but never a wrong
 /// value.
+/// The items of a reply to [`compose::meta_multiget`]: each `VA` item (return flags `f`, `k`
+/// and maybe `c`) becomes the `VALUE` item a text multiget would have returned. Any other
+/// reply item is the backend's error, returned as its line.
+fn meta_multiget_values(bytes: &Bytes) -> Result<Vec<ValueItem>, String> {
+    use tailtrim_proto::number::{parse_u32, parse_u64};
+    use tailtrim_proto::{parse_response, tokens, Parsed, Response};
+    let mut values = Vec::new();
+    let mut rest = &bytes[..];
+    while !rest.is_empty() {
+        let (flags, data, consumed) = match parse_response(rest) {
+            Parsed::Complete {
+                value: Response::MetaValue { flags, data },
+                consumed,
+            } => (flags, data, consumed),
+            Parsed::Complete { consumed, .. } | Parsed::Invalid { consumed, .. } => {
+                let line = &rest[..consumed.min(rest.len())];
+                return Err(String::from_utf8_lossy(line.trim_ascii_end()).into_owned());
+            }
+            Parsed::Incomplete => return Err("truncated meta reply".to_string()),
+        };
+        let (mut key, mut client_flags, mut cas) = (None, 0, None);
+        for token in tokens(&flags) {
+            match token.split_first() {
+                Some((b'k', k)) => key = Some(k),
+                Some((b'f', f)) => client_flags = parse_u32(f).unwrap_or(0),
+                Some((b'c', c)) => cas = parse_u64(c),
+                _ => {}
+            }
+        }
+        let key = key.ok_or_else(|| "VA item without its key".to_string())?;
+        let value = &rest[data];
+        let mut item = Vec::with_capacity(key.len() + value.len() + 48);
+        item.extend_from_slice(b"VALUE ");
+        item.extend_from_slice(key);
+        item.extend_from_slice(format!(" {client_flags} {}", value.len()).as_bytes());
+        if let Some(cas) = cas {
+            item.extend_from_slice(format!(" {cas}").as_bytes());
+        }
+        item.extend_from_slice(b"\r\n");
+        let start = item.len();
+        item.extend_from_slice(value);
+        item.extend_from_slice(b"\r\n");
+        values.push(ValueItem {
+            key: Bytes::copy_from_slice(key),
+            item: Bytes::from(item),
+            flags: client_flags,
+            cas,
+            data: start..start + value.len(),
+        });
+        rest = &rest[consumed..];
+    }
+    Ok(values)
+}
+
 fn match_values(keys: &[Bytes], values: Vec<ValueItem>) -> Vec<Option<ValueItem>> {
     let mut out = vec![None; keys.len()];
     let mut values = values.into_iter().peekable();

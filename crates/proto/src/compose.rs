@@ -82,6 +82,35 @@ pub fn touch(out: &mut Vec<u8>, key: &[u8], exptime: i64, noreply: bool) {
     simple_keyed(out, b"touch", key, Some(exptime.to_string()), noreply);
 }
 
+/// Appends a multiget as quiet `mg` requests that carry priority class `class` (tailtrim's
+/// `p` flag, [`crate::meta::CLASS_FLAG`]; only for servers that announce it), closed by `mn`:
+/// `mg <key> v f k [c] [T<exptime>] q p<class>\r\n` per key, then `mn\r\n`. Hits come back as
+/// `VA <len> f<flags> k<key> [c<cas>]` items, misses say nothing, `MN` ends the reply.
+pub fn meta_multiget<K: AsRef<[u8]>>(
+    out: &mut Vec<u8>,
+    keys: &[K],
+    with_cas: bool,
+    touch: Option<i32>,
+    class: u8,
+) {
+    for key in keys {
+        out.extend_from_slice(b"mg ");
+        out.extend_from_slice(key.as_ref());
+        out.extend_from_slice(b" v f k");
+        if with_cas {
+            out.extend_from_slice(b" c");
+        }
+        if let Some(exptime) = touch {
+            out.extend_from_slice(b" T");
+            push_num(out, exptime);
+        }
+        out.extend_from_slice(b" q p");
+        push_num(out, class);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"mn\r\n");
+}
+
 fn simple_keyed(out: &mut Vec<u8>, word: &[u8], key: &[u8], arg: Option<String>, noreply: bool) {
     out.extend_from_slice(word);
     out.push(b' ');
@@ -100,6 +129,28 @@ fn simple_keyed(out: &mut Vec<u8>, word: &[u8], key: &[u8], arg: Option<String>,
 mod tests {
     use super::*;
     use crate::{parse_request, Limits, Parsed, Request};
+
+    #[test]
+    fn a_classed_meta_multiget_parses_back_as_quiet_mgs_and_a_noop() {
+        let mut out = Vec::new();
+        meta_multiget(&mut out, &[b"a".as_slice(), b"b"], true, Some(30), 3);
+        assert_eq!(
+            out,
+            b"mg a v f k c T30 q p3\r\nmg b v f k c T30 q p3\r\nmn\r\n".to_vec()
+        );
+        let limits = Limits::default();
+        let mut rest = &out[..];
+        let mut got = Vec::new();
+        while let Parsed::Complete { value, consumed } = parse_request(rest, &limits) {
+            got.push(value);
+            rest = &rest[consumed..];
+        }
+        assert_eq!(got.len(), 3);
+        assert!(got[..2]
+            .iter()
+            .all(|r| r.priority_class() == Some(3) && matches!(r, Request::MetaGet { flags, .. } if flags.quiet())));
+        assert_eq!(got[2], Request::MetaNoop);
+    }
 
     #[test]
     fn composed_requests_parse_back() {

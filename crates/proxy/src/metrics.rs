@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
+use tailtrim_client::backend::{Backend, Priorities};
 use tailtrim_client::stats::LatencyHistogram;
 use tailtrim_client::{Pool, ReplyShape};
 use tailtrim_policy::drr::CLASSES;
@@ -281,6 +282,12 @@ fn counters(shared: &Shared) -> Vec<Sample> {
                 );
             }
         }
+        push(
+            "backend_serves_priorities",
+            "1 when the backend announced that it serves priority classes itself (priorities drr).",
+            labels.clone(),
+            u64::from(backend.priorities() == Priorities::Backend),
+        );
         push(
             "backend_up",
             "1 when the backend is up.",
@@ -652,6 +659,14 @@ pub async fn stats_reply(shared: &Shared, args: &[Bytes]) -> Vec<u8> {
             let _ = write!(out, "STAT chisel_decision {state}\r\n");
         }
         let _ = write!(out, "STAT pool_priorities {}\r\n", priorities_mode(&pool));
+        for backend in pool.backends() {
+            let _ = write!(
+                out,
+                "STAT backend_priorities:{} {}\r\n",
+                backend.address(),
+                backend_priorities_mode(&pool, backend)
+            );
+        }
         for sample in counters(shared) {
             let suffix = stat_suffix(&sample.labels);
             let _ = write!(out, "STAT {}{suffix} {}\r\n", sample.name, sample.value);
@@ -740,6 +755,18 @@ fn priorities_mode(pool: &tailtrim_client::Pool) -> &'static str {
         (true, true) => "proxy-drr",
         (true, false) => "proxy-fifo",
         (false, _) => "none",
+    }
+}
+
+/// Where one backend's priorities are applied: `backend-drr` when it announced that it serves
+/// the classes itself (requests carry `mg … p<class>`, the proxy does not hold them back),
+/// else the pool's mode ([`priorities_mode`]); `undetected` before the first connection when
+/// the planner assigns classes.
+fn backend_priorities_mode(pool: &Pool, backend: &Backend) -> &'static str {
+    match backend.priorities() {
+        Priorities::Backend => "backend-drr",
+        Priorities::Undetected if pool.config().planner.uses_priorities() => "undetected",
+        Priorities::Undetected | Priorities::Client => priorities_mode(pool),
     }
 }
 
