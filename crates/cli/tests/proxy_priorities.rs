@@ -1,0 +1,139 @@
+//! Rein's classes through the real `tailtrim proxy` binary over three kinds of backend: a
+//! `tailtrim serve` that queues by class (late binding: `priorities drr`), one that serves in
+//! arrival order (pinned: `priorities fifo`) and Debian's memcached, which rejects the class
+//! flag. The proxy must send `mg … p<class>` to the first only (its per-class counters move),
+//! keep its own gate for the others, say so per backend in `stats`, and return the stored
+//! values from all three.
+//!
+//! ```text
+//!   client ──set / get k0..k89 (rein-sbf)──► proxy ──► serve --dispatch late-binding  (backend-drr)
+//!                                                  ├──► serve (pinned)                 (proxy-drr)
+//!                                                  └──► memcached                      (proxy-drr)
+//! ```
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{free_port, read_until, require_memcached, Program, Server};
+
+/// A `tailtrim proxy` child process; killed on drop.
+struct Proxy {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_proxy(backends: &[&Server], planner: &str) -> Proxy {
+    let port = free_port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let servers: Vec<String> = backends
+        .iter()
+        .map(|b| format!("127.0.0.1:{}:1", b.port))
+        .collect();
+    let child = Command::new(env!("CARGO_BIN_EXE_tailtrim"))
+        .args(["proxy", "-l", &addr.to_string(), "--admin", "off"])
+        .args(["-s", &servers.join(","), "--planner", planner, "-t", "1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start tailtrim proxy");
+    let mut proxy = Proxy { child, addr };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        if let Ok(Some(status)) = proxy.child.try_wait() {
+            panic!("tailtrim proxy exited early: {status}");
+        }
+        assert!(Instant::now() < deadline, "proxy did not listen in 15 s");
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    proxy
+}
+
+fn exchange(stream: &mut TcpStream, request: &[u8], end: &[u8]) -> String {
+    stream.write_all(request).expect("send");
+    String::from_utf8(read_until(stream, end, Duration::from_secs(10))).expect("utf-8")
+}
+
+fn stats_of(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("STAT "))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn classed_requests(server: &Server) -> u64 {
+    let stats = server.stats();
+    (0..5)
+        .map(|c| {
+            stats
+                .get(&format!("priority_class{c}_requests"))
+                .map_or(0, |v| v.parse::<u64>().expect("number"))
+        })
+        .sum()
+}
+
+#[test]
+fn the_proxy_sends_classes_only_to_backends_that_serve_them() {
+    if !require_memcached("the_proxy_sends_classes_only_to_backends_that_serve_them") {
+        return;
+    }
+    let drr = Server::start(Program::Tailtrim, &["-t", "1", "--dispatch", "late-binding"]);
+    let fifo = Server::start(Program::Tailtrim, &["-t", "1"]);
+    let memcached = Server::start(Program::Memcached, &["-t", "1"]);
+    let proxy = start_proxy(&[&drr, &fifo, &memcached], "rein-sbf");
+    let mut client = TcpStream::connect(proxy.addr).expect("connect");
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let keys: Vec<String> = (0..90).map(|i| format!("k{i}")).collect();
+    for (i, key) in keys.iter().enumerate() {
+        let value = format!("value-{i}");
+        let request = format!("set {key} {i} 0 {}\r\n{value}\r\n", value.len());
+        assert_eq!(exchange(&mut client, request.as_bytes(), b"\r\n"), "STORED\r\n");
+    }
+    // Multigets of every size class, plain, with CAS and touching.
+    for (command, take) in [("get", 90), ("get", 3), ("gets", 40), ("gat 0", 12)] {
+        let asked = &keys[..take];
+        let mut request = format!("{command} {}\r\n", asked.join(" "));
+        // One miss among them.
+        request.insert_str(request.len() - 2, " missing");
+        let reply = exchange(&mut client, request.as_bytes(), b"END\r\n");
+        let values: Vec<&str> = reply.lines().filter(|l| l.starts_with("VALUE ")).collect();
+        assert_eq!(values.len(), take, "{command}: {reply}");
+        for (i, line) in values.iter().enumerate() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            assert_eq!(fields[1], keys[i], "{command}: key order");
+            assert_eq!(fields[2], i.to_string(), "{command}: client flags");
+            assert_eq!(fields.len(), if command == "gets" { 5 } else { 4 });
+        }
+        assert!(reply.contains(&format!("\r\nvalue-{}\r\n", take - 1)));
+    }
+    let stats = stats_of(&exchange(&mut client, b"stats\r\n", b"END\r\n"));
+    let mode = |server: &Server| {
+        stats
+            .get(&format!("backend_priorities:127.0.0.1:{}", server.port))
+            .cloned()
+            .unwrap_or_else(|| panic!("no backend_priorities for {}: {stats:?}", server.port))
+    };
+    assert_eq!(mode(&drr), "backend-drr");
+    assert_eq!(mode(&fifo), "proxy-drr");
+    assert_eq!(mode(&memcached), "proxy-drr");
+    assert!(
+        classed_requests(&drr) > 0,
+        "the late-binding backend saw no class flag"
+    );
+    assert_eq!(classed_requests(&fifo), 0, "a fifo backend was sent flags");
+}
