@@ -81,6 +81,10 @@ pub struct Args {
     /// How requests reach workers (default pinned, memcached's model).
     #[arg(long, value_enum)]
     dispatch: Option<DispatchPolicy>,
+    /// Serve every queued request first come, first served, ignoring the priority classes
+    /// `mg … p<class>` carries (`stats settings`: `priorities off`).
+    #[arg(long)]
+    no_priorities: bool,
     /// size-aware: fixed size threshold in bytes instead of the learned one.
     #[arg(long, value_name = "BYTES")]
     size_threshold: Option<String>,
@@ -155,6 +159,9 @@ fn load(args: &Args) -> Result<ServerConfig, String> {
     }
     if let Some(policy) = args.dispatch {
         config.workers.dispatch = policy;
+    }
+    if args.no_priorities {
+        config.workers.priorities = false;
     }
     if let Some(threshold) = &args.size_threshold {
         config.sizeaware.fixed_threshold = parse_size(threshold)?;

@@ -90,7 +90,10 @@ fn the_proxy_sends_classes_only_to_backends_that_serve_them() {
     if !require_memcached("the_proxy_sends_classes_only_to_backends_that_serve_them") {
         return;
     }
-    let drr = Server::start(Program::Tailtrim, &["-t", "1", "--dispatch", "late-binding"]);
+    let drr = Server::start(
+        Program::Tailtrim,
+        &["-t", "1", "--dispatch", "late-binding"],
+    );
     let fifo = Server::start(Program::Tailtrim, &["-t", "1"]);
     let memcached = Server::start(Program::Memcached, &["-t", "1"]);
     let proxy = start_proxy(&[&drr, &fifo, &memcached], "rein-sbf");
@@ -102,7 +105,10 @@ fn the_proxy_sends_classes_only_to_backends_that_serve_them() {
     for (i, key) in keys.iter().enumerate() {
         let value = format!("value-{i}");
         let request = format!("set {key} {i} 0 {}\r\n{value}\r\n", value.len());
-        assert_eq!(exchange(&mut client, request.as_bytes(), b"\r\n"), "STORED\r\n");
+        assert_eq!(
+            exchange(&mut client, request.as_bytes(), b"\r\n"),
+            "STORED\r\n"
+        );
     }
     // Multigets of every size class, plain, with CAS and touching.
     for (command, take) in [("get", 90), ("get", 3), ("gets", 40), ("gat 0", 12)] {

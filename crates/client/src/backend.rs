@@ -89,13 +89,13 @@ impl Slot {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Priorities {
     /// Not asked yet (no connection, or detection off).
-    Undetected,
+    Undetected = 0,
     /// The backend announced `priorities drr`: requests carry their class (`mg … p<class>`),
     /// each class has its own connection and the client does not hold them back.
-    Backend,
+    Backend = 1,
     /// The backend did not (stock memcached, or a tailtrim dispatch policy that serves
     /// in arrival order): no flag is sent; the client's gate orders requests, if it has one.
-    Client,
+    Client = 2,
 }
 
 impl Priorities {
@@ -445,5 +445,22 @@ impl Drop for KillOnDrop {
         if let Some(connection) = self.0.take() {
             connection.kill();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_priorities_drr_announces_that_the_backend_serves_classes() {
+        assert!(announces_priorities(
+            b"STAT maxbytes 1\r\nSTAT priorities drr\r\nSTAT priority_classes 5\r\nEND\r\n"
+        ));
+        assert!(!announces_priorities(
+            b"STAT priorities fifo\r\nSTAT priority_classes 5\r\nEND\r\n"
+        ));
+        assert!(!announces_priorities(b"STAT maxbytes 1\r\nEND\r\n"));
+        assert!(!announces_priorities(b"STAT priorities drrr\r\nEND\r\n"));
     }
 }

@@ -792,6 +792,27 @@ fn no_backend(last_error: Option<ClientError>) -> ClientError {
 mod tests {
     use super::*;
 
+    #[test]
+    fn classed_meta_replies_become_the_text_items_a_get_returns() {
+        let reply = Bytes::from_static(b"VA 2 f7 kab c99\r\nhi\r\nVA 0 f0 kc\r\n\r\n");
+        let values = meta_multiget_values(&reply).expect("parses");
+        assert_eq!(values.len(), 2);
+        assert_eq!(values[0].item.as_ref(), b"VALUE ab 7 2 99\r\nhi\r\n");
+        assert_eq!(
+            (values[0].key.as_ref(), values[0].flags, values[0].cas),
+            (&b"ab"[..], 7, Some(99))
+        );
+        assert_eq!(values[0].value().as_ref(), b"hi");
+        assert_eq!(values[1].item.as_ref(), b"VALUE c 0 0\r\n\r\n");
+        assert_eq!(values[1].value().as_ref(), b"");
+        assert_eq!(
+            meta_multiget_values(&Bytes::from_static(b"CLIENT_ERROR invalid flag\r\n")),
+            Err("CLIENT_ERROR invalid flag".to_string())
+        );
+        assert!(meta_multiget_values(&Bytes::from_static(b"VA 1 f0\r\nx\r\n")).is_err());
+        assert_eq!(meta_multiget_values(&Bytes::new()), Ok(Vec::new()));
+    }
+
     fn item(key: &str) -> ValueItem {
         let text = format!("VALUE {key} 0 1\r\nx\r\n");
         let len = text.len();

@@ -146,9 +146,8 @@ mod tests {
             rest = &rest[consumed..];
         }
         assert_eq!(got.len(), 3);
-        assert!(got[..2]
-            .iter()
-            .all(|r| r.priority_class() == Some(3) && matches!(r, Request::MetaGet { flags, .. } if flags.quiet())));
+        assert!(got[..2].iter().all(|r| r.priority_class() == Some(3)
+            && matches!(r, Request::MetaGet { flags, .. } if flags.quiet())));
         assert_eq!(got[2], Request::MetaNoop);
     }
 

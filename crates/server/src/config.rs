@@ -253,7 +253,14 @@ pub struct WorkersSection {
     /// places threads. Other threads (acceptor, dispatcher, controller)
     /// are never pinned.
     pub pin_cpus: Vec<usize>,
+    /// Serve the priority classes `mg … p<class>` carries where the dispatch policy queues
+    /// work (`--no-priorities` turns it off: every job is class 0, first come first served,
+    /// and `stats settings` announces `priorities off`).
+    pub priorities: bool,
 }
+
+/// Default of `[workers] priorities`.
+pub const DEFAULT_PRIORITIES: bool = true;
 
 impl Default for WorkersSection {
     fn default() -> Self {
@@ -261,11 +268,22 @@ impl Default for WorkersSection {
             threads: DEFAULT_THREADS,
             dispatch: DispatchPolicy::Pinned,
             pin_cpus: Vec::new(),
+            priorities: DEFAULT_PRIORITIES,
         }
     }
 }
 
 impl WorkersSection {
+    /// What `stats settings` announces as `priorities`: `off` when turned off, else the
+    /// dispatch policy's way ([`DispatchPolicy::priorities`]).
+    pub fn priorities(&self) -> &'static str {
+        if self.priorities {
+            self.dispatch.priorities()
+        } else {
+            "off"
+        }
+    }
+
     /// The CPU worker `worker` is pinned to, if pinning is configured.
     pub fn cpu_of(&self, worker: usize) -> Option<usize> {
         (!self.pin_cpus.is_empty()).then(|| self.pin_cpus[worker % self.pin_cpus.len()])

@@ -31,21 +31,30 @@ const _: () = assert!(CLASSES == tailtrim_proto::meta::PRIORITY_CLASSES as usize
 pub struct ClassQueue<J> {
     queue: Mutex<Drr<J>>,
     ready: Condvar,
+    /// False: every job is queued in class 0 (`[workers] priorities = false`).
+    classes: bool,
 }
 
 impl<J> Default for ClassQueue<J> {
     fn default() -> Self {
-        ClassQueue {
-            queue: Mutex::new(Drr::default()),
-            ready: Condvar::new(),
-        }
+        ClassQueue::new(true)
     }
 }
 
 impl<J> ClassQueue<J> {
+    /// An empty queue; `classes` false serves every job first come, first served.
+    pub fn new(classes: bool) -> Self {
+        ClassQueue {
+            queue: Mutex::new(Drr::default()),
+            ready: Condvar::new(),
+            classes,
+        }
+    }
+
     /// Queues `job` in `class` (0 highest; larger values are the lowest) and wakes one waiting
     /// worker.
     pub fn push(&self, class: usize, job: J) {
+        let class = if self.classes { class } else { 0 };
         self.queue.lock().push(class, 1, job);
         self.ready.notify_one();
     }
@@ -92,6 +101,15 @@ mod tests {
         }
         let fifo: Vec<i32> = std::iter::from_fn(|| queue.pop_timeout(Duration::ZERO)).collect();
         assert_eq!(fifo, (0..5).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn with_classes_off_the_queue_is_first_come_first_served() {
+        let queue = ClassQueue::new(false);
+        queue.push(4, 1);
+        queue.push(0, 2);
+        assert_eq!(queue.try_pop(), Some(1));
+        assert_eq!(queue.try_pop(), Some(2));
     }
 
     #[test]

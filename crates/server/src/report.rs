@@ -147,10 +147,7 @@ fn settings_stats(shared: &Shared) -> Vec<(String, String)> {
             c.server.idle_timeout_secs.to_string(),
         ),
         ("dispatch".into(), c.workers.dispatch.name().to_string()),
-        (
-            "priorities".into(),
-            c.workers.dispatch.priorities().to_string(),
-        ),
+        ("priorities".into(), c.workers.priorities().to_string()),
         (
             "priority_classes".into(),
             tailtrim_proto::meta::PRIORITY_CLASSES.to_string(),

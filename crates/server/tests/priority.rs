@@ -108,6 +108,7 @@ fn the_server_announces_priorities_and_counts_flagged_requests_under_every_polic
         let handle = server(policy, "off");
         let mut conn = connect(&handle);
         let settings = stats(&mut conn, "settings");
+        assert_eq!(stat(&settings, "dispatch"), policy.name());
         assert_eq!(stat(&settings, "priorities"), how, "{policy:?}");
         assert_eq!(stat(&settings, "priority_classes"), "5");
         conn.write_all(b"set k 3 0 2\r\nhi\r\nmg k v f p3\r\nmg k v p0 k\r\nmg k v\r\n")
@@ -129,39 +130,59 @@ fn the_server_announces_priorities_and_counts_flagged_requests_under_every_polic
     }
 }
 
-/// A backlog of class-4 requests on many connections waits in the queue; a class-0 request
-/// that arrives behind it runs after at most the one in progress and the next (deficit round
-/// robin), where first come, first served would run every queued one first.
-#[test]
-fn a_high_class_request_overtakes_a_queued_low_class_backlog() {
-    let handle = server(DispatchPolicy::LateBinding, "const=3ms");
-    const CONNS: usize = 12;
-    const EACH: usize = 4;
+/// Class-4 requests executed between a class-0 request's arrival behind a backlog of class-4
+/// requests on `CONNS` connections and its reply (one worker, late binding, 3 ms each).
+fn overtaken_by(priorities: bool) -> u64 {
+    let mut config = ServerConfig::default();
+    config.server.listen = "127.0.0.1".into();
+    config.server.port = 0;
+    config.workers.threads = 1;
+    config.workers.dispatch = DispatchPolicy::LateBinding;
+    config.workers.priorities = priorities;
+    config.emulation.service = "const=3ms".into();
+    let handle = start(config).expect("server starts");
     let mut low: Vec<TcpStream> = (0..CONNS).map(|_| connect(&handle)).collect();
     let mut high = connect(&handle);
+    let expected = if priorities { "drr" } else { "off" };
+    assert_eq!(stat(&stats(&mut high, "settings"), "priorities"), expected);
     for conn in &mut low {
         send_backlog(conn, 4, EACH);
     }
-    // Answered (class 0, no flag) once the dispatcher has queued what came before it.
+    // Answered once the dispatcher has queued what came before it.
     let before = executed(&mut high);
     high.write_all(b"mg h v p0\r\n").expect("write");
     assert_eq!(read_until(&mut high, b"\r\n"), b"EN\r\n");
     let after = executed(&mut high);
     assert_eq!(after[0], 1);
-    let overtaken_by = after[4] - before[4];
     assert!(
-        overtaken_by <= 3,
-        "{overtaken_by} low-class requests ran between the high-class one's arrival and its \
-         reply ({before:?} → {after:?}); first come, first served would run ~{CONNS}"
-    );
-    assert!(
-        after[4] < (CONNS * EACH) as u64 - CONNS as u64,
+        after[4] < (CONNS * EACH - CONNS) as u64,
         "the backlog was gone before the high-class request arrived: {after:?}"
     );
     for conn in &mut low {
         drain(conn, EACH);
     }
     assert_eq!(executed(&mut high)[4], (CONNS * EACH) as u64);
+    after[4] - before[4]
+}
+
+const CONNS: usize = 12;
+const EACH: usize = 4;
+
+/// A backlog of class-4 requests on many connections waits in the queue; a class-0 request
+/// that arrives behind it runs after at most the one in progress and the next (deficit round
+/// robin), where first come, first served (`priorities = false`) runs every queued one first.
+#[test]
+fn a_high_class_request_overtakes_a_queued_low_class_backlog() {
+    let with = overtaken_by(true);
+    assert!(
+        with <= 3,
+        "{with} low-class requests ran between the high-class one's arrival and its reply"
+    );
+    let without = overtaken_by(false);
+    assert!(
+        without >= CONNS as u64 / 2,
+        "first come, first served ran only {without} of the {CONNS} queued before it"
+    );
 }
 
 /// Every class backlogged on several connections: the server serves them in proportion to

@@ -28,10 +28,10 @@ pub struct EarlyBinding {
 }
 
 impl EarlyBinding {
-    /// Queues for `workers` workers.
-    pub fn new(workers: usize) -> std::io::Result<EarlyBinding> {
+    /// Queues for `workers` workers; `classes` false: first come, first served.
+    pub fn new(workers: usize, classes: bool) -> std::io::Result<EarlyBinding> {
         let jobs = (0..workers)
-            .map(|_| EventFd::new().map(|event| (ClassQueue::default(), event)))
+            .map(|_| EventFd::new().map(|event| (ClassQueue::new(classes), event)))
             .collect::<std::io::Result<Vec<_>>>()?;
         Ok(EarlyBinding { workers, jobs })
     }

@@ -23,10 +23,10 @@ pub struct LateBinding {
 }
 
 impl LateBinding {
-    /// An empty queue.
-    pub fn new() -> LateBinding {
+    /// An empty queue; `classes` false: first come, first served.
+    pub fn new(classes: bool) -> LateBinding {
         LateBinding {
-            queue: ClassQueue::default(),
+            queue: ClassQueue::new(classes),
         }
     }
 }

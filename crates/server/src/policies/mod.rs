@@ -192,8 +192,13 @@ pub fn build(config: &ServerConfig) -> std::io::Result<Box<dyn Policy>> {
     Ok(match config.workers.dispatch {
         DispatchPolicy::Pinned => Box::new(pinned::Pinned),
         DispatchPolicy::SizeAware => Box::new(size_aware::SizeAware::new(config)),
-        DispatchPolicy::EarlyBinding => Box::new(early_binding::EarlyBinding::new(workers)?),
+        DispatchPolicy::EarlyBinding => Box::new(early_binding::EarlyBinding::new(
+            workers,
+            config.workers.priorities,
+        )?),
         DispatchPolicy::Stealing => Box::new(stealing::Stealing::new(workers)),
-        DispatchPolicy::LateBinding => Box::new(late_binding::LateBinding::new()),
+        DispatchPolicy::LateBinding => {
+            Box::new(late_binding::LateBinding::new(config.workers.priorities))
+        }
     })
 }
