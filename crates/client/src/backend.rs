@@ -213,13 +213,11 @@ impl Backend {
     /// connection is published in its slot, so nothing else is queued on it yet).
     async fn detect_on(&self, connection: &Connection) {
         let reply = match connection.submit(b"stats settings\r\n", ReplyShape::UntilEnd) {
-            Ok(receiver) => {
-                tokio::time::timeout(self.settings.connect_timeout, receiver)
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
-                    .and_then(Result::ok)
-            }
+            Ok(receiver) => tokio::time::timeout(self.settings.connect_timeout, receiver)
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .and_then(Result::ok),
             Err(_) => None,
         };
         let found = match reply {

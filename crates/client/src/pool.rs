@@ -708,10 +708,6 @@ impl Pool {
     }
 }
 
-/// Matches the `VALUE` items of one query to the keys it asked for (one entry per key, `None`
-/// for a miss). Backends answer in request order, skipping misses; an item is only ever given
-/// to a key equal to the item's key, so a confused backend can cause a miss but never a wrong
-/// value.
 /// The items of a reply to [`compose::meta_multiget`]: each `VA` item (return flags `f`, `k`
 /// and maybe `c`) becomes the `VALUE` item a text multiget would have returned. Any other
 /// reply item is the backend's error, returned as its line.
@@ -766,6 +762,10 @@ fn meta_multiget_values(bytes: &Bytes) -> Result<Vec<ValueItem>, String> {
     Ok(values)
 }
 
+/// Matches the `VALUE` items of one query to the keys it asked for (one entry per key, `None`
+/// for a miss). Backends answer in request order, skipping misses; an item is only ever given
+/// to a key equal to the item's key, so a confused backend can cause a miss but never a wrong
+/// value.
 fn match_values(keys: &[Bytes], values: Vec<ValueItem>) -> Vec<Option<ValueItem>> {
     let mut out = vec![None; keys.len()];
     let mut values = values.into_iter().peekable();
