@@ -142,6 +142,12 @@ pub struct WorkloadSpec {
     pub pools: Vec<PoolSpec>,
     /// Operation mix.
     pub operations: Vec<OperationSpec>,
+    /// Per operation (in the order of `operations`), how many of its keys come from each pool
+    /// (in the order of `pools`), exactly; empty: every key is drawn by the pools' shares.
+    /// E.g. `[[20, 0], [18, 2]]`: the first kind of request has 20 keys of pool 0, the second
+    /// 18 of pool 0 and 2 of pool 1.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub operation_pools: Vec<Vec<u32>>,
 }
 
 fn default_key_seed() -> u64 {
@@ -270,6 +276,7 @@ impl WorkloadSpec {
             arrival,
             pools,
             operations,
+            operation_pools: Vec::new(),
         };
         let spec = match name {
             "etc" => base(
@@ -526,6 +533,26 @@ impl WorkloadSpec {
         if self.operations.iter().map(|op| op.weight).sum::<f64>() <= 0.0 {
             return fail("operation weights sum to zero".into());
         }
+        if !self.operation_pools.is_empty() {
+            if self.operation_pools.len() != self.operations.len() {
+                return fail("operation_pools needs one entry per operation".into());
+            }
+            for (counts, operation) in self.operation_pools.iter().zip(&self.operations) {
+                let wanted = if operation.kind == OpKind::Set {
+                    1
+                } else {
+                    operation.keys
+                };
+                if counts.len() != self.pools.len()
+                    || counts.iter().map(|&c| u64::from(c)).sum::<u64>() != u64::from(wanted)
+                {
+                    return fail(format!(
+                        "operation_pools {counts:?}: one count per pool, summing to the \
+                         operation's {wanted} keys"
+                    ));
+                }
+            }
+        }
         if let Arrival::Gpd { scale, shape } = self.arrival {
             if scale <= 0.0 || shape >= 1.0 {
                 return fail("gpd arrival needs scale > 0 and shape < 1".into());
@@ -726,6 +753,10 @@ impl RequestGenerator {
 
     fn draw_key(&mut self) -> KeyRef {
         let pool_index = pick(&self.pool_cumulative, self.rng.unit());
+        self.draw_key_in(pool_index)
+    }
+
+    fn draw_key_in(&mut self, pool_index: usize) -> KeyRef {
         let keys = self.spec.pools[pool_index].keys;
         let id = match &self.zipf[pool_index] {
             Some(zipf) => zipf.sample(&mut self.rng) - 1,
@@ -734,6 +765,22 @@ impl RequestGenerator {
         KeyRef {
             pool: pool_index as u32,
             id,
+        }
+    }
+
+    /// Adds distinct keys (from `pool`, or by the pools' shares) until `keys` holds `wanted`;
+    /// with heavy skew, accepts duplicates after many tries.
+    fn draw_distinct(&mut self, keys: &mut Vec<KeyRef>, wanted: usize, pool: Option<usize>) {
+        let mut attempts = 0usize;
+        while keys.len() < wanted {
+            let key = match pool {
+                Some(pool) => self.draw_key_in(pool),
+                None => self.draw_key(),
+            };
+            attempts += 1;
+            if !keys.contains(&key) || attempts > wanted * 20 {
+                keys.push(key);
+            }
         }
     }
 
@@ -754,15 +801,13 @@ impl RequestGenerator {
         let total_keys = self.spec.total_keys();
         let wanted = (wanted as usize).min(total_keys as usize);
         let mut keys: Vec<KeyRef> = Vec::with_capacity(wanted);
-        let mut attempts = 0usize;
-        while keys.len() < wanted {
-            let key = self.draw_key();
-            attempts += 1;
-            // Distinct keys; with heavy skew, accept duplicates after many tries.
-            if !keys.contains(&key) || attempts > wanted * 20 {
-                keys.push(key);
-            }
+        let per_pool = self.spec.operation_pools.get(operation_index).cloned();
+        let mut drawn = 0usize;
+        for (pool_index, count) in per_pool.unwrap_or_default().into_iter().enumerate() {
+            drawn += count as usize;
+            self.draw_distinct(&mut keys, drawn, Some(pool_index));
         }
+        self.draw_distinct(&mut keys, wanted, None);
         let largest_value = keys
             .iter()
             .map(|key| self.spec.value_len(*key))
@@ -790,6 +835,32 @@ mod tests {
     use super::{KeyRef, OpKind, RequestGenerator, WorkloadOverrides, WorkloadSpec, PRESET_NAMES};
     use crate::class::Class;
     use crate::rng::Rng;
+
+    #[test]
+    fn operation_pools_draw_exact_counts_per_pool() {
+        let mut spec =
+            WorkloadSpec::preset("tailx-large").unwrap_or_else(|error| panic!("{error}"));
+        spec.operations = vec![super::get(20, 4.0), super::get(20, 1.0)];
+        spec.operation_pools = vec![vec![20, 0], vec![18, 2]];
+        spec.validate().unwrap_or_else(|error| panic!("{error}"));
+        let text = spec.to_toml().unwrap_or_default();
+        assert_eq!(WorkloadSpec::from_toml(&text).ok(), Some(spec.clone()));
+        let mut generator = RequestGenerator::new(Arc::new(spec.clone()), Rng::new(3));
+        let mut with_large = 0;
+        for _ in 0..2_000 {
+            let operation = generator.next_operation();
+            assert_eq!(operation.keys.len(), 20);
+            let large = operation.keys.iter().filter(|key| key.pool == 1).count();
+            assert!(large == 0 || large == 2, "{large} large keys");
+            with_large += usize::from(large == 2);
+        }
+        // One request in five carries the two large keys.
+        assert!((300..500).contains(&with_large), "{with_large}");
+        spec.operation_pools = vec![vec![20, 0], vec![18, 1]];
+        assert!(spec.validate().is_err());
+        spec.operation_pools = vec![vec![20, 0]];
+        assert!(spec.validate().is_err());
+    }
 
     #[test]
     fn every_preset_validates_and_round_trips_through_toml() {
