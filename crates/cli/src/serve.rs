@@ -97,6 +97,10 @@ pub struct Args {
     /// size-aware: controller epoch in milliseconds (default 1000).
     #[arg(long, value_name = "MS")]
     epoch_ms: Option<u64>,
+    /// size-aware: what the learned split follows, `packets` (Minos, the default) or `busy`
+    /// (the small workers' share of the CPU time the workers measured).
+    #[arg(long, value_name = "RULE")]
+    split_by: Option<String>,
     /// EXPERIMENTAL: after running a request, hold its worker (sleeping, no CPU) until this
     /// emulated service time has passed since it started, e.g. `const=1ms,packet=100us,dist=exp`
     /// (docs/emulation.md; default off).
@@ -168,6 +172,9 @@ fn load(args: &Args) -> Result<ServerConfig, String> {
     }
     if let Some(small) = args.small_workers {
         config.sizeaware.fixed_small_workers = small;
+    }
+    if let Some(rule) = &args.split_by {
+        config.sizeaware.split_by = rule.clone();
     }
     if let Some(p) = args.size_percentile {
         config.sizeaware.percentile = p;

@@ -131,6 +131,10 @@ struct ModelFlags {
     /// Size-aware: percentile of accessed sizes that becomes the threshold.
     #[arg(long, default_value_t = tailtrim_policy::sizeaware::DEFAULT_PERCENTILE)]
     percentile: f64,
+    /// Size-aware: what the worker split follows: `packets` (Minos: the small requests' share
+    /// of packets) or `busy` (the small cores' share of the measured busy time).
+    #[arg(long, value_name = "RULE", default_value = "packets")]
+    split_by: String,
     /// Share of requests on large keys (the minos preset: 0.005).
     #[arg(long)]
     large_share: Option<f64>,
@@ -401,6 +405,8 @@ fn sweep_config(
     config.sizeaware.percentile = flags.percentile;
     config.sizeaware.fixed_threshold_bytes = flags.threshold;
     config.sizeaware.fixed_small_workers = flags.small_workers;
+    config.sizeaware.split_by = tailtrim_policy::sizeaware::SplitBy::parse(&flags.split_by)
+        .map_err(|error| error.to_string())?;
     Ok(config)
 }
 

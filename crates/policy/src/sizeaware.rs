@@ -36,7 +36,9 @@
 //! 3. **Threshold.** `threshold_bytes` = the size at the configured percentile (default
 //!    [`DEFAULT_PERCENTILE`]) of the sizes in the window. A request is *large* iff
 //!    `size > threshold_bytes` ([`classify`]).
-//! 4. **Split.** `small share` = packets of requests `≤ threshold` / all packets in the window;
+//! 4. **Split.** `small share` = packets of requests `≤ threshold` / all packets in the window
+//!    (or, with [`SplitBy::Busy`], the small workers' share of the busy time all workers
+//!    measured over the window: see [`controller`]);
 //!    `small_workers = ⌈small share × workers⌉`, clamped to `[1, workers − 1]` while the window
 //!    holds a large request (so one large worker exists), `workers` when it holds none.
 //!    Workers `[0, small_workers)` are small, the rest large.
@@ -61,9 +63,10 @@ pub mod dispatch;
 pub mod histogram;
 
 pub use controller::{
-    Decision, DecisionInputs, DecisionReason, HysteresisConfig, SizeAwareConfig,
-    SizeAwareController, DEFAULT_HYSTERESIS_EPOCHS, DEFAULT_INITIAL_THRESHOLD_BYTES,
-    DEFAULT_PERCENTILE, DEFAULT_SHARE_MARGIN, DEFAULT_WINDOW_EPOCHS, DEFAULT_WORKERS,
+    small_workers_for_share, Decision, DecisionInputs, DecisionReason, HysteresisConfig, RoleBusy,
+    SizeAwareConfig, SizeAwareController, SplitBy, DEFAULT_HYSTERESIS_EPOCHS,
+    DEFAULT_INITIAL_THRESHOLD_BYTES, DEFAULT_PERCENTILE, DEFAULT_SHARE_MARGIN,
+    DEFAULT_WINDOW_EPOCHS, DEFAULT_WORKERS,
 };
 pub use dispatch::{
     early_binding_worker, key_hash, key_worker, large_worker_for, late_binding_worker,
@@ -153,6 +156,9 @@ pub enum SizeAwareError {
         /// Total workers.
         workers: usize,
     },
+    /// An unknown `split_by` name.
+    #[error("unknown split rule {0:?} (known: packets, busy)")]
+    UnknownSplitBy(String),
     /// An unknown `--dispatch` name.
     #[error("unknown dispatch policy {0:?} (known: {known})", known = DispatchPolicy::NAMES.join(", "))]
     UnknownDispatchPolicy(String),

@@ -1,4 +1,5 @@
-//! CPU affinity: parse CPU lists (`0-3`, `0,2`) and pin threads.
+//! CPU affinity: parse CPU lists (`0-3`, `0,2`) and pin threads; the calling thread's CPU
+//! time ([`thread_cpu_ns`]).
 //!
 //! `[workers] pin_cpus` / `--pin-cpus` pins worker `i` to `cpus[i % len]`;
 //! the experiments reuse the same helpers to pin the bench and whole servers.
@@ -40,6 +41,23 @@ fn cpu_set(cpus: &[usize]) -> libc::cpu_set_t {
         unsafe { libc::CPU_SET(*cpu, &mut set) };
     }
     set
+}
+
+/// CPU time the calling thread has used (user + system), in nanoseconds
+/// (`CLOCK_THREAD_CPUTIME_ID`); `None` if the clock cannot be read.
+pub fn thread_cpu_ns() -> Option<u64> {
+    let mut spec = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `spec` is a valid, writable timespec; the clock id is a constant.
+    let status = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut spec) };
+    if status != 0 {
+        return None;
+    }
+    let seconds = u64::try_from(spec.tv_sec).ok()?;
+    let nanos = u64::try_from(spec.tv_nsec).ok()?;
+    Some(seconds.saturating_mul(1_000_000_000).saturating_add(nanos))
 }
 
 pub fn set_affinity(task: libc::pid_t, cpus: &[usize]) -> Result<(), String> {

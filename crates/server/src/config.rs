@@ -159,6 +159,10 @@ pub struct SizeAwareSection {
     pub fixed_threshold: u64,
     /// Fixed number of small workers instead of the learned split (0 = learn).
     pub fixed_small_workers: usize,
+    /// What the learned split follows: `packets` (Minos: the small requests' share of
+    /// packets, the default) or `busy` (the small workers' share of the CPU time the workers
+    /// measured, for kernel stacks where a request's cost is mostly per request).
+    pub split_by: String,
 }
 
 impl Default for SizeAwareSection {
@@ -168,6 +172,9 @@ impl Default for SizeAwareSection {
             epoch_ms: DEFAULT_EPOCH_MS,
             fixed_threshold: 0,
             fixed_small_workers: 0,
+            split_by: tailtrim_policy::sizeaware::SplitBy::Packets
+                .as_str()
+                .to_string(),
         }
     }
 }
@@ -437,6 +444,9 @@ impl ServerConfig {
         }
         if self.sizeaware.epoch_ms == 0 {
             return Err("sizeaware.epoch_ms must be at least 1".into());
+        }
+        if let Err(error) = tailtrim_policy::sizeaware::SplitBy::parse(&self.sizeaware.split_by) {
+            return Err(format!("sizeaware.split_by: {error}"));
         }
         if self.sizeaware.fixed_small_workers > self.workers.threads {
             return Err("sizeaware.fixed_small_workers cannot exceed threads".into());

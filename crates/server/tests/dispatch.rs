@@ -492,3 +492,70 @@ fn size_aware_answers_an_impossible_length_without_waiting_for_the_value() {
     assert_eq!(&reply, b"VERSION ");
     handle.shutdown();
 }
+
+/// Small GETs with one 200 KB GET in 300 (above the 99th percentile, so large) for `duration`.
+fn small_and_rare_large_gets(conn: &mut TcpStream, duration: Duration) {
+    let big = vec![b'x'; 200_000];
+    conn.write_all(format!("set big 0 0 {}\r\n", big.len()).as_bytes())
+        .expect("write");
+    conn.write_all(&big).expect("write");
+    conn.write_all(b"\r\nset s 0 0 10\r\n0123456789\r\n")
+        .expect("write");
+    assert_eq!(read_exactly(conn, 16), b"STORED\r\nSTORED\r\n");
+    let small_reply = "VALUE s 0 10\r\n0123456789\r\nEND\r\n".len();
+    let large_reply = "VALUE big 0 200000\r\n".len() + 200_000 + 7;
+    let batch = "get s\r\n".repeat(300);
+    let started = std::time::Instant::now();
+    while started.elapsed() < duration {
+        conn.write_all(batch.as_bytes()).expect("write");
+        conn.write_all(b"get big\r\n").expect("write");
+        let got = read_exactly(conn, 300 * small_reply + large_reply);
+        assert_eq!(got.len(), 300 * small_reply + large_reply);
+    }
+}
+
+#[test]
+fn size_aware_busy_split_measures_cpu_time_by_role() {
+    let mut config = ServerConfig::default();
+    config.server.listen = "127.0.0.1".into();
+    config.server.port = 0;
+    config.workers.threads = 3;
+    config.workers.dispatch = DispatchPolicy::SizeAware;
+    config.sizeaware.epoch_ms = 100;
+    config.sizeaware.split_by = "busy".into();
+    let handle = start(config).expect("server starts");
+    let mut conn = connect(&handle);
+    small_and_rare_large_gets(&mut conn, Duration::from_millis(800));
+    assert_eq!(stat(&mut conn, "sizeaware", "sizeaware_split_by"), "busy");
+    let small_busy: u64 = stat(&mut conn, "sizeaware", "sizeaware_window_small_busy_us")
+        .parse()
+        .expect("number");
+    let large_jobs: u64 = stat(&mut conn, "sizeaware", "sizeaware_window_large_jobs")
+        .parse()
+        .expect("number");
+    assert!(small_busy > 0, "small workers' CPU time measured");
+    assert!(large_jobs > 0, "large workers' jobs counted");
+    handle.shutdown();
+
+    // The default follows packets and measures nothing.
+    let handle = server(DispatchPolicy::SizeAware, 0);
+    let mut conn = connect(&handle);
+    small_and_rare_large_gets(&mut conn, Duration::from_millis(300));
+    assert_eq!(
+        stat(&mut conn, "sizeaware", "sizeaware_split_by"),
+        "packets"
+    );
+    assert_eq!(
+        stat(&mut conn, "sizeaware", "sizeaware_window_small_busy_us"),
+        "0"
+    );
+    handle.shutdown();
+}
+
+#[test]
+fn an_unknown_split_rule_is_refused() {
+    let mut config = ServerConfig::default();
+    config.sizeaware.split_by = "bytes".into();
+    let error = config.validate().expect_err("unknown rule");
+    assert!(error.contains("split"), "{error}");
+}

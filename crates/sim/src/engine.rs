@@ -23,7 +23,8 @@ use std::collections::{BTreeMap, VecDeque};
 use serde::{Deserialize, Serialize};
 use tailtrim_policy::sizeaware::{
     early_binding_worker, late_binding_worker, least_loaded_large_worker, Decision, Epoch,
-    SizeAwareConfig, SizeAwareController, SizeClass, SizeHistogram, SizeWindow, StealPolicy,
+    RoleBusy, SizeAwareConfig, SizeAwareController, SizeClass, SizeHistogram, SizeWindow,
+    StealPolicy,
 };
 
 use crate::cost::CostModel;
@@ -245,6 +246,10 @@ struct SizeAwareState {
     controller: SizeAwareController,
     window: SizeWindow,
     epoch: u64,
+    /// Each core's `busy_ns` when the epoch began.
+    busy_at_epoch_start: Vec<u64>,
+    /// Large requests the large cores completed in this epoch.
+    large_jobs: u64,
 }
 
 /// The state of one run.
@@ -328,6 +333,8 @@ pub fn run(trace: &Trace, config: &RunConfig) -> Result<RunResult, SimError> {
                 controller,
                 window,
                 epoch: 0,
+                busy_at_epoch_start: vec![0; workers],
+                large_jobs: 0,
             }),
         )
     } else {
@@ -605,7 +612,13 @@ impl Sim<'_> {
                 stage: Stage::LateWork,
                 extra_ns: 0,
             }),
-            Stage::Full | Stage::Back | Stage::LateWork => self.finish(job.req, core),
+            Stage::Back => {
+                if let Some(state) = self.sizeaware.as_mut() {
+                    state.large_jobs += 1;
+                }
+                self.finish(job.req, core);
+            }
+            Stage::Full | Stage::LateWork => self.finish(job.req, core),
         }
         self.try_start(core);
     }
@@ -713,9 +726,28 @@ impl Sim<'_> {
         for core in &mut self.cores {
             merged.merge(&core.histogram.take());
         }
+        // Busy time by the role each core had during the epoch (the decision in force), as the
+        // server's controller thread measures it.
+        let mut busy = RoleBusy {
+            large_jobs: std::mem::take(&mut state.large_jobs),
+            ..RoleBusy::default()
+        };
+        for (index, (core, start)) in self
+            .cores
+            .iter()
+            .zip(state.busy_at_epoch_start.iter_mut())
+            .enumerate()
+        {
+            let spent = core.busy_ns - *start;
+            *start = core.busy_ns;
+            match self.decision.and_then(|decision| decision.role_of(index)) {
+                Some(SizeClass::Large) => busy.large_ns += spent,
+                _ => busy.small_ns += spent,
+            }
+        }
         state.window.advance_to(epoch);
         state.window.absorb_epoch(epoch, &merged);
-        let decision = state.controller.on_epoch(&state.window);
+        let decision = state.controller.on_epoch_with_busy(&state.window, busy);
         let changed = match self.decision {
             Some(old) => {
                 old.threshold_bytes != decision.threshold_bytes

@@ -4,11 +4,28 @@
 //! ```text
 //!  SizeWindow ──aggregate──► percentile(p) ─► measured threshold ─┐ (or fixed threshold)
 //!                     │                                            ▼
-//!                     └──────────► split_at(threshold) ─► small share of packets
+//!                     └──────────► split_at(threshold) ─► small share of packets ─┐ SplitBy::Packets
+//!  RoleBusy per epoch (workers' busy ns by role) ─► ring of W ─► small share of busy ─┤ SplitBy::Busy
+//!                                                                  ┌────────────────────┘
 //!                                                                  │ ⌈share × workers⌉, clamped
 //!                                                                  ▼
 //!                                   candidate split ─► hysteresis ─► Decision + DecisionInputs
 //! ```
+//!
+//! # Split by packets or by measured busy time
+//!
+//! Minos sizes the small side by the small requests' share of *packets* ([`SplitBy::Packets`],
+//! the default). With a kernel TCP stack a request's CPU cost is mostly per request (system
+//! calls, wake-ups), not per packet, so the packet split gives the small side too few workers.
+//! [`SplitBy::Busy`] sizes it by what the workers measured instead ([`RoleBusy`], reported each
+//! epoch by the caller): `share = small busy / (small busy + large demand)` over the window,
+//! where the large side's demand is its measured busy time per completed job times the large
+//! requests the window classified, so a saturated large side (which completes fewer jobs than
+//! arrive) is not mistaken for a satisfied one. A saturated small side understates its own
+//! demand, but its share then still exceeds its share of workers (its busy time is its whole
+//! capacity, the large side's is less), so the split moves towards it until both sides are
+//! equally utilised. A window without small busy time, or with large requests but no completed
+//! large job (no large worker yet), falls back to packets.
 
 use std::num::NonZeroUsize;
 use std::ops::Range;
@@ -28,6 +45,73 @@ pub const DEFAULT_SHARE_MARGIN: f64 = 0.10;
 pub const DEFAULT_INITIAL_THRESHOLD_BYTES: u64 = 16 * 1024;
 /// Default worker count of [`SizeAwareConfig::default`] (memcached's `-t` default).
 pub const DEFAULT_WORKERS: usize = 4;
+
+/// What the number of small workers is proportional to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum SplitBy {
+    /// The small requests' share of the window's packets (Minos).
+    #[default]
+    Packets,
+    /// The small workers' share of the busy time all workers measured over the window
+    /// ([`RoleBusy`]); packets while none was measured.
+    Busy,
+}
+
+impl SplitBy {
+    /// Names accepted by [`SplitBy::parse`], in declaration order.
+    pub const NAMES: [&'static str; 2] = ["packets", "busy"];
+
+    /// Config and stats spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            SplitBy::Packets => "packets",
+            SplitBy::Busy => "busy",
+        }
+    }
+
+    /// Parses a config or flag value (`packets`, `busy`).
+    pub fn parse(name: &str) -> Result<SplitBy, SizeAwareError> {
+        match name {
+            "packets" => Ok(SplitBy::Packets),
+            "busy" => Ok(SplitBy::Busy),
+            other => Err(SizeAwareError::UnknownSplitBy(other.to_string())),
+        }
+    }
+}
+
+/// Busy time the workers of each role measured (time spent serving, not waiting for work),
+/// summed over the workers of that role, for one epoch or a window of them, and the large
+/// requests the large workers completed in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RoleBusy {
+    /// Busy nanoseconds of the small workers (reading, parsing and looking up every request,
+    /// serving the small ones, handing the large ones off).
+    pub small_ns: u64,
+    /// Busy nanoseconds of the large workers.
+    pub large_ns: u64,
+    /// Large requests (hand-offs) the large workers completed.
+    pub large_jobs: u64,
+}
+
+impl RoleBusy {
+    fn add(&mut self, other: RoleBusy) {
+        self.small_ns = self.small_ns.saturating_add(other.small_ns);
+        self.large_ns = self.large_ns.saturating_add(other.large_ns);
+        self.large_jobs = self.large_jobs.saturating_add(other.large_jobs);
+    }
+
+    /// The work the large side was asked for over the window, in busy nanoseconds: its
+    /// measured cost per completed job times the large requests the window classified. A
+    /// saturated large side completes fewer jobs than arrive; this still counts all of them.
+    /// `None` when no large job completed (no cost measured).
+    pub fn large_demand_ns(&self, large_requests: u64) -> Option<u64> {
+        (self.large_jobs > 0).then(|| {
+            let demand = u128::from(self.large_ns) * u128::from(large_requests)
+                / u128::from(self.large_jobs);
+            u64::try_from(demand).unwrap_or(u64::MAX)
+        })
+    }
+}
 
 /// When the controller may change the worker split.
 ///
@@ -77,6 +161,8 @@ pub struct SizeAwareConfig {
     pub fixed_small_workers: Option<usize>,
     /// Threshold before the first measurement.
     pub initial_threshold_bytes: u64,
+    /// What the split follows (default [`SplitBy::Packets`], Minos's rule).
+    pub split_by: SplitBy,
 }
 
 impl Default for SizeAwareConfig {
@@ -96,6 +182,7 @@ impl SizeAwareConfig {
             fixed_threshold_bytes: None,
             fixed_small_workers: None,
             initial_threshold_bytes: DEFAULT_INITIAL_THRESHOLD_BYTES,
+            split_by: SplitBy::Packets,
         }
     }
 
@@ -182,8 +269,15 @@ pub struct DecisionInputs {
     pub split: CostSplit,
     /// Size at the configured percentile (`None` when the window is empty).
     pub measured_threshold_bytes: Option<u64>,
-    /// Small packets / all packets (`None` when the window is empty).
+    /// The share the split followed: small packets / all packets, or under [`SplitBy::Busy`]
+    /// with busy time measured, small busy time / all busy time (`None` when the window is
+    /// empty).
     pub small_cost_share: Option<f64>,
+    /// What the split followed this epoch ([`SplitBy::Busy`] falls back to packets while no
+    /// busy time was measured).
+    pub split_by: SplitBy,
+    /// Busy time by role over the window (zero unless the caller reports it).
+    pub window_busy: RoleBusy,
     /// `⌈share × workers⌉` after clamping, before hysteresis (`None` when empty).
     pub candidate_small_workers: Option<usize>,
     /// Epochs in a row the candidate has differed from the current split.
@@ -201,6 +295,8 @@ impl DecisionInputs {
             split: CostSplit::default(),
             measured_threshold_bytes: None,
             small_cost_share: None,
+            split_by: SplitBy::Packets,
+            window_busy: RoleBusy::default(),
             candidate_small_workers: None,
             hysteresis_streak: 0,
             reason: DecisionReason::Initial,
@@ -308,6 +404,19 @@ impl Decision {
                 "sizeaware_small_cost_share",
                 or_dash(inputs.small_cost_share.map(|share| format!("{share:.4}"))),
             ),
+            ("sizeaware_split_by", inputs.split_by.as_str().to_string()),
+            (
+                "sizeaware_window_small_busy_us",
+                (inputs.window_busy.small_ns / 1_000).to_string(),
+            ),
+            (
+                "sizeaware_window_large_busy_us",
+                (inputs.window_busy.large_ns / 1_000).to_string(),
+            ),
+            (
+                "sizeaware_window_large_jobs",
+                inputs.window_busy.large_jobs.to_string(),
+            ),
             (
                 "sizeaware_candidate_small_workers",
                 or_dash(
@@ -328,15 +437,27 @@ impl Decision {
 /// while `large_requests > 0` and `workers >= 2`. Integer arithmetic, so an exact share such as
 /// 1/2 of 2 workers gives exactly 1.
 pub fn small_workers_for(split: &CostSplit, workers: usize) -> usize {
+    small_workers_for_share(
+        split.small_packets,
+        split.total_packets(),
+        split.large_requests > 0,
+        workers,
+    )
+}
+
+/// `⌈small × workers / total⌉` (all workers when `total` is 0), clamped as
+/// [`small_workers_for`] clamps: at least 1; at most `workers − 1` while `large_exist` and
+/// `workers >= 2`. Integer arithmetic.
+pub fn small_workers_for_share(small: u64, total: u64, large_exist: bool, workers: usize) -> usize {
     let workers = workers.max(1);
-    let total = u128::from(split.total_packets());
+    let total = u128::from(total);
     let proportional = if total == 0 {
         workers
     } else {
-        let scaled = u128::from(split.small_packets) * workers as u128;
+        let scaled = u128::from(small).min(total) * workers as u128;
         scaled.div_ceil(total).min(workers as u128) as usize
     };
-    let upper = if split.large_requests > 0 && workers >= 2 {
+    let upper = if large_exist && workers >= 2 {
         workers - 1
     } else {
         workers
@@ -352,6 +473,8 @@ pub struct SizeAwareController {
     /// Small share at which the current split was adopted; `None` until the first measurement.
     adopted_share: Option<f64>,
     streak: u32,
+    /// The last `window_epochs` reports of [`RoleBusy`], oldest first.
+    busy_ring: std::collections::VecDeque<RoleBusy>,
 }
 
 impl SizeAwareController {
@@ -377,6 +500,7 @@ impl SizeAwareController {
             decision,
             adopted_share: None,
             streak: 0,
+            busy_ring: std::collections::VecDeque::new(),
         })
     }
 
@@ -402,7 +526,32 @@ impl SizeAwareController {
     /// per epoch, after merging the workers' histograms into `window`. An empty window keeps
     /// the previous threshold and split.
     pub fn on_epoch(&mut self, window: &SizeWindow) -> Decision {
+        self.decide(window)
+    }
+
+    /// [`on_epoch`](Self::on_epoch) with the busy time the workers of each role measured in
+    /// the epoch that just ended (roles as in the decision that was in force). Kept for the
+    /// last `window_epochs` epochs; used when the split follows [`SplitBy::Busy`].
+    pub fn on_epoch_with_busy(&mut self, window: &SizeWindow, busy: RoleBusy) -> Decision {
+        self.busy_ring.push_back(busy);
+        while self.busy_ring.len() > self.config.window_epochs.max(1) {
+            self.busy_ring.pop_front();
+        }
+        self.decide(window)
+    }
+
+    /// Busy time by role summed over the kept epochs.
+    fn window_busy(&self) -> RoleBusy {
+        let mut total = RoleBusy::default();
+        for epoch in &self.busy_ring {
+            total.add(*epoch);
+        }
+        total
+    }
+
+    fn decide(&mut self, window: &SizeWindow) -> Decision {
         let aggregate = window.aggregate();
+        let window_busy = self.window_busy();
         let workers = self.config.workers;
         let epoch = window.current_epoch();
 
@@ -418,13 +567,39 @@ impl SizeAwareController {
 
         let threshold = self.config.fixed_threshold_bytes.unwrap_or(measured);
         let split = aggregate.split_at(threshold);
-        let share = split.small_share();
-        let candidate = small_workers_for(&split, workers);
+        let large_exist = split.large_requests > 0;
+        // Busy split: the small side's measured busy time against the large side's demand
+        // (zero when the window holds no large request).
+        let large_demand = match self.config.split_by {
+            SplitBy::Busy if window_busy.small_ns > 0 => {
+                if large_exist {
+                    window_busy.large_demand_ns(split.large_requests)
+                } else {
+                    Some(0)
+                }
+            }
+            _ => None,
+        };
+        let (split_by, share, candidate) = match large_demand {
+            Some(large) => {
+                let total = window_busy.small_ns.saturating_add(large);
+                (
+                    SplitBy::Busy,
+                    Some(window_busy.small_ns as f64 / total as f64),
+                    small_workers_for_share(window_busy.small_ns, total, large_exist, workers),
+                )
+            }
+            None => (
+                SplitBy::Packets,
+                split.small_share(),
+                small_workers_for(&split, workers),
+            ),
+        };
 
         let (small_workers, reason) = if let Some(fixed) = self.config.fixed_small_workers {
             (fixed, DecisionReason::FixedSplit)
         } else {
-            self.apply_hysteresis(candidate, share, split.large_requests > 0)
+            self.apply_hysteresis(candidate, share, large_exist)
         };
 
         self.decision = Decision {
@@ -438,6 +613,8 @@ impl SizeAwareController {
                 split,
                 measured_threshold_bytes: Some(measured),
                 small_cost_share: share,
+                split_by,
+                window_busy,
                 candidate_small_workers: Some(candidate),
                 hysteresis_streak: self.streak,
                 reason,
@@ -484,8 +661,8 @@ impl SizeAwareController {
 #[cfg(test)]
 mod tests {
     use super::{
-        small_workers_for, DecisionReason, HysteresisConfig, SizeAwareConfig, SizeAwareController,
-        DEFAULT_INITIAL_THRESHOLD_BYTES,
+        small_workers_for, DecisionReason, HysteresisConfig, RoleBusy, SizeAwareConfig,
+        SizeAwareController, SplitBy, DEFAULT_INITIAL_THRESHOLD_BYTES,
     };
     use crate::sizeaware::histogram::{CostSplit, SizeWindow};
     use crate::sizeaware::{packet_cost, Epoch, SizeAwareError, SizeClass};
@@ -519,6 +696,189 @@ mod tests {
             workers
         };
         raw.clamp(1, upper)
+    }
+
+    fn busy_config(workers: usize) -> SizeAwareConfig {
+        SizeAwareConfig {
+            split_by: SplitBy::Busy,
+            ..SizeAwareConfig::with_workers(workers)
+        }
+    }
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn split_by_names_parse_and_print() {
+        for name in SplitBy::NAMES {
+            let parsed = SplitBy::parse(name).unwrap_or_else(|error| panic!("{error}"));
+            assert_eq!(parsed.as_str(), name);
+        }
+        assert_eq!(
+            SplitBy::parse("bytes"),
+            Err(SizeAwareError::UnknownSplitBy("bytes".into()))
+        );
+        assert_eq!(SizeAwareConfig::default().split_by, SplitBy::Packets);
+    }
+
+    #[test]
+    fn busy_split_follows_measured_busy_time_not_packets() {
+        // By packets, 5 × 1 MB among 995 tiny requests take 3 of 4 workers.
+        let window = window_with(&[(10, 995), (1_000_000, 5)]);
+        let busy = RoleBusy {
+            small_ns: 3 * MS,
+            large_ns: MS,
+            large_jobs: 5,
+        };
+        let mut by_packets = controller(SizeAwareConfig::with_workers(4));
+        let decision = by_packets.on_epoch_with_busy(&window, busy);
+        assert_eq!(decision.inputs.split_by, SplitBy::Packets);
+        assert_eq!(decision.small_workers, 1);
+
+        // Measured: the small side did 3 ms, the large side 1 ms for all 5 large requests.
+        let mut by_busy = controller(busy_config(4));
+        let decision = by_busy.on_epoch_with_busy(&window, busy);
+        assert_eq!(decision.inputs.split_by, SplitBy::Busy);
+        assert_eq!(decision.inputs.small_cost_share, Some(0.75));
+        assert_eq!(decision.inputs.window_busy, busy);
+        assert_eq!((decision.small_workers, decision.large_workers), (3, 1));
+        let stats = decision.stats();
+        let stat = |name: &str| {
+            stats
+                .iter()
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| value.clone())
+        };
+        assert_eq!(stat("sizeaware_split_by").as_deref(), Some("busy"));
+        assert_eq!(
+            stat("sizeaware_window_small_busy_us").as_deref(),
+            Some("3000")
+        );
+        assert_eq!(stat("sizeaware_window_large_jobs").as_deref(), Some("5"));
+    }
+
+    #[test]
+    fn busy_split_counts_large_requests_a_saturated_large_side_did_not_finish() {
+        // The large side finished 1 of the window's 5 large requests in its 1 ms: its demand is
+        // 5 ms, not 1 ms, so the small share is 3 / 8, not 3 / 4.
+        let window = window_with(&[(10, 995), (1_000_000, 5)]);
+        let mut by_busy = controller(busy_config(4));
+        let decision = by_busy.on_epoch_with_busy(
+            &window,
+            RoleBusy {
+                small_ns: 3 * MS,
+                large_ns: MS,
+                large_jobs: 1,
+            },
+        );
+        assert_eq!(decision.inputs.small_cost_share, Some(3.0 / 8.0));
+        assert_eq!((decision.small_workers, decision.large_workers), (2, 2));
+    }
+
+    #[test]
+    fn busy_split_falls_back_to_packets_until_it_has_measurements() {
+        let window = window_with(&[(10, 995), (1_000_000, 5)]);
+        // No busy time reported at all.
+        let mut none = controller(busy_config(4));
+        let decision = none.on_epoch(&window);
+        assert_eq!(decision.inputs.split_by, SplitBy::Packets);
+        assert_eq!(decision.small_workers, 1);
+        // Large requests but no large job completed: the large side's cost is unknown.
+        let mut no_large_job = controller(busy_config(4));
+        let decision = no_large_job.on_epoch_with_busy(
+            &window,
+            RoleBusy {
+                small_ns: 3 * MS,
+                large_ns: 0,
+                large_jobs: 0,
+            },
+        );
+        assert_eq!(decision.inputs.split_by, SplitBy::Packets);
+        // No large request in the window: every worker is small, as with packets.
+        let mut all_small = controller(busy_config(4));
+        let decision = all_small.on_epoch_with_busy(
+            &window_with(&[(64, 1000)]),
+            RoleBusy {
+                small_ns: MS,
+                large_ns: 0,
+                large_jobs: 0,
+            },
+        );
+        assert_eq!(decision.inputs.split_by, SplitBy::Busy);
+        assert_eq!((decision.small_workers, decision.large_workers), (4, 0));
+    }
+
+    #[test]
+    fn busy_window_keeps_the_last_window_epochs() {
+        let config = SizeAwareConfig {
+            window_epochs: 2,
+            ..busy_config(4)
+        };
+        let mut controller = controller(config);
+        let window = window_with(&[(10, 995), (1_000_000, 5)]);
+        for small_ms in [100, 2, 3] {
+            controller.on_epoch_with_busy(
+                &window,
+                RoleBusy {
+                    small_ns: small_ms * MS,
+                    large_ns: MS,
+                    large_jobs: 5,
+                },
+            );
+        }
+        let busy = controller.decision().inputs.window_busy;
+        assert_eq!(
+            (busy.small_ns, busy.large_ns, busy.large_jobs),
+            (5 * MS, 2 * MS, 10)
+        );
+    }
+
+    /// A closed loop: 8 workers, one epoch of 1 ms; the small side's work is 5 worker-epochs,
+    /// the large side's 100 requests of 20 µs (2 worker-epochs). Each side does what its
+    /// workers can of its work. Returns the split after `epochs` epochs and whether its last
+    /// epoch left either side saturated.
+    fn closed_loop(config: SizeAwareConfig, epochs: usize) -> (usize, bool) {
+        const LARGE_REQUESTS: u64 = 100;
+        const LARGE_COST_NS: u64 = 20_000;
+        let mut controller = controller(config);
+        let mut window = SizeWindow::new(4).unwrap_or_else(|error| panic!("{error}"));
+        let mut saturated = false;
+        for epoch in 1..=epochs as u64 {
+            let decision = *controller.decision();
+            let small_capacity = decision.small_workers as u64 * MS;
+            let large_capacity = decision.large_workers as u64 * MS;
+            let small_ns = (5 * MS).min(small_capacity);
+            let large_jobs = LARGE_REQUESTS.min(large_capacity / LARGE_COST_NS);
+            saturated = small_ns < 5 * MS || large_jobs < LARGE_REQUESTS;
+            window.advance_to(Epoch(epoch));
+            for _ in 0..10_000 {
+                window.record(100, 100);
+            }
+            for _ in 0..LARGE_REQUESTS {
+                window.record(1_000_000, 1_000_000);
+            }
+            controller.on_epoch_with_busy(
+                &window,
+                RoleBusy {
+                    small_ns,
+                    large_ns: large_jobs * LARGE_COST_NS,
+                    large_jobs,
+                },
+            );
+        }
+        (controller.decision().small_workers, saturated)
+    }
+
+    #[test]
+    fn busy_split_converges_where_no_side_saturates_and_packets_does_not() {
+        // By packets the large requests are 87 % of the cost: 2 small workers for 5 workers'
+        // worth of small work.
+        let (small, saturated) = closed_loop(SizeAwareConfig::with_workers(8), 12);
+        assert_eq!(small, 2);
+        assert!(saturated);
+        // By busy time: 5 or 6 small workers, and neither side saturated at the end.
+        let (small, saturated) = closed_loop(busy_config(8), 12);
+        assert!((5..=6).contains(&small), "small workers {small}");
+        assert!(!saturated);
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //!        └─ SET declared > T, value still arriving ─► Job::Receive ─────────────┤
 //!  large workers ◄──────────────────── queue ◄────────────────────────────────────┘
 //!  controller: every epoch merges the workers' size histograms ─► threshold, split
+//!              (split_by = busy: and the workers' CPU time by role, sampled by each
+//!               worker from its own thread CPU clock at most every 10 ms)
 //! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,12 +20,14 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use tailtrim_policy::sizeaware::{
-    Epoch, PackedDecision, SizeAwareConfig, SizeAwareController, SizeHistogram, SizeWindow,
+    Epoch, PackedDecision, RoleBusy, SizeAwareConfig, SizeAwareController, SizeHistogram,
+    SizeWindow, SplitBy,
 };
 use tailtrim_proto::reply::ReplyBuf;
 use tailtrim_proto::request::declared_total;
 
 use super::{EpollLayout, Executed, Placement, Policy, PolicyStats, IDLE_WAIT_MS};
+use crate::affinity::thread_cpu_ns;
 use crate::config::{DispatchPolicy, ServerConfig};
 use crate::runtime::{FlushMode, Runtime};
 use crate::session::{Conn, Job, ReadSide};
@@ -45,7 +49,50 @@ pub struct SizeAware {
     last_decision: Mutex<Vec<(&'static str, String)>>,
     /// Size histograms recorded by readers since the last epoch, per worker.
     samples: Vec<Mutex<SizeHistogram>>,
+    /// CPU time by role since the last epoch, per worker (`split_by = busy` only).
+    busy: Vec<WorkerBusy>,
+    /// Large jobs the large workers completed since the last epoch.
+    large_jobs: AtomicU64,
     queue: (Sender<Job>, Receiver<Job>),
+}
+
+/// How often a worker reads its thread CPU clock (a system call) at most.
+const BUSY_SAMPLE_INTERVAL: Duration = Duration::from_millis(10);
+
+/// One worker's CPU time, split by the role it had when it was sampled.
+#[derive(Default)]
+struct WorkerBusy {
+    small_ns: AtomicU64,
+    large_ns: AtomicU64,
+    /// When the worker last read its CPU clock, and what it read (only the worker takes it).
+    last: Mutex<Option<(Instant, u64)>>,
+}
+
+impl WorkerBusy {
+    /// Called by the worker itself: adds the CPU time used since the last sample to the role
+    /// it has now, if the last sample is at least [`BUSY_SAMPLE_INTERVAL`] old.
+    fn sample(&self, small: bool) {
+        let now = Instant::now();
+        let mut last = self.last.lock();
+        if let Some((at, _)) = *last {
+            if now.duration_since(at) < BUSY_SAMPLE_INTERVAL {
+                return;
+            }
+        }
+        let Some(cpu) = thread_cpu_ns() else {
+            return;
+        };
+        if let Some((_, before)) = *last {
+            let spent = cpu.saturating_sub(before);
+            let role = if small {
+                &self.small_ns
+            } else {
+                &self.large_ns
+            };
+            role.fetch_add(spent, Ordering::Relaxed);
+        }
+        *last = Some((now, cpu));
+    }
 }
 
 impl SizeAware {
@@ -59,6 +106,8 @@ impl SizeAware {
         controller.percentile = section.percentile;
         controller.fixed_threshold_bytes = fixed_threshold;
         controller.fixed_small_workers = fixed_split;
+        // `ServerConfig::validate` rejected an unknown name.
+        controller.split_by = SplitBy::parse(&section.split_by).unwrap_or_default();
         let small = fixed_split
             .unwrap_or(workers.saturating_sub(1).max(1))
             .clamp(1, workers.max(1));
@@ -75,6 +124,8 @@ impl SizeAware {
             samples: (0..workers)
                 .map(|_| Mutex::new(SizeHistogram::new()))
                 .collect(),
+            busy: (0..workers).map(|_| WorkerBusy::default()).collect(),
+            large_jobs: AtomicU64::new(0),
             queue: crossbeam_channel::unbounded(),
         }
     }
@@ -111,6 +162,11 @@ impl Policy for SizeAware {
 
     fn worker_step(&self, rt: &Runtime, worker: usize, tokens: &mut Vec<u64>) {
         let small = worker < self.decision().small_workers();
+        if self.controller.split_by == SplitBy::Busy {
+            if let Some(busy) = self.busy.get(worker) {
+                busy.sample(small);
+            }
+        }
         if small {
             if !self.large_workers_available() {
                 // The split moved every worker to small: serve the large
@@ -126,6 +182,7 @@ impl Policy for SizeAware {
             .recv_timeout(Duration::from_millis(IDLE_WAIT_MS as u64))
         {
             rt.run_job(job, worker);
+            bump(&self.large_jobs);
         }
     }
 
@@ -156,9 +213,17 @@ impl Policy for SizeAware {
             for samples in &self.samples {
                 merged.merge(&samples.lock().take());
             }
+            let mut busy = RoleBusy {
+                large_jobs: self.large_jobs.swap(0, Ordering::Relaxed),
+                ..RoleBusy::default()
+            };
+            for worker in &self.busy {
+                busy.small_ns += worker.small_ns.swap(0, Ordering::Relaxed);
+                busy.large_ns += worker.large_ns.swap(0, Ordering::Relaxed);
+            }
             window.advance_to(Epoch(epoch_index));
             window.absorb_epoch(Epoch(epoch_index), &merged);
-            let decision = controller.on_epoch(&window);
+            let decision = controller.on_epoch_with_busy(&window, busy);
             // Threshold and split of this epoch, published as one unit.
             let mut next = self.decision();
             if self.fixed_threshold.is_none() {
