@@ -21,6 +21,7 @@ mod chisel;
 mod common;
 mod minos;
 mod tailx;
+mod tailx_testbed;
 mod warmup;
 
 /// Arguments of `tailtrim experiment`.
@@ -48,7 +49,8 @@ enum Experiment {
     /// with the fixed-(B, L) sweep behind the optimality ratio.
     Chisel(Box<chisel::Args>),
     /// TailX vs Rein (SBF, SDS) vs batch at 16 servers in the cluster simulator (SIMULATED):
-    /// key-count mix at 1M and 10M requests, 10/20/50 % large values.
+    /// key-count mix at 1M and 10M requests, 10/20/50 % large values; with --testbed, on the
+    /// emulated testbed (real serve and proxy processes) beside the simulator (EMULATED).
     Tailx(Box<tailx::Args>),
 }
 

@@ -63,6 +63,10 @@ pub struct Setup {
     pub load: f64,
     /// Requests of the calibration run.
     pub calibration_requests: u64,
+    /// Rate of the calibration run, requests/s: light for the cost model (a dilated model
+    /// needs a proportionally lower rate).
+    #[serde(default = "default_calibration_rps")]
+    pub calibration_rps: f64,
     /// TailX's smallest allowance worth a delay, µs (the proxy's default is its 1 ms timer
     /// resolution; the simulator has none).
     pub tailx_min_delay_us: f64,
@@ -85,10 +89,15 @@ impl Default for Setup {
             network: "const=25us,byte=1ns".to_string(),
             load: 0.75,
             calibration_requests: 20_000,
+            calibration_rps: default_calibration_rps(),
             tailx_min_delay_us: 10.0,
             seed: 1,
         }
     }
+}
+
+fn default_calibration_rps() -> f64 {
+    1_000.0
 }
 
 /// What the clients ask for.
@@ -272,8 +281,7 @@ pub struct Calibration {
 /// saturation rate, times `load`. (C3 moves load off busy replicas as load grows, so the real
 /// capacity is at least this.)
 pub fn calibrate(setup: &Setup, experiment: &Experiment) -> Result<Calibration, SimError> {
-    // A first guess from the mean work is enough for a light probe.
-    let probe_rps = 1_000.0;
+    let probe_rps = setup.calibration_rps;
     let probe = scenario(
         setup,
         experiment,

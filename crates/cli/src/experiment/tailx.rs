@@ -27,11 +27,14 @@ use tailtrim_lab::results::{read_json, write_json, write_text};
 
 /// Arguments of `tailtrim experiment tailx`.
 #[derive(clap::Args, Debug)]
-#[command(about = "TailX vs Rein vs batch at 16 servers in the cluster simulator (SIMULATED)")]
+#[command(
+    about = "TailX vs Rein vs batch at 16 servers in the cluster simulator (SIMULATED), or on \
+             the emulated testbed beside it (--testbed, EMULATED)"
+)]
 pub struct Args {
-    /// Output directory.
-    #[arg(long, default_value = "experiments/tailx/sim")]
-    out: PathBuf,
+    /// Output directory (default experiments/tailx/sim, with --testbed experiments/tailx/testbed).
+    #[arg(long)]
+    out: Option<PathBuf>,
     /// Requests of each run of experiment (a), one experiment per value.
     #[arg(long, value_delimiter = ',', default_value = "1000000,10000000")]
     a_requests: Vec<u64>,
@@ -59,6 +62,43 @@ pub struct Args {
     /// Only redraw results.md and the figures from `<out>/results.json` (no simulation).
     #[arg(long)]
     replot: bool,
+    /// EMULATED testbed: real `tailtrim serve` backends (emulated service and network time)
+    /// behind one real `tailtrim proxy` per planner, beside the simulator with the same model.
+    #[arg(long)]
+    testbed: bool,
+    /// Testbed: backends.
+    #[arg(long, default_value_t = 16)]
+    servers: usize,
+    /// Testbed: dilation of the cost model (emulated times ≥ ~1 ms).
+    #[arg(long, default_value_t = 40.0)]
+    dilation: f64,
+    /// Testbed: keys with small (1000 B) values.
+    #[arg(long, default_value_t = 100_000)]
+    keys: u64,
+    /// Testbed: keys with large values.
+    #[arg(long, default_value_t = 1_000)]
+    large_keys: u64,
+    /// Testbed: bytes of a large value.
+    #[arg(long, default_value_t = Setup::default().large_value_bytes)]
+    large_value_bytes: u64,
+    /// Testbed: measured seconds per run.
+    #[arg(long, default_value_t = 8.0)]
+    duration: f64,
+    /// Testbed: unmeasured seconds before each run.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Testbed: rounds (every planner once per round, rotated order).
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// Testbed: requests in flight per backend in each proxy (its priority window).
+    #[arg(long, default_value_t = 4)]
+    window: usize,
+    /// Testbed: requests of each twin simulator run.
+    #[arg(long, default_value_t = 100_000)]
+    sim_requests: u64,
+    /// Testbed: bench connections (one request in flight each).
+    #[arg(long, default_value_t = 128)]
+    connections: usize,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -96,11 +136,42 @@ struct Report {
 
 /// Runs `tailtrim experiment tailx`.
 pub fn run(args: Args) -> Result<ExitCode, String> {
+    if args.testbed {
+        let out = args
+            .out
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("experiments/tailx/testbed"));
+        if args.replot {
+            return super::tailx_testbed::replot(&out);
+        }
+        return super::tailx_testbed::run(&super::tailx_testbed::Options {
+            out,
+            only: args.only,
+            servers: args.servers,
+            workers: args.workers,
+            load: args.load,
+            dilation: args.dilation,
+            keys: args.keys,
+            large_keys: args.large_keys,
+            large_value_bytes: args.large_value_bytes,
+            duration: args.duration,
+            warmup: args.warmup,
+            repeats: args.repeats,
+            window: args.window,
+            sim_requests: args.sim_requests,
+            connections: args.connections,
+            seed: args.seed,
+        });
+    }
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("experiments/tailx/sim"));
     if args.replot {
-        let report: Report = read_json(&args.out)?;
-        let markdown = render(&report.experiments, &args.out)?;
+        let report: Report = read_json(&out)?;
+        let markdown = render(&report.experiments, &out)?;
         print!("{markdown}");
-        println!("redrew {} from its results.json", args.out.display());
+        println!("redrew {} from its results.json", out.display());
         return Ok(ExitCode::SUCCESS);
     }
     let setup = Setup {
@@ -200,10 +271,10 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         setup,
         experiments: results,
     };
-    write_json(&args.out, &report)?;
-    let markdown = render(&report.experiments, &args.out)?;
+    write_json(&out, &report)?;
+    let markdown = render(&report.experiments, &out)?;
     print!("{markdown}");
-    println!("wrote {} ({wall_secs:.0} s)", args.out.display());
+    println!("wrote {} ({wall_secs:.0} s)", out.display());
     Ok(ExitCode::SUCCESS)
 }
 

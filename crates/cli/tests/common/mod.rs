@@ -304,3 +304,27 @@ pub fn value_for(key: &str, len: usize) -> Vec<u8> {
     let unit = format!("{key}|");
     unit.as_bytes().iter().copied().cycle().take(len).collect()
 }
+
+/// Runs `tailtrim experiment <args> --out <fresh scratch directory>`, fails the test unless it
+/// succeeds, and returns the directory and its results.json.
+pub fn run_experiment(name: &str, args: &[&str]) -> (PathBuf, serde_json::Value) {
+    let out = std::env::temp_dir().join(format!("tailtrim-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let output = Command::new(env!("CARGO_BIN_EXE_tailtrim"))
+        .arg("experiment")
+        .args(args)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap_or_else(|error| panic!("running tailtrim: {error}"));
+    assert!(
+        output.status.success(),
+        "tailtrim experiment {args:?} failed ({:?}):\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = std::fs::read_to_string(out.join("results.json"))
+        .unwrap_or_else(|error| panic!("reading results.json: {error}"));
+    let json = serde_json::from_str(&text).unwrap_or_else(|error| panic!("parsing: {error}"));
+    (out, json)
+}

@@ -1,0 +1,841 @@
+//! `tailtrim experiment tailx --testbed`: the four planners on the EMULATED testbed — real
+//! `tailtrim serve` backends whose workers sleep for an emulated service time and whose
+//! replies wait for an emulated network time (docs/emulation.md), behind one real `tailtrim
+//! proxy` per planner — and the same cost model in the cluster simulator, so the planners'
+//! order can be compared between the two.
+//!
+//! ```text
+//!   Setup (keys, workers, dilated cost model) ─► per experiment: sim calibrate ─► rate
+//!        │                                        sim twin: batch, rein-sbf, rein-sds, tailx
+//!        ▼
+//!   N × serve --dispatch late-binding --no-priorities --emulate-service S --emulate-network N
+//!   4 × proxy -r 3 --planner P --backend-window W  (one per planner, same ring)
+//!   preload every key once (through the batch proxy; writes reach every replica)
+//!   for round: for planner in interleaved_order ─► bench::run_detailed (open loop, Poisson,
+//!        one request in flight per connection) ─► HDR histograms kept (V2, base64)
+//!   per planner: histograms pooled over rounds ─► p50/p95/p99, reductions vs rein-sbf,
+//!        order by p99 ─► compared with the sim twin's
+//! ```
+//!
+//! The backends serve first come, first served (`--no-priorities`): Rein's classes are
+//! ordered by each proxy's own per-backend deficit-round-robin queue behind a window of `W`
+//! requests in flight (every planner gets the same window). The backends that serve classes
+//! themselves take one quiet `mg` per key, and the emulated service time charges each `mg`
+//! its fixed cost, so Rein would pay that cost once per key instead of once per opset: not
+//! comparable, not used here.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tailtrim_bench::class::Class;
+use tailtrim_bench::dist::Distribution;
+use tailtrim_bench::workload::{
+    Arrival, OpKind, OperationSpec, PoolSpec, Popularity, WorkloadSpec,
+};
+use tailtrim_bench::{preload, run_detailed, RunConfig};
+use tailtrim_lab::histogram::{pooled, Encoded};
+use tailtrim_lab::meta::{load_average, Recorder, RunMetadata};
+use tailtrim_lab::process::{fetch_stats, Launch, Process, ServerShape};
+use tailtrim_lab::results::{read_json, write_json, write_text};
+use tailtrim_lab::stats::{interleaved_order, median};
+use tailtrim_sim::cluster::run_cluster_with;
+use tailtrim_sim::tailx::{
+    calibrate, paper_experiments, planner, reductions, scenario, Calibration, Experiment, Mix,
+    PlannerOutcome, Reduction, Setup, BASELINE, PLANNERS,
+};
+
+use super::common::tailtrim_binary;
+
+/// What the CLI passes in.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Output directory.
+    pub out: PathBuf,
+    /// Experiments to run (names as `paper_experiments` gives them); empty: all.
+    pub only: Vec<String>,
+    /// Backends.
+    pub servers: usize,
+    /// Workers per backend.
+    pub workers: usize,
+    /// Offered load, share of the simulator's calibrated capacity.
+    pub load: f64,
+    /// Dilation of the cost model.
+    pub dilation: f64,
+    /// Keys with small values.
+    pub keys: u64,
+    /// Keys with large values.
+    pub large_keys: u64,
+    /// Bytes of a large value.
+    pub large_value_bytes: u64,
+    /// Measured seconds per run.
+    pub duration: f64,
+    /// Unmeasured seconds before each run.
+    pub warmup: f64,
+    /// Rounds (each planner runs once per round, in rotated order).
+    pub repeats: usize,
+    /// Requests in flight per backend in each proxy (its priority window).
+    pub window: usize,
+    /// Requests of each simulator run.
+    pub sim_requests: u64,
+    /// Bench connections (one request in flight each).
+    pub connections: usize,
+    /// Seed.
+    pub seed: u64,
+}
+
+/// One measured run of one planner.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Run {
+    planner: String,
+    round: usize,
+    position: usize,
+    target_rps: f64,
+    achieved_rps: f64,
+    completed: u64,
+    errors: u64,
+    hit_ratio: f64,
+    p50_us: f64,
+    p95_us: f64,
+    p99_us: f64,
+    load_average_before: String,
+    /// Every request, ns.
+    histogram: Encoded,
+    /// Requests with a large value, ns.
+    large_histogram: Encoded,
+    /// Requests of at least 50 keys, ns.
+    elephant_histogram: Encoded,
+}
+
+/// A planner's pooled result over the rounds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Pooled {
+    planner: String,
+    requests: u64,
+    errors: u64,
+    mean_us: f64,
+    p50_us: f64,
+    p95_us: f64,
+    p99_us: f64,
+    large_p99_us: f64,
+    elephant_p99_us: f64,
+    /// Median over rounds of each round's p99.
+    median_round_p99_us: f64,
+    /// Each round's p99, in round order.
+    round_p99_us: Vec<f64>,
+    /// The proxy's own counters after the last round (delay queue, gate, planner).
+    proxy_stats: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ExperimentResult {
+    experiment: Experiment,
+    calibration: Calibration,
+    /// The simulator's twin runs.
+    simulated: Vec<PlannerOutcome>,
+    simulated_reductions: Vec<Reduction>,
+    /// Planners by simulated p99, best first.
+    simulated_order: Vec<String>,
+    runs: Vec<Run>,
+    emulated: Vec<Pooled>,
+    emulated_reductions: Vec<Reduction>,
+    /// Planners by pooled emulated p99, best first.
+    emulated_order: Vec<String>,
+    /// Planner pairs ordered the same way by both, of 6.
+    agreeing_pairs: usize,
+    /// Planners by the median over rounds of each round's p99, best first (one bad round on
+    /// a loaded host moves the pooled p99, not this).
+    #[serde(default)]
+    emulated_order_by_round_median: Vec<String>,
+    /// Pairs the simulator orders alike, by that median.
+    #[serde(default)]
+    agreeing_pairs_by_round_median: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Metadata {
+    #[serde(flatten)]
+    run: RunMetadata,
+    note: String,
+    servers: Vec<String>,
+    proxies: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Settings {
+    setup: Setup,
+    /// The servers' `--emulate-service`.
+    emulate_service: String,
+    /// The servers' `--emulate-network` (the simulator's one-way time, both ways, on the
+    /// reply).
+    emulate_network: String,
+    dilation: f64,
+    duration_s: f64,
+    warmup_s: f64,
+    repeats: usize,
+    window: usize,
+    connections: usize,
+    sim_requests: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Report {
+    metadata: Metadata,
+    settings: Settings,
+    experiments: Vec<ExperimentResult>,
+}
+
+const NOTE: &str = "EMULATED: real tailtrim serve backends (emulated service and network time, \
+                    dilated) behind real tailtrim proxies; the simulated columns are the cluster \
+                    simulator with the same cost model";
+
+/// The setup both sides run: the simulator's default model, dilated, at the testbed's scale.
+fn setup_of(options: &Options) -> Setup {
+    let base = Setup::default();
+    let dilated = |spec: &str| format!("{spec},dilation={}", options.dilation);
+    Setup {
+        servers: options.servers,
+        workers_per_server: options.workers,
+        keyspace: options.keys,
+        large_keyspace: options.large_keys,
+        large_value_bytes: options.large_value_bytes,
+        service: dilated(&base.service),
+        network: dilated(&base.network),
+        load: options.load,
+        calibration_rps: base.calibration_rps / options.dilation.max(1.0),
+        tailx_min_delay_us: tailtrim_policy::tailx::DEFAULT_MIN_DELAY_NANOS as f64 / 1e3,
+        seed: options.seed,
+        ..base
+    }
+}
+
+/// The server's network hold: the simulator's one-way time counted twice (request and reply)
+/// on the reply.
+fn emulated_network(options: &Options) -> String {
+    format!("const=50us,byte=1ns,dilation={}", options.dilation)
+}
+
+fn get(keys: u32, weight: f64) -> OperationSpec {
+    OperationSpec {
+        kind: OpKind::Get,
+        keys,
+        weight,
+    }
+}
+
+/// The bench workload of an experiment: a pool of small and one of large values (both zipf),
+/// and exactly the simulator's mix of keys per request.
+fn workload_of(setup: &Setup, experiment: &Experiment) -> Result<WorkloadSpec, String> {
+    let pool = |name: &str, keys: u64, bytes: u64| PoolSpec {
+        name: name.to_string(),
+        keys,
+        share: 1.0,
+        key_size: Distribution::Fixed { value: 20.0 },
+        value_size: Distribution::Fixed {
+            value: bytes as f64,
+        },
+        popularity: Popularity::Zipf {
+            exponent: setup.zipf,
+        },
+    };
+    let (operations, operation_pools) = match experiment.mix {
+        Mix::KeyCounts {
+            short_keys,
+            long_keys,
+            long_share,
+        } => (
+            vec![
+                get(short_keys, 1.0 - long_share),
+                get(long_keys, long_share),
+            ],
+            vec![vec![short_keys, 0], vec![long_keys, 0]],
+        ),
+        Mix::LargeValues {
+            keys,
+            request_share,
+            large_share,
+        } => {
+            // As the simulator: round(share × keys) large keys in such a request.
+            let large = (large_share * f64::from(keys)).round() as u32;
+            (
+                vec![get(keys, 1.0 - request_share), get(keys, request_share)],
+                vec![vec![keys, 0], vec![keys - large, large]],
+            )
+        }
+    };
+    let spec = WorkloadSpec {
+        name: format!("tailx-{}", experiment.name),
+        key_seed: 13,
+        large_threshold_bytes: setup.small_value_bytes,
+        elephant_min_keys: 50,
+        max_value_bytes: setup.large_value_bytes.max(setup.small_value_bytes),
+        arrival: Arrival::Poisson,
+        pools: vec![
+            pool("small", setup.keyspace, setup.small_value_bytes),
+            pool("large", setup.large_keyspace, setup.large_value_bytes),
+        ],
+        operations,
+        operation_pools,
+    };
+    spec.validate().map_err(|e| e.to_string())?;
+    Ok(spec)
+}
+
+/// Planners sorted by a latency, best first.
+fn order_by(values: &[(String, f64)]) -> Vec<String> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(|a, b| a.1.total_cmp(&b.1));
+    sorted.into_iter().map(|(name, _)| name).collect()
+}
+
+/// Pairs of planners that two orders rank the same way.
+fn agreeing_pairs(a: &[String], b: &[String]) -> usize {
+    let rank = |order: &[String], name: &str| order.iter().position(|n| n == name);
+    let mut agree = 0;
+    for (i, x) in a.iter().enumerate() {
+        for y in &a[i + 1..] {
+            if let (Some(bx), Some(by)) = (rank(b, x), rank(b, y)) {
+                agree += usize::from(bx < by);
+            }
+        }
+    }
+    agree
+}
+
+fn simulate(
+    setup: &Setup,
+    experiment: &Experiment,
+    rate: f64,
+) -> Result<Vec<PlannerOutcome>, String> {
+    PLANNERS
+        .iter()
+        .map(|name| {
+            let scenario = scenario(setup, experiment, name, rate, experiment.requests)
+                .map_err(|e| e.to_string())?;
+            let result =
+                run_cluster_with(&scenario, planner(setup, name).map_err(|e| e.to_string())?)
+                    .map_err(|e| e.to_string())?;
+            Ok(PlannerOutcome::of(&result, setup.workers_per_server))
+        })
+        .collect()
+}
+
+/// The proxy counters worth keeping: the planner's, the delay queue's and the gate's.
+fn proxy_counters(address: &str) -> BTreeMap<String, String> {
+    fetch_stats(address, None)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(name, _)| {
+            [
+                "delay",
+                "tailx",
+                "planner",
+                "gate",
+                "fetch_class",
+                "queries",
+                "query_keys",
+            ]
+            .iter()
+            .any(|part| name.contains(part))
+                && !name.contains(':')
+        })
+        .collect()
+}
+
+fn quantile_us(histogram: &hdrhistogram::Histogram<u64>, q: f64) -> f64 {
+    if histogram.is_empty() {
+        0.0
+    } else {
+        histogram.value_at_quantile(q) as f64 / 1e3
+    }
+}
+
+/// Runs the testbed experiment.
+pub fn run(options: &Options) -> Result<ExitCode, String> {
+    let setup = setup_of(options);
+    let experiments: Vec<Experiment> =
+        paper_experiments(&[options.sim_requests], options.sim_requests)
+            .into_iter()
+            .filter(|e| options.only.is_empty() || options.only.contains(&e.name))
+            .collect();
+    if experiments.is_empty() {
+        return Err("no experiment selected".to_string());
+    }
+    let service = setup.service.clone();
+    let network = emulated_network(options);
+    let recorder = Recorder::start();
+    let binary = tailtrim_binary()?;
+    let shape = ServerShape {
+        threads: options.workers,
+        memory_mb: 256,
+    };
+    let mut servers = Vec::new();
+    for index in 0..options.servers {
+        let extra: Vec<String> = [
+            "--dispatch",
+            "late-binding",
+            "--no-priorities",
+            "--emulate-service",
+            &service,
+            "--emulate-network",
+            &network,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        servers.push(Process::start(Launch::tailtrim_serve(
+            &format!("backend{index}"),
+            &binary,
+            &shape,
+            &extra,
+        )?)?);
+    }
+    let backends: Vec<String> = servers.iter().map(Process::address).collect();
+    let mut proxies = Vec::new();
+    for name in PLANNERS {
+        let extra: Vec<String> = [
+            "--admin",
+            "off",
+            "-r",
+            &setup.replicas.min(options.servers).to_string(),
+            "--planner",
+            name,
+            "-t",
+            "1",
+            "--backend-window",
+            &options.window.to_string(),
+            "--timeout-ms",
+            "20000",
+            "--server-failure-limit",
+            "1000000000",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        proxies.push(Process::start(Launch::tailtrim_proxy(
+            &format!("proxy-{name}"),
+            &binary,
+            &backends,
+            false,
+            &extra,
+        )?)?);
+    }
+    // Every key once, through the first proxy (all proxies share the ring; writes go to every
+    // replica). The (b) mix's workload holds both pools.
+    let all_keys = Experiment {
+        name: "preload".to_string(),
+        mix: Mix::LargeValues {
+            keys: 20,
+            request_share: 0.2,
+            large_share: 0.1,
+        },
+        requests: 0,
+    };
+    let preload_spec = workload_of(&setup, &all_keys)?;
+    eprintln!(
+        "EMULATED testbed: {} backends × {} workers, service {service}, network {network}; \
+         preloading {} keys",
+        options.servers,
+        options.workers,
+        preload_spec.total_keys()
+    );
+    let loaded = preload(&preload_spec, &proxies[0].address(), 64, &mut |_| {})
+        .map_err(|e| format!("preload: {e}"))?;
+    eprintln!(
+        "  preloaded in {:.1} s ({} errors)",
+        loaded.seconds, loaded.errors
+    );
+
+    let mut results = Vec::new();
+    for experiment in &experiments {
+        let calibration = calibrate(&setup, experiment).map_err(|e| e.to_string())?;
+        let simulated = simulate(&setup, experiment, calibration.rate_rps)?;
+        let simulated_order = order_by(
+            &simulated
+                .iter()
+                .map(|o| (o.planner.clone(), o.p99_us))
+                .collect::<Vec<_>>(),
+        );
+        eprintln!(
+            "{}: offered {:.0} req/s (load {} × simulated capacity {:.0}); simulated order {:?}",
+            experiment.name,
+            calibration.rate_rps,
+            options.load,
+            calibration.capacity_rps,
+            simulated_order
+        );
+        let workload = Arc::new(workload_of(&setup, experiment)?);
+        let mut runs = Vec::new();
+        for round in 0..options.repeats {
+            for (position, index) in interleaved_order(PLANNERS.len(), round)
+                .into_iter()
+                .enumerate()
+            {
+                let name = PLANNERS[index];
+                let mut config = RunConfig::new(
+                    &proxies[index].address(),
+                    calibration.rate_rps,
+                    Duration::from_secs_f64(options.duration),
+                );
+                config.warmup = Duration::from_secs_f64(options.warmup);
+                config.drain = Duration::from_secs(20);
+                config.connections = options.connections;
+                config.max_in_flight = 1;
+                config.seed = options.seed.wrapping_add(round as u64 * 7_919);
+                config.timeseries = false;
+                let load_average_before = load_average();
+                let output = run_detailed(&workload, &config, &mut |_| {})
+                    .map_err(|e| format!("{} {name} round {round}: {e}", experiment.name))?;
+                for process in servers.iter_mut().chain(proxies.iter_mut()) {
+                    process.check_alive()?;
+                }
+                let all = output.histograms.get(Class::All);
+                let report = &output.report;
+                let run = Run {
+                    planner: name.to_string(),
+                    round,
+                    position,
+                    target_rps: calibration.rate_rps,
+                    achieved_rps: report.achieved_rps,
+                    completed: report.completed,
+                    errors: report.errors,
+                    hit_ratio: report.hit_ratio,
+                    p50_us: quantile_us(all, 0.5),
+                    p95_us: quantile_us(all, 0.95),
+                    p99_us: quantile_us(all, 0.99),
+                    load_average_before,
+                    histogram: Encoded::encode(all)?,
+                    large_histogram: Encoded::encode(output.histograms.get(Class::Large))?,
+                    elephant_histogram: Encoded::encode(output.histograms.get(Class::Elephant))?,
+                };
+                eprintln!(
+                    "  round {round} {name:<9} {:>6.0} rps  p50 {:>8.0} µs  p99 {:>8.0}  \
+                     errors {}  hits {:.3}  load {}",
+                    run.achieved_rps,
+                    run.p50_us,
+                    run.p99_us,
+                    run.errors,
+                    run.hit_ratio,
+                    run.load_average_before
+                );
+                runs.push(run);
+            }
+        }
+        let emulated: Vec<Pooled> = PLANNERS
+            .iter()
+            .zip(&proxies)
+            .map(|(name, proxy)| pool_runs(name, &runs, proxy_counters(&proxy.address())))
+            .collect();
+        results.push(summarise(
+            experiment.clone(),
+            calibration,
+            simulated,
+            simulated_order,
+            runs,
+            emulated,
+        ));
+    }
+    let mut metadata = recorder.finish();
+    metadata.command = tailtrim_lab::meta::command_line();
+    let report = Report {
+        metadata: Metadata {
+            run: metadata,
+            note: NOTE.to_string(),
+            servers: servers.iter().map(|p| named(p, &binary)).collect(),
+            proxies: proxies.iter().map(|p| named(p, &binary)).collect(),
+        },
+        settings: Settings {
+            setup,
+            emulate_service: service,
+            emulate_network: network,
+            dilation: options.dilation,
+            duration_s: options.duration,
+            warmup_s: options.warmup,
+            repeats: options.repeats,
+            window: options.window,
+            connections: options.connections,
+            sim_requests: options.sim_requests,
+        },
+        experiments: results,
+    };
+    for process in proxies.into_iter().chain(servers) {
+        let _ = process.stop();
+    }
+    write_json(&options.out, &report)?;
+    let markdown = render_markdown(&report);
+    write_text(&options.out, "results.md", &markdown)?;
+    print!("{markdown}");
+    println!("wrote {}", options.out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A process's command line with the executable's path shortened to `tailtrim`.
+fn named(process: &Process, binary: &Path) -> String {
+    process
+        .command_line()
+        .replacen(&binary.display().to_string(), "tailtrim", 1)
+}
+
+fn pool_runs(name: &str, runs: &[Run], proxy_stats: BTreeMap<String, String>) -> Pooled {
+    let mine: Vec<&Run> = runs.iter().filter(|r| r.planner == name).collect();
+    let all = pooled(mine.iter().map(|r| &r.histogram));
+    let large = pooled(mine.iter().map(|r| &r.large_histogram));
+    let elephant = pooled(mine.iter().map(|r| &r.elephant_histogram));
+    let q = |h: &Option<hdrhistogram::Histogram<u64>>, q: f64| {
+        h.as_ref().map_or(0.0, |h| quantile_us(h, q))
+    };
+    let round_p99_us: Vec<f64> = mine.iter().map(|r| r.p99_us).collect();
+    Pooled {
+        planner: name.to_string(),
+        requests: mine.iter().map(|r| r.completed).sum(),
+        errors: mine.iter().map(|r| r.errors).sum(),
+        mean_us: all.as_ref().map_or(0.0, |h| h.mean() / 1e3),
+        p50_us: q(&all, 0.5),
+        p95_us: q(&all, 0.95),
+        p99_us: q(&all, 0.99),
+        large_p99_us: q(&large, 0.99),
+        elephant_p99_us: q(&elephant, 0.99),
+        median_round_p99_us: median(&round_p99_us),
+        round_p99_us,
+        proxy_stats,
+    }
+}
+
+fn summarise(
+    experiment: Experiment,
+    calibration: Calibration,
+    simulated: Vec<PlannerOutcome>,
+    simulated_order: Vec<String>,
+    runs: Vec<Run>,
+    emulated: Vec<Pooled>,
+) -> ExperimentResult {
+    let as_outcomes: Vec<PlannerOutcome> = emulated
+        .iter()
+        .map(|p| PlannerOutcome {
+            planner: p.planner.clone(),
+            mean_us: p.mean_us,
+            p50_us: p.p50_us,
+            p95_us: p.p95_us,
+            p99_us: p.p99_us,
+            large_p99_us: p.large_p99_us,
+            small_p99_us: 0.0,
+            achieved_rps: 0.0,
+            fetches_per_request: 0.0,
+            mean_utilization: 0.0,
+            max_utilization: 0.0,
+            simulated_secs: 0.0,
+        })
+        .collect();
+    let emulated_order = order_by(
+        &emulated
+            .iter()
+            .map(|p| (p.planner.clone(), p.p99_us))
+            .collect::<Vec<_>>(),
+    );
+    let emulated_order_by_round_median = order_by(
+        &emulated
+            .iter()
+            .map(|p| (p.planner.clone(), p.median_round_p99_us))
+            .collect::<Vec<_>>(),
+    );
+    ExperimentResult {
+        agreeing_pairs: agreeing_pairs(&simulated_order, &emulated_order),
+        agreeing_pairs_by_round_median: agreeing_pairs(
+            &simulated_order,
+            &emulated_order_by_round_median,
+        ),
+        emulated_order_by_round_median,
+        simulated_reductions: reductions(&simulated),
+        emulated_reductions: reductions(&as_outcomes),
+        experiment,
+        calibration,
+        simulated,
+        simulated_order,
+        runs,
+        emulated,
+        emulated_order,
+    }
+}
+
+/// Redraws results.md from `<out>/results.json`.
+pub fn replot(out: &Path) -> Result<ExitCode, String> {
+    let mut report: Report = read_json(out)?;
+    // Orders and reductions again from the kept data (files written before a field existed).
+    report.experiments = report
+        .experiments
+        .into_iter()
+        .map(|r| {
+            summarise(
+                r.experiment,
+                r.calibration,
+                r.simulated,
+                r.simulated_order,
+                r.runs,
+                r.emulated,
+            )
+        })
+        .collect();
+    write_json(out, &report)?;
+    let markdown = render_markdown(&report);
+    write_text(out, "results.md", &markdown)?;
+    print!("{markdown}");
+    println!("redrew {} from its results.json", out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn render_markdown(report: &Report) -> String {
+    let s = &report.settings;
+    let m = &report.metadata.run;
+    let mut out = format!(
+        "# EMULATED: TailX vs Rein vs batch on the testbed (tailtrim experiment tailx --testbed)\n\n\
+         {} backends × {} workers (`tailtrim serve --dispatch late-binding --no-priorities \
+         --emulate-service {} --emulate-network {}`), one `tailtrim proxy -r {}` per planner \
+         (`--backend-window {}`: Rein's classes ordered by the proxy's DRR queue), open-loop \
+         Poisson load from `tailtrim bench` ({} connections, one request in flight each), \
+         {} keys of {} B and {} of {} B (zipf {}). {} round(s) of {} s (+{} s warm-up) per \
+         planner, interleaved; latencies pooled over the rounds, in emulated time (µs; divide \
+         by the dilation {} for the modelled system). Simulated columns: the cluster simulator, \
+         same cost model, {} requests per planner. Load average {} at the start, {} at the end \
+         (highest {:.1}); commit {}{}.\n",
+        s.setup.servers,
+        s.setup.workers_per_server,
+        s.emulate_service,
+        s.emulate_network,
+        s.setup.replicas,
+        s.window,
+        s.connections,
+        s.setup.keyspace,
+        s.setup.small_value_bytes,
+        s.setup.large_keyspace,
+        s.setup.large_value_bytes,
+        s.setup.zipf,
+        s.repeats,
+        s.duration_s,
+        s.warmup_s,
+        s.dilation,
+        s.sim_requests,
+        m.load_average_start,
+        m.load_average_end,
+        m.load_average_max,
+        m.commit,
+        if m.dirty { " (dirty)" } else { "" },
+    );
+    for result in &report.experiments {
+        out.push_str(&format!(
+            "\n## {} (offered {:.0} req/s = {} × simulated capacity {:.0} req/s)\n\n\
+             | planner | requests | errors | p50 | p95 | p99 | p99 / rein-sbf | p99 red. | p50 red. | round p99s | their median | sim p50 | sim p99 | sim p99 / rein-sbf |\n\
+             |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+            result.experiment.name,
+            result.calibration.rate_rps,
+            s.setup.load,
+            result.calibration.capacity_rps,
+        ));
+        for (index, pooled) in result.emulated.iter().enumerate() {
+            let red = result.emulated_reductions.get(index);
+            let sim = result.simulated.get(index);
+            let sim_red = result.simulated_reductions.get(index);
+            let rounds: Vec<String> = pooled
+                .round_p99_us
+                .iter()
+                .map(|v| format!("{v:.0}"))
+                .collect();
+            out.push_str(&format!(
+                "| {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.1} % | {:.1} % | {} | {:.0} | {:.0} | {:.0} | {:.2} |\n",
+                pooled.planner,
+                pooled.requests,
+                pooled.errors,
+                pooled.p50_us,
+                pooled.p95_us,
+                pooled.p99_us,
+                red.map_or(0.0, |r| r.p99_ratio),
+                red.map_or(0.0, |r| r.p99_pct),
+                red.map_or(0.0, |r| r.p50_pct),
+                rounds.join(" / "),
+                pooled.median_round_p99_us,
+                sim.map_or(0.0, |o| o.p50_us),
+                sim.map_or(0.0, |o| o.p99_us),
+                sim_red.map_or(0.0, |r| r.p99_ratio),
+            ));
+        }
+        out.push_str(&format!(
+            "\nOrder by p99, best first — simulated: {}; emulated, pooled p99: {} ({} of 6 \
+             planner pairs ordered as simulated); emulated, median of the rounds' p99s: {} \
+             ({} of 6).\n",
+            result.simulated_order.join(" < "),
+            result.emulated_order.join(" < "),
+            result.agreeing_pairs,
+            result.emulated_order_by_round_median.join(" < "),
+            result.agreeing_pairs_by_round_median,
+        ));
+    }
+    out.push_str(&format!(
+        "\nBaseline of the ratios and reductions: {BASELINE}.\n"
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn orders_and_agreement() {
+        let names = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let order = order_by(&[("b".into(), 3.0), ("a".into(), 1.0), ("c".into(), 2.0)]);
+        assert_eq!(order, names(&["a", "c", "b"]));
+        let a = names(&["w", "x", "y", "z"]);
+        assert_eq!(agreeing_pairs(&a, &a), 6);
+        assert_eq!(agreeing_pairs(&a, &names(&["z", "y", "x", "w"])), 0);
+        assert_eq!(agreeing_pairs(&a, &names(&["x", "w", "y", "z"])), 5);
+    }
+
+    #[test]
+    fn the_workloads_draw_the_simulators_mix() {
+        let options = Options {
+            out: PathBuf::new(),
+            only: Vec::new(),
+            servers: 16,
+            workers: 1,
+            load: 0.75,
+            dilation: 40.0,
+            keys: 1_000,
+            large_keys: 10,
+            large_value_bytes: 128_000,
+            duration: 1.0,
+            warmup: 0.0,
+            repeats: 1,
+            window: 4,
+            sim_requests: 1_000,
+            connections: 4,
+            seed: 1,
+        };
+        let setup = setup_of(&options);
+        assert_eq!(setup.calibration_rps, 25.0);
+        assert!(setup.service.ends_with("dilation=40"));
+        for experiment in paper_experiments(&[1_000], 1_000) {
+            let spec = workload_of(&setup, &experiment).expect("workload");
+            let mut generator = tailtrim_bench::workload::RequestGenerator::new(
+                Arc::new(spec),
+                tailtrim_bench::rng::Rng::new(1),
+            );
+            for _ in 0..200 {
+                let operation = generator.next_operation();
+                let large = operation.keys.iter().filter(|k| k.pool == 1).count();
+                match experiment.mix {
+                    Mix::KeyCounts { .. } => {
+                        assert!(matches!(operation.keys.len(), 5 | 100));
+                        assert_eq!(large, 0);
+                    }
+                    Mix::LargeValues { large_share, .. } => {
+                        assert_eq!(operation.keys.len(), 20);
+                        let expected = (large_share * 20.0).round() as usize;
+                        assert!(large == 0 || large == expected, "{large}");
+                    }
+                }
+            }
+        }
+    }
+}
