@@ -9,8 +9,10 @@
 //!        server gets `flush_all` first (what it still holds from an earlier membership is
 //!        stale: it missed the writes made while it was out)
 //!     2. preemptive: view {route old, shadow Next(new)}; wait until the old view is idle;
-//!        tracker top-k ─► keys whose owner changes ─► policy::warmup::plan_copies ─►
-//!        copy old owner ─► new owner (mg v f t ─► set), hottest first, rate-limited
+//!        each old owner's key listing (dump::list_keys, streamed) ─► keys whose owner
+//!        changes ─► policy::warmup::CopyPlanner (heat: the trackers; bounded) ─► plan(share)
+//!        ─► copy old owner ─► new owner (mg v f t ─► set), hottest first, rate-limited
+//!        (an old owner that lists nothing: its tracked keys stand in)
 //!     3. switch: view {route new, shadow Previous(old)} when fallback, else {route new}
 //!        wait until the previous view is idle
 //!     4. fallback: a miss at the new owner of a moved key ─► mg at the old owner ─► add at the
@@ -33,13 +35,14 @@ use bytes::Bytes;
 use futures_util::future::join_all;
 use parking_lot::{Mutex, RwLock};
 use tailtrim_policy::hotkeys::{HotKey, HotKeyTracker, Sampler, TrackerConfig};
-use tailtrim_policy::warmup::{plan_copies, WarmupEnd, WarmupProgress, WarmupSettings};
+use tailtrim_policy::warmup::{CopyPlanner, WarmupEnd, WarmupProgress, WarmupSettings};
 use tailtrim_proto::{compose, parse_response, Parsed, Response};
 
 use crate::backend::{Backend, BackendSettings};
 use crate::clock::Clock;
 use crate::config::{PoolConfig, ServerSpec};
 use crate::connection::{RawReply, ReplyShape, ValueItem};
+use crate::dump::list_keys;
 use crate::error::ClientError;
 use crate::pool::{KeyResult, MultigetKind, Pool};
 use crate::stats::{Counter, PoolStats};
@@ -170,6 +173,11 @@ pub struct ChangeReport {
     pub after: Vec<String>,
     /// Tracked keys whose owner changes.
     pub moved_tracked: usize,
+    /// Keys the old owners listed whose owner changes (held, so worth a copy; for an old owner
+    /// whose listing failed, its tracked keys whose owner changes).
+    pub moved_held: usize,
+    /// Old owners whose key listing failed (their tracked keys stood in).
+    pub unlisted: usize,
     /// Keys planned for copying.
     pub planned: usize,
     /// Keys copied.
@@ -676,8 +684,7 @@ impl Cluster {
             };
             let old = self.install(old_pool.clone(), Some(shadow));
             Self::quiesce(&old).await;
-            let (moved, plan) = self.plan(&old_pool, &new_pool, warmup.warm_share);
-            report.moved_tracked = moved;
+            let plan = self.plan(&old_pool, &new_pool, warmup, &mut report).await;
             report.planned = plan.len();
             report.copied = self.copy_all(&old_pool, &new_pool, &plan, warmup).await;
             report.copy_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -751,32 +758,76 @@ impl Cluster {
         }
     }
 
-    /// Tracked keys whose owner changes between the pools, and the copy plan.
-    fn plan(&self, old: &Pool, new: &Pool, share: f64) -> (usize, Vec<HotKey>) {
+    /// The copy plan: the keys the old owners hold (their listings, streamed) whose owner
+    /// changes, ranked by the trackers' heat ([`CopyPlanner`]); an old owner whose listing
+    /// fails contributes its tracked keys instead.
+    async fn plan(
+        &self,
+        old: &Pool,
+        new: &Pool,
+        warmup: WarmupSettings,
+        report: &mut ChangeReport,
+    ) -> Vec<Box<[u8]>> {
+        let moves_from = |address: &str, key: &[u8]| {
+            let before = old.backends()[old.ring().server_for(key)].address();
+            let after = new.backends()[new.ring().server_for(key)].address();
+            before == address && before != after
+        };
         let trackers: Vec<(String, Arc<Tracked>)> = self
             .trackers
             .read()
             .iter()
             .map(|(address, tracked)| (address.clone(), tracked.clone()))
             .collect();
-        let mut candidates = Vec::new();
-        for (address, tracked) in trackers {
-            let top = tracked.tracker.lock().top(usize::MAX);
-            candidates.extend(top.into_iter().filter(|hot| {
-                let before = old.backends()[old.ring().server_for(&hot.key)].address();
-                let after = new.backends()[new.ring().server_for(&hot.key)].address();
-                before == address && before != after
-            }));
+        let mut tracked: HashMap<String, Vec<HotKey>> = HashMap::new();
+        for (address, keys) in trackers {
+            let top = keys.tracker.lock().top(usize::MAX);
+            let moved: Vec<HotKey> = top
+                .into_iter()
+                .filter(|hot| moves_from(&address, &hot.key))
+                .collect();
+            report.moved_tracked += moved.len();
+            tracked.insert(address, moved);
         }
-        let moved = candidates.len();
-        (moved, plan_copies(candidates, share))
+        let mut planner =
+            CopyPlanner::new(warmup.max_copy_keys, tracked.values().flatten().cloned());
+        // A pure removal moves only the departing servers' keys; otherwise any old owner
+        // may lose keys.
+        let new_addresses: Vec<&str> = new.backends().iter().map(|b| b.address()).collect();
+        let removal = new
+            .config()
+            .servers
+            .iter()
+            .all(|spec| old.config().servers.contains(spec));
+        let connect_timeout = self.template.connect_timeout;
+        for backend in old.backends() {
+            let address = backend.address();
+            if removal && new_addresses.contains(&address) {
+                continue;
+            }
+            let before = planner.offered();
+            let listed = list_keys(address, connect_timeout, |held| {
+                if moves_from(address, &held.key) {
+                    planner.offer(&held.key, held.last_access);
+                }
+            })
+            .await;
+            if listed.is_err() {
+                report.unlisted += 1;
+                for hot in tracked.get(address).into_iter().flatten() {
+                    planner.offer(&hot.key, None);
+                }
+            }
+            report.moved_held += (planner.offered() - before) as usize;
+        }
+        planner.plan(warmup.warm_share)
     }
 
     async fn copy_all(
         &self,
         old: &Pool,
         new: &Pool,
-        plan: &[HotKey],
+        plan: &[Box<[u8]>],
         warmup: WarmupSettings,
     ) -> usize {
         let started = Instant::now();
@@ -787,11 +838,11 @@ impl Cluster {
             if let Some(wait) = due.checked_sub(started.elapsed()) {
                 tokio::time::sleep(wait).await;
             }
-            let copies = batch.iter().map(|hot| async move {
-                let from = &old.backends()[old.ring().server_for(&hot.key)];
-                let to = &new.backends()[new.ring().server_for(&hot.key)];
-                let _fence = self.fence(&hot.key).lock().await;
-                copy_key(&hot.key, from, to, CopyMode::Set).await
+            let copies = batch.iter().map(|key| async move {
+                let from = &old.backends()[old.ring().server_for(key)];
+                let to = &new.backends()[new.ring().server_for(key)];
+                let _fence = self.fence(key).lock().await;
+                copy_key(key, from, to, CopyMode::Set).await
             });
             for outcome in join_all(copies).await {
                 match outcome {

@@ -31,6 +31,7 @@ pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod connection;
+pub mod dump;
 pub mod error;
 pub mod pool;
 pub mod sched;

@@ -8,7 +8,8 @@
 //!                      ▲                                  │
 //!                      └── health (TKO state, EWMA) ◄─────┘ observations (time is a parameter)
 //!
-//!   reads ──► hotkeys (sampled space-saving top-k) ──► warmup::plan_copies ──► copies
+//!   reads ──► hotkeys (sampled space-saving top-k) ─┐
+//!   old owners' key listings (moved keys) ──► warmup::CopyPlanner (bounded) ──► copies
 //!   membership change ──► warmup::WarmupProgress (hit ratios) ──► warm-up over?
 //!   "const=20us,key=2us,dist=exp" ──► costspec::CostSpec ──► emulated / simulated times
 //!                                     (server's emulation and the simulator share it)

@@ -11,6 +11,7 @@
 //!                         │                                                     │
 //!                    ProtoError (reply text)          socket bytes ──► response::parse ──► Response
 //!   Request ──► (server executes on store) ──► reply::* ──► ReplyBuf (Bytes chunks, zero-copy values)
+//!   key listings (lru_crawler metadump, stats cachedump) ──► dump::parse_dump_line ──► DumpLine
 //!   UDP: udp::FrameHeader on each datagram; udp::split_reply cuts replies into ≤ 1400-byte datagrams
 //! ```
 //!
@@ -19,6 +20,7 @@
 //! freeze its read buffer and slice the value out without copying.
 
 pub mod compose;
+pub mod dump;
 pub mod error;
 pub mod meta;
 pub mod number;

@@ -168,6 +168,8 @@ fn report_json(report: &ChangeReport) -> serde_json::Value {
         "before": report.before,
         "after": report.after,
         "moved_tracked": report.moved_tracked,
+        "moved_held": report.moved_held,
+        "unlisted": report.unlisted,
         "planned": report.planned,
         "copied": report.copied,
         "copy_ms": report.copy_ms,

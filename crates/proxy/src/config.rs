@@ -106,10 +106,13 @@ pub struct WarmupSection {
     /// Default mode of a removal: cold, or drain (= preemptive: the departing server's hottest
     /// keys are copied to their new owners first).
     pub remove_mode: String,
-    /// Share of the remapped tracked keys copied before the switch, hottest first.
+    /// Share of the remapped keys the old owners hold (their `lru_crawler metadump` or
+    /// `stats cachedump` listing) copied before the switch, hottest first.
     pub warm_share: f64,
     /// Copies per second at most.
     pub copy_rate: u32,
+    /// Keys one change plans to copy at most (memory bound of the plan).
+    pub max_copy_keys: usize,
     /// Fallback warm-up ends at the latest after this long (ms).
     pub max_ms: u64,
     /// Reads of moved keys before warm-up may end on hit ratio.
@@ -134,6 +137,7 @@ impl Default for WarmupSection {
             remove_mode: DEFAULT_REMOVE_MODE.to_string(),
             warm_share: tailtrim_policy::warmup::DEFAULT_WARM_SHARE,
             copy_rate: tailtrim_policy::warmup::DEFAULT_COPY_RATE,
+            max_copy_keys: tailtrim_policy::warmup::DEFAULT_MAX_COPY_KEYS,
             max_ms: tailtrim_policy::warmup::DEFAULT_MAX_NANOS / 1_000_000,
             min_reads: tailtrim_policy::warmup::DEFAULT_MIN_READS,
             tolerance: tailtrim_policy::warmup::DEFAULT_TOLERANCE,
@@ -159,6 +163,7 @@ impl WarmupSection {
             mode,
             warm_share: self.warm_share,
             copy_rate: self.copy_rate.max(1),
+            max_copy_keys: self.max_copy_keys.max(1),
             max_nanos: self.max_ms.saturating_mul(1_000_000),
             min_reads: self.min_reads,
             tolerance: self.tolerance,

@@ -290,3 +290,87 @@ fn admin_rejects_bad_changes_with_json_errors() {
         "{body}"
     );
 }
+
+/// Reads every key with `mg v f t` through the proxy; returns the keys that did not come back
+/// with their value, flags 7 and a remaining TTL within the 1000 s they were set with.
+fn missing_or_wrong(address: SocketAddr, keys: &[String]) -> Vec<String> {
+    let mut stream = common::connect(address);
+    let mut wrong = Vec::new();
+    for key in keys {
+        let reply = common::exchange(&mut stream, format!("mg {key} v f t\r\n").as_bytes());
+        let value = common::value_for(key);
+        let text = String::from_utf8_lossy(&reply);
+        let mut lines = text.split("\r\n");
+        let header: Vec<&str> = lines.next().unwrap_or("").split(' ').collect();
+        let ttl_ok = header
+            .iter()
+            .find_map(|token| token.strip_prefix('t'))
+            .and_then(|ttl| ttl.parse::<i64>().ok())
+            .is_some_and(|ttl| (1..=1000).contains(&ttl));
+        let good = header.first() == Some(&"VA")
+            && header.contains(&"f7")
+            && ttl_ok
+            && lines.next() == Some(value.as_str());
+        if !good {
+            wrong.push(format!("{key}: {text:?}"));
+        }
+    }
+    wrong
+}
+
+#[test]
+fn preemptive_join_and_drain_copy_every_moved_key_the_old_owners_hold_with_flags_and_ttl() {
+    // The keys are written and never read: the hot-key trackers know none of them, so only
+    // the old owners' key listings (memcached's `lru_crawler metadump all`) tell the warm-up
+    // what to copy. With share=1 every moved key must be at its new owner at the switch.
+    let harness = start(Options::default());
+    let joining = start_memcached();
+    let keys: Vec<String> = (0..600).map(|i| format!("held:{i}")).collect();
+    let mut stream = common::connect(harness.address);
+    let mut sets = Vec::new();
+    for key in &keys {
+        let value = common::value_for(key);
+        sets.extend_from_slice(
+            format!("set {key} 7 1000 {}\r\n{value}\r\n", value.len()).as_bytes(),
+        );
+    }
+    let reply = common::exchange(&mut stream, &sets);
+    assert_eq!(reply, b"STORED\r\n".repeat(keys.len()));
+    assert_eq!(
+        missing_or_wrong(harness.address, &keys),
+        Vec::<String>::new()
+    );
+
+    let (status, body) = admin(
+        &harness,
+        "POST",
+        &format!(
+            "/pool/servers?server=127.0.0.1:{}:1&warmup=preemptive&share=1",
+            joining.port
+        ),
+    );
+    assert_eq!(status, 200, "{body}");
+    let moved_to_joining = keys
+        .iter()
+        .filter(|key| common::owner(&harness, key) == 3)
+        .count();
+    assert!(moved_to_joining > 0, "{body}");
+    assert_eq!(
+        missing_or_wrong(harness.address, &keys),
+        Vec::<String>::new(),
+        "{body}"
+    );
+
+    let departing = format!("127.0.0.1:{}", harness.backends[0].port);
+    let (status, body) = admin(
+        &harness,
+        "DELETE",
+        &format!("/pool/servers?server={departing}&warmup=drain&share=1"),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        missing_or_wrong(harness.address, &keys),
+        Vec::<String>::new(),
+        "{body}"
+    );
+}

@@ -53,7 +53,7 @@ const RECOVERY_TOLERANCE: f64 = 0.01;
 pub struct Args {
     /// Comma-separated runs: baseline, cold, fallback, preemptive, preemptive+fallback,
     /// baseline-4, remove-cold, remove-drain; `NAME@SHARE` sends another share (e.g.
-    /// `preemptive@1` copies every remapped tracked key).
+    /// `preemptive@1` copies every remapped key the old owners hold).
     #[arg(long, default_value = DEFAULT_RUNS)]
     runs: String,
     /// Target rate, requests per second (open loop).
@@ -83,10 +83,10 @@ pub struct Args {
     /// Simulated database latency.
     #[arg(long, default_value = "8ms")]
     db_latency: String,
-    /// Share of the remapped tracked keys a preemptive join copies.
+    /// Share of the remapped keys the old owners hold that a preemptive join copies.
     #[arg(long, default_value_t = 0.2)]
     warm_share: f64,
-    /// Share of the departing server's tracked keys a drain copies.
+    /// Share of the departing server's keys a drain copies.
     #[arg(long, default_value_t = 0.2)]
     drain_share: f64,
     /// Bench worker threads.
