@@ -56,7 +56,12 @@ const MONITOR_STEP: Duration = Duration::from_millis(50);
 /// Copies issued concurrently during a preemptive warm-up.
 const COPY_CONCURRENCY: usize = 16;
 /// Earlier routing pools whose owners a write still invalidates (see [`Cluster::write`]).
+/// When it is full, a change first deletes every member's leftovers (keys it holds but does
+/// not own) and starts the history over ([`Cluster::purge_leftovers`]).
 const HISTORY: usize = 8;
+/// Passes of [`Cluster::purge_leftovers`] over one member at most (each deletes up to
+/// `max_copy_keys` keys).
+const PURGE_PASSES: usize = 16;
 /// memcached reads an exptime above 30 days as a unix time.
 const RELATIVE_TTL_MAX: i64 = 60 * 60 * 24 * 30;
 
@@ -158,6 +163,12 @@ pub struct ClusterStats {
     /// `cluster_former_owner_deletes`: steady-state writes that also deleted the key at
     /// members that owned it in an earlier routing pool.
     pub former_owner_deletes: Counter,
+    /// `cluster_leftovers_deleted`: keys deleted at members that held them without owning
+    /// them, so that the history of former owners could start over.
+    pub leftovers_deleted: Counter,
+    /// `cluster_history_gaps`: changes that dropped the oldest pool of a full history without
+    /// a complete purge of leftovers (a member's listing failed or may be truncated).
+    pub history_gaps: Counter,
 }
 
 /// What the last change did (for the admin API and the experiment).
@@ -649,6 +660,15 @@ impl Cluster {
         }
         let old_pool = self.current();
         let new_pool = self.build_pool(servers)?;
+        if self.history.read().len() >= HISTORY {
+            // The oldest pool is about to be forgotten: members that owned keys in it could
+            // still hold them, and later writes would no longer delete them there.
+            if self.purge_leftovers(&old_pool, warmup).await {
+                *self.history.write() = Arc::new(Vec::new());
+            } else {
+                self.stats.history_gaps.incr();
+            }
+        }
         // A joining server starts empty: values it still holds from an earlier membership
         // were not kept up to date while it was out, and would come back stale.
         for backend in new_pool.backends() {
@@ -756,6 +776,81 @@ impl Cluster {
                 report.warmup_ms = after.map(|d| d.as_secs_f64() * 1e3);
             }
         }
+    }
+
+    /// Deletes, at every member of `pool` (the routing pool, no warm-up running), the keys it
+    /// holds but does not own: what earlier changes left behind. Then no member holds a key
+    /// that a pool before `pool` gave it, and the history of former owners can start over.
+    /// Nothing can store such a key meanwhile (no warm-up, no copy, writes go to the owners).
+    /// False when a listing failed or may be incomplete.
+    async fn purge_leftovers(&self, pool: &Pool, warmup: WarmupSettings) -> bool {
+        let connect_timeout = self.template.connect_timeout;
+        let mut complete = true;
+        for (index, backend) in pool.backends().iter().enumerate() {
+            let mut owners = Vec::new();
+            let mut done = false;
+            for _ in 0..PURGE_PASSES {
+                let mut leftovers: Vec<Vec<u8>> = Vec::new();
+                let mut full = false;
+                let listed = list_keys(backend.address(), connect_timeout, |held| {
+                    owners.clear();
+                    pool.ring()
+                        .replicas_for(&held.key, pool.config().replicas, &mut owners);
+                    if !owners.contains(&index) {
+                        if leftovers.len() < warmup.max_copy_keys.max(1) {
+                            leftovers.push(held.key);
+                        } else {
+                            full = true;
+                        }
+                    }
+                })
+                .await;
+                let Ok(summary) = listed else {
+                    break;
+                };
+                if !self.delete_all(backend, &leftovers, warmup).await {
+                    break;
+                }
+                if !full {
+                    done = summary.complete();
+                    break;
+                }
+            }
+            complete &= done;
+        }
+        complete
+    }
+
+    /// Deletes `keys` at `backend`, rate-limited like copies; false if a delete failed.
+    async fn delete_all(
+        &self,
+        backend: &Backend,
+        keys: &[Vec<u8>],
+        warmup: WarmupSettings,
+    ) -> bool {
+        let started = Instant::now();
+        let rate = f64::from(warmup.copy_rate.max(1));
+        for (batch_index, batch) in keys.chunks(COPY_CONCURRENCY).enumerate() {
+            let due = Duration::from_secs_f64((batch_index * COPY_CONCURRENCY) as f64 / rate);
+            if let Some(wait) = due.checked_sub(started.elapsed()) {
+                tokio::time::sleep(wait).await;
+            }
+            let deletes = batch.iter().map(|key| {
+                let mut delete = Vec::with_capacity(key.len() + 10);
+                compose::delete(&mut delete, key, false);
+                backend.call(Bytes::from(delete), ReplyShape::Single)
+            });
+            for outcome in join_all(deletes).await {
+                match outcome {
+                    Ok(reply) if reply.bytes.as_ref() == b"DELETED\r\n" => {
+                        self.stats.leftovers_deleted.incr();
+                    }
+                    Ok(reply) if reply.bytes.as_ref() == b"NOT_FOUND\r\n" => {}
+                    _ => return false,
+                }
+            }
+        }
+        true
     }
 
     /// The copy plan: the keys the old owners hold (their listings, streamed) whose owner

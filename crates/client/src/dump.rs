@@ -27,6 +27,38 @@ const BUSY_RETRIES: u32 = 100;
 /// Wait before asking a busy crawler again.
 const BUSY_STEP: Duration = Duration::from_millis(20);
 
+/// memcached and `tailtrim serve` stop a `stats cachedump` at 2 MB (of output, of keys).
+pub const CACHEDUMP_LIMIT_BYTES: usize = 2 * 1024 * 1024;
+/// Longest memcached key.
+const KEY_MAX: usize = 250;
+/// A cachedump line besides its key, at most (`ITEM ` … ` [<bytes> b; <expiry> s]\r\n`).
+const CACHEDUMP_LINE_OVERHEAD: usize = 48;
+
+/// What a listing gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListingSummary {
+    /// Which listing.
+    pub listing: Listing,
+    /// Keys listed.
+    pub keys: usize,
+    /// Their total length.
+    pub key_bytes: usize,
+}
+
+impl ListingSummary {
+    /// False when the listing may have stopped early (a `stats cachedump` near its cap);
+    /// a metadump lists every item.
+    pub fn complete(&self) -> bool {
+        match self.listing {
+            Listing::Metadump => true,
+            Listing::Cachedump => {
+                self.key_bytes + self.keys * CACHEDUMP_LINE_OVERHEAD + KEY_MAX
+                    < CACHEDUMP_LIMIT_BYTES
+            }
+        }
+    }
+}
+
 /// Which listing a server gave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Listing {
@@ -36,12 +68,12 @@ pub enum Listing {
     Cachedump,
 }
 
-/// Calls `each` with every key `address` lists, streamed; returns which listing it was.
+/// Calls `each` with every key `address` lists, streamed; returns what the listing was.
 pub async fn list_keys(
     address: &str,
     connect_timeout: Duration,
     each: impl FnMut(DumpedKey),
-) -> Result<Listing, ClientError> {
+) -> Result<ListingSummary, ClientError> {
     let timeout = || ClientError::Timeout {
         backend: address.to_string(),
         after_ms: DUMP_TIMEOUT.as_millis() as u64,
@@ -65,7 +97,7 @@ async fn stream_listing(
     address: &str,
     stream: TcpStream,
     mut each: impl FnMut(DumpedKey),
-) -> Result<Listing, ClientError> {
+) -> Result<ListingSummary, ClientError> {
     let lost = |reason: String| ClientError::ConnectionLost {
         backend: address.to_string(),
         reason,
@@ -74,6 +106,7 @@ async fn stream_listing(
     let mut line = Vec::with_capacity(256);
     let mut listing = Listing::Metadump;
     let mut busy = 0;
+    let (mut keys, mut key_bytes) = (0, 0);
     'ask: loop {
         let command: &[u8] = match listing {
             Listing::Metadump => b"lru_crawler metadump all\r\n",
@@ -106,8 +139,18 @@ async fn stream_listing(
                 line.pop();
             }
             match parse_dump_line(&line) {
-                DumpLine::Item(key) => each(key),
-                DumpLine::End => return Ok(listing),
+                DumpLine::Item(key) => {
+                    keys += 1;
+                    key_bytes += key.key.len();
+                    each(key);
+                }
+                DumpLine::End => {
+                    return Ok(ListingSummary {
+                        listing,
+                        keys,
+                        key_bytes,
+                    })
+                }
                 DumpLine::Busy if first && busy < BUSY_RETRIES => {
                     busy += 1;
                     tokio::time::sleep(BUSY_STEP).await;
@@ -159,7 +202,9 @@ mod tests {
         let listing = list_keys(&address, Duration::from_secs(5), |key| listed.push(key))
             .await
             .unwrap();
-        assert_eq!(listing, Listing::Metadump);
+        assert_eq!(listing.listing, Listing::Metadump);
+        assert_eq!(listing.keys, 3);
+        assert!(listing.complete());
         assert!(listed.iter().all(|k| k.last_access.is_some()));
         let mut names: Vec<String> = listed
             .into_iter()

@@ -192,6 +192,8 @@ fn status_json(shared: &Shared) -> String {
         "fallback_hits": stats.fallback_hits.get(),
         "fenced_writes": stats.fenced_writes.get(),
         "former_owner_deletes": stats.former_owner_deletes.get(),
+        "leftovers_deleted": stats.leftovers_deleted.get(),
+        "history_gaps": stats.history_gaps.get(),
         "tracker_bytes": shared.pool.tracker_memory(),
     })
     .to_string()

@@ -197,6 +197,16 @@ fn counters(shared: &Shared) -> Vec<Sample> {
             cluster.former_owner_deletes.get(),
         ),
         (
+            "cluster_leftovers_deleted",
+            "Keys deleted at members that held them without owning them (history start-over).",
+            cluster.leftovers_deleted.get(),
+        ),
+        (
+            "cluster_history_gaps",
+            "Changes that forgot the oldest pool without a complete purge of leftovers.",
+            cluster.history_gaps.get(),
+        ),
+        (
             "cluster_tracker_bytes",
             "Memory held by the hot-key trackers.",
             shared.pool.tracker_memory() as u64,

@@ -374,3 +374,96 @@ fn preemptive_join_and_drain_copy_every_moved_key_the_old_owners_hold_with_flags
         "{body}"
     );
 }
+
+#[test]
+fn a_key_never_returns_stale_to_its_first_owner_after_more_changes_than_the_history_holds() {
+    // Keys move from their first owners to a joining server D; more changes than the
+    // history of former owners holds follow (re-weights that leave those keys on D); then the
+    // keys are written (at D) and D leaves, so they return to their first owners, which
+    // still hold the values from before the join unless something deleted them.
+    let harness = start(Options {
+        // No request may fail here, even on a loaded machine.
+        timeout_ms: 5_000,
+        ..Options::default()
+    });
+    let joining = start_memcached();
+    let keys: Vec<String> = (0..400).map(|i| format!("gap:{i}")).collect();
+    let mut stream = common::connect(harness.address);
+    let write_all = |stream: &mut TcpStream, version: &str| {
+        let mut sets = Vec::new();
+        for key in &keys {
+            let value = format!("{version}:{key}");
+            sets.extend_from_slice(
+                format!("set {key} 0 0 {}\r\n{value}\r\n", value.len()).as_bytes(),
+            );
+        }
+        let reply = common::exchange(stream, &sets);
+        assert!(
+            reply == b"STORED\r\n".repeat(keys.len()),
+            "{}",
+            String::from_utf8_lossy(&reply)
+        );
+    };
+    write_all(&mut stream, "v1");
+    let change = |method: &str, server: String| {
+        let (status, body) = admin(
+            &harness,
+            method,
+            &format!("/pool/servers?server={server}&warmup=cold"),
+        );
+        assert_eq!(status, 200, "{method} {server}: {body}");
+    };
+    let d = format!("127.0.0.1:{}", joining.port);
+    change("POST", format!("{d}:1"));
+    let on_d: Vec<String> = keys
+        .iter()
+        .filter(|key| common::owner(&harness, key) == 3)
+        .cloned()
+        .collect();
+    assert!(!on_d.is_empty());
+    let owners_now = || -> Vec<usize> {
+        keys.iter()
+            .map(|key| common::owner(&harness, key))
+            .collect()
+    };
+    let first_owners = owners_now();
+    let mut never_moved = vec![true; keys.len()];
+    let c = format!("127.0.0.1:{}", harness.backends[2].port);
+    for weight in [2, 1, 2, 1, 2, 1, 2, 1, 2, 1] {
+        change("POST", format!("{c}:{weight}"));
+        for (index, owner) in owners_now().into_iter().enumerate() {
+            never_moved[index] &= owner == first_owners[index];
+        }
+    }
+    // The history started over by deleting leftovers only: a key that stayed with its first
+    // owner throughout is still there.
+    assert!(harness.shared.pool.stats().leftovers_deleted.get() > 0);
+    let stayed = keys
+        .iter()
+        .zip(&never_moved)
+        .filter(|(key, &kept)| kept && !on_d.contains(key));
+    for (key, _) in stayed {
+        let reply = common::exchange(&mut stream, format!("get {key}\r\n").as_bytes());
+        let values = common::parse_values(&reply).expect("a get reply");
+        assert_eq!(
+            values,
+            vec![(key.clone(), format!("v1:{key}").into_bytes())]
+        );
+    }
+    write_all(&mut stream, "v2");
+    change("DELETE", d);
+    let mut stale = Vec::new();
+    for key in &on_d {
+        let reply = common::exchange(&mut stream, format!("get {key}\r\n").as_bytes());
+        let values = common::parse_values(&reply).expect("a get reply");
+        if values.iter().any(|(_, data)| data.starts_with(b"v1:")) {
+            stale.push(key.clone());
+        }
+    }
+    assert_eq!(
+        stale,
+        Vec::<String>::new(),
+        "of {} keys that were on D",
+        on_d.len()
+    );
+}
