@@ -99,6 +99,9 @@ pub struct Args {
     /// Testbed: bench connections (one request in flight each).
     #[arg(long, default_value_t = 128)]
     connections: usize,
+    /// Testbed: pipelined connections from each proxy to each backend.
+    #[arg(long, default_value_t = 2)]
+    server_connections: usize,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -160,6 +163,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
             window: args.window,
             sim_requests: args.sim_requests,
             connections: args.connections,
+            server_connections: args.server_connections,
             seed: args.seed,
         });
     }

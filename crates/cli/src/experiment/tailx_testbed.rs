@@ -83,6 +83,8 @@ pub struct Options {
     pub sim_requests: u64,
     /// Bench connections (one request in flight each).
     pub connections: usize,
+    /// Pipelined connections from each proxy to each backend (`--server-connections`).
+    pub server_connections: usize,
     /// Seed.
     pub seed: u64,
 }
@@ -178,6 +180,9 @@ struct Settings {
     repeats: usize,
     window: usize,
     connections: usize,
+    /// Proxy-to-backend connections (files written before it: 0, meaning the default, 2).
+    #[serde(default)]
+    server_connections: usize,
     sim_requests: u64,
 }
 
@@ -411,6 +416,8 @@ pub fn run(options: &Options) -> Result<ExitCode, String> {
             "20000",
             "--server-failure-limit",
             "1000000000",
+            "--server-connections",
+            &options.server_connections.to_string(),
         ]
         .iter()
         .map(|s| s.to_string())
@@ -557,6 +564,7 @@ pub fn run(options: &Options) -> Result<ExitCode, String> {
             repeats: options.repeats,
             window: options.window,
             connections: options.connections,
+            server_connections: options.server_connections,
             sim_requests: options.sim_requests,
         },
         experiments: results,
@@ -693,7 +701,8 @@ fn render_markdown(report: &Report) -> String {
         "# EMULATED: TailX vs Rein vs batch on the testbed (tailtrim experiment tailx --testbed)\n\n\
          {} backends × {} workers (`tailtrim serve --dispatch late-binding --no-priorities \
          --emulate-service {} --emulate-network {}`), one `tailtrim proxy -r {}` per planner \
-         (`--backend-window {}`: Rein's classes ordered by the proxy's DRR queue), open-loop \
+         (`--backend-window {}`: Rein's classes ordered by the proxy's DRR queue; {} connections \
+         per backend), open-loop \
          Poisson load from `tailtrim bench` ({} connections, one request in flight each), \
          {} keys of {} B and {} of {} B (zipf {}). {} round(s) of {} s (+{} s warm-up) per \
          planner, interleaved; latencies pooled over the rounds, in emulated time (µs; divide \
@@ -706,6 +715,11 @@ fn render_markdown(report: &Report) -> String {
         s.emulate_network,
         s.setup.replicas,
         s.window,
+        if s.server_connections == 0 {
+            2
+        } else {
+            s.server_connections
+        },
         s.connections,
         s.setup.keyspace,
         s.setup.small_value_bytes,
@@ -810,6 +824,7 @@ mod tests {
             window: 4,
             sim_requests: 1_000,
             connections: 4,
+            server_connections: 2,
             seed: 1,
         };
         let setup = setup_of(&options);
