@@ -55,6 +55,11 @@ fn quick_warmup_run_compares_a_join_with_its_baseline() {
         answer["after"].as_array().map_or(0, Vec::len) == 4,
         "{answer}"
     );
+    // Every old owner (`tailtrim serve`) listed its keys (`stats cachedump`), and the moved
+    // ones were copied.
+    assert_eq!(answer["unlisted"], 0, "{answer}");
+    assert!(answer["moved_held"].as_u64().unwrap_or(0) > 0, "{answer}");
+    assert!(answer["copied"].as_u64().unwrap_or(0) > 0, "{answer}");
     let metrics = &join["metrics"];
     assert!(
         metrics["event_window"].as_u64().unwrap_or(0) > 0,
