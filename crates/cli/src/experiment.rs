@@ -18,6 +18,7 @@
 use std::process::ExitCode;
 
 mod chisel;
+mod chisel_testbed;
 mod common;
 mod minos;
 mod tailx;

@@ -50,6 +50,9 @@ pub struct Args {
     /// Setup time added before every multiget backend query, µs (emulated client overhead).
     #[arg(long = "inject-overhead", value_name = "US")]
     pub inject_overhead: Option<u64>,
+    /// Sleep the injected setup time instead of spinning (an emulated overhead, no CPU).
+    #[arg(long = "inject-overhead-sleep")]
+    pub inject_overhead_sleep: bool,
     /// Multiget backend queries in flight at once (0 = unbounded).
     #[arg(long = "query-threads")]
     pub query_threads: Option<usize>,
@@ -146,6 +149,9 @@ fn effective_config(args: &Args) -> Result<ProxyConfig, String> {
     }
     if let Some(overhead) = args.inject_overhead {
         config.pool.inject_overhead_us = overhead;
+    }
+    if args.inject_overhead_sleep {
+        config.pool.inject_overhead_sleep = true;
     }
     if let Some(threads) = args.query_threads {
         config.pool.query_threads = threads;

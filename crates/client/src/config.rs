@@ -134,6 +134,9 @@ pub struct PoolConfig {
     /// Setup time added before every backend query of a multiget (the paper's injected client
     /// overhead; zero = none). Applies to every planner.
     pub inject_overhead: Duration,
+    /// Sleep the injected setup time on a blocking thread instead of spinning on the runtime
+    /// (an emulated overhead that spends no CPU; for dilated testbeds).
+    pub inject_overhead_sleeps: bool,
     /// Requests with more keys than this are elephants (per-class stats, Chisel).
     pub elephant_threshold: u32,
     /// Worker threads per backend (the Chisel analyzer's `S` = backends × this).
@@ -174,6 +177,7 @@ impl PoolConfig {
             ewma_alpha: DEFAULT_EWMA_ALPHA,
             query_threads: DEFAULT_QUERY_THREADS,
             inject_overhead: Duration::ZERO,
+            inject_overhead_sleeps: false,
             elephant_threshold: tailtrim_policy::chisel::DEFAULT_ELEPHANT_THRESHOLD,
             backend_threads: DEFAULT_BACKEND_THREADS,
             chisel_epoch: DEFAULT_CHISEL_EPOCH,

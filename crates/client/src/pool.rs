@@ -198,7 +198,7 @@ impl Pool {
         // Only a planner that reshapes queries, and has no fixed shape, is retuned.
         let epoch = (planner.shape().is_some() && config.chisel_fixed.is_none())
             .then_some(config.chisel_epoch);
-        let shaper = Shaper::new(
+        let mut shaper = Shaper::new(
             config.servers.len(),
             config.query_threads,
             config.inject_overhead,
@@ -206,6 +206,7 @@ impl Pool {
             epoch,
             analyzer,
         );
+        shaper.overhead_sleeps = config.inject_overhead_sleeps;
         Ok(Pool {
             planner: Mutex::new(planner),
             shaper,
@@ -272,6 +273,14 @@ impl Pool {
     /// should go through [`Pool::multiget`]).
     pub fn merges(&self, keys: usize) -> bool {
         self.planner.lock().merge_limit(keys) > 1
+    }
+
+    /// True when every read must be planned on its own through [`Pool::multiget`], one-key
+    /// reads included: the planner may merge them (Chisel with B > 1), or backend queries
+    /// are shaped ([`Shaper::shapes_queries`]: query slots, injected setup time, Chisel's
+    /// analyzer), which the direct read path would skip.
+    pub fn plans_each_read(&self) -> bool {
+        self.merges(1) || self.shaper.shapes_queries()
     }
 
     /// Query shaping state: merge counters, the analyzer's last decision.
@@ -433,7 +442,7 @@ impl Pool {
             let _slot = shaper.query_slots.acquire().await;
             if !shaper.inject_overhead.is_zero() {
                 let setup = Instant::now();
-                setup_wait(shaper.inject_overhead).await;
+                setup_wait(shaper.inject_overhead, shaper.overhead_sleeps).await;
                 shaper.setup_done(setup.elapsed());
             }
             return self.query(backend, &keys, kind, class).await;
@@ -453,7 +462,7 @@ impl Pool {
         // Mice keep joining while the query waits for a slot and is set up.
         let _slot = shaper.query_slots.acquire().await;
         let setup = Instant::now();
-        setup_wait(shaper.inject_overhead).await;
+        setup_wait(shaper.inject_overhead, shaper.overhead_sleeps).await;
         shaper.setup_done(setup.elapsed());
         let sealed = seal(&shaper.slots[backend], &query);
         if !sealed.members.is_empty() {
@@ -644,6 +653,10 @@ impl Pool {
 
     /// Typed read of one key.
     pub async fn get(&self, key: &[u8]) -> Result<Option<Value>, ClientError> {
+        if self.plans_each_read() {
+            let mut values = self.get_many(&[Bytes::copy_from_slice(key)]).await?;
+            return Ok(values.pop().flatten());
+        }
         let mut out = Vec::with_capacity(key.len() + 6);
         compose::get(&mut out, &[key], false);
         let reply = self

@@ -118,9 +118,26 @@ pub fn seal(slot: &MergeSlot, query: &Arc<Mutex<OpenQuery>>) -> Sealed {
     }
 }
 
-/// Waits `overhead`, spinning on the runtime (yielding to other tasks) because tokio's
-/// timer cannot sleep for tens of microseconds; always yields at least once.
-pub async fn setup_wait(overhead: Duration) {
+/// Waits `overhead`; always yields at least once. With `sleep` false it spins on the runtime
+/// (yielding to other tasks), because tokio's timer cannot sleep for tens of microseconds: the
+/// overhead costs CPU, as a client's would. With `sleep` true a blocking-pool thread sleeps
+/// until the deadline (`std::thread::sleep`, precise to tens of microseconds), so no core
+/// is spent: an emulated overhead, for testbeds whose times are dilated.
+pub async fn setup_wait(overhead: Duration, sleep: bool) {
+    if sleep && !overhead.is_zero() {
+        let deadline = Instant::now() + overhead;
+        let slept = tokio::task::spawn_blocking(move || {
+            let now = Instant::now();
+            if deadline > now {
+                std::thread::sleep(deadline - now);
+            }
+        })
+        .await;
+        if slept.is_ok() {
+            tokio::task::yield_now().await;
+            return;
+        }
+    }
     let deadline = Instant::now() + overhead;
     loop {
         tokio::task::yield_now().await;
@@ -141,6 +158,11 @@ impl QuerySlots {
         QuerySlots {
             semaphore: (limit > 0).then(|| Semaphore::new(limit)),
         }
+    }
+
+    /// True when the number of queries in flight is bounded.
+    pub fn is_bounded(&self) -> bool {
+        self.semaphore.is_some()
     }
 
     /// Waits for a slot (`None` when unbounded).
@@ -196,6 +218,8 @@ pub struct Shaper {
     pub query_slots: QuerySlots,
     /// Setup time added before every backend query of a multiget.
     pub inject_overhead: Duration,
+    /// Sleep the setup time on a blocking thread instead of spinning ([`setup_wait`]).
+    pub overhead_sleeps: bool,
     /// Requests with more keys are elephants.
     pub elephant_threshold: u32,
     /// Epoch length; `None` keeps the planner's shape fixed.
@@ -230,6 +254,7 @@ impl Shaper {
             slots: (0..backends).map(|_| Mutex::new(None)).collect(),
             query_slots: QuerySlots::new(query_threads),
             inject_overhead,
+            overhead_sleeps: false,
             elephant_threshold,
             epoch,
             epoch_started: Mutex::new(Instant::now()),
@@ -248,6 +273,12 @@ impl Shaper {
             merged_requests: Counter::default(),
             epochs: Counter::default(),
         }
+    }
+
+    /// True when backend queries are shaped: bounded query slots, injected setup time, or an
+    /// analyzer that counts every request and fits every query's round trip.
+    pub fn shapes_queries(&self) -> bool {
+        self.epoch.is_some() || !self.inject_overhead.is_zero() || self.query_slots.is_bounded()
     }
 
     /// True for a request of `keys` keys that is an elephant.

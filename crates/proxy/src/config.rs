@@ -74,6 +74,8 @@ pub const DEFAULT_QUEUE_LIMIT: usize = tailtrim_client::config::DEFAULT_QUEUE_LI
 pub const DEFAULT_QUERY_THREADS: usize = tailtrim_client::config::DEFAULT_QUERY_THREADS;
 /// Default setup time injected before every multiget backend query, µs (0 = none).
 pub const DEFAULT_INJECT_OVERHEAD_US: u64 = 0;
+/// Default for `inject_overhead_sleep`: the injected setup time spins (costs CPU).
+pub const DEFAULT_INJECT_OVERHEAD_SLEEP: bool = false;
 /// Default size above which a request is an elephant, in keys.
 pub const DEFAULT_ELEPHANT_THRESHOLD: u32 = tailtrim_policy::chisel::DEFAULT_ELEPHANT_THRESHOLD;
 /// Default worker threads per backend assumed by the Chisel analyzer.
@@ -262,6 +264,9 @@ pub struct PoolSection {
     /// Setup time added before every multiget backend query, µs (emulated client overhead;
     /// it spins on the proxy's threads). 0 = none.
     pub inject_overhead_us: u64,
+    /// Sleep the injected setup time on a blocking thread instead of spinning on the proxy's
+    /// threads: an emulated overhead that spends no CPU (for testbeds with dilated times).
+    pub inject_overhead_sleep: bool,
     /// Requests with more keys than this are elephants (per-class stats; Chisel splits them).
     pub elephant_threshold: u32,
     /// Worker threads per backend (the Chisel analyzer's server threads = backends × this).
@@ -297,6 +302,7 @@ impl Default for PoolSection {
             queue_limit: DEFAULT_QUEUE_LIMIT,
             query_threads: DEFAULT_QUERY_THREADS,
             inject_overhead_us: DEFAULT_INJECT_OVERHEAD_US,
+            inject_overhead_sleep: DEFAULT_INJECT_OVERHEAD_SLEEP,
             elephant_threshold: DEFAULT_ELEPHANT_THRESHOLD,
             backend_threads: DEFAULT_BACKEND_THREADS,
             chisel_epoch_ms: DEFAULT_CHISEL_EPOCH_MS,
@@ -398,6 +404,7 @@ impl ProxyConfig {
         };
         config.query_threads = pool.query_threads;
         config.inject_overhead = Duration::from_micros(pool.inject_overhead_us);
+        config.inject_overhead_sleeps = pool.inject_overhead_sleep;
         config.elephant_threshold = pool.elephant_threshold;
         config.backend_threads = pool.backend_threads.max(1);
         config.chisel_epoch = Duration::from_millis(pool.chisel_epoch_ms.max(1));

@@ -344,8 +344,9 @@ async fn run_concurrently(shared: &Shared, mut works: Vec<Work>) -> Vec<Bytes> {
     // Pipelined plain `get`s are merged into one planned multiget (one request per backend
     // for the whole run instead of one per client request); each client request still gets
     // its own `VALUE … END` reply in its place. A planner that merges requests itself (chisel)
-    // sees each request on its own, so its classes and merge level are the clients'.
-    if shared.pool.current().merges(1) {
+    // sees each request on its own, so its classes and merge level are the clients'; so does
+    // a pool that shapes queries (slots, setup time, Chisel's analyzer counting requests).
+    if shared.pool.current().plans_each_read() {
         return join_all(works.into_iter().map(|work| run_one(shared, work))).await;
     }
     let mut merged_keys: Vec<Bytes> = Vec::new();
@@ -462,7 +463,7 @@ fn with_noop(raw: Bytes, quiet: bool) -> (Bytes, ReplyShape) {
 async fn execute(shared: &Shared, request: Request, raw: Bytes) -> Bytes {
     let pool = &shared.pool;
     match request {
-        Request::Get { keys, .. } if keys.len() == 1 && !pool.current().merges(1) => {
+        Request::Get { keys, .. } if keys.len() == 1 && !pool.current().plans_each_read() => {
             // One key: forward the client's own bytes to the chosen replica, no planning.
             let key = &keys[0];
             match pool.read(key, raw, ReplyShape::UntilEnd).await {

@@ -168,3 +168,44 @@ fn a_stopped_backend_fails_an_elephant_chunk_with_server_error() {
         "{text}"
     );
 }
+
+#[test]
+fn one_key_gets_are_planned_queries_when_the_pool_shapes_them() {
+    if !require_binary("memcached") {
+        return;
+    }
+    // The online analyzer (B = 1, no merging) must still see one-key gets: they count as
+    // mice, and their round trips feed its fit (else 1-key mice never leave batching).
+    // Batching with injected setup time must charge it to one-key gets too.
+    for (planner, overhead) in [("chisel", 0), ("batch", 200)] {
+        let harness = start(Options {
+            backends: 2,
+            replicas: 2,
+            planner,
+            inject_overhead_us: overhead,
+            ..Options::default()
+        });
+        let mut stream = connect(harness.address);
+        let keys: Vec<String> = (0..20).map(|i| format!("one:{i}")).collect();
+        let mut sets = Vec::new();
+        for key in &keys {
+            sets.extend(set_command(key));
+        }
+        exchange(&mut stream, &sets);
+        for key in &keys {
+            let value = value_for(key);
+            let reply = exchange(&mut stream, format!("get {key}\r\n").as_bytes());
+            assert_eq!(
+                String::from_utf8_lossy(&reply),
+                format!("VALUE {key} 0 {}\r\n{value}\r\nEND\r\n", value.len())
+            );
+        }
+        assert_eq!(exchange(&mut stream, b"get one:missing\r\n"), b"END\r\n");
+        let stats = String::from_utf8(exchange(&mut stream, b"stats\r\n")).expect("utf8");
+        assert!(stats.contains("STAT pool_queries 21\r\n"), "{planner}: {stats}");
+        assert!(
+            stats.contains("STAT pool_mice_latency_us_count 21\r\n"),
+            "{planner}: {stats}"
+        );
+    }
+}

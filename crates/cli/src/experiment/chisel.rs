@@ -27,6 +27,7 @@ use tailtrim_sim::chisel::{
 use tailtrim_lab::meta::{Recorder, RunMetadata};
 use tailtrim_lab::results::{read_json, write_json};
 
+use super::chisel_testbed;
 use super::common::progress_bar;
 
 /// Arguments of `tailtrim experiment chisel`.
@@ -35,9 +36,10 @@ use super::common::progress_bar;
     about = "Chisel vs batch over the paper's 360 scenarios in the cluster simulator (SIMULATED)"
 )]
 pub struct Args {
-    /// Output directory.
-    #[arg(long, default_value = "experiments/chisel/sim")]
-    out: PathBuf,
+    /// Output directory (default `experiments/chisel/sim`, or `experiments/chisel/testbed`
+    /// with `--testbed`).
+    #[arg(long)]
+    out: Option<PathBuf>,
     /// Requests per simulated run.
     #[arg(short = 'n', long, default_value_t = Setup::default().requests)]
     requests: u64,
@@ -56,6 +58,30 @@ pub struct Args {
     /// Only redraw the figures from `<out>/results.json` (no simulation).
     #[arg(long)]
     replot: bool,
+    /// EMULATED testbed instead: the real proxy (batch and chisel, interleaved) over 4
+    /// `tailtrim serve` backends with emulated service and network time (the paper's profile
+    /// dilated by --dilation), beside the simulator on the same scenarios. Default scenarios:
+    /// A 60/120/300 µs × mice 1/10 keys × 9:1 and 5:1 × overhead 0/120 µs (24).
+    #[arg(long)]
+    testbed: bool,
+    /// Testbed: dilation of the emulated times, the inter-arrival time and the overhead.
+    #[arg(long, default_value_t = chisel_testbed::DEFAULT_DILATION)]
+    dilation: f64,
+    /// Testbed: rounds per scenario (batch and chisel interleaved in each).
+    #[arg(long, default_value_t = 2)]
+    repeats: usize,
+    /// Testbed: measured requests per run.
+    #[arg(long, default_value_t = 800)]
+    measured_requests: u64,
+    /// Testbed: unmeasured requests per proxy before a scenario's first round.
+    #[arg(long, default_value_t = 750)]
+    warmup_requests: u64,
+    /// Testbed: keys preloaded on every backend.
+    #[arg(long, default_value_t = 10_000)]
+    keys: u64,
+    /// Testbed: worker threads per backend (the simulator's workers per server).
+    #[arg(long, default_value_t = 4)]
+    backend_workers: usize,
 }
 
 /// The harness's run metadata, the seed and what kind of result this is. Files written
@@ -98,15 +124,44 @@ fn parse_point(text: &str) -> Result<GridPoint, String> {
 
 /// Runs `tailtrim experiment chisel`.
 pub fn run(args: Args) -> Result<ExitCode, String> {
+    let grid = || -> Result<Vec<GridPoint>, String> {
+        args.only.iter().map(|text| parse_point(text)).collect()
+    };
+    if args.testbed {
+        let only = grid()?;
+        return chisel_testbed::run(chisel_testbed::Options {
+            out: args
+                .out
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("experiments/chisel/testbed")),
+            grid: if only.is_empty() {
+                chisel_testbed::testbed_grid()
+            } else {
+                only
+            },
+            dilation: args.dilation,
+            backend_workers: args.backend_workers,
+            repeats: args.repeats,
+            measured_requests: args.measured_requests,
+            warmup_requests: args.warmup_requests,
+            keys: args.keys,
+            seed: args.seed,
+            replot: args.replot,
+        });
+    }
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("experiments/chisel/sim"));
     if args.replot {
-        let report: Report = read_json(&args.out)?;
-        plot_all(&args.out, &report.results, &report.summary)?;
+        let report: Report = read_json(&out)?;
+        plot_all(&out, &report.results, &report.summary)?;
         print_summary(
             &report.summary,
             &report.results,
             report.metadata.run.wall_seconds,
         );
-        println!("redrew {} from its results.json", args.out.display());
+        println!("redrew {} from its results.json", out.display());
         return Ok(ExitCode::SUCCESS);
     }
     let setup = Setup {
@@ -119,13 +174,9 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         },
         ..Setup::default()
     };
-    let grid = if args.only.is_empty() {
-        paper_grid()
-    } else {
-        args.only
-            .iter()
-            .map(|text| parse_point(text))
-            .collect::<Result<Vec<_>, _>>()?
+    let grid = match grid()? {
+        only if only.is_empty() => paper_grid(),
+        only => only,
     };
     // The tree as the run starts: the code that produces the numbers.
     let recorder = Recorder::start();
@@ -176,10 +227,10 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         summary,
         results,
     };
-    write_json(&args.out, &report)?;
-    plot_all(&args.out, &report.results, &report.summary)?;
+    write_json(&out, &report)?;
+    plot_all(&out, &report.results, &report.summary)?;
     print_summary(&report.summary, &report.results, wall_secs);
-    println!("wrote {}", args.out.display());
+    println!("wrote {}", out.display());
     Ok(ExitCode::SUCCESS)
 }
 
