@@ -202,7 +202,10 @@ fn one_key_gets_are_planned_queries_when_the_pool_shapes_them() {
         }
         assert_eq!(exchange(&mut stream, b"get one:missing\r\n"), b"END\r\n");
         let stats = String::from_utf8(exchange(&mut stream, b"stats\r\n")).expect("utf8");
-        assert!(stats.contains("STAT pool_queries 21\r\n"), "{planner}: {stats}");
+        assert!(
+            stats.contains("STAT pool_queries 21\r\n"),
+            "{planner}: {stats}"
+        );
         assert!(
             stats.contains("STAT pool_mice_latency_us_count 21\r\n"),
             "{planner}: {stats}"

@@ -79,6 +79,9 @@ pub struct Args {
     /// Testbed: keys preloaded on every backend.
     #[arg(long, default_value_t = 10_000)]
     keys: u64,
+    /// Testbed: bench connections to each proxy.
+    #[arg(long, default_value_t = chisel_testbed::DEFAULT_BENCH_CONNECTIONS)]
+    bench_connections: usize,
     /// Testbed: worker threads per backend (the simulator's workers per server).
     #[arg(long, default_value_t = 4)]
     backend_workers: usize,
@@ -146,6 +149,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
             warmup_requests: args.warmup_requests,
             keys: args.keys,
             seed: args.seed,
+            bench_connections: args.bench_connections,
             replot: args.replot,
         });
     }

@@ -27,12 +27,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use plotters::prelude::{
-    ChartBuilder, Circle, Color, IntoDrawingArea, LineSeries, PathElement, SVGBackend, BLACK,
-    WHITE,
+    ChartBuilder, Circle, Color, IntoDrawingArea, LineSeries, PathElement, SVGBackend, BLACK, WHITE,
 };
 use serde::{Deserialize, Serialize};
-use tailtrim_bench::{preload, run_detailed, Class, ClassSummary, RunConfig, WorkloadSpec};
 use tailtrim_bench::workload::WorkloadOverrides;
+use tailtrim_bench::{preload, run_detailed, Class, ClassSummary, RunConfig, WorkloadSpec};
 use tailtrim_lab::histogram::Encoded;
 use tailtrim_lab::meta::{load_average, Recorder, RunMetadata};
 use tailtrim_lab::process::{fetch_stats, Launch, Process, ServerShape};
@@ -41,7 +40,7 @@ use tailtrim_lab::stats::{interleaved_order, median};
 use tailtrim_policy::costspec::CostSpec;
 use tailtrim_sim::chisel::{gain, run_point, GridPoint, PointResult, Setup, ELEPHANT_KEYS};
 
-use super::chisel::{fail, draw_bars};
+use super::chisel::{draw_bars, fail};
 use super::common::{progress_bar, tailtrim_binary};
 
 /// The paper's `P_S = 3.3 + 0.6·K` µs, as (fixed, per key) µs.
@@ -58,8 +57,10 @@ pub const VALUE_BYTES: u32 = 100;
 pub const DEFAULT_DILATION: f64 = 50.0;
 /// The analyzer's epoch, in mean inter-arrival times (the simulator's setting).
 const EPOCH_INTERARRIVALS: f64 = 250.0;
-/// Bench connections to the proxy.
-const BENCH_CONNECTIONS: usize = 16;
+/// Default bench connections to the proxy. Many, so that a request rarely lands (uniform pick)
+/// on a connection whose earlier elephant holds its reply back (replies are in order per
+/// connection, which the simulator's clients do not have).
+pub const DEFAULT_BENCH_CONNECTIONS: usize = 128;
 /// Query slots of the proxy (the simulator's `C`).
 const QUERY_THREADS: usize = 16;
 /// Connections per backend: one per query slot, so two queries in flight rarely share one
@@ -100,6 +101,9 @@ pub struct TestbedSettings {
     pub reply_bytes_per_key: u64,
     /// Base seed.
     pub seed: u64,
+    /// Bench connections to each proxy.
+    #[serde(default)]
+    pub bench_connections: usize,
 }
 
 /// The default testbed scenarios: A ∈ {60, 120, 300} µs × mice {1, 10} keys × 9:1 and 5:1 ×
@@ -142,10 +146,12 @@ pub fn emulation_specs(dilation: f64) -> (CostSpec, CostSpec) {
         dilation,
         ..CostSpec::ZERO
     };
-    let per_key_bytes = (reply_bytes(1, KEY_BYTES, VALUE_BYTES) - reply_bytes(0, KEY_BYTES, VALUE_BYTES)) as f64;
+    let per_key_bytes =
+        (reply_bytes(1, KEY_BYTES, VALUE_BYTES) - reply_bytes(0, KEY_BYTES, VALUE_BYTES)) as f64;
     let per_byte = PAPER_NETWORK_US.1 * 1e3 / per_key_bytes;
     let network = CostSpec {
-        const_nanos: PAPER_NETWORK_US.0 * 1e3 - per_byte * reply_bytes(0, KEY_BYTES, VALUE_BYTES) as f64,
+        const_nanos: PAPER_NETWORK_US.0 * 1e3
+            - per_byte * reply_bytes(0, KEY_BYTES, VALUE_BYTES) as f64,
         per_byte_nanos: per_byte,
         dilation,
         ..CostSpec::ZERO
@@ -348,6 +354,8 @@ pub struct Options {
     pub keys: u64,
     /// Seed.
     pub seed: u64,
+    /// Bench connections to each proxy.
+    pub bench_connections: usize,
     /// Only redraw.
     pub replot: bool,
 }
@@ -471,16 +479,25 @@ fn start_proxy(
     .iter()
     .map(|s| (*s).to_string())
     .collect();
-    let mut launch = Launch::tailtrim_proxy(&format!("proxy-{planner}"), binary, backends, false, &extra)?;
-    launch.config = Some((config_path, proxy_config(epoch_ms, settings.backend_workers)));
+    let mut launch =
+        Launch::tailtrim_proxy(&format!("proxy-{planner}"), binary, backends, false, &extra)?;
+    launch.config = Some((
+        config_path,
+        proxy_config(epoch_ms, settings.backend_workers),
+    ));
     Process::start(launch).map_err(String::from)
 }
 
-fn bench_config(address: &str, point: &GridPoint, settings: &TestbedSettings, requests: u64) -> RunConfig {
+fn bench_config(
+    address: &str,
+    point: &GridPoint,
+    settings: &TestbedSettings,
+    requests: u64,
+) -> RunConfig {
     let interarrival_us = point.interarrival_us * settings.dilation;
     let duration = Duration::from_secs_f64(requests as f64 * interarrival_us * 1e-6);
     let mut config = RunConfig::new(address, 1e6 / interarrival_us, duration);
-    config.connections = BENCH_CONNECTIONS;
+    config.connections = settings.bench_connections.max(1);
     config.threads = 1;
     config.timeseries = false;
     config
@@ -553,14 +570,30 @@ fn summarize(results: &[ScenarioResult]) -> TestbedSummary {
         sim_mean_gain_mean_pct: sim_mean,
         sim_mean_gain_p95_pct: sim_p95,
         scenarios_within: results.iter().filter(|r| r.within).count(),
-        scenarios_within_mean: results.iter().filter(|r| within(r.diff_mean_points)).count(),
+        scenarios_within_mean: results
+            .iter()
+            .filter(|r| within(r.diff_mean_points))
+            .count(),
         scenarios_within_p95: results.iter().filter(|r| within(r.diff_p95_points)).count(),
         median_abs_diff_points: (
-            median(&results.iter().map(|r| r.diff_mean_points.abs()).collect::<Vec<_>>()),
-            median(&results.iter().map(|r| r.diff_p95_points.abs()).collect::<Vec<_>>()),
+            median(
+                &results
+                    .iter()
+                    .map(|r| r.diff_mean_points.abs())
+                    .collect::<Vec<_>>(),
+            ),
+            median(
+                &results
+                    .iter()
+                    .map(|r| r.diff_p95_points.abs())
+                    .collect::<Vec<_>>(),
+            ),
         ),
         overall_within: within(testbed_mean - sim_mean) && within(testbed_p95 - sim_p95),
-        chisel_epochs: runs().filter_map(|r| r.analysis.as_ref()).map(|a| a.epochs).sum(),
+        chisel_epochs: runs()
+            .filter_map(|r| r.analysis.as_ref())
+            .map(|a| a.epochs)
+            .sum(),
         chisel_fallbacks: runs()
             .filter_map(|r| r.analysis.as_ref())
             .map(|a| a.fallbacks)
@@ -640,8 +673,10 @@ pub fn run(options: Options) -> Result<ExitCode, String> {
         keys: options.keys,
         emulate_service: service.to_string(),
         emulate_network: network.to_string(),
-        reply_bytes_per_key: reply_bytes(1, KEY_BYTES, VALUE_BYTES) - reply_bytes(0, KEY_BYTES, VALUE_BYTES),
+        reply_bytes_per_key: reply_bytes(1, KEY_BYTES, VALUE_BYTES)
+            - reply_bytes(0, KEY_BYTES, VALUE_BYTES),
         seed: options.seed,
+        bench_connections: options.bench_connections,
     };
     let sim_setup = Setup {
         workers_per_server: options.backend_workers,
@@ -651,7 +686,10 @@ pub fn run(options: Options) -> Result<ExitCode, String> {
         ..Setup::default()
     };
     let recorder = Recorder::start();
-    eprintln!("simulating the {} scenarios (no dilation)", options.grid.len());
+    eprintln!(
+        "simulating the {} scenarios (no dilation)",
+        options.grid.len()
+    );
     let sims = simulate(&sim_setup, &options.grid)?;
 
     let binary = tailtrim_binary()?;
@@ -675,7 +713,10 @@ pub fn run(options: Options) -> Result<ExitCode, String> {
         )?)?);
     }
     let addresses: Vec<String> = backends.iter().map(Process::address).collect();
-    let first = workload(&options.grid.first().copied().ok_or("no scenario")?, settings.keys)?;
+    let first = workload(
+        &options.grid.first().copied().ok_or("no scenario")?,
+        settings.keys,
+    )?;
     for address in &addresses {
         let report = preload(&first, address, 4, &mut |_| {}).map_err(|e| e.to_string())?;
         if report.errors > 0 {
@@ -687,9 +728,12 @@ pub fn run(options: Options) -> Result<ExitCode, String> {
         .grid
         .iter()
         .map(|p| {
-            p.interarrival_us * settings.dilation * 1e-6
+            p.interarrival_us
+                * settings.dilation
+                * 1e-6
                 * (2 * settings.warmup_requests
-                    + 2 * settings.repeats as u64 * settings.measured_requests) as f64
+                    + 2 * settings.repeats as u64 * settings.measured_requests)
+                    as f64
         })
         .collect();
     eprintln!(
@@ -713,16 +757,23 @@ pub fn run(options: Options) -> Result<ExitCode, String> {
             start_proxy(&binary, "chisel", &addresses, point, &settings, epoch_ms)?,
         ];
         for proxy in &proxies {
-            let mut config = bench_config(&proxy.address(), point, &settings, settings.warmup_requests);
+            let mut config =
+                bench_config(&proxy.address(), point, &settings, settings.warmup_requests);
             config.seed = settings.seed ^ 0x5eed;
             run_detailed(&spec, &config, &mut |_| {}).map_err(|e| e.to_string())?;
         }
         let mut runs: [Vec<Run>; 2] = [Vec::new(), Vec::new()];
         for round in 0..settings.repeats {
             for (position, which) in interleaved_order(2, round).into_iter().enumerate() {
-                let mut config =
-                    bench_config(&proxies[which].address(), point, &settings, settings.measured_requests);
-                config.seed = settings.seed.wrapping_add((index * 1_000 + round) as u64 * 7_919);
+                let mut config = bench_config(
+                    &proxies[which].address(),
+                    point,
+                    &settings,
+                    settings.measured_requests,
+                );
+                config.seed = settings
+                    .seed
+                    .wrapping_add((index * 1_000 + round) as u64 * 7_919);
                 let mut run = measure(&proxies[which], &spec, config, which == 1)
                     .map_err(|e| format!("{} {}: {e}", point.name(), ["batch", "chisel"][which]))?;
                 run.round = round;
@@ -824,7 +875,7 @@ fn markdown(report: &Report) -> String {
          `--emulate-network {}` ({} bytes of reply per key); proxy `-t 1 --replicas 4 \
          --query-threads {QUERY_THREADS}`, {SERVER_CONNECTIONS} connections per backend, \
          `--inject-overhead o·D --inject-overhead-sleep`, analyzer epoch 250·A·D; bench: Poisson at 1/(A·D), \
-         {BENCH_CONNECTIONS} connections, {} measured requests per run after {} unmeasured per \
+         {} connections, {} measured requests per run after {} unmeasured per \
          proxy per scenario, {} rounds with batch and chisel interleaved (median of rounds). \
          Latencies in emulated µs (divide by {} for the modelled system's); the simulator's \
          (SIMULATED, same scenarios, undilated profile, seed {}) in µs.\n\n",
@@ -832,6 +883,7 @@ fn markdown(report: &Report) -> String {
         s.emulate_service,
         s.emulate_network,
         s.reply_bytes_per_key,
+        s.bench_connections,
         s.measured_requests,
         s.warmup_requests,
         s.repeats,
@@ -841,7 +893,11 @@ fn markdown(report: &Report) -> String {
     text.push_str(&format!(
         "Run: commit {}{}, {:.0} s, load average {} → {} (max {:.1}), steal {:.1} %.\n\n",
         report.metadata.run.commit,
-        if report.metadata.run.dirty { " (dirty)" } else { "" },
+        if report.metadata.run.dirty {
+            " (dirty)"
+        } else {
+            ""
+        },
         report.metadata.run.wall_seconds,
         report.metadata.run.load_average_start,
         report.metadata.run.load_average_end,
@@ -854,8 +910,19 @@ fn markdown(report: &Report) -> String {
          |---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|---|---:|\n",
     );
     for r in &report.results {
-        let last = r.chisel.runs.iter().filter_map(|run| run.analysis.as_ref()).last();
-        let epochs: u64 = r.chisel.runs.iter().filter_map(|x| x.analysis.as_ref()).map(|a| a.epochs).sum();
+        let last = r
+            .chisel
+            .runs
+            .iter()
+            .filter_map(|run| run.analysis.as_ref())
+            .last();
+        let epochs: u64 = r
+            .chisel
+            .runs
+            .iter()
+            .filter_map(|x| x.analysis.as_ref())
+            .map(|a| a.epochs)
+            .sum();
         let fallbacks: u64 = r
             .chisel
             .runs
@@ -863,7 +930,15 @@ fn markdown(report: &Report) -> String {
             .filter_map(|x| x.analysis.as_ref())
             .map(|a| a.fallbacks)
             .sum();
-        let cpu = |side: &Side| median(&side.runs.iter().map(|x| x.proxy_cpu_us_per_request).collect::<Vec<_>>());
+        let cpu = |side: &Side| {
+            median(
+                &side
+                    .runs
+                    .iter()
+                    .map(|x| x.proxy_cpu_us_per_request)
+                    .collect::<Vec<_>>(),
+            )
+        };
         text.push_str(&format!(
             "| {} | {:.0} | {:.0} | {:.1} % | {:.1} % | {:.0} | {:.0} | {:.1} % | {:.1} % | {} | {} | {} | {}/{} | {} | {:.0} / {:.0} |\n",
             r.name,
@@ -953,17 +1028,23 @@ fn plot_gains(path: &Path, report: &Report) -> Result<(), String> {
         .y_desc("testbed gain (%)")
         .draw()
         .map_err(|e| fail(&e))?;
-    for (offset, label) in [(0.0, "equal"), (WITHIN_POINTS, "±10 points"), (-WITHIN_POINTS, "")] {
+    for (offset, label) in [
+        (0.0, "equal"),
+        (WITHIN_POINTS, "±10 points"),
+        (-WITHIN_POINTS, ""),
+    ] {
         let series = chart
             .draw_series(LineSeries::new(
                 [(low, low + offset), (high, high + offset)],
-                BLACK.mix(if offset == 0.0 { 0.6 } else { 0.3 }).stroke_width(1),
+                BLACK
+                    .mix(if offset == 0.0 { 0.6 } else { 0.3 })
+                    .stroke_width(1),
             ))
             .map_err(|e| fail(&e))?;
         if !label.is_empty() {
-            series.label(label).legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.5))
-            });
+            series
+                .label(label)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.5)));
         }
     }
     for (label, values, color) in [
@@ -971,7 +1052,11 @@ fn plot_gains(path: &Path, report: &Report) -> Result<(), String> {
         ("p95", p95, plotters::prelude::RGBColor(214, 39, 40)),
     ] {
         chart
-            .draw_series(values.into_iter().map(|p| Circle::new(p, 4, color.filled())))
+            .draw_series(
+                values
+                    .into_iter()
+                    .map(|p| Circle::new(p, 4, color.filled())),
+            )
             .map_err(|e| fail(&e))?
             .label(label)
             .legend(move |(x, y)| Circle::new((x + 10, y), 4, color.filled()));
@@ -1042,7 +1127,11 @@ mod tests {
         assert_eq!(grid.len(), 24);
         let paper = tailtrim_sim::chisel::paper_grid();
         for point in &grid {
-            assert!(paper.contains(point), "{} is not in the paper's grid", point.name());
+            assert!(
+                paper.contains(point),
+                "{} is not in the paper's grid",
+                point.name()
+            );
         }
         let mut names: Vec<String> = grid.iter().map(GridPoint::name).collect();
         names.sort();
@@ -1073,8 +1162,13 @@ mod tests {
             // The texts round-trip, as the server parses them.
             assert_eq!(CostSpec::parse(&service.to_string()).ok(), Some(service));
             let parsed = CostSpec::parse(&network.to_string()).ok();
-            assert!(parsed.is_some_and(|p| (p.mean_nanos(Units { keys: 1, bytes: 1405 })
-                - network.mean_nanos(Units { keys: 1, bytes: 1405 }))
+            assert!(parsed.is_some_and(|p| (p.mean_nanos(Units {
+                keys: 1,
+                bytes: 1405
+            }) - network.mean_nanos(Units {
+                keys: 1,
+                bytes: 1405
+            }))
             .abs()
                 < 1.0));
         }
@@ -1114,10 +1208,15 @@ mod tests {
             emulate_network: String::new(),
             reply_bytes_per_key: 140,
             seed: 1,
+            bench_connections: 1,
         };
         // Batch medians 1000 (mean) and 4000 (p95); chisel's set so the testbed's gains equal
         // the simulator's, then 11 points lower on the p95.
-        let batch = vec![run_with(900.0, 3000.0), run_with(1000.0, 4000.0), run_with(5000.0, 9000.0)];
+        let batch = vec![
+            run_with(900.0, 3000.0),
+            run_with(1000.0, 4000.0),
+            run_with(5000.0, 9000.0),
+        ];
         let chisel_at = |mean_gain: f64, p95_gain: f64| {
             let mean = 1000.0 * (1.0 - mean_gain / 100.0);
             let p95 = 4000.0 * (1.0 - p95_gain / 100.0);
@@ -1144,7 +1243,11 @@ mod tests {
         assert!((off.diff_p95_points + 11.0).abs() < 1e-9);
         let summary = summarize(&[same, off]);
         assert_eq!(
-            (summary.scenarios_within, summary.scenarios_within_mean, summary.scenarios_within_p95),
+            (
+                summary.scenarios_within,
+                summary.scenarios_within_mean,
+                summary.scenarios_within_p95
+            ),
             (1, 2, 1)
         );
         // Mean p95 gains differ by 5.5 points: within overall.
