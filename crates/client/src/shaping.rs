@@ -424,3 +424,22 @@ fn mean(sum: u64, count: u64) -> f64 {
         sum as f64 / count as f64
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::setup_wait;
+    use std::time::{Duration, Instant};
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_slept_setup_lasts_at_least_its_overhead() {
+        // Lower bounds only: both modes wait the overhead out (the sleep on a blocking thread),
+        // and a zero overhead returns.
+        for sleep in [true, false] {
+            let overhead = Duration::from_millis(5);
+            let started = Instant::now();
+            setup_wait(overhead, sleep).await;
+            assert!(started.elapsed() >= overhead, "sleep = {sleep}");
+            setup_wait(Duration::ZERO, sleep).await;
+        }
+    }
+}

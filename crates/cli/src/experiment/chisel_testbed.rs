@@ -915,7 +915,7 @@ fn markdown(report: &Report) -> String {
             .runs
             .iter()
             .filter_map(|run| run.analysis.as_ref())
-            .last();
+            .next_back();
         let epochs: u64 = r
             .chisel
             .runs
@@ -981,6 +981,35 @@ fn markdown(report: &Report) -> String {
             r.sim.chisel.mice_mean_us,
             r.chisel.elephant_mean_us / d,
             r.sim.chisel.elephant_mean_us,
+        ));
+    }
+    text.push_str(
+        "\nModel validation, chisel runs (µs of the modelled system, mean per class): the online \
+         analyzer's prediction at the end of the last round (`model::chisel` with its fitted \
+         inputs, ÷ D), the simulator, and the testbed (median of rounds, ÷ D).\n\n\
+         | scenario | (B, L) | mice: model / sim / testbed | elephants: model / sim / testbed |\n\
+         |---|---|---|---|\n",
+    );
+    for r in &report.results {
+        let Some(last) = r
+            .chisel
+            .runs
+            .iter()
+            .filter_map(|run| run.analysis.as_ref())
+            .next_back()
+        else {
+            continue;
+        };
+        text.push_str(&format!(
+            "| {} | {} | {:.0} / {:.0} / {:.0} | {:.0} / {:.0} / {:.0} |\n",
+            r.name,
+            shape_text(last.shape),
+            last.predicted_us[0] / d,
+            r.sim.chisel.mice_mean_us,
+            r.chisel.mice_mean_us / d,
+            last.predicted_us[2] / d,
+            r.sim.chisel.elephant_mean_us,
+            r.chisel.elephant_mean_us / d,
         ));
     }
     text
