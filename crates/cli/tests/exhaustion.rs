@@ -70,7 +70,11 @@ fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
         match stream.read(&mut chunk) {
             Ok(0) => return true,
             Ok(_) => {}
-            Err(err) if matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(err)
+                if matches!(
+                    err.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) => {}
             Err(_) => return true,
         }
         if Instant::now() >= deadline {

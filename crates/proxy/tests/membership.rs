@@ -38,6 +38,7 @@ fn read_reply(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> Vec<u8> {
         match stream.read(&mut chunk) {
             Ok(0) => panic!("proxy closed the connection"),
             Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
             Err(error) => panic!("read: {error}"),
         }
     }

@@ -49,6 +49,7 @@ fn read_exactly_for(stream: &mut TcpStream, len: usize, what: &str) -> Vec<u8> {
         match stream.read(&mut got[filled..]) {
             Ok(0) => break,
             Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => panic!("{what}: read failed after {filled} of {len} bytes: {e}"),
         }
     }
@@ -394,6 +395,7 @@ fn every_policy_resumes_buffered_requests_after_output_drains() {
             match conn.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => panic!("{policy:?}: read failed after {} bytes: {e}", got.len()),
             }
             std::thread::sleep(Duration::from_micros(300));

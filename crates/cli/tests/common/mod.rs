@@ -259,7 +259,11 @@ pub fn read_until(stream: &mut TcpStream, terminator: &[u8], limit: Duration) ->
         match stream.read(&mut chunk) {
             Ok(0) => break,
             Ok(n) => reply.extend_from_slice(&chunk[..n]),
-            Err(err) if matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(err)
+                if matches!(
+                    err.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) => {}
             Err(_) => break,
         }
     }
@@ -289,6 +293,7 @@ pub fn drain(stream: &mut TcpStream, quiet: Duration, limit: Duration) -> Draine
             }
             Ok(n) => drained.bytes.extend_from_slice(&chunk[..n]),
             Err(err) if matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => break,
+            Err(err) if err.kind() == ErrorKind::Interrupted => {}
             Err(_) => {
                 drained.closed = true;
                 break;

@@ -132,6 +132,9 @@ pub fn exchange(stream: &mut TcpStream, bytes: &[u8]) -> Vec<u8> {
         match stream.read(&mut chunk) {
             Ok(0) => return reply,
             Ok(n) => reply.extend_from_slice(&chunk[..n]),
+            // A read on a socket with a receive timeout is never restarted: a handled signal,
+            // or this process being stopped and continued, ends it with EINTR (signal(7)).
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
             Err(error) => panic!(
                 "read failed after {:?}: {error}",
                 String::from_utf8_lossy(&reply)
