@@ -9,6 +9,8 @@
 # Crashes land in fuzz/artifacts/<target>; each must become a regression test in its crate.
 # The sanitizer is off by default (safe Rust: panics are the findings, and runs are several
 # times faster); FUZZ_SANITIZER=address turns AddressSanitizer on.
+# FUZZ_RUNS=N also stops each target after N executions (libFuzzer's -runs), whichever of
+# the two bounds comes first: `FUZZ_RUNS=10000000 scripts/fuzz.sh 3600 request` runs 10M.
 # Per target, the last line of libFuzzer's output (executions, rate) is appended to
 # fuzz/fuzz-runs.log.
 set -euo pipefail
@@ -22,6 +24,10 @@ if [ ${#targets[@]} -eq 0 ]; then
     targets=(request response udp config)
 fi
 sanitizer="${FUZZ_SANITIZER:-none}"
+runs=()
+if [ -n "${FUZZ_RUNS:-}" ]; then
+    runs=(-runs="$FUZZ_RUNS")
+fi
 
 if ! rustup toolchain list | grep -q '^nightly'; then
     echo "fuzz.sh: a nightly toolchain is needed (rustup toolchain install nightly)" >&2
@@ -67,12 +73,12 @@ for target in "${targets[@]}"; do
     log="$(mktemp)"
     set +e
     (cd fuzz && cargo +nightly fuzz run --release --sanitizer "$sanitizer" "$target" \
-        "corpus/$target" -- -max_total_time="$seconds" -print_final_stats=1) >"$log" 2>&1
+        "corpus/$target" -- -max_total_time="$seconds" "${runs[@]}" -print_final_stats=1) >"$log" 2>&1
     status=$?
     set -e
     grep -E '(DONE|panicked|SUMMARY|^stat::|^Done)' "$log" | tail -12 >&2 || true
     execs="$(grep -E '^stat::number_of_executed_units' "$log" | awk '{print $2}' | tail -1)"
-    echo "$(date -u +%FT%TZ) $target seconds=$seconds sanitizer=$sanitizer executions=${execs:-?} status=$status" \
+    echo "$(date -u +%FT%TZ) $target seconds=$seconds runs=${FUZZ_RUNS:-unbounded} sanitizer=$sanitizer executions=${execs:-?} status=$status" \
         | tee -a fuzz/fuzz-runs.log
     rm -f "$log"
     if [ "$status" -ne 0 ]; then
