@@ -32,7 +32,7 @@ pub mod udp;
 pub use error::ProtoError;
 pub use meta::{MetaFlag, MetaFlags};
 pub use reply::ReplyBuf;
-pub use request::{parse_request, Request, StoreMode};
+pub use request::{parse_request, Keys, Request, StoreMode};
 pub use response::{parse_response, Response};
 
 /// Longest key memcached accepts (`KEY_MAX_LENGTH`).
@@ -103,7 +103,7 @@ impl<T> Parsed<T> {
 /// Finds the end of the first line: returns `(line_without_eol, bytes_including_eol)`.
 /// Accepts `\n` alone like memcached, stripping a preceding `\r`.
 pub fn split_line(buf: &[u8]) -> Option<(&[u8], usize)> {
-    let newline = buf.iter().position(|&b| b == b'\n')?;
+    let newline = memchr::memchr(b'\n', buf)?;
     let mut line = &buf[..newline];
     if let [head @ .., b'\r'] = line {
         line = head;

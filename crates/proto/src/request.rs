@@ -9,6 +9,7 @@
 use std::ops::Range;
 
 use bytes::Bytes;
+use smallvec::SmallVec;
 
 use crate::error::ProtoError;
 use crate::meta::{decode_base64, MetaFlags, MetaKind};
@@ -67,13 +68,17 @@ pub struct StoreCommand {
     pub noreply: bool,
 }
 
+/// The keys of a `get`/`gets`/`gat`/`gats` request, in request order: one key (the common
+/// case) without a heap allocation of its own; more spill to the heap.
+pub type Keys = SmallVec<[Bytes; 1]>;
+
 /// A decoded request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     /// `get`/`gets`.
     Get {
         /// Keys in request order.
-        keys: Vec<Bytes>,
+        keys: Keys,
         /// `gets`: return CAS uniques.
         with_cas: bool,
     },
@@ -82,7 +87,7 @@ pub enum Request {
         /// New expiration.
         exptime: i32,
         /// Keys in request order.
-        keys: Vec<Bytes>,
+        keys: Keys,
         /// `gats`: return CAS uniques.
         with_cas: bool,
     },
@@ -235,13 +240,6 @@ fn is_noreply(token: Option<&&[u8]>) -> bool {
     token.is_some_and(|t| *t == b"noreply")
 }
 
-fn key_bytes(token: &[u8]) -> Result<Bytes, ProtoError> {
-    if token.len() > MAX_KEY_LEN {
-        return Err(ProtoError::BadCommandLine { noreply: false });
-    }
-    Ok(Bytes::copy_from_slice(token))
-}
-
 /// When a storage command's line is complete, how many bytes the whole
 /// request (line + data + `\r\n`) needs. Lets a server classify a large `set`
 /// by its declared length before the value has arrived. `None` for a length the
@@ -249,10 +247,10 @@ fn key_bytes(token: &[u8]) -> Result<Bytes, ProtoError> {
 /// no value is waited for.
 pub fn declared_total(buf: &[u8]) -> Option<usize> {
     let (line, line_len) = split_line(buf)?;
-    let toks: Vec<&[u8]> = tokens(line).collect();
-    let len_token = match toks.first().copied() {
-        Some(b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas") => toks.get(4),
-        Some(b"ms") => toks.get(2),
+    let mut toks = tokens(line);
+    let len_token = match toks.next()? {
+        b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => toks.nth(3),
+        b"ms" => toks.nth(1),
         _ => None,
     }?;
     let len = value_length(parse_i32(len_token)?)?;
@@ -269,14 +267,15 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Parsed<Request> {
         return invalid(ProtoError::LineTooLong, buf.len());
     }
     // memcached tokenizes the line as a C string: a NUL ends it.
-    let line = &line[..line.iter().position(|&b| b == 0).unwrap_or(line.len())];
-    let toks: Vec<&[u8]> = tokens(line).collect();
+    let line = &line[..memchr::memchr(0, line).unwrap_or(line.len())];
+    let mut toks = LineTokens::new();
+    toks.extend(tokens(line));
     let Some(&command) = toks.first() else {
         return invalid(ProtoError::UnknownCommand, line_len);
     };
     let result = match command {
-        b"get" | b"gets" => parse_get(&toks, command == b"gets").map(done(line_len)),
-        b"gat" | b"gats" => parse_gat(&toks, command == b"gats").map(done(line_len)),
+        b"get" | b"gets" => parse_get(line, &toks, command == b"gets").map(done(line_len)),
+        b"gat" | b"gats" => parse_gat(line, &toks, command == b"gats").map(done(line_len)),
         b"set" => return parse_store(StoreMode::Set, &toks, buf, line_len, limits),
         b"add" => return parse_store(StoreMode::Add, &toks, buf, line_len, limits),
         b"replace" => return parse_store(StoreMode::Replace, &toks, buf, line_len, limits),
@@ -315,7 +314,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Parsed<Request> {
         b"me" => parse_meta_debug(&toks).map(done(line_len)),
         b"ms" => return parse_meta_set(&toks, buf, line_len, limits),
         // memcached's long-gone "binary get", still accepted as `get`.
-        b"bget" => parse_get(&toks, false).map(done(line_len)),
+        b"bget" => parse_get(line, &toks, false).map(done(line_len)),
         b"slabs" => parse_slabs(&toks).map(done(line_len)),
         _ if is_http_request_line(&toks) => Err(ProtoError::HttpRequest),
         _ => Err(ProtoError::UnknownCommand),
@@ -362,28 +361,59 @@ fn incomplete_line(buf: &[u8]) -> Parsed<Request> {
     }
 }
 
-fn parse_keys(toks: &[&[u8]]) -> Result<Vec<Bytes>, ProtoError> {
-    toks.iter().map(|t| key_bytes(t)).collect()
+/// A command line's tokens, on the stack for every line of up to 24 tokens (memcached's own
+/// tokenizer has 24 slots); longer multiget lines spill to the heap.
+type LineTokens<'a> = SmallVec<[&'a [u8]; 24]>;
+
+/// Multiget keys whose span on the line is at most this long share one copy of it; longer
+/// lines copy key by key, so a key kept after its request never holds more than this alive.
+const SHARED_KEY_SPAN_MAX: usize = 16 * 1024;
+
+/// The keys of a `get`-style `line`, in order (`toks` are slices of `line`). One key is copied
+/// alone; several keys are cut from one copy of the span they occupy on the line (one
+/// allocation instead of one per key).
+fn parse_keys(line: &[u8], toks: &[&[u8]]) -> Result<Keys, ProtoError> {
+    if toks.iter().any(|t| t.len() > MAX_KEY_LEN) {
+        return Err(ProtoError::BadCommandLine { noreply: false });
+    }
+    let (Some(first), Some(last)) = (toks.first(), toks.last()) else {
+        return Ok(Keys::new());
+    };
+    // Tokens are slices of `line`: their addresses give their offsets in it.
+    let offset = |token: &[u8]| token.as_ptr() as usize - line.as_ptr() as usize;
+    let start = offset(first);
+    let end = offset(last) + last.len();
+    if toks.len() == 1 || end - start > SHARED_KEY_SPAN_MAX {
+        return Ok(toks.iter().map(|t| Bytes::copy_from_slice(t)).collect());
+    }
+    let span = Bytes::copy_from_slice(&line[start..end]);
+    Ok(toks
+        .iter()
+        .map(|t| {
+            let at = offset(t) - start;
+            span.slice(at..at + t.len())
+        })
+        .collect())
 }
 
-fn parse_get(toks: &[&[u8]], with_cas: bool) -> Result<Request, ProtoError> {
+fn parse_get(line: &[u8], toks: &[&[u8]], with_cas: bool) -> Result<Request, ProtoError> {
     if toks.len() < 2 {
         return Err(ProtoError::UnknownCommand);
     }
     Ok(Request::Get {
-        keys: parse_keys(&toks[1..])?,
+        keys: parse_keys(line, &toks[1..])?,
         with_cas,
     })
 }
 
-fn parse_gat(toks: &[&[u8]], with_cas: bool) -> Result<Request, ProtoError> {
+fn parse_gat(line: &[u8], toks: &[&[u8]], with_cas: bool) -> Result<Request, ProtoError> {
     if toks.len() < 2 {
         return Err(ProtoError::UnknownCommand);
     }
     let exptime = parse_i32(toks[1]).ok_or(ProtoError::InvalidExptime { noreply: false })?;
     Ok(Request::GetAndTouch {
         exptime,
-        keys: parse_keys(&toks[2..])?,
+        keys: parse_keys(line, &toks[2..])?,
         with_cas,
     })
 }
@@ -752,7 +782,7 @@ mod tests {
         assert_eq!(
             value,
             Request::Get {
-                keys: vec![Bytes::from("a"), Bytes::from("b"), Bytes::from("c")],
+                keys: vec![Bytes::from("a"), Bytes::from("b"), Bytes::from("c")].into(),
                 with_cas: true
             }
         );

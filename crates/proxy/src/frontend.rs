@@ -373,7 +373,7 @@ async fn run_concurrently(shared: &Shared, mut works: Vec<Work>) -> Vec<Bytes> {
         let mut all = others;
         for (position, range, raw) in merged {
             let request = Request::Get {
-                keys: merged_keys[range].to_vec(),
+                keys: merged_keys[range].into(),
                 with_cas: false,
             };
             all.push((position, Work::Forward(request, raw)));

@@ -1,0 +1,99 @@
+//! Heap allocations per parsed request, counted by a global allocator: deterministic, unlike
+//! timings. A `get` of one key allocates once (its key), a storage command once (its key), a
+//! multiget a bounded few (one copy of the keys' span, its shared header, the key list), never
+//! once per key.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use tailtrim_proto::{parse_request, Limits, Parsed, Request};
+
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+}
+
+// SAFETY: forwards to the system allocator; only counts calls on the current thread.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|count| count.set(count.get() + 1));
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|count| count.set(count.get() + 1));
+        // SAFETY: same contract as ours.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Allocations made while parsing `input` and dropping the result (which must be complete).
+fn allocations(input: &[u8]) -> usize {
+    let limits = Limits::default();
+    let before = ALLOCATIONS.with(Cell::get);
+    let parsed = parse_request(input, &limits);
+    let after = ALLOCATIONS.with(Cell::get);
+    assert!(matches!(parsed, Parsed::Complete { .. }), "{parsed:?}");
+    drop(parsed);
+    after - before
+}
+
+fn multiget(keys: usize, key_len: usize) -> Vec<u8> {
+    let keys: Vec<String> = (0..keys).map(|i| format!("{i:0key_len$}")).collect();
+    format!("get {}\r\n", keys.join(" ")).into_bytes()
+}
+
+#[test]
+fn one_key_get_allocates_only_its_key() {
+    assert_eq!(allocations(b"get user:1234567890\r\n"), 1);
+}
+
+#[test]
+fn a_storage_command_allocates_only_its_key() {
+    let mut set = b"set user:1234567890 0 0 1024\r\n".to_vec();
+    set.extend(std::iter::repeat_n(b'v', 1024));
+    set.extend_from_slice(b"\r\n");
+    assert_eq!(allocations(&set), 1);
+}
+
+#[test]
+fn multiget_allocations_do_not_grow_with_its_keys() {
+    // The key span, the shared header the first slice creates, the key list.
+    assert!(allocations(&multiget(10, 15)) <= 3);
+    // Past the line's 24 stack slots the token list grows on the heap (a few doublings).
+    assert!(allocations(&multiget(100, 15)) <= 8);
+}
+
+#[test]
+fn keys_share_one_copy_of_the_line_unless_it_is_long() {
+    let limits = Limits::default();
+    let keys_of = |input: &[u8]| match parse_request(input, &limits) {
+        Parsed::Complete {
+            value: Request::Get { keys, .. },
+            ..
+        } => keys,
+        other => panic!("{other:?}"),
+    };
+    let short = keys_of(&multiget(10, 15));
+    assert_eq!(short.len(), 10);
+    for (i, pair) in short.windows(2).enumerate() {
+        assert_eq!(&pair[0][..], format!("{i:015}").as_bytes());
+        // Adjacent on the copied line: one space apart.
+        assert_eq!(pair[0].as_ptr() as usize + 16, pair[1].as_ptr() as usize);
+    }
+    // 200 keys of 200 bytes: a 40 KB span, copied key by key.
+    let long = keys_of(&multiget(200, 200));
+    assert_eq!(long.len(), 200);
+    assert_eq!(&long[199][..], format!("{:0200}", 199).as_bytes());
+    assert!(long
+        .windows(2)
+        .any(|pair| pair[0].as_ptr() as usize + 201 != pair[1].as_ptr() as usize));
+}
