@@ -1,0 +1,244 @@
+"""Shared pieces of the experiments that load a server or proxy and count its CPU per request.
+
+Used by experiments/proxy/run.py and experiments/throughput/run.py (each inserts this folder
+into sys.path): ports, processes, CPU time from /proc/PID/stat, the load commands (the Go
+closed-loop generator in proxy/closedloop/ and the open-loop `tailtrim bench`), one measured
+run, and the per-repetition ratios to a reference target with their median and range.
+"""
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+EXPERIMENTS = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(EXPERIMENTS)
+CLOSEDLOOP_SRC = os.path.join(EXPERIMENTS, "proxy", "closedloop")
+TICK = os.sysconf("SC_CLK_TCK")
+os.environ["PATH"] += os.pathsep + "/usr/local/go/bin"
+
+
+def arg_parser(doc, bin_help, bench_bin_help):
+    """A parser with the options every experiment takes first: --bin, --bench-bin, --reps and
+    --duration (seconds per run)."""
+    parser = argparse.ArgumentParser(description=doc,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bin", action="append", default=[], help=bin_help)
+    parser.add_argument("--bench-bin", default=None, help=bench_bin_help)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--duration", type=int, default=3)
+    return parser
+
+
+def parse_args(parser, here):
+    """Adds --no-pin and --out (default: results.json in `here`) last and parses. Returns the
+    arguments, the --bin pairs [NAME, "PATH [FLAGS...]"] (default tailtrim=target/release/
+    tailtrim), the bench binary (default: the first --bin's) and pin(cpu), the taskset prefix
+    of a command (none with --no-pin)."""
+    parser.add_argument("--no-pin", action="store_true")
+    parser.add_argument("--out", default=os.path.join(here, "results.json"))
+    args = parser.parse_args()
+    bins = [b.split("=", 1) for b in (args.bin or ["tailtrim=target/release/tailtrim"])]
+    bench_bin = args.bench_bin or bins[0][1].split()[0]
+
+    def pin(cpu):
+        return [] if args.no_pin else ["taskset", "-c", str(cpu)]
+
+    return args, bins, bench_bin, pin
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"port {port} never opened")
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    # fields[0] is the state (3rd field of stat); utime and stime are the 14th and 15th.
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def rotated(names, rep):
+    """The targets in the order of repetition `rep` (the order rotates with the repetition)."""
+    k = rep % len(names)
+    return names[k:] + names[:k]
+
+
+def start(procs, cmd, port, **popen_args):
+    """Starts `cmd`, appends it to `procs` (stopped by stop_all) and waits for `port`."""
+    p = subprocess.Popen(cmd, **popen_args)
+    procs.append(p)
+    wait_port(port)
+    return p
+
+
+def stop_all(procs):
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def memcached_cmd(port, threads):
+    """Stock memcached on 127.0.0.1:port, no UDP, 256 MB (`-u root` when running as root)."""
+    user = ["-u", "root"] if os.geteuid() == 0 else []
+    return ["memcached", "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", "256",
+            "-t", str(threads)] + user
+
+
+def build_closedloop(tmp=None):
+    """`go build` of proxy/closedloop/ into target/experiments/ of the repository (`tmp` is
+    not used: the binary's path is recorded in results); returns the binary's path."""
+    del tmp
+    out = os.path.join(REPO, "target", "experiments")
+    os.makedirs(out, exist_ok=True)
+    closedloop = os.path.join(out, "closedloop")
+    subprocess.run(["go", "build", "-o", closedloop, "."], check=True, cwd=CLOSEDLOOP_SRC)
+    return closedloop
+
+
+def shown(cmd, tmp=None):
+    """A command as results record it: paths inside the repository made relative to its root,
+    the run's scratch folder `tmp` written as TMP."""
+    text = " ".join(str(part) for part in cmd)
+    if tmp:
+        text = text.replace(tmp, "TMP")
+    return text.replace(REPO + os.sep, "")
+
+
+def closed_cmd(closedloop, port, conns, depth, keys, duration):
+    return [closedloop, "-s", f"127.0.0.1:{port}", "-c", str(conns), "-depth", str(depth),
+            "-keys", str(keys), "-d", f"{duration}s"]
+
+
+def closed_preload(closedloop, port):
+    """Sets every key of the closed-loop generator once."""
+    subprocess.run([closedloop, "-s", f"127.0.0.1:{port}", "-preload"], check=True, timeout=120)
+
+
+def bench_cmd(bench_bin, port, workload, rate, in_flight, duration, out):
+    """Open-loop `tailtrim bench` of the workload file at `rate`, 8 connections, JSON to `out`."""
+    return [bench_bin, "bench", "-s", f"127.0.0.1:{port}", "--workload-file", workload,
+            "-r", str(rate), "-c", "8", "--max-in-flight", str(in_flight), "-d", str(duration),
+            "--warmup", "0", "--no-preload", "-q", "--json", out]
+
+
+def bench_preload(bench_bin, port, workload):
+    """Sets the keys of the workload file once (`tailtrim bench --preload-only`)."""
+    subprocess.run([bench_bin, "bench", "-s", f"127.0.0.1:{port}", "--workload-file", workload,
+                    "--preload-only", "-q"], check=True, stdout=subprocess.DEVNULL)
+
+
+def measure(cmd, pid, cpu_key, bench_out=None, latency_class="all"):
+    """Runs one load and returns its figures with the CPU time `pid` used meanwhile.
+
+    `cmd` is a closedloop command (its JSON on stdout) or, with `bench_out`, a `tailtrim bench`
+    command writing its JSON there (latencies of `latency_class`). The CPU time (None without a
+    pid) is reported under `cpu_key` and divided by the requests completed.
+    """
+    load_before = loadavg()
+    cpu_before = cpu_seconds(pid) if pid else 0.0
+    if bench_out is None:
+        got = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
+        cpu = (cpu_seconds(pid) - cpu_before) if pid else None
+        result = json.loads(got.stdout)
+        carried, timeouts, hit_ratio = result["rps"], 0, None
+        p50, p99 = result["p50_us"], result["p99_us"]
+    else:
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        cpu = (cpu_seconds(pid) - cpu_before) if pid else None
+        with open(bench_out) as f:
+            result = json.load(f)
+        carried, timeouts = result["achieved_rps"], result["timeouts"]
+        hit_ratio = result["hit_ratio"]
+        p50 = result["classes"][latency_class]["p50_us"]
+        p99 = result["classes"][latency_class]["p99_us"]
+    done = result["completed"]
+    return {
+        "carried_rps": carried, "completed": done, "errors": result["errors"],
+        "timeouts": timeouts, "hit_ratio": hit_ratio, "p50_us": p50, "p99_us": p99,
+        cpu_key: cpu,
+        "cpu_us_per_request": (cpu * 1e6 / done) if (cpu is not None and done) else None,
+        "loadavg_before": load_before, "loadavg_after": loadavg(),
+    }
+
+
+def summarize(runs, cases, names, reference, ratios=(("cpu", "cpu_us_per_request"),)):
+    """Medians per case and target; for every (prefix, metric) of `ratios`, the ratio of the
+    metric to the `reference` target's in the same case and repetition, then the median and
+    range of those ratios (`<prefix>_ratio_to_<reference>_median` and `_range`)."""
+    out = []
+    for case in cases:
+        for name in names:
+            rows = [r for r in runs if r["case"] == case and r["target"] == name]
+            if not rows:
+                continue
+            med = lambda k: statistics.median(r[k] for r in rows)
+            entry = {"case": case, "target": name, "runs": len(rows),
+                     "carried_rps": med("carried_rps"), "p50_us": med("p50_us"),
+                     "p99_us": med("p99_us"), "errors": sum(r["errors"] for r in rows),
+                     "loadavg_median": statistics.median(r["loadavg_before"] for r in rows)}
+            if rows[0]["cpu_us_per_request"] is not None:
+                entry["cpu_us_per_request"] = med("cpu_us_per_request")
+            for prefix, metric in ratios:
+                if rows[0][metric] is None:
+                    continue
+                # Per-repetition ratio to the reference, then the median of the ratios.
+                values = []
+                for r in rows:
+                    ref = [x for x in runs if x["case"] == case and x["rep"] == r["rep"]
+                           and x["target"] == reference]
+                    if ref and ref[0][metric] and r[metric] is not None:
+                        values.append(r[metric] / ref[0][metric])
+                if values:
+                    entry[f"{prefix}_ratio_to_{reference}_median"] = statistics.median(values)
+                    entry[f"{prefix}_ratio_to_{reference}_range"] = [min(values), max(values)]
+            out.append(entry)
+    return out
+
+
+def print_summary(summary, ratio_columns):
+    """The summary as a table; `ratio_columns` lists (summary key, column header)."""
+    widths = [max(7, len(header) + 1) for _, header in ratio_columns]
+    print(f"\n{'case':<15}{'target':<16}{'carried':>10}{'cpu_us/req':>12}"
+          + "".join(f"{header:>{w}}" for (_, header), w in zip(ratio_columns, widths))
+          + f"{'p50_us':>9}{'p99_us':>9}{'errors':>8}{'load':>6}")
+    for e in summary:
+        cpu = e.get("cpu_us_per_request")
+        ratios = ""
+        for (key, _), w in zip(ratio_columns, widths):
+            ratio = e.get(key)
+            ratios += f"{(f'{ratio:.2f}' if ratio is not None else '-'):>{w}}"
+        print(f"{e['case']:<15}{e['target']:<16}{e['carried_rps']:>10.0f}"
+              f"{(f'{cpu:.1f}' if cpu is not None else '-'):>12}" + ratios
+              + f"{e['p50_us']:>9.0f}{e['p99_us']:>9.0f}{e['errors']:>8}"
+              f"{e['loadavg_median']:>6.1f}")
+
+
+def write_results(path, commands, reps, duration, summary, runs, **extra):
+    """The JSON results: the command line, the exact commands run, settings, summary, runs."""
+    with open(path, "w") as f:
+        json.dump({"command": " ".join(sys.argv), "commands": commands, "reps": reps,
+                   "duration_s": duration, "cpus": os.cpu_count(), **extra,
+                   "summary": summary, "runs": runs}, f, indent=1)
