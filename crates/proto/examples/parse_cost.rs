@@ -41,5 +41,8 @@ fn main() {
             consumed += n;
         }
     }
-    println!("{case}: {iterations} parses, {consumed} bytes consumed ({} bytes per Parsed<Request>)", std::mem::size_of::<Parsed<tailtrim_proto::Request>>());
+    println!(
+        "{case}: {iterations} parses, {consumed} bytes consumed ({} bytes per Parsed<Request>)",
+        std::mem::size_of::<Parsed<tailtrim_proto::Request>>()
+    );
 }
