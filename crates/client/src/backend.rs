@@ -269,7 +269,12 @@ impl Backend {
             }
         };
         self.stats.connects.incr();
-        let connection = Connection::start(stream, self.address.clone(), self.settings.queue_limit);
+        let connection = Connection::start(
+            stream,
+            self.address.clone(),
+            self.settings.queue_limit,
+            self.settings.timeout,
+        );
         if self.settings.detect_priorities {
             self.detect_on(&connection).await;
         }
@@ -321,11 +326,12 @@ impl Backend {
         self.stats.requests.incr();
         let mut in_flight = InFlight::new(self);
         let started = Instant::now();
-        let result =
-            tokio::time::timeout(self.settings.timeout, self.exchange(bytes, shape, class)).await;
+        // Bounded by the timeout: waiting for a connection here, the reply by the connection's
+        // watchdog (one timer per connection, not one per request).
+        let result = self.exchange(bytes, shape, class).await;
         in_flight.finished();
         match result {
-            Ok(Ok(reply)) => {
+            Ok(reply) => {
                 let elapsed = started.elapsed();
                 self.ewma.lock().observe(elapsed.as_nanos() as f64);
                 self.stats
@@ -336,7 +342,12 @@ impl Backend {
                 }
                 Ok(reply)
             }
-            Ok(Err(error)) => {
+            Err(error @ ClientError::Timeout { .. }) => {
+                self.stats.timeouts.incr();
+                self.record_failure();
+                Err(error)
+            }
+            Err(error) => {
                 self.stats.errors.incr();
                 if error.is_backend_failure() {
                     self.record_failure();
@@ -346,14 +357,13 @@ impl Backend {
                 }
                 Err(error)
             }
-            Err(_) => {
-                self.stats.timeouts.incr();
-                self.record_failure();
-                Err(ClientError::Timeout {
-                    backend: self.address.clone(),
-                    after_ms: u64::try_from(self.settings.timeout.as_millis()).unwrap_or(u64::MAX),
-                })
-            }
+        }
+    }
+
+    fn timeout_error(&self) -> ClientError {
+        ClientError::Timeout {
+            backend: self.address.clone(),
+            after_ms: u64::try_from(self.settings.timeout.as_millis()).unwrap_or(u64::MAX),
         }
     }
 
@@ -363,7 +373,10 @@ impl Backend {
         shape: ReplyShape,
         class: usize,
     ) -> Result<RawReply, ClientError> {
-        let connection = self.connection(class).await?;
+        // A live connection is ready at once, so this timer is only armed while connecting.
+        let connection = tokio::time::timeout(self.settings.timeout, self.connection(class))
+            .await
+            .map_err(|_| self.timeout_error())??;
         // If this future is dropped (timeout) mid-write or mid-wait, the guard kills the
         // connection so a torn write or a late reply can never reach a later request.
         let guard = KillOnDrop(Some(connection.clone()));

@@ -6,12 +6,19 @@
 //!                 └─ first request since the last flush: wake the writer task
 //!   writer task ── swap io.out with its spare buffer ─► one write of the whole batch ─► socket
 //!                  (requests submitted while it writes go out in the next batch)
-//!   reader task ◄── socket: parses replies in order with tailtrim_proto::parse_response,
-//!                 lock io ─► pop the oldest Pending ─► reply_tx.send(RawReply)
+//!   reader task ◄── socket: parses replies in order with tailtrim_proto::parse_response
+//!                 (the shape of the oldest Pending), lock io ─► pop it ─► reply_tx.send(RawReply)
+//!   watchdog task ── sleeps until the oldest Pending's deadline (submitted + timeout); if it
+//!                 is still unanswered then, fails it with Timeout (the others with
+//!                 ConnectionLost) and kills the connection
 //! ```
 //!
 //! Requests submitted by many callers in one scheduler tick leave in one `write` (as
-//! twemproxy's event loop batches a server's queue), and buffers are reused. Replies come back
+//! twemproxy's event loop batches a server's queue), and buffers are reused. One timer per
+//! connection bounds every request (as twemproxy keeps one tree of timeouts), not one per
+//! request: replies come in request order, so the oldest request always has the earliest
+//! deadline, and the watchdog re-arms at most once per timeout period. A timer per request
+//! made the runtime wake its own event loop through an eventfd about every other request. Replies come back
 //! in request order, so the reader matches each reply to the oldest pending job. A reply that
 //! does not parse, bytes with no pending job, EOF or an I/O error kill the connection and fail
 //! every pending job; [`Connection::kill`] (used on timeouts) does the same, so a late reply
@@ -28,6 +35,7 @@ use tailtrim_proto::{parse_response, Parsed, Response};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Notify};
 use tokio::task::AbortHandle;
+use tokio::time::{Duration, Instant};
 
 use crate::error::ClientError;
 
@@ -88,13 +96,16 @@ pub type ReplyReceiver = oneshot::Receiver<Result<RawReply, ClientError>>;
 struct Pending {
     shape: ReplyShape,
     reply: oneshot::Sender<Result<RawReply, ClientError>>,
+    /// When the request times out: submitted + the connection's timeout.
+    deadline: Instant,
 }
 
 /// What callers, the writer and the reader share, always updated under one lock.
 struct Io {
     /// Requests not yet handed to the socket.
     out: Vec<u8>,
-    /// Requests submitted and not yet answered, oldest first.
+    /// Requests submitted and not yet answered, oldest first (the one whose reply the reader
+    /// is receiving stays here until the reply is complete).
     pending: VecDeque<Pending>,
     /// The writer has been woken and has not yet found `out` empty.
     flush_scheduled: bool,
@@ -104,16 +115,25 @@ struct Io {
 
 struct Shared {
     backend: String,
+    /// How long a request may wait for its reply.
+    timeout: Duration,
     alive: AtomicBool,
     in_flight: AtomicUsize,
     io: Mutex<Io>,
     wake_writer: Notify,
+    /// Told when a request is queued on a connection with nothing pending.
+    wake_watchdog: Notify,
     tasks: Mutex<Vec<AbortHandle>>,
 }
 
 impl Shared {
     /// Marks the connection dead, stops its tasks and fails every pending request.
     fn shut(&self, error: impl Fn() -> ClientError) {
+        self.shut_each(|_| error());
+    }
+
+    /// As [`Shared::shut`], with each pending request's error chosen from it.
+    fn shut_each(&self, error: impl Fn(&Pending) -> ClientError) {
         self.alive.store(false, Ordering::Release);
         for task in self.tasks.lock().drain(..) {
             task.abort();
@@ -126,7 +146,8 @@ impl Shared {
         };
         self.in_flight.store(0, Ordering::Relaxed);
         for job in pending {
-            let _ = job.reply.send(Err(error()));
+            let failure = error(&job);
+            let _ = job.reply.send(Err(failure));
         }
     }
 
@@ -146,8 +167,15 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Wraps a connected stream, spawning its reader and writer tasks on the current runtime.
-    pub fn start(stream: TcpStream, backend: String, queue_limit: usize) -> Connection {
+    /// Wraps a connected stream, spawning its reader, writer and watchdog tasks on the current
+    /// runtime; a request unanswered after `timeout` fails with [`ClientError::Timeout`] and
+    /// kills the connection.
+    pub fn start(
+        stream: TcpStream,
+        backend: String,
+        queue_limit: usize,
+        timeout: Duration,
+    ) -> Connection {
         let _ = stream.set_nodelay(true);
         // Closed by a reset, not an orderly FIN: a connection given up on (a timeout, a lost
         // reply) may still hold requests in its send queue, which the kernel would keep
@@ -161,6 +189,7 @@ impl Connection {
         let stream = Arc::new(stream);
         let shared = Arc::new(Shared {
             backend,
+            timeout,
             alive: AtomicBool::new(true),
             in_flight: AtomicUsize::new(0),
             io: Mutex::new(Io {
@@ -170,14 +199,17 @@ impl Connection {
                 closed: false,
             }),
             wake_writer: Notify::new(),
+            wake_watchdog: Notify::new(),
             tasks: Mutex::new(Vec::new()),
         });
         let reader = tokio::spawn(read_loop(stream.clone(), shared.clone()));
         let writer = tokio::spawn(write_loop(stream, shared.clone()));
+        let watchdog = tokio::spawn(watch_deadlines(shared.clone()));
         {
             let mut tasks = shared.tasks.lock();
             tasks.push(reader.abort_handle());
             tasks.push(writer.abort_handle());
+            tasks.push(watchdog.abort_handle());
         }
         // A task that already ended (a connection refused at once) aborted nothing: end it now.
         if !shared.alive.load(Ordering::Acquire) {
@@ -201,8 +233,8 @@ impl Connection {
 
     /// Queues a request (in the caller's task, no hand-off, no wait) and returns the receiver
     /// of its reply; the connection's writer sends it with the others queued in the same
-    /// tick. No timeout here: the caller bounds the whole exchange and calls
-    /// [`Connection::kill`] when it gives up.
+    /// tick. The reply is bounded by the connection's timeout (the watchdog fails it with
+    /// [`ClientError::Timeout`]); a caller that gives up earlier calls [`Connection::kill`].
     pub fn submit(&self, bytes: &[u8], shape: ReplyShape) -> Result<ReplyReceiver, ClientError> {
         let shared = &self.shared;
         if shared.in_flight.load(Ordering::Relaxed) >= self.queue_limit {
@@ -212,18 +244,27 @@ impl Connection {
             });
         }
         let (reply, receiver) = oneshot::channel();
-        let wake = {
+        let deadline = Instant::now() + shared.timeout;
+        let (wake_writer, wake_watchdog) = {
             let mut io = shared.io.lock();
             if io.closed || !self.is_alive() {
                 return Err(shared.lost("connection closed"));
             }
-            io.pending.push_back(Pending { shape, reply });
+            let first = io.pending.is_empty();
+            io.pending.push_back(Pending {
+                shape,
+                reply,
+                deadline,
+            });
             io.out.extend_from_slice(bytes);
             shared.in_flight.fetch_add(1, Ordering::Relaxed);
-            !std::mem::replace(&mut io.flush_scheduled, true)
+            (!std::mem::replace(&mut io.flush_scheduled, true), first)
         };
-        if wake {
+        if wake_writer {
             shared.wake_writer.notify_one();
+        }
+        if wake_watchdog {
+            shared.wake_watchdog.notify_one();
         }
         Ok(receiver)
     }
@@ -256,6 +297,35 @@ async fn write_loop(socket: Arc<TcpStream>, shared: Arc<Shared>) {
         }
     };
     shared.shut(|| shared.lost(&failure));
+}
+
+/// Fails the connection when its oldest request passes its deadline. It sleeps until the
+/// deadline of the oldest request it saw; requests answered meanwhile do not wake it, so it
+/// arms a timer at most once per timeout period while requests flow, and waits for the next
+/// request without a timer when nothing is pending.
+async fn watch_deadlines(shared: Arc<Shared>) {
+    loop {
+        let oldest = shared.io.lock().pending.front().map(|job| job.deadline);
+        match oldest {
+            None => shared.wake_watchdog.notified().await,
+            Some(deadline) if deadline <= Instant::now() => {
+                let now = Instant::now();
+                let after_ms = u64::try_from(shared.timeout.as_millis()).unwrap_or(u64::MAX);
+                shared.shut_each(|job| {
+                    if job.deadline <= now {
+                        ClientError::Timeout {
+                            backend: shared.backend.clone(),
+                            after_ms,
+                        }
+                    } else {
+                        shared.lost("closed after another request timed out")
+                    }
+                });
+                return;
+            }
+            Some(deadline) => tokio::time::sleep_until(deadline).await,
+        }
+    }
 }
 
 /// Progress through one reply that may arrive in pieces.
@@ -400,7 +470,11 @@ async fn write_all(socket: &TcpStream, mut data: &[u8]) -> std::io::Result<()> {
 
 async fn read_loop(socket: Arc<TcpStream>, shared: Arc<Shared>) {
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
-    let mut current: Option<(Pending, ReplyProgress)> = None;
+    // The reply being received: the oldest pending request's, which stays pending (and under
+    // the watchdog) until its reply is complete.
+    let mut current: Option<ReplyProgress> = None;
+    // The oldest pending request's shape, when the previous reply's lock already saw it.
+    let mut next_shape: Option<ReplyShape> = None;
     let failure = loop {
         // Complete as many replies as the buffer holds.
         let stop = loop {
@@ -408,15 +482,16 @@ async fn read_loop(socket: Arc<TcpStream>, shared: Arc<Shared>) {
                 if buf.is_empty() {
                     break None;
                 }
-                match shared.io.lock().pending.pop_front() {
-                    Some(next) => {
-                        let progress = ReplyProgress::new(next.shape);
-                        current = Some((next, progress));
-                    }
+                let shape = match next_shape.take() {
+                    Some(shape) => Some(shape),
+                    None => shared.io.lock().pending.front().map(|job| job.shape),
+                };
+                match shape {
+                    Some(shape) => current = Some(ReplyProgress::new(shape)),
                     None => break Some("unsolicited bytes from backend"),
                 }
             }
-            let Some((_, progress)) = current.as_mut() else {
+            let Some(progress) = current.as_mut() else {
                 break None;
             };
             match progress.advance(&buf) {
@@ -429,7 +504,15 @@ async fn read_loop(socket: Arc<TcpStream>, shared: Arc<Shared>) {
                 } => {
                     let mut reply = buf.split_to(consumed);
                     reply.truncate(keep);
-                    if let Some((job, progress)) = current.take() {
+                    let job = {
+                        let mut io = shared.io.lock();
+                        let job = io.pending.pop_front();
+                        if !buf.is_empty() {
+                            next_shape = io.pending.front().map(|job| job.shape);
+                        }
+                        job
+                    };
+                    if let (Some(job), Some(progress)) = (job, current.take()) {
                         shared.in_flight.fetch_sub(1, Ordering::Relaxed);
                         let _ = job
                             .reply
@@ -463,9 +546,6 @@ async fn read_loop(socket: Arc<TcpStream>, shared: Arc<Shared>) {
             shared.lost(&failure)
         }
     };
-    if let Some((job, _)) = current.take() {
-        let _ = job.reply.send(Err(error()));
-    }
     shared.shut(error);
 }
 

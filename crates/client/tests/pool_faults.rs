@@ -408,3 +408,56 @@ async fn a_given_up_connection_is_reset_so_nothing_queued_is_delivered_later() {
         "the given-up connection ended with"
     );
 }
+
+/// The connection itself bounds every request (one watchdog timer per connection, not one
+/// per request): a request nobody times out still fails with `Timeout` after the
+/// connection's timeout, the requests queued behind it fail too, and nothing hangs.
+#[tokio::test]
+async fn a_connection_times_out_its_oldest_request_without_a_caller_timer() {
+    use tailtrim_client::connection::Connection;
+    use tailtrim_client::ReplyShape;
+    // A backend that accepts and never answers.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    let silent = tokio::spawn(async move {
+        let (socket, _) = listener.accept().await.expect("accept");
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        drop(socket);
+    });
+    let stream = tokio::net::TcpStream::connect(address)
+        .await
+        .expect("connect");
+    let timeout = Duration::from_millis(150);
+    let connection = Connection::start(stream, address.to_string(), 16, timeout);
+    let started = Instant::now();
+    let first = connection
+        .submit(b"get a\r\n", ReplyShape::UntilEnd)
+        .expect("queued");
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let second = connection
+        .submit(b"get b\r\n", ReplyShape::UntilEnd)
+        .expect("queued");
+    let outcome = tokio::time::timeout(Duration::from_secs(5), first)
+        .await
+        .expect("the connection must end the wait by itself")
+        .expect("a verdict, not a dropped sender");
+    let waited = started.elapsed();
+    assert!(
+        matches!(outcome, Err(ClientError::Timeout { after_ms: 150, .. })),
+        "{outcome:?}"
+    );
+    assert!(waited >= timeout, "timed out early: {waited:?}");
+    // Queued behind it and not yet due: lost with the connection, not left waiting.
+    let behind = tokio::time::timeout(Duration::from_secs(5), second)
+        .await
+        .expect("no hang")
+        .expect("a verdict");
+    assert!(
+        matches!(behind, Err(ClientError::ConnectionLost { .. })),
+        "{behind:?}"
+    );
+    assert!(!connection.is_alive());
+    silent.abort();
+}
