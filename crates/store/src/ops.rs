@@ -250,7 +250,7 @@ pub struct StoreStats {
     /// `curr_items`: items held, including expired ones not yet reclaimed.
     pub curr_items: u64,
     /// `total_items`: items ever stored (every successful store, append,
-    /// incr that relinks, vivify).
+    /// incr whose result outgrows the old value, vivify).
     pub total_items: u64,
     /// `bytes`: sum of [`crate::item_size`] over held items.
     pub bytes: u64,

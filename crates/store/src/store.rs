@@ -960,7 +960,9 @@ impl Store {
     /// `incr`/`decr`/`ma`. The value must parse as a decimal u64
     /// ([`parse_counter`]); the result replaces it (space-padded to the old
     /// length if shorter, as memcached does) with a new CAS, keeping flags
-    /// and expiry unless `new_expiry` is given.
+    /// and expiry unless `new_expiry` is given. As in memcached, a result no
+    /// longer than the old value is written into the same item; a longer one
+    /// is a new item (counted in `total_items`).
     pub fn arithmetic(
         &self,
         key: &[u8],
@@ -1009,14 +1011,24 @@ impl Store {
                 ArithDirection::Decr => current.saturating_sub(request.delta),
             };
             let expiry = request.new_expiry.unwrap_or(old.expiry);
-            let mut item = self.new_item(
-                old.key.clone(),
-                format_counter(number, old.value.len()),
-                old.flags,
-                expiry,
-                cas(),
-                now,
-            );
+            let value = format_counter(number, old.value.len());
+            if value.len() <= old.value.len() {
+                // memcached rewrites a result that fits in place: the same item, a new CAS, no
+                // new item linked (so `total_items` does not count it).
+                old.value = value;
+                old.cas = cas();
+                old.expiry = expiry;
+                let updated = ArithItem {
+                    value: number,
+                    cas: old.cas,
+                    expiry,
+                };
+                return Ok(Plan::Keep {
+                    result: ArithOutcome::Updated(updated),
+                    lru: LruMove::Write,
+                });
+            }
+            let mut item = self.new_item(old.key.clone(), value, old.flags, expiry, cas(), now);
             item.state = old.state;
             let updated = ArithItem {
                 value: number,
