@@ -132,7 +132,11 @@ async fn multigets_through_every_planner_return_the_stored_values() {
             };
             assert_eq!(gauge("tailx_large_threshold_bytes"), 8.0 * 127.0);
             assert!(gauge("tailx_filter_keys") >= 12.0);
-            assert!(gauge("tailx_t_large_nanos") > gauge("tailx_t_small_nanos"));
+            // T_S and T_L are learned from reply times. Which is larger on loopback is a
+            // timing property (64 KB values against scheduling noise), not asserted here: a
+            // loaded CI machine measured T_L at or below T_S once, and T_L is then T_S.
+            assert!(gauge("tailx_t_small_nanos") > 0.0);
+            assert!(gauge("tailx_t_large_nanos") >= gauge("tailx_t_small_nanos"));
             assert!(pool.delay_queue().delayed.get() > 0);
         }
         if planner.uses_priorities() {
