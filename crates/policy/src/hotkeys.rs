@@ -64,7 +64,9 @@ pub struct HotKeyTracker {
     config: TrackerConfig,
     /// Min-heap on `count`; `index` maps a key to its heap slot.
     heap: Vec<HotKey>,
-    index: HashMap<Box<[u8]>, usize>,
+    /// Hashed with aHash: every sift of the heap looks up both keys it swaps, and SipHash (the
+    /// standard hasher) made these lookups about 7 % of the proxy's instructions.
+    index: HashMap<Box<[u8]>, usize, ahash::RandomState>,
     calls: u64,
     recorded: u64,
 }
@@ -84,7 +86,7 @@ impl HotKeyTracker {
         HotKeyTracker {
             config,
             heap: Vec::with_capacity(config.capacity),
-            index: HashMap::with_capacity(config.capacity),
+            index: HashMap::with_capacity_and_hasher(config.capacity, ahash::RandomState::new()),
             calls: 0,
             recorded: 0,
         }
