@@ -185,6 +185,8 @@ struct EpochCounters {
     setups: AtomicU64,
     mice_micros: AtomicU64,
     elephant_micros: AtomicU64,
+    /// Requests of either class that completed.
+    completed: AtomicU64,
 }
 
 /// Observed latency of the last completed epoch.
@@ -299,6 +301,7 @@ impl Shaper {
 
     /// Records a finished request's latency in the epoch's class histogram.
     pub fn finished(&self, keys: usize, micros: u64) {
+        self.counters.completed.fetch_add(1, Ordering::Relaxed);
         if self.is_elephant(keys) {
             self.epoch_elephants.record_micros(micros);
             self.counters
@@ -364,7 +367,7 @@ impl Shaper {
         let take = |counter: &AtomicU64| counter.swap(0, Ordering::Relaxed);
         let setups = take(&self.counters.setups);
         let setup_nanos = take(&self.counters.setup_nanos);
-        let load = EpochLoad {
+        let mut load = EpochLoad {
             seconds,
             mice: take(&self.counters.mice),
             mice_keys: take(&self.counters.mice_keys),
@@ -375,13 +378,18 @@ impl Shaper {
             } else {
                 0.0
             }),
+            observed_mean: Seconds(0.0),
         };
+        let mice_micros = take(&self.counters.mice_micros);
+        let elephant_micros = take(&self.counters.elephant_micros);
         let observed = ObservedEpoch {
-            mice_mean_us: mean(take(&self.counters.mice_micros), load.mice),
+            mice_mean_us: mean(mice_micros, load.mice),
             mice_p95_us: self.epoch_mice.take_quantile(0.95),
-            elephant_mean_us: mean(take(&self.counters.elephant_micros), load.elephants),
+            elephant_mean_us: mean(elephant_micros, load.elephants),
             elephant_p95_us: self.epoch_elephants.take_quantile(0.95),
         };
+        let completed = take(&self.counters.completed);
+        load.observed_mean = Seconds(mean(mice_micros + elephant_micros, completed) * 1e-6);
         self.epochs.incr();
         let state = self.state.clone();
         state.running.store(true, Ordering::Release);

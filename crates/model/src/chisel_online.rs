@@ -11,6 +11,10 @@
 //!     Λ, elephant fraction, mean keys per class, o ─► ChiselParams ─► best_plan(grid)
 //!     ── no stable plan ─► batch
 //!     new (B, L) only if its predicted objective beats the current (B, L)'s by `hysteresis`
+//!  guards, both ending in batch:
+//!     leave batch only after `settle_epochs` trusted fits in a row
+//!     observed mean latency of an epoch under a plan > batch's (EWMA of batch epochs) by
+//!     `guard_margin` ─► batch for `guard_backoff` epochs (doubling on each repeat)
 //! ```
 //!
 //! Pure: no clock, no I/O; the runtime feeds it numbers. The fit uses a low quantile of the
@@ -43,6 +47,16 @@ pub const DEFAULT_PROCESSING_SHARE: f64 = 0.1;
 pub const DEFAULT_HYSTERESIS: f64 = 0.05;
 /// Default largest merge level searched.
 pub const DEFAULT_MAX_MERGE: u32 = 8;
+/// Default trusted fits in a row before the analyzer leaves batching.
+pub const DEFAULT_SETTLE_EPOCHS: u32 = 3;
+/// Default relative excess of a plan's observed mean latency over batching's that reverts
+/// the plan to batching.
+pub const DEFAULT_GUARD_MARGIN: f64 = 0.1;
+/// Default epochs the analyzer stays in batching after the guard reverted a plan (doubled for
+/// each revert in a row, up to 16 times).
+pub const DEFAULT_GUARD_BACKOFF: u32 = 8;
+/// Weight of the newest batching epoch in the batching baseline (an exponential average).
+const BASELINE_WEIGHT: f64 = 0.3;
 
 /// `L` meaning "do not split".
 pub const NO_SPLIT: u32 = u32::MAX;
@@ -72,6 +86,28 @@ pub struct AnalyzerConfig {
     pub max_merge: u32,
     /// What the grid search minimizes.
     pub objective: Objective,
+    /// Trusted fits in a row before the analyzer leaves batching (1: at the first).
+    #[serde(default = "default_settle_epochs")]
+    pub settle_epochs: u32,
+    /// A plan whose epoch's observed mean latency exceeds batching's by more than this share
+    /// is reverted to batching (`f64::INFINITY`: never).
+    #[serde(default = "default_guard_margin")]
+    pub guard_margin: f64,
+    /// Epochs spent in batching after the guard reverted a plan (doubled per repeat).
+    #[serde(default = "default_guard_backoff")]
+    pub guard_backoff: u32,
+}
+
+fn default_settle_epochs() -> u32 {
+    DEFAULT_SETTLE_EPOCHS
+}
+
+fn default_guard_margin() -> f64 {
+    DEFAULT_GUARD_MARGIN
+}
+
+fn default_guard_backoff() -> u32 {
+    DEFAULT_GUARD_BACKOFF
 }
 
 impl Default for AnalyzerConfig {
@@ -88,6 +124,9 @@ impl Default for AnalyzerConfig {
             hysteresis: DEFAULT_HYSTERESIS,
             max_merge: DEFAULT_MAX_MERGE,
             objective: Objective::Mean,
+            settle_epochs: DEFAULT_SETTLE_EPOCHS,
+            guard_margin: DEFAULT_GUARD_MARGIN,
+            guard_backoff: DEFAULT_GUARD_BACKOFF,
         }
     }
 }
@@ -107,6 +146,10 @@ pub struct EpochLoad {
     pub elephant_keys: u64,
     /// `o`: measured client-side time per backend query before it is sent.
     pub client_overhead: Seconds,
+    /// Mean latency of the requests that completed during the epoch (zero: not measured),
+    /// for the guard against plans that do worse than batching.
+    #[serde(default)]
+    pub observed_mean: Seconds,
 }
 
 /// A least-squares line `T(K) = fixed + per_key · K`.
@@ -171,6 +214,11 @@ pub enum Fallback {
     TooFewRequests,
     /// The model found no stable plan (or rejected its inputs).
     NoStablePlan,
+    /// The fit has been trusted for fewer than `settle_epochs` epochs in a row.
+    Settling,
+    /// A plan's observed mean latency exceeded batching's by more than `guard_margin`:
+    /// batching for a back-off of epochs.
+    WorseThanBatch,
 }
 
 impl Fallback {
@@ -182,6 +230,8 @@ impl Fallback {
             Fallback::PoorFit => "poor_fit",
             Fallback::TooFewRequests => "too_few_requests",
             Fallback::NoStablePlan => "no_stable_plan",
+            Fallback::Settling => "settling",
+            Fallback::WorseThanBatch => "worse_than_batch",
         }
     }
 }
@@ -204,6 +254,9 @@ pub struct Decision {
     /// True when the best plan was not adopted because it did not beat the current one by
     /// the hysteresis margin.
     pub held: bool,
+    /// Batching's observed mean latency that plans are held to, once measured.
+    #[serde(default)]
+    pub batch_baseline: Option<Seconds>,
 }
 
 /// The online analyzer: a window of observations and the current `(B, L)`.
@@ -213,6 +266,16 @@ pub struct Analyzer {
     samples: VecDeque<(u32, f64)>,
     merge_level: u32,
     chunk_size: u32,
+    /// Trusted fits in a row.
+    trusted_streak: u32,
+    /// Exponential average of the observed mean latency of epochs spent batching.
+    batch_baseline: Option<f64>,
+    /// Epochs left in batching after a revert by the guard.
+    backoff_left: u32,
+    /// Reverts by the guard since a plan last held for a whole back-off.
+    strikes: u32,
+    /// Epochs in a row a plan has passed the guard.
+    plan_epochs: u32,
 }
 
 impl Analyzer {
@@ -223,7 +286,53 @@ impl Analyzer {
             samples: VecDeque::with_capacity(config.window.min(1 << 16)),
             merge_level: 1,
             chunk_size: NO_SPLIT,
+            trusted_streak: 0,
+            batch_baseline: None,
+            backoff_left: 0,
+            strikes: 0,
+            plan_epochs: 0,
         }
+    }
+
+    /// The observed mean latency of batching that plans are held to, once measured.
+    pub fn batch_baseline(&self) -> Option<Seconds> {
+        self.batch_baseline.map(Seconds)
+    }
+
+    /// Checks the epoch that just ended against batching's observed latency: updates the
+    /// baseline after a batching epoch; after an epoch under a plan, true when that plan did
+    /// worse than batching by more than the margin (and starts a back-off).
+    fn plan_did_worse(&mut self, load: &EpochLoad) -> bool {
+        let observed = load.observed_mean.0;
+        let measured = observed > 0.0
+            && observed.is_finite()
+            && load.mice + load.elephants >= self.config.min_requests.max(1);
+        if !measured {
+            return false;
+        }
+        if self.current() == (1, NO_SPLIT) {
+            self.plan_epochs = 0;
+            self.batch_baseline = Some(match self.batch_baseline {
+                None => observed,
+                Some(baseline) => baseline + BASELINE_WEIGHT * (observed - baseline),
+            });
+            return false;
+        }
+        let Some(baseline) = self.batch_baseline else {
+            return false;
+        };
+        if observed > baseline * (1.0 + self.config.guard_margin.max(0.0)) {
+            self.strikes = (self.strikes + 1).min(5);
+            self.backoff_left = self.config.guard_backoff << (self.strikes - 1);
+            self.plan_epochs = 0;
+            self.trusted_streak = 0;
+            return true;
+        }
+        self.plan_epochs += 1;
+        if self.plan_epochs >= self.config.guard_backoff.max(1) {
+            self.strikes = 0;
+        }
+        false
     }
 
     /// The settings.
@@ -330,17 +439,35 @@ impl Analyzer {
             params: None,
             prediction: None,
             held: false,
+            batch_baseline: self.batch_baseline(),
         }
     }
 
-    /// One epoch: fit, build the model's inputs, search the grid, apply hysteresis.
+    /// One epoch: check the last plan against batching, fit, build the model's inputs, search
+    /// the grid, apply hysteresis.
     pub fn decide(&mut self, load: &EpochLoad) -> Decision {
-        let fit = match self.fit() {
+        let reverted = self.plan_did_worse(load);
+        let fit = self.fit();
+        if reverted || self.backoff_left > 0 {
+            if !reverted {
+                self.backoff_left -= 1;
+            }
+            return self.fall_back(Fallback::WorseThanBatch, fit.ok());
+        }
+        let fit = match fit {
             Ok(fit) => fit,
-            Err(why) => return self.fall_back(why, None),
+            Err(why) => {
+                self.trusted_streak = 0;
+                return self.fall_back(why, None);
+            }
         };
         if !self.trusts(&fit) {
+            self.trusted_streak = 0;
             return self.fall_back(Fallback::PoorFit, Some(fit));
+        }
+        self.trusted_streak = self.trusted_streak.saturating_add(1);
+        if self.current() == (1, NO_SPLIT) && self.trusted_streak < self.config.settle_epochs {
+            return self.fall_back(Fallback::Settling, Some(fit));
         }
         let params = match self.params(&fit, load) {
             Ok(params) => params,
@@ -375,6 +502,7 @@ impl Analyzer {
             params: Some(params),
             prediction: Some(best),
             held: false,
+            batch_baseline: self.batch_baseline(),
         };
         if let Some(current) = current {
             let changes = (merge_level, chunk_size) != (self.merge_level, self.chunk_size);
@@ -419,15 +547,96 @@ mod tests {
             elephants,
             elephant_keys: elephants * 100,
             client_overhead: Seconds::from_micros(overhead_us),
+            observed_mean: Seconds(0.0),
         }
     }
 
+    /// Settings that act on the first trusted fit (the guards have tests of their own).
     fn config() -> AnalyzerConfig {
         AnalyzerConfig {
             client_threads: 4,
             server_threads: 16,
+            settle_epochs: 1,
             ..AnalyzerConfig::default()
         }
+    }
+
+    fn observed(mut load: EpochLoad, mean_us: f64) -> EpochLoad {
+        load.observed_mean = Seconds::from_micros(mean_us);
+        load
+    }
+
+    #[test]
+    fn leaves_batching_only_after_settle_epochs_trusted_fits_in_a_row() {
+        let mut analyzer = Analyzer::new(AnalyzerConfig {
+            settle_epochs: 3,
+            ..config()
+        });
+        feed(&mut analyzer, &[10, 25, 100], 100);
+        for _ in 0..2 {
+            let decision = analyzer.decide(&load(300.0, 60.0));
+            assert_eq!(decision.fallback, Some(Fallback::Settling), "{decision:?}");
+            assert_eq!(analyzer.current(), (1, NO_SPLIT));
+        }
+        // A poor fit in between starts the count again.
+        let mut noisy = analyzer.clone();
+        for i in 0..4096u32 {
+            let keys = 1 + (i * 7) % 50;
+            noisy.observe(
+                keys,
+                Seconds::from_micros(100.0 + f64::from((i * 7919) % 400)),
+            );
+        }
+        assert_eq!(
+            noisy.decide(&load(300.0, 60.0)).fallback,
+            Some(Fallback::PoorFit)
+        );
+        let decision = analyzer.decide(&load(300.0, 60.0));
+        assert_eq!(decision.fallback, None, "{decision:?}");
+        assert!(analyzer.current().1 < 100, "{decision:?}");
+    }
+
+    #[test]
+    fn a_plan_observed_worse_than_batching_is_reverted_and_backs_off() {
+        let mut analyzer = Analyzer::new(AnalyzerConfig {
+            guard_margin: 0.1,
+            guard_backoff: 2,
+            ..config()
+        });
+        feed(&mut analyzer, &[10, 25, 100], 100);
+        // The epoch that ended under batching sets the baseline (400 µs); the model splits.
+        analyzer.decide(&observed(load(300.0, 60.0), 400.0));
+        assert_eq!(analyzer.batch_baseline(), Some(Seconds::from_micros(400.0)));
+        let plan = analyzer.current();
+        assert!(plan.1 < 100, "{plan:?}");
+        // Within the margin, the plan stays.
+        analyzer.decide(&observed(load(300.0, 60.0), 430.0));
+        assert_eq!(analyzer.current(), plan);
+        // 20 % worse than batching: reverted, and batching for the back-off (2 epochs).
+        let decision = analyzer.decide(&observed(load(300.0, 60.0), 480.0));
+        assert_eq!(decision.fallback, Some(Fallback::WorseThanBatch));
+        assert_eq!(analyzer.current(), (1, NO_SPLIT));
+        for _ in 0..2 {
+            let decision = analyzer.decide(&observed(load(300.0, 60.0), 400.0));
+            assert_eq!(decision.fallback, Some(Fallback::WorseThanBatch));
+        }
+        // The back-off is over: the plan again; a second revert doubles the back-off.
+        analyzer.decide(&observed(load(300.0, 60.0), 400.0));
+        assert_eq!(analyzer.current(), plan);
+        analyzer.decide(&observed(load(300.0, 60.0), 480.0));
+        let batching = (0..5)
+            .take_while(|_| {
+                analyzer
+                    .decide(&observed(load(300.0, 60.0), 400.0))
+                    .fallback
+                    == Some(Fallback::WorseThanBatch)
+            })
+            .count();
+        assert_eq!(batching, 4);
+        // Unmeasured epochs (no observed latency) neither revert nor move the baseline.
+        let baseline = analyzer.batch_baseline();
+        analyzer.decide(&observed(load(300.0, 60.0), 0.0));
+        assert_eq!(analyzer.batch_baseline(), baseline);
     }
 
     #[test]

@@ -85,6 +85,13 @@ pub const DEFAULT_CHISEL_EPOCH_MS: u64 = 1000;
 /// Default share of the measured round trip the Chisel analyzer counts as backend processing.
 pub const DEFAULT_CHISEL_PROCESSING_SHARE: f64 =
     tailtrim_model::chisel_online::DEFAULT_PROCESSING_SHARE;
+/// Default trusted fits in a row before the Chisel analyzer leaves batching.
+pub const DEFAULT_CHISEL_SETTLE_EPOCHS: u32 = tailtrim_model::chisel_online::DEFAULT_SETTLE_EPOCHS;
+/// Default share by which a Chisel plan's observed mean may exceed batching's before it is
+/// reverted.
+pub const DEFAULT_CHISEL_GUARD_MARGIN: f64 = tailtrim_model::chisel_online::DEFAULT_GUARD_MARGIN;
+/// Default epochs in batching after the guard reverted a Chisel plan.
+pub const DEFAULT_CHISEL_GUARD_BACKOFF: u32 = tailtrim_model::chisel_online::DEFAULT_GUARD_BACKOFF;
 
 /// The whole file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -277,6 +284,13 @@ pub struct PoolSection {
     pub chisel_fixed: String,
     /// Chisel: share of the measured round trip counted as backend processing P_S.
     pub chisel_processing_share: f64,
+    /// Chisel: trusted fits in a row before the analyzer leaves batching.
+    pub chisel_settle_epochs: u32,
+    /// Chisel: a plan whose epoch's observed mean latency exceeds batching's by more than
+    /// this share goes back to batching (negative: guard off).
+    pub chisel_guard_margin: f64,
+    /// Chisel: epochs in batching after such a revert (doubled per revert in a row).
+    pub chisel_guard_backoff: u32,
 }
 
 impl Default for PoolSection {
@@ -308,6 +322,9 @@ impl Default for PoolSection {
             chisel_epoch_ms: DEFAULT_CHISEL_EPOCH_MS,
             chisel_fixed: String::new(),
             chisel_processing_share: DEFAULT_CHISEL_PROCESSING_SHARE,
+            chisel_settle_epochs: DEFAULT_CHISEL_SETTLE_EPOCHS,
+            chisel_guard_margin: DEFAULT_CHISEL_GUARD_MARGIN,
+            chisel_guard_backoff: DEFAULT_CHISEL_GUARD_BACKOFF,
         }
     }
 }
@@ -415,6 +432,13 @@ impl ProxyConfig {
             )));
         }
         config.analyzer.processing_share = pool.chisel_processing_share;
+        config.analyzer.settle_epochs = pool.chisel_settle_epochs.max(1);
+        config.analyzer.guard_margin = if pool.chisel_guard_margin < 0.0 {
+            f64::INFINITY
+        } else {
+            pool.chisel_guard_margin
+        };
+        config.analyzer.guard_backoff = pool.chisel_guard_backoff;
         config.chisel_fixed = if pool.chisel_fixed.is_empty() {
             None
         } else {

@@ -387,6 +387,14 @@ fn chisel_samples(
         labels.clone(),
         u64::from(decision.fallback.is_some()),
     );
+    if let Some(baseline) = decision.batch_baseline {
+        push(
+            "chisel_batch_baseline_us",
+            "Observed mean latency of batching epochs that a plan must not exceed by the guard margin, µs.",
+            labels.clone(),
+            micros(baseline.as_micros()),
+        );
+    }
     if let Some(fit) = decision.fit {
         push(
             "chisel_fit_fixed_ns",

@@ -538,6 +538,9 @@ struct Analysis {
     load: EpochLoad,
     setups: u64,
     setup_nanos: u128,
+    /// Requests completed in the epoch and the sum of their latencies, seconds.
+    completed: u64,
+    latency_sum: f64,
     report: AnalysisReport,
     shapes: BTreeMap<(u32, u32), u64>,
 }
@@ -785,6 +788,8 @@ impl<'s> Sim<'s> {
                     load: EpochLoad::default(),
                     setups: 0,
                     setup_nanos: 0,
+                    completed: 0,
+                    latency_sum: 0.0,
                     report: AnalysisReport::default(),
                     shapes: BTreeMap::new(),
                 })
@@ -1292,6 +1297,11 @@ impl<'s> Sim<'s> {
         });
         analysis.setups = 0;
         analysis.setup_nanos = 0;
+        if analysis.completed > 0 {
+            load.observed_mean = Seconds(analysis.latency_sum / analysis.completed as f64);
+        }
+        analysis.completed = 0;
+        analysis.latency_sum = 0.0;
         let decision = analysis.analyzer.decide(&load);
         let report = &mut analysis.report;
         report.epochs += 1;
@@ -1327,11 +1337,15 @@ impl<'s> Sim<'s> {
         self.completed += 1;
         self.free_requests.push(request);
         let state = &self.requests[request as usize];
+        let latency = self.now.since(state.arrival).0;
+        if let Some(analysis) = &mut self.analysis {
+            analysis.completed += 1;
+            analysis.latency_sum += latency as f64 * 1e-9;
+        }
         if !state.measured {
             return;
         }
         self.last_delivery = self.last_delivery.max(self.now);
-        let latency = self.now.since(state.arrival).0;
         let recorders = &mut self.recorders;
         recorders.overall.record(latency);
         if state.large {
