@@ -354,12 +354,26 @@ enum Step {
     Malformed,
 }
 
+/// Largest value list a connection keeps between replies for the next one to reuse.
+const KEEP_VALUE_SLOTS: usize = 1024;
+
 impl ReplyProgress {
+    #[cfg(test)]
     fn new(shape: ReplyShape) -> Self {
+        ReplyProgress::reusing(shape, Vec::new())
+    }
+
+    /// A reply's progress reusing the value list a finished reply gave back (no allocation
+    /// per reply once a connection has seen one of its size).
+    fn reusing(shape: ReplyShape, mut values: Vec<PendingValue>) -> Self {
+        values.clear();
+        if values.capacity() > KEEP_VALUE_SLOTS {
+            values = Vec::new();
+        }
         ReplyProgress {
             shape,
             offset: 0,
-            values: Vec::new(),
+            values,
         }
     }
 
@@ -435,10 +449,11 @@ impl ReplyProgress {
         }
     }
 
-    fn finish(self, reply: Bytes, error_line: bool) -> RawReply {
+    /// The reply, and the emptied value list for [`ReplyProgress::reusing`].
+    fn finish(mut self, reply: Bytes, error_line: bool) -> (RawReply, Vec<PendingValue>) {
         let values = self
             .values
-            .into_iter()
+            .drain(..)
             .map(|value| ValueItem {
                 key: reply.slice(value.key),
                 flags: value.flags,
@@ -447,11 +462,12 @@ impl ReplyProgress {
                 item: reply.slice(value.item),
             })
             .collect();
-        RawReply {
+        let reply = RawReply {
             bytes: reply,
             values,
             error_line,
-        }
+        };
+        (reply, self.values)
     }
 }
 
@@ -473,6 +489,8 @@ async fn read_loop(socket: Arc<TcpStream>, shared: Arc<Shared>) {
     // The reply being received: the oldest pending request's, which stays pending (and under
     // the watchdog) until its reply is complete.
     let mut current: Option<ReplyProgress> = None;
+    // The last finished reply's value list, reused by the next.
+    let mut spare_values: Vec<PendingValue> = Vec::new();
     // The oldest pending request's shape, when the previous reply's lock already saw it.
     let mut next_shape: Option<ReplyShape> = None;
     let failure = loop {
@@ -487,7 +505,12 @@ async fn read_loop(socket: Arc<TcpStream>, shared: Arc<Shared>) {
                     None => shared.io.lock().pending.front().map(|job| job.shape),
                 };
                 match shape {
-                    Some(shape) => current = Some(ReplyProgress::new(shape)),
+                    Some(shape) => {
+                        current = Some(ReplyProgress::reusing(
+                            shape,
+                            std::mem::take(&mut spare_values),
+                        ))
+                    }
                     None => break Some("unsolicited bytes from backend"),
                 }
             }
@@ -514,9 +537,9 @@ async fn read_loop(socket: Arc<TcpStream>, shared: Arc<Shared>) {
                     };
                     if let (Some(job), Some(progress)) = (job, current.take()) {
                         shared.in_flight.fetch_sub(1, Ordering::Relaxed);
-                        let _ = job
-                            .reply
-                            .send(Ok(progress.finish(reply.freeze(), error_line)));
+                        let (reply, values) = progress.finish(reply.freeze(), error_line);
+                        spare_values = values;
+                        let _ = job.reply.send(Ok(reply));
                     }
                 }
             }
@@ -568,11 +591,28 @@ mod tests {
                 } => {
                     assert_eq!(consumed, buf.len(), "test input holds exactly one reply");
                     let reply = Bytes::copy_from_slice(&buf[..keep]);
-                    return Some(progress.finish(reply, error_line));
+                    return Some(progress.finish(reply, error_line).0);
                 }
             }
         }
         None
+    }
+
+    #[test]
+    fn a_reused_value_list_carries_nothing_into_the_next_reply() {
+        let first: &[u8] = b"VALUE a 0 1\r\nx\r\nVALUE b 0 1\r\ny\r\nEND\r\n";
+        let mut progress = ReplyProgress::new(ReplyShape::UntilEnd);
+        assert!(matches!(progress.advance(first), Step::Done { .. }));
+        let (reply, spare) = progress.finish(Bytes::from_static(first), false);
+        assert_eq!(reply.values.len(), 2);
+        assert!(spare.capacity() >= 2);
+        let second: &[u8] = b"VALUE c 0 1\r\nz\r\nEND\r\n";
+        let mut progress = ReplyProgress::reusing(ReplyShape::UntilEnd, spare);
+        assert!(matches!(progress.advance(second), Step::Done { .. }));
+        let (reply, _) = progress.finish(Bytes::from_static(second), false);
+        assert_eq!(reply.values.len(), 1);
+        assert_eq!(&reply.values[0].key[..], b"c");
+        assert_eq!(&reply.values[0].item[..], b"VALUE c 0 1\r\nz\r\n");
     }
 
     #[test]

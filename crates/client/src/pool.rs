@@ -17,10 +17,11 @@ use std::time::Instant;
 use bytes::Bytes;
 use futures_util::future::join_all;
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 use tailtrim_policy::drr::CLASSES;
 use tailtrim_policy::health::{choose_replica, BackendLoad, Timestamp};
 use tailtrim_policy::planner::{
-    Action, ClusterView, Observation, PlanRequest, Planner, QueryShape,
+    Action, ClusterView, Fetch, Observation, PlanRequest, Planner, QueryShape,
 };
 use tailtrim_policy::rein::class_of;
 use tailtrim_policy::ring::Ring;
@@ -34,6 +35,10 @@ use crate::error::ClientError;
 use crate::sched::DelayQueue;
 use crate::shaping::{join_or_lead, seal, setup_wait, Merge, Shaper};
 use crate::stats::PoolStats;
+
+/// Key positions and key slices of one multiget, inline up to this many keys: the common
+/// small multiget allocates nothing for its bookkeeping.
+type Inline<T> = SmallVec<[T; 16]>;
 
 /// Which multi-key read command to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -495,7 +500,7 @@ impl Pool {
         kind: MultigetKind,
         class: usize,
     ) -> Result<Vec<Option<ValueItem>>, ClientError> {
-        let refs: Vec<&[u8]> = keys.iter().map(Bytes::as_ref).collect();
+        let refs: Inline<&[u8]> = keys.iter().map(Bytes::as_ref).collect();
         let classed = self.backends[backend].detect_priorities().await == Priorities::Backend;
         let (bytes, shape) = if classed {
             (
@@ -553,7 +558,7 @@ impl Pool {
 
     async fn multiget_inner(&self, keys: &[Bytes], kind: MultigetKind) -> Vec<KeyResult> {
         let mut results: Vec<KeyResult> = vec![Ok(None); keys.len()];
-        let mut remaining: Vec<usize> = (0..keys.len()).collect();
+        let mut remaining: Inline<usize> = (0..keys.len()).collect();
         let mut excluded: Vec<usize> = Vec::new();
         let mut failed: Vec<(usize, ClientError)> = Vec::new();
         for round in 0..self.config.replicas.max(1) {
@@ -565,7 +570,7 @@ impl Pool {
             }
             let last_error = failed.last().map(|(_, error)| error.clone());
             failed.clear();
-            let round_keys: Vec<&[u8]> = remaining.iter().map(|&i| keys[i].as_ref()).collect();
+            let round_keys: Inline<&[u8]> = remaining.iter().map(|&i| keys[i].as_ref()).collect();
             let request = PlanRequest {
                 keys: &round_keys,
                 now: self.clock.now(),
@@ -587,7 +592,7 @@ impl Pool {
             } else {
                 1
             };
-            let mut fetches = Vec::with_capacity(actions.len());
+            let mut fetches: SmallVec<[_; 4]> = SmallVec::with_capacity(actions.len());
             for action in actions {
                 match action {
                     Action::Fetch(fetch) => fetches.push(fetch),
@@ -601,7 +606,7 @@ impl Pool {
                 }
             }
             self.stats.fetches.add(fetches.len() as u64);
-            let calls = fetches.iter().map(|fetch| {
+            let call = |fetch: &Fetch| {
                 let fetch_keys: Vec<Bytes> = fetch
                     .keys
                     .iter()
@@ -615,10 +620,16 @@ impl Pool {
                     fetch.not_before,
                     usize::from(fetch.priority.unwrap_or(0)).min(CLASSES - 1),
                 )
-            });
-            let replies = join_all(calls).await;
+            };
+            // One fetch (a single-backend request) is awaited as is: `join_all` would allocate
+            // its futures and its outputs.
+            let replies: SmallVec<[_; 4]> = if let [fetch] = fetches.as_slice() {
+                smallvec::smallvec![call(fetch).await]
+            } else {
+                join_all(fetches.iter().map(call)).await.into()
+            };
             for (fetch, reply) in fetches.iter().zip(replies) {
-                let original: Vec<usize> =
+                let original: Inline<usize> =
                     fetch.keys.iter().map(|&i| remaining[i as usize]).collect();
                 match reply {
                     Ok(values) => {

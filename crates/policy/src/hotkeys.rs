@@ -133,17 +133,25 @@ impl HotKeyTracker {
             self.sift_up(last);
             return;
         }
-        // Replace the minimum (the root).
-        let boxed: Box<[u8]> = key.into();
+        // Replace the minimum (the root), reusing its two key copies when the new key has the
+        // same length (keys of one workload usually do): no allocation on this path.
         let root = &mut self.heap[0];
-        self.index.remove(&root.key);
+        let evicted = self.index.remove_entry(&root.key).map(|(key, _)| key);
         let floor = root.count;
-        *root = HotKey {
-            key: boxed.clone(),
-            count: floor + weight,
-            error: floor,
+        let index_key = match evicted {
+            Some(mut reused) if reused.len() == key.len() && root.key.len() == key.len() => {
+                reused.copy_from_slice(key);
+                root.key.copy_from_slice(key);
+                reused
+            }
+            _ => {
+                root.key = key.into();
+                key.into()
+            }
         };
-        self.index.insert(boxed, 0);
+        root.count = floor + weight;
+        root.error = floor;
+        self.index.insert(index_key, 0);
         self.sift_down(0);
     }
 
@@ -313,6 +321,28 @@ mod tests {
         // Space-saving guarantee: the estimate minus its error never exceeds the truth.
         assert!(top[0].count - top[0].error <= 10_000 && top[0].count >= 10_000);
         assert!(tracker.len() <= 64);
+    }
+
+    #[test]
+    fn replacing_the_minimum_keeps_the_index_and_the_heap_in_step() {
+        // Keys of the same and of different lengths, so the replacement both reuses the
+        // evicted key's copies and allocates new ones.
+        let mut tracker = HotKeyTracker::new(TrackerConfig {
+            capacity: 8,
+            sample_every: 1,
+            max_key_bytes: 250,
+        });
+        for round in 0..2_000u32 {
+            let key = format!("k{}", "x".repeat((round % 5) as usize) + &round.to_string());
+            tracker.offer(key.as_bytes());
+            tracker.offer(b"steady");
+            for (slot, entry) in tracker.heap.iter().enumerate() {
+                assert_eq!(tracker.index.get(&entry.key), Some(&slot), "round {round}");
+            }
+            assert_eq!(tracker.index.len(), tracker.heap.len());
+            assert!(tracker.estimate(key.as_bytes()).is_some(), "{key}");
+        }
+        assert_eq!(&*tracker.top(1)[0].key, b"steady");
     }
 
     #[test]

@@ -217,7 +217,9 @@ pub fn group_by_backend(
     scratch: &mut Vec<usize>,
 ) -> (Vec<Fetch>, Vec<u32>) {
     let mut fetches: Vec<Fetch> = Vec::new();
-    let mut slot_of: Vec<u32> = vec![u32::MAX; view.backend_count()];
+    // Inline for pools of up to 16 backends: no allocation per request for the index.
+    let mut slot_of: smallvec::SmallVec<[u32; 16]> =
+        smallvec::smallvec![u32::MAX; view.backend_count()];
     let mut unavailable: Vec<u32> = Vec::new();
     for (index, key) in request.keys.iter().enumerate() {
         let index = index as u32;
@@ -234,7 +236,8 @@ pub fn group_by_backend(
                     }
                     fetches.push(Fetch {
                         backend,
-                        keys: Vec::new(),
+                        // One allocation per fetch, not one per doubling.
+                        keys: Vec::with_capacity(request.keys.len() - index as usize),
                         not_before: None,
                         priority: None,
                     });
