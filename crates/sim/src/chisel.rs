@@ -28,8 +28,8 @@ use tailtrim_policy::costspec::{CostSpec, Dispersion};
 use tailtrim_policy::planner::QueryShape;
 
 use crate::cluster::{
-    run_cluster, run_cluster_with, ArrivalProcess, ClassResult, ClusterResult, ClusterScenario,
-    ClusterWorkload, OnlineAnalysis, ServerQueue,
+    run_cluster, run_cluster_with, AnalysisReport, ArrivalProcess, ClassResult, ClusterResult,
+    ClusterScenario, ClusterWorkload, OnlineAnalysis, ServerQueue,
 };
 use crate::SimError;
 
@@ -319,9 +319,28 @@ fn shape(merge_level: u32, chunk_size: u32) -> QueryShape {
 
 /// Runs batch, online chisel and the sweep for one point.
 pub fn run_point(setup: &Setup, point: &GridPoint) -> Result<PointResult, SimError> {
+    run_point_reusing(setup, point, None)
+}
+
+/// [`run_point`], taking batch's outcome and the fixed-(B, L) sweep from `stored` (an earlier
+/// result of the same point and setup) instead of simulating them again: neither runs the
+/// online analyzer, so only online Chisel is simulated.
+pub fn run_point_reusing(
+    setup: &Setup,
+    point: &GridPoint,
+    stored: Option<&PointResult>,
+) -> Result<PointResult, SimError> {
     let base = scenario(setup, point, "batch")?;
     let workers = setup.workers_per_server;
-    let batch = run_cluster(&base)?;
+    if let Some(previous) = stored {
+        if previous.point != *point {
+            return Err(SimError::Config(format!(
+                "reused result is for {}, not {}",
+                previous.point.name(),
+                point.name()
+            )));
+        }
+    }
     let online = ClusterScenario {
         planner: "chisel".to_string(),
         online_analysis: Some(OnlineAnalysis {
@@ -340,6 +359,17 @@ pub fn run_point(setup: &Setup, point: &GridPoint) -> Result<PointResult, SimErr
                 s.epochs as f64 / measured_epochs.max(1) as f64,
             )
         });
+    if let Some(previous) = stored {
+        return Ok(point_result(
+            point,
+            previous.batch.clone(),
+            Outcome::of(&chisel, point, workers),
+            &analysis,
+            (main_shape, main_shape_share),
+            previous.sweep.clone(),
+        ));
+    }
+    let batch = run_cluster(&base)?;
     let fixed = ClusterScenario {
         planner: "chisel".to_string(),
         ..base
@@ -357,17 +387,34 @@ pub fn run_point(setup: &Setup, point: &GridPoint) -> Result<PointResult, SimErr
             p95_us: p95_us(&result.overall),
         });
     }
-    let batch = Outcome::of(&batch, point, workers);
-    let chisel_outcome = Outcome::of(&chisel, point, workers);
+    Ok(point_result(
+        point,
+        Outcome::of(&batch, point, workers),
+        Outcome::of(&chisel, point, workers),
+        &analysis,
+        (main_shape, main_shape_share),
+        sweep,
+    ))
+}
+
+/// One point's result: gains and optimality ratios from its outcomes.
+fn point_result(
+    point: &GridPoint,
+    batch: Outcome,
+    chisel: Outcome,
+    analysis: &AnalysisReport,
+    (main_shape, main_shape_share): ((u32, u32), f64),
+    sweep: Vec<SweepOutcome>,
+) -> PointResult {
     let best = |value: fn(&SweepOutcome) -> f64| sweep.iter().map(value).min_by(f64::total_cmp);
-    let optimality_mean = best(|s| s.mean_us).map(|b| b / chisel_outcome.mean_us);
-    let optimality_p95 = best(|s| s.p95_us).map(|b| b / chisel_outcome.p95_us);
-    Ok(PointResult {
+    let optimality_mean = best(|s| s.mean_us).map(|b| b / chisel.mean_us);
+    let optimality_p95 = best(|s| s.p95_us).map(|b| b / chisel.p95_us);
+    PointResult {
         point: *point,
-        gain_mean_pct: gain(batch.mean_us, chisel_outcome.mean_us),
-        gain_p95_pct: gain(batch.p95_us, chisel_outcome.p95_us),
+        gain_mean_pct: gain(batch.mean_us, chisel.mean_us),
+        gain_p95_pct: gain(batch.p95_us, chisel.p95_us),
         batch,
-        chisel: chisel_outcome,
+        chisel,
         epochs: analysis.epochs,
         fallback_epochs: analysis.fallbacks,
         main_shape,
@@ -375,7 +422,7 @@ pub fn run_point(setup: &Setup, point: &GridPoint) -> Result<PointResult, SimErr
         sweep,
         optimality_mean,
         optimality_p95,
-    })
+    }
 }
 
 /// Latency reduction from `before` to `after`, %.
@@ -537,6 +584,35 @@ mod tests {
             sweep: vec![(1, NO_SPLIT), (1, 25), (4, NO_SPLIT)],
             ..Setup::default()
         }
+    }
+
+    #[test]
+    fn reusing_batch_and_the_sweep_simulates_only_online_chisel() {
+        let point = GridPoint {
+            interarrival_us: 400.0,
+            mice_keys: 10,
+            mice_per_elephant: 9,
+            overhead_us: 60.0,
+        };
+        let full = run_point(&small_setup(), &point).unwrap();
+        assert_eq!(
+            run_point_reusing(&small_setup(), &point, Some(&full)).unwrap(),
+            full
+        );
+        // What is reused is taken as stored (a doubled batch mean doubles into the gain).
+        let mut stored = full.clone();
+        stored.batch.mean_us *= 2.0;
+        stored.sweep.truncate(1);
+        let reused = run_point_reusing(&small_setup(), &point, Some(&stored)).unwrap();
+        assert_eq!(reused.batch.mean_us, 2.0 * full.batch.mean_us);
+        assert_eq!(reused.sweep.len(), 1);
+        assert_eq!(reused.chisel, full.chisel);
+        // A result of another point is refused.
+        let other = GridPoint {
+            mice_keys: 1,
+            ..point
+        };
+        assert!(run_point_reusing(&small_setup(), &other, Some(&full)).is_err());
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! ```text
 //!   flags ─► tailtrim_sim::chisel::Setup ─► paper_grid() (or --only A,mice,ratio,overhead)
 //!        ─► run_point per scenario, --jobs threads ─► summarize
+//!           (--reuse-fixed: batch and the sweep from <out>/results.json, online Chisel run)
 //!        ─► <out>/results.json (metadata, setup, summary, per scenario)
 //!           <out>/ccdf_gain.svg  gain_by_condition.svg  query_size.svg  optimality.svg
 //! ```
@@ -21,7 +22,7 @@ use plotters::prelude::{
 };
 use serde::{Deserialize, Serialize};
 use tailtrim_sim::chisel::{
-    paper_grid, run_point, summarize, GridPoint, PointResult, Setup, Summary,
+    paper_grid, run_point_reusing, summarize, GridPoint, PointResult, Setup, Summary,
 };
 
 use tailtrim_lab::meta::{Recorder, RunMetadata};
@@ -58,6 +59,12 @@ pub struct Args {
     /// Only redraw the figures from `<out>/results.json` (no simulation).
     #[arg(long)]
     replot: bool,
+    /// Take batch's outcome and the fixed-(B, L) sweep of every scenario from
+    /// `<out>/results.json` and simulate only online Chisel again (neither batch nor the sweep
+    /// runs the analyzer): for a change to the analyzer only. The stored setup must match
+    /// this run's except for the analyzer's settings.
+    #[arg(long, conflicts_with_all = ["replot", "testbed", "no_sweep"])]
+    reuse_fixed: bool,
     /// EMULATED testbed instead: the real proxy (batch and chisel, interleaved) over 4
     /// `tailtrim serve` backends with emulated service and network time (the paper's profile
     /// dilated by --dilation), beside the simulator on the same scenarios. Default scenarios:
@@ -182,6 +189,43 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         only if only.is_empty() => paper_grid(),
         only => only,
     };
+    // --reuse-fixed: the stored batch and sweep per scenario, and the run they came from.
+    let (reused, reused_from) = if args.reuse_fixed {
+        let previous: Report = read_json(&out)?;
+        let comparable = Setup {
+            analyzer: setup.analyzer,
+            ..previous.setup.clone()
+        };
+        if comparable != setup {
+            return Err(format!(
+                "--reuse-fixed: {}/results.json was run with another setup",
+                out.display()
+            ));
+        }
+        let by_name: std::collections::HashMap<String, PointResult> = previous
+            .results
+            .into_iter()
+            .map(|result| (result.point.name(), result))
+            .collect();
+        let from = format!(
+            "; batch and the fixed-(B, L) sweep reused from the run of commit {}",
+            previous.metadata.run.commit
+        );
+        (Some(by_name), from)
+    } else {
+        (None, String::new())
+    };
+    let reused_for = |point: &GridPoint| -> Result<Option<&PointResult>, String> {
+        match &reused {
+            None => Ok(None),
+            Some(by_name) => by_name.get(&point.name()).map(Some).ok_or_else(|| {
+                format!(
+                    "--reuse-fixed: {} is not in the stored results",
+                    point.name()
+                )
+            }),
+        }
+    };
     // The tree as the run starts: the code that produces the numbers.
     let recorder = Recorder::start();
     let bar = progress_bar(
@@ -198,8 +242,10 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
                 let Some(point) = grid.get(index) else {
                     break;
                 };
-                let outcome =
-                    run_point(&setup, point).map_err(|error| format!("{}: {error}", point.name()));
+                let outcome = reused_for(point).and_then(|fixed| {
+                    run_point_reusing(&setup, point, fixed)
+                        .map_err(|error| format!("{}: {error}", point.name()))
+                });
                 if let Ok(mut slots) = slots.lock() {
                     slots[index] = Some(outcome);
                 }
@@ -225,7 +271,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         metadata: Metadata {
             run: metadata,
             seed: args.seed,
-            note: "SIMULATED: tailtrim's cluster simulator, no real servers".to_string(),
+            note: format!("SIMULATED: tailtrim's cluster simulator, no real servers{reused_from}"),
         },
         setup,
         summary,
