@@ -516,4 +516,30 @@ mod tests {
             .to_string()
             .contains("unknown hash"));
     }
+
+    #[test]
+    fn the_chisel_guard_settings_reach_the_analyzer() {
+        let config = ProxyConfig::from_toml(
+            "[pool]\nservers = [\"127.0.0.1:1\"]\nchisel_settle_epochs = 5\n\
+             chisel_guard_margin = 0.4\nchisel_guard_backoff = 2\n",
+        )
+        .unwrap();
+        let analyzer = config.pool_config().unwrap().analyzer;
+        assert_eq!(analyzer.settle_epochs, 5);
+        assert_eq!(analyzer.guard_margin, 0.4);
+        assert_eq!(analyzer.guard_backoff, 2);
+        // Defaults are the analyzer's; a negative margin turns the guard off.
+        let mut config = ProxyConfig::default();
+        config.pool.servers = vec!["127.0.0.1:1".to_string()];
+        let defaults = tailtrim_model::chisel_online::AnalyzerConfig::default();
+        assert_eq!(
+            config.pool_config().unwrap().analyzer.guard_margin,
+            defaults.guard_margin
+        );
+        config.pool.chisel_guard_margin = -1.0;
+        assert_eq!(
+            config.pool_config().unwrap().analyzer.guard_margin,
+            f64::INFINITY
+        );
+    }
 }
