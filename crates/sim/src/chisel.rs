@@ -646,7 +646,9 @@ mod tests {
         let result = run_point(&small_setup(), &point).unwrap();
         assert!(result.main_shape.0 > 1, "{result:?}");
         assert!(result.chisel.merged_fetches > 0, "{result:?}");
-        assert!(result.chisel.keys_per_query > result.batch.keys_per_query);
+        // It also splits the elephants (L = 20 here, as in the full run), so keys per query
+        // need not rise; what merging and splitting buy together is the gain.
+        assert!(result.gain_mean_pct > 0.0, "{result:?}");
     }
 
     #[test]
