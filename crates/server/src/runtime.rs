@@ -57,6 +57,10 @@ const WAKE_TOKEN: u64 = u64::MAX;
 /// Longest a large worker waits on one slow client before giving the rest
 /// of the output back to the event loop.
 const LARGE_IO_TIMEOUT_MS: i32 = 2000;
+/// A large worker waiting on one client gives up after this long without
+/// progress (no room to write, no new bytes): a client that stops reading or
+/// sending costs the others at most this, not [`LARGE_IO_TIMEOUT_MS`].
+const CLIENT_STALL_MS: i32 = 10;
 /// Tokens at and above this value name UDP sockets (index = token − base).
 const UDP_TOKEN_BASE: u64 = u64::MAX - 1 - 4096;
 /// Most slices handed to one `writev`.
@@ -537,7 +541,7 @@ impl Runtime {
             return;
         }
         let write = conn.write.lock();
-        let mut interest = READABLE;
+        let mut interest = if write.read_closed { 0 } else { READABLE };
         // Output to write, or held output released far enough that the
         // reader may go on with buffered requests (EPOLLOUT brings it back).
         let reader_may_resume = write.wake_reader && write.pending_len() <= OUTPUT_HIGH_WATER;
@@ -625,7 +629,11 @@ impl Runtime {
             if Instant::now() >= deadline {
                 return true;
             }
-            wait_fd(conn.fd(), libc::POLLOUT, 50);
+            if !wait_fd(conn.fd(), libc::POLLOUT, CLIENT_STALL_MS) {
+                // The client stopped reading: the event loop finishes the
+                // write when it can, and this thread serves others meanwhile.
+                return true;
+            }
         }
     }
 
@@ -846,6 +854,11 @@ impl Runtime {
             self.rearm(conn);
             return;
         }
+        if read.eof {
+            // Back for output the client had not read yet.
+            self.end_of_input(conn, read, worker);
+            return;
+        }
         if self.network.is_some() {
             conn.write.lock().wake_reader = false;
         }
@@ -884,18 +897,7 @@ impl Runtime {
                 return;
             }
             if eof {
-                read.eof = true;
-                let mut write = conn.write.lock();
-                let last = read.next_seq;
-                if write.base >= last && write.held.is_empty() {
-                    drop(write);
-                    drop(read);
-                    // A half-closed client still reads: answer it, then close.
-                    self.flush(conn, worker, true);
-                    self.close(conn);
-                } else {
-                    write.close_after_seq = Some(last.saturating_sub(1));
-                }
+                self.end_of_input(conn, read, worker);
                 return;
             }
             if read.input.len() >= self.max_buffer {
@@ -915,6 +917,34 @@ impl Runtime {
         drop(read);
         self.flush(conn, worker, false);
         self.rearm(conn);
+    }
+
+    /// The client closed its side. A half-closed client may still read: its
+    /// replies are written, then the connection closes. Nothing here waits for
+    /// the client: output it does not take waits for `EPOLLOUT`, so one client
+    /// that stops reading cannot hold up the thread serving the others.
+    fn end_of_input(
+        &self,
+        conn: &Arc<Conn>,
+        mut read: parking_lot::MutexGuard<'_, ReadSide>,
+        worker: usize,
+    ) {
+        read.eof = true;
+        let last = read.next_seq;
+        let mut write = conn.write.lock();
+        write.read_closed = true;
+        if write.base < last || !write.held.is_empty() {
+            // Whoever completes (or releases) the last reply closes.
+            write.close_after_seq = Some(last.saturating_sub(1));
+            return;
+        }
+        drop(write);
+        drop(read);
+        if self.flush(conn, worker, false) {
+            self.rearm(conn);
+        } else {
+            self.close(conn);
+        }
     }
 
     /// Reads what the socket has. Returns true on EOF. A large receiver
@@ -969,8 +999,13 @@ impl Runtime {
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if receiving && receive_incomplete(read) && Instant::now() < deadline {
-                        wait_fd(conn.fd(), libc::POLLIN, 50);
+                    // Wait for the rest while it keeps coming; a client that
+                    // stalls mid-value is left to the event loop.
+                    if receiving
+                        && receive_incomplete(read)
+                        && Instant::now() < deadline
+                        && wait_fd(conn.fd(), libc::POLLIN, CLIENT_STALL_MS)
+                    {
                         continue;
                     }
                     return Ok(false);

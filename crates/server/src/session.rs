@@ -127,6 +127,9 @@ pub struct WriteSide {
     /// The reader stopped because held output reached the high-water mark:
     /// whoever releases it must bring a reader back.
     pub(crate) wake_reader: bool,
+    /// The client closed its side (end of input was read): the connection waits
+    /// only for writability from now on, since a closed side is always readable.
+    pub(crate) read_closed: bool,
 }
 
 impl WriteSide {
