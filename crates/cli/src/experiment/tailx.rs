@@ -102,6 +102,13 @@ pub struct Args {
     /// Testbed: pipelined connections from each proxy to each backend.
     #[arg(long, default_value_t = 2)]
     server_connections: usize,
+    /// Testbed: only these planners (batch, rein-sbf, rein-sds, tailx); default all four.
+    #[arg(long, value_delimiter = ',')]
+    planners: Vec<String>,
+    /// Testbed: a sweep of offered loads (shares of the simulated capacity) instead of
+    /// `--load`, each measured and simulated (e.g. 0.2,0.4,0.6,0.8,1.0,1.2).
+    #[arg(long, value_delimiter = ',')]
+    loads: Vec<f64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -164,6 +171,8 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
             sim_requests: args.sim_requests,
             connections: args.connections,
             server_connections: args.server_connections,
+            planners: args.planners,
+            loads: args.loads,
             seed: args.seed,
         });
     }

@@ -85,6 +85,10 @@ pub struct Options {
     pub connections: usize,
     /// Pipelined connections from each proxy to each backend (`--server-connections`).
     pub server_connections: usize,
+    /// Planners to run (empty: all of [`PLANNERS`]).
+    pub planners: Vec<String>,
+    /// Offered loads to sweep (empty: `load` alone).
+    pub loads: Vec<f64>,
     /// Seed.
     pub seed: u64,
 }
@@ -135,6 +139,10 @@ struct Pooled {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct ExperimentResult {
     experiment: Experiment,
+    /// Offered load of this result, share of the simulated capacity (files written before
+    /// load sweeps: 0, meaning the settings' load).
+    #[serde(default)]
+    load: f64,
     calibration: Calibration,
     /// The simulator's twin runs.
     simulated: Vec<PlannerOutcome>,
@@ -146,7 +154,7 @@ struct ExperimentResult {
     emulated_reductions: Vec<Reduction>,
     /// Planners by pooled emulated p99, best first.
     emulated_order: Vec<String>,
-    /// Planner pairs ordered the same way by both, of 6.
+    /// Planner pairs ordered the same way by both (of 6 with all four planners).
     agreeing_pairs: usize,
     /// Planners by the median over rounds of each round's p99, best first (one bad round on
     /// a loaded host moves the pooled p99, not this).
@@ -313,9 +321,10 @@ fn agreeing_pairs(a: &[String], b: &[String]) -> usize {
 fn simulate(
     setup: &Setup,
     experiment: &Experiment,
+    planners: &[&'static str],
     rate: f64,
 ) -> Result<Vec<PlannerOutcome>, String> {
-    PLANNERS
+    planners
         .iter()
         .map(|name| {
             let scenario = scenario(setup, experiment, name, rate, experiment.requests)
@@ -358,9 +367,33 @@ fn quantile_us(histogram: &hdrhistogram::Histogram<u64>, q: f64) -> f64 {
     }
 }
 
+/// The planners `options` selects, in [`PLANNERS`]' order.
+fn selected_planners(options: &Options) -> Result<Vec<&'static str>, String> {
+    if let Some(unknown) = options
+        .planners
+        .iter()
+        .find(|p| !PLANNERS.contains(&p.as_str()))
+    {
+        return Err(format!(
+            "unknown planner {unknown:?} (one of {})",
+            PLANNERS.join(", ")
+        ));
+    }
+    Ok(PLANNERS
+        .into_iter()
+        .filter(|p| options.planners.is_empty() || options.planners.iter().any(|q| q == p))
+        .collect())
+}
+
 /// Runs the testbed experiment.
 pub fn run(options: &Options) -> Result<ExitCode, String> {
     let setup = setup_of(options);
+    let planners = selected_planners(options)?;
+    let loads = if options.loads.is_empty() {
+        vec![options.load]
+    } else {
+        options.loads.clone()
+    };
     let experiments: Vec<Experiment> =
         paper_experiments(&[options.sim_requests], options.sim_requests)
             .into_iter()
@@ -400,7 +433,7 @@ pub fn run(options: &Options) -> Result<ExitCode, String> {
     }
     let backends: Vec<String> = servers.iter().map(Process::address).collect();
     let mut proxies = Vec::new();
-    for name in PLANNERS {
+    for &name in &planners {
         let extra: Vec<String> = [
             "--admin",
             "off",
@@ -457,9 +490,16 @@ pub fn run(options: &Options) -> Result<ExitCode, String> {
     );
 
     let mut results = Vec::new();
-    for experiment in &experiments {
+    for (experiment, &load) in experiments
+        .iter()
+        .flat_map(|e| loads.iter().map(move |l| (e, l)))
+    {
+        let setup = Setup {
+            load,
+            ..setup.clone()
+        };
         let calibration = calibrate(&setup, experiment).map_err(|e| e.to_string())?;
-        let simulated = simulate(&setup, experiment, calibration.rate_rps)?;
+        let simulated = simulate(&setup, experiment, &planners, calibration.rate_rps)?;
         let simulated_order = order_by(
             &simulated
                 .iter()
@@ -468,20 +508,16 @@ pub fn run(options: &Options) -> Result<ExitCode, String> {
         );
         eprintln!(
             "{}: offered {:.0} req/s (load {} × simulated capacity {:.0}); simulated order {:?}",
-            experiment.name,
-            calibration.rate_rps,
-            options.load,
-            calibration.capacity_rps,
-            simulated_order
+            experiment.name, calibration.rate_rps, load, calibration.capacity_rps, simulated_order
         );
         let workload = Arc::new(workload_of(&setup, experiment)?);
         let mut runs = Vec::new();
         for round in 0..options.repeats {
-            for (position, index) in interleaved_order(PLANNERS.len(), round)
+            for (position, index) in interleaved_order(planners.len(), round)
                 .into_iter()
                 .enumerate()
             {
-                let name = PLANNERS[index];
+                let name = planners[index];
                 let mut config = RunConfig::new(
                     &proxies[index].address(),
                     calibration.rate_rps,
@@ -531,13 +567,14 @@ pub fn run(options: &Options) -> Result<ExitCode, String> {
                 runs.push(run);
             }
         }
-        let emulated: Vec<Pooled> = PLANNERS
+        let emulated: Vec<Pooled> = planners
             .iter()
             .zip(&proxies)
             .map(|(name, proxy)| pool_runs(name, &runs, proxy_counters(&proxy.address())))
             .collect();
         results.push(summarise(
             experiment.clone(),
+            load,
             calibration,
             simulated,
             simulated_order,
@@ -614,6 +651,7 @@ fn pool_runs(name: &str, runs: &[Run], proxy_stats: BTreeMap<String, String>) ->
 
 fn summarise(
     experiment: Experiment,
+    load: f64,
     calibration: Calibration,
     simulated: Vec<PlannerOutcome>,
     simulated_order: Vec<String>,
@@ -659,6 +697,7 @@ fn summarise(
         simulated_reductions: reductions(&simulated),
         emulated_reductions: reductions(&as_outcomes),
         experiment,
+        load,
         calibration,
         simulated,
         simulated_order,
@@ -676,8 +715,14 @@ pub fn replot(out: &Path) -> Result<ExitCode, String> {
         .experiments
         .into_iter()
         .map(|r| {
+            let load = if r.load > 0.0 {
+                r.load
+            } else {
+                report.settings.setup.load
+            };
             summarise(
                 r.experiment,
+                load,
                 r.calibration,
                 r.simulated,
                 r.simulated_order,
@@ -738,13 +783,16 @@ fn render_markdown(report: &Report) -> String {
         if m.dirty { " (dirty)" } else { "" },
     );
     for result in &report.experiments {
+        let planners = result.emulated.len();
+        let pairs = planners * planners.saturating_sub(1) / 2;
         out.push_str(&format!(
-            "\n## {} (offered {:.0} req/s = {} × simulated capacity {:.0} req/s)\n\n\
-             | planner | requests | errors | p50 | p95 | p99 | p99 / rein-sbf | p99 red. | p50 red. | round p99s | their median | sim p50 | sim p99 | sim p99 / rein-sbf |\n\
-             |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+            "\n## {} at load {} (offered {:.0} req/s = {} × simulated capacity {:.0} req/s)\n\n\
+             | planner | requests | errors | p50 | p95 | p99 | p99 / rein-sbf | p99 red. | p50 red. | round p99s | their median | sim p50 | sim p99 | sim p99 / rein-sbf | p99 / sim p99 |\n\
+             |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
             result.experiment.name,
+            result.load,
             result.calibration.rate_rps,
-            s.setup.load,
+            result.load,
             result.calibration.capacity_rps,
         ));
         for (index, pooled) in result.emulated.iter().enumerate() {
@@ -756,28 +804,35 @@ fn render_markdown(report: &Report) -> String {
                 .iter()
                 .map(|v| format!("{v:.0}"))
                 .collect();
+            // Without the baseline among the planners there are no reductions.
+            let or_dash = |value: Option<String>| value.unwrap_or_else(|| "–".to_string());
+            let sim_p99 = sim.map_or(0.0, |o| o.p99_us);
             out.push_str(&format!(
-                "| {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.1} % | {:.1} % | {} | {:.0} | {:.0} | {:.0} | {:.2} |\n",
+                "| {} | {} | {} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {} | {} |\n",
                 pooled.planner,
                 pooled.requests,
                 pooled.errors,
                 pooled.p50_us,
                 pooled.p95_us,
                 pooled.p99_us,
-                red.map_or(0.0, |r| r.p99_ratio),
-                red.map_or(0.0, |r| r.p99_pct),
-                red.map_or(0.0, |r| r.p50_pct),
+                or_dash(red.map(|r| format!("{:.2}", r.p99_ratio))),
+                or_dash(red.map(|r| format!("{:.1} %", r.p99_pct))),
+                or_dash(red.map(|r| format!("{:.1} %", r.p50_pct))),
                 rounds.join(" / "),
                 pooled.median_round_p99_us,
                 sim.map_or(0.0, |o| o.p50_us),
-                sim.map_or(0.0, |o| o.p99_us),
-                sim_red.map_or(0.0, |r| r.p99_ratio),
+                sim_p99,
+                or_dash(sim_red.map(|r| format!("{:.2}", r.p99_ratio))),
+                or_dash((sim_p99 > 0.0).then(|| format!("{:.2}", pooled.p99_us / sim_p99))),
             ));
         }
+        if pairs == 0 {
+            continue;
+        }
         out.push_str(&format!(
-            "\nOrder by p99, best first — simulated: {}; emulated, pooled p99: {} ({} of 6 \
+            "\nOrder by p99, best first — simulated: {}; emulated, pooled p99: {} ({} of {pairs} \
              planner pairs ordered as simulated); emulated, median of the rounds' p99s: {} \
-             ({} of 6).\n",
+             ({} of {pairs}).\n",
             result.simulated_order.join(" < "),
             result.emulated_order.join(" < "),
             result.agreeing_pairs,
@@ -807,8 +862,20 @@ mod tests {
     }
 
     #[test]
-    fn the_workloads_draw_the_simulators_mix() {
-        let options = Options {
+    fn planners_are_selected_in_their_usual_order_and_unknown_ones_refused() {
+        let mut options = test_options();
+        assert_eq!(selected_planners(&options).expect("all"), PLANNERS.to_vec());
+        options.planners = vec!["tailx".into(), "batch".into()];
+        assert_eq!(
+            selected_planners(&options).expect("two"),
+            vec!["batch", "tailx"]
+        );
+        options.planners = vec!["fifo".into()];
+        assert!(selected_planners(&options).is_err());
+    }
+
+    fn test_options() -> Options {
+        Options {
             out: PathBuf::new(),
             only: Vec::new(),
             servers: 16,
@@ -825,8 +892,15 @@ mod tests {
             sim_requests: 1_000,
             connections: 4,
             server_connections: 2,
+            planners: Vec::new(),
+            loads: Vec::new(),
             seed: 1,
-        };
+        }
+    }
+
+    #[test]
+    fn the_workloads_draw_the_simulators_mix() {
+        let options = test_options();
         let setup = setup_of(&options);
         assert_eq!(setup.calibration_rps, 25.0);
         assert!(setup.service.ends_with("dilation=40"));
