@@ -541,7 +541,15 @@ impl Runtime {
             return;
         }
         let write = conn.write.lock();
-        let mut interest = if write.read_closed { 0 } else { READABLE };
+        // Reading is paused while output is over the high-water mark: a client that
+        // pipelines requests and does not read its replies must not keep the event loop
+        // busy with its unread input (level-triggered `EPOLLIN` would fire at once).
+        let paused = write.pending_len() > OUTPUT_HIGH_WATER;
+        let mut interest = if write.read_closed || paused {
+            0
+        } else {
+            READABLE
+        };
         // Output to write, or held output released far enough that the
         // reader may go on with buffered requests (EPOLLOUT brings it back).
         let reader_may_resume = write.wake_reader && write.pending_len() <= OUTPUT_HIGH_WATER;
