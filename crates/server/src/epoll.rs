@@ -5,6 +5,9 @@
 //! goes to exactly one waiting thread and the socket stays disarmed until that
 //! thread (or whoever took over the connection) re-arms it. That is what lets
 //! any small worker read any connection while keeping one reader at a time.
+//! Where only one thread ever waits on an epoll (`pinned`), connections stay
+//! armed instead ([`Epoll::add_armed`]) and the interest changes only when it
+//! must (output to write, reading paused): no `epoll_ctl` per request.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -59,6 +62,17 @@ impl Epoll {
     /// Registers `fd` level-triggered without one-shot (wake-up descriptors).
     pub fn add_persistent(&self, fd: RawFd, token: u64) -> io::Result<()> {
         self.ctl(libc::EPOLL_CTL_ADD, fd, token, libc::EPOLLIN as u32)
+    }
+
+    /// Registers `fd` level-triggered with `interest`, armed until changed: for an
+    /// epoll only one thread waits on, where one-shot would cost an `epoll_ctl` per event.
+    pub fn add_armed(&self, fd: RawFd, token: u64, interest: u32) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, token, interest)
+    }
+
+    /// Changes the interest of a registration made by [`Epoll::add_armed`].
+    pub fn modify_armed(&self, fd: RawFd, token: u64, interest: u32) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd, token, interest)
     }
 
     /// Re-arms a one-shot registration.

@@ -464,7 +464,13 @@ impl Runtime {
             eprintln!("<{id} new client connection from {peer}");
         }
         self.conns.write().insert(id, Arc::clone(&conn));
-        if conn.epoll.add_oneshot(conn.fd(), id, READABLE).is_err() {
+        let registered = if self.policy.keeps_connections_armed() {
+            conn.write.lock().armed_interest = READABLE;
+            conn.epoll.add_armed(conn.fd(), id, READABLE)
+        } else {
+            conn.epoll.add_oneshot(conn.fd(), id, READABLE)
+        };
+        if registered.is_err() {
             self.close(&conn);
         }
     }
@@ -535,12 +541,13 @@ impl Runtime {
         }
     }
 
-    /// Re-arms the connection for reading (and writing if output is pending).
+    /// Re-arms the connection for reading (and writing if output is pending);
+    /// where registrations stay armed, changes the interest if it must.
     fn rearm(&self, conn: &Conn) {
         if conn.is_closed() {
             return;
         }
-        let write = conn.write.lock();
+        let mut write = conn.write.lock();
         // Reading is paused while output is over the high-water mark: a client that
         // pipelines requests and does not read its replies must not keep the event loop
         // busy with its unread input (level-triggered `EPOLLIN` would fire at once).
@@ -556,7 +563,12 @@ impl Runtime {
         if !write.out.is_empty() || reader_may_resume {
             interest |= WRITABLE;
         }
-        let _ = conn.epoll.rearm(conn.fd(), conn.id, interest);
+        if !self.policy.keeps_connections_armed() {
+            let _ = conn.epoll.rearm(conn.fd(), conn.id, interest);
+        } else if interest != write.armed_interest {
+            write.armed_interest = interest;
+            let _ = conn.epoll.modify_armed(conn.fd(), conn.id, interest);
+        }
     }
 
     /// Fills `seq`'s reply slot and writes whatever is now in order. With
@@ -942,8 +954,12 @@ impl Runtime {
         let mut write = conn.write.lock();
         write.read_closed = true;
         if write.base < last || !write.held.is_empty() {
-            // Whoever completes (or releases) the last reply closes.
+            // Whoever completes (or releases) the last reply closes. Meanwhile
+            // the closed side must not keep reporting itself readable.
             write.close_after_seq = Some(last.saturating_sub(1));
+            drop(write);
+            drop(read);
+            self.rearm(conn);
             return;
         }
         drop(write);
@@ -1003,6 +1019,12 @@ impl Runtime {
                     }
                     // A small reader stops here to classify what it has.
                     if !receiving && self.policy.wants_large_receive(read) {
+                        return Ok(false);
+                    }
+                    // A read that did not fill its room emptied the socket: another
+                    // would only say EAGAIN (one system call per request saved; what
+                    // arrives meanwhile is reported when the connection is re-armed).
+                    if !receiving && n < room {
                         return Ok(false);
                     }
                 }

@@ -130,6 +130,9 @@ pub struct WriteSide {
     /// The client closed its side (end of input was read): the connection waits
     /// only for writability from now on, since a closed side is always readable.
     pub(crate) read_closed: bool,
+    /// The interest registered, where registrations stay armed
+    /// ([`crate::epoll::Epoll::add_armed`]); unused with one-shot registrations.
+    pub(crate) armed_interest: u32,
 }
 
 impl WriteSide {

@@ -92,6 +92,13 @@ pub trait Policy: Send + Sync {
         1
     }
 
+    /// Only the connection's home worker ever waits on its epoll and reads it,
+    /// so its registration can stay armed (level-triggered, no one-shot): no
+    /// re-arm per request.
+    fn keeps_connections_armed(&self) -> bool {
+        false
+    }
+
     /// Where a request runs. `key` is its key when it has exactly one (`None`
     /// for multi-key and keyless requests and for error replies); `reader`
     /// is the worker that parsed it.

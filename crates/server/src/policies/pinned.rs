@@ -25,6 +25,10 @@ impl Policy for Pinned {
         16
     }
 
+    fn keeps_connections_armed(&self) -> bool {
+        true
+    }
+
     fn place(&self, _key: Option<&[u8]>, _reader: usize) -> Placement {
         Placement::Inline
     }
