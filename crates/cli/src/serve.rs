@@ -79,7 +79,7 @@ pub struct Args {
     #[arg(long, value_name = "LIST")]
     pin_cpus: Option<String>,
     /// How requests reach workers (default pinned, memcached's model).
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = dispatch_parser())]
     dispatch: Option<DispatchPolicy>,
     /// Serve every queued request first come, first served, ignoring the priority classes
     /// `mg … p<class>` carries (`stats settings`: `priorities off`).
@@ -116,6 +116,13 @@ pub struct Args {
     /// Hot-key tracking: keys tracked at most, bounding its memory (default 1024).
     #[arg(long, value_name = "N")]
     hotkeys_capacity: Option<usize>,
+}
+
+/// `--dispatch`: one of the policy names (listed in `--help`), case-insensitive.
+fn dispatch_parser() -> impl clap::builder::TypedValueParser<Value = DispatchPolicy> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(DispatchPolicy::NAMES)
+        .try_map(|name| name.parse::<DispatchPolicy>())
 }
 
 fn load(args: &Args) -> Result<ServerConfig, String> {

@@ -422,7 +422,7 @@ fn settings_of(config: &SweepConfig, flags: &ModelFlags) -> Settings {
         policies: config
             .policies
             .iter()
-            .map(|p| p.as_str().to_string())
+            .map(|p| p.name().to_string())
             .collect(),
         fixed_threshold_bytes: flags.threshold,
         fixed_small_workers: flags.small_workers,
@@ -611,7 +611,7 @@ fn markdown(report: &Report) -> String {
         let names: Vec<&str> = result
             .curves
             .iter()
-            .map(|curve| curve.policy.as_str())
+            .map(|curve| curve.policy.name())
             .collect();
         line(format!("| offered | {} |", names.join(" | ")));
         line(format!("|---:|{}", "---:|".repeat(names.len())));
@@ -782,7 +782,7 @@ fn latency_plot(report: &Report, class: LatencyClass) -> LatencyThroughput {
             .curves
             .iter()
             .map(|curve| Curve {
-                name: curve.policy.as_str().to_string(),
+                name: curve.policy.name().to_string(),
                 color: Some(policy_color(curve.policy)),
                 points: curve
                     .points

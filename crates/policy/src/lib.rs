@@ -13,6 +13,8 @@
 //!   membership change ──► warmup::WarmupProgress (hit ratios) ──► warm-up over?
 //!   "const=20us,key=2us,dist=exp" ──► costspec::CostSpec ──► emulated / simulated times
 //!                                     (server's emulation and the simulator share it)
+//!   server worker / simulated core ──► dispatch (place, steal_victim, key → worker) and
+//!                                      sizeaware (EpochDriver, PackedDecision) ──► same decisions
 //! ```
 //!
 //! Every module is deterministic: time comes in as [`health::Timestamp`], randomness (if any)
@@ -21,6 +23,7 @@
 
 pub mod chisel;
 pub mod costspec;
+pub mod dispatch;
 pub mod drr;
 pub mod error;
 pub mod health;

@@ -1,18 +1,18 @@
-//! Size-aware sharding ("Minos", Didona & Zwaenepoel) and the decision helpers of its three
-//! baselines, as pure functions: no I/O, no clock. Epochs are a parameter ([`Epoch`]).
+//! Size-aware sharding ("Minos", Didona & Zwaenepoel) as pure functions: no I/O, no clock.
+//! Epochs are a parameter ([`Epoch`]).
 //!
-//! # Where the server calls it
+//! # Where the server (and the simulator) call it
 //!
 //! ```text
-//!  small worker 0 ─┐ parse, look up, learn size ─► classify(size, decision.threshold_bytes)
+//!  small worker 0 ─┐ parse, look up, learn size ─► decision.class_of(size, workers)
 //!  small worker 1 ─┤      │ record(size, wire bytes)        │ Small: serve in place
-//!       ...        │      ▼  into a local SizeHistogram     │ Large: large_worker_for(..) ─► large worker
-//!                  │  (O(1), one per worker, this epoch)    ▼                              queue
+//!       ...        │      ▼  into a local SizeHistogram     │ Large: the large queue, taken by
+//!                  │  (O(1), one per worker, this epoch)    ▼ the workers that takes_large_queue
 //!                  │
-//!    epoch tick ───┴─► controller thread: window.absorb_epoch(e, &worker_histogram) for each worker
-//!   (caller's clock)                      decision = controller.on_epoch(&window)
+//!    epoch tick ───┴─► controller thread: merge the workers' histograms (and busy time)
+//!   (caller's clock)                      decision = driver.tick(&merged, busy)   (EpochDriver)
 //!                                               │
-//!                                               ▼ published to the workers (e.g. an atomic swap):
+//!                                               ▼ published to the workers: one PackedDecision,
 //!                                threshold_bytes, small_workers = [0, s), large_workers = [s, n)
 //! ```
 //!
@@ -54,13 +54,13 @@
 //! and [`Decision::class_of`] says every request is served in place (the threshold is still
 //! measured and reported).
 //!
-//! Baselines (module [`dispatch`]): [`early_binding_worker`] (MICA: key hash → worker),
-//! [`StealPolicy`] (ZygOS: an idle worker takes a whole ready connection from the most backlogged
-//! worker), [`late_binding_worker`] (RAMCloud: the dispatcher hands a request to an idle worker).
+//! The baselines' decisions (early binding, stealing, late binding) and the one policy enum
+//! are in [`crate::dispatch`].
 
 pub mod controller;
-pub mod dispatch;
+pub mod driver;
 pub mod histogram;
+pub mod packed;
 
 pub use controller::{
     small_workers_for_share, Decision, DecisionInputs, DecisionReason, HysteresisConfig, RoleBusy,
@@ -68,12 +68,9 @@ pub use controller::{
     DEFAULT_INITIAL_THRESHOLD_BYTES, DEFAULT_PERCENTILE, DEFAULT_SHARE_MARGIN,
     DEFAULT_WINDOW_EPOCHS, DEFAULT_WORKERS,
 };
-pub use dispatch::{
-    early_binding_worker, key_hash, key_worker, large_worker_for, late_binding_worker,
-    least_loaded_large_worker, DispatchPolicy, PackedDecision, StealPolicy,
-    DEFAULT_MIN_VICTIM_BACKLOG,
-};
+pub use driver::EpochDriver;
 pub use histogram::{CostSplit, SizeHistogram, SizeWindow};
+pub use packed::PackedDecision;
 
 /// Bytes of payload one packet carries in the cost model (an Ethernet MTU).
 pub const PACKET_BYTES: u64 = 1500;
@@ -160,7 +157,7 @@ pub enum SizeAwareError {
     #[error("unknown split rule {0:?} (known: packets, busy)")]
     UnknownSplitBy(String),
     /// An unknown `--dispatch` name.
-    #[error("unknown dispatch policy {0:?} (known: {known})", known = DispatchPolicy::NAMES.join(", "))]
+    #[error("unknown dispatch policy {0:?} (known: {known})", known = crate::dispatch::DispatchPolicy::NAMES.join(", "))]
     UnknownDispatchPolicy(String),
 }
 

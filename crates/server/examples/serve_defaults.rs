@@ -2,7 +2,6 @@
 //! the runtime without the CLI): `serve_defaults [PORT] [DISPATCH] [THREADS]`,
 //! DISPATCH one of pinned, size-aware, early-binding, stealing, late-binding.
 
-use clap::ValueEnum;
 use tailtrim_server::config::DispatchPolicy;
 
 fn main() {
@@ -11,7 +10,7 @@ fn main() {
     config.server.listen = "127.0.0.1".into();
     config.server.port = args.get(1).and_then(|p| p.parse().ok()).unwrap_or(11211);
     if let Some(policy) = args.get(2) {
-        match DispatchPolicy::from_str(policy, true) {
+        match policy.parse::<DispatchPolicy>() {
             Ok(p) => config.workers.dispatch = p,
             Err(e) => {
                 eprintln!("{e}");

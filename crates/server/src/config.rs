@@ -179,6 +179,22 @@ impl Default for SizeAwareSection {
     }
 }
 
+impl SizeAwareSection {
+    /// The controller's settings for `workers` workers (an unknown `split_by`, which
+    /// [`ServerConfig::validate`] rejects, reads as the default).
+    pub fn controller(&self, workers: usize) -> tailtrim_policy::sizeaware::SizeAwareConfig {
+        let mut controller = tailtrim_policy::sizeaware::SizeAwareConfig::with_workers(workers);
+        controller.percentile = self.percentile;
+        controller.fixed_threshold_bytes =
+            (self.fixed_threshold > 0).then_some(self.fixed_threshold);
+        controller.fixed_small_workers =
+            (self.fixed_small_workers > 0).then_some(self.fixed_small_workers);
+        controller.split_by =
+            tailtrim_policy::sizeaware::SplitBy::parse(&self.split_by).unwrap_or_default();
+        controller
+    }
+}
+
 /// `[server]` section.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
@@ -282,10 +298,10 @@ impl Default for WorkersSection {
 
 impl WorkersSection {
     /// What `stats settings` announces as `priorities`: `off` when turned off, else the
-    /// dispatch policy's way ([`DispatchPolicy::priorities`]).
+    /// dispatch policy's way ([`dispatch_priorities`]).
     pub fn priorities(&self) -> &'static str {
         if self.priorities {
-            self.dispatch.priorities()
+            dispatch_priorities(self.dispatch)
         } else {
             "off"
         }
@@ -297,50 +313,19 @@ impl WorkersSection {
     }
 }
 
-/// How requests are assigned to workers.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum DispatchPolicy {
-    /// memcached's model: each connection is pinned to one worker
-    /// (round-robin at accept time), which serves all its requests.
-    #[default]
-    Pinned,
-    /// Minos: small workers read every connection and serve small requests;
-    /// large ones (by reply size or declared value size) go to large workers.
-    SizeAware,
-    /// MICA-like: each request runs on the worker that owns its key's hash.
-    EarlyBinding,
-    /// ZygOS-like: pinned connections, and idle workers take ready
-    /// connections from busy workers.
-    Stealing,
-    /// RAMCloud-like: one dispatcher thread reads every request and hands
-    /// each to an idle worker.
-    LateBinding,
-}
+/// How requests are assigned to workers: the one policy enum the simulator uses too.
+pub use tailtrim_policy::dispatch::DispatchPolicy;
 
-impl DispatchPolicy {
-    /// The policy's name as used on the command line and in `stats`.
-    pub fn name(self) -> &'static str {
-        match self {
-            DispatchPolicy::Pinned => "pinned",
-            DispatchPolicy::SizeAware => "size-aware",
-            DispatchPolicy::EarlyBinding => "early-binding",
-            DispatchPolicy::Stealing => "stealing",
-            DispatchPolicy::LateBinding => "late-binding",
-        }
-    }
-
-    /// How the policy serves the priority classes `mg … p<class>` carries, as `stats settings`
-    /// announces it (`priorities`): `drr` where requests wait in a job queue the server owns
-    /// (early and late binding: deficit round robin over the classes, see
-    /// [`crate::priority`]), `fifo` where the reading worker executes inline and pending work
-    /// waits in the kernel's socket buffers, which the server cannot reorder (the flag is
-    /// accepted and counted, requests are served in arrival order).
-    pub fn priorities(self) -> &'static str {
-        match self {
-            DispatchPolicy::EarlyBinding | DispatchPolicy::LateBinding => "drr",
-            DispatchPolicy::Pinned | DispatchPolicy::SizeAware | DispatchPolicy::Stealing => "fifo",
-        }
+/// How `policy` serves the priority classes `mg … p<class>` carries, as `stats settings`
+/// announces it (`priorities`): `drr` where requests wait in a job queue the server owns
+/// (early and late binding: deficit round robin over the classes, see [`crate::priority`]),
+/// `fifo` where the reading worker executes inline and pending work waits in the kernel's
+/// socket buffers, which the server cannot reorder (the flag is accepted and counted,
+/// requests are served in arrival order).
+pub fn dispatch_priorities(policy: DispatchPolicy) -> &'static str {
+    match policy {
+        DispatchPolicy::EarlyBinding | DispatchPolicy::LateBinding => "drr",
+        DispatchPolicy::Pinned | DispatchPolicy::SizeAware | DispatchPolicy::Stealing => "fifo",
     }
 }
 

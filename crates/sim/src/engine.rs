@@ -4,13 +4,17 @@
 //!   Arrival(i) ──► route by policy ──► a queue ──► idle core? ──► start: Done(core) at now + cost
 //!                                                                   │
 //!   Done(core) ◄────────────────────────────────────────────────────┘
-//!      ├─ size-aware small core, request large: record size, hand off ─► large core's queue
+//!      ├─ size-aware small core, request large: record size, hand off ─► the large queue
+//!      │    ─► decide::shared_queue_taker(idle large cores)
 //!      ├─ otherwise: request finished ─► connection sequencer ─► delivered (latency recorded)
 //!      └─ the core takes its next job (stealing: or steals a connection; late binding: the
-//!         central queue)
-//!   DispatchDone (late binding) ─► central queue ─► late_binding_worker(idle cores)
-//!   Epoch (size-aware) ─► merge cores' SizeHistograms ─► SizeWindow ─► controller.on_epoch
+//!         central queue; size-aware large cores: the large queue)
+//!   DispatchDone (late binding) ─► central queue ─► decide::shared_queue_taker(idle cores)
+//!   Epoch (size-aware) ─► merge cores' SizeHistograms ─► EpochDriver::tick
 //!                         ─► new threshold and split; idle cores re-check their role
+//!
+//! Every dispatch decision is a call in [`crate::decide`], the policy crate's code the server
+//! runs too.
 //! ```
 //!
 //! Events are ordered by `(time, seq)` ([`EventQueue`]); nothing reads a clock; every random
@@ -21,13 +25,13 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
+use tailtrim_policy::dispatch::Placement;
 use tailtrim_policy::sizeaware::{
-    early_binding_worker, late_binding_worker, least_loaded_large_worker, Decision, Epoch,
-    RoleBusy, SizeAwareConfig, SizeAwareController, SizeClass, SizeHistogram, SizeWindow,
-    StealPolicy,
+    EpochDriver, PackedDecision, RoleBusy, SizeAwareConfig, SizeHistogram,
 };
 
 use crate::cost::CostModel;
+use crate::decide;
 use crate::events::EventQueue;
 use crate::policy::Policy;
 use crate::stats::{LatencyRecorder, LatencySummary};
@@ -70,8 +74,6 @@ pub struct RunConfig {
     pub epoch: Nanos,
     /// Size-aware controller settings (`workers` is replaced by the core count).
     pub sizeaware: SizeAwareConfig,
-    /// Stealing's victim choice.
-    pub steal: StealPolicy,
     /// Early binding's steering.
     pub steering: Steering,
     /// Late binding: a connection's next request is released to a core only when its
@@ -97,7 +99,6 @@ impl RunConfig {
             warmup_fraction: DEFAULT_WARMUP_FRACTION,
             epoch: DEFAULT_EPOCH,
             sizeaware: SizeAwareConfig::with_workers(cores),
-            steal: StealPolicy::default(),
             steering: Steering::Nic,
             serialize_connections: false,
             cost,
@@ -166,7 +167,7 @@ pub struct RunResult {
     pub mean_queued: f64,
     /// Time-averaged requests waiting per queue owner: one entry per core's own queue, then
     /// the shared queue (size-aware small queue, late-binding central queue), then the
-    /// late-binding dispatcher's input.
+    /// late-binding dispatcher's input, then the size-aware large queue.
     pub mean_queued_by_queue: Vec<f64>,
     /// Busy share of each core over the run (late binding: the dispatcher last).
     pub utilization: Vec<f64>,
@@ -243,9 +244,7 @@ enum Event {
 }
 
 struct SizeAwareState {
-    controller: SizeAwareController,
-    window: SizeWindow,
-    epoch: u64,
+    driver: EpochDriver,
     /// Each core's `busy_ns` when the epoch began.
     busy_at_epoch_start: Vec<u64>,
     /// Large requests the large cores completed in this epoch.
@@ -262,9 +261,12 @@ struct Sim<'t> {
     cores: Vec<Core>,
     /// Size-aware: the small cores' shared input. Late binding: the central queue.
     shared: VecDeque<Job>,
+    /// Size-aware: the large queue (hand-offs), taken by the large cores.
+    large_queue: VecDeque<Job>,
     dispatcher: Dispatcher,
     conns: Vec<ConnState>,
-    decision: Option<Decision>,
+    /// Size-aware: the decision in force, as the server's workers read it.
+    decision: Option<PackedDecision>,
     sizeaware: Option<SizeAwareState>,
     rotation: u64,
     started: Vec<Nanos>,
@@ -324,15 +326,12 @@ pub fn run(trace: &Trace, config: &RunConfig) -> Result<RunResult, SimError> {
             workers,
             ..config.sizeaware.clone()
         };
-        let controller = SizeAwareController::new(sizeaware_config)
+        let driver = EpochDriver::new(sizeaware_config)
             .map_err(|error| SimError::Config(error.to_string()))?;
-        let window = controller.new_window();
         (
-            Some(*controller.decision()),
+            Some(driver.published()),
             Some(SizeAwareState {
-                controller,
-                window,
-                epoch: 0,
+                driver,
                 busy_at_epoch_start: vec![0; workers],
                 large_jobs: 0,
             }),
@@ -352,6 +351,7 @@ pub fn run(trace: &Trace, config: &RunConfig) -> Result<RunResult, SimError> {
         events: EventQueue::new(),
         cores: (0..workers).map(|_| Core::default()).collect(),
         shared: VecDeque::new(),
+        large_queue: VecDeque::new(),
         dispatcher: Dispatcher::default(),
         conns: (0..trace.connections)
             .map(|_| ConnState::default())
@@ -368,7 +368,7 @@ pub fn run(trace: &Trace, config: &RunConfig) -> Result<RunResult, SimError> {
         window_start,
         delivered_in_window: 0,
         last_event: Nanos::ZERO,
-        queued_area: vec![0.0; workers + 2],
+        queued_area: vec![0.0; workers + 3],
         small: LatencyRecorder::default(),
         large: LatencyRecorder::default(),
         small_in_server: LatencyRecorder::default(),
@@ -385,7 +385,7 @@ impl Sim<'_> {
     fn run(&mut self) -> RunResult {
         let count = self.trace.requests.len();
         if let Some(decision) = self.decision {
-            self.note_decision(&decision);
+            self.note_decision(decision);
             self.events.push(self.config.epoch, Event::Epoch);
         }
         self.events.push(self.arrivals[0], Event::Arrival(0));
@@ -422,13 +422,24 @@ impl Sim<'_> {
         let mut lengths: Vec<usize> = self.cores.iter().map(|core| core.queue.len()).collect();
         lengths.push(self.shared.len());
         lengths.push(self.dispatcher.queue.len());
+        lengths.push(self.large_queue.len());
         lengths
     }
 
     fn is_small_core(&self, core: usize) -> bool {
         self.decision
-            .map(|decision| core < decision.small_workers)
+            .map(|decision| core < decision.small_workers())
             .unwrap_or(true)
+    }
+
+    /// Early binding: the core that owns request `req`'s key ([`decide::place`]).
+    fn owner(&self, req: u32, reader: usize) -> usize {
+        let request = self.trace.requests[req as usize];
+        let workers = self.cores.len();
+        match decide::place(self.config.policy, reader, workers, request.key_hash) {
+            Placement::Worker { target, .. } => target,
+            Placement::Inline | Placement::AnyWorker => reader,
+        }
     }
 
     fn on_arrival(&mut self, index: u32) {
@@ -483,7 +494,7 @@ impl Sim<'_> {
                 });
                 let small = self
                     .decision
-                    .map_or(workers, |d| d.small_workers)
+                    .map_or(workers, |d| d.small_workers())
                     .min(workers);
                 let start = (self.rotation % small.max(1) as u64) as usize;
                 self.rotation = self.rotation.wrapping_add(1);
@@ -512,11 +523,16 @@ impl Sim<'_> {
             }
             Policy::LateBinding => self.shared.pop_front(),
             Policy::SizeAware => {
-                // A core that was large keeps serving what was handed to it before it became
-                // small; a small core then takes from the shared input.
-                let own = self.cores[core].queue.pop_front();
-                if own.is_some() {
-                    own
+                // As the server's worker loop: the large queue first if this core takes from
+                // it (a large core; a small one only while no core is large), then, on a
+                // small core, the shared input.
+                let workers = self.cores.len();
+                let large =
+                    decide::takes_shared_queue(self.config.policy, self.decision, core, workers)
+                        .then(|| self.large_queue.pop_front())
+                        .flatten();
+                if large.is_some() {
+                    large
                 } else if self.is_small_core(core) {
                     self.shared.pop_front()
                 } else {
@@ -533,10 +549,8 @@ impl Sim<'_> {
         let duration = match job.stage {
             Stage::Full => request.work_ns,
             Stage::Front { .. } => {
-                let large = self
-                    .decision
-                    .map(|decision| decision.class_of(request.size) == SizeClass::Large)
-                    .unwrap_or(false);
+                let workers = self.cores.len();
+                let large = decide::hands_off(self.decision, request.size, workers);
                 job.stage = Stage::Front { large };
                 if large {
                     fixed + Nanos::from_f64(cost.handoff_ns).0
@@ -549,7 +563,7 @@ impl Sim<'_> {
                 Nanos::from_f64((1.0 - cost.parse_share) * fixed as f64).0 + request.transfer_ns
             }
             Stage::Steer => {
-                let owner = early_binding_worker(request.key_hash, self.cores.len());
+                let owner = self.owner(job.req, core);
                 let handoff = if owner == core { 0.0 } else { cost.handoff_ns };
                 Nanos::from_f64(cost.parse_share * fixed as f64 + handoff).0
             }
@@ -566,10 +580,10 @@ impl Sim<'_> {
     }
 
     /// Stealing: the idle `thief` takes every waiting request of one connection from the
-    /// most backlogged core ([`StealPolicy::choose_victim`]), in order.
+    /// first core after it with a waiting request ([`decide::steal_victim`]), in order.
     fn steal_into(&mut self, thief: usize) {
         let lengths: Vec<usize> = self.cores.iter().map(|core| core.queue.len()).collect();
-        let Some(victim) = self.config.steal.choose_victim(thief, &lengths) else {
+        let Some(victim) = decide::steal_victim(self.config.policy, thief, &lengths) else {
             return;
         };
         let Some(conn) = self.cores[victim]
@@ -602,7 +616,7 @@ impl Sim<'_> {
                     .histogram
                     .record(request.size, request.size);
                 if large {
-                    self.hand_off(core, job.req);
+                    self.hand_off(job.req);
                 } else {
                     self.finish(job.req, core);
                 }
@@ -623,26 +637,29 @@ impl Sim<'_> {
         self.try_start(core);
     }
 
-    /// Size-aware: a small core hands a large request to the least loaded large core.
-    fn hand_off(&mut self, from: usize, req: u32) {
+    /// Size-aware: a small core puts a large request in the large queue; an idle large core,
+    /// if there is one, starts it (else the first large core to free up takes it).
+    fn hand_off(&mut self, req: u32) {
         self.handoffs += 1;
         self.handed_off[req as usize] = true;
-        let back = Job {
+        self.large_queue.push_back(Job {
             req,
             stage: Stage::Back,
             extra_ns: 0,
-        };
-        let lengths: Vec<usize> = self
-            .cores
+        });
+        let busy = self.busy_cores();
+        let taker =
+            decide::shared_queue_taker(self.config.policy, self.decision, &busy, self.handoffs);
+        if let Some(core) = taker {
+            self.try_start(core);
+        }
+    }
+
+    fn busy_cores(&self) -> Vec<bool> {
+        self.cores
             .iter()
-            .map(|core| core.queue.len() + usize::from(core.current.is_some()))
-            .collect();
-        let target = self
-            .decision
-            .and_then(|decision| least_loaded_large_worker(&decision, &lengths, self.handoffs))
-            .unwrap_or(from);
-        self.cores[target].queue.push_back(back);
-        self.try_start(target);
+            .map(|core| core.current.is_some())
+            .collect()
     }
 
     fn try_dispatch(&mut self) {
@@ -697,41 +714,38 @@ impl Sim<'_> {
     fn release(&mut self, job: Job) {
         if self.config.policy == Policy::LateBinding {
             self.shared.push_back(job);
-            let busy: Vec<usize> = self
-                .cores
-                .iter()
-                .map(|core| usize::from(core.current.is_some()))
-                .collect();
-            if let Some(core) = late_binding_worker(&busy, self.rotation) {
+            let busy = self.busy_cores();
+            let taker =
+                decide::shared_queue_taker(self.config.policy, self.decision, &busy, self.rotation);
+            if let Some(core) = taker {
                 self.rotation = self.rotation.wrapping_add(1);
                 self.try_start(core);
             }
         } else {
-            let request = self.trace.requests[job.req as usize];
-            let owner = early_binding_worker(request.key_hash, self.cores.len());
+            let home = self.trace.requests[job.req as usize].conn as usize % self.cores.len();
+            let owner = self.owner(job.req, home);
             self.cores[owner].queue.push_back(job);
             self.try_start(owner);
         }
     }
 
-    /// The controller's epoch, as `Runtime::controller_loop` runs it: merge every core's
-    /// histogram into the window, decide, publish.
+    /// The controller's epoch, as the server's controller thread runs it: merge every core's
+    /// histogram, [`EpochDriver::tick`], publish.
     fn on_epoch(&mut self) {
         let Some(state) = self.sizeaware.as_mut() else {
             return;
         };
-        state.epoch += 1;
-        let epoch = Epoch(state.epoch);
         let mut merged = SizeHistogram::new();
         for core in &mut self.cores {
             merged.merge(&core.histogram.take());
         }
         // Busy time by the role each core had during the epoch (the decision in force), as the
-        // server's controller thread measures it.
+        // server's workers measure it.
         let mut busy = RoleBusy {
             large_jobs: std::mem::take(&mut state.large_jobs),
             ..RoleBusy::default()
         };
+        let small_workers = self.decision.map_or(usize::MAX, |d| d.small_workers());
         for (index, (core, start)) in self
             .cores
             .iter()
@@ -740,24 +754,17 @@ impl Sim<'_> {
         {
             let spent = core.busy_ns - *start;
             *start = core.busy_ns;
-            match self.decision.and_then(|decision| decision.role_of(index)) {
-                Some(SizeClass::Large) => busy.large_ns += spent,
-                _ => busy.small_ns += spent,
+            if index < small_workers {
+                busy.small_ns += spent;
+            } else {
+                busy.large_ns += spent;
             }
         }
-        state.window.advance_to(epoch);
-        state.window.absorb_epoch(epoch, &merged);
-        let decision = state.controller.on_epoch_with_busy(&state.window, busy);
-        let changed = match self.decision {
-            Some(old) => {
-                old.threshold_bytes != decision.threshold_bytes
-                    || old.small_workers != decision.small_workers
-            }
-            None => true,
-        };
+        let decision = decide::end_epoch(&mut state.driver, &merged, busy);
+        let changed = self.decision != Some(decision);
         self.decision = Some(decision);
         if changed {
-            self.note_decision(&decision);
+            self.note_decision(decision);
         }
         for core in 0..self.cores.len() {
             self.try_start(core);
@@ -765,11 +772,11 @@ impl Sim<'_> {
         self.events.push(self.now + self.config.epoch, Event::Epoch);
     }
 
-    fn note_decision(&mut self, decision: &Decision) {
+    fn note_decision(&mut self, decision: PackedDecision) {
         self.decisions.push(DecisionPoint {
             at_ms: self.now.as_secs_f64() * 1e3,
-            threshold_bytes: decision.threshold_bytes,
-            small_workers: decision.small_workers,
+            threshold_bytes: decision.threshold(),
+            small_workers: decision.small_workers(),
         });
     }
 
@@ -877,7 +884,10 @@ impl Sim<'_> {
             utilization,
             handoffs: self.handoffs,
             steals: self.steals,
-            epochs: self.sizeaware.as_ref().map_or(0, |state| state.epoch),
+            epochs: self
+                .sizeaware
+                .as_ref()
+                .map_or(0, |state| state.driver.epochs()),
             decisions: std::mem::take(&mut self.decisions),
             simulated_s: end.as_secs_f64(),
             records: std::mem::take(&mut self.records),

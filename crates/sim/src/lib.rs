@@ -1,11 +1,12 @@
 //! tailtrim-sim: a seeded discrete-event simulator of the cache server's dispatch policies.
 //!
 //! It replays the load generator's workload (`tailtrim_bench::workload`) against a modelled
-//! server of any core count, and makes every dispatch decision with the `policy` crate's code:
-//! the size-aware controller ([`SizeAwareController`](tailtrim_policy::sizeaware::SizeAwareController)
-//! fed with [`SizeHistogram`](tailtrim_policy::sizeaware::SizeHistogram)s every simulated
-//! epoch), `early_binding_worker`, `StealPolicy::choose_victim`, `late_binding_worker`,
-//! `least_loaded_large_worker`. Only service times are modelled ([`cost`]).
+//! server of any core count, and makes every dispatch decision with the `policy` crate's code,
+//! the same the server runs ([`decide`]): the size-aware epoch driver
+//! ([`EpochDriver`](tailtrim_policy::sizeaware::EpochDriver), fed with
+//! [`SizeHistogram`](tailtrim_policy::sizeaware::SizeHistogram)s every simulated epoch) and
+//! its `PackedDecision`, `dispatch::place` (key → worker), `dispatch::steal_victim`, the shared
+//! queues' takers. Only service times are modelled ([`cost`]).
 //!
 //! ```text
 //!  WorkloadSpec (bench) ──► workload::Trace::generate(seed)      ┌──────── cost::Profile
@@ -14,11 +15,13 @@
 //!                 ▼  per (policy, rate): engine::run
 //!   ┌──────────────────────────── event loop: EventQueue<(time, seq)> ─────────────────────┐
 //!   │ Arrival ─► route ─► queue(s) ─► idle core starts job ─► Done ─► next job / hand-off  │
-//!   │   size-aware:   shared small queue ─► small core ─► large? ─► large core queue       │
+//!   │   size-aware:   shared small queue ─► small core ─► large? ─► large queue ─► large   │
+//!   │                 core (the first idle large core takes it)                            │
 //!   │   early:        key hash ─► core queue        stealing: home core, idle cores steal  │
+//!   │                 (decisions: decide.rs, each a call into tailtrim_policy)             │
 //!   │   late:         dispatcher core ─► central queue ─► idle worker                      │
 //!   │   pinned:       connection ─► core queue                                             │
-//!   │ Epoch (size-aware) ─► merge histograms ─► controller.on_epoch ─► threshold, split    │
+//!   │ Epoch (size-aware) ─► merge histograms ─► EpochDriver::tick ─► threshold, split      │
 //!   │ finished ─► per-connection sequencer ─► delivered ─► HDR histograms (small / large)  │
 //!   └──────────────────────────────────────────────────────────────────────────────────────┘
 //!                 │
@@ -34,6 +37,7 @@
 pub mod chisel;
 pub mod cluster;
 pub mod cost;
+pub mod decide;
 pub mod engine;
 pub mod events;
 pub mod policy;

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use tailtrim_bench::workload::WorkloadSpec;
-use tailtrim_policy::sizeaware::{SizeAwareConfig, StealPolicy};
+use tailtrim_policy::sizeaware::SizeAwareConfig;
 
 use crate::cost::Profile;
 use crate::engine::{run, RunConfig, RunResult, Steering, DEFAULT_WARMUP_FRACTION};
@@ -63,8 +63,6 @@ pub struct SweepConfig {
     pub epoch: Option<Nanos>,
     /// Size-aware controller settings (`workers` set from `cores`).
     pub sizeaware: SizeAwareConfig,
-    /// Stealing's victim rule.
-    pub steal: StealPolicy,
     /// Early binding's steering.
     pub steering: Steering,
     /// Early/late binding: one executing request per connection (the real runtime).
@@ -95,7 +93,6 @@ impl SweepConfig {
             warmup_fraction: DEFAULT_WARMUP_FRACTION,
             epoch: None,
             sizeaware: SizeAwareConfig::with_workers(DEFAULT_CORES),
-            steal: StealPolicy::default(),
             steering: Steering::Nic,
             serialize_connections: false,
             service_dispersion: false,
@@ -122,7 +119,6 @@ impl SweepConfig {
                 workers: self.cores,
                 ..self.sizeaware.clone()
             },
-            steal: self.steal,
             steering: self.steering,
             serialize_connections: self.serialize_connections,
             ..RunConfig::new(policy, self.cores, rate, self.profile.cost)
@@ -289,7 +285,7 @@ pub fn summarize(curves: &[Curve], knee_us: f64) -> Summary {
         ..Summary::default()
     };
     for curve in curves {
-        let name = curve.policy.as_str().to_string();
+        let name = curve.policy.name().to_string();
         let saturation = curve
             .points
             .iter()
@@ -326,7 +322,7 @@ pub fn summarize(curves: &[Curve], knee_us: f64) -> Summary {
         summary.early_binding_small_p99_us = Some(early_p99);
         for curve in curves {
             if let Some(point) = at_rate(curve, rate) {
-                let name = curve.policy.as_str().to_string();
+                let name = curve.policy.name().to_string();
                 summary
                     .small_p99_at_knee_us
                     .insert(name.clone(), point.small.p99_us);
@@ -354,7 +350,7 @@ pub fn summarize(curves: &[Curve], knee_us: f64) -> Summary {
             }
         }
     }
-    let saturation = |policy: Policy| summary.saturation_rps.get(policy.as_str()).copied();
+    let saturation = |policy: Policy| summary.saturation_rps.get(policy.name()).copied();
     if let (Some(size_aware), Some(early)) = (
         saturation(Policy::SizeAware),
         saturation(Policy::EarlyBinding),

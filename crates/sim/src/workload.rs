@@ -142,7 +142,7 @@ impl Trace {
             // them, so early binding routes the key to the same worker in both.
             key_bytes.clear();
             spec.write_key(key, &mut key_bytes);
-            let key_hash = tailtrim_policy::sizeaware::key_hash(&key_bytes);
+            let key_hash = tailtrim_policy::dispatch::key_hash(&key_bytes);
             let conn = conn_rng.below(u64::from(connections)) as u32;
             let conn_seq = per_conn[conn as usize];
             per_conn[conn as usize] += 1;

@@ -2,7 +2,8 @@
 //! per-connection order, the routing rules of each policy, conservation.
 
 use tailtrim_bench::workload::WorkloadSpec;
-use tailtrim_policy::sizeaware::{early_binding_worker, SizeAwareConfig};
+use tailtrim_policy::dispatch::early_binding_worker;
+use tailtrim_policy::sizeaware::SizeAwareConfig;
 use tailtrim_sim::engine::{run, RequestRecord, RunConfig, RunResult, Steering};
 use tailtrim_sim::{CostModel, Nanos, Policy, ServiceModel, Trace};
 

@@ -1,7 +1,7 @@
 //! `early-binding` (MICA-like): a request runs on the worker that owns its
 //! key. The connection's home worker reads and parses; a single-key request
-//! whose key it owns (`policy::sizeaware::key_worker`, the function the simulator
-//! routes by) runs in place, others go to the owner's job queue
+//! whose key it owns (`policy::dispatch::place`, which calls `key_worker`, as the
+//! simulator does) runs in place, others go to the owner's job queue
 //! (woken through an eventfd in its epoll). Multi-key, keyless and invalid
 //! requests are barriers run by the reader. A worker's queue is deficit round
 //! robin over the priority classes ([`ClassQueue`]; first come, first served
@@ -12,9 +12,7 @@
 //!                                                        └─► owner's ClassQueue + eventfd
 //! ```
 
-use tailtrim_policy::sizeaware::key_worker;
-
-use super::{EpollLayout, Placement, Policy, IDLE_WAIT_MS, STATS_CLASS_THRESHOLD};
+use super::{EpollLayout, Policy, IDLE_WAIT_MS, STATS_CLASS_THRESHOLD};
 use crate::config::DispatchPolicy;
 use crate::epoll::EventFd;
 use crate::priority::ClassQueue;
@@ -56,17 +54,8 @@ impl Policy for EarlyBinding {
         16
     }
 
-    fn place(&self, key: Option<&[u8]>, reader: usize) -> Placement {
-        match key {
-            Some(key) => Placement::Worker {
-                target: key_worker(key, self.workers),
-                barrier: false,
-            },
-            None => Placement::Worker {
-                target: reader,
-                barrier: true,
-            },
-        }
+    fn workers(&self) -> usize {
+        self.workers
     }
 
     fn release(&self, _rt: &Runtime, target: usize, job: Job) {

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use super::{EpollLayout, Placement, Policy, IDLE_WAIT_MS, STATS_CLASS_THRESHOLD};
+use super::{EpollLayout, Policy, IDLE_WAIT_MS, STATS_CLASS_THRESHOLD};
 use crate::config::DispatchPolicy;
 use crate::priority::ClassQueue;
 use crate::runtime::Runtime;
@@ -19,13 +19,15 @@ use crate::session::Job;
 
 /// The late-binding policy: the request queue workers take from.
 pub struct LateBinding {
+    workers: usize,
     queue: ClassQueue<Job>,
 }
 
 impl LateBinding {
-    /// An empty queue; `classes` false: first come, first served.
-    pub fn new(classes: bool) -> LateBinding {
+    /// An empty queue for `workers` workers; `classes` false: first come, first served.
+    pub fn new(workers: usize, classes: bool) -> LateBinding {
         LateBinding {
+            workers,
             queue: ClassQueue::new(classes),
         }
     }
@@ -44,8 +46,13 @@ impl Policy for LateBinding {
         16
     }
 
-    fn place(&self, _key: Option<&[u8]>, _reader: usize) -> Placement {
-        Placement::AnyWorker
+    fn workers(&self) -> usize {
+        self.workers
+    }
+
+    /// Every worker takes from the one queue; whichever is idle first gets the job.
+    fn takes_shared_queue(&self, _worker: usize) -> bool {
+        true
     }
 
     fn release(&self, _rt: &Runtime, _target: usize, job: Job) {

@@ -2,30 +2,40 @@
 //!
 //! Each policy is a small object that answers two questions, and holds the
 //! state only it needs (queues, controller, counters):
-//! - **where does this request run** ([`Policy::place`]): inline on the
+//! - **where does this request run** ([`Policy::place`], which is
+//!   `tailtrim_policy::dispatch::place`, as in the simulator): inline on the
 //!   worker that read it, on worker *i*, or on any idle worker; size-aware
 //!   also decides after executing whether a large reply (or the receive of a
-//!   large value) moves to a large worker ([`Policy::finish_inline`],
-//!   [`Policy::wants_large_receive`]);
+//!   large value) moves to a large worker ([`Policy::hands_off`],
+//!   [`Policy::finish_inline`], [`Policy::wants_large_receive`]);
 //! - **what does a worker do** when it comes round ([`Policy::worker_step`]):
-//!   wait on its own epoll, on the shared one, on a job queue, or steal.
+//!   wait on its own epoll, on the shared one, on a job queue
+//!   ([`Policy::takes_shared_queue`]), or steal ([`Policy::steal_victim`]).
+//!
+//! The decisions are calls into `tailtrim_policy` (`dispatch`, `sizeaware`), the same the
+//! simulator makes; `same_decisions` (a test) feeds both one event sequence.
 //!
 //! ```text
 //!            ┌─────────── Runtime (sessions, epolls, sequencing, flush) ───────────┐
 //!   worker i ─► policy.worker_step(rt, i) ─► rt.poll_and_serve / rt.run_job       │
 //!   reader   ─► parse ─► policy.place(key, reader) ─► Inline | Worker(i) | Any     │
 //!            └─────────────────────────────────────────────────────────────────────┘
-//!   pinned.rs  size_aware.rs  early_binding.rs  stealing.rs  late_binding.rs
+//!   pinned.rs  size_aware.rs (+ measure.rs)  early_binding.rs  stealing.rs  late_binding.rs
 //! ```
 
 mod early_binding;
 mod late_binding;
+mod measure;
 mod pinned;
 mod size_aware;
 mod stealing;
 
+#[cfg(test)]
+mod same_decisions;
+
 use std::sync::Arc;
 
+use tailtrim_policy::dispatch::{self, key_hash};
 use tailtrim_proto::reply::ReplyBuf;
 
 use crate::config::{DispatchPolicy, ServerConfig};
@@ -47,22 +57,10 @@ pub enum EpollLayout {
     Shared,
 }
 
-/// Where a parsed request runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Placement {
-    /// On the worker that read it, now.
-    Inline,
-    /// On worker `target`, in order with the connection's other requests
-    /// ([`crate::session::ExecQueue`]); a `barrier` waits for every earlier one.
-    Worker {
-        /// The executing worker.
-        target: usize,
-        /// Waits for and blocks the connection's other requests.
-        barrier: bool,
-    },
-    /// On whichever worker is idle first, one request of the connection at a time.
-    AnyWorker,
-}
+/// Where a parsed request runs (the policy crate's, shared with the simulator; a
+/// [`Placement::Worker`] runs in order with the connection's other requests through
+/// [`crate::session::ExecQueue`]).
+pub use tailtrim_policy::dispatch::Placement;
 
 /// What the runtime knows about a request it executed inline.
 #[derive(Debug, Clone, Copy)]
@@ -99,10 +97,33 @@ pub trait Policy: Send + Sync {
         false
     }
 
-    /// Where a request runs. `key` is its key when it has exactly one (`None`
-    /// for multi-key and keyless requests and for error replies); `reader`
-    /// is the worker that parsed it.
-    fn place(&self, key: Option<&[u8]>, reader: usize) -> Placement;
+    /// Workers the policy dispatches over.
+    fn workers(&self) -> usize;
+
+    /// Where a request runs ([`dispatch::place`]). `key` is its key when it has exactly one
+    /// (`None` for multi-key and keyless requests and for error replies); `reader` is the
+    /// worker that parsed it.
+    fn place(&self, key: Option<&[u8]>, reader: usize) -> Placement {
+        dispatch::place(self.kind(), reader, self.workers(), || key.map(key_hash))
+    }
+
+    /// Stealing: the worker the idle `thief` takes a ready connection from
+    /// ([`dispatch::steal_victim`]); `ready` probes a victim (and serves what it finds).
+    fn steal_victim(&self, _thief: usize, _ready: &mut dyn FnMut(usize) -> bool) -> Option<usize> {
+        None
+    }
+
+    /// Size-aware: whether a request of `size` bytes executed inline moves to the large
+    /// queue under the decision in force.
+    fn hands_off(&self, _size: u64) -> bool {
+        false
+    }
+
+    /// Whether worker `worker` takes jobs from the policy's one shared queue (late binding:
+    /// every worker; size-aware: the large workers, see `PackedDecision::takes_large_queue`).
+    fn takes_shared_queue(&self, _worker: usize) -> bool {
+        false
+    }
 
     /// Hands `job` to worker `target` (or to the policy's shared queue).
     fn release(&self, _rt: &Runtime, _target: usize, _job: Job) {}
@@ -197,15 +218,16 @@ pub struct PolicyStats {
 pub fn build(config: &ServerConfig) -> std::io::Result<Box<dyn Policy>> {
     let workers = config.workers.threads;
     Ok(match config.workers.dispatch {
-        DispatchPolicy::Pinned => Box::new(pinned::Pinned),
+        DispatchPolicy::Pinned => Box::new(pinned::Pinned { workers }),
         DispatchPolicy::SizeAware => Box::new(size_aware::SizeAware::new(config)),
         DispatchPolicy::EarlyBinding => Box::new(early_binding::EarlyBinding::new(
             workers,
             config.workers.priorities,
         )?),
         DispatchPolicy::Stealing => Box::new(stealing::Stealing::new(workers)),
-        DispatchPolicy::LateBinding => {
-            Box::new(late_binding::LateBinding::new(config.workers.priorities))
-        }
+        DispatchPolicy::LateBinding => Box::new(late_binding::LateBinding::new(
+            workers,
+            config.workers.priorities,
+        )),
     })
 }

@@ -5,12 +5,15 @@
 //!   accept ─► home worker's epoll ─► that worker: read ─► parse ─► execute ─► writev
 //! ```
 
-use super::{EpollLayout, Placement, Policy, IDLE_WAIT_MS, STATS_CLASS_THRESHOLD};
+use super::{EpollLayout, Policy, IDLE_WAIT_MS, STATS_CLASS_THRESHOLD};
 use crate::config::DispatchPolicy;
 use crate::runtime::Runtime;
 
-/// The pinned policy (no state of its own).
-pub struct Pinned;
+/// The pinned policy (no state of its own but the worker count).
+pub struct Pinned {
+    /// Workers.
+    pub workers: usize,
+}
 
 impl Policy for Pinned {
     fn kind(&self) -> DispatchPolicy {
@@ -29,8 +32,8 @@ impl Policy for Pinned {
         true
     }
 
-    fn place(&self, _key: Option<&[u8]>, _reader: usize) -> Placement {
-        Placement::Inline
+    fn workers(&self) -> usize {
+        self.workers
     }
 
     fn worker_step(&self, rt: &Runtime, worker: usize, tokens: &mut Vec<u64>) {

@@ -4,13 +4,15 @@
 //!
 //! ```text
 //!   worker i: own epoll ready? ─► serve ─┐
-//!             else victims i+1, i+2, ... ─► first with a ready connection ─► serve it (steal)
+//!             else steal_victim: i+1, i+2, ... ─► first with a ready connection ─► serve it
 //!             else block briefly on its own epoll
 //! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{EpollLayout, Placement, Policy, PolicyStats, STATS_CLASS_THRESHOLD};
+use tailtrim_policy::dispatch::steal_victim;
+
+use super::{EpollLayout, Policy, PolicyStats, STATS_CLASS_THRESHOLD};
 use crate::config::DispatchPolicy;
 use crate::runtime::Runtime;
 use crate::stats::bump;
@@ -41,21 +43,24 @@ impl Policy for Stealing {
         EpollLayout::PerWorker
     }
 
-    fn place(&self, _key: Option<&[u8]>, _reader: usize) -> Placement {
-        Placement::Inline
+    fn workers(&self) -> usize {
+        self.workers
+    }
+
+    fn steal_victim(&self, thief: usize, ready: &mut dyn FnMut(usize) -> bool) -> Option<usize> {
+        steal_victim(thief, self.workers, ready)
     }
 
     fn worker_step(&self, rt: &Runtime, worker: usize, tokens: &mut Vec<u64>) {
-        // Own connections first; when idle, take ready ones from others.
+        // Own connections first; when idle, take a ready one from another worker (the probe
+        // serves what it finds).
         if rt.poll_and_serve(worker, worker, tokens, 0) {
             return;
         }
-        for offset in 1..self.workers {
-            let victim = (worker + offset) % self.workers;
-            if rt.poll_and_serve(victim, worker, tokens, 0) {
-                bump(&self.steals);
-                return;
-            }
+        let mut probe = |victim: usize| rt.poll_and_serve(victim, worker, tokens, 0);
+        if self.steal_victim(worker, &mut probe).is_some() {
+            bump(&self.steals);
+            return;
         }
         rt.poll_and_serve(worker, worker, tokens, 1);
     }
