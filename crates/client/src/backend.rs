@@ -182,12 +182,17 @@ impl Backend {
         self.health.lock().is_up()
     }
 
-    /// Load as the replica chooser sees it at `now`.
+    /// Load as the replica chooser sees it now.
     pub fn load(&self) -> BackendLoad {
+        self.load_at(self.clock.now())
+    }
+
+    /// Load as the replica chooser sees it at `now`.
+    pub fn load_at(&self, now: tailtrim_policy::health::Timestamp) -> BackendLoad {
         BackendLoad {
             outstanding: self.outstanding(),
             ewma_nanos: self.ewma.lock().value(),
-            available: self.health.lock().would_accept(self.clock.now()),
+            available: self.health.lock().would_accept(now),
         }
     }
 
