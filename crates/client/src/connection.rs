@@ -67,10 +67,11 @@ pub enum ReplyShape {
 /// One `VALUE` item of a multiget reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValueItem {
-    /// The key as the backend returned it.
-    pub key: Bytes,
     /// The whole item: `VALUE …\r\n<data>\r\n`, ready to forward.
     pub item: Bytes,
+    /// The key as the backend returned it, inside [`ValueItem::item`] (see
+    /// [`ValueItem::key`]).
+    pub key_at: Range<usize>,
     /// Client flags.
     pub flags: u32,
     /// CAS unique, for `gets`/`gats`.
@@ -80,6 +81,11 @@ pub struct ValueItem {
 }
 
 impl ValueItem {
+    /// The key as the backend returned it.
+    pub fn key(&self) -> &[u8] {
+        &self.item[self.key_at.clone()]
+    }
+
     /// The value bytes.
     pub fn value(&self) -> Bytes {
         self.item.slice(self.data.clone())
@@ -633,12 +639,15 @@ impl ReplyProgress {
         let values = self
             .values
             .drain(..)
-            .map(|value| ValueItem {
-                key: reply.slice(value.key),
-                flags: value.flags,
-                cas: value.cas,
-                data: (value.data.start - value.item.start)..(value.data.end - value.item.start),
-                item: reply.slice(value.item),
+            .map(|value| {
+                let start = value.item.start;
+                ValueItem {
+                    key_at: (value.key.start - start)..(value.key.end - start),
+                    flags: value.flags,
+                    cas: value.cas,
+                    data: (value.data.start - start)..(value.data.end - start),
+                    item: reply.slice(value.item),
+                }
             })
             .collect();
         let reply = RawReply {
@@ -817,11 +826,11 @@ mod tests {
         let second = get(&connection, b'b');
         drop(first);
         let reply = second.await.unwrap();
-        assert_eq!(&reply.values[0].key[..], b"b");
+        assert_eq!(reply.values[0].key(), b"b");
         for key in [b'c', b'd', b'e', b'f'] {
             let (one, two) = tokio::join!(get(&connection, key), get(&connection, key));
-            assert_eq!(one.unwrap().values[0].key[..], [key]);
-            assert_eq!(two.unwrap().values[0].key[..], [key]);
+            assert_eq!(one.unwrap().values[0].key(), [key]);
+            assert_eq!(two.unwrap().values[0].key(), [key]);
         }
         let io = connection.shared.io.lock();
         assert!(io.slots.slots.len() <= 2, "{} slots", io.slots.slots.len());
@@ -857,7 +866,7 @@ mod tests {
         assert!(matches!(progress.advance(second), Step::Done { .. }));
         let (reply, _) = progress.finish(Bytes::from_static(second), false);
         assert_eq!(reply.values.len(), 1);
-        assert_eq!(&reply.values[0].key[..], b"c");
+        assert_eq!(reply.values[0].key(), b"c");
         assert_eq!(&reply.values[0].item[..], b"VALUE c 0 1\r\nz\r\n");
     }
 

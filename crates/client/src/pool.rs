@@ -579,7 +579,7 @@ impl Pool {
         let mut planner = self.planner.lock();
         if planner.wants_values() {
             for value in &reply.values {
-                planner.observe_value(&value.key, value.data.len() as u64);
+                planner.observe_value(value.key(), value.data.len() as u64);
             }
         }
         planner.observe(&Observation {
@@ -655,17 +655,7 @@ impl Pool {
             let calls = fetches
                 .iter()
                 .map(|fetch| self.run_fetch(fetch, keys, positions(fetch), kind, merge_limit));
-            // One fetch (a single-backend request) is awaited as is: `join_all` would allocate
-            // its futures and its outputs.
-            let replies: SmallVec<[_; 4]> = if fetches.len() == 1 {
-                let mut calls = calls;
-                match calls.next() {
-                    Some(call) => smallvec::smallvec![call.await],
-                    None => SmallVec::new(),
-                }
-            } else {
-                join_all(calls).await.into()
-            };
+            let replies = join_few(calls, fetches.len()).await;
             for (fetch, reply) in fetches.iter().zip(replies) {
                 let original = positions(fetch);
                 match reply {
@@ -723,7 +713,7 @@ impl Pool {
         Ok(reply
             .values
             .into_iter()
-            .find(|item| item.key.as_ref() == key)
+            .find(|item| item.key() == key)
             .map(|item| Value {
                 flags: item.flags,
                 cas: item.cas,
@@ -816,7 +806,7 @@ fn meta_multiget_values(bytes: &Bytes) -> Result<Vec<ValueItem>, String> {
         item.extend_from_slice(value);
         item.extend_from_slice(b"\r\n");
         values.push(ValueItem {
-            key: Bytes::copy_from_slice(key),
+            key_at: 6..6 + key.len(),
             item: Bytes::from(item),
             flags: client_flags,
             cas,
@@ -825,6 +815,44 @@ fn meta_multiget_values(bytes: &Bytes) -> Result<Vec<ValueItem>, String> {
         rest = &rest[consumed..];
     }
     Ok(values)
+}
+
+/// Awaits `count` futures concurrently, outputs in order. Up to four (a multiget over up to
+/// four backends) are joined in place: `join_all` would allocate their futures and outputs.
+async fn join_few<F: std::future::Future>(
+    mut futures: impl Iterator<Item = F>,
+    count: usize,
+) -> SmallVec<[F::Output; 4]> {
+    use futures_util::future::{join, join3, join4};
+    let mut next = || futures.next();
+    match count {
+        0 | 1 => match next() {
+            Some(one) => smallvec::smallvec![one.await],
+            None => SmallVec::new(),
+        },
+        2..=4 => {
+            let (Some(a), Some(b)) = (next(), next()) else {
+                return SmallVec::new();
+            };
+            match (count > 2).then(&mut next).flatten() {
+                None => {
+                    let (a, b) = join(a, b).await;
+                    smallvec::smallvec![a, b]
+                }
+                Some(c) => match (count > 3).then(&mut next).flatten() {
+                    None => {
+                        let (a, b, c) = join3(a, b, c).await;
+                        smallvec::smallvec![a, b, c]
+                    }
+                    Some(d) => {
+                        let (a, b, c, d) = join4(a, b, c, d).await;
+                        smallvec::smallvec![a, b, c, d]
+                    }
+                },
+            }
+        }
+        _ => join_all(futures).await.into(),
+    }
 }
 
 /// What one fetch returns.
@@ -847,7 +875,7 @@ fn match_values<'k>(
     let mut values = values.into_iter().peekable();
     for (position, key) in keys.into_iter().enumerate() {
         let matched = match values.peek() {
-            Some(next) if next.key == key => values.next(),
+            Some(next) if next.key() == key => values.next(),
             _ => None,
         };
         put(position, matched);
@@ -873,7 +901,7 @@ mod tests {
         assert_eq!(values.len(), 2);
         assert_eq!(values[0].item.as_ref(), b"VALUE ab 7 2 99\r\nhi\r\n");
         assert_eq!(
-            (values[0].key.as_ref(), values[0].flags, values[0].cas),
+            (values[0].key(), values[0].flags, values[0].cas),
             (&b"ab"[..], 7, Some(99))
         );
         assert_eq!(values[0].value().as_ref(), b"hi");
@@ -891,7 +919,7 @@ mod tests {
         let text = format!("VALUE {key} 0 1\r\nx\r\n");
         let len = text.len();
         ValueItem {
-            key: Bytes::from(key.to_string()),
+            key_at: 6..6 + key.len(),
             item: Bytes::from(text),
             flags: 0,
             cas: None,
@@ -916,7 +944,7 @@ mod tests {
         let results = matched(&keys, vec![item("a"), item("c"), item("a")]);
         let got: Vec<Option<&[u8]>> = results
             .iter()
-            .map(|r| r.as_ref().map(|v| v.key.as_ref()))
+            .map(|r| r.as_ref().map(ValueItem::key))
             .collect();
         assert_eq!(
             got,
@@ -925,6 +953,21 @@ mod tests {
         // A backend returning an unexpected key gives no value to anyone.
         let results = matched(&keys[..2], vec![item("zz")]);
         assert!(results.iter().all(Option::is_none));
+    }
+
+    #[tokio::test]
+    async fn a_few_futures_join_in_order() {
+        for count in 0..7 {
+            let futures = (0..count).map(|i| async move {
+                tokio::task::yield_now().await;
+                i * 10
+            });
+            let outputs = join_few(futures, count).await;
+            assert_eq!(
+                outputs.to_vec(),
+                (0..count).map(|i| i * 10).collect::<Vec<_>>()
+            );
+        }
     }
 
     #[test]

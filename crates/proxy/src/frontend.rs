@@ -467,7 +467,9 @@ async fn execute(shared: &Shared, request: Request, raw: Bytes) -> Bytes {
             // One key: forward the client's own bytes to the chosen replica, no planning.
             let key = &keys[0];
             match pool.read(key, raw, ReplyShape::UntilEnd).await {
-                Ok(reply) if reply.values.iter().all(|item| item.key == *key) => reply.bytes,
+                Ok(reply) if reply.values.iter().all(|item| item.key() == key.as_ref()) => {
+                    reply.bytes
+                }
                 Ok(_) => server_error(
                     shared,
                     &ClientError::BackendReplied {
