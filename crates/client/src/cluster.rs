@@ -420,6 +420,10 @@ impl Cluster {
         let ticket = self.enter();
         let view = &ticket.0;
         self.track(view, key);
+        if view.shadow.is_none() {
+            // Steady state: no fallback, so no copy of the request kept for a second read.
+            return view.pool.read(key, bytes, shape).await;
+        }
         let reply = view.pool.read(key, bytes.clone(), shape).await?;
         let Some(shadow) = &view.shadow else {
             return Ok(reply);
