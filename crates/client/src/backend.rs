@@ -1,14 +1,16 @@
 //! One backend server: its connections, health, load and metrics.
 //!
 //! ```text
-//!   call_in(bytes, shape, class)
+//!   call_in(bytes, shape, class) / call_with(shape, class, started, write)
 //!     ├─ health.try_acquire(now)? ── no ──► Err(BackendDown)          (fail fast)
 //!     ├─ window set: gate.admit(class) ≤ timeout (DRR queue, see sched) ─ else Err(Overloaded)
 //!     │     (skipped when the backend serves the classes itself: `priorities drr`)
 //!     ├─ slot = next round-robin connection, or the class's own connection when the backend
 //!     │  serves the classes; connect lazily (connect_timeout); a new connection asks
-//!     │  `stats settings` whether the server announces `priorities drr` (when detecting)
-//!     ├─ outstanding += 1; submit; wait ≤ timeout
+//!     │  `stats settings` whether the server announces `priorities drr` (when detecting);
+//!     │  a live connection is taken without arming a timer
+//!     ├─ outstanding += 1; submit (the request written into the connection's buffer);
+//!     │  wait ≤ timeout (the connection's watchdog)
 //!     │     ├─ reply   ─► health.record_success, EWMA, latency histogram
 //!     │     └─ timeout ─► kill the connection (pending requests fail), health.record_failure
 //!     └─ outstanding -= 1
@@ -180,12 +182,17 @@ impl Backend {
         self.health.lock().is_up()
     }
 
-    /// Load as the replica chooser sees it at `now`.
+    /// Load as the replica chooser sees it now.
     pub fn load(&self) -> BackendLoad {
+        self.load_at(self.clock.now())
+    }
+
+    /// Load as the replica chooser sees it at `now`.
+    pub fn load_at(&self, now: tailtrim_policy::health::Timestamp) -> BackendLoad {
         BackendLoad {
             outstanding: self.outstanding(),
             ewma_nanos: self.ewma.lock().value(),
-            available: self.health.lock().would_accept(self.clock.now()),
+            available: self.health.lock().would_accept(now),
         }
     }
 
@@ -216,7 +223,6 @@ impl Backend {
             Ok(receiver) => tokio::time::timeout(self.settings.connect_timeout, receiver)
                 .await
                 .ok()
-                .and_then(Result::ok)
                 .and_then(Result::ok),
             Err(_) => None,
         };
@@ -227,11 +233,11 @@ impl Backend {
         self.priorities.store(found as u8, Ordering::Relaxed);
     }
 
-    /// The connection for a request in `class`: the class's own slot when the backend serves
-    /// the classes (so a backlog of one class never sits in front of another on one
-    /// connection; slots `class + k·CLASSES` round robin), else the next of the configured
-    /// connections round robin.
-    async fn connection(&self, class: usize) -> Result<Connection, ClientError> {
+    /// The slot for a request in `class`: the class's own slot when the backend serves the
+    /// classes (so a backlog of one class never sits in front of another on one connection;
+    /// slots `class + k·CLASSES` round robin), else the next of the configured connections
+    /// round robin.
+    fn slot(&self, class: usize) -> &Slot {
         let index = if self.priorities() == Priorities::Backend {
             // Slots class, class + CLASSES, … belong to the class (at least one each).
             let class = class.min(CLASSES - 1);
@@ -240,7 +246,16 @@ impl Backend {
         } else {
             self.next_slot.fetch_add(1, Ordering::Relaxed) % self.settings.connections.max(1)
         };
-        let slot = &self.slots[index];
+        &self.slots[index]
+    }
+
+    /// The connection for a request in `class` ([`Backend::slot`]), connecting it if needed.
+    async fn connection(&self, class: usize) -> Result<Connection, ClientError> {
+        self.connect(self.slot(class)).await
+    }
+
+    /// The slot's live connection, or a new one.
+    async fn connect(&self, slot: &Slot) -> Result<Connection, ClientError> {
         if let Some(connection) = slot.live() {
             return Ok(connection);
         }
@@ -297,11 +312,32 @@ impl Backend {
         shape: ReplyShape,
         class: usize,
     ) -> Result<RawReply, ClientError> {
-        if !self.health.lock().try_acquire(self.clock.now()) {
+        self.call_with(shape, class, Instant::now(), |out| {
+            out.extend_from_slice(&bytes)
+        })
+        .await
+        .0
+    }
+
+    /// As [`Backend::call_in`], the request written by `write` straight into the connection's
+    /// output buffer (once, under its lock: see [`Connection::submit_with`]) and timed from
+    /// `started` (the caller's clock reading, so that the clock is read once); returns the
+    /// outcome and how long it took from `started`.
+    pub async fn call_with(
+        &self,
+        shape: ReplyShape,
+        class: usize,
+        started: Instant,
+        write: impl Fn(&mut Vec<u8>),
+    ) -> (Result<RawReply, ClientError>, Duration) {
+        if !self.health.lock().try_acquire(self.clock.at(started)) {
             self.stats.fail_fast.incr();
-            return Err(ClientError::BackendDown {
-                backend: self.address.clone(),
-            });
+            return (
+                Err(ClientError::BackendDown {
+                    backend: self.address.clone(),
+                }),
+                started.elapsed(),
+            );
         }
         let gate = match self.priorities() {
             Priorities::Backend => None,
@@ -315,25 +351,27 @@ impl Backend {
                     Err(_) => {
                         self.stats.errors.incr();
                         self.health.lock().record_abandoned(self.clock.now());
-                        return Err(ClientError::Overloaded {
-                            backend: self.address.clone(),
-                            limit: gate.window(),
-                        });
+                        return (
+                            Err(ClientError::Overloaded {
+                                backend: self.address.clone(),
+                                limit: gate.window(),
+                            }),
+                            started.elapsed(),
+                        );
                     }
                 }
             }
         };
         self.stats.requests.incr();
         let mut in_flight = InFlight::new(self);
-        let started = Instant::now();
         // Bounded by the timeout: waiting for a connection here, the reply by the connection's
         // watchdog (one timer per connection, not one per request).
-        let result = self.exchange(bytes, shape, class).await;
+        let result = self.exchange(shape, class, &write).await;
         in_flight.finished();
-        match result {
+        let elapsed = started.elapsed();
+        let result = match result {
             Ok(reply) => {
-                let elapsed = started.elapsed();
-                self.ewma.lock().observe(elapsed.as_nanos() as f64);
+                self.ewma.lock().observe(elapsed.as_nanos() as u64 as f64);
                 self.stats
                     .latency
                     .record_micros(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX));
@@ -357,7 +395,8 @@ impl Backend {
                 }
                 Err(error)
             }
-        }
+        };
+        (result, elapsed)
     }
 
     fn timeout_error(&self) -> ClientError {
@@ -369,18 +408,22 @@ impl Backend {
 
     async fn exchange(
         &self,
-        bytes: Bytes,
         shape: ReplyShape,
         class: usize,
+        write: &impl Fn(&mut Vec<u8>),
     ) -> Result<RawReply, ClientError> {
-        // A live connection is ready at once, so this timer is only armed while connecting.
-        let connection = tokio::time::timeout(self.settings.timeout, self.connection(class))
-            .await
-            .map_err(|_| self.timeout_error())??;
+        let slot = self.slot(class);
+        // A live connection is ready at once; the timer is only armed while connecting.
+        let connection = match slot.live() {
+            Some(connection) => connection,
+            None => tokio::time::timeout(self.settings.timeout, self.connect(slot))
+                .await
+                .map_err(|_| self.timeout_error())??,
+        };
         // If this future is dropped (timeout) mid-write or mid-wait, the guard kills the
         // connection so a torn write or a late reply can never reach a later request.
-        let guard = KillOnDrop(Some(connection.clone()));
-        let receiver = match connection.submit(&bytes, shape) {
+        let guard = KillOnDrop(Some(&connection));
+        let receiver = match connection.submit_with(shape, write) {
             Ok(receiver) => receiver,
             Err(error) => {
                 // A dead connection or an overload refusal: nothing of this request was
@@ -391,13 +434,7 @@ impl Backend {
         };
         let outcome = receiver.await;
         guard.disarm();
-        match outcome {
-            Ok(result) => result,
-            Err(_) => Err(ClientError::ConnectionLost {
-                backend: self.address.clone(),
-                reason: "connection closed".to_string(),
-            }),
-        }
+        outcome
     }
 
     fn record_failure(&self) {
@@ -443,15 +480,15 @@ impl Drop for InFlight<'_> {
 }
 
 /// Kills a connection when a wait on it is abandoned.
-struct KillOnDrop(Option<Connection>);
+struct KillOnDrop<'a>(Option<&'a Connection>);
 
-impl KillOnDrop {
+impl KillOnDrop<'_> {
     fn disarm(mut self) {
         self.0 = None;
     }
 }
 
-impl Drop for KillOnDrop {
+impl Drop for KillOnDrop<'_> {
     fn drop(&mut self) {
         if let Some(connection) = self.0.take() {
             connection.kill();

@@ -25,8 +25,13 @@ impl Clock {
 
     /// `instant` as a policy timestamp.
     pub fn at(&self, instant: Instant) -> Timestamp {
-        let nanos = instant.saturating_duration_since(self.origin).as_nanos();
-        Timestamp::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+        // In u64 arithmetic (`as_nanos` is u128): a u64 of nanoseconds lasts 584 years.
+        let since = instant.saturating_duration_since(self.origin);
+        let nanos = since
+            .as_secs()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::from(since.subsec_nanos()));
+        Timestamp::from_nanos(nanos)
     }
 }
 

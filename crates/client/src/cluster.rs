@@ -89,9 +89,22 @@ pub struct View {
     pool: Arc<Pool>,
     shadow: Option<Shadow>,
     in_flight: AtomicUsize,
+    /// The hot-key tracker of each routing backend (by index), looked up in
+    /// [`Cluster::trackers`] (by address) the first time the view samples a key it owns.
+    trackers: Vec<std::sync::OnceLock<Arc<Tracked>>>,
 }
 
 impl View {
+    fn new(version: u64, pool: Arc<Pool>, shadow: Option<Shadow>) -> View {
+        View {
+            version,
+            trackers: pool.backends().iter().map(|_| Default::default()).collect(),
+            pool,
+            shadow,
+            in_flight: AtomicUsize::new(0),
+        }
+    }
+
     /// The version number (1 for the initial pool, +1 per installed view).
     pub fn version(&self) -> u64 {
         self.version
@@ -264,12 +277,7 @@ impl Cluster {
         let clock = pool.clock();
         let pool_stats = pool.stats_handle();
         let cluster = Cluster {
-            view: RwLock::new(Arc::new(View {
-                version: 1,
-                pool: Arc::new(pool),
-                shadow: None,
-                in_flight: AtomicUsize::new(0),
-            })),
+            view: RwLock::new(Arc::new(View::new(1, Arc::new(pool), None))),
             changing: tokio::sync::Mutex::new(()),
             template: config,
             pool_stats,
@@ -372,21 +380,22 @@ impl Cluster {
         if !self.sampler.sampled() {
             return;
         }
-        let address = view.owner(key).address();
-        let tracked = self.trackers.read().get(address).cloned();
-        let tracked = match tracked {
-            Some(tracked) => tracked,
-            None => self
-                .trackers
-                .write()
-                .entry(address.to_string())
-                .or_insert_with(|| {
-                    Arc::new(Tracked {
-                        tracker: Mutex::new(HotKeyTracker::new(self.tracker_config)),
+        let owner = view.pool.ring().server_for(key);
+        let tracked = view.trackers[owner].get_or_init(|| {
+            let address = view.pool.backends()[owner].address();
+            let known = self.trackers.read().get(address).cloned();
+            known.unwrap_or_else(|| {
+                self.trackers
+                    .write()
+                    .entry(address.to_string())
+                    .or_insert_with(|| {
+                        Arc::new(Tracked {
+                            tracker: Mutex::new(HotKeyTracker::new(self.tracker_config)),
+                        })
                     })
-                })
-                .clone(),
-        };
+                    .clone()
+            })
+        });
         tracked.tracker.lock().record(key, self.sampler.weight());
     }
 
@@ -411,6 +420,10 @@ impl Cluster {
         let ticket = self.enter();
         let view = &ticket.0;
         self.track(view, key);
+        if view.shadow.is_none() {
+            // Steady state: no fallback, so no copy of the request kept for a second read.
+            return view.pool.read(key, bytes, shape).await;
+        }
         let reply = view.pool.read(key, bytes.clone(), shape).await?;
         let Some(shadow) = &view.shadow else {
             return Ok(reply);
@@ -564,12 +577,7 @@ impl Cluster {
 
     fn install(&self, pool: Arc<Pool>, shadow: Option<Shadow>) -> Arc<View> {
         let version = self.versions.fetch_add(1, Ordering::AcqRel) + 1;
-        let view = Arc::new(View {
-            version,
-            pool,
-            shadow,
-            in_flight: AtomicUsize::new(0),
-        });
+        let view = Arc::new(View::new(version, pool, shadow));
         let old = std::mem::replace(&mut *self.view.write(), view);
         old
     }

@@ -1,13 +1,17 @@
 //! One pipelined TCP connection to a backend.
 //!
 //! ```text
-//!   caller ── lock io ─► push Pending{shape, reply_tx} + append bytes to io.out ─► unlock
-//!                 │ (same lock: FIFO order == byte order; no await, no allocation but the reply slot)
+//!   caller ── lock io ─► take a reply slot (io.slots, reused) ─► push Pending{shape, slot}
+//!                 │ + write the request into io.out ─► unlock
+//!                 │ (same lock: FIFO order == byte order; no await, no allocation)
 //!                 └─ first request since the last flush: wake the writer task
+//!   ReplyReceiver (the caller's future) ── lock io ─► slot ready? take the reply, free the
+//!                 slot : leave the caller's waker in it
 //!   writer task ── swap io.out with its spare buffer ─► one write of the whole batch ─► socket
 //!                  (requests submitted while it writes go out in the next batch)
 //!   reader task ◄── socket: parses replies in order with tailtrim_proto::parse_response
-//!                 (the shape of the oldest Pending), lock io ─► pop it ─► reply_tx.send(RawReply)
+//!                 (the shape of the oldest Pending), lock io ─► pop it, put the RawReply in
+//!                 its slot ─► unlock ─► wake the caller
 //!   watchdog task ── sleeps until the oldest Pending's deadline (submitted + timeout); if it
 //!                 is still unanswered then, fails it with Timeout (the others with
 //!                 ConnectionLost) and kills the connection
@@ -22,18 +26,22 @@
 //! in request order, so the reader matches each reply to the oldest pending job. A reply that
 //! does not parse, bytes with no pending job, EOF or an I/O error kill the connection and fail
 //! every pending job; [`Connection::kill`] (used on timeouts) does the same, so a late reply
-//! can never be handed to the wrong request.
+//! can never be handed to the wrong request. A caller that stops waiting (its future dropped)
+//! abandons its slot: the reply, when it comes, is dropped and the slot reused.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::ops::Range;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use tailtrim_proto::{parse_response, Parsed, Response};
 use tokio::net::TcpStream;
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 use tokio::time::{Duration, Instant};
 
@@ -59,10 +67,11 @@ pub enum ReplyShape {
 /// One `VALUE` item of a multiget reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValueItem {
-    /// The key as the backend returned it.
-    pub key: Bytes,
     /// The whole item: `VALUE …\r\n<data>\r\n`, ready to forward.
     pub item: Bytes,
+    /// The key as the backend returned it, inside [`ValueItem::item`] (see
+    /// [`ValueItem::key`]).
+    pub key_at: Range<usize>,
     /// Client flags.
     pub flags: u32,
     /// CAS unique, for `gets`/`gats`.
@@ -72,6 +81,11 @@ pub struct ValueItem {
 }
 
 impl ValueItem {
+    /// The key as the backend returned it.
+    pub fn key(&self) -> &[u8] {
+        &self.item[self.key_at.clone()]
+    }
+
     /// The value bytes.
     pub fn value(&self) -> Bytes {
         self.item.slice(self.data.clone())
@@ -89,15 +103,156 @@ pub struct RawReply {
     pub error_line: bool,
 }
 
-/// The receiving end of one request's reply.
-pub type ReplyReceiver = oneshot::Receiver<Result<RawReply, ClientError>>;
-
 /// A request written (or about to be) and waiting for its reply.
 struct Pending {
     shape: ReplyShape,
-    reply: oneshot::Sender<Result<RawReply, ClientError>>,
+    /// Its reply slot in [`Io::slots`].
+    slot: u32,
     /// When the request times out: submitted + the connection's timeout.
     deadline: Instant,
+}
+
+/// Where one request's reply is handed from the reader (or a shutdown) to the caller.
+enum Slot {
+    /// Not in use (its index is in [`Io::free`]).
+    Free,
+    /// The caller waits; its waker, once it has polled.
+    Waiting(Option<Waker>),
+    /// The outcome, not yet taken by the caller.
+    Ready(Result<RawReply, ClientError>),
+    /// The caller stopped waiting: whoever completes the request frees the slot.
+    Abandoned,
+}
+
+/// The reply slots of a connection, reused: a request takes one when submitted and frees it
+/// when its caller has taken the reply (or, abandoned, when the reply came). At most the
+/// requests in flight plus the abandoned ones still pending hold one.
+#[derive(Default)]
+struct Slots {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+}
+
+impl Slots {
+    fn take(&mut self) -> u32 {
+        match self.free.pop() {
+            Some(index) => {
+                self.slots[index as usize] = Slot::Waiting(None);
+                index
+            }
+            None => {
+                self.slots.push(Slot::Waiting(None));
+                (self.slots.len() - 1) as u32
+            }
+        }
+    }
+
+    fn release(&mut self, index: u32) {
+        self.slots[index as usize] = Slot::Free;
+        self.free.push(index);
+    }
+
+    /// Hands `outcome` to the slot's caller: the waker to wake once the lock is released, or,
+    /// for an abandoned slot, the outcome back to be dropped outside the lock.
+    #[must_use]
+    fn complete(&mut self, index: u32, outcome: Result<RawReply, ClientError>) -> Completed {
+        let slot = &mut self.slots[index as usize];
+        match std::mem::replace(slot, Slot::Free) {
+            Slot::Waiting(waker) => {
+                *slot = Slot::Ready(outcome);
+                Completed::Wake(waker)
+            }
+            Slot::Abandoned | Slot::Free | Slot::Ready(_) => {
+                self.free.push(index);
+                Completed::Dropped(outcome)
+            }
+        }
+    }
+}
+
+/// What completing a slot leaves to do once the lock is released.
+enum Completed {
+    Wake(Option<Waker>),
+    /// An abandoned request's outcome, dropped after the lock.
+    Dropped(Result<RawReply, ClientError>),
+}
+
+impl Completed {
+    fn finish(self) {
+        match self {
+            Completed::Wake(Some(waker)) => waker.wake(),
+            Completed::Wake(None) => {}
+            Completed::Dropped(outcome) => drop(outcome),
+        }
+    }
+}
+
+/// The caller's end of one request: resolves to its reply, or to the error that failed it (a
+/// timeout, a lost connection). Dropping it abandons the request's reply (the request itself
+/// stays queued; kill the connection to stop it).
+pub struct ReplyReceiver<'a> {
+    shared: &'a Shared,
+    slot: u32,
+    done: bool,
+}
+
+impl Future for ReplyReceiver<'_> {
+    type Output = Result<RawReply, ClientError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if self.done {
+            return Poll::Ready(Err(self.shared.lost("reply already taken")));
+        }
+        let mut io = self.shared.io.lock();
+        let slots = &mut io.slots;
+        let slot = &mut slots.slots[self.slot as usize];
+        match slot {
+            Slot::Waiting(waker) => {
+                match waker {
+                    Some(waker) if waker.will_wake(cx.waker()) => {}
+                    _ => *waker = Some(cx.waker().clone()),
+                }
+                Poll::Pending
+            }
+            Slot::Ready(_) => {
+                let Slot::Ready(outcome) = std::mem::replace(slot, Slot::Free) else {
+                    unreachable!("matched Ready")
+                };
+                slots.free.push(self.slot);
+                drop(io);
+                self.done = true;
+                Poll::Ready(outcome)
+            }
+            Slot::Free | Slot::Abandoned => {
+                drop(io);
+                self.done = true;
+                Poll::Ready(Err(self.shared.lost("connection closed")))
+            }
+        }
+    }
+}
+
+impl Drop for ReplyReceiver<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut io = self.shared.io.lock();
+        let slot = &mut io.slots.slots[self.slot as usize];
+        let outcome = match std::mem::replace(slot, Slot::Abandoned) {
+            Slot::Ready(outcome) => {
+                io.slots.release(self.slot);
+                Some(outcome)
+            }
+            Slot::Waiting(_) | Slot::Abandoned => None,
+            Slot::Free => {
+                *slot = Slot::Free;
+                None
+            }
+        };
+        drop(io);
+        drop(outcome);
+    }
 }
 
 /// What callers, the writer and the reader share, always updated under one lock.
@@ -107,6 +262,8 @@ struct Io {
     /// Requests submitted and not yet answered, oldest first (the one whose reply the reader
     /// is receiving stays here until the reply is complete).
     pending: VecDeque<Pending>,
+    /// Their reply slots, and those of replies not yet taken.
+    slots: Slots,
     /// The writer has been woken and has not yet found `out` empty.
     flush_scheduled: bool,
     /// Set once the connection is dead: nothing may be queued any more.
@@ -138,16 +295,20 @@ impl Shared {
         for task in self.tasks.lock().drain(..) {
             task.abort();
         }
-        let pending = {
+        let mut completed = Vec::new();
+        {
             let mut io = self.io.lock();
             io.closed = true;
             io.out = Vec::new();
-            std::mem::take(&mut io.pending)
-        };
+            let pending = std::mem::take(&mut io.pending);
+            for job in pending {
+                let failure = error(&job);
+                completed.push(io.slots.complete(job.slot, Err(failure)));
+            }
+        }
         self.in_flight.store(0, Ordering::Relaxed);
-        for job in pending {
-            let failure = error(&job);
-            let _ = job.reply.send(Err(failure));
+        for done in completed {
+            done.finish();
         }
     }
 
@@ -195,6 +356,7 @@ impl Connection {
             io: Mutex::new(Io {
                 out: Vec::new(),
                 pending: VecDeque::new(),
+                slots: Slots::default(),
                 flush_scheduled: false,
                 closed: false,
             }),
@@ -235,30 +397,49 @@ impl Connection {
     /// of its reply; the connection's writer sends it with the others queued in the same
     /// tick. The reply is bounded by the connection's timeout (the watchdog fails it with
     /// [`ClientError::Timeout`]); a caller that gives up earlier calls [`Connection::kill`].
-    pub fn submit(&self, bytes: &[u8], shape: ReplyShape) -> Result<ReplyReceiver, ClientError> {
-        let shared = &self.shared;
+    pub fn submit(
+        &self,
+        bytes: &[u8],
+        shape: ReplyShape,
+    ) -> Result<ReplyReceiver<'_>, ClientError> {
+        self.submit_with(shape, |out| out.extend_from_slice(bytes))
+    }
+
+    /// As [`Connection::submit`], the request written by `write` straight into the
+    /// connection's output buffer (no copy of it composed elsewhere). `write` runs under the
+    /// connection's lock: it must only append the request.
+    pub fn submit_with(
+        &self,
+        shape: ReplyShape,
+        write: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<ReplyReceiver<'_>, ClientError> {
+        let shared = &*self.shared;
         if shared.in_flight.load(Ordering::Relaxed) >= self.queue_limit {
             return Err(ClientError::Overloaded {
                 backend: shared.backend.clone(),
                 limit: self.queue_limit,
             });
         }
-        let (reply, receiver) = oneshot::channel();
         let deadline = Instant::now() + shared.timeout;
-        let (wake_writer, wake_watchdog) = {
+        let (slot, wake_writer, wake_watchdog) = {
             let mut io = shared.io.lock();
             if io.closed || !self.is_alive() {
                 return Err(shared.lost("connection closed"));
             }
             let first = io.pending.is_empty();
+            let slot = io.slots.take();
             io.pending.push_back(Pending {
                 shape,
-                reply,
+                slot,
                 deadline,
             });
-            io.out.extend_from_slice(bytes);
+            write(&mut io.out);
             shared.in_flight.fetch_add(1, Ordering::Relaxed);
-            (!std::mem::replace(&mut io.flush_scheduled, true), first)
+            (
+                slot,
+                !std::mem::replace(&mut io.flush_scheduled, true),
+                first,
+            )
         };
         if wake_writer {
             shared.wake_writer.notify_one();
@@ -266,7 +447,11 @@ impl Connection {
         if wake_watchdog {
             shared.wake_watchdog.notify_one();
         }
-        Ok(receiver)
+        Ok(ReplyReceiver {
+            shared,
+            slot,
+            done: false,
+        })
     }
 }
 
@@ -454,12 +639,15 @@ impl ReplyProgress {
         let values = self
             .values
             .drain(..)
-            .map(|value| ValueItem {
-                key: reply.slice(value.key),
-                flags: value.flags,
-                cas: value.cas,
-                data: (value.data.start - value.item.start)..(value.data.end - value.item.start),
-                item: reply.slice(value.item),
+            .map(|value| {
+                let start = value.item.start;
+                ValueItem {
+                    key_at: (value.key.start - start)..(value.key.end - start),
+                    flags: value.flags,
+                    cas: value.cas,
+                    data: (value.data.start - start)..(value.data.end - start),
+                    item: reply.slice(value.item),
+                }
             })
             .collect();
         let reply = RawReply {
@@ -527,19 +715,22 @@ async fn read_loop(socket: Arc<TcpStream>, shared: Arc<Shared>) {
                 } => {
                     let mut reply = buf.split_to(consumed);
                     reply.truncate(keep);
-                    let job = {
+                    let Some(progress) = current.take() else {
+                        break None;
+                    };
+                    let (reply, values) = progress.finish(reply.freeze(), error_line);
+                    spare_values = values;
+                    let completed = {
                         let mut io = shared.io.lock();
                         let job = io.pending.pop_front();
                         if !buf.is_empty() {
                             next_shape = io.pending.front().map(|job| job.shape);
                         }
-                        job
+                        job.map(|job| io.slots.complete(job.slot, Ok(reply)))
                     };
-                    if let (Some(job), Some(progress)) = (job, current.take()) {
+                    if let Some(completed) = completed {
                         shared.in_flight.fetch_sub(1, Ordering::Relaxed);
-                        let (reply, values) = progress.finish(reply.freeze(), error_line);
-                        spare_values = values;
-                        let _ = job.reply.send(Ok(reply));
+                        completed.finish();
                     }
                 }
             }
@@ -598,6 +789,70 @@ mod tests {
         None
     }
 
+    /// A connection to a fake backend answering each `get <key>` line with `VALUE <key> 0 1`
+    /// and `x`, once `hold` lines have arrived (so a test can drop a waiter before its reply).
+    async fn echo_backend(hold: usize) -> Connection {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (socket, _) = listener.accept().await.unwrap();
+            let (read, mut write) = socket.into_split();
+            let mut lines = BufReader::new(read).lines();
+            let mut held = Vec::new();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let key = line.trim_start_matches("get ").to_string();
+                held.push(format!("VALUE {key} 0 1\r\nx\r\nEND\r\n"));
+                if held.len() >= hold {
+                    for reply in held.drain(..) {
+                        write.write_all(reply.as_bytes()).await.unwrap();
+                    }
+                }
+            }
+        });
+        let stream = TcpStream::connect(address).await.unwrap();
+        Connection::start(stream, address.to_string(), 16, Duration::from_secs(5))
+    }
+
+    fn get(connection: &Connection, key: u8) -> ReplyReceiver<'_> {
+        let request = [b'g', b'e', b't', b' ', key, b'\r', b'\n'];
+        connection.submit(&request, ReplyShape::UntilEnd).unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_reply_goes_to_nobody_and_its_slot_is_reused() {
+        let connection = echo_backend(2).await;
+        let first = get(&connection, b'a');
+        let second = get(&connection, b'b');
+        drop(first);
+        let reply = second.await.unwrap();
+        assert_eq!(reply.values[0].key(), b"b");
+        for key in [b'c', b'd', b'e', b'f'] {
+            let (one, two) = tokio::join!(get(&connection, key), get(&connection, key));
+            assert_eq!(one.unwrap().values[0].key(), [key]);
+            assert_eq!(two.unwrap().values[0].key(), [key]);
+        }
+        let io = connection.shared.io.lock();
+        assert!(io.slots.slots.len() <= 2, "{} slots", io.slots.slots.len());
+        assert_eq!(io.slots.free.len(), io.slots.slots.len());
+        assert!(connection.is_alive());
+    }
+
+    #[tokio::test]
+    async fn a_killed_connection_fails_its_waiters() {
+        let connection = echo_backend(usize::MAX).await;
+        let waiting = get(&connection, b'a');
+        let abandoned = get(&connection, b'b');
+        drop(abandoned);
+        connection.kill();
+        assert!(matches!(
+            waiting.await,
+            Err(ClientError::ConnectionLost { .. })
+        ));
+        let io = connection.shared.io.lock();
+        assert_eq!(io.slots.free.len(), io.slots.slots.len());
+    }
+
     #[test]
     fn a_reused_value_list_carries_nothing_into_the_next_reply() {
         let first: &[u8] = b"VALUE a 0 1\r\nx\r\nVALUE b 0 1\r\ny\r\nEND\r\n";
@@ -611,7 +866,7 @@ mod tests {
         assert!(matches!(progress.advance(second), Step::Done { .. }));
         let (reply, _) = progress.finish(Bytes::from_static(second), false);
         assert_eq!(reply.values.len(), 1);
-        assert_eq!(&reply.values[0].key[..], b"c");
+        assert_eq!(reply.values[0].key(), b"c");
         assert_eq!(&reply.values[0].item[..], b"VALUE c 0 1\r\nz\r\n");
     }
 

@@ -54,9 +54,9 @@ pub enum MultigetKind {
 }
 
 impl MultigetKind {
-    /// The query as quiet `mg` requests carrying `class`, for a backend that serves classes.
-    fn compose_classed(self, keys: &[&[u8]], class: usize) -> Bytes {
-        let mut out = Vec::with_capacity(keys.iter().map(|k| k.len() + 24).sum::<usize>() + 4);
+    /// Appends the query as quiet `mg` requests carrying `class`, for a backend that serves
+    /// classes.
+    fn compose_classed(self, out: &mut Vec<u8>, keys: &[&[u8]], class: usize) {
         let (with_cas, touch) = match self {
             MultigetKind::Get => (false, None),
             MultigetKind::Gets => (true, None),
@@ -64,15 +64,14 @@ impl MultigetKind {
             MultigetKind::Gats(exptime) => (true, Some(exptime)),
         };
         let class = u8::try_from(class.min(CLASSES - 1)).unwrap_or(0);
-        compose::meta_multiget(&mut out, keys, with_cas, touch, class);
-        Bytes::from(out)
+        compose::meta_multiget(out, keys, with_cas, touch, class);
     }
 
-    fn compose(self, keys: &[&[u8]]) -> Bytes {
-        let mut out = Vec::with_capacity(16 + keys.iter().map(|k| k.len() + 1).sum::<usize>());
+    /// Appends the query.
+    fn compose(self, out: &mut Vec<u8>, keys: &[&[u8]]) {
         match self {
-            MultigetKind::Get => compose::get(&mut out, keys, false),
-            MultigetKind::Gets => compose::get(&mut out, keys, true),
+            MultigetKind::Get => compose::get(out, keys, false),
+            MultigetKind::Gets => compose::get(out, keys, true),
             MultigetKind::Gat(exptime) | MultigetKind::Gats(exptime) => {
                 out.extend_from_slice(if matches!(self, MultigetKind::Gat(_)) {
                     b"gat "
@@ -87,7 +86,6 @@ impl MultigetKind {
                 out.extend_from_slice(b"\r\n");
             }
         }
-        Bytes::from(out)
     }
 }
 
@@ -117,10 +115,25 @@ pub struct Pool {
     stats: Arc<PoolStats>,
 }
 
-/// The planner's view of the pool, minus backends already tried for this request.
+/// The planner's view of the pool, minus backends already tried for this request. Loads are
+/// read once per backend and plan (a plan does not wait, so they cannot change meanwhile).
 struct PoolView<'a> {
     pool: &'a Pool,
     excluded: &'a [usize],
+    /// When the plan is made.
+    now: Timestamp,
+    loads: std::cell::RefCell<Inline<Option<BackendLoad>>>,
+}
+
+impl<'a> PoolView<'a> {
+    fn new(pool: &'a Pool, excluded: &'a [usize], now: Timestamp) -> Self {
+        PoolView {
+            pool,
+            excluded,
+            now,
+            loads: std::cell::RefCell::new(smallvec::smallvec![None; pool.backends.len()]),
+        }
+    }
 }
 
 impl ClusterView for PoolView<'_> {
@@ -135,9 +148,15 @@ impl ClusterView for PoolView<'_> {
     }
 
     fn load(&self, backend: usize) -> BackendLoad {
-        let mut load = self.pool.backends[backend].load();
+        if let Some(Some(load)) = self.loads.borrow().get(backend) {
+            return *load;
+        }
+        let mut load = self.pool.backends[backend].load_at(self.now);
         if self.excluded.contains(&backend) {
             load.available = false;
+        }
+        if let Some(cached) = self.loads.borrow_mut().get_mut(backend) {
+            *cached = Some(load);
         }
         load
     }
@@ -294,9 +313,13 @@ impl Pool {
     }
 
     fn record_latency(&self, started: Instant) {
+        self.record_elapsed(started.elapsed());
+    }
+
+    fn record_elapsed(&self, elapsed: std::time::Duration) {
         self.stats
             .latency
-            .record_micros(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
+            .record_micros(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX));
     }
 
     /// Sends a single-key read to the best replica, failing over to the others.
@@ -308,14 +331,18 @@ impl Pool {
     ) -> Result<RawReply, ClientError> {
         self.stats.reads.incr();
         let started = Instant::now();
+        if self.config.replicas == 1 {
+            // One clock reading for the backend's and the pool's latency.
+            let owner = self.ring.server_for(key);
+            let (result, elapsed) = self.backends[owner]
+                .call_with(shape, 0, started, |out| out.extend_from_slice(&bytes))
+                .await;
+            self.record_elapsed(elapsed);
+            return result;
+        }
         let mut candidates = Vec::with_capacity(self.config.replicas);
         self.ring
             .replicas_for(key, self.config.replicas, &mut candidates);
-        if let [only] = candidates.as_slice() {
-            let result = self.backends[*only].call(bytes, shape).await;
-            self.record_latency(started);
-            return result;
-        }
         let mut excluded: Vec<usize> = Vec::new();
         let mut last_error: Option<ClientError> = None;
         loop {
@@ -412,7 +439,7 @@ impl Pool {
         if let Some(shape) = self.shaper.take_pending(self.config.elephant_threshold) {
             self.planner.lock().set_shape(shape);
         }
-        let result = self.multiget_inner(keys, kind).await;
+        let result = self.multiget_inner(keys, kind, started).await;
         let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         self.stats.multiget_latency.record_micros(micros);
         self.stats.multiget_class_latency[usize::from(class_of(keys.len() as u64))]
@@ -427,18 +454,19 @@ impl Pool {
         result
     }
 
-    /// Runs one planned fetch: merged into a query being set up (mice, `merge_limit > 1`),
-    /// or as its own query. One entry per key of `keys`.
+    /// Runs one planned fetch, of the keys at `positions` in `keys`: merged into a query being
+    /// set up (mice, `merge_limit > 1`), or as its own query.
     async fn run_fetch(
         &self,
-        backend: usize,
-        keys: Vec<Bytes>,
+        fetch: &Fetch,
+        keys: &[Bytes],
+        positions: Inline<usize>,
         kind: MultigetKind,
         merge_limit: u32,
-        not_before: Option<Timestamp>,
-        class: usize,
-    ) -> Result<Vec<Option<ValueItem>>, ClientError> {
-        if let Some(start_at) = not_before {
+    ) -> Result<Fetched, ClientError> {
+        let backend = fetch.backend;
+        let class = usize::from(fetch.priority.unwrap_or(0)).min(CLASSES - 1);
+        if let Some(start_at) = fetch.not_before {
             let wait = start_at.nanos_since(self.clock.now());
             self.delay.hold(std::time::Duration::from_nanos(wait)).await;
         }
@@ -450,17 +478,25 @@ impl Pool {
                 setup_wait(shaper.inject_overhead, shaper.overhead_sleeps).await;
                 shaper.setup_done(setup.elapsed());
             }
-            return self.query(backend, &keys, kind, class).await;
+            let refs: Inline<&[u8]> = positions.iter().map(|&i| keys[i].as_ref()).collect();
+            return self
+                .query(backend, &refs, kind, class)
+                .await
+                .map(Fetched::Items);
         }
+        let keys: Vec<Bytes> = positions.iter().map(|&i| keys[i].clone()).collect();
         let query = match join_or_lead(&shaper.slots[backend], &keys, merge_limit) {
             Merge::Joined(reply) => {
                 shaper.merged_requests.incr();
-                return reply.await.unwrap_or_else(|_| {
-                    Err(ClientError::ConnectionLost {
-                        backend: self.backends[backend].address().to_string(),
-                        reason: "the merged query was abandoned".to_string(),
-                    })
-                });
+                return reply.await.map_or_else(
+                    |_| {
+                        Err(ClientError::ConnectionLost {
+                            backend: self.backends[backend].address().to_string(),
+                            reason: "the merged query was abandoned".to_string(),
+                        })
+                    },
+                    |reply| reply.map(Fetched::PerKey),
+                );
             }
             Merge::Leader(query) => query,
         };
@@ -474,14 +510,17 @@ impl Pool {
             shaper.merged_queries.incr();
         }
         let own = keys.len();
-        match self.query(backend, &sealed.keys, kind, class).await {
-            Ok(mut values) => {
+        let refs: Vec<&[u8]> = sealed.keys.iter().map(Bytes::as_ref).collect();
+        match self.query(backend, &refs, kind, class).await {
+            Ok(items) => {
+                let mut values = vec![None; refs.len()];
+                match_values(refs.iter().copied(), items, |at, item| values[at] = item);
                 for (range, member) in sealed.members {
                     let _ =
                         member.send(Ok(values.get(range).map(<[_]>::to_vec).unwrap_or_default()));
                 }
                 values.truncate(own);
-                Ok(values)
+                Ok(Fetched::PerKey(values))
             }
             Err(error) => {
                 for (_, member) in sealed.members {
@@ -492,29 +531,28 @@ impl Pool {
         }
     }
 
-    /// Sends one multi-key query to `backend`; one entry per key of `keys`.
+    /// Sends one multi-key query to `backend`; the items it returned, in its order.
     async fn query(
         &self,
         backend: usize,
-        keys: &[Bytes],
+        keys: &[&[u8]],
         kind: MultigetKind,
         class: usize,
-    ) -> Result<Vec<Option<ValueItem>>, ClientError> {
-        let refs: Inline<&[u8]> = keys.iter().map(Bytes::as_ref).collect();
+    ) -> Result<Vec<ValueItem>, ClientError> {
         let classed = self.backends[backend].detect_priorities().await == Priorities::Backend;
-        let (bytes, shape) = if classed {
-            (
-                kind.compose_classed(&refs, class),
-                ReplyShape::UntilMetaNoop,
-            )
-        } else {
-            (kind.compose(&refs), ReplyShape::UntilEnd)
-        };
         self.stats.queries.incr();
         self.stats.query_keys.add(keys.len() as u64);
         let sent = Instant::now();
-        let reply = self.backends[backend].call_in(bytes, shape, class).await;
-        let elapsed = sent.elapsed();
+        let (reply, elapsed) = if classed {
+            let write = |out: &mut Vec<u8>| kind.compose_classed(out, keys, class);
+            let call =
+                self.backends[backend].call_with(ReplyShape::UntilMetaNoop, class, sent, write);
+            call.await
+        } else {
+            let write = |out: &mut Vec<u8>| kind.compose(out, keys);
+            let call = self.backends[backend].call_with(ReplyShape::UntilEnd, class, sent, write);
+            call.await
+        };
         self.stats.fetch_class_latency[class]
             .record_micros(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX));
         let mut reply = reply?;
@@ -541,7 +579,7 @@ impl Pool {
         let mut planner = self.planner.lock();
         if planner.wants_values() {
             for value in &reply.values {
-                planner.observe_value(&value.key, value.data.len() as u64);
+                planner.observe_value(value.key(), value.data.len() as u64);
             }
         }
         planner.observe(&Observation {
@@ -550,13 +588,18 @@ impl Pool {
             hits,
             value_bytes,
             latency_nanos: u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
-            at: self.clock.now(),
+            at: self.clock.at(sent + elapsed),
         });
         drop(planner);
-        Ok(match_values(keys, reply.values))
+        Ok(reply.values)
     }
 
-    async fn multiget_inner(&self, keys: &[Bytes], kind: MultigetKind) -> Vec<KeyResult> {
+    async fn multiget_inner(
+        &self,
+        keys: &[Bytes],
+        kind: MultigetKind,
+        started: Instant,
+    ) -> Vec<KeyResult> {
         let mut results: Vec<KeyResult> = vec![Ok(None); keys.len()];
         let mut remaining: Inline<usize> = (0..keys.len()).collect();
         let mut excluded: Vec<usize> = Vec::new();
@@ -565,20 +608,20 @@ impl Pool {
             if remaining.is_empty() {
                 break;
             }
-            if round > 0 {
+            let now = if round > 0 {
                 self.stats.failovers.incr();
-            }
+                self.clock.now()
+            } else {
+                self.clock.at(started)
+            };
             let last_error = failed.last().map(|(_, error)| error.clone());
             failed.clear();
             let round_keys: Inline<&[u8]> = remaining.iter().map(|&i| keys[i].as_ref()).collect();
             let request = PlanRequest {
                 keys: &round_keys,
-                now: self.clock.now(),
+                now,
             };
-            let view = PoolView {
-                pool: self,
-                excluded: &excluded,
-            };
+            let view = PoolView::new(self, &excluded, now);
             let (actions, planned_merge) = {
                 let mut planner = self.planner.lock();
                 (
@@ -606,33 +649,21 @@ impl Pool {
                 }
             }
             self.stats.fetches.add(fetches.len() as u64);
-            let call = |fetch: &Fetch| {
-                let fetch_keys: Vec<Bytes> = fetch
-                    .keys
-                    .iter()
-                    .map(|&i| keys[remaining[i as usize]].clone())
-                    .collect();
-                self.run_fetch(
-                    fetch.backend,
-                    fetch_keys,
-                    kind,
-                    merge_limit,
-                    fetch.not_before,
-                    usize::from(fetch.priority.unwrap_or(0)).min(CLASSES - 1),
-                )
+            let positions = |fetch: &Fetch| -> Inline<usize> {
+                fetch.keys.iter().map(|&i| remaining[i as usize]).collect()
             };
-            // One fetch (a single-backend request) is awaited as is: `join_all` would allocate
-            // its futures and its outputs.
-            let replies: SmallVec<[_; 4]> = if let [fetch] = fetches.as_slice() {
-                smallvec::smallvec![call(fetch).await]
-            } else {
-                join_all(fetches.iter().map(call)).await.into()
-            };
+            let calls = fetches
+                .iter()
+                .map(|fetch| self.run_fetch(fetch, keys, positions(fetch), kind, merge_limit));
+            let replies = join_few(calls, fetches.len()).await;
             for (fetch, reply) in fetches.iter().zip(replies) {
-                let original: Inline<usize> =
-                    fetch.keys.iter().map(|&i| remaining[i as usize]).collect();
+                let original = positions(fetch);
                 match reply {
-                    Ok(values) => {
+                    Ok(Fetched::Items(items)) => {
+                        let asked = original.iter().map(|&index| keys[index].as_ref());
+                        match_values(asked, items, |at, item| results[original[at]] = Ok(item));
+                    }
+                    Ok(Fetched::PerKey(values)) => {
                         for (&index, value) in original.iter().zip(values) {
                             results[index] = Ok(value);
                         }
@@ -682,7 +713,7 @@ impl Pool {
         Ok(reply
             .values
             .into_iter()
-            .find(|item| item.key.as_ref() == key)
+            .find(|item| item.key() == key)
             .map(|item| Value {
                 flags: item.flags,
                 cas: item.cas,
@@ -775,7 +806,7 @@ fn meta_multiget_values(bytes: &Bytes) -> Result<Vec<ValueItem>, String> {
         item.extend_from_slice(value);
         item.extend_from_slice(b"\r\n");
         values.push(ValueItem {
-            key: Bytes::copy_from_slice(key),
+            key_at: 6..6 + key.len(),
             item: Bytes::from(item),
             flags: client_flags,
             cas,
@@ -786,22 +817,69 @@ fn meta_multiget_values(bytes: &Bytes) -> Result<Vec<ValueItem>, String> {
     Ok(values)
 }
 
-/// Matches the `VALUE` items of one query to the keys it asked for (one entry per key, `None`
-/// for a miss). Backends answer in request order, skipping misses; an item is only ever given
-/// to a key equal to the item's key, so a confused backend can cause a miss but never a wrong
-/// value.
-fn match_values(keys: &[Bytes], values: Vec<ValueItem>) -> Vec<Option<ValueItem>> {
-    let mut out = vec![None; keys.len()];
-    let mut values = values.into_iter().peekable();
-    for (slot, key) in out.iter_mut().zip(keys) {
-        let Some(next) = values.peek() else {
-            break;
-        };
-        if next.key == key {
-            *slot = values.next();
+/// Awaits `count` futures concurrently, outputs in order. Up to four (a multiget over up to
+/// four backends) are joined in place: `join_all` would allocate their futures and outputs.
+async fn join_few<F: std::future::Future>(
+    mut futures: impl Iterator<Item = F>,
+    count: usize,
+) -> SmallVec<[F::Output; 4]> {
+    use futures_util::future::{join, join3, join4};
+    let mut next = || futures.next();
+    match count {
+        0 | 1 => match next() {
+            Some(one) => smallvec::smallvec![one.await],
+            None => SmallVec::new(),
+        },
+        2..=4 => {
+            let (Some(a), Some(b)) = (next(), next()) else {
+                return SmallVec::new();
+            };
+            match (count > 2).then(&mut next).flatten() {
+                None => {
+                    let (a, b) = join(a, b).await;
+                    smallvec::smallvec![a, b]
+                }
+                Some(c) => match (count > 3).then(&mut next).flatten() {
+                    None => {
+                        let (a, b, c) = join3(a, b, c).await;
+                        smallvec::smallvec![a, b, c]
+                    }
+                    Some(d) => {
+                        let (a, b, c, d) = join4(a, b, c, d).await;
+                        smallvec::smallvec![a, b, c, d]
+                    }
+                },
+            }
         }
+        _ => join_all(futures).await.into(),
     }
-    out
+}
+
+/// What one fetch returns.
+enum Fetched {
+    /// The backend's items, in its order, to be matched to the fetch's keys.
+    Items(Vec<ValueItem>),
+    /// One entry per key of the fetch (a merged query's share).
+    PerKey(Vec<Option<ValueItem>>),
+}
+
+/// Matches the `VALUE` items of one query to the keys it asked for: `put(position, item)` for
+/// every key position, in order (`None` for a miss). Backends answer in request order,
+/// skipping misses; an item is only ever given to a key equal to the item's key, so a confused
+/// backend can cause a miss but never a wrong value.
+fn match_values<'k>(
+    keys: impl IntoIterator<Item = &'k [u8]>,
+    values: Vec<ValueItem>,
+    mut put: impl FnMut(usize, Option<ValueItem>),
+) {
+    let mut values = values.into_iter().peekable();
+    for (position, key) in keys.into_iter().enumerate() {
+        let matched = match values.peek() {
+            Some(next) if next.key() == key => values.next(),
+            _ => None,
+        };
+        put(position, matched);
+    }
 }
 
 fn no_backend(last_error: Option<ClientError>) -> ClientError {
@@ -823,7 +901,7 @@ mod tests {
         assert_eq!(values.len(), 2);
         assert_eq!(values[0].item.as_ref(), b"VALUE ab 7 2 99\r\nhi\r\n");
         assert_eq!(
-            (values[0].key.as_ref(), values[0].flags, values[0].cas),
+            (values[0].key(), values[0].flags, values[0].cas),
             (&b"ab"[..], 7, Some(99))
         );
         assert_eq!(values[0].value().as_ref(), b"hi");
@@ -841,7 +919,7 @@ mod tests {
         let text = format!("VALUE {key} 0 1\r\nx\r\n");
         let len = text.len();
         ValueItem {
-            key: Bytes::from(key.to_string()),
+            key_at: 6..6 + key.len(),
             item: Bytes::from(text),
             flags: 0,
             cas: None,
@@ -855,28 +933,52 @@ mod tests {
             .iter()
             .map(|k| Bytes::from(*k))
             .collect();
+        let matched = |keys: &[Bytes], items: Vec<ValueItem>| {
+            let mut results = vec![None; keys.len()];
+            match_values(keys.iter().map(Bytes::as_ref), items, |at, item| {
+                results[at] = item
+            });
+            results
+        };
         // b missed; a asked twice and returned twice.
-        let results = match_values(&keys, vec![item("a"), item("c"), item("a")]);
+        let results = matched(&keys, vec![item("a"), item("c"), item("a")]);
         let got: Vec<Option<&[u8]>> = results
             .iter()
-            .map(|r| r.as_ref().map(|v| v.key.as_ref()))
+            .map(|r| r.as_ref().map(ValueItem::key))
             .collect();
         assert_eq!(
             got,
             vec![Some(&b"a"[..]), None, Some(&b"c"[..]), Some(&b"a"[..])]
         );
         // A backend returning an unexpected key gives no value to anyone.
-        let results = match_values(&keys[..2], vec![item("zz")]);
+        let results = matched(&keys[..2], vec![item("zz")]);
         assert!(results.iter().all(Option::is_none));
+    }
+
+    #[tokio::test]
+    async fn a_few_futures_join_in_order() {
+        for count in 0..7 {
+            let futures = (0..count).map(|i| async move {
+                tokio::task::yield_now().await;
+                i * 10
+            });
+            let outputs = join_few(futures, count).await;
+            assert_eq!(
+                outputs.to_vec(),
+                (0..count).map(|i| i * 10).collect::<Vec<_>>()
+            );
+        }
     }
 
     #[test]
     fn multiget_commands_compose() {
         let keys: [&[u8]; 2] = [b"a", b"bb"];
-        assert_eq!(&MultigetKind::Get.compose(&keys)[..], b"get a bb\r\n");
-        assert_eq!(
-            &MultigetKind::Gats(30).compose(&keys)[..],
-            b"gats 30 a bb\r\n"
-        );
+        let composed = |kind: MultigetKind| {
+            let mut out = Vec::new();
+            kind.compose(&mut out, &keys);
+            out
+        };
+        assert_eq!(composed(MultigetKind::Get), b"get a bb\r\n");
+        assert_eq!(composed(MultigetKind::Gats(30)), b"gats 30 a bb\r\n");
     }
 }

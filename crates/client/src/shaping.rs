@@ -299,16 +299,22 @@ impl Shaper {
         sum.fetch_add(keys as u64, Ordering::Relaxed);
     }
 
-    /// Records a finished request's latency in the epoch's class histogram.
+    /// Records a finished request's latency in the epoch's class histogram (kept only when
+    /// an analyzer reads it).
     pub fn finished(&self, keys: usize, micros: u64) {
         self.counters.completed.fetch_add(1, Ordering::Relaxed);
+        let epoch = self.epoch.is_some();
         if self.is_elephant(keys) {
-            self.epoch_elephants.record_micros(micros);
+            if epoch {
+                self.epoch_elephants.record_micros(micros);
+            }
             self.counters
                 .elephant_micros
                 .fetch_add(micros, Ordering::Relaxed);
         } else {
-            self.epoch_mice.record_micros(micros);
+            if epoch {
+                self.epoch_mice.record_micros(micros);
+            }
             self.counters
                 .mice_micros
                 .fetch_add(micros, Ordering::Relaxed);

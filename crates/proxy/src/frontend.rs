@@ -145,6 +145,8 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut swallow = 0usize;
     let mut last_command = tokio::time::Instant::now();
+    // The clock is read for the idle timeout only.
+    let idle_clock = shared.idle_timeout.is_some();
     // Reused across reads: the parsed requests and the coalesced replies.
     let mut batch: Vec<Work> = Vec::new();
     let mut out: Vec<u8> = Vec::new();
@@ -180,7 +182,7 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
                 break;
             }
             let parsed = parse_request(&buf, &shared.limits);
-            if !matches!(parsed, Parsed::Incomplete) {
+            if idle_clock && !matches!(parsed, Parsed::Incomplete) {
                 last_command = tokio::time::Instant::now();
             }
             match parsed {
@@ -231,7 +233,9 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
                 if !reply.is_empty() {
                     stream.write_all(&reply).await?;
                 }
-                last_command = tokio::time::Instant::now();
+                if idle_clock {
+                    last_command = tokio::time::Instant::now();
+                }
             }
         }
         while !batch.is_empty() {
@@ -239,7 +243,9 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
             let replies = run_in_order(shared, std::mem::replace(&mut batch, rest)).await;
             write_replies(&mut stream, replies, &mut out).await?;
             // Time spent waiting for the client to take its replies is not idleness.
-            last_command = tokio::time::Instant::now();
+            if idle_clock {
+                last_command = tokio::time::Instant::now();
+            }
         }
         if close {
             return Ok(());
@@ -467,7 +473,9 @@ async fn execute(shared: &Shared, request: Request, raw: Bytes) -> Bytes {
             // One key: forward the client's own bytes to the chosen replica, no planning.
             let key = &keys[0];
             match pool.read(key, raw, ReplyShape::UntilEnd).await {
-                Ok(reply) if reply.values.iter().all(|item| item.key == *key) => reply.bytes,
+                Ok(reply) if reply.values.iter().all(|item| item.key() == key.as_ref()) => {
+                    reply.bytes
+                }
                 Ok(_) => server_error(
                     shared,
                     &ClientError::BackendReplied {
