@@ -10,13 +10,8 @@ use std::time::{Duration, Instant};
 use tailtrim_server::config::DispatchPolicy;
 use tailtrim_server::{start, ServerConfig, ServerHandle};
 
-const POLICIES: [DispatchPolicy; 5] = [
-    DispatchPolicy::Pinned,
-    DispatchPolicy::SizeAware,
-    DispatchPolicy::EarlyBinding,
-    DispatchPolicy::Stealing,
-    DispatchPolicy::LateBinding,
-];
+/// Every dispatch policy.
+const POLICIES: [DispatchPolicy; 5] = DispatchPolicy::ALL;
 
 fn server(policy: DispatchPolicy, threads: usize, service: &str, network: &str) -> ServerHandle {
     let mut config = ServerConfig::default();

@@ -10,13 +10,8 @@ use socket2::{Domain, Socket, Type};
 use tailtrim_server::config::DispatchPolicy;
 use tailtrim_server::{start, ServerConfig, ServerHandle};
 
-const POLICIES: [DispatchPolicy; 5] = [
-    DispatchPolicy::Pinned,
-    DispatchPolicy::SizeAware,
-    DispatchPolicy::EarlyBinding,
-    DispatchPolicy::Stealing,
-    DispatchPolicy::LateBinding,
-];
+/// Every dispatch policy.
+const POLICIES: [DispatchPolicy; 5] = DispatchPolicy::ALL;
 
 /// One value large enough that a few replies overflow a small receive window
 /// and the server's send buffer, and few enough that the server reads the

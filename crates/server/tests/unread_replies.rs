@@ -31,13 +31,7 @@ fn process_cpu() -> Duration {
 
 #[test]
 fn a_client_that_does_not_read_its_replies_does_not_keep_the_server_busy() {
-    for policy in [
-        DispatchPolicy::Pinned,
-        DispatchPolicy::SizeAware,
-        DispatchPolicy::EarlyBinding,
-        DispatchPolicy::Stealing,
-        DispatchPolicy::LateBinding,
-    ] {
+    for policy in DispatchPolicy::ALL {
         let mut config = ServerConfig::default();
         config.server.listen = "127.0.0.1".into();
         config.server.port = 0;
