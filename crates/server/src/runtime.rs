@@ -302,6 +302,10 @@ enum Next {
     Continue,
     /// Stopped because too much output is pending; requests may remain.
     OutputFull,
+    /// Stopped because the connection has too many requests outstanding on
+    /// other workers ([`crate::session::ExecQueue`]); the last to finish
+    /// below the resume mark brings a reader back.
+    Backlogged,
     /// A large worker took the connection over.
     HandedOff,
     /// The connection is closing.
@@ -547,18 +551,22 @@ impl Runtime {
         if conn.is_closed() {
             return;
         }
+        // Lock order: `exec` before `write`, never both held.
+        let backlogged = conn.exec.lock().reader_paused();
         let mut write = conn.write.lock();
         // Reading is paused while output is over the high-water mark: a client that
         // pipelines requests and does not read its replies must not keep the event loop
         // busy with its unread input (level-triggered `EPOLLIN` would fire at once).
-        let paused = write.pending_len() > OUTPUT_HIGH_WATER;
+        // The same holds while too many of its requests wait for other workers.
+        let paused = backlogged || write.pending_len() > OUTPUT_HIGH_WATER;
         let mut interest = if write.read_closed || paused {
             0
         } else {
             READABLE
         };
-        // Output to write, or held output released far enough that the
-        // reader may go on with buffered requests (EPOLLOUT brings it back).
+        // Output to write, or held output released (or a backlog finished) far
+        // enough that the reader may go on with buffered requests (EPOLLOUT
+        // brings it back).
         let reader_may_resume = write.wake_reader && write.pending_len() <= OUTPUT_HIGH_WATER;
         if !write.out.is_empty() || reader_may_resume {
             interest |= WRITABLE;
@@ -812,6 +820,7 @@ impl Runtime {
                 class: _,
             } => {
                 let started = Instant::now();
+                let frame_bytes = frame.len();
                 let ctx = self.ctx(worker);
                 let declared = request.data_len();
                 let keys = key_count(&request);
@@ -825,7 +834,7 @@ impl Runtime {
                 };
                 self.complete(&conn, seq, out, worker, mode, Some(charge));
                 self.record_latency(worker, large, arrived_at);
-                self.finish(&conn);
+                self.finish(&conn, frame_bytes);
                 if mode != FlushMode::Deferred && !conn.write.lock().out.is_empty() {
                     self.rearm(&conn);
                 }
@@ -850,7 +859,7 @@ impl Runtime {
             Job::Reject { conn, seq, error } => {
                 let ctx = self.ctx(worker);
                 self.reject(&conn, seq, &error, worker, &ctx, FlushMode::NonBlocking);
-                self.finish(&conn);
+                self.finish(&conn, 0);
             }
         }
     }
@@ -879,9 +888,9 @@ impl Runtime {
             self.end_of_input(conn, read, worker);
             return;
         }
-        if self.network.is_some() {
-            conn.write.lock().wake_reader = false;
-        }
+        // Whoever woke this reader (a finished backlog, released held
+        // output) has done so; it is set again if the reader stops again.
+        conn.write.lock().wake_reader = false;
         let ctx = self.ctx(worker);
         loop {
             let eof = match self.read_some(conn, &mut read, worker, receiving) {
@@ -895,6 +904,8 @@ impl Runtime {
             match self.process(conn, &mut read, worker, &ctx, receiving) {
                 Next::HandedOff => return, // the large worker owns reading now
                 Next::Closed => return,
+                // Re-armed without reading interest below; `finish` brings a reader back.
+                Next::Backlogged => break,
                 Next::OutputFull => {
                     // Buffered requests wait for output to drain; no socket
                     // event will announce them, so come back here ourselves.
@@ -1099,7 +1110,9 @@ impl Runtime {
                                 seq,
                                 error,
                             };
-                            self.submit(conn, placement, job, worker);
+                            if self.submit(conn, placement, job, worker, 0) {
+                                return Next::Backlogged;
+                            }
                         }
                     }
                 }
@@ -1116,15 +1129,20 @@ impl Runtime {
                         frame,
                         arrived_at,
                     };
-                    self.route(conn, request, worker, ctx, receiving);
+                    let backlogged = self.route(conn, request, worker, ctx, receiving);
                     if is_quit {
                         return Next::Closed;
+                    }
+                    if backlogged {
+                        return Next::Backlogged;
                     }
                 }
             }
         }
     }
 
+    /// Runs or places one parsed request. Returns true when the connection
+    /// has too many requests outstanding and its reader must stop.
     fn route(
         &self,
         conn: &Arc<Conn>,
@@ -1132,7 +1150,7 @@ impl Runtime {
         worker: usize,
         ctx: &ExecContext<'_>,
         receiving: bool,
-    ) {
+    ) -> bool {
         let Parsed1 {
             seq,
             request,
@@ -1143,6 +1161,7 @@ impl Runtime {
             .policy
             .place(request.single_key().map(|k| k.as_ref()), worker);
         if placement != Placement::Inline {
+            let bytes = frame.len();
             let job = Job::Execute {
                 conn: Arc::clone(conn),
                 seq,
@@ -1151,8 +1170,7 @@ impl Runtime {
                 frame,
                 arrived_at,
             };
-            self.submit(conn, placement, job, worker);
-            return;
+            return self.submit(conn, placement, job, worker, bytes);
         }
         let declared = request.data_len();
         let retrieval = matches!(
@@ -1176,20 +1194,34 @@ impl Runtime {
         self.policy.finish_inline(
             self, conn, seq, out, executed, worker, receiving, arrived_at,
         );
+
+        false
     }
 
     /// Releases `job` to the worker `placement` names now, or queues it
     /// behind the connection's earlier requests ([`crate::session::ExecQueue`]
     /// says which). A request for a worker that is the reader itself runs in
-    /// place when nothing else of the connection is outstanding.
-    fn submit(&self, conn: &Arc<Conn>, placement: Placement, job: Job, reader: usize) {
+    /// place when nothing else of the connection is outstanding. Returns true
+    /// when the connection's backlog reached its bound: the reader must stop.
+    fn submit(
+        &self,
+        conn: &Arc<Conn>,
+        placement: Placement,
+        job: Job,
+        reader: usize,
+        bytes: usize,
+    ) -> bool {
         let (target, barrier) = match placement {
             Placement::Worker { target, barrier } => (target, barrier),
             Placement::AnyWorker | Placement::Inline => (reader, true),
         };
-        let admitted = conn.exec.lock().submit(PendingJob { target, job }, barrier);
+        let (admitted, full) = {
+            let mut exec = conn.exec.lock();
+            let admitted = exec.submit(PendingJob { target, job }, barrier, bytes);
+            (admitted, exec.pause_if_full())
+        };
         let Admit::Run { job, alone } = admitted else {
-            return;
+            return full;
         };
         let here = matches!(placement, Placement::Worker { .. }) && target == reader && alone;
         if here {
@@ -1197,14 +1229,26 @@ impl Runtime {
         } else {
             self.policy.release(self, job.target, job.job);
         }
+        full
     }
 
-    /// Marks one of the connection's requests finished and releases what may
-    /// run now.
-    fn finish(&self, conn: &Arc<Conn>) {
-        let ready = conn.exec.lock().finish();
+    /// Marks one of the connection's requests (of `bytes` frame bytes)
+    /// finished and releases what may run now; brings back a reader that
+    /// stopped on the backlog once it is down to the resume mark.
+    fn finish(&self, conn: &Arc<Conn>, bytes: usize) {
+        let (ready, resume) = {
+            let mut exec = conn.exec.lock();
+            let ready = exec.finish(bytes);
+            (ready, exec.take_resume())
+        };
         for next in ready {
             self.policy.release(self, next.target, next.job);
+        }
+        if resume {
+            // Buffered requests may wait in the reader's input with nothing
+            // left in the socket to announce them: EPOLLOUT brings it back.
+            conn.write.lock().wake_reader = true;
+            self.rearm(conn);
         }
     }
 

@@ -232,13 +232,31 @@ impl WriteSide {
 /// replies are sequenced anyway. Everything else (multi-key gets, keyless
 /// commands, error replies) is a *barrier*: it waits for every earlier
 /// request and runs alone.
+///
+/// It also bounds what one connection may have outstanding (released or
+/// queued, not finished): past [`MAX_OUTSTANDING_REQUESTS`] requests or
+/// [`MAX_OUTSTANDING_BYTES`] bytes of request frames its reader stops reading
+/// until the backlog is down to half of both, so memory stays bounded whatever
+/// a client pipelines (a reader faster than the workers would otherwise queue
+/// the whole stream).
 pub struct ExecQueue<J> {
     /// Requests released to a worker and not yet finished.
     in_flight: usize,
     /// The request in flight is a barrier.
     barrier: bool,
     pending: VecDeque<(J, bool)>,
+    /// Frame bytes of the requests released or queued and not finished.
+    outstanding_bytes: usize,
+    /// The reader stopped on the backlog bound: whoever brings the backlog
+    /// below the resume mark must bring a reader back.
+    reader_paused: bool,
 }
+
+/// Requests of one connection outstanding at which its reader stops.
+pub const MAX_OUTSTANDING_REQUESTS: usize = 256;
+/// Bytes of request frames of one connection outstanding at which its reader
+/// stops.
+pub const MAX_OUTSTANDING_BYTES: usize = 4 * 1024 * 1024;
 
 impl<J> Default for ExecQueue<J> {
     fn default() -> Self {
@@ -246,6 +264,8 @@ impl<J> Default for ExecQueue<J> {
             in_flight: 0,
             barrier: false,
             pending: VecDeque::new(),
+            outstanding_bytes: 0,
+            reader_paused: false,
         }
     }
 }
@@ -266,8 +286,10 @@ pub enum Admit<J> {
 }
 
 impl<J> ExecQueue<J> {
-    /// Admits `job`: runnable now, or queued behind earlier requests.
-    pub fn submit(&mut self, job: J, barrier: bool) -> Admit<J> {
+    /// Admits `job` of `bytes` frame bytes: runnable now, or queued behind
+    /// earlier requests.
+    pub fn submit(&mut self, job: J, barrier: bool, bytes: usize) -> Admit<J> {
+        self.outstanding_bytes += bytes;
         let runnable =
             self.pending.is_empty() && !self.barrier && (!barrier || self.in_flight == 0);
         if !runnable {
@@ -280,9 +302,44 @@ impl<J> ExecQueue<J> {
         Admit::Run { job, alone }
     }
 
-    /// One released job finished: returns the queued jobs that may run now.
-    pub fn finish(&mut self) -> Vec<J> {
+    /// Requests outstanding: released and not finished, or queued.
+    pub fn outstanding(&self) -> usize {
+        self.in_flight + self.pending.len()
+    }
+
+    /// The backlog reached the bound: the reader must stop (and is marked
+    /// stopped, so that [`ExecQueue::take_resume`] brings it back).
+    pub fn pause_if_full(&mut self) -> bool {
+        if self.outstanding() >= MAX_OUTSTANDING_REQUESTS
+            || self.outstanding_bytes >= MAX_OUTSTANDING_BYTES
+        {
+            self.reader_paused = true;
+        }
+        self.reader_paused
+    }
+
+    /// The reader is stopped on the backlog bound.
+    pub fn reader_paused(&self) -> bool {
+        self.reader_paused
+    }
+
+    /// True once, when a stopped reader may go on: the backlog is down to
+    /// half of both bounds.
+    pub fn take_resume(&mut self) -> bool {
+        let low = self.outstanding() <= MAX_OUTSTANDING_REQUESTS / 2
+            && self.outstanding_bytes <= MAX_OUTSTANDING_BYTES / 2;
+        if self.reader_paused && low {
+            self.reader_paused = false;
+            return true;
+        }
+        false
+    }
+
+    /// One released job of `bytes` frame bytes finished: returns the queued
+    /// jobs that may run now.
+    pub fn finish(&mut self, bytes: usize) -> Vec<J> {
         let mut ready = Vec::new();
+        self.outstanding_bytes = self.outstanding_bytes.saturating_sub(bytes);
         self.in_flight = self.in_flight.saturating_sub(1);
         if self.in_flight == 0 {
             self.barrier = false;
@@ -433,28 +490,28 @@ mod tests {
     fn single_key_jobs_run_side_by_side_barriers_alone() {
         let mut queue = ExecQueue::default();
         assert_eq!(
-            queue.submit(1, false),
+            queue.submit(1, false, 0),
             Admit::Run {
                 job: 1,
                 alone: true
             }
         );
         assert_eq!(
-            queue.submit(2, false),
+            queue.submit(2, false, 0),
             Admit::Run {
                 job: 2,
                 alone: false
             }
         );
         // A barrier waits for both, and what follows waits for the barrier.
-        assert_eq!(queue.submit(3, true), Admit::Queued);
-        assert_eq!(queue.submit(4, false), Admit::Queued);
-        assert!(queue.finish().is_empty(), "2 is still in flight");
-        assert_eq!(queue.finish(), vec![3]);
-        assert_eq!(queue.finish(), vec![4]);
-        assert!(queue.finish().is_empty());
+        assert_eq!(queue.submit(3, true, 0), Admit::Queued);
+        assert_eq!(queue.submit(4, false, 0), Admit::Queued);
+        assert!(queue.finish(0).is_empty(), "2 is still in flight");
+        assert_eq!(queue.finish(0), vec![3]);
+        assert_eq!(queue.finish(0), vec![4]);
+        assert!(queue.finish(0).is_empty());
         assert_eq!(
-            queue.submit(5, true),
+            queue.submit(5, true, 0),
             Admit::Run {
                 job: 5,
                 alone: true
@@ -466,18 +523,55 @@ mod tests {
     fn queued_non_barriers_are_released_together_up_to_the_next_barrier() {
         let mut queue = ExecQueue::default();
         assert_eq!(
-            queue.submit(1, true),
+            queue.submit(1, true, 0),
             Admit::Run {
                 job: 1,
                 alone: true
             }
         );
         for job in [2, 3] {
-            assert_eq!(queue.submit(job, false), Admit::Queued);
+            assert_eq!(queue.submit(job, false, 0), Admit::Queued);
         }
-        assert_eq!(queue.submit(4, true), Admit::Queued);
-        assert_eq!(queue.finish(), vec![2, 3]);
-        assert!(queue.finish().is_empty());
-        assert_eq!(queue.finish(), vec![4]);
+        assert_eq!(queue.submit(4, true, 0), Admit::Queued);
+        assert_eq!(queue.finish(0), vec![2, 3]);
+        assert!(queue.finish(0).is_empty());
+        assert_eq!(queue.finish(0), vec![4]);
+    }
+
+    #[test]
+    fn a_backlog_past_the_request_bound_stops_the_reader_until_half_is_done() {
+        let mut queue = ExecQueue::default();
+        for job in 0..MAX_OUTSTANDING_REQUESTS - 1 {
+            queue.submit(job, true, 10);
+            assert!(!queue.pause_if_full(), "paused at {job}");
+        }
+        queue.submit(MAX_OUTSTANDING_REQUESTS, true, 10);
+        assert!(queue.pause_if_full());
+        assert!(queue.reader_paused());
+        let mut finished = 0;
+        while !queue.take_resume() {
+            queue.finish(10);
+            finished += 1;
+            assert!(finished <= MAX_OUTSTANDING_REQUESTS, "never resumed");
+        }
+        assert_eq!(queue.outstanding(), MAX_OUTSTANDING_REQUESTS / 2);
+        assert!(!queue.reader_paused());
+        assert!(!queue.take_resume(), "resumes once");
+    }
+
+    #[test]
+    fn a_backlog_past_the_byte_bound_stops_the_reader() {
+        let mut queue = ExecQueue::default();
+        let big = MAX_OUTSTANDING_BYTES / 4;
+        for job in 0..3 {
+            queue.submit(job, false, big);
+            assert!(!queue.pause_if_full());
+        }
+        queue.submit(3, false, big);
+        assert!(queue.pause_if_full());
+        queue.finish(big);
+        assert!(!queue.take_resume(), "3/4 of the bound is still above half");
+        queue.finish(big);
+        assert!(queue.take_resume());
     }
 }
