@@ -8,8 +8,15 @@
 //!
 //! (total instructions ÷ iterations, less a run with 0 iterations, is the cost of one parse
 //! and the drop of its result).
+//!
+//! A third argument picks how: `copy` (the default: `parse_request` on a slice, keys
+//! copied), `in-place` (`parse_request_frame` over one pipelined buffer of `iterations`
+//! requests, as the server parses), `copy-split` (the same buffer parsed with
+//! `parse_request`, each request's frame then split off: what the server did before
+//! `parse_request_frame`) or `setup` (only builds that buffer: subtract it from the two).
 
-use tailtrim_proto::{parse_request, Limits, Parsed};
+use bytes::BytesMut;
+use tailtrim_proto::{parse_request, parse_request_frame, FrameScratch, Limits, Parsed};
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -32,8 +39,33 @@ fn main() {
             std::process::exit(2);
         }
     };
+    let mode = args.next().unwrap_or_else(|| "copy".into());
     let limits = Limits::default();
     let mut consumed = 0usize;
+    if matches!(mode.as_str(), "in-place" | "copy-split" | "setup") {
+        let mut buffer = BytesMut::from(&input.repeat(iterations as usize)[..]);
+        let mut scratch = FrameScratch::default();
+        if mode == "in-place" {
+            for _ in 0..iterations {
+                if let Parsed::Complete { consumed: n, .. } =
+                    parse_request_frame(&mut buffer, &limits, &mut scratch)
+                {
+                    consumed += n;
+                }
+            }
+        }
+        if mode == "copy-split" {
+            for _ in 0..iterations {
+                if let Parsed::Complete { value, consumed: n } = parse_request(&buffer, &limits) {
+                    let frame = buffer.split_to(n).freeze();
+                    consumed += n;
+                    drop(std::hint::black_box((value, frame)));
+                }
+            }
+        }
+        println!("{case} {mode}: {iterations} requests, {consumed} bytes consumed");
+        return;
+    }
     for _ in 0..iterations {
         if let Parsed::Complete { consumed: n, .. } =
             parse_request(std::hint::black_box(&input), &limits)

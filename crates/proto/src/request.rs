@@ -8,7 +8,7 @@
 
 use std::ops::Range;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use smallvec::SmallVec;
 
 use crate::error::ProtoError;
@@ -226,6 +226,42 @@ impl Request {
         }
     }
 
+    /// Replaces the empty placeholders a deferred parse left for keys by slices of `frame`,
+    /// in the order the parser met the keys (`ranges`). Keys that are real already (decoded
+    /// base64 keys) are left alone.
+    fn fill_deferred_keys(&mut self, frame: &Bytes, ranges: &[Range<usize>]) {
+        let mut next = ranges.iter();
+        let mut fill = |key: &mut Bytes| {
+            if key.is_empty() {
+                if let Some(range) = next.next() {
+                    *key = frame.slice(range.clone());
+                }
+            }
+        };
+        match self {
+            Request::Get { keys, .. } | Request::GetAndTouch { keys, .. } => {
+                keys.iter_mut().for_each(fill)
+            }
+            Request::Store(cmd) => fill(&mut cmd.key),
+            Request::Delete { key, .. }
+            | Request::Arithmetic { key, .. }
+            | Request::Touch { key, .. }
+            | Request::MetaGet { key, .. }
+            | Request::MetaSet { key, .. }
+            | Request::MetaDelete { key, .. }
+            | Request::MetaArithmetic { key, .. }
+            | Request::MetaDebug { key } => fill(key),
+            Request::FlushAll { .. }
+            | Request::Version
+            | Request::Verbosity { .. }
+            | Request::Quit
+            | Request::Stats { .. }
+            | Request::MetaNoop
+            | Request::Admin { .. } => {}
+        }
+        debug_assert!(next.next().is_none(), "a deferred key was not filled");
+    }
+
     /// Declared value length of a storage request (bytes on the wire, without `\r\n`).
     pub fn data_len(&self) -> Option<usize> {
         match self {
@@ -257,8 +293,74 @@ pub fn declared_total(buf: &[u8]) -> Option<usize> {
     Some(line_len + len + 2)
 }
 
-/// Parses one request from the front of `buf`.
+/// Parses one request from the front of `buf`. Keys are copies of the input's bytes;
+/// [`parse_request_frame`] cuts them from the request's own bytes instead.
 pub fn parse_request(buf: &[u8], limits: &Limits) -> Parsed<Request> {
+    parse_with(buf, limits, &mut KeyCut::Copy)
+}
+
+/// Parses one request from the front of `input` and, when it is complete, splits its bytes
+/// off `input` as its *frame*, left in `scratch` ([`FrameScratch::take_frame`]): the
+/// request's keys are slices of the frame (no copy, no allocation per key), and a storage
+/// command's `data` range indexes it. `Incomplete` and `Invalid` leave `input` as it was (the
+/// caller drops `consumed` bytes of an invalid one).
+///
+/// Same decisions and errors as [`parse_request`]; only where the keys' bytes live differs.
+pub fn parse_request_frame(
+    input: &mut BytesMut,
+    limits: &Limits,
+    scratch: &mut FrameScratch,
+) -> Parsed<Request> {
+    scratch.ranges.clear();
+    let mut parsed = parse_with(input, limits, &mut KeyCut::Defer(&mut scratch.ranges));
+    if let Parsed::Complete { value, consumed } = &mut parsed {
+        let frame = input.split_to(*consumed).freeze();
+        value.fill_deferred_keys(&frame, &scratch.ranges);
+        scratch.frame = frame;
+    }
+    parsed
+}
+
+/// What a connection keeps between calls of [`parse_request_frame`]: the frame of the last
+/// complete request, and room for its keys' places (reused from request to request).
+#[derive(Debug, Default)]
+pub struct FrameScratch {
+    ranges: Vec<Range<usize>>,
+    frame: Bytes,
+}
+
+impl FrameScratch {
+    /// The frame of the request the last complete parse returned (empty once taken).
+    pub fn take_frame(&mut self) -> Bytes {
+        std::mem::take(&mut self.frame)
+    }
+}
+
+/// How the parser makes a key out of a token of its input.
+enum KeyCut<'r> {
+    /// A copy of the token.
+    Copy,
+    /// An empty placeholder now; the token's range in the input is pushed here, and the
+    /// placeholder is replaced by a slice of the frame once the request is split off
+    /// ([`Request::fill_deferred_keys`]).
+    Defer(&'r mut Vec<Range<usize>>),
+}
+
+impl KeyCut<'_> {
+    /// The key for `token`, a slice of `input`.
+    fn key(&mut self, input: &[u8], token: &[u8]) -> Bytes {
+        match self {
+            KeyCut::Copy => Bytes::copy_from_slice(token),
+            KeyCut::Defer(ranges) => {
+                let start = token.as_ptr() as usize - input.as_ptr() as usize;
+                ranges.push(start..start + token.len());
+                Bytes::new()
+            }
+        }
+    }
+}
+
+fn parse_with(buf: &[u8], limits: &Limits, cut: &mut KeyCut<'_>) -> Parsed<Request> {
     let Some((line, line_len)) = split_line(buf) else {
         return incomplete_line(buf);
     };
@@ -274,17 +376,23 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Parsed<Request> {
         return invalid(ProtoError::UnknownCommand, line_len);
     };
     let result = match command {
-        b"get" | b"gets" => parse_get(line, &toks, command == b"gets").map(done(line_len)),
-        b"gat" | b"gats" => parse_gat(line, &toks, command == b"gats").map(done(line_len)),
-        b"set" => return parse_store(StoreMode::Set, &toks, buf, line_len, limits),
-        b"add" => return parse_store(StoreMode::Add, &toks, buf, line_len, limits),
-        b"replace" => return parse_store(StoreMode::Replace, &toks, buf, line_len, limits),
-        b"append" => return parse_store(StoreMode::Append, &toks, buf, line_len, limits),
-        b"prepend" => return parse_store(StoreMode::Prepend, &toks, buf, line_len, limits),
-        b"cas" => return parse_store(StoreMode::Cas, &toks, buf, line_len, limits),
-        b"delete" => parse_delete(&toks).map(done(line_len)),
-        b"incr" | b"decr" => parse_arithmetic(&toks, command == b"incr").map(done(line_len)),
-        b"touch" => parse_touch(&toks).map(done(line_len)),
+        b"get" | b"gets" => {
+            parse_get(buf, line, &toks, command == b"gets", cut).map(done(line_len))
+        }
+        b"gat" | b"gats" => {
+            parse_gat(buf, line, &toks, command == b"gats", cut).map(done(line_len))
+        }
+        b"set" => return parse_store(StoreMode::Set, &toks, buf, line_len, limits, cut),
+        b"add" => return parse_store(StoreMode::Add, &toks, buf, line_len, limits, cut),
+        b"replace" => return parse_store(StoreMode::Replace, &toks, buf, line_len, limits, cut),
+        b"append" => return parse_store(StoreMode::Append, &toks, buf, line_len, limits, cut),
+        b"prepend" => return parse_store(StoreMode::Prepend, &toks, buf, line_len, limits, cut),
+        b"cas" => return parse_store(StoreMode::Cas, &toks, buf, line_len, limits, cut),
+        b"delete" => parse_delete(buf, &toks, cut).map(done(line_len)),
+        b"incr" | b"decr" => {
+            parse_arithmetic(buf, &toks, command == b"incr", cut).map(done(line_len))
+        }
+        b"touch" => parse_touch(buf, &toks, cut).map(done(line_len)),
         b"flush_all" => parse_flush_all(&toks).map(done(line_len)),
         b"version" => Ok(Request::Version).map(done(line_len)),
         b"verbosity" if matches!(toks.len(), 2 | 3) => {
@@ -305,16 +413,16 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Parsed<Request> {
         })
         .map(done(line_len)),
         b"mn" => Ok(Request::MetaNoop).map(done(line_len)),
-        b"mg" => parse_meta_keyed(MetaKind::Get, &toks)
+        b"mg" => parse_meta_keyed(MetaKind::Get, buf, &toks, cut)
             .map(|(key, flags)| (Request::MetaGet { key, flags }, line_len)),
-        b"md" => parse_meta_keyed(MetaKind::Delete, &toks)
+        b"md" => parse_meta_keyed(MetaKind::Delete, buf, &toks, cut)
             .map(|(key, flags)| (Request::MetaDelete { key, flags }, line_len)),
-        b"ma" => parse_meta_keyed(MetaKind::Arithmetic, &toks)
+        b"ma" => parse_meta_keyed(MetaKind::Arithmetic, buf, &toks, cut)
             .map(|(key, flags)| (Request::MetaArithmetic { key, flags }, line_len)),
-        b"me" => parse_meta_debug(&toks).map(done(line_len)),
-        b"ms" => return parse_meta_set(&toks, buf, line_len, limits),
+        b"me" => parse_meta_debug(buf, &toks, cut).map(done(line_len)),
+        b"ms" => return parse_meta_set(&toks, buf, line_len, limits, cut),
         // memcached's long-gone "binary get", still accepted as `get`.
-        b"bget" => parse_get(line, &toks, false).map(done(line_len)),
+        b"bget" => parse_get(buf, line, &toks, false, cut).map(done(line_len)),
         b"slabs" => parse_slabs(&toks).map(done(line_len)),
         _ if is_http_request_line(&toks) => Err(ProtoError::HttpRequest),
         _ => Err(ProtoError::UnknownCommand),
@@ -369,12 +477,23 @@ type LineTokens<'a> = SmallVec<[&'a [u8]; 24]>;
 /// lines copy key by key, so a key kept after its request never holds more than this alive.
 const SHARED_KEY_SPAN_MAX: usize = 16 * 1024;
 
-/// The keys of a `get`-style `line`, in order (`toks` are slices of `line`). One key is copied
-/// alone; several keys are cut from one copy of the span they occupy on the line (one
-/// allocation instead of one per key).
-fn parse_keys(line: &[u8], toks: &[&[u8]]) -> Result<Keys, ProtoError> {
+/// The keys of a `get`-style `line` of `input`, in order (`toks` are slices of `line`). Copied,
+/// one key is copied alone and several are cut from one copy of the span they occupy on the
+/// line (one allocation instead of one per key); deferred, every key is a slice of the frame.
+fn parse_keys(
+    input: &[u8],
+    line: &[u8],
+    toks: &[&[u8]],
+    cut: &mut KeyCut<'_>,
+) -> Result<Keys, ProtoError> {
     if toks.iter().any(|t| t.len() > MAX_KEY_LEN) {
         return Err(ProtoError::BadCommandLine { noreply: false });
+    }
+    if let [only] = toks {
+        return Ok(Keys::from_buf([cut.key(input, only)]));
+    }
+    if let KeyCut::Defer(_) = cut {
+        return Ok(toks.iter().map(|t| cut.key(input, t)).collect());
     }
     let (Some(first), Some(last)) = (toks.first(), toks.last()) else {
         return Ok(Keys::new());
@@ -396,24 +515,36 @@ fn parse_keys(line: &[u8], toks: &[&[u8]]) -> Result<Keys, ProtoError> {
         .collect())
 }
 
-fn parse_get(line: &[u8], toks: &[&[u8]], with_cas: bool) -> Result<Request, ProtoError> {
+fn parse_get(
+    input: &[u8],
+    line: &[u8],
+    toks: &[&[u8]],
+    with_cas: bool,
+    cut: &mut KeyCut<'_>,
+) -> Result<Request, ProtoError> {
     if toks.len() < 2 {
         return Err(ProtoError::UnknownCommand);
     }
     Ok(Request::Get {
-        keys: parse_keys(line, &toks[1..])?,
+        keys: parse_keys(input, line, &toks[1..], cut)?,
         with_cas,
     })
 }
 
-fn parse_gat(line: &[u8], toks: &[&[u8]], with_cas: bool) -> Result<Request, ProtoError> {
+fn parse_gat(
+    input: &[u8],
+    line: &[u8],
+    toks: &[&[u8]],
+    with_cas: bool,
+    cut: &mut KeyCut<'_>,
+) -> Result<Request, ProtoError> {
     if toks.len() < 2 {
         return Err(ProtoError::UnknownCommand);
     }
     let exptime = parse_i32(toks[1]).ok_or(ProtoError::InvalidExptime { noreply: false })?;
     Ok(Request::GetAndTouch {
         exptime,
-        keys: parse_keys(line, &toks[2..])?,
+        keys: parse_keys(input, line, &toks[2..], cut)?,
         with_cas,
     })
 }
@@ -424,6 +555,7 @@ fn parse_store(
     buf: &[u8],
     line_len: usize,
     limits: &Limits,
+    cut: &mut KeyCut<'_>,
 ) -> Parsed<Request> {
     let base = if mode == StoreMode::Cas { 6 } else { 5 };
     if toks.len() != base && toks.len() != base + 1 {
@@ -450,9 +582,8 @@ fn parse_store(
     let Some(vlen) = value_length(vlen) else {
         return invalid(bad, line_len);
     };
-    let key = Bytes::copy_from_slice(toks[1]);
-    if item_too_large(key.len(), vlen, flags, limits.item_size_max) {
-        let unlink_key = (mode == StoreMode::Set).then(|| key.clone());
+    if item_too_large(toks[1].len(), vlen, flags, limits.item_size_max) {
+        let unlink_key = (mode == StoreMode::Set).then(|| Bytes::copy_from_slice(toks[1]));
         return invalid(
             ProtoError::TooLarge {
                 swallow: vlen + 2,
@@ -472,7 +603,7 @@ fn parse_store(
     Parsed::Complete {
         value: Request::Store(StoreCommand {
             mode,
-            key,
+            key: cut.key(buf, toks[1]),
             flags,
             exptime,
             cas_unique,
@@ -557,7 +688,11 @@ fn parse_slabs(toks: &[&[u8]]) -> Result<Request, ProtoError> {
 
 /// `me <key> [b]`: memcached ignores tokens after the key except a `b` (base64 key) in third
 /// place.
-fn parse_meta_debug(toks: &[&[u8]]) -> Result<Request, ProtoError> {
+fn parse_meta_debug(
+    input: &[u8],
+    toks: &[&[u8]],
+    cut: &mut KeyCut<'_>,
+) -> Result<Request, ProtoError> {
     let bad = ProtoError::BadCommandLine { noreply: false };
     let Some(raw) = toks.get(1) else {
         return Err(bad);
@@ -571,12 +706,12 @@ fn parse_meta_debug(toks: &[&[u8]]) -> Result<Request, ProtoError> {
             _ => return Err(bad),
         }
     } else {
-        Bytes::copy_from_slice(raw)
+        cut.key(input, raw)
     };
     Ok(Request::MetaDebug { key })
 }
 
-fn parse_delete(toks: &[&[u8]]) -> Result<Request, ProtoError> {
+fn parse_delete(input: &[u8], toks: &[&[u8]], cut: &mut KeyCut<'_>) -> Result<Request, ProtoError> {
     if !(2..=4).contains(&toks.len()) {
         return Err(ProtoError::UnknownCommand);
     }
@@ -595,12 +730,17 @@ fn parse_delete(toks: &[&[u8]]) -> Result<Request, ProtoError> {
         return Err(ProtoError::BadCommandLine { noreply });
     }
     Ok(Request::Delete {
-        key: Bytes::copy_from_slice(toks[1]),
+        key: cut.key(input, toks[1]),
         noreply,
     })
 }
 
-fn parse_arithmetic(toks: &[&[u8]], incr: bool) -> Result<Request, ProtoError> {
+fn parse_arithmetic(
+    input: &[u8],
+    toks: &[&[u8]],
+    incr: bool,
+    cut: &mut KeyCut<'_>,
+) -> Result<Request, ProtoError> {
     if toks.len() != 3 && toks.len() != 4 {
         return Err(ProtoError::UnknownCommand);
     }
@@ -610,14 +750,14 @@ fn parse_arithmetic(toks: &[&[u8]], incr: bool) -> Result<Request, ProtoError> {
     }
     let delta = parse_u64(toks[2]).ok_or(ProtoError::InvalidDelta { noreply })?;
     Ok(Request::Arithmetic {
-        key: Bytes::copy_from_slice(toks[1]),
+        key: cut.key(input, toks[1]),
         delta,
         incr,
         noreply,
     })
 }
 
-fn parse_touch(toks: &[&[u8]]) -> Result<Request, ProtoError> {
+fn parse_touch(input: &[u8], toks: &[&[u8]], cut: &mut KeyCut<'_>) -> Result<Request, ProtoError> {
     if toks.len() != 3 && toks.len() != 4 {
         return Err(ProtoError::UnknownCommand);
     }
@@ -627,7 +767,7 @@ fn parse_touch(toks: &[&[u8]]) -> Result<Request, ProtoError> {
     }
     let exptime = parse_i32(toks[2]).ok_or(ProtoError::InvalidExptime { noreply })?;
     Ok(Request::Touch {
-        key: Bytes::copy_from_slice(toks[1]),
+        key: cut.key(input, toks[1]),
         exptime,
         noreply,
     })
@@ -647,7 +787,12 @@ fn parse_flush_all(toks: &[&[u8]]) -> Result<Request, ProtoError> {
     Ok(Request::FlushAll { delay, noreply })
 }
 
-fn meta_key(raw: &[u8], flags: &MetaFlags) -> Result<Bytes, ProtoError> {
+fn meta_key(
+    input: &[u8],
+    raw: &[u8],
+    flags: &MetaFlags,
+    cut: &mut KeyCut<'_>,
+) -> Result<Bytes, ProtoError> {
     if raw.len() > MAX_KEY_LEN {
         return Err(ProtoError::BadCommandLine { noreply: false });
     }
@@ -658,19 +803,30 @@ fn meta_key(raw: &[u8], flags: &MetaFlags) -> Result<Bytes, ProtoError> {
         }
         return Ok(Bytes::from(decoded));
     }
-    Ok(Bytes::copy_from_slice(raw))
+    Ok(cut.key(input, raw))
 }
 
-fn parse_meta_keyed(kind: MetaKind, toks: &[&[u8]]) -> Result<(Bytes, MetaFlags), ProtoError> {
+fn parse_meta_keyed(
+    kind: MetaKind,
+    input: &[u8],
+    toks: &[&[u8]],
+    cut: &mut KeyCut<'_>,
+) -> Result<(Bytes, MetaFlags), ProtoError> {
     let Some(raw_key) = toks.get(1) else {
         return Err(ProtoError::UnknownCommand);
     };
     let flags = MetaFlags::parse(kind, toks[2..].iter().copied())?;
-    let key = meta_key(raw_key, &flags)?;
+    let key = meta_key(input, raw_key, &flags, cut)?;
     Ok((key, flags))
 }
 
-fn parse_meta_set(toks: &[&[u8]], buf: &[u8], line_len: usize, limits: &Limits) -> Parsed<Request> {
+fn parse_meta_set(
+    toks: &[&[u8]],
+    buf: &[u8],
+    line_len: usize,
+    limits: &Limits,
+    cut: &mut KeyCut<'_>,
+) -> Parsed<Request> {
     let bad = ProtoError::BadCommandLine { noreply: false };
     let Some(raw_key) = toks.get(1) else {
         return invalid(ProtoError::UnknownCommand, line_len);
@@ -703,21 +859,32 @@ fn parse_meta_set(toks: &[&[u8]], buf: &[u8], line_len: usize, limits: &Limits) 
             return invalid(ProtoError::InvalidMetaSetMode { swallow }, line_len);
         }
     }
-    let key = match meta_key(raw_key, &flags) {
+    let key = match meta_key(buf, raw_key, &flags, cut) {
         Ok(key) => key,
         Err(error) => return swallowing(error),
     };
+    // A deferred key is still an empty placeholder (a real key is never empty): its bytes
+    // are the raw token's.
+    let deferred = key.is_empty();
     let meta_flags_value = match flags.u32(b'F') {
         Ok(v) => v.unwrap_or(0),
         Err(error) => return swallowing(error),
     };
-    if item_too_large(key.len(), vlen, meta_flags_value, limits.item_size_max) {
+    let key_len = if deferred { raw_key.len() } else { key.len() };
+    if item_too_large(key_len, vlen, meta_flags_value, limits.item_size_max) {
         let set_mode = matches!(flags.mode(), None | Some(b'S' | b's'));
+        let owned = || {
+            if deferred {
+                Bytes::copy_from_slice(raw_key)
+            } else {
+                key.clone()
+            }
+        };
         return invalid(
             ProtoError::TooLarge {
                 swallow,
                 noreply: false,
-                unlink_key: set_mode.then(|| key.clone()),
+                unlink_key: set_mode.then(owned),
             },
             line_len,
         );

@@ -1,12 +1,15 @@
 //! Heap allocations per parsed request, counted by a global allocator: deterministic, unlike
 //! timings. A `get` of one key allocates once (its key), a storage command once (its key), a
 //! multiget a bounded few (one copy of the keys' span, its shared header, the key list), never
-//! once per key.
+//! once per key; parsed in place (`parse_request_frame`, keys cut from the request's own
+//! bytes), a pipelined batch of gets, sets, deletes, touches and incrs allocates nothing per
+//! request (a meta command with flags: its flag list).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use tailtrim_proto::{parse_request, Limits, Parsed, Request};
+use bytes::BytesMut;
+use tailtrim_proto::{parse_request, parse_request_frame, FrameScratch, Limits, Parsed, Request};
 
 struct Counting;
 
@@ -96,4 +99,60 @@ fn keys_share_one_copy_of_the_line_unless_it_is_long() {
     assert!(long
         .windows(2)
         .any(|pair| pair[0].as_ptr() as usize + 201 != pair[1].as_ptr() as usize));
+}
+
+/// Allocations made while parsing every request of `stream` with [`parse_request_frame`]
+/// (frames and requests dropped as they come, as a server does once it has answered).
+fn framed_allocations(stream: &[u8], requests: usize) -> usize {
+    let limits = Limits::default();
+    let mut input = BytesMut::from(stream);
+    let mut scratch = FrameScratch::default();
+    let before = ALLOCATIONS.with(Cell::get);
+    for _ in 0..requests {
+        match parse_request_frame(&mut input, &limits, &mut scratch) {
+            Parsed::Complete { value, .. } => drop((value, scratch.take_frame())),
+            other => panic!("{other:?}"),
+        }
+    }
+    let after = ALLOCATIONS.with(Cell::get);
+    assert!(input.is_empty());
+    after - before
+}
+
+#[test]
+fn a_pipelined_batch_parsed_in_place_allocates_nothing_per_request() {
+    let mut stream = Vec::new();
+    for i in 0..400 {
+        stream.extend_from_slice(format!("get user:{i:010}\r\n").as_bytes());
+        stream.extend_from_slice(format!("set user:{i:010} 0 0 32\r\n").as_bytes());
+        stream.extend(std::iter::repeat_n(b'v', 32));
+        stream.extend_from_slice(b"\r\n");
+        stream.extend_from_slice(format!("delete user:{i:010}\r\n").as_bytes());
+        stream.extend_from_slice(format!("touch user:{i:010} 10\r\n").as_bytes());
+        stream.extend_from_slice(format!("incr user:{i:010} 1\r\n").as_bytes());
+    }
+    // Twice, whatever the number of requests: the buffer becomes shared when the first
+    // frame is split off, and the scratch makes room for its first key's place.
+    let allocations = framed_allocations(&stream, 2000);
+    assert!(
+        allocations <= 2,
+        "{allocations} allocations for 2000 requests"
+    );
+}
+
+#[test]
+fn a_meta_command_parsed_in_place_allocates_only_its_flag_list() {
+    let mut stream = Vec::new();
+    for i in 0..500 {
+        stream.extend_from_slice(format!("mg user:{i:010} v t\r\n").as_bytes());
+    }
+    for i in 0..500 {
+        stream.extend_from_slice(format!("md user:{i:010}\r\n").as_bytes());
+    }
+    // One list per `mg` with flags (bare flags copy no token), none for a flagless `md`.
+    let allocations = framed_allocations(&stream, 1000);
+    assert!(
+        (500..=502).contains(&allocations),
+        "{allocations} allocations for 500 mg and 500 md"
+    );
 }

@@ -38,7 +38,7 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Mutex, RwLock};
 use tailtrim_policy::costspec::{CostSpec, Units};
 use tailtrim_proto::reply::{self, ReplyBuf};
-use tailtrim_proto::{parse_request, Limits, Parsed, ProtoError, Request};
+use tailtrim_proto::{parse_request_frame, Limits, Parsed, ProtoError, Request};
 
 use crate::config::DispatchPolicy;
 use crate::emulate::{set_min_timer_slack, Emulator};
@@ -1083,7 +1083,9 @@ impl Runtime {
                 return Next::Continue;
             }
             let arrived_at = arrival_instant(read.arrived_ns);
-            let parsed = parse_request(&read.input, &self.limits);
+            // Splits a complete request's frame off the input; its keys are slices of it.
+            let ReadSide { input, scratch, .. } = &mut *read;
+            let parsed = parse_request_frame(input, &self.limits, scratch);
             if !matches!(parsed, Parsed::Incomplete) {
                 // The next request starts in bytes of the latest read.
                 read.arrived_ns = read.latest_ns;
@@ -1116,8 +1118,8 @@ impl Runtime {
                         }
                     }
                 }
-                Parsed::Complete { value, consumed } => {
-                    let frame = read.input.split_to(consumed).freeze();
+                Parsed::Complete { value, .. } => {
+                    let frame = read.scratch.take_frame();
                     let seq = read.take_seq();
                     let is_quit = matches!(value, Request::Quit);
                     if is_quit {

@@ -89,6 +89,8 @@ pub struct ReadSide {
     /// one came with it (or earlier, if reads stopped to process: then this
     /// under-reports their wait).
     pub(crate) latest_ns: u64,
+    /// The parser's scratch: the last request's frame, its keys' places.
+    pub(crate) scratch: tailtrim_proto::FrameScratch,
 }
 
 impl ReadSide {
