@@ -8,6 +8,7 @@
 //!   server side                               client side
 //!   -----------                               -----------
 //!   socket bytes ──► request::parse ──► Request       compose::* ──► bytes ──► socket
+//!   (BytesMut ──► parse_request_frame ──► Request + its frame, keys sliced from the frame)
 //!                         │                                                     │
 //!                    ProtoError (reply text)          socket bytes ──► response::parse ──► Response
 //!   Request ──► (server executes on store) ──► reply::* ──► ReplyBuf (Bytes chunks, zero-copy values)
@@ -18,6 +19,8 @@
 //! Parsers keep offsets, never pointers: a storage command reports where its
 //! data block lies as a `Range<usize>` into the input slice, so the caller can
 //! freeze its read buffer and slice the value out without copying.
+//! `parse_request_frame` goes one step further for a server: it splits the
+//! request's frame off the buffer itself and cuts the keys from the frame.
 
 pub mod compose;
 pub mod dump;

@@ -5,6 +5,9 @@
 //! (a request and the bytes it used) or [`Parsed::Invalid`] (memcached's error
 //! reply and the bytes to drop). Validation follows memcached 1.6's
 //! `proto_text.c` order of checks so that error replies match byte for byte.
+//! [`parse_request_frame`] makes the same decisions on a `BytesMut`, splitting a
+//! complete request's bytes off as its frame and cutting its keys from the frame
+//! instead of copying them (one parser: the two differ only in how a key is cut: `KeyCut`).
 
 use std::ops::Range;
 
