@@ -44,6 +44,7 @@ use std::task::{Context, Poll, Waker};
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use tailtrim_proto::{parse_response, Parsed, Response};
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
@@ -831,9 +832,21 @@ async fn read_loop(socket: Arc<TcpStream>, shared: Arc<Shared>) {
         if let Err(error) = socket.readable().await {
             break error.to_string();
         }
-        match socket.try_read_buf(&mut buf) {
-            Ok(0) => break "backend closed the connection".to_string(),
-            Ok(_) => {}
+        // A read that leaves room in the buffer drained the socket: its readiness is cleared
+        // (as tokio's own `poll_read` does), so the next turn waits for the next event instead
+        // of trying a read that would fail with EAGAIN.
+        let room = buf.capacity() - buf.len();
+        let mut got = 0;
+        let read = socket.try_io(Interest::READABLE, || {
+            got = socket.try_read_buf(&mut buf)?;
+            if got > 0 && got < room {
+                return Err(std::io::ErrorKind::WouldBlock.into());
+            }
+            Ok(())
+        });
+        match read {
+            Ok(()) if got == 0 => break "backend closed the connection".to_string(),
+            Ok(()) => {}
             Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(error) => break error.to_string(),
         }
