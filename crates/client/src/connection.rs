@@ -938,6 +938,59 @@ mod tests {
         assert!(connection.is_alive());
     }
 
+    /// Requests larger than the socket takes at once (the backend reads nothing at first):
+    /// the caller writes what it can, the writer task the rest, and the backend must still see
+    /// every request whole and in order, followed by the ones queued meanwhile.
+    #[tokio::test]
+    async fn a_batch_the_socket_does_not_take_at_once_arrives_whole_and_in_order() {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+        const REQUESTS: usize = 24;
+        const SIZE: usize = 256 * 1024;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let backend = tokio::spawn(async move {
+            let (socket, _) = listener.accept().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let (read, mut write) = socket.into_split();
+            let mut reader = BufReader::new(read);
+            let mut seen = Vec::new();
+            for _ in 0..REQUESTS {
+                let mut line = String::new();
+                reader.read_line(&mut line).await.unwrap();
+                let index: usize = line.split(' ').nth(1).unwrap()[1..].parse().unwrap();
+                let mut data = vec![0u8; SIZE + 2];
+                reader.read_exact(&mut data).await.unwrap();
+                assert!(
+                    data[..SIZE].iter().all(|&b| b == index as u8),
+                    "request {index}"
+                );
+                assert_eq!(&data[SIZE..], b"\r\n");
+                seen.push(index);
+                write.write_all(b"STORED\r\n").await.unwrap();
+            }
+            seen
+        });
+        let stream = TcpStream::connect(address).await.unwrap();
+        let connection = Connection::start(
+            stream,
+            address.to_string(),
+            REQUESTS,
+            Duration::from_secs(10),
+        );
+        let receivers: Vec<_> = (0..REQUESTS)
+            .map(|index| {
+                let mut request = format!("set k{index} 0 0 {SIZE}\r\n").into_bytes();
+                request.resize(request.len() + SIZE, index as u8);
+                request.extend_from_slice(b"\r\n");
+                connection.submit(&request, ReplyShape::Single).unwrap()
+            })
+            .collect();
+        for receiver in receivers {
+            assert_eq!(&receiver.await.unwrap().bytes[..], b"STORED\r\n");
+        }
+        assert_eq!(backend.await.unwrap(), (0..REQUESTS).collect::<Vec<_>>());
+    }
+
     #[tokio::test]
     async fn a_killed_connection_fails_its_waiters() {
         let connection = echo_backend(usize::MAX).await;
