@@ -26,15 +26,23 @@ Several `--bin NAME=PATH` compare builds side by side (e.g. before/after a chang
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-from harness import (shown, arg_parser, bench_cmd, bench_preload, build_closedloop,  # noqa: E402
+from harness import (TICK, shown, arg_parser, bench_cmd, bench_preload, build_closedloop,  # noqa: E402
                      closed_cmd, closed_preload, free_port, measure, memcached_cmd, parse_args,
                      print_summary, rotated, start, stop_all, summarize, write_results)
+
+
+def user_sys_seconds(pid):
+    """The user and the system CPU time of `pid` so far (utime, stime of /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) / TICK, int(fields[12]) / TICK
 
 
 def main():
@@ -127,6 +135,7 @@ def main():
                     closed = cases[case][0] == "closed"
                     if name == "direct" and closed:
                         continue
+                    split_before = user_sys_seconds(pid) if pid else None
                     if closed:
                         _, conns, depth, keys = cases[case]
                         offered, in_flight = None, depth
@@ -140,14 +149,31 @@ def main():
                         m = measure(cmd, pid, "proxy_cpu_s", bench_out=out)
                     row = {"rep": rep, "case": case, "target": name, "offered_rps": offered,
                            "max_in_flight": in_flight, **m}
+                    # The same CPU time split into user space and kernel (tick-sampled by the
+                    # kernel, so only medians over repetitions mean much).
+                    for key, before, after in zip(
+                            ("user_us_per_request", "sys_us_per_request"),
+                            split_before or (None, None),
+                            user_sys_seconds(pid) if pid else (None, None)):
+                        row[key] = ((after - before) * 1e6 / m["completed"]
+                                    if before is not None and m["completed"] else None)
                     runs.append(row)
                     print(json.dumps(row), flush=True)
     finally:
         stop_all(procs)
 
-    summary = summarize(runs, chosen, names, "nutcracker")
+    summary = summarize(runs, chosen, names, "nutcracker",
+                        ratios=(("cpu", "cpu_us_per_request"), ("user", "user_us_per_request"),
+                                ("sys", "sys_us_per_request")))
+    for entry in summary:
+        rows = [r for r in runs if r["case"] == entry["case"] and r["target"] == entry["target"]]
+        for key in ("user_us_per_request", "sys_us_per_request"):
+            if rows[0][key] is not None:
+                entry[key] = statistics.median(r[key] for r in rows)
     write_results(args.out, commands, args.reps, args.duration, summary, runs)
-    print_summary(summary, [("cpu_ratio_to_nutcracker_median", "x nc")])
+    print_summary(summary, [("cpu_ratio_to_nutcracker_median", "x nc"),
+                            ("user_ratio_to_nutcracker_median", "user x nc"),
+                            ("sys_ratio_to_nutcracker_median", "sys x nc")])
 
 
 if __name__ == "__main__":

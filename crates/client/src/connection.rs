@@ -4,11 +4,13 @@
 //!   caller ── lock io ─► take a reply slot (io.slots, reused) ─► push Pending{shape, slot}
 //!                 │ + write the request into io.out ─► unlock
 //!                 │ (same lock: FIFO order == byte order; no await, no allocation)
-//!                 └─ first request since the last flush: wake the writer task
+//!                 └─ no flush in progress: take io.out (swapped with a spare buffer) and
+//!                    write it to the socket itself, without waiting (no task hop); requests
+//!                    queued meanwhile (other threads) go out in its next write
 //!   ReplyReceiver (the caller's future) ── lock io ─► slot ready? take the reply, free the
 //!                 slot : leave the caller's waker in it
-//!   writer task ── swap io.out with its spare buffer ─► one write of the whole batch ─► socket
-//!                  (requests submitted while it writes go out in the next batch)
+//!   writer task ── only when the socket did not take a whole batch: waits until it is
+//!                  writable and writes the rest, then what was queued since
 //!   reader task ◄── socket: parses replies in order with tailtrim_proto::parse_response
 //!                 (the shape of the oldest Pending), lock io ─► pop it, put the RawReply in
 //!                 its slot ─► unlock ─► wake the caller
@@ -17,8 +19,10 @@
 //!                 ConnectionLost) and kills the connection
 //! ```
 //!
-//! Requests submitted by many callers in one scheduler tick leave in one `write` (as
-//! twemproxy's event loop batches a server's queue), and buffers are reused. One timer per
+//! The caller whose request finds no flush in progress writes it at once (as twemproxy
+//! writes a server's queue from its event loop, without another thread); requests submitted
+//! while a write is in progress or blocked leave together in the next one, and buffers are
+//! reused. One timer per
 //! connection bounds every request (as twemproxy keeps one tree of timeouts), not one per
 //! request: replies come in request order, so the oldest request always has the earliest
 //! deadline, and the watchdog re-arms at most once per timeout period. A timer per request
@@ -40,6 +44,7 @@ use std::task::{Context, Poll, Waker};
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use tailtrim_proto::{parse_response, Parsed, Response};
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
@@ -259,13 +264,21 @@ impl Drop for ReplyReceiver<'_> {
 struct Io {
     /// Requests not yet handed to the socket.
     out: Vec<u8>,
+    /// An emptied batch buffer, swapped with `out` by the caller that flushes it.
+    spare: Vec<u8>,
+    /// The socket, for callers that flush `out` themselves; dropped (closing it, with a
+    /// reset) when the connection is shut.
+    socket: Option<Arc<TcpStream>>,
     /// Requests submitted and not yet answered, oldest first (the one whose reply the reader
     /// is receiving stays here until the reply is complete).
     pending: VecDeque<Pending>,
     /// Their reply slots, and those of replies not yet taken.
     slots: Slots,
-    /// The writer has been woken and has not yet found `out` empty.
+    /// A flush is in progress (a caller writing a batch, or the writer woken and not yet
+    /// having found `out` empty): requests queued meanwhile go out with the next batch.
     flush_scheduled: bool,
+    /// The watchdog waits for a request (nothing was pending when it last looked).
+    watchdog_idle: bool,
     /// Set once the connection is dead: nothing may be queued any more.
     closed: bool,
 }
@@ -296,10 +309,13 @@ impl Shared {
             task.abort();
         }
         let mut completed = Vec::new();
+        let socket;
         {
             let mut io = self.io.lock();
             io.closed = true;
             io.out = Vec::new();
+            io.spare = Vec::new();
+            socket = io.socket.take();
             let pending = std::mem::take(&mut io.pending);
             for job in pending {
                 let failure = error(&job);
@@ -307,8 +323,59 @@ impl Shared {
             }
         }
         self.in_flight.store(0, Ordering::Relaxed);
+        drop(socket);
         for done in completed {
             done.finish();
+        }
+    }
+
+    /// Writes `batch` (taken from `out` by the caller, who set `flush_scheduled`) without
+    /// waiting, then writes whatever other callers queued meanwhile; what the socket does not
+    /// take at once is handed, in order, to the writer task. Clears `flush_scheduled` once
+    /// `out` is found empty.
+    fn flush(&self, socket: &TcpStream, mut batch: Vec<u8>) {
+        loop {
+            let result = socket.try_write(&batch);
+            let mut io = self.io.lock();
+            if io.closed {
+                return;
+            }
+            match result {
+                Ok(written) if written == batch.len() => {
+                    batch.clear();
+                    if io.out.is_empty() {
+                        io.flush_scheduled = false;
+                        if batch.capacity() <= KEEP_WRITE_BUFFER {
+                            io.spare = batch;
+                        }
+                        return;
+                    }
+                    // Queued while this batch was written (another thread): write it too.
+                    std::mem::swap(&mut io.out, &mut batch);
+                }
+                Ok(written) => {
+                    // The rest, ahead of what was queued since, goes out through the writer.
+                    batch.drain(..written);
+                    batch.extend_from_slice(&io.out);
+                    io.out = batch;
+                    drop(io);
+                    self.wake_writer.notify_one();
+                    return;
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                    batch.extend_from_slice(&io.out);
+                    io.out = batch;
+                    drop(io);
+                    self.wake_writer.notify_one();
+                    return;
+                }
+                Err(error) => {
+                    drop(io);
+                    let reason = error.to_string();
+                    self.shut(|| self.lost(&reason));
+                    return;
+                }
+            }
         }
     }
 
@@ -355,9 +422,12 @@ impl Connection {
             in_flight: AtomicUsize::new(0),
             io: Mutex::new(Io {
                 out: Vec::new(),
+                spare: Vec::new(),
+                socket: Some(stream.clone()),
                 pending: VecDeque::new(),
                 slots: Slots::default(),
                 flush_scheduled: false,
+                watchdog_idle: false,
                 closed: false,
             }),
             wake_writer: Notify::new(),
@@ -421,12 +491,15 @@ impl Connection {
             });
         }
         let deadline = Instant::now() + shared.timeout;
-        let (slot, wake_writer, wake_watchdog) = {
+        let (slot, flush, wake_watchdog) = {
             let mut io = shared.io.lock();
             if io.closed || !self.is_alive() {
                 return Err(shared.lost("connection closed"));
             }
-            let first = io.pending.is_empty();
+            let wake_watchdog = io.pending.is_empty() && io.watchdog_idle;
+            if wake_watchdog {
+                io.watchdog_idle = false;
+            }
             let slot = io.slots.take();
             io.pending.push_back(Pending {
                 shape,
@@ -435,14 +508,24 @@ impl Connection {
             });
             write(&mut io.out);
             shared.in_flight.fetch_add(1, Ordering::Relaxed);
-            (
-                slot,
-                !std::mem::replace(&mut io.flush_scheduled, true),
-                first,
-            )
+            // Nobody flushing: this caller writes the batch itself (no hand-off to the writer
+            // task); otherwise the request goes out with the flush in progress.
+            let flush = if io.flush_scheduled {
+                None
+            } else {
+                match io.socket.clone() {
+                    Some(socket) => {
+                        io.flush_scheduled = true;
+                        let spare = std::mem::take(&mut io.spare);
+                        Some((socket, std::mem::replace(&mut io.out, spare)))
+                    }
+                    None => None,
+                }
+            };
+            (slot, flush, wake_watchdog)
         };
-        if wake_writer {
-            shared.wake_writer.notify_one();
+        if let Some((socket, batch)) = flush {
+            shared.flush(&socket, batch);
         }
         if wake_watchdog {
             shared.wake_watchdog.notify_one();
@@ -490,7 +573,12 @@ async fn write_loop(socket: Arc<TcpStream>, shared: Arc<Shared>) {
 /// request without a timer when nothing is pending.
 async fn watch_deadlines(shared: Arc<Shared>) {
     loop {
-        let oldest = shared.io.lock().pending.front().map(|job| job.deadline);
+        let oldest = {
+            let mut io = shared.io.lock();
+            let oldest = io.pending.front().map(|job| job.deadline);
+            io.watchdog_idle = oldest.is_none();
+            oldest
+        };
         match oldest {
             None => shared.wake_watchdog.notified().await,
             Some(deadline) if deadline <= Instant::now() => {
@@ -744,9 +832,21 @@ async fn read_loop(socket: Arc<TcpStream>, shared: Arc<Shared>) {
         if let Err(error) = socket.readable().await {
             break error.to_string();
         }
-        match socket.try_read_buf(&mut buf) {
-            Ok(0) => break "backend closed the connection".to_string(),
-            Ok(_) => {}
+        // A read that leaves room in the buffer drained the socket: its readiness is cleared
+        // (as tokio's own `poll_read` does), so the next turn waits for the next event instead
+        // of trying a read that would fail with EAGAIN.
+        let room = buf.capacity() - buf.len();
+        let mut got = 0;
+        let read = socket.try_io(Interest::READABLE, || {
+            got = socket.try_read_buf(&mut buf)?;
+            if got > 0 && got < room {
+                return Err(std::io::ErrorKind::WouldBlock.into());
+            }
+            Ok(())
+        });
+        match read {
+            Ok(()) if got == 0 => break "backend closed the connection".to_string(),
+            Ok(()) => {}
             Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(error) => break error.to_string(),
         }
@@ -836,6 +936,59 @@ mod tests {
         assert!(io.slots.slots.len() <= 2, "{} slots", io.slots.slots.len());
         assert_eq!(io.slots.free.len(), io.slots.slots.len());
         assert!(connection.is_alive());
+    }
+
+    /// Requests larger than the socket takes at once (the backend reads nothing at first):
+    /// the caller writes what it can, the writer task the rest, and the backend must still see
+    /// every request whole and in order, followed by the ones queued meanwhile.
+    #[tokio::test]
+    async fn a_batch_the_socket_does_not_take_at_once_arrives_whole_and_in_order() {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+        const REQUESTS: usize = 24;
+        const SIZE: usize = 256 * 1024;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let backend = tokio::spawn(async move {
+            let (socket, _) = listener.accept().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let (read, mut write) = socket.into_split();
+            let mut reader = BufReader::new(read);
+            let mut seen = Vec::new();
+            for _ in 0..REQUESTS {
+                let mut line = String::new();
+                reader.read_line(&mut line).await.unwrap();
+                let index: usize = line.split(' ').nth(1).unwrap()[1..].parse().unwrap();
+                let mut data = vec![0u8; SIZE + 2];
+                reader.read_exact(&mut data).await.unwrap();
+                assert!(
+                    data[..SIZE].iter().all(|&b| b == index as u8),
+                    "request {index}"
+                );
+                assert_eq!(&data[SIZE..], b"\r\n");
+                seen.push(index);
+                write.write_all(b"STORED\r\n").await.unwrap();
+            }
+            seen
+        });
+        let stream = TcpStream::connect(address).await.unwrap();
+        let connection = Connection::start(
+            stream,
+            address.to_string(),
+            REQUESTS,
+            Duration::from_secs(10),
+        );
+        let receivers: Vec<_> = (0..REQUESTS)
+            .map(|index| {
+                let mut request = format!("set k{index} 0 0 {SIZE}\r\n").into_bytes();
+                request.resize(request.len() + SIZE, index as u8);
+                request.extend_from_slice(b"\r\n");
+                connection.submit(&request, ReplyShape::Single).unwrap()
+            })
+            .collect();
+        for receiver in receivers {
+            assert_eq!(&receiver.await.unwrap().bytes[..], b"STORED\r\n");
+        }
+        assert_eq!(backend.await.unwrap(), (0..REQUESTS).collect::<Vec<_>>());
     }
 
     #[tokio::test]

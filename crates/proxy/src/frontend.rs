@@ -231,7 +231,7 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
             if let Some(work) = batch.pop() {
                 let reply = run_one(shared, work).await;
                 if !reply.is_empty() {
-                    stream.write_all(&reply).await?;
+                    write_reply(&mut stream, &reply).await?;
                 }
                 if idle_clock {
                     last_command = tokio::time::Instant::now();
@@ -292,14 +292,27 @@ async fn write_replies(
         for reply in &replies {
             out.extend_from_slice(reply);
         }
-        return stream.write_all(out).await;
+        return write_reply(stream, out).await;
     }
     for reply in replies {
         if !reply.is_empty() {
-            stream.write_all(&reply).await?;
+            write_reply(stream, &reply).await?;
         }
     }
     Ok(())
+}
+
+/// Writes `data` to the client: at once when the socket takes it all (the common case, without
+/// the write future's machinery), else the rest when it is writable.
+async fn write_reply(stream: &mut TcpStream, data: &[u8]) -> std::io::Result<()> {
+    match stream.try_write(data) {
+        Ok(written) if written == data.len() => Ok(()),
+        Ok(written) => stream.write_all(&data[written..]).await,
+        Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+            stream.write_all(data).await
+        }
+        Err(error) => Err(error),
+    }
 }
 
 /// True for work that neither changes backend state nor depends on earlier writes beyond what

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# User-space instructions per request of one proxy under callgrind (deterministic, unlike time):
+# three memcached backends (every key preloaded on each, so only gets cross the proxy), the
+# proxy under `valgrind --tool=callgrind`, 1 s of warm-up load, counters zeroed, then 8 s of
+# `closedloop -c 8 -depth 1 -keys KEYS -set-every 0`; prints the program's total instructions
+# divided by the requests completed.
+#
+#   experiments/proxy/callgrind.sh target/release/tailtrim 10     # a tailtrim build
+#   experiments/proxy/callgrind.sh nutcracker 10                  # nutcracker, same ring
+#
+# Needs memcached, nutcracker, valgrind and closedloop (go build -o target/experiments/closedloop
+# in experiments/proxy/closedloop). CG_OUT names the callgrind output (default a temp file);
+# CG_BASE_PORT moves the ports (default 25000).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+bin="$1"
+keys="$2"
+closedloop=target/experiments/closedloop
+base="${CG_BASE_PORT:-25000}"
+ports=($((base + 1)) $((base + 2)) $((base + 3)))
+proxy_port=$((base + 4))
+scratch="$(mktemp -d)"
+out="${CG_OUT:-$scratch/callgrind.out}"
+pids=()
+cleanup() {
+    kill "${pids[@]}" 2>/dev/null || true
+    wait 2>/dev/null || true
+    rm -rf "$scratch"
+}
+trap cleanup EXIT
+user=()
+[ "$(id -u)" -eq 0 ] && user=(-u nobody)
+for port in "${ports[@]}"; do
+    memcached -p "$port" -l 127.0.0.1 -t 1 -U 0 -m 64 "${user[@]}" &
+    pids+=($!)
+done
+sleep 0.5
+for port in "${ports[@]}"; do
+    "$closedloop" -s "127.0.0.1:$port" -preload -value-size 32 >/dev/null
+done
+if [ "$bin" = nutcracker ]; then
+    cat >"$scratch/nc.yml" <<YML
+pool:
+  listen: 127.0.0.1:$proxy_port
+  hash: fnv1a_64
+  distribution: ketama
+  timeout: 2000
+  servers:
+    - 127.0.0.1:${ports[0]}:1
+    - 127.0.0.1:${ports[1]}:1
+    - 127.0.0.1:${ports[2]}:1
+YML
+    valgrind --tool=callgrind --callgrind-out-file="$out" nutcracker -c "$scratch/nc.yml" \
+        -s $((base + 5)) 2>/dev/null &
+else
+    valgrind --tool=callgrind --callgrind-out-file="$out" "$bin" proxy \
+        -l "127.0.0.1:$proxy_port" --admin off \
+        -s "127.0.0.1:${ports[0]}:1,127.0.0.1:${ports[1]}:1,127.0.0.1:${ports[2]}:1" \
+        --hash fnv1a_64 --distribution ketama --timeout-ms 2000 -t 1 \
+        --server-failure-limit 1000000000 2>/dev/null &
+fi
+proxy=$!
+sleep 4
+load=("$closedloop" -s "127.0.0.1:$proxy_port" -c 8 -depth 1 -keys "$keys" -set-every 0)
+"${load[@]}" -d 1s >/dev/null
+callgrind_control -z "$proxy" >/dev/null
+result="$("${load[@]}" -d 8s | tail -n 1)"
+kill -INT "$proxy"
+wait "$proxy" 2>/dev/null || true
+total="$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')"
+python3 - "$total" "$result" "$bin" "$keys" <<'PY'
+import json, sys
+total, result, name, keys = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
+done = result["completed"]
+print(json.dumps({"proxy": name, "keys": int(keys), "instructions": total, "completed": done,
+                  "instructions_per_request": round(total / done), "errors": result["errors"]}))
+PY
