@@ -2,9 +2,9 @@
 //! concurrently, replies written in request order.
 //!
 //! ```text
-//!   socket ─► BytesMut ─► parse_request ─┬─ Complete ─► route (pool.read / write / multiget / broadcast)
-//!                                        ├─ Invalid  ─► memcached's error reply (never forwarded)
-//!                                        └─ Incomplete ─► read more
+//!   socket ─► BytesMut ─► parse_request_frame ─┬─ Complete ─► route (pool.read / write / multiget / broadcast)
+//!                    (frame split off,         ├─ Invalid  ─► memcached's error reply (never forwarded)
+//!                     keys cut from it)        └─ Incomplete ─► read more
 //!   the batch of requests parsed from one read runs in rounds of at most MAX_KEYS_PER_ROUND
 //!   keys; a round's requests run concurrently (join_all keeps order) ─► its replies written
 //!   (the next round, and the next read, wait until the client has taken them)
@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use futures_util::future::join_all;
 use tailtrim_client::{ClientError, Cluster, MultigetKind, RawReply, ReplyShape, ValueItem};
-use tailtrim_proto::{parse_request, Limits, Parsed, ProtoError, Request};
+use tailtrim_proto::{parse_request_frame, FrameScratch, Limits, Parsed, ProtoError, Request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -144,6 +144,7 @@ enum Work {
 async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut swallow = 0usize;
+    let mut scratch = FrameScratch::default();
     let mut last_command = tokio::time::Instant::now();
     // The clock is read for the idle timeout only.
     let idle_clock = shared.idle_timeout.is_some();
@@ -181,15 +182,15 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
             if buf.is_empty() {
                 break;
             }
-            let parsed = parse_request(&buf, &shared.limits);
+            let parsed = parse_request_frame(&mut buf, &shared.limits, &mut scratch);
             if idle_clock && !matches!(parsed, Parsed::Incomplete) {
                 last_command = tokio::time::Instant::now();
             }
             match parsed {
                 Parsed::Incomplete => break,
-                Parsed::Complete { value, consumed } => {
+                Parsed::Complete { value, .. } => {
                     shared.stats.requests.fetch_add(1, Ordering::Relaxed);
-                    let raw = buf.split_to(consumed).freeze();
+                    let raw = scratch.take_frame();
                     if matches!(value, Request::Quit) {
                         close = true;
                         break;
