@@ -45,6 +45,9 @@ use crate::SimError;
 pub const DEFAULT_EPOCH: Nanos = Nanos::from_millis(50);
 /// Default share of the trace (its first requests) left out of the statistics.
 pub const DEFAULT_WARMUP_FRACTION: f64 = 0.1;
+/// Software-steered early binding: connections one read batch takes, as the server's
+/// early-binding worker asks `epoll_wait` for 16 events.
+pub const EVENTS_PER_WAIT: usize = 16;
 
 /// How early binding gets a request to the core that owns its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -56,6 +59,9 @@ pub enum Steering {
     /// The connection's home core reads and parses (the parse share of the fixed cost), then
     /// hands the request to the owning core (`handoff_ns` when that is another core), which
     /// does the rest — what tailtrim's server does (a job queue and an eventfd per worker).
+    /// Each core runs the server worker's loop: every job in its queue first, then one read
+    /// batch (up to [`EVENTS_PER_WAIT`] readable connections, each read once); a request the
+    /// reader owns runs at once when nothing else of its connection is in flight.
     Software,
 }
 
@@ -198,7 +204,8 @@ enum Stage {
     /// Late binding (and software-steered early binding): a worker's part after the
     /// dispatcher (or home core) parsed the request.
     LateWork,
-    /// Software-steered early binding: the home core reads, parses, hands off.
+    /// Software-steered early binding: the home core reads, parses, hands off (or, owning
+    /// the key with nothing else of the connection in flight, serves it in place).
     Steer,
 }
 
@@ -215,6 +222,15 @@ struct Core {
     queue: VecDeque<Job>,
     histogram: SizeHistogram,
     busy_ns: u64,
+    /// Software-steered early binding: connections homed here with requests not read yet,
+    /// in the order they became readable (the epoll ready list).
+    readable: VecDeque<u32>,
+    /// The read batch in progress (one `epoll_wait`'s connections), not yet reached.
+    batch: VecDeque<u32>,
+    /// The connection being read and how many of its requests that read took.
+    reading: Option<(u32, usize)>,
+    /// Requests sent on connections homed here and not read yet.
+    unread: usize,
 }
 
 #[derive(Debug, Default)]
@@ -226,6 +242,13 @@ struct ConnState {
     executing: bool,
     /// Requests waiting for it, in order.
     waiting: VecDeque<Job>,
+    /// Software-steered early binding: requests sent and not read yet, in order.
+    unread: VecDeque<u32>,
+    /// In its home core's readable list or read batch.
+    listed: bool,
+    /// Software-steered early binding: requests read and not finished (the server's
+    /// per-connection `in_flight`).
+    released: u32,
 }
 
 #[derive(Debug, Default)]
@@ -419,7 +442,11 @@ impl Sim<'_> {
     }
 
     fn queue_lengths_by_owner(&self) -> Vec<usize> {
-        let mut lengths: Vec<usize> = self.cores.iter().map(|core| core.queue.len()).collect();
+        let mut lengths: Vec<usize> = self
+            .cores
+            .iter()
+            .map(|core| core.queue.len() + core.unread)
+            .collect();
         lengths.push(self.shared.len());
         lengths.push(self.dispatcher.queue.len());
         lengths.push(self.large_queue.len());
@@ -465,10 +492,13 @@ impl Sim<'_> {
                 Steering::Nic => self.submit(full),
                 Steering::Software => {
                     let home = request.conn as usize % workers;
-                    self.cores[home].queue.push_back(Job {
-                        stage: Stage::Steer,
-                        ..full
-                    });
+                    let conn = &mut self.conns[request.conn as usize];
+                    conn.unread.push_back(index);
+                    self.cores[home].unread += 1;
+                    if !conn.listed {
+                        conn.listed = true;
+                        self.cores[home].readable.push_back(request.conn);
+                    }
                     self.try_start(home);
                 }
             },
@@ -514,6 +544,9 @@ impl Sim<'_> {
             return;
         }
         let job = match self.config.policy {
+            Policy::EarlyBinding if self.config.steering == Steering::Software => {
+                self.next_software_job(core)
+            }
             Policy::Pinned | Policy::EarlyBinding => self.cores[core].queue.pop_front(),
             Policy::Stealing => {
                 if self.cores[core].queue.is_empty() {
@@ -564,8 +597,18 @@ impl Sim<'_> {
             }
             Stage::Steer => {
                 let owner = self.owner(job.req, core);
-                let handoff = if owner == core { 0.0 } else { cost.handoff_ns };
-                Nanos::from_f64(cost.parse_share * fixed as f64 + handoff).0
+                let conn = &mut self.conns[request.conn as usize];
+                let alone = conn.released == 0;
+                conn.released += 1;
+                if owner == core && alone {
+                    // The server's `submit`: the reader owns the key and nothing else of the
+                    // connection is in flight, so it runs the request in place.
+                    job.stage = Stage::Full;
+                    request.work_ns
+                } else {
+                    let handoff = if owner == core { 0.0 } else { cost.handoff_ns };
+                    Nanos::from_f64(cost.parse_share * fixed as f64 + handoff).0
+                }
             }
         } + job.extra_ns;
         let index = job.req as usize;
@@ -577,6 +620,53 @@ impl Sim<'_> {
         worker.busy_ns += duration;
         self.events
             .push(self.now + Nanos(duration), Event::Done(core));
+    }
+
+    /// Software-steered early binding: the next job of core `core`, in the order of the
+    /// server's early-binding worker loop (`run_queued`, then `poll_and_serve`): the read
+    /// batch in progress goes on to its end (each connection read once, taking the requests
+    /// it has when its turn comes); between batches every queued job runs first; then the
+    /// next batch takes up to [`EVENTS_PER_WAIT`] readable connections.
+    fn next_software_job(&mut self, core: usize) -> Option<Job> {
+        loop {
+            if let Some((conn, left)) = self.cores[core].reading {
+                if left > 0 {
+                    if let Some(req) = self.conns[conn as usize].unread.pop_front() {
+                        self.cores[core].reading = Some((conn, left - 1));
+                        self.cores[core].unread -= 1;
+                        return Some(Job {
+                            req,
+                            stage: Stage::Steer,
+                            extra_ns: 0,
+                        });
+                    }
+                }
+                // Re-armed: readable again if more arrived while it was being read.
+                self.cores[core].reading = None;
+                let state = &mut self.conns[conn as usize];
+                if state.unread.is_empty() {
+                    state.listed = false;
+                } else {
+                    self.cores[core].readable.push_back(conn);
+                }
+                continue;
+            }
+            if let Some(conn) = self.cores[core].batch.pop_front() {
+                let left = self.conns[conn as usize].unread.len();
+                self.cores[core].reading = Some((conn, left));
+                continue;
+            }
+            if let Some(job) = self.cores[core].queue.pop_front() {
+                return Some(job);
+            }
+            let worker = &mut self.cores[core];
+            if worker.readable.is_empty() {
+                return None;
+            }
+            let take = worker.readable.len().min(EVENTS_PER_WAIT);
+            let batch: Vec<u32> = worker.readable.drain(..take).collect();
+            worker.batch.extend(batch);
+        }
     }
 
     /// Stealing: the idle `thief` takes every waiting request of one connection from the
@@ -787,6 +877,11 @@ impl Sim<'_> {
         self.finished[index] = self.now;
         self.served_by[index] = core;
         let request = self.trace.requests[index];
+        if self.config.policy == Policy::EarlyBinding && self.config.steering == Steering::Software
+        {
+            let conn = &mut self.conns[request.conn as usize];
+            conn.released = conn.released.saturating_sub(1);
+        }
         if self.serializes() {
             let conn = &mut self.conns[request.conn as usize];
             conn.executing = false;

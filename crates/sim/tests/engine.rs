@@ -367,3 +367,68 @@ fn late_binding_needs_two_cores_and_uses_the_dispatcher() {
     assert_eq!(result.utilization.len(), 3);
     assert!(result.utilization[2] > 0.0);
 }
+
+/// Software-steered early binding runs the server worker's loop: a home core serves every job
+/// handed to it before it reads its connections again. Four 1 ms requests arrive within a few
+/// microseconds on two cores: r0, r1 and r3 on connection 1 (home core 1) for a key of core
+/// 0, r2 on connection 0 (home core 0) for a key of core 1. Core 0 serves r0, r1 and r3 (r3
+/// was handed to it after r2 arrived) before it reads r2, so r2 finishes after about 4 ms, not
+/// after about 3 ms as in a first-come-first-served queue of reads and jobs.
+#[test]
+fn software_steering_serves_queued_jobs_before_reading() {
+    let to_core = |core: usize| if core == 0 { 0 } else { u64::MAX };
+    let request = |conn: u32, conn_seq: u32, owner: usize| tailtrim_sim::TraceRequest {
+        conn,
+        conn_seq,
+        kind: tailtrim_bench::workload::OpKind::Get,
+        size: 100,
+        wire_bytes: 130,
+        key_hash: to_core(owner),
+        large: false,
+        work_ns: 1_000_000,
+        transfer_ns: 1_000_000,
+    };
+    let trace = Trace {
+        requests: vec![
+            request(1, 0, 0),
+            request(1, 1, 0),
+            request(0, 0, 1),
+            request(1, 2, 0),
+        ],
+        connections: 2,
+        arrival: tailtrim_bench::workload::Arrival::Poisson,
+        arrival_seed: 3,
+    };
+    let cost = CostModel {
+        fixed_ns: 0.0,
+        per_byte_ns: 0.0,
+        handoff_ns: 0.0,
+        ..CostModel::default()
+    };
+    let config = RunConfig {
+        steering: Steering::Software,
+        warmup_fraction: 0.0,
+        record_requests: true,
+        ..RunConfig::new(Policy::EarlyBinding, 2, 1e6, cost)
+    };
+    let result = simulate(&trace, &config);
+    let sojourn_ms = |conn: u32, conn_seq: u32| -> (f64, usize) {
+        match result
+            .records
+            .iter()
+            .find(|record| record.conn == conn && record.conn_seq == conn_seq)
+        {
+            Some(record) => (
+                (record.finished - record.arrival).as_micros_f64() / 1e3,
+                record.served_by,
+            ),
+            None => panic!("no record of ({conn}, {conn_seq})"),
+        }
+    };
+    let (r2, r2_core) = sojourn_ms(0, 0);
+    assert_eq!(r2_core, 1);
+    assert!(r2 > 3.5 && r2 < 4.1, "r2 finished after {r2:.3} ms");
+    let (r3, r3_core) = sojourn_ms(1, 2);
+    assert_eq!(r3_core, 0);
+    assert!(r3 < 3.1, "r3 finished after {r3:.3} ms");
+}

@@ -54,6 +54,9 @@ pub const DEFAULT_SYSTEMS: &str = "size-aware,early-binding,stealing,late-bindin
 pub const DEFAULT_RATES: &str = "5000,10000,20000,30000,40000,60000,80000,100000";
 /// Rates of `--quick`.
 const QUICK_RATES: &str = "1000,3000";
+/// Default connections that preload each server.
+const PRELOAD_CONNECTIONS: usize = 4;
+
 /// Name of the noise-floor pseudo-system in results.
 pub const FLOOR: &str = "floor";
 /// A small request p99 above this marks early binding's knee (µs), without emulation.
@@ -85,6 +88,16 @@ pub struct Args {
     /// Measured seconds per point.
     #[arg(short = 'd', long, default_value_t = 0.5)]
     duration: f64,
+    /// Measured requests per point at least: a point lasts the longer of
+    /// `--duration` and N / rate (low rates of a dilated testbed get enough
+    /// samples for a p99 without lengthening every point).
+    #[arg(long)]
+    min_requests: Option<u64>,
+    /// Connections that preload each server (one request in flight on each;
+    /// under a dilated `--emulate-service` every set is held, so more
+    /// connections keep more workers busy).
+    #[arg(long, default_value_t = PRELOAD_CONNECTIONS)]
+    preload_connections: usize,
     /// Warm-up seconds before each measured window.
     #[arg(long, default_value_t = 0.2)]
     warmup: f64,
@@ -453,6 +466,10 @@ pub struct RunSettings {
     pub rates: Vec<f64>,
     /// Measured seconds per point.
     pub duration_s: f64,
+    /// Measured requests per point at least (a point lasts the longer of the duration and
+    /// this many requests at its rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_requests: Option<u64>,
     /// Warm-up seconds per point.
     pub warmup_s: f64,
     /// Unmeasured seconds at the lowest rate on every server before the sweep.
@@ -576,6 +593,17 @@ pub struct MinosResults {
     pub systems: Vec<SystemResult>,
     /// Headline numbers.
     pub summary: Summary,
+}
+
+/// Measured time of a point at `rate`: `duration`, or longer if `min_requests` at that rate
+/// take longer.
+fn point_duration(duration: Duration, min_requests: Option<u64>, rate: f64) -> Duration {
+    match min_requests {
+        Some(requests) if rate > 0.0 => {
+            duration.max(Duration::from_secs_f64(requests as f64 / rate))
+        }
+        _ => duration,
+    }
 }
 
 fn seconds(value: f64, name: &str) -> Result<Duration, String> {
@@ -703,6 +731,7 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
             systems: systems.iter().map(|system| system.name.clone()).collect(),
             rates: rates.clone(),
             duration_s: duration.as_secs_f64(),
+            min_requests: args.min_requests.filter(|_| !quick),
             warmup_s: warmup.as_secs_f64(),
             prime_s: if quick { 0.0 } else { args.prime.max(0.0) },
             drain_s: drain.as_secs_f64(),
@@ -748,11 +777,16 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
             workload.total_keys(),
             &format!("preload {}", system.name),
         );
-        let loaded = preload(&workload, &server.address(), 4, &mut |done| {
-            if let Some(bar) = &bar {
-                bar.set_position(done);
-            }
-        })
+        let loaded = preload(
+            &workload,
+            &server.address(),
+            args.preload_connections,
+            &mut |done| {
+                if let Some(bar) = &bar {
+                    bar.set_position(done);
+                }
+            },
+        )
         .map_err(|error| format!("preloading {}: {error}", system.name))?;
         if let Some(bar) = bar {
             bar.finish_and_clear();
@@ -813,10 +847,13 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
 
     // The sweep: rates ascending, systems interleaved within each round.
     let participants = results.systems.len();
-    let per_run_ms = (warmup + duration).as_millis() as u64;
-    let total_runs = (rates.len() * repeats * participants) as u64;
-    let bar = progress_bar(interactive, total_runs * per_run_ms, "minos");
-    let mut runs_done = 0u64;
+    let min_requests = results.settings.min_requests;
+    let per_run_ms =
+        |rate: f64| (warmup + point_duration(duration, min_requests, rate)).as_millis() as u64;
+    let total_ms: u64 =
+        rates.iter().map(|rate| per_run_ms(*rate)).sum::<u64>() * (repeats * participants) as u64;
+    let bar = progress_bar(interactive, total_ms, "minos");
+    let mut done_ms = 0u64;
     let mut dead: Vec<Option<String>> = vec![None; participants];
     for (rate_index, rate) in rates.iter().enumerate() {
         let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); participants];
@@ -837,7 +874,11 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
                         None => continue,
                     },
                 };
-                let mut config = RunConfig::new(&address, *rate, duration);
+                let mut config = RunConfig::new(
+                    &address,
+                    *rate,
+                    point_duration(duration, min_requests, *rate),
+                );
                 config.warmup = warmup;
                 config.drain = drain;
                 config.connections = args.connections;
@@ -853,7 +894,8 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
                         repeats
                     ));
                 }
-                let base = runs_done * per_run_ms;
+                let base = done_ms;
+                let run_ms = per_run_ms(*rate);
                 let sample = if let Some(reason) = &dead[participant] {
                     Sample {
                         round,
@@ -868,7 +910,7 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
                     }
                     let outcome = run_detailed(run_workload, &config, &mut |progress| {
                         if let Some(bar) = &bar {
-                            let elapsed = (progress.elapsed.as_millis() as u64).min(per_run_ms);
+                            let elapsed = (progress.elapsed.as_millis() as u64).min(run_ms);
                             bar.set_position(base + elapsed);
                         }
                     });
@@ -905,9 +947,9 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
                         },
                     }
                 };
-                runs_done += 1;
+                done_ms += run_ms;
                 if let Some(bar) = &bar {
-                    bar.set_position(runs_done * per_run_ms);
+                    bar.set_position(done_ms);
                 }
                 if verbose {
                     let line = describe_sample(&name, &sample);
@@ -1190,7 +1232,7 @@ fn markdown(results: &MinosResults) -> String {
     let _ = writeln!(
         text,
         "Servers: -t {} -m {}; bench: {} connections, {} I/O thread(s), {} in flight per connection; \
-         {} s measured + {} s warm-up per point ({} s of unmeasured load on every server first), \
+         {} s measured{} + {} s warm-up per point ({} s of unmeasured load on every server first), \
          median of {} repeat(s), systems interleaved; \
          bench CPUs {}, server CPUs {}, nice {}; machine: {} CPUs, steal {:.1}%, {:.0} s wall.\n",
         settings.threads,
@@ -1199,6 +1241,9 @@ fn markdown(results: &MinosResults) -> String {
         settings.bench_threads,
         settings.max_in_flight,
         settings.duration_s,
+        settings.min_requests.map_or_else(String::new, |requests| format!(
+            " (longer where {requests} requests at the point's rate take longer)"
+        )),
         settings.warmup_s,
         settings.prime_s,
         settings.repeats,
@@ -1445,9 +1490,32 @@ fn plot_latency(results: &MinosResults, out: &Path, class: LatencyClass) -> Resu
 
 #[cfg(test)]
 mod tests {
+    use super::point_duration;
     use super::{summarize, MinosResults, Point, RunSettings, Sample, SystemResult};
     use super::{system_from_name, Args, Program};
     use clap::Parser;
+
+    #[test]
+    fn min_requests_lengthen_only_the_slow_points() {
+        use std::time::Duration;
+        let four = Duration::from_secs(4);
+        assert_eq!(point_duration(four, None, 80.0), four);
+        assert_eq!(
+            point_duration(four, Some(1_000), 80.0),
+            Duration::from_millis(12_500)
+        );
+        assert_eq!(point_duration(four, Some(1_000), 800.0), four);
+        assert_eq!(point_duration(four, Some(1_000), 0.0), four);
+        let Ok(cli) = Cli::try_parse_from(["minos", "--min-requests", "1000"]) else {
+            panic!("--min-requests is refused");
+        };
+        assert_eq!(cli.args.min_requests, Some(1_000));
+        assert_eq!(cli.args.preload_connections, 4);
+        let Ok(cli) = Cli::try_parse_from(["minos", "--preload-connections", "32"]) else {
+            panic!("--preload-connections is refused");
+        };
+        assert_eq!(cli.args.preload_connections, 32);
+    }
     use tailtrim_bench::class::ClassHistograms;
 
     #[derive(Parser)]
