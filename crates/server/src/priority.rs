@@ -73,6 +73,16 @@ impl<J> ClassQueue<J> {
         queue.pop().map(|(_, job)| job)
     }
 
+    /// Jobs waiting, all classes together.
+    pub fn len(&self) -> usize {
+        self.queue.lock().len()
+    }
+
+    /// True if no job waits.
+    pub fn is_empty(&self) -> bool {
+        self.queue.lock().is_empty()
+    }
+
     /// Jobs waiting in each class.
     pub fn class_lens(&self) -> [usize; CLASSES] {
         let queue = self.queue.lock();

@@ -231,6 +231,11 @@ struct Core {
     reading: Option<(u32, usize)>,
     /// Requests sent on connections homed here and not read yet.
     unread: usize,
+    /// Software-steered early binding: jobs left in the queue turn in progress (the jobs
+    /// queued when the turn started).
+    turn: usize,
+    /// A read batch was taken: when it ends, the next worker step starts with a queue turn.
+    turn_due: bool,
 }
 
 #[derive(Debug, Default)]
@@ -625,8 +630,10 @@ impl Sim<'_> {
     /// Software-steered early binding: the next job of core `core`, in the order of the
     /// server's early-binding worker loop (`run_queued`, then `poll_and_serve`): the read
     /// batch in progress goes on to its end (each connection read once, taking the requests
-    /// it has when its turn comes); between batches every queued job runs first; then the
-    /// next batch takes up to [`EVENTS_PER_WAIT`] readable connections.
+    /// it has when its turn comes); between batches a turn of the queue runs (the jobs
+    /// queued when the turn starts, not those arriving during it); then the next batch takes
+    /// up to [`EVENTS_PER_WAIT`] readable connections. With nothing readable, the queue's
+    /// wake-up starts another turn.
     fn next_software_job(&mut self, core: usize) -> Option<Job> {
         loop {
             if let Some((conn, left)) = self.cores[core].reading {
@@ -656,16 +663,29 @@ impl Sim<'_> {
                 self.cores[core].reading = Some((conn, left));
                 continue;
             }
-            if let Some(job) = self.cores[core].queue.pop_front() {
-                return Some(job);
-            }
             let worker = &mut self.cores[core];
+            if worker.turn_due {
+                worker.turn_due = false;
+                worker.turn = worker.queue.len();
+            }
+            if worker.turn > 0 {
+                worker.turn -= 1;
+                if let Some(job) = worker.queue.pop_front() {
+                    return Some(job);
+                }
+                worker.turn = 0;
+            }
             if worker.readable.is_empty() {
-                return None;
+                if worker.queue.is_empty() {
+                    return None;
+                }
+                worker.turn = worker.queue.len();
+                continue;
             }
             let take = worker.readable.len().min(EVENTS_PER_WAIT);
             let batch: Vec<u32> = worker.readable.drain(..take).collect();
             worker.batch.extend(batch);
+            worker.turn_due = true;
         }
     }
 

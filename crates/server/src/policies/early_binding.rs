@@ -5,7 +5,9 @@
 //! (woken through an eventfd in its epoll). Multi-key, keyless and invalid
 //! requests are barriers run by the reader. A worker's queue is deficit round
 //! robin over the priority classes ([`ClassQueue`]; first come, first served
-//! among requests without a class).
+//! among requests without a class). A worker alternates a turn of its queue
+//! (the jobs queued when the turn starts) with one wait on its connections,
+//! so neither starves the other.
 //!
 //! ```text
 //!   home worker: read ─► parse ─► owner = key_worker(key) ─► == me and alone? run here
@@ -34,8 +36,13 @@ impl EarlyBinding {
         Ok(EarlyBinding { workers, jobs })
     }
 
+    /// One turn of the worker's queue: the jobs queued when the turn starts,
+    /// not those that arrive while it runs, so a stream of jobs from other
+    /// readers cannot keep the worker from its own connections.
     fn run_queued(&self, rt: &Runtime, worker: usize) {
-        while let Some(job) = self.jobs[worker].0.try_pop() {
+        let queue = &self.jobs[worker].0;
+        for _ in 0..queue.len() {
+            let Some(job) = queue.try_pop() else { break };
             rt.run_job(job, worker);
         }
     }
