@@ -592,6 +592,15 @@ impl Keys {
         1 + self.copies
     }
 
+    /// Loads the entries of `ids`, independently of each other, so their cache misses overlap.
+    fn touch(&self, ids: &[u64]) {
+        let stride = self.stride();
+        let seen = ids
+            .iter()
+            .fold(0u32, |seen, &id| seen | self.table[id as usize * stride]);
+        std::hint::black_box(seen);
+    }
+
     /// Fills the key's slots if needed.
     fn prepare(&mut self, id: u64, scratch: &mut Vec<usize>) {
         let start = id as usize * self.stride();
@@ -625,6 +634,34 @@ impl Keys {
         let start = id as usize * self.stride() + 1;
         &self.table[start..start + self.copies]
     }
+}
+
+/// `len` slots of `u32::MAX`, in memory the kernel is asked to back with huge pages: the key
+/// table is hundreds of megabytes read at random, and with 4 KiB pages most of its reads miss
+/// the TLB as well as the cache (the advice is only advice: without transparent huge pages it
+/// changes nothing).
+fn huge_table(len: usize) -> Vec<u32> {
+    let mut table: Vec<u32> = Vec::with_capacity(len);
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        let start = table.as_ptr() as usize;
+        let end = start + len * std::mem::size_of::<u32>();
+        let aligned = start.next_multiple_of(HUGE);
+        if end > aligned + HUGE {
+            // SAFETY: the range lies inside the vector's own allocation (capacity `len`), and
+            // MADV_HUGEPAGE changes how pages are backed, not their contents.
+            unsafe {
+                libc::madvise(
+                    aligned as *mut libc::c_void,
+                    (end - aligned) / HUGE * HUGE,
+                    libc::MADV_HUGEPAGE,
+                );
+            }
+        }
+    }
+    table.resize(len, u32::MAX);
+    table
 }
 
 fn write_key(id: u64, out: &mut [u8; KEY_LEN]) {
@@ -813,7 +850,7 @@ impl<'s> Sim<'s> {
             zipf,
             large_zipf,
             keys: Keys {
-                table: vec![u32::MAX; keyspace * (1 + scenario.replicas)],
+                table: huge_table(keyspace * (1 + scenario.replicas)),
                 copies: scenario.replicas,
                 ring,
                 value_seed: root.fork(6).next_u64(),
@@ -994,6 +1031,12 @@ impl<'s> Sim<'s> {
                 _ => self.draw_key(),
             };
             self.key_ids.push(id);
+        }
+        // The key table is large (16 bytes per key of the keyspace) and a request's keys are
+        // scattered over it: loading their entries back to back lets the memory system fetch
+        // them side by side, instead of one miss per key between two samplings.
+        self.keys.touch(&self.key_ids);
+        for (slot, &id) in self.key_ids.iter().enumerate() {
             let mut key = [0u8; KEY_LEN];
             write_key(id, &mut key);
             self.key_buffer[slot * KEY_LEN..(slot + 1) * KEY_LEN].copy_from_slice(&key);
