@@ -460,7 +460,7 @@ impl Pool {
         &self,
         fetch: &Fetch,
         keys: &[Bytes],
-        positions: Inline<usize>,
+        positions: &[usize],
         kind: MultigetKind,
         merge_limit: u32,
     ) -> Result<Fetched, ClientError> {
@@ -649,15 +649,16 @@ impl Pool {
                 }
             }
             self.stats.fetches.add(fetches.len() as u64);
-            let positions = |fetch: &Fetch| -> Inline<usize> {
-                fetch.keys.iter().map(|&i| remaining[i as usize]).collect()
-            };
-            let calls = fetches
+            // Each fetch's keys as positions in `keys`, worked out once for sending and matching.
+            let planned: SmallVec<[Inline<usize>; 4]> = fetches
                 .iter()
-                .map(|fetch| self.run_fetch(fetch, keys, positions(fetch), kind, merge_limit));
+                .map(|fetch| fetch.keys.iter().map(|&i| remaining[i as usize]).collect())
+                .collect();
+            let calls = fetches.iter().zip(&planned).map(|(fetch, positions)| {
+                self.run_fetch(fetch, keys, positions, kind, merge_limit)
+            });
             let replies = join_few(calls, fetches.len()).await;
-            for (fetch, reply) in fetches.iter().zip(replies) {
-                let original = positions(fetch);
+            for ((fetch, original), reply) in fetches.iter().zip(planned).zip(replies) {
                 match reply {
                     Ok(Fetched::Items(items)) => {
                         let asked = original.iter().map(|&index| keys[index].as_ref());

@@ -322,6 +322,13 @@ pub struct Ring {
     server_count: usize,
     /// Ketama: sorted points. Modula: one slot per unit of weight (value unused).
     continuum: Vec<ContinuumPoint>,
+    /// Ketama: where the search for a hash starts and ends, by its top [`Ring::bucket_bits`]
+    /// bits: entry `b` is the first point at or above `b << (32 - bucket_bits)` (one entry
+    /// more than there are buckets, the last `continuum.len()`). Empty for other
+    /// distributions.
+    buckets: Vec<u32>,
+    /// Bits of the hash that pick a bucket (0 without buckets).
+    bucket_bits: u32,
 }
 
 impl Ring {
@@ -341,10 +348,16 @@ impl Ring {
             Distribution::Modula => build_modula(servers),
             Distribution::Jump => Vec::new(),
         };
+        let (buckets, bucket_bits) = match options.distribution {
+            Distribution::Ketama => ketama_buckets(&continuum),
+            Distribution::Modula | Distribution::Jump => (Vec::new(), 0),
+        };
         Ok(Ring {
             options,
             server_count: servers.len(),
             continuum,
+            buckets,
+            bucket_bits,
         })
     }
 
@@ -455,13 +468,47 @@ impl Ring {
 
     /// Index of the first continuum point at or after `hash`, wrapping to 0.
     fn ketama_position(&self, hash: u32) -> usize {
-        let position = self.continuum.partition_point(|point| point.value < hash);
+        // Only the points of the hash's bucket are searched: every point before the bucket's
+        // first is below the hash, every point from the next bucket's first on is above it.
+        let position = match self.bucket_bits {
+            0 => self.continuum.partition_point(|point| point.value < hash),
+            bits => {
+                let bucket = (hash >> (32 - bits)) as usize;
+                let (first, end) = (
+                    self.buckets[bucket] as usize,
+                    self.buckets[bucket + 1] as usize,
+                );
+                first + self.continuum[first..end].partition_point(|point| point.value < hash)
+            }
+        };
         if position == self.continuum.len() {
             0
         } else {
             position
         }
     }
+}
+
+/// Most bits of a hash that pick a ketama bucket (a table of 2^16 + 1 entries).
+const MAX_BUCKET_BITS: u32 = 16;
+
+/// The bucket table of a sorted continuum ([`Ring`]'s `buckets`): about two buckets per
+/// point, so that most searches look at one or two points.
+fn ketama_buckets(continuum: &[ContinuumPoint]) -> (Vec<u32>, u32) {
+    if continuum.is_empty() {
+        return (Vec::new(), 0);
+    }
+    let bits = (continuum.len() * 2)
+        .next_power_of_two()
+        .trailing_zeros()
+        .clamp(1, MAX_BUCKET_BITS);
+    let buckets = (0..=1usize << bits)
+        .map(|bucket| {
+            let floor = (bucket as u64) << (32 - bits);
+            continuum.partition_point(|point| u64::from(point.value) < floor) as u32
+        })
+        .collect();
+    (buckets, bits)
 }
 
 /// Points for one server: `floor(weight/total · 40 · n + 1e-10) · 4`, computed with twemproxy's
@@ -749,5 +796,50 @@ mod tests {
         ));
         assert!(parse_hash_tag("{").is_err());
         assert_eq!(parse_hash_tag("{}").unwrap(), *b"{}");
+    }
+
+    #[test]
+    fn bucketed_search_finds_the_point_a_search_of_the_whole_continuum_finds() {
+        for (count, weights) in [(1, 1), (3, 1), (5, 3), (40, 7)] {
+            let mut list = servers(
+                &(0..count)
+                    .map(|i| format!("10.0.{i}.1:11211"))
+                    .collect::<Vec<_>>()
+                    .iter()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>(),
+            );
+            for (index, server) in list.iter_mut().enumerate() {
+                server.weight = 1 + (index as u32 % weights);
+            }
+            let ring = Ring::new(&list, RingOptions::default()).unwrap();
+            assert!(ring.bucket_bits > 0);
+            let whole = |hash: u32| {
+                let position = ring.continuum.partition_point(|point| point.value < hash);
+                if position == ring.continuum.len() {
+                    0
+                } else {
+                    position
+                }
+            };
+            let mut hashes = vec![0, 1, u32::MAX, u32::MAX - 1, 1 << 31, (1 << 31) - 1];
+            for point in &ring.continuum {
+                hashes.extend([
+                    point.value.wrapping_sub(1),
+                    point.value,
+                    point.value.wrapping_add(1),
+                ]);
+            }
+            let mut state = 0x9e37_79b9_u32;
+            for _ in 0..10_000 {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                hashes.push(state);
+            }
+            for hash in hashes {
+                assert_eq!(ring.ketama_position(hash), whole(hash), "hash {hash:#x}");
+            }
+        }
     }
 }

@@ -116,6 +116,93 @@ pub fn split_line(buf: &[u8]) -> Option<(&[u8], usize)> {
 
 /// Splits a command line into tokens on spaces, as memcached's tokenizer does
 /// (only `' '` separates; empty tokens are skipped).
-pub fn tokens(line: &[u8]) -> impl Iterator<Item = &[u8]> {
-    line.split(|&b| b == b' ').filter(|t| !t.is_empty())
+pub fn tokens(line: &[u8]) -> Tokens<'_> {
+    Tokens { rest: line }
+}
+
+/// The iterator of [`tokens`]: the end of a token is found eight bytes at a time.
+#[derive(Debug, Clone)]
+pub struct Tokens<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for Tokens<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let start = self.rest.iter().position(|&b| b != b' ')?;
+        let rest = &self.rest[start..];
+        let end = find_space(rest).unwrap_or(rest.len());
+        let (token, after) = rest.split_at(end);
+        self.rest = after;
+        Some(token)
+    }
+}
+
+/// Index of the first `' '` in `bytes`. Words of eight bytes are tested at once: in
+/// `x - 0x01…01 & !x & 0x80…80` (x the word XOR spaces) the lowest set bit marks the first
+/// zero byte of x (a borrow can only set bits above a zero byte, never below it).
+fn find_space(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    const SPACES: u64 = u64::from_ne_bytes([b' '; 8]);
+    let mut at = 0;
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        let mut eight = [0u8; 8];
+        eight.copy_from_slice(word);
+        let x = u64::from_le_bytes(eight) ^ SPACES;
+        let found = x.wrapping_sub(ONES) & !x & HIGHS;
+        if found != 0 {
+            return Some(at + (found.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    words
+        .remainder()
+        .iter()
+        .position(|&b| b == b' ')
+        .map(|index| at + index)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The tokenizer as it was written first: split on every space, drop the empty pieces.
+    fn tokens_by_split(line: &[u8]) -> Vec<&[u8]> {
+        line.split(|&b| b == b' ')
+            .filter(|t| !t.is_empty())
+            .collect()
+    }
+
+    #[test]
+    fn tokens_end_at_spaces_inside_and_across_words() {
+        let line = b"get abcdefg hijklmnopqrstu  v    wxyz0123456789 ";
+        assert_eq!(tokens(line).collect::<Vec<_>>(), tokens_by_split(line));
+        // A space at every offset of a word, and bytes that differ from a space by one bit.
+        for at in 0..17 {
+            let mut line = vec![b'!'; 17];
+            line[at] = b' ';
+            line[(at + 5) % 17] = 0xa0;
+            assert_eq!(
+                tokens(&line).collect::<Vec<_>>(),
+                tokens_by_split(&line),
+                "{at}"
+            );
+        }
+        assert_eq!(tokens(b"").next(), None);
+        assert_eq!(tokens(b"        ").next(), None);
+    }
+
+    proptest! {
+        #[test]
+        fn tokens_match_split_on_spaces(line in proptest::collection::vec(
+            prop_oneof![Just(b' '), Just(0x1f_u8), Just(0x21_u8), Just(0xa0_u8), any::<u8>()],
+            0..80,
+        )) {
+            prop_assert_eq!(tokens(&line).collect::<Vec<_>>(), tokens_by_split(&line));
+        }
+    }
 }

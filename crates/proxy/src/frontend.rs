@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::future::join_all;
-use tailtrim_client::{ClientError, Cluster, MultigetKind, RawReply, ReplyShape, ValueItem};
+use tailtrim_client::{
+    ClientError, Cluster, KeyResult, MultigetKind, RawReply, ReplyShape, ValueItem,
+};
 use tailtrim_proto::{parse_request_frame, FrameScratch, Limits, Parsed, ProtoError, Request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -412,17 +414,7 @@ async fn run_concurrently(shared: &Shared, mut works: Vec<Work>) -> Vec<Bytes> {
             .iter()
             .map(|(position, range, _)| {
                 let mine = &outcomes[range.clone()];
-                let reply = match mine.iter().find_map(|outcome| outcome.as_ref().err()) {
-                    Some(error) => server_error(shared, error),
-                    None => {
-                        let items: Vec<Option<ValueItem>> = mine
-                            .iter()
-                            .map(|outcome| outcome.as_ref().ok().cloned().flatten())
-                            .collect();
-                        values_reply(&items)
-                    }
-                };
-                (*position, reply)
+                (*position, outcomes_reply(shared, mine))
             })
             .collect::<Vec<_>>()
     };
@@ -589,20 +581,30 @@ async fn execute(shared: &Shared, request: Request, raw: Bytes) -> Bytes {
 }
 
 async fn multiget(shared: &Shared, keys: &[Bytes], kind: MultigetKind) -> Bytes {
-    match shared.pool.multiget(keys, kind).await {
-        Ok(items) => values_reply(&items),
-        Err(error) => server_error(shared, &error),
+    outcomes_reply(shared, &shared.pool.multiget_each(keys, kind).await)
+}
+
+/// The reply to a multiget from its keys' outcomes: the first failure's `SERVER_ERROR …` (a
+/// multiget fails as a whole), else `VALUE … END` for the found items, in order.
+fn outcomes_reply(shared: &Shared, outcomes: &[KeyResult]) -> Bytes {
+    match outcomes.iter().find_map(|outcome| outcome.as_ref().err()) {
+        Some(error) => server_error(shared, error),
+        None => values_reply(
+            outcomes
+                .iter()
+                .filter_map(|outcome| outcome.as_ref().ok().and_then(Option::as_ref)),
+        ),
     }
 }
 
 /// `VALUE … END` for the found items, in order.
-fn values_reply(items: &[Option<ValueItem>]) -> Bytes {
-    let size: usize = items.iter().flatten().map(|item| item.item.len()).sum();
+fn values_reply<'a>(items: impl Iterator<Item = &'a ValueItem> + Clone) -> Bytes {
+    let size: usize = items.clone().map(|item| item.item.len()).sum();
     if size == 0 {
         return Bytes::from_static(b"END\r\n");
     }
     let mut out = Vec::with_capacity(size + 5);
-    for item in items.iter().flatten() {
+    for item in items {
         out.extend_from_slice(&item.item);
     }
     out.extend_from_slice(b"END\r\n");
