@@ -194,6 +194,15 @@ mod tests {
         }
         assert_eq!(tokens(b"").next(), None);
         assert_eq!(tokens(b"        ").next(), None);
+        // NUL is not a separator; many tokens, across many words.
+        assert_eq!(
+            tokens(b"a\0b c").collect::<Vec<_>>(),
+            vec![&b"a\0b"[..], b"c"]
+        );
+        let long: Vec<u8> = (0..100)
+            .flat_map(|i| format!("k{i} ").into_bytes())
+            .collect();
+        assert_eq!(tokens(&long).collect::<Vec<_>>(), tokens_by_split(&long));
     }
 
     proptest! {

@@ -374,7 +374,7 @@ fn parse_with(buf: &[u8], limits: &Limits, cut: &mut KeyCut<'_>) -> Parsed<Reque
     // memcached tokenizes the line as a C string: a NUL ends it.
     let line = &line[..memchr::memchr(0, line).unwrap_or(line.len())];
     let mut toks = LineTokens::new();
-    split_tokens(line, &mut toks);
+    toks.extend(tokens(line));
     let Some(&command) = toks.first() else {
         return invalid(ProtoError::UnknownCommand, line_len);
     };
@@ -475,43 +475,6 @@ fn incomplete_line(buf: &[u8]) -> Parsed<Request> {
 /// A command line's tokens, on the stack for every line of up to 24 tokens (memcached's own
 /// tokenizer has 24 slots); longer multiget lines spill to the heap.
 type LineTokens<'a> = SmallVec<[&'a [u8]; 24]>;
-
-/// Appends the space-separated tokens of `line` to `out`, as [`crate::tokens`] yields them
-/// (runs of spaces are one separator; only `' '` separates). Eight bytes at a time: each
-/// word's spaces become a bit mask (exact, no false positives), and a token ends at each set
-/// bit, so the cost grows with the line's words and its tokens, not byte by byte.
-fn split_tokens<'a>(line: &'a [u8], out: &mut LineTokens<'a>) {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
-    let mut start = 0;
-    let mut push_until = |end: usize, start: &mut usize| {
-        if end > *start {
-            out.push(&line[*start..end]);
-        }
-        *start = end + 1;
-    };
-    let mut chunks = line.chunks_exact(8);
-    let mut base = 0;
-    for chunk in &mut chunks {
-        let word = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
-        // Bytes equal to a space become zero; a zero byte gets its high bit set.
-        let x = word ^ (ONES * u64::from(b' '));
-        let mut spaces = !(((x & LOW7).wrapping_add(LOW7)) | x | LOW7);
-        while spaces != 0 {
-            push_until(base + (spaces.trailing_zeros() / 8) as usize, &mut start);
-            spaces &= spaces - 1;
-        }
-        base += 8;
-    }
-    for (i, &byte) in chunks.remainder().iter().enumerate() {
-        if byte == b' ' {
-            push_until(base + i, &mut start);
-        }
-    }
-    if line.len() > start {
-        out.push(&line[start..]);
-    }
-}
 
 /// Multiget keys whose span on the line is at most this long share one copy of it; longer
 /// lines copy key by key, so a key kept after its request never holds more than this alive.
@@ -949,47 +912,6 @@ fn parse_meta_set(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
-
-    fn split(line: &[u8]) -> Vec<&[u8]> {
-        let mut out = LineTokens::new();
-        split_tokens(line, &mut out);
-        out.into_vec()
-    }
-
-    #[test]
-    fn split_tokens_cuts_at_spaces_in_every_position_of_a_word() {
-        assert_eq!(split(b""), Vec::<&[u8]>::new());
-        assert_eq!(split(b"        "), Vec::<&[u8]>::new());
-        assert_eq!(split(b"get"), vec![&b"get"[..]]);
-        assert_eq!(split(b"get a"), vec![&b"get"[..], b"a"]);
-        // A space at each of a word's 8 positions, and tokens across word boundaries.
-        for at in 0..17 {
-            let mut line = vec![b'k'; 17];
-            line[at] = b' ';
-            let expected: Vec<&[u8]> = tokens(&line).collect();
-            assert_eq!(split(&line), expected, "space at {at}");
-        }
-        // Bytes close to a space (0x1f, 0x21, 0xa0) and NUL are not separators.
-        assert_eq!(
-            split(b"a\x1f\x21\xa0\0b c"),
-            vec![&b"a\x1f\x21\xa0\0b"[..], b"c"]
-        );
-        // More than the 24 tokens kept inline.
-        let long: Vec<u8> = (0..100)
-            .flat_map(|i| format!("k{i} ").into_bytes())
-            .collect();
-        assert_eq!(split(&long).len(), 100);
-    }
-
-    proptest! {
-        #[test]
-        fn split_tokens_equals_tokens(line in proptest::collection::vec(
-            prop_oneof![Just(b' '), Just(b'a'), Just(0xa0u8), Just(0u8), any::<u8>()], 0..80)) {
-            let expected: Vec<&[u8]> = tokens(&line).collect();
-            prop_assert_eq!(split(&line), expected);
-        }
-    }
 
     fn parse(input: &[u8]) -> Parsed<Request> {
         parse_request(input, &Limits::default())
