@@ -26,6 +26,8 @@ use std::time::Instant;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use tailtrim_bench::workload::{WorkloadOverrides, WorkloadSpec};
+use tailtrim_lab::histogram::Encoded;
+use tailtrim_lab::meta::{Recorder, RunMetadata};
 use tailtrim_lab::plot::{plot_latency_vs_throughput, Curve, LatencyThroughput};
 use tailtrim_lab::stats::median;
 use tailtrim_sim::cost::{CostModel, Profile, ProfileSample};
@@ -300,11 +302,138 @@ struct Settings {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Report {
     experiment: String,
+    /// How the file was produced: commit and dirty tree, machine, load during the run, the
+    /// command. The figures do not depend on the machine (the simulation is deterministic);
+    /// only `wall_seconds` does. Empty in files written before it was kept.
+    #[serde(default)]
+    metadata: RunMetadata,
     command: String,
     settings: Settings,
     profile: Profile,
     workload: WorkloadSpec,
     result: SweepResult,
+    /// Per curve of `result.curves` (same order), per point, the histograms every reported
+    /// percentile of that point was read from. Absent in files written before they were kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    histograms: Vec<CurveHistograms>,
+}
+
+/// The histograms of one policy's points.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct CurveHistograms {
+    policy: String,
+    points: Vec<PointHistograms>,
+}
+
+/// One point's latency histograms (nanoseconds; hdrhistogram V2, base64: the lab's
+/// [`Encoded`]), one per class the point reports percentiles for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct PointHistograms {
+    offered_rps: f64,
+    /// Small requests, arrival → reply (`small` of the point).
+    small: Encoded,
+    /// Large requests, arrival → reply (`large`).
+    large: Encoded,
+    /// Small requests, first core → reply (`small_in_server`).
+    small_in_server: Encoded,
+    /// Large requests, first core → reply (`large_in_server`).
+    large_in_server: Encoded,
+}
+
+/// Encodes every point's histograms of `result`.
+fn encode_histograms(result: &SweepResult) -> Result<Vec<CurveHistograms>, String> {
+    result
+        .curves
+        .iter()
+        .map(|curve| {
+            let points = curve
+                .points
+                .iter()
+                .map(|point| {
+                    let h = &point.histograms;
+                    Ok(PointHistograms {
+                        offered_rps: point.offered_rps,
+                        small: Encoded::encode(&h.small)?,
+                        large: Encoded::encode(&h.large)?,
+                        small_in_server: Encoded::encode(&h.small_in_server)?,
+                        large_in_server: Encoded::encode(&h.large_in_server)?,
+                    })
+                })
+                .collect::<Result<Vec<_>, tailtrim_lab::LabError>>()
+                .map_err(String::from)?;
+            Ok(CurveHistograms {
+                policy: curve.policy.name().to_string(),
+                points,
+            })
+        })
+        .collect()
+}
+
+/// Checks that every percentile a point reports is the one its kept histogram gives (p50,
+/// p99, p99.9 and max of the four classes, to the nanosecond); the number of points checked.
+fn check_histograms(report: &Report) -> Result<usize, String> {
+    let mut checked = 0;
+    for (curve, kept) in report.result.curves.iter().zip(&report.histograms) {
+        if kept.policy != curve.policy.name() || kept.points.len() != curve.points.len() {
+            return Err(format!(
+                "histograms of {} do not match the curve of {}",
+                kept.policy,
+                curve.policy.name()
+            ));
+        }
+        for (point, histograms) in curve.points.iter().zip(&kept.points) {
+            for (class, summary, encoded) in [
+                ("small", &point.small, &histograms.small),
+                ("large", &point.large, &histograms.large),
+                (
+                    "small_in_server",
+                    &point.small_in_server,
+                    &histograms.small_in_server,
+                ),
+                (
+                    "large_in_server",
+                    &point.large_in_server,
+                    &histograms.large_in_server,
+                ),
+            ] {
+                let histogram = encoded.decode().map_err(String::from)?;
+                let micros = |value: u64| value as f64 / 1e3;
+                let recomputed = if histogram.is_empty() {
+                    [0.0; 4]
+                } else {
+                    [
+                        micros(histogram.value_at_quantile(0.5)),
+                        micros(histogram.value_at_quantile(0.99)),
+                        micros(histogram.value_at_quantile(0.999)),
+                        micros(histogram.max()),
+                    ]
+                };
+                let reported = [
+                    summary.p50_us,
+                    summary.p99_us,
+                    summary.p999_us,
+                    summary.max_us,
+                ];
+                if histogram.len() != summary.count
+                    || recomputed
+                        .iter()
+                        .zip(reported)
+                        .any(|(again, reported)| (again - reported).abs() > 1e-3)
+                {
+                    return Err(format!(
+                        "{} at {:.0} requests/s, {class}: reported {} requests, p50/p99/p99.9/max \
+                         {reported:?} µs; its histogram: {} requests, {recomputed:?} µs",
+                        curve.policy.name(),
+                        point.offered_rps,
+                        summary.count,
+                        histogram.len()
+                    ));
+                }
+            }
+            checked += 1;
+        }
+    }
+    Ok(checked)
 }
 
 fn command_line() -> String {
@@ -477,10 +606,37 @@ fn run_minos(args: MinosArgs) -> Result<ExitCode, String> {
             .map_err(|error| format!("reading {}: {error}", path.display()))?;
         let report: Report =
             serde_json::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))?;
+        let checked = check_histograms(&report)?;
         write_outputs(&report, directory, false)?;
-        println!("re-rendered {}", directory.display());
+        if report.histograms.is_empty() {
+            println!(
+                "re-rendered {} (a file without histograms: percentiles not rechecked)",
+                directory.display()
+            );
+        } else {
+            println!(
+                "re-rendered {}; the percentiles of {checked} points equal their histograms'",
+                directory.display()
+            );
+        }
         return Ok(ExitCode::SUCCESS);
     }
+    let report = minos_report(&args)?;
+    if args.json {
+        let text = serde_json::to_string_pretty(&report).map_err(|error| error.to_string())?;
+        println!("{text}");
+    } else {
+        print!("{}", markdown(&report));
+    }
+    if let Some(directory) = &args.out {
+        write_outputs(&report, directory, true)?;
+        eprintln!("wrote {}", directory.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Simulates the sweep `args` ask for and the report of it, metadata and histograms included.
+fn minos_report(args: &MinosArgs) -> Result<Report, String> {
     let policies = args
         .policies
         .iter()
@@ -494,32 +650,27 @@ fn run_minos(args: MinosArgs) -> Result<ExitCode, String> {
         .connections
         .unwrap_or(sweep::DEFAULT_CONNECTIONS_PER_CORE * args.cores);
     let config = sweep_config(&args.model, args.cores, connections, policies, rates)?;
+    let recorder = Recorder::start();
     let started = Instant::now();
     let result = simulate(&config, args.model.quiet)?;
-    let elapsed = started.elapsed().as_secs_f64();
+    let mut metadata = recorder.finish();
+    metadata.command = command_line();
     let report = Report {
         experiment: "minos-sim".to_string(),
+        metadata,
+        histograms: encode_histograms(&result)?,
         command: command_line(),
         settings: settings_of(&config, &args.model),
         profile: config.profile.clone(),
         workload: config.workload.clone(),
         result,
     };
-    if args.json {
-        let text = serde_json::to_string_pretty(&report).map_err(|error| error.to_string())?;
-        println!("{text}");
-    } else {
-        print!("{}", markdown(&report));
-        eprintln!(
-            "simulated {} points in {elapsed:.1} s",
-            report.result.rates.len() * report.result.curves.len()
-        );
-    }
-    if let Some(directory) = &args.out {
-        write_outputs(&report, directory, true)?;
-        eprintln!("wrote {}", directory.display());
-    }
-    Ok(ExitCode::SUCCESS)
+    eprintln!(
+        "simulated {} points in {:.1} s",
+        report.result.rates.len() * report.result.curves.len(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(report)
 }
 
 fn write_outputs(report: &Report, directory: &Path, with_json: bool) -> Result<(), String> {
@@ -576,6 +727,24 @@ fn markdown(report: &Report) -> String {
         settings.cores
     ));
     line(format!("Command: `{}`\n", report.command));
+    let metadata = &report.metadata;
+    if !metadata.commit.is_empty() {
+        line(format!(
+            "SIMULATED (deterministic: the figures depend on the commit and the command, not on \
+             the machine). Commit `{}`{}; run on {} ({} cores, load average {} at the start), \
+             {:.1} s.\n",
+            metadata.commit,
+            if metadata.dirty { " (dirty tree)" } else { "" },
+            if metadata.cpu_model.is_empty() {
+                "an unknown CPU"
+            } else {
+                metadata.cpu_model.as_str()
+            },
+            metadata.cores,
+            metadata.load_average_start,
+            metadata.wall_seconds
+        ));
+    }
     let epoch = settings.epoch_ms.map_or_else(
         || "1/40 of each run".to_string(),
         |millis| format!("{millis} ms"),
@@ -1034,6 +1203,8 @@ struct Comparison {
 
 #[derive(Debug, Clone, Serialize)]
 struct Validation {
+    /// How the file was produced: commit and dirty tree, machine, load, the command.
+    metadata: RunMetadata,
     command: String,
     real_file: String,
     cores: usize,
@@ -1095,6 +1266,7 @@ fn run_validate(args: ValidateArgs) -> Result<ExitCode, String> {
         policies,
         real.settings.rates.clone(),
     )?;
+    let recorder = Recorder::start();
     let result = simulate(&config, model.quiet)?;
     // The real rates may stop below the simulated saturation: sweep to it as well.
     let beyond = SweepConfig {
@@ -1156,7 +1328,10 @@ fn run_validate(args: ValidateArgs) -> Result<ExitCode, String> {
             });
         }
     }
+    let mut metadata = recorder.finish();
+    metadata.command = command_line();
     let validation = Validation {
+        metadata,
         command: command_line(),
         real_file: args.real.display().to_string(),
         cores: config.cores,
@@ -1201,8 +1376,15 @@ fn validation_markdown(validation: &Validation, profile: &Profile) -> String {
         validation.cores, validation.connections
     ));
     line(format!(
-        "Command: `{}`; real results: `{}`.\n",
-        validation.command, validation.real_file
+        "Command: `{}`; real results: `{}`. SIMULATED side: commit `{}`{}.\n",
+        validation.command,
+        validation.real_file,
+        validation.metadata.commit,
+        if validation.metadata.dirty {
+            " (dirty tree)"
+        } else {
+            ""
+        }
     ));
     line(format!(
         "Cost model: fixed {:.0} ns + {:.3} ns/byte ({}).\n",
@@ -1280,4 +1462,74 @@ fn validation_markdown(validation: &Validation, profile: &Profile) -> String {
         optional(sim.saturation_ratio_size_aware_vs_early, "x")
     ));
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{check_histograms, minos_report, MinosArgs, Report, SimCommand};
+    use clap::Parser;
+    use tailtrim_lab::histogram::Encoded;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: SimCommand,
+    }
+
+    fn minos_args(words: &[&str]) -> Box<MinosArgs> {
+        let words = ["tailtrim-sim", "minos", "-q"].iter().chain(words);
+        match Cli::try_parse_from(words).expect("valid flags").command {
+            SimCommand::Minos(args) => args,
+            _ => unreachable!("parsed as minos"),
+        }
+    }
+
+    /// A small sweep through results.json: the p99 a point reports is the one its kept
+    /// histogram gives back.
+    #[test]
+    fn results_json_keeps_the_histograms_its_percentiles_come_from() {
+        let args = minos_args(&[
+            "-t",
+            "2",
+            "-n",
+            "3000",
+            "--rates",
+            "50000,150000",
+            "--policies",
+            "size-aware,early-binding",
+        ]);
+        let report = minos_report(&args).expect("simulates");
+        assert!(!report.metadata.commit.is_empty() && report.metadata.cores > 0);
+        let json: serde_json::Value =
+            serde_json::from_str(&serde_json::to_string(&report).expect("serializes"))
+                .expect("parses");
+        assert_eq!(json["metadata"]["cores"], report.metadata.cores);
+        let mut checked = 0;
+        for (curve, kept) in [(0, 0), (1, 1)] {
+            for point in 0..2 {
+                let reported = &json["result"]["curves"][curve]["points"][point];
+                let encoded: Encoded = serde_json::from_value(
+                    json["histograms"][kept]["points"][point]["small"].clone(),
+                )
+                .expect("an encoded histogram");
+                let histogram = encoded.decode().expect("decodes");
+                assert_eq!(
+                    Some(histogram.len()),
+                    reported["small"]["count"].as_u64(),
+                    "{reported}"
+                );
+                let p99 = histogram.value_at_quantile(0.99) as f64 / 1e3;
+                assert_eq!(Some(p99), reported["small"]["p99_us"].as_f64());
+                assert_eq!(encoded.percentile(99.0, 1e3), Some(p99));
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 4);
+        // The same check over every class, on the file read back; a tampered figure fails it.
+        let back: Report = serde_json::from_value(json).expect("reads back");
+        assert_eq!(check_histograms(&back), Ok(4));
+        let mut tampered = back;
+        tampered.result.curves[1].points[1].large.p99_us += 1.0;
+        assert!(check_histograms(&tampered).is_err());
+    }
 }

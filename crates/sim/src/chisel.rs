@@ -19,6 +19,7 @@
 //!
 //! Pure: no I/O; the CLI writes the files and figures.
 
+use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use tailtrim_bench::dist::Distribution;
 use tailtrim_bench::workload::Popularity;
@@ -181,6 +182,11 @@ pub struct Outcome {
     pub merged_fetches: u64,
     /// Mean utilization of a server worker.
     pub server_utilization: f64,
+    /// The histograms (nanoseconds) the percentiles above are read from: `all`, `mice`,
+    /// `elephants` (a class with no request is absent). Not serialized here: the CLI writes
+    /// them into results.json in the lab's encoding.
+    #[serde(skip)]
+    pub histograms: Vec<(&'static str, Histogram<u64>)>,
 }
 
 impl Outcome {
@@ -201,6 +207,14 @@ impl Outcome {
             server_utilization: result.server_utilization.iter().sum::<f64>()
                 / servers
                 / workers.max(1) as f64,
+            histograms: [
+                ("all", Some(&result.overall)),
+                ("mice", mice),
+                ("elephants", elephants),
+            ]
+            .into_iter()
+            .filter_map(|(name, class)| Some((name, class?.histogram.clone()?)))
+            .collect(),
         }
     }
 }
@@ -670,6 +684,7 @@ mod tests {
             keys_per_query: 1.0,
             merged_fetches: 0,
             server_utilization: 0.0,
+            histograms: Vec::new(),
         };
         let result = |a: f64, chisel_p95: f64| PointResult {
             point: point(a),

@@ -34,7 +34,7 @@ use crate::cost::CostModel;
 use crate::decide;
 use crate::events::EventQueue;
 use crate::policy::Policy;
-use crate::stats::{LatencyRecorder, LatencySummary};
+use crate::stats::{LatencyHistograms, LatencyRecorder, LatencySummary};
 use crate::time::Nanos;
 use crate::workload::Trace;
 use crate::SimError;
@@ -187,6 +187,10 @@ pub struct RunResult {
     pub decisions: Vec<DecisionPoint>,
     /// Simulated span, seconds.
     pub simulated_s: f64,
+    /// The histograms the four latency summaries above were read from (not serialized
+    /// here: the CLI writes them into results.json in the lab's encoding).
+    #[serde(skip)]
+    pub histograms: LatencyHistograms,
     /// Per-request records (only with `record_requests`; not serialized).
     #[serde(skip)]
     pub records: Vec<RequestRecord>,
@@ -1005,6 +1009,12 @@ impl Sim<'_> {
                 .map_or(0, |state| state.driver.epochs()),
             decisions: std::mem::take(&mut self.decisions),
             simulated_s: end.as_secs_f64(),
+            histograms: LatencyHistograms {
+                small: self.small.histogram().clone(),
+                large: self.large.histogram().clone(),
+                small_in_server: self.small_in_server.histogram().clone(),
+                large_in_server: self.large_in_server.histogram().clone(),
+            },
             records: std::mem::take(&mut self.records),
         }
     }

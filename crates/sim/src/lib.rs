@@ -54,7 +54,7 @@ pub use cluster::{
 pub use cost::{CostModel, Profile, ProfileSample};
 pub use engine::{run, RequestRecord, RunConfig, RunResult};
 pub use policy::Policy;
-pub use stats::LatencySummary;
+pub use stats::{LatencyHistograms, LatencySummary};
 pub use sweep::{run_sweep, Curve, Summary, SweepConfig, SweepResult};
 pub use time::Nanos;
 pub use workload::{ServiceModel, Trace, TraceRequest};

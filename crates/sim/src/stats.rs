@@ -21,6 +21,33 @@ pub struct LatencySummary {
     pub max_us: f64,
 }
 
+/// The latency histograms of one run (nanoseconds, the bench's bounds and precision), one per
+/// class a [`RunResult`](crate::RunResult) reports percentiles for; the percentiles are read
+/// from these, so a caller that serializes them lets any percentile be recomputed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LatencyHistograms {
+    /// Small requests, arrival → reply delivered.
+    pub small: Histogram<u64>,
+    /// Large requests, arrival → reply delivered.
+    pub large: Histogram<u64>,
+    /// Small requests, first core that touched them → reply.
+    pub small_in_server: Histogram<u64>,
+    /// Large requests, the same.
+    pub large_in_server: Histogram<u64>,
+}
+
+impl Default for LatencyHistograms {
+    fn default() -> Self {
+        let empty = tailtrim_bench::class::new_histogram;
+        LatencyHistograms {
+            small: empty(),
+            large: empty(),
+            small_in_server: empty(),
+            large_in_server: empty(),
+        }
+    }
+}
+
 /// A histogram plus an exact sum, for one class.
 #[derive(Debug, Clone)]
 pub struct LatencyRecorder {

@@ -367,7 +367,7 @@ mod tests {
     use super::{summarize, Curve};
     use crate::engine::RunResult;
     use crate::policy::Policy;
-    use crate::stats::LatencySummary;
+    use crate::stats::{LatencyHistograms, LatencySummary};
 
     fn point(policy: Policy, rate: f64, achieved: f64, small_p99: f64) -> RunResult {
         RunResult {
@@ -396,6 +396,7 @@ mod tests {
             epochs: 0,
             decisions: Vec::new(),
             simulated_s: 1.0,
+            histograms: LatencyHistograms::default(),
             records: Vec::new(),
         }
     }

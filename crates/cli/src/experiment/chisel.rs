@@ -10,6 +10,7 @@
 //!           <out>/ccdf_gain.svg  gain_by_condition.svg  query_size.svg  optimality.svg
 //! ```
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,9 +23,10 @@ use plotters::prelude::{
 };
 use serde::{Deserialize, Serialize};
 use tailtrim_sim::chisel::{
-    paper_grid, run_point_reusing, summarize, GridPoint, PointResult, Setup, Summary,
+    paper_grid, run_point_reusing, summarize, GridPoint, Outcome, PointResult, Setup, Summary,
 };
 
+use tailtrim_lab::histogram::Encoded;
 use tailtrim_lab::meta::{Recorder, RunMetadata};
 use tailtrim_lab::results::{read_json, write_json};
 
@@ -111,6 +113,68 @@ struct Report {
     setup: Setup,
     summary: Summary,
     results: Vec<PointResult>,
+    /// Per scenario of `results` (same order), the latency histograms its percentiles are
+    /// read from. Absent in files written before they were kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    histograms: Vec<PointHistograms>,
+}
+
+/// One scenario's histograms (nanoseconds; hdrhistogram V2, base64): per planner, `all`,
+/// `mice` and `elephants` (the classes whose mean and p95 the outcome reports).
+#[derive(Serialize, Deserialize)]
+struct PointHistograms {
+    point: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    batch: BTreeMap<String, Encoded>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    chisel: BTreeMap<String, Encoded>,
+}
+
+fn encode_outcome(outcome: &Outcome) -> Result<BTreeMap<String, Encoded>, String> {
+    outcome
+        .histograms
+        .iter()
+        .map(|(name, histogram)| Ok(((*name).to_string(), Encoded::encode(histogram)?)))
+        .collect()
+}
+
+/// Checks that the p95s of every outcome with kept histograms are theirs; the number of
+/// scenarios checked.
+fn check_histograms(report: &Report) -> Result<usize, String> {
+    let mut checked = 0;
+    for (result, kept) in report.results.iter().zip(&report.histograms) {
+        if kept.point != result.point.name() {
+            return Err(format!(
+                "histograms of {} beside the result of {}",
+                kept.point,
+                result.point.name()
+            ));
+        }
+        for (planner, outcome, histograms) in [
+            ("batch", &result.batch, &kept.batch),
+            ("chisel", &result.chisel, &kept.chisel),
+        ] {
+            for (class, reported) in [
+                ("all", outcome.p95_us),
+                ("mice", outcome.mice_p95_us),
+                ("elephants", outcome.elephant_p95_us),
+            ] {
+                let Some(encoded) = histograms.get(class) else {
+                    continue;
+                };
+                let histogram = encoded.decode().map_err(String::from)?;
+                let again = histogram.value_at_quantile(0.95) as f64 / 1e3;
+                if (again - reported).abs() > 1e-3 {
+                    return Err(format!(
+                        "{} {planner} {class}: reported p95 {reported} µs, its histogram's {again} µs",
+                        kept.point
+                    ));
+                }
+            }
+        }
+        checked += 1;
+    }
+    Ok(checked)
 }
 
 fn parse_point(text: &str) -> Result<GridPoint, String> {
@@ -166,6 +230,8 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         .unwrap_or_else(|| PathBuf::from("experiments/chisel/sim"));
     if args.replot {
         let report: Report = read_json(&out)?;
+        let checked = check_histograms(&report)?;
+        eprintln!("{checked} scenarios' p95s equal their histograms'");
         plot_all(&out, &report.results, &report.summary)?;
         print_summary(
             &report.summary,
@@ -207,18 +273,24 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
             .into_iter()
             .map(|result| (result.point.name(), result))
             .collect();
+        let batch_histograms: std::collections::HashMap<String, BTreeMap<String, Encoded>> =
+            previous
+                .histograms
+                .into_iter()
+                .map(|kept| (kept.point, kept.batch))
+                .collect();
         let from = format!(
             "; batch and the fixed-(B, L) sweep reused from the run of commit {}",
             previous.metadata.run.commit
         );
-        (Some(by_name), from)
+        (Some((by_name, batch_histograms)), from)
     } else {
         (None, String::new())
     };
     let reused_for = |point: &GridPoint| -> Result<Option<&PointResult>, String> {
         match &reused {
             None => Ok(None),
-            Some(by_name) => by_name.get(&point.name()).map(Some).ok_or_else(|| {
+            Some((by_name, _)) => by_name.get(&point.name()).map(Some).ok_or_else(|| {
                 format!(
                     "--reuse-fixed: {} is not in the stored results",
                     point.name()
@@ -267,6 +339,22 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     let metadata = recorder.finish();
     let wall_secs = metadata.wall_seconds;
     let summary = summarize(&results);
+    let histograms = results
+        .iter()
+        .map(|result| {
+            let name = result.point.name();
+            // A reused batch outcome keeps the histograms of the run it came from.
+            let batch = match &reused {
+                Some((_, stored)) => stored.get(&name).cloned().unwrap_or_default(),
+                None => encode_outcome(&result.batch)?,
+            };
+            Ok(PointHistograms {
+                point: name,
+                batch,
+                chisel: encode_outcome(&result.chisel)?,
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
     let report = Report {
         metadata: Metadata {
             run: metadata,
@@ -276,6 +364,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         setup,
         summary,
         results,
+        histograms,
     };
     write_json(&out, &report)?;
     plot_all(&out, &report.results, &report.summary)?;

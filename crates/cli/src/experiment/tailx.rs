@@ -8,6 +8,7 @@
 //!        ─► <out>/results.json, results.md, <experiment>.svg (p50/p95/p99 per planner)
 //! ```
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Mutex;
@@ -15,13 +16,14 @@ use std::time::Instant;
 
 use plotters::prelude::{IntoDrawingArea, RGBColor, SVGBackend, WHITE};
 use serde::{Deserialize, Serialize};
-use tailtrim_sim::cluster::run_cluster_with;
+use tailtrim_sim::cluster::{run_cluster_with, ClusterResult};
 use tailtrim_sim::tailx::{
     calibrate, paper_experiments, planner, reductions, scenario, short_count, Calibration,
     Experiment, PlannerOutcome, Reduction, Setup, BASELINE, PLANNERS,
 };
 
 use super::chisel::{draw_bars, fail};
+use tailtrim_lab::histogram::Encoded;
 use tailtrim_lab::meta::{Recorder, RunMetadata};
 use tailtrim_lab::results::{read_json, write_json, write_text};
 
@@ -117,6 +119,57 @@ struct Timed {
     outcome: PlannerOutcome,
     /// Wall seconds of the run on this machine.
     wall_secs: f64,
+    /// The run's latency histograms (nanoseconds; hdrhistogram V2, base64): `all` (which
+    /// p50/p95/p99 are read from), `large` and `small` (requests with and without a large
+    /// value: `large_p99_us`, `small_p99_us`). Absent in files written before they were kept.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    histograms: BTreeMap<String, Encoded>,
+}
+
+/// The histograms of `result` that [`PlannerOutcome::of`] reads its percentiles from.
+fn kept_histograms(result: &ClusterResult) -> Result<BTreeMap<String, Encoded>, String> {
+    let mut kept = BTreeMap::new();
+    for (name, class) in [
+        ("all", &result.overall),
+        ("large", &result.large),
+        ("small", &result.small),
+    ] {
+        if let Some(histogram) = &class.histogram {
+            kept.insert(name.to_string(), Encoded::encode(histogram)?);
+        }
+    }
+    Ok(kept)
+}
+
+/// Checks that the p99s an outcome reports are its kept histograms' (none kept: nothing to
+/// check); the number of outcomes checked.
+fn check_histograms(experiments: &[ExperimentResult]) -> Result<usize, String> {
+    let mut checked = 0;
+    for timed in experiments.iter().flat_map(|e| &e.outcomes) {
+        if timed.histograms.is_empty() {
+            continue;
+        }
+        let outcome = &timed.outcome;
+        for (class, reported) in [
+            ("all", outcome.p99_us),
+            ("large", outcome.large_p99_us),
+            ("small", outcome.small_p99_us),
+        ] {
+            let again = timed
+                .histograms
+                .get(class)
+                .and_then(|encoded| encoded.percentile(99.0, 1e3))
+                .unwrap_or(0.0);
+            if (again - reported).abs() > 1e-3 {
+                return Err(format!(
+                    "{} {class}: reported p99 {reported} µs, its histogram's {again} µs",
+                    outcome.planner
+                ));
+            }
+        }
+        checked += 1;
+    }
+    Ok(checked)
 }
 
 #[derive(Serialize, Deserialize)]
@@ -182,9 +235,13 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         .unwrap_or_else(|| PathBuf::from("experiments/tailx/sim"));
     if args.replot {
         let report: Report = read_json(&out)?;
+        let checked = check_histograms(&report.experiments)?;
         let markdown = render(&report.experiments, &out)?;
         print!("{markdown}");
-        println!("redrew {} from its results.json", out.display());
+        println!(
+            "redrew {} from its results.json ({checked} runs' p99s equal their histograms')",
+            out.display()
+        );
         return Ok(ExitCode::SUCCESS);
     }
     let setup = Setup {
@@ -240,6 +297,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
                         Ok(Timed {
                             outcome: PlannerOutcome::of(&result, setup.workers_per_server),
                             wall_secs: began.elapsed().as_secs_f64(),
+                            histograms: kept_histograms(&result)?,
                         })
                     };
                     let outcome = run();
