@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Simulator vs testbed (EMULATED) on one cost model: the issue's three checks.
 
-    python3 experiments/sim-validation/compare.py TESTBED_RESULTS SIM_RESULTS [SIM_RESULTS ...]
+    python3 experiments/sim-validation/compare.py TESTBED_RESULTS[,TESTBED_RESULTS...] SIM_RESULTS [SIM_RESULTS ...]
 
-TESTBED_RESULTS: results.json of `tailtrim experiment minos --emulate-service ...`;
+TESTBED_RESULTS: results.json of `tailtrim experiment minos --emulate-service ...` (later
+files, after commas, override a system's points, e.g. one policy rerun on a newer server; the
+floor and the settings are the first file's);
 SIM_RESULTS: results.json of `tailtrim sim minos --profile ...` (later files override a
 policy's curve, e.g. late binding simulated with a ninth core for its dispatcher thread).
 
@@ -30,12 +32,15 @@ def ms(us):
 
 
 def main():
-    testbed = json.load(open(sys.argv[1]))
+    testbeds = [json.load(open(path)) for path in sys.argv[1].split(",")]
+    testbed = testbeds[0]
     sims = [json.load(open(path))["result"] for path in sys.argv[2:]]
     capacity = sims[0]["estimated_capacity_rps"]
     knee_us = testbed["settings"]["knee_us"]
-    tb = {s["name"]: {p["target_rps"]: p for p in s["points"] if p["valid_repeats"] > 0}
-          for s in testbed["systems"] if s["name"] != "floor"}
+    tb = {}
+    for run in testbeds:
+        tb.update({s["name"]: {p["target_rps"]: p for p in s["points"] if p["valid_repeats"] > 0}
+                   for s in run["systems"] if s["name"] != "floor"})
     floor = {p["target_rps"]: p for s in testbed["systems"] if s["name"] == "floor"
              for p in s["points"] if p["valid_repeats"] > 0}
     sm = {}
