@@ -101,6 +101,10 @@ pub struct Args {
     /// (the small workers' share of the CPU time the workers measured).
     #[arg(long, value_name = "RULE")]
     split_by: Option<String>,
+    /// size-aware: idle large workers (nothing in the large queue) also serve the small
+    /// workers' connections (`[sizeaware] large_workers_help`; default off, as in Minos).
+    #[arg(long)]
+    large_workers_help: bool,
     /// EXPERIMENTAL: after running a request, hold its worker (sleeping, no CPU) until this
     /// emulated service time has passed since it started, e.g. `const=1ms,packet=100us,dist=exp`
     /// (docs/emulation.md; default off).
@@ -182,6 +186,9 @@ fn load(args: &Args) -> Result<ServerConfig, String> {
     }
     if let Some(rule) = &args.split_by {
         config.sizeaware.split_by = rule.clone();
+    }
+    if args.large_workers_help {
+        config.sizeaware.large_workers_help = true;
     }
     if let Some(p) = args.size_percentile {
         config.sizeaware.percentile = p;

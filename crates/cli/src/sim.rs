@@ -137,6 +137,10 @@ struct ModelFlags {
     /// of packets) or `busy` (the small cores' share of the measured busy time).
     #[arg(long, value_name = "RULE", default_value = "packets")]
     split_by: String,
+    /// Size-aware: idle large cores (nothing in the large queue) take new requests as the
+    /// small ones do (the server's `[sizeaware] large_workers_help`).
+    #[arg(long)]
+    large_workers_help: bool,
     /// Share of requests on large keys (the minos preset: 0.005).
     #[arg(long)]
     large_share: Option<f64>,
@@ -536,6 +540,7 @@ fn sweep_config(
     config.sizeaware.fixed_small_workers = flags.small_workers;
     config.sizeaware.split_by = tailtrim_policy::sizeaware::SplitBy::parse(&flags.split_by)
         .map_err(|error| error.to_string())?;
+    config.sizeaware.large_workers_help = flags.large_workers_help;
     Ok(config)
 }
 

@@ -163,6 +163,10 @@ pub struct SizeAwareSection {
     /// packets, the default) or `busy` (the small workers' share of the CPU time the workers
     /// measured, for kernel stacks where a request's cost is mostly per request).
     pub split_by: String,
+    /// An idle large worker (the large queue empty) also serves the small workers'
+    /// connections, so no worker idles while small requests wait (default false: Minos's
+    /// large workers serve large requests only).
+    pub large_workers_help: bool,
 }
 
 impl Default for SizeAwareSection {
@@ -175,6 +179,7 @@ impl Default for SizeAwareSection {
             split_by: tailtrim_policy::sizeaware::SplitBy::Packets
                 .as_str()
                 .to_string(),
+            large_workers_help: false,
         }
     }
 }
@@ -191,6 +196,7 @@ impl SizeAwareSection {
             (self.fixed_small_workers > 0).then_some(self.fixed_small_workers);
         controller.split_by =
             tailtrim_policy::sizeaware::SplitBy::parse(&self.split_by).unwrap_or_default();
+        controller.large_workers_help = self.large_workers_help;
         controller
     }
 }

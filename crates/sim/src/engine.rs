@@ -462,10 +462,12 @@ impl Sim<'_> {
         lengths
     }
 
-    fn is_small_core(&self, core: usize) -> bool {
-        self.decision
-            .map(|decision| core < decision.small_workers())
-            .unwrap_or(true)
+    /// Size-aware: whether core `core` takes from the small input
+    /// ([`PackedDecision::takes_small_input`]; every core before the first decision).
+    fn takes_small_input(&self, core: usize) -> bool {
+        self.decision.is_none_or(|decision| {
+            decision.takes_small_input(core, self.config.sizeaware.large_workers_help)
+        })
     }
 
     /// Early binding: the core that owns request `req`'s key ([`decide::place`]).
@@ -543,6 +545,15 @@ impl Sim<'_> {
                     }
                     self.try_start((start + step) % small);
                 }
+                // Idle large cores that help take what the small ones left.
+                for core in small..workers {
+                    if self.shared.is_empty() {
+                        break;
+                    }
+                    if self.takes_small_input(core) {
+                        self.try_start(core);
+                    }
+                }
             }
         }
     }
@@ -575,7 +586,7 @@ impl Sim<'_> {
                         .flatten();
                 if large.is_some() {
                     large
-                } else if self.is_small_core(core) {
+                } else if self.takes_small_input(core) {
                     self.shared.pop_front()
                 } else {
                     None

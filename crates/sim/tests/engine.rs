@@ -200,6 +200,48 @@ fn size_aware_with_a_fixed_threshold_sends_exactly_the_large_requests_to_large_c
         .all(|d| d.threshold_bytes == threshold && d.small_workers == 3));
 }
 
+/// With `large_workers_help`, an idle large core takes small requests (never the other way
+/// round): the same trace at a rate the 3 small cores cannot carry alone puts small requests
+/// on the large cores only when they help, and then carries more.
+#[test]
+fn idle_large_cores_take_small_requests_only_when_they_help() {
+    let threshold = 4_000;
+    let trace = trace(40_000, 64, ServiceModel::Cost(CostModel::default()), 9);
+    let config = |help: bool| RunConfig {
+        sizeaware: SizeAwareConfig {
+            fixed_threshold_bytes: Some(threshold),
+            fixed_small_workers: Some(3),
+            large_workers_help: help,
+            ..SizeAwareConfig::with_workers(5)
+        },
+        ..recorded(Policy::SizeAware, 5, 1_000_000.0)
+    };
+    let small_on_large = |result: &RunResult| {
+        result
+            .records
+            .iter()
+            .filter(|r| r.size <= threshold && r.served_by >= 3)
+            .count()
+    };
+    let alone = simulate(&trace, &config(false));
+    let helped = simulate(&trace, &config(true));
+    assert_eq!(small_on_large(&alone), 0);
+    assert!(
+        small_on_large(&helped) > 1000,
+        "{}",
+        small_on_large(&helped)
+    );
+    for record in helped.records.iter().filter(|r| r.size > threshold) {
+        assert!(record.handed_off && record.served_by >= 3, "{record:?}");
+    }
+    assert!(
+        helped.achieved_rps > alone.achieved_rps,
+        "{} vs {}",
+        helped.achieved_rps,
+        alone.achieved_rps
+    );
+}
+
 #[test]
 fn size_aware_controller_learns_a_threshold_and_split_from_the_sizes() {
     let trace = trace(200_000, 128, ServiceModel::Cost(CostModel::default()), 2);

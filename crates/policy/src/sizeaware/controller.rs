@@ -163,6 +163,10 @@ pub struct SizeAwareConfig {
     pub initial_threshold_bytes: u64,
     /// What the split follows (default [`SplitBy::Packets`], Minos's rule).
     pub split_by: SplitBy,
+    /// An idle large worker (nothing in the large queue) takes new requests as the small
+    /// workers do ([`crate::sizeaware::PackedDecision::takes_small_input`]); default off
+    /// (Minos: large workers serve large requests only).
+    pub large_workers_help: bool,
 }
 
 impl Default for SizeAwareConfig {
@@ -183,6 +187,7 @@ impl SizeAwareConfig {
             fixed_small_workers: None,
             initial_threshold_bytes: DEFAULT_INITIAL_THRESHOLD_BYTES,
             split_by: SplitBy::Packets,
+            large_workers_help: false,
         }
     }
 

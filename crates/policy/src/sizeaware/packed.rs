@@ -85,6 +85,15 @@ impl PackedDecision {
     pub const fn takes_large_queue(self, worker: usize, workers: usize) -> bool {
         worker >= self.small_workers() || self.small_workers() >= workers
     }
+
+    /// Whether worker `worker` takes new requests (the small workers' input) when it has
+    /// nothing else to do: the small workers always; a large worker only with
+    /// `large_workers_help` (`[sizeaware] large_workers_help`), and then only while the large
+    /// queue is empty (it serves that queue first). Small requests still never wait behind a
+    /// large one; an idle large worker just stops being idle while small ones queue.
+    pub const fn takes_small_input(self, worker: usize, large_workers_help: bool) -> bool {
+        worker < self.small_workers() || large_workers_help
+    }
 }
 
 impl From<&Decision> for PackedDecision {
@@ -97,6 +106,14 @@ impl From<&Decision> for PackedDecision {
 #[cfg(test)]
 mod tests {
     use super::PackedDecision;
+
+    #[test]
+    fn large_workers_take_small_input_only_when_they_help() {
+        let decision = PackedDecision::new(Some(1000), 5);
+        assert!((0..5).all(|worker| decision.takes_small_input(worker, false)));
+        assert!((5..8).all(|worker| !decision.takes_small_input(worker, false)));
+        assert!((0..8).all(|worker| decision.takes_small_input(worker, true)));
+    }
     use crate::sizeaware::{SizeAwareConfig, SizeAwareController, SizeClass};
 
     #[test]

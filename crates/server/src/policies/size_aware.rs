@@ -8,6 +8,7 @@
 //!        │                                            └─► reply > T: Job::Send ─┐
 //!        └─ SET declared > T, value still arriving ─► Job::Receive ─────────────┤
 //!  large workers ◄──────────────────── queue ◄────────────────────────────────────┘
+//!        └─ large_workers_help: with the queue empty, serve the shared epoll as a small one
 //!  controller: every epoch merges the workers' size histograms ─► EpochDriver::tick
 //!              ─► threshold and split, stored as one PackedDecision
 //!              (sizes, and for split_by = busy CPU time by role: measure.rs)
@@ -33,10 +34,18 @@ use crate::runtime::{FlushMode, Runtime};
 use crate::session::{Conn, Job, ReadSide};
 use crate::stats::bump;
 
+/// How long a helping large worker waits for a large job before it looks at the small
+/// workers' connections again.
+const HELP_POLL_MS: u64 = 1;
+
 /// The size-aware policy's live decision, samples and large-job queue.
 pub struct SizeAware {
     workers: usize,
     split_by: SplitBy,
+    /// Idle large workers serve the small workers' connections too.
+    large_workers_help: bool,
+    /// Waits on the small workers' connections that a large worker served something in.
+    large_worker_serves: AtomicU64,
     epoch: Duration,
     /// The controller (`None` if the configuration was invalid: the initial split stays).
     driver: Mutex<Option<EpochDriver>>,
@@ -57,6 +66,7 @@ impl SizeAware {
         let workers = config.workers.threads;
         let controller = config.sizeaware.controller(workers);
         let split_by = controller.split_by;
+        let large_workers_help = controller.large_workers_help;
         // `ServerConfig::validate` rejected what the controller would; without one, every
         // request stays small.
         let driver = EpochDriver::new(controller).ok();
@@ -66,6 +76,8 @@ impl SizeAware {
         SizeAware {
             workers,
             split_by,
+            large_workers_help,
+            large_worker_serves: AtomicU64::new(0),
             epoch: Duration::from_millis(config.sizeaware.epoch_ms),
             driver: Mutex::new(driver),
             decision: AtomicU64::new(initial.0),
@@ -140,13 +152,32 @@ impl Policy for SizeAware {
                 }
             }
             rt.poll_and_serve(0, worker, tokens, IDLE_WAIT_MS);
-        } else if let Ok(job) = self
-            .queue
-            .1
-            .recv_timeout(Duration::from_millis(IDLE_WAIT_MS as u64))
-        {
+        } else if !decision.takes_small_input(worker, self.large_workers_help) {
+            if let Ok(job) = self
+                .queue
+                .1
+                .recv_timeout(Duration::from_millis(IDLE_WAIT_MS as u64))
+            {
+                rt.run_job(job, worker);
+                self.measure.large_job_done();
+            }
+        } else if let Ok(job) = self.queue.1.try_recv() {
             rt.run_job(job, worker);
             self.measure.large_job_done();
+        } else if rt.poll_and_serve(0, worker, tokens, 0) {
+            bump(&self.large_worker_serves);
+        } else {
+            // Nothing for it on either side: wait a little for a large job, then look at
+            // the connections again (the small workers wait on those, so a request that
+            // comes meanwhile goes to them while any is free).
+            if let Ok(job) = self
+                .queue
+                .1
+                .recv_timeout(Duration::from_millis(HELP_POLL_MS))
+            {
+                rt.run_job(job, worker);
+                self.measure.large_job_done();
+            }
         }
     }
 
@@ -238,12 +269,22 @@ impl Policy for SizeAware {
             handoffs: self.handoffs.load(Ordering::Relaxed),
             steals: 0,
             epochs: self.driver.lock().as_ref().map_or(0, EpochDriver::epochs),
-            decision: self.last_decision.lock().clone(),
+            decision: {
+                let mut decision = self.last_decision.lock().clone();
+                if self.large_workers_help {
+                    decision.push((
+                        "large_worker_serves",
+                        self.large_worker_serves.load(Ordering::Relaxed).to_string(),
+                    ));
+                }
+                decision
+            },
         }
     }
 
     fn reset_stats(&self) {
         self.handoffs.store(0, Ordering::Relaxed);
+        self.large_worker_serves.store(0, Ordering::Relaxed);
     }
 
     fn set_split(&self, small: usize) {
