@@ -77,7 +77,8 @@ fn default_knee_us() -> f64 {
     tailtrim experiment minos --quick --systems pinned --out /tmp/minos\n\n\
     Systems: pinned (tailtrim's default, memcached's connection-per-thread model), \
     size-aware, early-binding, stealing, late-binding (tailtrim serve --dispatch NAME), \
-    memcached (Debian's /usr/bin/memcached).")]
+    size-aware-help (size-aware with --large-workers-help: idle large workers serve small \
+    requests), memcached (Debian's /usr/bin/memcached).")]
 pub struct Args {
     /// Comma-separated systems to compare.
     #[arg(long, default_value = DEFAULT_SYSTEMS)]
@@ -209,9 +210,14 @@ fn system_from_name(name: &str, args: &Args) -> Result<System, String> {
         }
         "memcached" => Program::Memcached,
         "pinned" => Program::Tailtrim { extra },
-        "size-aware" | "early-binding" | "stealing" | "late-binding" => {
-            extra.extend(["--dispatch".to_string(), name.to_string()]);
-            if name != "size-aware" {
+        "size-aware" | "size-aware-help" | "early-binding" | "stealing" | "late-binding" => {
+            let size_aware = name.starts_with("size-aware");
+            let dispatch = if size_aware { "size-aware" } else { name };
+            extra.extend(["--dispatch".to_string(), dispatch.to_string()]);
+            if name == "size-aware-help" {
+                extra.push("--large-workers-help".to_string());
+            }
+            if !size_aware {
                 // Only classifies their in-server latency statistics, at the
                 // bench's own small/large cut; their dispatch ignores it.
                 extra.extend([
@@ -219,7 +225,7 @@ fn system_from_name(name: &str, args: &Args) -> Result<System, String> {
                     tailtrim_bench::workload::DEFAULT_LARGE_THRESHOLD_BYTES.to_string(),
                 ]);
             }
-            if name == "size-aware" {
+            if size_aware {
                 if let Some(threshold) = args.size_threshold {
                     extra.extend(["--size-threshold".to_string(), threshold.to_string()]);
                 }
@@ -231,8 +237,8 @@ fn system_from_name(name: &str, args: &Args) -> Result<System, String> {
         }
         other => {
             return Err(format!(
-                "unknown system {other:?}; known: pinned, size-aware, early-binding, stealing, \
-                 late-binding, memcached"
+                "unknown system {other:?}; known: pinned, size-aware, size-aware-help, \
+                 early-binding, stealing, late-binding, memcached"
             ))
         }
     };
@@ -1432,6 +1438,7 @@ impl LatencyClass {
 fn system_color(name: &str) -> (u8, u8, u8) {
     match name {
         "size-aware" => (214, 39, 40),
+        "size-aware-help" => (227, 119, 194),
         "early-binding" => (31, 119, 180),
         "stealing" => (44, 160, 44),
         "late-binding" => (148, 103, 189),
@@ -1541,6 +1548,22 @@ mod tests {
         );
         let plain = Cli::try_parse_from(["minos"]).expect("parses");
         assert!(system_from_name("memcached", &plain.args).is_ok());
+    }
+
+    #[test]
+    fn size_aware_help_is_size_aware_dispatch_with_helping_large_workers() {
+        let cli = Cli::try_parse_from(["minos", "--small-workers", "1"]).expect("parses");
+        let extra = |name: &str| match system_from_name(name, &cli.args).expect(name).program {
+            Program::Tailtrim { extra } => extra,
+            Program::Memcached => panic!("{name} runs tailtrim"),
+        };
+        let help = extra("size-aware-help");
+        let plain = extra("size-aware");
+        assert!(help.windows(2).any(|w| w == ["--dispatch", "size-aware"]));
+        assert!(help.windows(2).any(|w| w == ["--small-workers", "1"]));
+        assert!(help.iter().any(|arg| arg == "--large-workers-help"));
+        assert!(!plain.iter().any(|arg| arg == "--large-workers-help"));
+        assert!(!help.iter().any(|arg| arg == "--size-threshold"));
     }
 
     fn sample(small_p99: f64, achieved: f64) -> Sample {
