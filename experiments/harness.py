@@ -13,6 +13,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 EXPERIMENTS = os.path.dirname(os.path.abspath(__file__))
@@ -49,6 +50,103 @@ def parse_args(parser, here):
         return [] if args.no_pin else ["taskset", "-c", str(cpu)]
 
     return args, bins, bench_bin, pin
+
+
+class RunRecorder:
+    """The run's metadata, with the field names of the Rust harness's `RunMetadata`
+    (crates/lab/src/meta.rs): command, commit and dirty flag, CPU model, cores, kernel, start
+    time, wall seconds, load average at the start and end and its highest 1-minute value
+    (sampled every second), the hypervisor's steal share, and the external tools' versions."""
+
+    def __init__(self):
+        self.started = time.monotonic()
+        self.metadata = {
+            "command": " ".join(sys.argv),
+            "commit": _git(["rev-parse", "HEAD"]) or "unknown",
+            "dirty": bool(_git(["status", "--porcelain", "--untracked-files=no"])),
+            "cpu_model": _cpu_model(),
+            "cores": os.cpu_count(),
+            "kernel": _read("/proc/sys/kernel/osrelease").strip(),
+            "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "load_average_start": loadavg_fields(),
+        }
+        self.jiffies = _cpu_jiffies()
+        self.highest = _one_minute(self.metadata["load_average_start"])
+        self.tools = {}
+        self.stopping = threading.Event()
+        self.sampler = threading.Thread(target=self._sample, daemon=True)
+        self.sampler.start()
+
+    def _sample(self):
+        while not self.stopping.wait(1.0):
+            self.highest = max(self.highest, _one_minute(loadavg_fields()))
+
+    def tool(self, name, command):
+        """Records the first line `command` prints (e.g. `memcached -V`)."""
+        try:
+            got = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True, timeout=10)
+            self.tools[name] = (got.stdout.strip().splitlines() or [""])[0]
+        except (OSError, subprocess.SubprocessError):
+            self.tools[name] = "unknown"
+
+    def snapshot(self):
+        """The metadata so far."""
+        out = dict(self.metadata)
+        out["wall_seconds"] = time.monotonic() - self.started
+        out["load_average_end"] = loadavg_fields()
+        out["load_average_max"] = max(self.highest, _one_minute(out["load_average_end"]))
+        end = _cpu_jiffies()
+        if self.jiffies and end:
+            total = max(end[0] - self.jiffies[0], 1)
+            out["steal_percent"] = (end[1] - self.jiffies[1]) / total * 100.0
+        if self.tools:
+            out["tools"] = dict(self.tools)
+        return out
+
+
+def _git(args):
+    try:
+        got = subprocess.run(["git", *args], cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+    except OSError:
+        return None
+    return got.stdout.strip() if got.returncode == 0 else None
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _cpu_model():
+    for line in _read("/proc/cpuinfo").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            return value.strip()
+    return ""
+
+
+def _cpu_jiffies():
+    """(total of the first eight fields, steal) of /proc/stat's `cpu` line."""
+    fields = _read("/proc/stat").split("\n", 1)[0].split()[1:]
+    values = [int(f) for f in fields if f.isdigit()]
+    return (sum(values[:8]), values[7]) if len(values) >= 8 else None
+
+
+def loadavg_fields():
+    """/proc/loadavg's 1, 5 and 15-minute load as one string."""
+    return " ".join(_read("/proc/loadavg").split()[:3])
+
+
+def _one_minute(fields):
+    try:
+        return float(fields.split()[0])
+    except (IndexError, ValueError):
+        return 0.0
 
 
 def free_port():
@@ -236,9 +334,11 @@ def print_summary(summary, ratio_columns):
               f"{e['loadavg_median']:>6.1f}")
 
 
-def write_results(path, commands, reps, duration, summary, runs, **extra):
-    """The JSON results: the command line, the exact commands run, settings, summary, runs."""
+def write_results(path, commands, reps, duration, summary, runs, recorder=None, **extra):
+    """The JSON results: the run's metadata (a `RunRecorder`'s), the command line, the exact
+    commands run, settings, summary, runs."""
+    metadata = {"metadata": recorder.snapshot()} if recorder else {}
     with open(path, "w") as f:
-        json.dump({"command": " ".join(sys.argv), "commands": commands, "reps": reps,
+        json.dump({**metadata, "command": " ".join(sys.argv), "commands": commands, "reps": reps,
                    "duration_s": duration, "cpus": os.cpu_count(), **extra,
                    "summary": summary, "runs": runs}, f, indent=1)

@@ -35,7 +35,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from harness import (TICK, shown, arg_parser, bench_cmd, bench_preload, build_closedloop,  # noqa: E402
                      closed_cmd, closed_preload, free_port, measure, memcached_cmd, parse_args,
-                     print_summary, rotated, start, stop_all, summarize, write_results)
+                     print_summary, rotated, start, stop_all, summarize, write_results,
+                     RunRecorder)
 
 
 def user_sys_seconds(pid):
@@ -59,6 +60,9 @@ def main():
     parser.add_argument("--direct", action="store_true",
                         help="also run the open-loop cases against one memcached directly")
     args, bins, bench_bin, pin = parse_args(parser, HERE)
+    recorder = RunRecorder()
+    recorder.tool("memcached", ["memcached", "-V"])
+    recorder.tool("nutcracker", ["nutcracker", "--version"])
 
     cases = {
         "single-open": ("single.toml", args.single_rate, 16),
@@ -170,7 +174,8 @@ def main():
         for key in ("user_us_per_request", "sys_us_per_request"):
             if rows[0][key] is not None:
                 entry[key] = statistics.median(r[key] for r in rows)
-    write_results(args.out, commands, args.reps, args.duration, summary, runs)
+    write_results(args.out, commands, args.reps, args.duration, summary, runs,
+                  recorder=recorder)
     print_summary(summary, [("cpu_ratio_to_nutcracker_median", "x nc"),
                             ("user_ratio_to_nutcracker_median", "user x nc"),
                             ("sys_ratio_to_nutcracker_median", "sys x nc")])

@@ -38,7 +38,8 @@ EXPERIMENTS = os.path.dirname(HERE)
 sys.path.insert(0, EXPERIMENTS)
 from harness import (shown, arg_parser, bench_cmd, bench_preload, build_closedloop,  # noqa: E402
                      closed_cmd, closed_preload, free_port, measure, memcached_cmd, parse_args,
-                     print_summary, rotated, start, stop_all, summarize, write_results)
+                     print_summary, rotated, start, stop_all, summarize, write_results,
+                     RunRecorder)
 
 WORKLOAD = os.path.join(EXPERIMENTS, "proxy", "single.toml")
 REFERENCE = "memcached"
@@ -70,6 +71,8 @@ def main():
     parser.add_argument("--open-rate", type=float, default=None,
                         help="fixed open-50 rate for every target instead")
     args, bins, bench_bin, pin = parse_args(parser, HERE)
+    recorder = RunRecorder()
+    recorder.tool("memcached", ["memcached", "-V"])
     chosen = args.cases.split(",")
     unknown = [c for c in chosen if c not in CASES]
     if unknown:
@@ -145,7 +148,7 @@ def main():
                         ratios=(("cpu", "cpu_us_per_request"), ("rate", "carried_rps")))
     acceptance = check_acceptance(summary, names[1:])
     write_results(args.out, commands, args.reps, args.duration, summary, runs,
-                  pinned=not args.no_pin, open_fraction=args.open_fraction,
+                  recorder=recorder, pinned=not args.no_pin, open_fraction=args.open_fraction,
                   open_rate=args.open_rate, acceptance=acceptance)
     print_summary(summary, [(f"cpu_ratio_to_{REFERENCE}_median", "cpu x mc"),
                             (f"rate_ratio_to_{REFERENCE}_median", "rate x mc")])
