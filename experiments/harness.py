@@ -7,10 +7,13 @@ run, and the per-repetition ratios to a reference target with their median and r
 """
 
 import argparse
+import base64
 import json
+import math
 import os
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import threading
@@ -42,6 +45,9 @@ def parse_args(parser, here):
     of a command (none with --no-pin)."""
     parser.add_argument("--no-pin", action="store_true")
     parser.add_argument("--out", default=os.path.join(here, "results.json"))
+    parser.add_argument("--replot", action="store_true",
+                        help="do not run: recompute every run's p50/p99 from its histogram "
+                        "(fail on a mismatch), then the summary and the plot of --out")
     args = parser.parse_args()
     bins = [b.split("=", 1) for b in (args.bin or ["tailtrim=target/release/tailtrim"])]
     bench_bin = args.bench_bin or bins[0][1].split()[0]
@@ -263,6 +269,7 @@ def measure(cmd, pid, cpu_key, bench_out=None, latency_class="all"):
         result = json.loads(got.stdout)
         carried, timeouts, hit_ratio = result["rps"], 0, None
         p50, p99 = result["p50_us"], result["p99_us"]
+        histogram = {"histogram_us": result["histogram_us"]} if "histogram_us" in result else {}
     else:
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         cpu = (cpu_seconds(pid) - cpu_before) if pid else None
@@ -272,14 +279,112 @@ def measure(cmd, pid, cpu_key, bench_out=None, latency_class="all"):
         hit_ratio = result["hit_ratio"]
         p50 = result["classes"][latency_class]["p50_us"]
         p99 = result["classes"][latency_class]["p99_us"]
+        encoded = result.get("histograms", {}).get(latency_class)
+        histogram = {"histogram_hdr_ns": encoded} if encoded else {}
     done = result["completed"]
     return {
         "carried_rps": carried, "completed": done, "errors": result["errors"],
         "timeouts": timeouts, "hit_ratio": hit_ratio, "p50_us": p50, "p99_us": p99,
         cpu_key: cpu,
         "cpu_us_per_request": (cpu * 1e6 / done) if (cpu is not None and done) else None,
-        "loadavg_before": load_before, "loadavg_after": loadavg(),
+        "loadavg_before": load_before, "loadavg_after": loadavg(), **histogram,
     }
+
+
+def hdr_counts(encoded):
+    """(lowest discernible value, significant digits, counts) of a histogram in hdrhistogram's
+    V2 serialization, base64 (what `tailtrim bench --json` and the Rust harness keep)."""
+    raw = base64.b64decode(encoded)
+    cookie, length, _offset, digits, lowest, _highest, _ratio = struct.unpack(">IIIIQQd",
+                                                                             raw[:40])
+    if cookie != 0x1c849313:
+        raise ValueError(f"not an uncompressed V2 histogram (cookie {cookie:#x})")
+    payload, counts, at = raw[40:40 + length], [], 0
+    while at < len(payload):
+        value, shift = 0, 0
+        for nth in range(9):  # LEB128, the ninth byte carrying eight bits
+            byte = payload[at]
+            at += 1
+            if nth == 8:
+                value |= byte << 56
+                break
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                break
+        count = (value >> 1) ^ -(value & 1)  # zigzag
+        counts.extend([0] * -count if count < 0 else [count])
+    return lowest, digits, counts
+
+
+def hdr_percentile(encoded, percentile):
+    """The value at `percentile` (0-100) of a V2 histogram, as hdrhistogram's
+    `value_at_quantile` gives it (the highest value equivalent to the bucket reaching the rank);
+    None when empty."""
+    lowest, digits, counts = hdr_counts(encoded)
+    total = sum(counts)
+    if not total:
+        return None
+    unit = int(math.floor(math.log2(lowest)))
+    magnitude = int(math.ceil(math.log2(2 * 10 ** digits)))
+    half_magnitude = max(magnitude, 1) - 1
+    half, mask = 1 << half_magnitude, ((1 << magnitude) - 1) << unit
+    quantile = min(percentile / 100.0, 1.0)
+    rank, running = max(math.ceil(quantile * total), 1), 0
+    for index, count in enumerate(counts):
+        running += count
+        if running < rank:
+            continue
+        bucket, sub = (index >> half_magnitude) - 1, (index & (half - 1)) + half
+        if bucket < 0:
+            bucket, sub = 0, sub - half
+        value = sub << (bucket + unit)
+        shift = (value | mask).bit_length() - unit - magnitude + unit
+        low = (value >> shift) << shift
+        return low if quantile == 0.0 else low + (1 << shift) - 1
+    return None
+
+
+def run_percentile(run, percentile):
+    """A run's latency percentile (µs) from the histogram it kept: closedloop's
+    [µs, count] pairs (the value at rank floor(p * (n - 1))) or the bench's V2 histogram in
+    nanoseconds. None when the run kept no histogram."""
+    if "histogram_us" in run:
+        pairs = run["histogram_us"]
+        total = sum(count for _, count in pairs)
+        if not total:
+            return 0
+        rank, seen = int(percentile / 100.0 * (total - 1)), 0
+        for value, count in pairs:
+            seen += count
+            if seen > rank:
+                return value
+    if "histogram_hdr_ns" in run:
+        value = hdr_percentile(run["histogram_hdr_ns"], percentile)
+        return None if value is None else value / 1000.0
+    return None
+
+
+def check_percentiles(runs):
+    """Recomputes every run's p50 and p99 from its histogram; raises on a mismatch. Returns
+    how many runs had one."""
+    checked = 0
+    for run in runs:
+        for key, percentile in (("p50_us", 50.0), ("p99_us", 99.0)):
+            value = run_percentile(run, percentile)
+            if value is None:
+                continue
+            if abs(value - run[key]) > 1e-6:
+                raise ValueError(f"{run['case']} {run['target']} rep {run['rep']}: {key} "
+                                 f"{run[key]} but its histogram says {value}")
+        checked += any(k in run for k in ("histogram_us", "histogram_hdr_ns"))
+    return checked
+
+
+def read_results(path):
+    """A results.json written by `write_results`."""
+    with open(path) as f:
+        return json.load(f)
 
 
 def summarize(runs, cases, names, reference, ratios=(("cpu", "cpu_us_per_request"),)):

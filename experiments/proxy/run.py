@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 from harness import (TICK, shown, arg_parser, bench_cmd, bench_preload, build_closedloop,  # noqa: E402
                      closed_cmd, closed_preload, free_port, measure, memcached_cmd, parse_args,
                      print_summary, rotated, start, stop_all, summarize, write_results,
-                     RunRecorder)
+                     RunRecorder, check_percentiles, read_results)
 
 
 def user_sys_seconds(pid):
@@ -60,6 +60,8 @@ def main():
     parser.add_argument("--direct", action="store_true",
                         help="also run the open-loop cases against one memcached directly")
     args, bins, bench_bin, pin = parse_args(parser, HERE)
+    if args.replot:
+        return replot(args.out)
     recorder = RunRecorder()
     recorder.tool("memcached", ["memcached", "-V"])
     recorder.tool("nutcracker", ["nutcracker", "--version"])
@@ -166,6 +168,14 @@ def main():
     finally:
         stop_all(procs)
 
+    summary = conclude(runs, chosen, names)
+    write_results(args.out, commands, args.reps, args.duration, summary, runs,
+                  recorder=recorder)
+    show(summary)
+
+
+def conclude(runs, chosen, names):
+    """The summary of `runs`: medians, ratios to nutcracker, user and system time."""
     summary = summarize(runs, chosen, names, "nutcracker",
                         ratios=(("cpu", "cpu_us_per_request"), ("user", "user_us_per_request"),
                                 ("sys", "sys_us_per_request")))
@@ -174,8 +184,26 @@ def main():
         for key in ("user_us_per_request", "sys_us_per_request"):
             if rows[0][key] is not None:
                 entry[key] = statistics.median(r[key] for r in rows)
-    write_results(args.out, commands, args.reps, args.duration, summary, runs,
-                  recorder=recorder)
+    return summary
+
+
+def replot(path):
+    """--replot: every run's p50/p99 checked against its histogram, then the summary of
+    `path` recomputed from its runs."""
+    results = read_results(path)
+    runs = results["runs"]
+    checked = check_percentiles(runs)
+    print(f"{checked} of {len(runs)} runs kept a histogram; their p50 and p99 match it")
+    chosen = list(dict.fromkeys(r["case"] for r in runs))
+    names = list(dict.fromkeys(r["target"] for r in runs if r["rep"] == 0))
+    results["summary"] = conclude(runs, chosen, names)
+    with open(path, "w") as f:
+        json.dump(results, f, indent=1)
+    show(results["summary"])
+
+
+def show(summary):
+    """The summary as a table."""
     print_summary(summary, [("cpu_ratio_to_nutcracker_median", "x nc"),
                             ("user_ratio_to_nutcracker_median", "user x nc"),
                             ("sys_ratio_to_nutcracker_median", "sys x nc")])

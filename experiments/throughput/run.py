@@ -39,7 +39,7 @@ sys.path.insert(0, EXPERIMENTS)
 from harness import (shown, arg_parser, bench_cmd, bench_preload, build_closedloop,  # noqa: E402
                      closed_cmd, closed_preload, free_port, measure, memcached_cmd, parse_args,
                      print_summary, rotated, start, stop_all, summarize, write_results,
-                     RunRecorder)
+                     RunRecorder, check_percentiles, read_results)
 
 WORKLOAD = os.path.join(EXPERIMENTS, "proxy", "single.toml")
 REFERENCE = "memcached"
@@ -71,6 +71,8 @@ def main():
     parser.add_argument("--open-rate", type=float, default=None,
                         help="fixed open-50 rate for every target instead")
     args, bins, bench_bin, pin = parse_args(parser, HERE)
+    if args.replot:
+        return replot(args.out)
     recorder = RunRecorder()
     recorder.tool("memcached", ["memcached", "-V"])
     chosen = args.cases.split(",")
@@ -144,12 +146,37 @@ def main():
     finally:
         stop_all(procs)
 
-    summary = summarize(runs, chosen, names, REFERENCE,
-                        ratios=(("cpu", "cpu_us_per_request"), ("rate", "carried_rps")))
-    acceptance = check_acceptance(summary, names[1:])
+    summary, acceptance = conclude(runs, chosen, names)
     write_results(args.out, commands, args.reps, args.duration, summary, runs,
                   recorder=recorder, pinned=not args.no_pin, open_fraction=args.open_fraction,
                   open_rate=args.open_rate, acceptance=acceptance)
+    show(summary, acceptance, names, args.out)
+
+
+def conclude(runs, chosen, names):
+    """The summary (medians and ratios to memcached) and the acceptance checks of `runs`."""
+    summary = summarize(runs, chosen, names, REFERENCE,
+                        ratios=(("cpu", "cpu_us_per_request"), ("rate", "carried_rps")))
+    return summary, check_acceptance(summary, names[1:])
+
+
+def replot(path):
+    """--replot: every run's p50/p99 checked against its histogram, then the summary, the
+    acceptance checks and the plot of `path` recomputed from its runs."""
+    results = read_results(path)
+    runs = results["runs"]
+    checked = check_percentiles(runs)
+    print(f"{checked} of {len(runs)} runs kept a histogram; their p50 and p99 match it")
+    chosen = [c for c in CASES if any(r["case"] == c for r in runs)]
+    names = list(dict.fromkeys(r["target"] for r in runs if r["rep"] == 0))
+    results["summary"], results["acceptance"] = conclude(runs, chosen, names)
+    with open(path, "w") as f:
+        json.dump(results, f, indent=1)
+    show(results["summary"], results["acceptance"], names, path)
+
+
+def show(summary, acceptance, names, out):
+    """The table, the acceptance lines and the plot next to `out`."""
     print_summary(summary, [(f"cpu_ratio_to_{REFERENCE}_median", "cpu x mc"),
                             (f"rate_ratio_to_{REFERENCE}_median", "rate x mc")])
     if acceptance:
@@ -157,7 +184,7 @@ def main():
     for a in acceptance:
         print(f"{a['target']}: {a['case']} {a['metric']} {a['value']:.2f} {a['bound']}"
               f" -> {'met' if a['met'] else 'NOT met'}")
-    plot(summary, names, os.path.splitext(args.out)[0] + ".svg")
+    plot(summary, names, os.path.splitext(out)[0] + ".svg")
 
 
 def check_acceptance(summary, targets):

@@ -335,12 +335,15 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
                 None
             };
             let bar = progress_bar(interactive, total_ms, &format!("{:.0} rps", config.rate));
-            let mut report =
-                tailtrim_bench::run(&workload, &config, &mut |progress| show(&bar, progress))
-                    .map_err(|error| error.to_string())?;
+            let recorder = tailtrim_lab::meta::Recorder::start();
+            let output = tailtrim_bench::run_detailed(&workload, &config, &mut |progress| {
+                show(&bar, progress)
+            })
+            .map_err(|error| error.to_string())?;
             if let Some(bar) = bar {
                 bar.finish_and_clear();
             }
+            let mut report = output.report;
             if !args.quiet {
                 print!("{}", report.to_table());
             }
@@ -348,7 +351,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
                 plot_run(&report, directory).map_err(|error| error.to_string())?;
             }
             report.floor = floor;
-            serde_json::to_string_pretty(&report)
+            run_json(&report, &output.histograms, recorder.finish())?
         }
         Some(list) => {
             let rates = parse_rates(list).map_err(|error| error.to_string())?;
@@ -395,15 +398,42 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
             if let Some(directory) = &args.plot {
                 plot_sweep(&report, directory).map_err(|error| error.to_string())?;
             }
-            serde_json::to_string_pretty(&report)
+            serde_json::to_string_pretty(&report).map_err(|error| error.to_string())?
         }
-    }
-    .map_err(|error| error.to_string())?;
+    };
     if let Some(path) = &args.json {
         std::fs::write(path, json + "\n")
             .map_err(|error| format!("writing {}: {error}", path.display()))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One run's `--json` document: the report, the run's metadata (commit, machine, load) and
+/// each class's latency histogram (nanoseconds, hdrhistogram's V2 serialization in base64;
+/// classes with no request left out), so any percentile can be recomputed.
+fn run_json(
+    report: &tailtrim_bench::RunReport,
+    histograms: &tailtrim_bench::class::ClassHistograms,
+    metadata: tailtrim_lab::meta::RunMetadata,
+) -> Result<String, String> {
+    let mut document = serde_json::to_value(report).map_err(|error| error.to_string())?;
+    let mut encoded = serde_json::Map::new();
+    for class in tailtrim_bench::Class::ALL {
+        let histogram = histograms.get(class);
+        if !histogram.is_empty() {
+            let value = tailtrim_lab::histogram::Encoded::encode(histogram)
+                .map_err(|error| error.to_string())?;
+            encoded.insert(class.name().to_string(), serde_json::Value::String(value.0));
+        }
+    }
+    if let Some(object) = document.as_object_mut() {
+        object.insert(
+            "metadata".to_string(),
+            serde_json::to_value(metadata).map_err(|error| error.to_string())?,
+        );
+        object.insert("histograms".to_string(), serde_json::Value::Object(encoded));
+    }
+    serde_json::to_string_pretty(&document).map_err(|error| error.to_string())
 }
 
 /// `tailtrim bench --cache-aside`.

@@ -4,7 +4,10 @@
 // send the next). A request is a get of -keys random keys, or (one in -set-every, single-key
 // loads only) a set of a -value-size value. Keys are key:<i> zero-padded to 20 bytes, i below
 // -key-count, as the workloads in this folder preload them. Prints one JSON object: requests
-// completed, rate, p50/p99 in microseconds, errors.
+// completed, rate, p50/p99 in microseconds, errors, and the latency histogram they come from
+// (histogram_us: [microseconds, count] pairs in increasing order, each latency kept to three
+// significant digits as HDR histograms keep it by default), so any percentile can be
+// recomputed: the value at rank floor(p * (completed - 1)) of the sorted latencies.
 package main
 
 import (
@@ -138,17 +141,35 @@ func main() {
 		errs += errors[i]
 	}
 	sort.Slice(all, func(a, b int) bool { return all[a] < all[b] })
-	q := func(p float64) float64 {
+	q := func(p float64) int64 {
 		if len(all) == 0 {
 			return 0
 		}
-		return float64(all[int(p*float64(len(all)-1))].Microseconds())
+		return significant3(all[int(p*float64(len(all)-1))].Microseconds())
+	}
+	histogram := [][2]int64{}
+	for _, d := range all {
+		us := significant3(d.Microseconds())
+		if n := len(histogram); n > 0 && histogram[n-1][0] == us {
+			histogram[n-1][1]++
+		} else {
+			histogram = append(histogram, [2]int64{us, 1})
+		}
 	}
 	out := map[string]any{
 		"completed": len(all), "elapsed_s": elapsed, "rps": float64(len(all)) / elapsed,
-		"p50_us": q(0.5), "p99_us": q(0.99), "errors": errs,
+		"p50_us": q(0.5), "p99_us": q(0.99), "errors": errs, "histogram_us": histogram,
 	}
 	check(json.NewEncoder(os.Stdout).Encode(out))
+}
+
+// significant3 keeps three significant digits of v (rounding down): 999 stays, 12345 is 12300.
+func significant3(v int64) int64 {
+	step := int64(1)
+	for v/step >= 1000 {
+		step *= 10
+	}
+	return v / step * step
 }
 
 func key(i int) string { return fmt.Sprintf("key:%016d", i) }
