@@ -269,7 +269,8 @@ def measure(cmd, pid, cpu_key, bench_out=None, latency_class="all"):
         result = json.loads(got.stdout)
         carried, timeouts, hit_ratio = result["rps"], 0, None
         p50, p99 = result["p50_us"], result["p99_us"]
-        histogram = {"histogram_us": result["histogram_us"]} if "histogram_us" in result else {}
+        histogram = ({"histogram_us": compact_pairs(result["histogram_us"])}
+                     if "histogram_us" in result else {})
     else:
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         cpu = (cpu_seconds(pid) - cpu_before) if pid else None
@@ -345,12 +346,18 @@ def hdr_percentile(encoded, percentile):
     return None
 
 
+def compact_pairs(pairs):
+    """closedloop's [µs, count] pairs as one string, `µs:count,...` (kept per run)."""
+    return ",".join(f"{value}:{count}" for value, count in pairs)
+
+
 def run_percentile(run, percentile):
     """A run's latency percentile (µs) from the histogram it kept: closedloop's
-    [µs, count] pairs (the value at rank floor(p * (n - 1))) or the bench's V2 histogram in
+    `µs:count,...` pairs (the value at rank floor(p * (n - 1))) or the bench's V2 histogram in
     nanoseconds. None when the run kept no histogram."""
     if "histogram_us" in run:
-        pairs = run["histogram_us"]
+        pairs = [[int(x) for x in pair.split(":")] for pair in run["histogram_us"].split(",")
+                 if pair]
         total = sum(count for _, count in pairs)
         if not total:
             return 0
@@ -379,6 +386,11 @@ def check_percentiles(runs):
                                  f"{run[key]} but its histogram says {value}")
         checked += any(k in run for k in ("histogram_us", "histogram_hdr_ns"))
     return checked
+
+
+def shown_row(row):
+    """A run's row as printed while the experiment goes on: without its histogram."""
+    return {k: v for k, v in row.items() if not k.startswith("histogram_")}
 
 
 def read_results(path):

@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 from harness import (TICK, shown, arg_parser, bench_cmd, bench_preload, build_closedloop,  # noqa: E402
                      closed_cmd, closed_preload, free_port, measure, memcached_cmd, parse_args,
                      print_summary, rotated, start, stop_all, summarize, write_results,
-                     RunRecorder, check_percentiles, read_results)
+                     RunRecorder, check_percentiles, read_results, shown_row)
 
 
 def user_sys_seconds(pid):
@@ -164,7 +164,7 @@ def main():
                         row[key] = ((after - before) * 1e6 / m["completed"]
                                     if before is not None and m["completed"] else None)
                     runs.append(row)
-                    print(json.dumps(row), flush=True)
+                    print(json.dumps(shown_row(row)), flush=True)
     finally:
         stop_all(procs)
 

@@ -39,7 +39,7 @@ sys.path.insert(0, EXPERIMENTS)
 from harness import (shown, arg_parser, bench_cmd, bench_preload, build_closedloop,  # noqa: E402
                      closed_cmd, closed_preload, free_port, measure, memcached_cmd, parse_args,
                      print_summary, rotated, start, stop_all, summarize, write_results,
-                     RunRecorder, check_percentiles, read_results)
+                     RunRecorder, check_percentiles, read_results, shown_row)
 
 WORKLOAD = os.path.join(EXPERIMENTS, "proxy", "single.toml")
 REFERENCE = "memcached"
@@ -142,7 +142,7 @@ def main():
                     row = {"rep": rep, "case": case, "target": name, "threads": t,
                            "offered_rps": offered, "max_in_flight": depth, **m}
                     runs.append(row)
-                    print(json.dumps(row), flush=True)
+                    print(json.dumps(shown_row(row)), flush=True)
     finally:
         stop_all(procs)
 
