@@ -172,6 +172,13 @@ def wait_port(port, timeout=10.0):
     raise RuntimeError(f"port {port} never opened")
 
 
+def user_sys_seconds(pid):
+    """The user and the system CPU time of `pid` so far (utime, stime of /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) / TICK, int(fields[12]) / TICK
+
+
 def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -263,6 +270,7 @@ def measure(cmd, pid, cpu_key, bench_out=None, latency_class="all"):
     """
     load_before = loadavg()
     cpu_before = cpu_seconds(pid) if pid else 0.0
+    split_before = user_sys_seconds(pid) if pid else None
     if bench_out is None:
         got = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
         cpu = (cpu_seconds(pid) - cpu_before) if pid else None
@@ -283,12 +291,19 @@ def measure(cmd, pid, cpu_key, bench_out=None, latency_class="all"):
         encoded = result.get("histograms", {}).get(latency_class)
         histogram = {"histogram_hdr_ns": encoded} if encoded else {}
     done = result["completed"]
+    # The same CPU time split into user space and kernel (tick-sampled by the kernel, so only
+    # medians over repetitions mean much).
+    split = {}
+    if split_before is not None:
+        for key, before, after in zip(("user_us_per_request", "sys_us_per_request"),
+                                      split_before, user_sys_seconds(pid)):
+            split[key] = (after - before) * 1e6 / done if done else None
     return {
         "carried_rps": carried, "completed": done, "errors": result["errors"],
         "timeouts": timeouts, "hit_ratio": hit_ratio, "p50_us": p50, "p99_us": p99,
         cpu_key: cpu,
         "cpu_us_per_request": (cpu * 1e6 / done) if (cpu is not None and done) else None,
-        "loadavg_before": load_before, "loadavg_after": loadavg(), **histogram,
+        **split, "loadavg_before": load_before, "loadavg_after": loadavg(), **histogram,
     }
 
 
@@ -414,17 +429,18 @@ def summarize(runs, cases, names, reference, ratios=(("cpu", "cpu_us_per_request
                      "carried_rps": med("carried_rps"), "p50_us": med("p50_us"),
                      "p99_us": med("p99_us"), "errors": sum(r["errors"] for r in rows),
                      "loadavg_median": statistics.median(r["loadavg_before"] for r in rows)}
-            if rows[0]["cpu_us_per_request"] is not None:
-                entry["cpu_us_per_request"] = med("cpu_us_per_request")
+            for key in ("cpu_us_per_request", "user_us_per_request", "sys_us_per_request"):
+                if rows[0].get(key) is not None:
+                    entry[key] = med(key)
             for prefix, metric in ratios:
-                if rows[0][metric] is None:
+                if rows[0].get(metric) is None:
                     continue
                 # Per-repetition ratio to the reference, then the median of the ratios.
                 values = []
                 for r in rows:
                     ref = [x for x in runs if x["case"] == case and x["rep"] == r["rep"]
                            and x["target"] == reference]
-                    if ref and ref[0][metric] and r[metric] is not None:
+                    if ref and ref[0].get(metric) and r.get(metric) is not None:
                         values.append(r[metric] / ref[0][metric])
                 if values:
                     entry[f"{prefix}_ratio_to_{reference}_median"] = statistics.median(values)

@@ -26,24 +26,16 @@ Several `--bin NAME=PATH` compare builds side by side (e.g. before/after a chang
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-from harness import (TICK, shown, arg_parser, bench_cmd, bench_preload, build_closedloop,  # noqa: E402
+from harness import (shown, arg_parser, bench_cmd, bench_preload, build_closedloop,  # noqa: E402
                      closed_cmd, closed_preload, free_port, measure, memcached_cmd, parse_args,
                      print_summary, rotated, start, stop_all, summarize, write_results,
                      RunRecorder, check_percentiles, read_results, shown_row)
-
-
-def user_sys_seconds(pid):
-    """The user and the system CPU time of `pid` so far (utime, stime of /proc/PID/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) / TICK, int(fields[12]) / TICK
 
 
 def main():
@@ -141,7 +133,6 @@ def main():
                     closed = cases[case][0] == "closed"
                     if name == "direct" and closed:
                         continue
-                    split_before = user_sys_seconds(pid) if pid else None
                     if closed:
                         _, conns, depth, keys = cases[case]
                         offered, in_flight = None, depth
@@ -155,14 +146,6 @@ def main():
                         m = measure(cmd, pid, "proxy_cpu_s", bench_out=out)
                     row = {"rep": rep, "case": case, "target": name, "offered_rps": offered,
                            "max_in_flight": in_flight, **m}
-                    # The same CPU time split into user space and kernel (tick-sampled by the
-                    # kernel, so only medians over repetitions mean much).
-                    for key, before, after in zip(
-                            ("user_us_per_request", "sys_us_per_request"),
-                            split_before or (None, None),
-                            user_sys_seconds(pid) if pid else (None, None)):
-                        row[key] = ((after - before) * 1e6 / m["completed"]
-                                    if before is not None and m["completed"] else None)
                     runs.append(row)
                     print(json.dumps(shown_row(row)), flush=True)
     finally:
@@ -179,11 +162,6 @@ def conclude(runs, chosen, names):
     summary = summarize(runs, chosen, names, "nutcracker",
                         ratios=(("cpu", "cpu_us_per_request"), ("user", "user_us_per_request"),
                                 ("sys", "sys_us_per_request")))
-    for entry in summary:
-        rows = [r for r in runs if r["case"] == entry["case"] and r["target"] == entry["target"]]
-        for key in ("user_us_per_request", "sys_us_per_request"):
-            if rows[0][key] is not None:
-                entry[key] = statistics.median(r[key] for r in rows)
     return summary
 
 

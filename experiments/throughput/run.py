@@ -156,7 +156,8 @@ def main():
 def conclude(runs, chosen, names):
     """The summary (medians and ratios to memcached) and the acceptance checks of `runs`."""
     summary = summarize(runs, chosen, names, REFERENCE,
-                        ratios=(("cpu", "cpu_us_per_request"), ("rate", "carried_rps")))
+                        ratios=(("cpu", "cpu_us_per_request"), ("user", "user_us_per_request"),
+                                ("sys", "sys_us_per_request"), ("rate", "carried_rps")))
     return summary, check_acceptance(summary, names[1:])
 
 
