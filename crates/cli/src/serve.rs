@@ -102,9 +102,10 @@ pub struct Args {
     #[arg(long, value_name = "RULE")]
     split_by: Option<String>,
     /// size-aware: idle large workers (nothing in the large queue) also serve the small
-    /// workers' connections (`[sizeaware] large_workers_help`; default off, as in Minos).
-    #[arg(long)]
-    large_workers_help: bool,
+    /// workers' connections (`[sizeaware] large_workers_help`, default true; `false` is
+    /// Minos as published). The flag alone means true.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    large_workers_help: Option<bool>,
     /// EXPERIMENTAL: after running a request, hold its worker (sleeping, no CPU) until this
     /// emulated service time has passed since it started, e.g. `const=1ms,packet=100us,dist=exp`
     /// (docs/emulation.md; default off).
@@ -187,8 +188,8 @@ fn load(args: &Args) -> Result<ServerConfig, String> {
     if let Some(rule) = &args.split_by {
         config.sizeaware.split_by = rule.clone();
     }
-    if args.large_workers_help {
-        config.sizeaware.large_workers_help = true;
+    if let Some(help) = args.large_workers_help {
+        config.sizeaware.large_workers_help = help;
     }
     if let Some(p) = args.size_percentile {
         config.sizeaware.percentile = p;

@@ -138,7 +138,8 @@ struct ModelFlags {
     #[arg(long, value_name = "RULE", default_value = "packets")]
     split_by: String,
     /// Size-aware: idle large cores (nothing in the large queue) take new requests as the
-    /// small ones do (the server's `[sizeaware] large_workers_help`).
+    /// small ones do (the server's `[sizeaware] large_workers_help`, on by default there;
+    /// off here unless given, so `size-aware` is Minos as published).
     #[arg(long)]
     large_workers_help: bool,
     /// Share of requests on large keys (the minos preset: 0.005).

@@ -79,3 +79,25 @@ fn an_idle_large_worker_serves_small_requests_only_when_it_helps() {
     // reported when large workers help).
     assert_eq!(large_worker_serves(false), None);
 }
+
+#[test]
+fn large_workers_help_by_default_and_stats_say_so() {
+    assert!(ServerConfig::default().sizeaware.large_workers_help);
+    let mut config = ServerConfig::default();
+    config.server.listen = "127.0.0.1".into();
+    config.server.port = 0;
+    config.workers.threads = 2;
+    config.workers.dispatch = DispatchPolicy::SizeAware;
+    let handle = start(config).expect("server starts");
+    let mut admin = TcpStream::connect(handle.local_addr()).expect("connect");
+    admin
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    admin.write_all(b"stats sizeaware\r\n").expect("write");
+    let text = String::from_utf8(read_until(&mut admin, b"END\r\n")).expect("utf-8");
+    handle.shutdown();
+    assert!(
+        text.contains("STAT large_workers_help yes\r\n"),
+        "stats sizeaware: {text}"
+    );
+}

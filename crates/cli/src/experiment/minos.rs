@@ -77,8 +77,8 @@ fn default_knee_us() -> f64 {
     tailtrim experiment minos --quick --systems pinned --out /tmp/minos\n\n\
     Systems: pinned (tailtrim's default, memcached's connection-per-thread model), \
     size-aware, early-binding, stealing, late-binding (tailtrim serve --dispatch NAME), \
-    size-aware-help (size-aware with --large-workers-help: idle large workers serve small \
-    requests), memcached (Debian's /usr/bin/memcached).")]
+    size-aware-help (size-aware with --large-workers-help true: idle large workers serve small \
+    requests; size-aware runs with it false, Minos as published), memcached (Debian's /usr/bin/memcached).")]
 pub struct Args {
     /// Comma-separated systems to compare.
     #[arg(long, default_value = DEFAULT_SYSTEMS)]
@@ -214,8 +214,11 @@ fn system_from_name(name: &str, args: &Args) -> Result<System, String> {
             let size_aware = name.starts_with("size-aware");
             let dispatch = if size_aware { "size-aware" } else { name };
             extra.extend(["--dispatch".to_string(), dispatch.to_string()]);
-            if name == "size-aware-help" {
-                extra.push("--large-workers-help".to_string());
+            if size_aware {
+                // Explicit either way: `size-aware` is Minos as published whatever the
+                // server's default.
+                let help = name == "size-aware-help";
+                extra.extend(["--large-workers-help".to_string(), help.to_string()]);
             }
             if !size_aware {
                 // Only classifies their in-server latency statistics, at the
@@ -1561,8 +1564,8 @@ mod tests {
         let plain = extra("size-aware");
         assert!(help.windows(2).any(|w| w == ["--dispatch", "size-aware"]));
         assert!(help.windows(2).any(|w| w == ["--small-workers", "1"]));
-        assert!(help.iter().any(|arg| arg == "--large-workers-help"));
-        assert!(!plain.iter().any(|arg| arg == "--large-workers-help"));
+        assert!(help.windows(2).any(|w| w == ["--large-workers-help", "true"]));
+        assert!(plain.windows(2).any(|w| w == ["--large-workers-help", "false"]));
         assert!(!help.iter().any(|arg| arg == "--size-threshold"));
     }
 

@@ -271,6 +271,8 @@ impl Policy for SizeAware {
             epochs: self.driver.lock().as_ref().map_or(0, EpochDriver::epochs),
             decision: {
                 let mut decision = self.last_decision.lock().clone();
+                let help = if self.large_workers_help { "yes" } else { "no" };
+                decision.push(("large_workers_help", help.to_string()));
                 if self.large_workers_help {
                     decision.push((
                         "large_worker_serves",
