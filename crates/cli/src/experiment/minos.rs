@@ -1564,8 +1564,12 @@ mod tests {
         let plain = extra("size-aware");
         assert!(help.windows(2).any(|w| w == ["--dispatch", "size-aware"]));
         assert!(help.windows(2).any(|w| w == ["--small-workers", "1"]));
-        assert!(help.windows(2).any(|w| w == ["--large-workers-help", "true"]));
-        assert!(plain.windows(2).any(|w| w == ["--large-workers-help", "false"]));
+        assert!(help
+            .windows(2)
+            .any(|w| w == ["--large-workers-help", "true"]));
+        assert!(plain
+            .windows(2)
+            .any(|w| w == ["--large-workers-help", "false"]));
         assert!(!help.iter().any(|arg| arg == "--size-threshold"));
     }
 
