@@ -254,14 +254,14 @@ pub struct Charge {
 }
 
 impl Charge {
-    /// A request of `keys` keys and `bytes` bytes, started now.
-    pub fn now(keys: usize, bytes: u64) -> Charge {
+    /// A request of `keys` keys and `bytes` bytes, started at `started`.
+    pub fn new(started: Instant, keys: usize, bytes: u64) -> Charge {
         Charge {
             units: Units {
                 keys: keys as u64,
                 bytes,
             },
-            started: Instant::now(),
+            started,
         }
     }
 }
@@ -638,7 +638,8 @@ impl Runtime {
     /// Writes pending output. Returns true if some is still pending. A
     /// failed write closes the connection.
     fn flush(&self, conn: &Arc<Conn>, worker: usize, blocking: bool) -> bool {
-        let deadline = Instant::now() + Duration::from_millis(LARGE_IO_TIMEOUT_MS as u64);
+        // Only a blocking flush waits, so only it reads the clock (once it has to wait).
+        let mut deadline = None;
         let counters = &self.shared.counters[worker];
         loop {
             let mut write = conn.write.lock();
@@ -654,7 +655,10 @@ impl Runtime {
             if !pending || !blocking || conn.is_closed() {
                 return pending;
             }
-            if Instant::now() >= deadline {
+            let now = Instant::now();
+            let deadline = *deadline
+                .get_or_insert_with(|| now + Duration::from_millis(LARGE_IO_TIMEOUT_MS as u64));
+            if now >= deadline {
                 return true;
             }
             if !wait_fd(conn.fd(), libc::POLLOUT, CLIENT_STALL_MS) {
@@ -828,10 +832,7 @@ impl Runtime {
                 let _ = execute(request, &frame, &ctx, &mut out);
                 let size = declared.unwrap_or(out.len()) as u64;
                 let large = size > self.policy.class_threshold();
-                let charge = Charge {
-                    started,
-                    ..Charge::now(keys, wire_bytes(declared, &frame, &out))
-                };
+                let charge = Charge::new(started, keys, wire_bytes(declared, &frame, &out));
                 self.complete(&conn, seq, out, worker, mode, Some(charge));
                 self.record_latency(worker, large, arrived_at);
                 self.finish(&conn, frame_bytes);
@@ -991,7 +992,9 @@ impl Runtime {
         worker: usize,
         receiving: bool,
     ) -> io::Result<bool> {
-        let deadline = Instant::now() + Duration::from_millis(LARGE_IO_TIMEOUT_MS as u64);
+        // Only a large receiver waits, so only it reads the clock.
+        let deadline =
+            receiving.then(|| Instant::now() + Duration::from_millis(LARGE_IO_TIMEOUT_MS as u64));
         read.more_pending = false;
         loop {
             if read.input.len() >= self.max_buffer {
@@ -1044,7 +1047,7 @@ impl Runtime {
                     // stalls mid-value is left to the event loop.
                     if receiving
                         && receive_incomplete(read)
-                        && Instant::now() < deadline
+                        && deadline.is_some_and(|deadline| Instant::now() < deadline)
                         && wait_fd(conn.fd(), libc::POLLIN, CLIENT_STALL_MS)
                     {
                         continue;
@@ -1188,10 +1191,7 @@ impl Runtime {
             size,
             accessed: declared.is_some() || (retrieval && size > MISS_REPLY_MAX),
             storage: declared.is_some(),
-            charge: Charge {
-                started,
-                ..Charge::now(keys, wire_bytes(declared, &frame, &out))
-            },
+            charge: Charge::new(started, keys, wire_bytes(declared, &frame, &out)),
         };
         self.policy.finish_inline(
             self, conn, seq, out, executed, worker, receiving, arrived_at,
