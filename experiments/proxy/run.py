@@ -56,6 +56,8 @@ def main():
         return replot(args.out)
     recorder = RunRecorder()
     recorder.tool("memcached", ["memcached", "-V"])
+    for name, spec in bins:
+        recorder.tool(name, [spec.split()[0], "--version"])
     recorder.tool("nutcracker", ["nutcracker", "--version"])
 
     cases = {

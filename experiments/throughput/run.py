@@ -75,6 +75,8 @@ def main():
         return replot(args.out)
     recorder = RunRecorder()
     recorder.tool("memcached", ["memcached", "-V"])
+    for name, spec in bins:
+        recorder.tool(name, [spec.split()[0], "--version"])
     chosen = args.cases.split(",")
     unknown = [c for c in chosen if c not in CASES]
     if unknown:

@@ -23,7 +23,7 @@ mod sim;
 
 /// tailtrim: a memcached-compatible cache that trims tail latency.
 #[derive(Parser)]
-#[command(name = "tailtrim", version, about, long_about = None)]
+#[command(name = "tailtrim", version = tailtrim_lab::meta::VERSION, about, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -9,7 +9,8 @@
 //!                                             ready = accepts and answers `version`,
 //!                                             SIGTERM (then SIGKILL) on drop
 //!   metadata ──────────────────────────────> meta::Recorder::start ... finish
-//!                                             commit + dirty, CPU model, cores, kernel,
+//!                                             commit + dirty, the binary's build commit,
+//!                                             CPU model, cores, kernel,
 //!                                             load average (start, end, highest seen),
 //!                                             steal %, exact command, wall time
 //!   for round: for system in rotation ─────> stats::interleaved_order(systems, round)

@@ -18,6 +18,18 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+/// The commit this binary was built from (`-dirty` when its tree differed), from the build
+/// script.
+pub const BUILD_COMMIT: &str = env!("TAILTRIM_BUILD_COMMIT");
+
+/// The version `tailtrim --version` prints: the package version and [`BUILD_COMMIT`].
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("TAILTRIM_BUILD_COMMIT"),
+    ")"
+);
+
 /// How often the sampler reads the load average.
 const LOAD_SAMPLE_PERIOD: Duration = Duration::from_secs(1);
 
@@ -31,6 +43,9 @@ pub struct RunMetadata {
     pub commit: String,
     /// Whether tracked files differed from that commit.
     pub dirty: bool,
+    /// The commit the running binary was built from (`-dirty` when its tree differed);
+    /// differs from `commit` when an older copy of the binary ran.
+    pub build: String,
     /// `model name` of /proc/cpuinfo.
     pub cpu_model: String,
     /// CPUs online.
@@ -91,6 +106,7 @@ impl Recorder {
                 command: command_line(),
                 commit,
                 dirty,
+                build: BUILD_COMMIT.to_string(),
                 cpu_model: cpu_model(),
                 cores: online_cpus(),
                 kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
@@ -315,6 +331,13 @@ mod tests {
         assert!(metadata.started_utc.ends_with('Z'));
         // Run from the repository: the commit is a 40-digit hash.
         assert_eq!(metadata.commit.len(), 40, "{}", metadata.commit);
+        // The binary under test was built from a checkout too.
+        assert!(
+            metadata.build.len() >= 40 && metadata.build.is_char_boundary(40),
+            "{}",
+            metadata.build
+        );
+        assert!(metadata.build[..40].bytes().all(|b| b.is_ascii_hexdigit()));
         assert!((0.0..=100.0).contains(&metadata.steal_percent));
     }
 }

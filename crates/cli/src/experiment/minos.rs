@@ -1231,9 +1231,15 @@ fn markdown(results: &MinosResults) -> String {
     } else {
         metadata.cpu_model.as_str()
     };
+    // An older copy of the binary, or one built from a dirty tree, says so.
+    let build = if metadata.build.is_empty() || metadata.build == metadata.commit {
+        String::new()
+    } else {
+        format!(", binary built from {}", metadata.build)
+    };
     let _ = writeln!(
         text,
-        "Commit {}{}; {cpu_model} ({} CPUs); {load}.\n",
+        "Commit {}{}{build}; {cpu_model} ({} CPUs); {load}.\n",
         metadata.commit,
         if metadata.dirty { " (dirty tree)" } else { "" },
         metadata.cores,
