@@ -111,6 +111,18 @@ class RunRecorder:
         return out
 
 
+def recorder_for(bins, extra_tools=()):
+    """A started `RunRecorder` with the versions of memcached, every `--bin` target and
+    `extra_tools` ((name, command) pairs)."""
+    recorder = RunRecorder()
+    recorder.tool("memcached", ["memcached", "-V"])
+    for name, spec in bins:
+        recorder.tool(name, [spec.split()[0], "--version"])
+    for name, command in extra_tools:
+        recorder.tool(name, command)
+    return recorder
+
+
 def _git(args):
     try:
         got = subprocess.run(["git", *args], cwd=REPO, stdout=subprocess.PIPE,

@@ -39,7 +39,7 @@ sys.path.insert(0, EXPERIMENTS)
 from harness import (shown, arg_parser, bench_cmd, bench_preload, build_closedloop,  # noqa: E402
                      closed_cmd, closed_preload, free_port, measure, memcached_cmd, parse_args,
                      print_summary, rotated, start, stop_all, summarize, write_results,
-                     RunRecorder, check_percentiles, read_results, shown_row)
+                     recorder_for, check_percentiles, read_results, shown_row)
 
 WORKLOAD = os.path.join(EXPERIMENTS, "proxy", "single.toml")
 REFERENCE = "memcached"
@@ -73,10 +73,7 @@ def main():
     args, bins, bench_bin, pin = parse_args(parser, HERE)
     if args.replot:
         return replot(args.out)
-    recorder = RunRecorder()
-    recorder.tool("memcached", ["memcached", "-V"])
-    for name, spec in bins:
-        recorder.tool(name, [spec.split()[0], "--version"])
+    recorder = recorder_for(bins)
     chosen = args.cases.split(",")
     unknown = [c for c in chosen if c not in CASES]
     if unknown:
