@@ -345,6 +345,30 @@ def hdr_counts(encoded):
     return lowest, digits, counts
 
 
+def _bucket_value(index, lowest, digits):
+    """(lowest, highest) value equivalent to a V2 histogram's count index."""
+    unit = int(math.floor(math.log2(lowest)))
+    magnitude = int(math.ceil(math.log2(2 * 10 ** digits)))
+    half_magnitude = max(magnitude, 1) - 1
+    half = 1 << half_magnitude
+    mask = ((1 << magnitude) - 1) << unit
+    bucket, sub = (index >> half_magnitude) - 1, (index & (half - 1)) + half
+    if bucket < 0:
+        bucket, sub = 0, sub - half
+    value = sub << (bucket + unit)
+    shift = (value | mask).bit_length() - unit - magnitude + unit
+    low = (value >> shift) << shift
+    return low, low + (1 << shift) - 1
+
+
+def hdr_values(encoded):
+    """[(value, count)] of a V2 histogram's non-empty buckets, each at the bucket's highest
+    equivalent value (what `hdr_percentile` reports)."""
+    lowest, digits, counts = hdr_counts(encoded)
+    return [(_bucket_value(index, lowest, digits)[1], count)
+            for index, count in enumerate(counts) if count]
+
+
 def hdr_percentile(encoded, percentile):
     """The value at `percentile` (0-100) of a V2 histogram, as hdrhistogram's
     `value_at_quantile` gives it (the highest value equivalent to the bucket reaching the rank);
@@ -353,23 +377,14 @@ def hdr_percentile(encoded, percentile):
     total = sum(counts)
     if not total:
         return None
-    unit = int(math.floor(math.log2(lowest)))
-    magnitude = int(math.ceil(math.log2(2 * 10 ** digits)))
-    half_magnitude = max(magnitude, 1) - 1
-    half, mask = 1 << half_magnitude, ((1 << magnitude) - 1) << unit
     quantile = min(percentile / 100.0, 1.0)
     rank, running = max(math.ceil(quantile * total), 1), 0
     for index, count in enumerate(counts):
         running += count
         if running < rank:
             continue
-        bucket, sub = (index >> half_magnitude) - 1, (index & (half - 1)) + half
-        if bucket < 0:
-            bucket, sub = 0, sub - half
-        value = sub << (bucket + unit)
-        shift = (value | mask).bit_length() - unit - magnitude + unit
-        low = (value >> shift) << shift
-        return low if quantile == 0.0 else low + (1 << shift) - 1
+        low, high = _bucket_value(index, lowest, digits)
+        return low if quantile == 0.0 else high
     return None
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's one test command (README, .ci/run). Runs, in order:
 #   setup-deps -> cargo fmt --check -> clippy -D warnings -> release build -> cargo test --release
-#   -> cargo doc (-D warnings) -> pytest tests/python -> go test tests/go
+#   -> cargo doc (-D warnings) -> pytest experiments/test_harness.py -> pytest tests/python
+#   -> go test tests/go
 # against the release binary target/release/tailtrim, then prints `N passed, M failed`
 # (tests of all suites; a failed check step such as fmt or clippy counts as one failure)
 # and exits non-zero on any failure.
@@ -60,15 +61,15 @@ if ! check_doc; then note_failure "cargo doc"; fi
 
 export TAILTRIM_BIN="${TAILTRIM_BIN:-$repo/target/release/tailtrim}"
 
-# Runs the Python client suite; $1 labels the run in the summary.
+# Runs the Python client suite (or the tests at $2); $1 labels the run in the summary.
 run_pytest() {
-    local label="$1"
-    step "pytest tests/python ($label)"
+    local label="$1" tests="${2:-tests/python}"
+    step "pytest $tests ($label)"
     if [ ! -x .venv/bin/python ]; then
         note_failure "pytest $label (no .venv)"
         return
     fi
-    .venv/bin/python -m pytest -q -p no:cacheprovider tests/python 2>&1 | tee "$logdir/pytest.log"
+    .venv/bin/python -m pytest -q -p no:cacheprovider "$tests" 2>&1 | tee "$logdir/pytest.log"
     local py_status=${PIPESTATUS[0]} py_passed py_failed
     read -r py_passed py_failed < <(tail -n 1 "$logdir/pytest.log" | awk '{
             for (i = 2; i <= NF; i++) { w = $i; sub(/[,;]$/, "", w)
@@ -110,6 +111,8 @@ run_conformance() {
     if [ "$status" -ne 0 ] && [ "$c_failed" -eq 0 ]; then note_failure "conformance $label (status $status)"; fi
 }
 
+# The experiments' shared Python: histogram decoding, the simulator-vs-testbed checks.
+run_pytest "experiments" experiments/test_harness.py
 run_pytest "default dispatch"
 run_go "default dispatch"
 

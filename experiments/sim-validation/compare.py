@@ -13,11 +13,18 @@ Checks, per policy, on the small requests:
   - order: policies ranked by saturation (highest achieved rps) and by small p99 at every
     offered rate up to 80 % of the simulator's estimated capacity, the same in both;
   - knee: first offered rate where small p99 exceeds the knee latency, within 10 %;
-  - p99: small p99 within 25 % of the simulator's at every offered rate ≤ 80 % of capacity.
+  - p99: small p99 within 25 % of the simulator's at every offered rate ≤ 80 % of capacity,
+    end to end, end to end with the testbed's measured floor added to the simulator's latency
+    (the distribution of their sum, assuming the two independent), and in the server.
 """
 
+import bisect
 import json
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import hdr_values  # noqa: E402
 
 # Small p99s within this share of each other count as equal in the simulator.
 TIE = 0.10
@@ -31,10 +38,68 @@ def ms(us):
     return "–" if us is None else f"{us / 1000:.2f}"
 
 
+def merged_values(encoded_histograms):
+    """{value_ns: count} of several V2 histograms pooled."""
+    pooled = {}
+    for encoded in encoded_histograms:
+        for value, count in hdr_values(encoded):
+            pooled[value] = pooled.get(value, 0) + count
+    return pooled
+
+
+def p99_of_sum(first, second):
+    """p99 (µs) of X + Y for independent X and Y given as {value_ns: count}: the least bucket
+    sum t with P(X + Y <= t) >= 0.99, found by bisection over the candidate sums (P computed
+    from Y's buckets and X's cumulative distribution)."""
+    xs = sorted(first)
+    cumulative, running = [], 0
+    for value in xs:
+        running += first[value]
+        cumulative.append(running)
+    x_total, y_total = running, sum(second.values())
+    ys = sorted(second.items())
+
+    def share_at_most(t):
+        mass = 0
+        for y, count in ys:
+            at = bisect.bisect_right(xs, t - y)
+            if at:
+                mass += count * cumulative[at - 1]
+        return mass / (x_total * y_total)
+
+    low, high = xs[0] + ys[0][0], xs[-1] + ys[-1][0]
+    while low < high:
+        middle = (low + high) // 2
+        if share_at_most(middle) >= 0.99:
+            high = middle
+        else:
+            low = middle + 1
+    return low / 1000.0
+
+
+def with_floor(sim_files, floor):
+    """{policy: {rate: p99 µs of simulated small latency + the testbed's floor}}, from the
+    simulator's kept histograms and the floor's per-repeat histograms pooled by rate."""
+    floor_values = {rate: merged_values(sample["histograms"]["small"]
+                                        for sample in point.get("samples", [])
+                                        if "small" in sample.get("histograms", {}))
+                    for rate, point in floor.items()}
+    out = {}
+    for sim in sim_files:
+        for curve in sim.get("histograms", []):
+            for point in curve["points"]:
+                rate = point["offered_rps"]
+                if floor_values.get(rate):
+                    out.setdefault(curve["policy"], {})[rate] = p99_of_sum(
+                        merged_values([point["small"]]), floor_values[rate])
+    return out
+
+
 def main():
     testbeds = [json.load(open(path)) for path in sys.argv[1].split(",")]
     testbed = testbeds[0]
-    sims = [json.load(open(path))["result"] for path in sys.argv[2:]]
+    sim_files = [json.load(open(path)) for path in sys.argv[2:]]
+    sims = [sim["result"] for sim in sim_files]
     capacity = sims[0]["estimated_capacity_rps"]
     knee_us = testbed["settings"]["knee_us"]
     tb = {}
@@ -143,6 +208,24 @@ def main():
                          f"{len(carried)} carried on both, {within_carried} within 25 %)")
         print(f"- {name}: {within} of {len(errors[name])} rates within 25 %{worst_text}"
               f"{past_text}")
+    floored = with_floor(sim_files, floor)
+    if floored:
+        print("\nEnd to end, with the testbed's floor added to the simulator (p99 of the "
+              "simulated latency plus the floor's, drawn independently from the floor's "
+              "histogram at the same offered rate, all its repeats pooled):\n")
+        for name in policies:
+            points = []
+            for rate in low:
+                t, f = tb[name].get(rate), floored.get(name, {}).get(rate)
+                if not t or not f:
+                    continue
+                carried = (t["achieved_rps"] >= CARRIED * rate
+                           and sm[name][rate]["achieved_rps"] >= CARRIED * rate)
+                points.append((rate, (t["small_p99_us"] - f) / f, carried))
+            within = sum(abs(e) <= 0.25 for _, e, _ in points)
+            cells = ", ".join(f"{r:.0f} {e:+.0%}{'' if c else ' (past saturation)'}"
+                              for r, e, c in points)
+            print(f"- {name}: {within} of {len(points)} rates within 25 % ({cells})")
     print("\nIn the server (the server's own measure, `stats sizeaware`: kernel receipt of the "
           "request → reply queued, against the simulator's arrival → delivery; neither has the "
           "loopback nor the bench):\n")
