@@ -6,7 +6,11 @@ emulated workers, requested S = 250 us, 1 ms, 4 ms, at a low and a medium utilis
 Per run it records the server's own measure of every hold (`stats sizeaware`: overshoot past
 the instant each hold should end), the server-side latency from the kernel's receipt of the
 request to its reply being queued (includes the wait for a busy worker), and the bench's
-end-to-end latency. Writes results.json (with machine metadata) next to this file.
+end-to-end latency. Writes results.json next to this file, with the run's metadata (the
+experiments' RunRecorder: commit, machine, load average, steal) and each run's bench histograms
+(`bench_histograms`: hdrhistogram V2, base64, nanoseconds) from which the bench's percentiles
+are recomputed (summarize.py checks them). The server's hold overshoot and in-server latency
+are its own `stats sizeaware` percentiles.
 
     python3 experiments/emulation-accuracy/run.py [--duration 8] [--repeats 2]
 """
@@ -14,7 +18,6 @@ end-to-end latency. Writes results.json (with machine metadata) next to this fil
 import argparse
 import json
 import os
-import platform
 import socket
 import subprocess
 import sys
@@ -23,6 +26,24 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 TAILTRIM = os.path.join(ROOT, "target", "release", "tailtrim")
+sys.path.insert(0, os.path.dirname(HERE))
+from harness import RunRecorder, hdr_percentile  # noqa: E402
+
+# The server's histograms kept per run (`stats histograms`).
+SERVER_HISTOGRAMS = ("emulate_overshoot_ns", "small_latency_us")
+
+
+def server_figures(histograms):
+    """The hold overshoot (µs) and in-server small latency (µs) percentiles of a run, from the
+    server's own histograms (what `stats sizeaware` reports, recomputable from the file)."""
+    overshoot, latency = (histograms[name] for name in SERVER_HISTOGRAMS)
+    return {
+        "overshoot_us": {label: hdr_percentile(overshoot, q) / 1000.0
+                         for label, q in (("p50", 50.0), ("p99", 99.0), ("p999", 99.9),
+                                          ("max", 100.0))},
+        "server_latency_us": {label: float(hdr_percentile(latency, q))
+                              for label, q in (("p50", 50.0), ("p99", 99.0))},
+    }
 
 
 def stat_steal():
@@ -63,10 +84,6 @@ def wait_ready(port):
     raise RuntimeError("server did not start")
 
 
-def git(*args):
-    return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True).stdout.strip()
-
-
 def one_run(workers, requested_us, util, duration, port):
     rate = util * workers * 1e6 / requested_us
     server = subprocess.Popen(
@@ -86,6 +103,8 @@ def one_run(workers, requested_us, util, duration, port):
                                 "--warmup", "0.5", "--json", out],
                        check=True, stdout=subprocess.DEVNULL)
         load_after, steal_after = loadavg(), stat_steal()
+        # The histograms first: they then hold the bench's requests and not the stats requests.
+        histograms = stats(port, "histograms")
         server_stats = stats(port, "sizeaware")
         with open(out) as f:
             result = json.load(f)
@@ -102,11 +121,12 @@ def one_run(workers, requested_us, util, duration, port):
         "achieved_rps": result["achieved_rps"],
         "holds": int(server_stats["emulate_holds"]),
         "late_holds": int(server_stats["emulate_late_holds"]),
-        "overshoot_us": {q: float(server_stats[f"emulate_overshoot_{q}_us"])
-                         for q in ("p50", "p99", "p999", "max")},
-        "server_latency_us": {q: float(server_stats[f"small_{q}_us"]) for q in ("p50", "p99")},
+        **server_figures(histograms),
+        "server_histograms": {name: histograms[name] for name in SERVER_HISTOGRAMS},
         "bench_latency_us": {q: every[f"{q}_us"] for q in ("p50", "p99", "p999")},
         "bench_send_lag_us": {q: result["send_lag"][f"{q}_us"] for q in ("p50", "p99")},
+        "bench_histograms": {k: v for k, v in result.get("histograms", {}).items()
+                             if k == "all"},
         "loadavg_before": load_before,
         "loadavg_after": load_after,
         "steal_ticks": steal_after - steal_before,
@@ -119,10 +139,13 @@ def main():
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--port", type=int, default=23411)
     parser.add_argument("--out", default=os.path.join(HERE, "results.json"))
+    parser.add_argument("--bin", default=None,
+                        help="the tailtrim binary to run (default target/release/tailtrim)")
     args = parser.parse_args()
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
-                if l.startswith("model name")), platform.processor())
-    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    global TAILTRIM
+    TAILTRIM = args.bin or TAILTRIM
+    recorder = RunRecorder()
+    recorder.tool("tailtrim", [TAILTRIM, "--version"])
     runs = []
     points = [(w, s, u) for u in (0.1, 0.5) for s in (250, 1000, 4000) for w in (1, 8, 16)]
     for repeat in range(args.repeats):
@@ -133,16 +156,9 @@ def main():
             run["repeat"] = repeat
             runs.append(run)
             print(json.dumps(run), file=sys.stderr)
-    meta = {
-        "what": "EMULATED service time through the real server: requested vs achieved",
-        "command": "python3 experiments/emulation-accuracy/run.py " + " ".join(sys.argv[1:]),
-        "commit": git("rev-parse", "HEAD"),
-        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
-        "cpu_model": cpu,
-        "cores": os.cpu_count(),
-        "started_utc": started,
-        "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    meta = recorder.snapshot()
+    meta["what"] = "EMULATED service time through the real server: requested vs achieved"
+    meta["command"] = "python3 experiments/emulation-accuracy/run.py " + " ".join(sys.argv[1:])
     with open(args.out, "w") as f:
         json.dump({"metadata": meta, "runs": runs}, f, indent=1)
 

@@ -311,6 +311,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
             ));
         }
     };
+    let recorder = tailtrim_lab::meta::Recorder::start();
     let json = match &args.rates {
         None => {
             let floor = if args.floor {
@@ -335,7 +336,6 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
                 None
             };
             let bar = progress_bar(interactive, total_ms, &format!("{:.0} rps", config.rate));
-            let recorder = tailtrim_lab::meta::Recorder::start();
             let output = tailtrim_bench::run_detailed(&workload, &config, &mut |progress| {
                 show(&bar, progress)
             })
@@ -391,14 +391,14 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
             if let Some(bar) = bar.take() {
                 bar.finish_and_clear();
             }
-            let report = result.map_err(|error| error.to_string())?;
+            let (report, histograms) = result.map_err(|error| error.to_string())?;
             if !args.quiet {
                 print!("{}", report.to_table());
             }
             if let Some(directory) = &args.plot {
                 plot_sweep(&report, directory).map_err(|error| error.to_string())?;
             }
-            serde_json::to_string_pretty(&report).map_err(|error| error.to_string())?
+            sweep_json(&report, &histograms, recorder.finish())?
         }
     };
     if let Some(path) = &args.json {
@@ -408,15 +408,11 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// One run's `--json` document: the report, the run's metadata (commit, machine, load) and
-/// each class's latency histogram (nanoseconds, hdrhistogram's V2 serialization in base64;
-/// classes with no request left out), so any percentile can be recomputed.
-fn run_json(
-    report: &tailtrim_bench::RunReport,
+/// Each class's latency histogram (nanoseconds, hdrhistogram's V2 serialization in base64;
+/// classes with no request left out), as a JSON object by class name.
+fn encoded_classes(
     histograms: &tailtrim_bench::class::ClassHistograms,
-    metadata: tailtrim_lab::meta::RunMetadata,
-) -> Result<String, String> {
-    let mut document = serde_json::to_value(report).map_err(|error| error.to_string())?;
+) -> Result<serde_json::Value, String> {
     let mut encoded = serde_json::Map::new();
     for class in tailtrim_bench::Class::ALL {
         let histogram = histograms.get(class);
@@ -426,12 +422,55 @@ fn run_json(
             encoded.insert(class.name().to_string(), serde_json::Value::String(value.0));
         }
     }
+    Ok(serde_json::Value::Object(encoded))
+}
+
+/// `report` as JSON with the run's metadata (commit, machine, load) beside it.
+fn with_metadata(
+    report: &impl serde::Serialize,
+    metadata: tailtrim_lab::meta::RunMetadata,
+) -> Result<serde_json::Value, String> {
+    let mut document = serde_json::to_value(report).map_err(|error| error.to_string())?;
     if let Some(object) = document.as_object_mut() {
         object.insert(
             "metadata".to_string(),
             serde_json::to_value(metadata).map_err(|error| error.to_string())?,
         );
-        object.insert("histograms".to_string(), serde_json::Value::Object(encoded));
+    }
+    Ok(document)
+}
+
+/// One run's `--json` document: the report, the run's metadata and each class's latency
+/// histogram ([`encoded_classes`]), so any percentile can be recomputed.
+fn run_json(
+    report: &tailtrim_bench::RunReport,
+    histograms: &tailtrim_bench::class::ClassHistograms,
+    metadata: tailtrim_lab::meta::RunMetadata,
+) -> Result<String, String> {
+    let mut document = with_metadata(report, metadata)?;
+    if let Some(object) = document.as_object_mut() {
+        object.insert("histograms".to_string(), encoded_classes(histograms)?);
+    }
+    serde_json::to_string_pretty(&document).map_err(|error| error.to_string())
+}
+
+/// A sweep's `--json` document: the sweep report with the metadata of the whole sweep, and
+/// each point (`points[i]`) with its classes' histograms ([`encoded_classes`]).
+fn sweep_json(
+    report: &tailtrim_bench::SweepReport,
+    histograms: &[tailtrim_bench::class::ClassHistograms],
+    metadata: tailtrim_lab::meta::RunMetadata,
+) -> Result<String, String> {
+    let mut document = with_metadata(report, metadata)?;
+    if let Some(points) = document
+        .get_mut("points")
+        .and_then(serde_json::Value::as_array_mut)
+    {
+        for (point, histograms) in points.iter_mut().zip(histograms) {
+            if let Some(object) = point.as_object_mut() {
+                object.insert("histograms".to_string(), encoded_classes(histograms)?);
+            }
+        }
     }
     serde_json::to_string_pretty(&document).map_err(|error| error.to_string())
 }
@@ -464,6 +503,7 @@ fn cache_aside(
         total_ms,
         &format!("cache-aside {:.0} rps", config.rate),
     );
+    let recorder = tailtrim_lab::meta::Recorder::start();
     let report = run_cache_aside(workload, &config, &mut |elapsed, completed| {
         if let Some(bar) = &bar {
             bar.set_position(elapsed.as_millis() as u64);
@@ -481,7 +521,18 @@ fn cache_aside(
         plot_cache_aside(&report, directory).map_err(|error| error.to_string())?;
     }
     if let Some(path) = &args.json {
-        let json = serde_json::to_string_pretty(&report).map_err(|error| error.to_string())?;
+        // The report, the run's metadata and every request's latency (`latency_ns`, the
+        // histogram its p50 and p99 come from).
+        let mut document = with_metadata(&report, recorder.finish())?;
+        if let (Some(object), Some(histogram)) = (document.as_object_mut(), &report.latency_ns) {
+            let encoded = tailtrim_lab::histogram::Encoded::encode(histogram)
+                .map_err(|error| error.to_string())?;
+            object.insert(
+                "latency_ns".to_string(),
+                serde_json::Value::String(encoded.0),
+            );
+        }
+        let json = serde_json::to_string_pretty(&document).map_err(|error| error.to_string())?;
         std::fs::write(path, json + "\n")
             .map_err(|error| format!("writing {}: {error}", path.display()))?;
     }

@@ -1,5 +1,6 @@
-//! `tailtrim bench --json` of one run keeps what a result needs to be checked later: the run's
-//! metadata and each class's latency histogram, from which the reported percentiles come back.
+//! `tailtrim bench --json` keeps what a result needs to be checked later: the run's metadata
+//! and each class's latency histogram, from which the reported percentiles come back — for one
+//! run, for every point of a sweep (`--rates`), and for a cache-aside run.
 
 mod common;
 
@@ -8,14 +9,16 @@ use std::process::Command;
 use common::{Program, Server};
 use tailtrim_lab::histogram::Encoded;
 
-#[test]
-fn one_run_json_carries_metadata_and_the_histograms_its_percentiles_come_from() {
-    let server = Server::start(Program::Tailtrim, &[]);
-    let json =
-        std::env::temp_dir().join(format!("tailtrim-bench-json-{}.json", std::process::id()));
+/// Runs `tailtrim bench` with `args` against `server` and returns its `--json` document.
+fn bench_json(server: &Server, args: &[&str]) -> serde_json::Value {
+    let json = std::env::temp_dir().join(format!(
+        "tailtrim-bench-json-{}-{}.json",
+        std::process::id(),
+        args.join("_").replace(['/', ' '], "")
+    ));
     let output = Command::new(env!("CARGO_BIN_EXE_tailtrim"))
-        .args(["bench", "-q", "--workload", "minos", "--keys", "2000"])
-        .args(["-s", &server.addr().to_string(), "-r", "3000", "-d", "1"])
+        .args(["bench", "-q", "-s", &server.addr().to_string()])
+        .args(args)
         .arg("--json")
         .arg(&json)
         .output()
@@ -27,21 +30,31 @@ fn one_run_json_carries_metadata_and_the_histograms_its_percentiles_come_from() 
     );
     let text = std::fs::read_to_string(&json).expect("the JSON was written");
     let _ = std::fs::remove_file(&json);
-    let document: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    serde_json::from_str(&text).expect("valid JSON")
+}
 
+fn check_metadata(document: &serde_json::Value) {
     let metadata = &document["metadata"];
     assert!(metadata["command"]
         .as_str()
         .is_some_and(|c| c.contains("bench")));
     assert!(metadata["commit"].as_str().is_some_and(|c| !c.is_empty()));
     assert!(metadata["cores"].as_u64().is_some_and(|cores| cores >= 1));
+}
 
-    let classes = document["classes"]
-        .as_object()
-        .expect("per-class summaries");
-    let histograms = document["histograms"]
-        .as_object()
-        .expect("per-class histograms");
+/// The reported value at `percentile` equals the one recomputed from `encoded` (ns → µs).
+fn check_percentile(encoded: &Encoded, percentile: f64, reported: f64, what: &str) {
+    let recomputed = encoded.percentile(percentile, 1_000.0).expect("not empty");
+    assert!(
+        (recomputed - reported).abs() < 1e-9,
+        "{what}: reported {reported}, histogram says {recomputed}"
+    );
+}
+
+/// Every class of one run's report: a histogram with its count and its p50/p99.
+fn check_classes(run: &serde_json::Value) {
+    let classes = run["classes"].as_object().expect("per-class summaries");
+    let histograms = run["histograms"].as_object().expect("per-class histograms");
     let mut checked = 0;
     for (name, summary) in classes {
         let count = summary["count"].as_u64().unwrap_or(0);
@@ -53,11 +66,12 @@ fn one_run_json_carries_metadata_and_the_histograms_its_percentiles_come_from() 
         let histogram = encoded.decode().expect("decodes");
         assert_eq!(histogram.len(), count, "class {name}");
         for (key, percentile) in [("p50_us", 50.0), ("p99_us", 99.0)] {
-            let recomputed = encoded.percentile(percentile, 1_000.0).expect("not empty");
             let reported = summary[key].as_f64().expect("a number");
-            assert!(
-                (recomputed - reported).abs() < 1e-9,
-                "class {name} {key}: reported {reported}, histogram says {recomputed}"
+            check_percentile(
+                &encoded,
+                percentile,
+                reported,
+                &format!("class {name} {key}"),
             );
         }
         checked += 1;
@@ -66,4 +80,71 @@ fn one_run_json_carries_metadata_and_the_histograms_its_percentiles_come_from() 
         checked >= 2,
         "at least the all and small classes ran: {checked}"
     );
+}
+
+#[test]
+fn one_run_json_carries_metadata_and_the_histograms_its_percentiles_come_from() {
+    let server = Server::start(Program::Tailtrim, &[]);
+    let document = bench_json(
+        &server,
+        &[
+            "--workload",
+            "minos",
+            "--keys",
+            "2000",
+            "-r",
+            "3000",
+            "-d",
+            "1",
+        ],
+    );
+    check_metadata(&document);
+    check_classes(&document);
+}
+
+#[test]
+fn every_point_of_a_sweep_keeps_its_histograms() {
+    let server = Server::start(Program::Tailtrim, &[]);
+    let document = bench_json(
+        &server,
+        &[
+            "--workload",
+            "minos",
+            "--keys",
+            "2000",
+            "--rates",
+            "1000,2000",
+            "-d",
+            "1",
+        ],
+    );
+    check_metadata(&document);
+    let points = document["points"].as_array().expect("the points");
+    assert_eq!(points.len(), 2);
+    for point in points {
+        check_classes(point);
+    }
+}
+
+#[test]
+fn a_cache_aside_run_keeps_the_histogram_of_its_percentiles() {
+    let server = Server::start(Program::Tailtrim, &[]);
+    let document = bench_json(
+        &server,
+        &["--cache-aside", "--keys", "2000", "-r", "500", "-d", "1"],
+    );
+    check_metadata(&document);
+    let encoded = Encoded(
+        document["latency_ns"]
+            .as_str()
+            .expect("the latency histogram")
+            .to_string(),
+    );
+    let requests = document["requests"].as_u64().expect("requests");
+    assert!(requests > 0);
+    assert_eq!(encoded.decode().expect("decodes").len(), requests);
+    for (key, percentile) in [("p50_us", 50.0), ("p99_us", 99.0)] {
+        let reported = document[key].as_f64().expect("a number");
+        check_percentile(&encoded, percentile, reported, key);
+    }
 }

@@ -200,6 +200,14 @@ pub fn stats_command(args: &[Bytes], ctx: &ExecContext<'_>, out: &mut ReplyBuf) 
                 ),
             ],
         },
+        Some(b"histograms") => match ctx.shared.dispatch_view() {
+            Some(runtime) => runtime
+                .histograms()
+                .into_iter()
+                .map(|(name, histogram)| (name, encoded_histogram(&histogram)))
+                .collect(),
+            None => Vec::new(),
+        },
         Some(b"hotkeys") => match &ctx.shared.hotkeys {
             Some(hotkeys) => {
                 let n = match args.get(1) {
@@ -321,6 +329,18 @@ fn cachedump(args: &[Bytes], ctx: &ExecContext<'_>, out: &mut ReplyBuf) {
         }
     }
     reply::line(out, b"END");
+}
+
+/// A histogram as `stats histograms` gives it: hdrhistogram's V2 serialization in base64 (one
+/// token), which HdrHistogram's implementations and `experiments/harness.py` decode.
+fn encoded_histogram(histogram: &hdrhistogram::Histogram<u64>) -> String {
+    use base64::Engine;
+    use hdrhistogram::serialization::Serializer;
+    let mut bytes = Vec::new();
+    match hdrhistogram::serialization::V2Serializer::new().serialize(histogram, &mut bytes) {
+        Ok(_) => base64::engine::general_purpose::STANDARD.encode(bytes),
+        Err(_) => "unavailable".to_string(),
+    }
 }
 
 /// Prometheus text exposition of the general statistics.

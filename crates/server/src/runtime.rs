@@ -1319,6 +1319,21 @@ impl DispatchView for Runtime {
         Runtime::stats(self)
     }
 
+    fn histograms(&self) -> Vec<(String, hdrhistogram::Histogram<u64>)> {
+        let latency = self.latency.snapshot();
+        let mut out = vec![
+            ("small_latency_us".to_string(), latency.small),
+            ("large_latency_us".to_string(), latency.large),
+        ];
+        if !self.service.is_empty() {
+            out.push((
+                "emulate_overshoot_ns".to_string(),
+                self.holds.overshoot_ns.lock().clone(),
+            ));
+        }
+        out
+    }
+
     fn reset_stats(&self) {
         Runtime::reset_stats(self);
     }

@@ -173,6 +173,9 @@ impl Shared {
 pub trait DispatchView: Send + Sync {
     /// `stats sizeaware` pairs.
     fn stats(&self) -> Vec<(String, String)>;
+    /// `stats histograms`: every histogram behind the `stats sizeaware` percentiles, by name
+    /// (the unit is the name's suffix).
+    fn histograms(&self) -> Vec<(String, hdrhistogram::Histogram<u64>)>;
     /// Zeroes the runtime's statistics (`stats reset`).
     fn reset_stats(&self);
     /// The open client connections (`stats conns`), by descriptor.

@@ -158,3 +158,95 @@ fn network_time_delays_replies_without_holding_the_worker() {
     );
     handle.shutdown();
 }
+
+/// `stats group`'s pairs.
+fn stats_group(stream: &mut TcpStream, group: &str) -> Vec<(String, String)> {
+    stream
+        .write_all(format!("stats {group}\r\n").as_bytes())
+        .expect("write");
+    let text = String::from_utf8(read_until(stream, b"END\r\n")).expect("utf-8");
+    text.lines()
+        .filter_map(|l| l.strip_prefix("STAT "))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect()
+}
+
+fn decoded(encoded: &str) -> hdrhistogram::Histogram<u64> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .expect("base64");
+    hdrhistogram::serialization::Deserializer::new()
+        .deserialize(&mut bytes.as_slice())
+        .expect("a V2 histogram")
+}
+
+/// Whether `reported` is `histogram`'s value at `quantile` give or take one sample (the stats
+/// request that read the percentiles may itself have been recorded before the histograms were
+/// read).
+fn within_one_sample(
+    histogram: &hdrhistogram::Histogram<u64>,
+    quantile: f64,
+    reported: u64,
+) -> bool {
+    let n = histogram.len() as f64;
+    let low = histogram.value_at_quantile(((quantile * n - 1.0) / n).max(0.0));
+    let high = histogram.value_at_quantile(((quantile * n + 1.0) / n).min(1.0));
+    (low..=high).contains(&reported)
+}
+
+/// `stats histograms` hands out the histograms behind `stats sizeaware`'s percentiles: the
+/// same counts and the same p50/p99 (give or take the stats request itself, which a policy
+/// may record between the two reads), and the emulated holds' overshoot.
+#[test]
+fn stats_histograms_are_the_ones_behind_the_reported_percentiles() {
+    for policy in POLICIES {
+        let handle = server(policy, 2, "const=200us", "off");
+        let mut conn = connect(&handle);
+        set(&mut conn, "k", b"value");
+        for _ in 0..40 {
+            conn.write_all(b"get k\r\n").expect("write");
+            read_until(&mut conn, b"END\r\n");
+        }
+        let stats = stats_group(&mut conn, "sizeaware");
+        let histograms = stats_group(&mut conn, "histograms");
+        let stat = |name: &str| -> u64 {
+            let value = &stats.iter().find(|(n, _)| n == name).expect(name).1;
+            value.parse::<f64>().expect(name) as u64
+        };
+        let histogram = |name: &str| {
+            decoded(
+                &histograms
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .unwrap_or_else(|| panic!("{policy:?}: no {name} in {histograms:?}"))
+                    .1,
+            )
+        };
+        let small = histogram("small_latency_us");
+        assert!(small.len() >= 40, "{policy:?}: {} small", small.len());
+        assert!(
+            (0..=1).contains(&(small.len() - stat("small_requests"))),
+            "{policy:?}: {} in the histogram, {} reported",
+            small.len(),
+            stat("small_requests")
+        );
+        for (quantile, name) in [(0.5, "small_p50_us"), (0.99, "small_p99_us")] {
+            assert!(
+                within_one_sample(&small, quantile, stat(name)),
+                "{policy:?}: {name} {} is not the histogram's",
+                stat(name)
+            );
+        }
+        assert_eq!(histogram("large_latency_us").len(), stat("large_requests"));
+        let overshoot = histogram("emulate_overshoot_ns");
+        assert!(
+            (0..=1).contains(&(overshoot.len() - stat("emulate_holds"))),
+            "{policy:?}: {} holds in the histogram, {} reported",
+            overshoot.len(),
+            stat("emulate_holds")
+        );
+        handle.shutdown();
+    }
+}

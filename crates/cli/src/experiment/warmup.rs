@@ -29,6 +29,7 @@ use tailtrim_bench::plot::{plot_panels, request_index_at, Line, Panel};
 use tailtrim_bench::workload::{OpKind, OperationSpec, Popularity};
 use tailtrim_bench::{run_cache_aside, CacheAsideConfig, ScheduledEvent, WorkloadSpec};
 
+use tailtrim_lab::histogram::Encoded;
 use tailtrim_lab::meta::{load_average, utc_timestamp, Recorder, RunMetadata};
 use tailtrim_lab::process::{Launch, Process, ServerShape};
 use tailtrim_lab::results::{read_json, write_json, write_text};
@@ -231,6 +232,10 @@ pub struct RunResult {
     pub commands: Vec<String>,
     /// The bench's report.
     pub report: CacheAsideReport,
+    /// Every request's latency in the measured window (nanoseconds; hdrhistogram V2, base64),
+    /// which the report's p50 and p99 come from (absent in files written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_ns: Option<Encoded>,
     /// Against the baseline (None for baselines or when the baseline did not run).
     pub metrics: Option<Metrics>,
 }
@@ -377,11 +382,16 @@ fn run_one(
         })
         .collect();
     commands.dedup();
+    let latency_ns = match &report.latency_ns {
+        Some(histogram) => Some(Encoded::encode(histogram).map_err(|error| error.to_string())?),
+        None => None,
+    };
     Ok(RunResult {
         spec: spec.clone(),
         loadavg: [before, load_average()],
         commands,
         report,
+        latency_ns,
         metrics: None,
     })
 }
@@ -611,6 +621,31 @@ fn plot(results: &Results, out: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Recomputes every run's p50 and p99 from the histogram it kept; an error names the first
+/// that differs. Returns how many runs kept one.
+fn check_percentiles(results: &Results) -> Result<usize, String> {
+    let mut checked = 0;
+    for run in &results.runs {
+        let Some(encoded) = &run.latency_ns else {
+            continue;
+        };
+        for (label, percentile, reported) in [
+            ("p50", 50.0, run.report.p50_us),
+            ("p99", 99.0, run.report.p99_us),
+        ] {
+            let again = encoded.percentile(percentile, 1e3).unwrap_or(0.0);
+            if (again - reported).abs() > 1e-6 {
+                return Err(format!(
+                    "run {}: reported {label} {reported} µs, its histogram's {again} µs",
+                    run.spec.name
+                ));
+            }
+        }
+        checked += 1;
+    }
+    Ok(checked)
+}
+
 fn write(results: &Results, out: &Path) -> Result<(), String> {
     write_json(out, results)?;
     write_text(out, "results.md", &markdown(results))?;
@@ -621,9 +656,14 @@ fn write(results: &Results, out: &Path) -> Result<(), String> {
 pub fn run(mut args: Args) -> Result<std::process::ExitCode, String> {
     if args.replot {
         let results: Results = read_json(&args.out)?;
+        let checked = check_percentiles(&results)?;
         write_text(&args.out, "results.md", &markdown(&results))?;
         plot(&results, &args.out)?;
-        println!("redrew {} from its results.json", args.out.display());
+        println!(
+            "redrew {} from its results.json ({checked} runs' p50 and p99 recomputed from \
+             their histograms)",
+            args.out.display()
+        );
         return Ok(std::process::ExitCode::SUCCESS);
     }
     if args.quick {
@@ -748,5 +788,43 @@ mod tests {
         assert_eq!(metrics(&never, &base).and_then(|m| m.recover_s), None);
         // No event: no metrics.
         assert!(metrics(&base, &base).is_none());
+    }
+
+    #[test]
+    fn replot_recomputes_each_runs_percentiles_from_its_histogram() {
+        let mut histogram = hdrhistogram::Histogram::<u64>::new(3).unwrap_or_else(|_| panic!());
+        for nanos in 1..=1000u64 {
+            histogram.saturating_record(nanos * 1_000);
+        }
+        let mut run = RunResult {
+            spec: RunSpec {
+                name: "baseline".into(),
+                servers: 3,
+                change: None,
+                baseline: "baseline".into(),
+            },
+            loadavg: [String::new(), String::new()],
+            commands: Vec::new(),
+            report: CacheAsideReport {
+                p50_us: histogram.value_at_quantile(0.5) as f64 / 1e3,
+                p99_us: histogram.value_at_quantile(0.99) as f64 / 1e3,
+                ..CacheAsideReport::default()
+            },
+            latency_ns: Some(Encoded::encode(&histogram).unwrap_or_else(|_| panic!())),
+            metrics: None,
+        };
+        let mut results = Results {
+            experiment: "warmup".into(),
+            started: String::new(),
+            metadata: RunMetadata::default(),
+            complete: true,
+            settings: serde_json::Value::Null,
+            runs: vec![run.clone()],
+            summary: serde_json::Value::Null,
+        };
+        assert_eq!(check_percentiles(&results), Ok(1));
+        run.report.p99_us += 1.0;
+        results.runs.push(run);
+        assert!(check_percentiles(&results).is_err());
     }
 }
