@@ -388,6 +388,39 @@ def hdr_percentile(encoded, percentile):
     return None
 
 
+def check_bench_report(report, what):
+    """Recomputes the p50 and p99 of every class of a `tailtrim bench --json` run (or sweep
+    point) from the histograms it kept; raises on a mismatch. True when it kept them."""
+    histograms = report.get("histograms")
+    if not histograms:
+        return False
+    for name, summary in report["classes"].items():
+        encoded = histograms.get(name)
+        if encoded is None:
+            if summary.get("count", 0):
+                raise ValueError(f"{what}: class {name} has requests but no histogram")
+            continue
+        for key, percentile in (("p50_us", 50.0), ("p99_us", 99.0)):
+            value = hdr_percentile(encoded, percentile) / 1000.0
+            if abs(value - summary[key]) > 1e-6:
+                raise ValueError(f"{what}: class {name} {key} {summary[key]} but its "
+                                 f"histogram says {value}")
+    return True
+
+
+def metadata_line(metadata_list):
+    """One line on the runs' metadata: builds, commits, start, highest load average."""
+    if not metadata_list:
+        return "no run kept metadata"
+    builds = sorted({m.get("build", "unknown") for m in metadata_list})
+    commits = sorted({m["commit"][:7] + ("-dirty" if m["dirty"] else "")
+                      for m in metadata_list})
+    starts = sorted(m["started_utc"] for m in metadata_list)
+    return (f"{len(metadata_list)} runs with metadata, build {', '.join(b[:7] for b in builds)}, "
+            f"tree {', '.join(commits)}, {starts[0]} to {starts[-1]}, highest 1-minute load "
+            f"average {max(m['load_average_max'] for m in metadata_list):.2f}")
+
+
 def compact_pairs(pairs):
     """closedloop's [µs, count] pairs as one string, `µs:count,...` (kept per run)."""
     return ",".join(f"{value}:{count}" for value, count in pairs)

@@ -208,6 +208,11 @@ for fault in sys.argv[4:]:
         "wrong_values": r["wrong_values"], "stale_values": r["stale_values"],
         "hit_ratio_before": base_hit,
         "recovery_s": recovery,
+        # The run's own record (the bench's metadata; its latency histogram stays in the
+        # fault's JSON as latency_ns).
+        "build": r.get("metadata", {}).get("build"),
+        "started_utc": r.get("metadata", {}).get("started_utc"),
+        "load_average_max": r.get("metadata", {}).get("load_average_max"),
     })
 (out / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")
 lines = ["| fault | requests | errors (during / after heal) | p99 before, worst second during, worst after (ms) "

@@ -8,12 +8,21 @@ import os
 import statistics
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import check_bench_report, metadata_line  # noqa: E402
+
 points = {}
+metadata = []
+checked = 0
 names = sys.argv[2:] or ["max-rate"]
 paths = [p for name in names for p in glob.glob(os.path.join(sys.argv[1], f"{name}-t*-r*.json"))]
 for path in sorted(paths):
     threads = int(os.path.basename(path).rsplit("-", 2)[1][1:])
-    for point in json.load(open(path))["points"]:
+    document = json.load(open(path))
+    if "metadata" in document:
+        metadata.append(document["metadata"])
+    for point in document["points"]:
+        checked += check_bench_report(point, f"{path} {point['target_rps']}")
         points.setdefault((threads, int(point["target_rps"])), []).append(point)
 print(f"{'threads':>7} {'target':>7} {'runs':>4} {'achieved/target':>15} {'worst':>7} "
       f"{'p50_us':>9} {'p99_us':>10} {'disp_lag_p99':>12} {'bench_cpu%':>10}")
@@ -35,3 +44,4 @@ for (threads, target), runs in sorted(points.items()):
 for threads, target in sorted(best.items()):
     print(f"highest rate with median achieved within 1% of target at it and every lower "
           f"swept rate, {threads} thread(s): {target}")
+print(f"p50/p99 of {checked} points recomputed from their histograms; {metadata_line(metadata)}")
