@@ -1097,8 +1097,9 @@ fn summarize(
     window_start_nanos: u64,
 ) -> CacheAsideReport {
     let whole = window(records, 0, window_start_nanos);
-    let mut latency_ns = hdrhistogram::Histogram::<u64>::new(3)
-        .unwrap_or_else(|_| unreachable!("3 significant digits are valid"));
+    // Up to an hour; `saturating_record` clamps anything longer to it (it never resizes).
+    let mut latency_ns = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3)
+        .unwrap_or_else(|_| unreachable!("valid bounds and digits"));
     for record in records {
         latency_ns.saturating_record(record.latency_nanos.max(1));
     }

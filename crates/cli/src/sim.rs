@@ -1225,6 +1225,9 @@ struct Validation {
     real_summary: serde_json::Value,
     sim_summary: tailtrim_sim::Summary,
     points: Vec<Comparison>,
+    /// Per simulated curve, per point, the histograms its percentiles come from (the real
+    /// side's are in `real_file`).
+    sim_histograms: Vec<CurveHistograms>,
 }
 
 fn stat_median(samples: &[serde_json::Value], name: &str) -> Option<f64> {
@@ -1350,6 +1353,7 @@ fn run_validate(args: ValidateArgs) -> Result<ExitCode, String> {
         real_summary: real.summary,
         sim_summary: result.summary.clone(),
         points,
+        sim_histograms: encode_histograms(&result)?,
     };
     let json = serde_json::to_string_pretty(&validation).map_err(|error| error.to_string())?;
     let table = validation_markdown(&validation, &config.profile);

@@ -142,7 +142,16 @@ fn a_cache_aside_run_keeps_the_histogram_of_its_percentiles() {
     );
     let requests = document["requests"].as_u64().expect("requests");
     assert!(requests > 0);
-    assert_eq!(encoded.decode().expect("decodes").len(), requests);
+    let histogram = encoded.decode().expect("decodes");
+    assert_eq!(histogram.len(), requests);
+    // The histogram holds the latencies themselves: its mean is the report's exact mean to
+    // its three significant digits.
+    let mean_us = document["mean_us"].as_f64().expect("mean_us");
+    assert!(
+        (histogram.mean() / 1_000.0 - mean_us).abs() <= 0.01 * mean_us,
+        "histogram mean {} µs, report {mean_us} µs",
+        histogram.mean() / 1_000.0
+    );
     for (key, percentile) in [("p50_us", 50.0), ("p99_us", 99.0)] {
         let reported = document[key].as_f64().expect("a number");
         check_percentile(&encoded, percentile, reported, key);

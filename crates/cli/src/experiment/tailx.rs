@@ -55,6 +55,17 @@ pub struct Args {
     /// Worker threads per server (each server's queue is shared by its workers).
     #[arg(long, default_value_t = Setup::default().workers_per_server)]
     workers: usize,
+    /// Simulated service time per fetch (the emulation's cost-model syntax, e.g.
+    /// `const=1ms,key=250us,byte=25ns,dist=exp` for a disk-bound store).
+    #[arg(long, default_value_t = Setup::default().service)]
+    service: String,
+    /// Simulated one-way network time per message (cost-model syntax).
+    #[arg(long, default_value_t = Setup::default().network)]
+    network: String,
+    /// Rate of the light calibration run that measures the busiest server's utilisation
+    /// (requests/s); lower it with a slower `--service` so the probe stays light.
+    #[arg(long, default_value_t = Setup::default().calibration_rps)]
+    calibration_rps: f64,
     /// Planner runs at once (threads).
     #[arg(long, default_value_t = 2)]
     jobs: usize,
@@ -207,6 +218,17 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         if args.replot {
             return super::tailx_testbed::replot(&out);
         }
+        let defaults = Setup::default();
+        if args.service != defaults.service
+            || args.network != defaults.network
+            || args.calibration_rps != defaults.calibration_rps
+        {
+            return Err(
+                "--service, --network and --calibration-rps set the simulated runs only; \
+                 the testbed's cost model is its own"
+                    .to_string(),
+            );
+        }
         return super::tailx_testbed::run(&super::tailx_testbed::Options {
             out,
             only: args.only,
@@ -249,6 +271,9 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         workers_per_server: args.workers,
         tailx_min_delay_us: args.min_delay_us,
         seed: args.seed,
+        service: args.service.clone(),
+        network: args.network.clone(),
+        calibration_rps: args.calibration_rps,
         ..Setup::default()
     };
     let experiments: Vec<Experiment> = paper_experiments(&args.a_requests, args.b_requests)
