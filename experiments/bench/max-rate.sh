@@ -9,8 +9,8 @@ cd "$(dirname "$0")/../.."
 BENCH=${BENCH:-target/release/tailtrim}
 PORT=${PORT:-22122}
 REPEATS=${REPEATS:-3}
-RATES_T1=${RATES_T1:-40000:100000:10000}
-RATES_T2=${RATES_T2:-70000:110000:10000}
+RATES_T1=${RATES_T1:-40000:130000:10000}
+RATES_T2=${RATES_T2:-70000:140000:10000}
 NAME=${NAME:-max-rate}
 OUT=experiments/bench
 memcached -p "$PORT" -U 0 -t 2 -m 256 -u "$(id -un)" &
