@@ -9,8 +9,17 @@ use std::process::Command;
 use common::{Program, Server};
 use tailtrim_lab::histogram::Encoded;
 
+/// Runs `tailtrim bench` with `args` against a fresh `tailtrim serve` and returns its `--json`
+/// document, whose run metadata it checks first.
+fn bench_json(args: &[&str]) -> serde_json::Value {
+    let server = Server::start(Program::Tailtrim, &[]);
+    let document = run_bench(&server, args);
+    check_metadata(&document);
+    document
+}
+
 /// Runs `tailtrim bench` with `args` against `server` and returns its `--json` document.
-fn bench_json(server: &Server, args: &[&str]) -> serde_json::Value {
+fn run_bench(server: &Server, args: &[&str]) -> serde_json::Value {
     let json = std::env::temp_dir().join(format!(
         "tailtrim-bench-json-{}-{}.json",
         std::process::id(),
@@ -84,41 +93,31 @@ fn check_classes(run: &serde_json::Value) {
 
 #[test]
 fn one_run_json_carries_metadata_and_the_histograms_its_percentiles_come_from() {
-    let server = Server::start(Program::Tailtrim, &[]);
-    let document = bench_json(
-        &server,
-        &[
-            "--workload",
-            "minos",
-            "--keys",
-            "2000",
-            "-r",
-            "3000",
-            "-d",
-            "1",
-        ],
-    );
-    check_metadata(&document);
+    let document = bench_json(&[
+        "--workload",
+        "minos",
+        "--keys",
+        "2000",
+        "-r",
+        "3000",
+        "-d",
+        "1",
+    ]);
     check_classes(&document);
 }
 
 #[test]
 fn every_point_of_a_sweep_keeps_its_histograms() {
-    let server = Server::start(Program::Tailtrim, &[]);
-    let document = bench_json(
-        &server,
-        &[
-            "--workload",
-            "minos",
-            "--keys",
-            "2000",
-            "--rates",
-            "1000,2000",
-            "-d",
-            "1",
-        ],
-    );
-    check_metadata(&document);
+    let document = bench_json(&[
+        "--workload",
+        "minos",
+        "--keys",
+        "2000",
+        "--rates",
+        "1000,2000",
+        "-d",
+        "1",
+    ]);
     let points = document["points"].as_array().expect("the points");
     assert_eq!(points.len(), 2);
     for point in points {
@@ -128,12 +127,7 @@ fn every_point_of_a_sweep_keeps_its_histograms() {
 
 #[test]
 fn a_cache_aside_run_keeps_the_histogram_of_its_percentiles() {
-    let server = Server::start(Program::Tailtrim, &[]);
-    let document = bench_json(
-        &server,
-        &["--cache-aside", "--keys", "2000", "-r", "500", "-d", "1"],
-    );
-    check_metadata(&document);
+    let document = bench_json(&["--cache-aside", "--keys", "2000", "-r", "500", "-d", "1"]);
     let encoded = Encoded(
         document["latency_ns"]
             .as_str()
