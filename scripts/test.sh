@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's one test command (README, .ci/run). Runs, in order:
-#   setup-deps -> cargo fmt --check -> clippy -D warnings -> release build -> cargo test --release
+#   setup-deps -> cargo fmt --check -> clippy -D warnings -> release build -> cargo test (profile suite)
 #   -> cargo doc (-D warnings) -> pytest experiments/test_harness.py -> pytest tests/python
 #   -> go test tests/go
 # against the release binary target/release/tailtrim, then prints `N passed, M failed`
@@ -44,8 +44,8 @@ check "cargo fmt --check" cargo fmt --all -- --check
 check "cargo clippy" cargo clippy --workspace --all-targets -- -D warnings
 check "cargo build --release" cargo build --release --workspace
 
-step "cargo test --release"
-cargo test --release --workspace --no-fail-fast 2>&1 | tee "$logdir/cargo-test.log"
+step "cargo test --profile suite"
+cargo test --profile suite --workspace --no-fail-fast 2>&1 | tee "$logdir/cargo-test.log"
 cargo_status=${PIPESTATUS[0]}
 read -r cargo_passed cargo_failed < <(awk '/^test result:/ {
         for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i }
@@ -100,7 +100,7 @@ run_go() {
 run_conformance() {
     local label="$1"
     step "conformance: differential + bad input ($label)"
-    cargo test --release -p tailtrim-cli --test differential --test bad_input 2>&1 | tee "$logdir/conf.log"
+    cargo test --profile suite -p tailtrim-cli --test differential --test bad_input 2>&1 | tee "$logdir/conf.log"
     local status=${PIPESTATUS[0]} c_passed c_failed
     read -r c_passed c_failed < <(awk '/^test result:/ {
             for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i }
