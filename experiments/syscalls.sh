@@ -22,20 +22,10 @@ keys="${3:-1}"
 depth="${4:-1}"
 seconds="${SC_SECONDS:-3}"
 base="${SC_BASE_PORT:-26300}"
-closedloop=target/experiments/closedloop
 events=syscalls:sys_enter_read,syscalls:sys_enter_recvfrom,syscalls:sys_enter_recvmsg
 events+=,syscalls:sys_enter_write,syscalls:sys_enter_writev,syscalls:sys_enter_sendto
 events+=,syscalls:sys_enter_sendmsg,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_epoll_ctl
-scratch="$(mktemp -d)"
-pids=()
-cleanup() {
-    kill "${pids[@]}" 2>/dev/null || true
-    wait 2>/dev/null || true
-    rm -rf "$scratch"
-}
-trap cleanup EXIT
-user=()
-[ "$(id -u)" -eq 0 ] && user=(-u nobody)
+source experiments/backends.sh
 
 # count NAME PORT PID: runs the load against PORT while counting PID's system calls.
 count() {
@@ -64,19 +54,9 @@ EOF
 case "$mode" in
 proxy)
     ports=($((base + 1)) $((base + 2)) $((base + 3)))
-    for port in "${ports[@]}"; do
-        taskset -c 1 memcached -p "$port" -l 127.0.0.1 -t 1 -U 0 -m 64 "${user[@]}" &
-        pids+=($!)
-    done
-    sleep 0.5
-    for port in "${ports[@]}"; do
-        "$closedloop" -s "127.0.0.1:$port" -preload >/dev/null
-    done
-    {
-        printf 'pool:\n  listen: 127.0.0.1:%s\n  hash: fnv1a_64\n' "$((base + 10))"
-        printf '  distribution: ketama\n  timeout: 2000\n  auto_eject_hosts: false\n  servers:\n'
-        for port in "${ports[@]}"; do printf '   - 127.0.0.1:%s:1\n' "$port"; done
-    } >"$scratch/nc.yml"
+    start_backends 1 "${ports[@]}"
+    preload_backends -- "${ports[@]}"
+    nutcracker_pool "$((base + 10))" "${ports[@]}" >"$scratch/nc.yml"
     taskset -c 0 nutcracker -c "$scratch/nc.yml" -s "$((base + 11))" -a 127.0.0.1 \
         -o "$scratch/nc.log" &
     pids+=($!)
@@ -92,7 +72,7 @@ proxy)
     count tailtrim "$((base + 20))" "$tt_pid"
     ;;
 serve)
-    taskset -c 0 memcached -p "$((base + 1))" -l 127.0.0.1 -t 1 -U 0 -m 256 "${user[@]}" &
+    taskset -c 0 memcached -p "$((base + 1))" -l 127.0.0.1 -t 1 -U 0 -m 256 "${memcached_user[@]}" &
     pids+=($!)
     mc_pid=$!
     taskset -c 0 "$bin" serve -p "$((base + 2))" -l 127.0.0.1 -t 1 -U 0 -m 256 2>/dev/null &

@@ -15,41 +15,15 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin="$1"
 keys="$2"
-closedloop=target/experiments/closedloop
+source experiments/backends.sh
 base="${CG_BASE_PORT:-25000}"
 ports=($((base + 1)) $((base + 2)) $((base + 3)))
 proxy_port=$((base + 4))
-scratch="$(mktemp -d)"
 out="${CG_OUT:-$scratch/callgrind.out}"
-pids=()
-cleanup() {
-    kill "${pids[@]}" 2>/dev/null || true
-    wait 2>/dev/null || true
-    rm -rf "$scratch"
-}
-trap cleanup EXIT
-user=()
-[ "$(id -u)" -eq 0 ] && user=(-u nobody)
-for port in "${ports[@]}"; do
-    memcached -p "$port" -l 127.0.0.1 -t 1 -U 0 -m 64 "${user[@]}" &
-    pids+=($!)
-done
-sleep 0.5
-for port in "${ports[@]}"; do
-    "$closedloop" -s "127.0.0.1:$port" -preload -value-size 32 >/dev/null
-done
+start_backends "" "${ports[@]}"
+preload_backends -value-size 32 -- "${ports[@]}"
 if [ "$bin" = nutcracker ]; then
-    cat >"$scratch/nc.yml" <<YML
-pool:
-  listen: 127.0.0.1:$proxy_port
-  hash: fnv1a_64
-  distribution: ketama
-  timeout: 2000
-  servers:
-    - 127.0.0.1:${ports[0]}:1
-    - 127.0.0.1:${ports[1]}:1
-    - 127.0.0.1:${ports[2]}:1
-YML
+    nutcracker_pool "$proxy_port" "${ports[@]}" >"$scratch/nc.yml"
     valgrind --tool=callgrind --callgrind-out-file="$out" nutcracker -c "$scratch/nc.yml" \
         -s $((base + 5)) 2>/dev/null &
 else
