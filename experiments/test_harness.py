@@ -1,7 +1,9 @@
 """Tests of the experiments' shared Python: the HDR histogram decoder against the percentiles the
-Rust harness computed from the same histograms, and the floor-added p99 of
-sim-validation/compare.py against a brute-force sum. Run by scripts/test.sh."""
+Rust harness computed from the same histograms, the floor-added p99 of
+sim-validation/compare.py against a brute-force sum, and that every measurement kept under
+experiments/ carries its run records (metadata and latency histograms). Run by scripts/test.sh."""
 
+import fnmatch
 import json
 import os
 import random
@@ -58,3 +60,109 @@ def test_p99_of_a_sum_matches_every_pair():
             if running >= 0.99 * total:
                 break
         assert p99_of_sum(first, second) == value / 1000.0
+
+
+# The metadata every measurement file carries: the fields the Rust harness's `RunMetadata`
+# (crates/lab/src/meta.rs), `tailtrim bench --json` and harness.py's `RunRecorder` all write.
+RECORD_FIELDS = ("command", "commit", "dirty", "cpu_model", "cores", "kernel", "started_utc",
+                 "load_average_start", "load_average_end", "load_average_max")
+
+# JSON files under experiments/ that are not measurements, by path pattern (relative to
+# experiments/, fnmatch syntax: `*` matches `/` too) with the reason. A superseded run without records does not go
+# here: it leaves the tree and its README names the commit that holds it.
+NOT_MEASUREMENTS = (
+    ("model/*.json", "analytic model output (`tailtrim model ... --json`): computed, not "
+     "measured; the commands are in model/README.md"),
+    ("*sim-profile.json", "the simulator's cost-model input (what `tailtrim sim --profile` reads)"),
+    ("chisel/*/meta.json", "chisel/run.sh's settings for summarize.py; each run's report "
+     "beside it carries the metadata"),
+    ("chisel/*/*.load.json", "chisel/run.sh's load-average note for summarize.py; the run's "
+     "report beside it has the same reading in its metadata"),
+    ("soak/*/*/target.json", "scripts/soak.sh's target settings (rate, minutes, memory), "
+     "written before the load"),
+)
+
+# A summary.json (scripts/soak.sh's, scripts/chaos.sh's) is the folder's table, not a
+# measurement: it is exempt only while the folder holds the runs it summarizes, with records.
+SUMMARY = "summary.json"
+
+
+def _nodes(value):
+    """`value` and every value nested in it."""
+    yield value
+    if isinstance(value, dict):
+        value = value.values()
+    if not isinstance(value, (str, bytes)) and hasattr(value, "__iter__"):
+        for item in value:
+            yield from _nodes(item)
+
+
+def has_histogram(data):
+    """An HDR V2 histogram (base64, so "HIST..."), or the closed-loop generator's `histogram_us`
+    pairs (every latency at three significant digits, as an HDR histogram keeps it)."""
+    return any((isinstance(v, str) and v.startswith("HIST"))
+               or (isinstance(v, dict) and v.get("histogram_us")) for v in _nodes(data))
+
+
+def missing_records(data):
+    """What `data` lacks of its run records, as a list of phrases (empty: complete)."""
+    missing = []
+    metadata = data.get("metadata") if isinstance(data, dict) else None
+    if not isinstance(metadata, dict):
+        missing.append("no metadata")
+    else:
+        absent = [field for field in RECORD_FIELDS if field not in metadata]
+        if absent:
+            missing.append("metadata without " + ", ".join(absent))
+    if not has_histogram(data):
+        missing.append("no latency histogram")
+    return missing
+
+
+def unrecorded_measurements(root=HERE):
+    """[(path relative to root, what it lacks)] of every JSON under root that is a measurement
+    without its records."""
+    found, summaries, recorded_dirs = [], [], set()
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            if not name.endswith(".json"):
+                continue
+            path = os.path.relpath(os.path.join(folder, name), root)
+            if any(fnmatch.fnmatch(path, pattern) for pattern, _ in NOT_MEASUREMENTS):
+                continue
+            if name == SUMMARY:
+                summaries.append(path)
+                continue
+            with open(os.path.join(root, path)) as f:
+                missing = missing_records(json.load(f))
+            if missing:
+                found.append((path, "; ".join(missing)))
+            else:
+                recorded_dirs.add(os.path.dirname(path))
+    for path in summaries:
+        folder = os.path.dirname(path)
+        if not any(d == folder or d.startswith(folder + os.sep) for d in recorded_dirs):
+            found.append((path, "a summary beside no recorded runs"))
+    return sorted(found)
+
+
+def test_every_measurement_carries_its_records():
+    found = unrecorded_measurements()
+    by_folder = {}
+    for path, what in found:
+        by_folder.setdefault((os.path.dirname(path), what), []).append(os.path.basename(path))
+    lines = [f"  {folder}/: {len(names)} file(s), {what} (e.g. {names[0]})"
+             for (folder, what), names in sorted(by_folder.items())]
+    if found:
+        raise AssertionError(f"{len(found)} measurement files without their records:\n"
+                             + "\n".join(lines))
+
+
+def test_the_records_check_can_fail():
+    assert missing_records({"runs": [{"p99_us": 1.0}]}) == ["no metadata", "no latency histogram"]
+    absent = [field for field in RECORD_FIELDS if field != "commit"]
+    assert missing_records({"metadata": {"commit": "abc"}, "histogram_us": "7:2"}) == [
+        "metadata without " + ", ".join(absent)]
+    complete = {"metadata": dict.fromkeys(RECORD_FIELDS, ""), "runs": [{"h": "HISTFAAAA"}]}
+    assert missing_records(complete) == []
