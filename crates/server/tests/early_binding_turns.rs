@@ -132,13 +132,106 @@ fn other_readers_jobs_do_not_starve_a_workers_own_connections() {
     let total = FEEDERS * PER_FEEDER;
     eprintln!("probe answered after {answered_at} of {total} feeder replies");
     // A turn is at most what is queued (≤ 256 per feeder connection), and the
-    // probe waits at most two (the wait that returns it may also return the
-    // queue's wake-up, which runs a turn first): about 1000 replies. A worker
-    // that empties its queue first answers it after all of the feeders'
-    // requests.
+    // probe waits for the turn running when it arrives (one turn per wait:
+    // the test below): about 500 replies. A worker that empties its queue
+    // first answers it after all of the feeders' requests.
     assert!(
         answered_at < total / 2,
         "the probe on worker 0's own connection waited for {answered_at} of {total} \
          requests other readers queued on worker 0"
+    );
+}
+
+/// Replies of `END\r\n` read so far on `conn` (every key is absent), counted
+/// into `done` until `count` have arrived.
+fn count_ends(
+    conn: TcpStream,
+    count: usize,
+    done: Arc<AtomicUsize>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || count_replies(conn, count, &done))
+}
+
+/// One turn, then one wait: the wake-up that a busy worker's queue leaves
+/// pending must not run a second turn ahead of the connections the same wait
+/// returned.
+///
+/// ```text
+///   blocker (home 0): one get, run in place by worker 0 ........ hold
+///   feeder  (home 1): batch A (queued on 0 during the hold) ...... turn A
+///   probe   (home 0): one get, sent during turn A ─────────────┐
+///   feeder  (home 1): batch B, sent after the probe, during A   │
+///   worker 0 after turn A: one wait ─► [wake-up, probe] ─► probe read here, turn B next
+/// ```
+///
+/// A worker whose wake-up runs a turn answers the probe only after batch B
+/// as well; the loop the simulator models answers it right after batch A.
+#[test]
+fn a_wait_that_returns_the_wake_up_does_not_run_a_second_turn_first() {
+    const HOLD_MS: u64 = 50;
+    const BATCH_A: usize = 2;
+    const BATCH_B: usize = 16;
+    let mut config = ServerConfig::default();
+    config.server.listen = "127.0.0.1".into();
+    config.server.port = 0;
+    config.workers.threads = WORKERS;
+    config.workers.dispatch = DispatchPolicy::EarlyBinding;
+    config.emulation.service = format!("const={HOLD_MS}ms");
+    let handle = start(config).expect("server starts");
+    let addr = handle.local_addr();
+
+    // Homes are given round robin from worker 0.
+    let mut probe = connect(addr); // worker 0
+    let feeder = connect(addr); // worker 1
+    let mut blocker = connect(addr); // worker 0
+
+    let keys = worker0_keys("turn", 1 + BATCH_A + BATCH_B + 1);
+    let batch = |keys: &[String]| {
+        keys.iter()
+            .map(|key| format!("get {key}\r\n"))
+            .collect::<String>()
+    };
+    let done = Arc::new(AtomicUsize::new(0));
+    let counter = count_ends(
+        feeder.try_clone().expect("clone"),
+        BATCH_A + BATCH_B,
+        Arc::clone(&done),
+    );
+    let mut feeder = feeder;
+
+    // Worker 0 runs the blocker in place; batch A queues behind it.
+    blocker
+        .write_all(batch(&keys[..1]).as_bytes())
+        .expect("blocker write");
+    std::thread::sleep(Duration::from_millis(HOLD_MS / 5));
+    feeder
+        .write_all(batch(&keys[1..1 + BATCH_A]).as_bytes())
+        .expect("batch A");
+    // Into turn A (the blocker's hold, then BATCH_A holds): the probe, then batch B.
+    std::thread::sleep(Duration::from_millis(HOLD_MS + HOLD_MS / 2));
+    let probe_key = &keys[1 + BATCH_A + BATCH_B];
+    probe
+        .write_all(format!("get {probe_key}\r\n").as_bytes())
+        .expect("probe write");
+    feeder
+        .write_all(batch(&keys[1 + BATCH_A..1 + BATCH_A + BATCH_B]).as_bytes())
+        .expect("batch B");
+
+    let mut reply = [0u8; 5];
+    probe.read_exact(&mut reply).expect("probe reply");
+    assert_eq!(&reply, b"END\r\n");
+    let answered_at = done.load(Ordering::Relaxed);
+    blocker.read_exact(&mut reply).expect("blocker reply");
+    counter.join().expect("feeder reader");
+    handle.shutdown();
+
+    eprintln!("probe answered after {answered_at} feeder replies (batch A {BATCH_A}, B {BATCH_B})");
+    // The probe was sent before batch B, so one turn per wait answers it
+    // before any of B's replies (each holds worker 0 for HOLD_MS after it);
+    // a second turn per wait answers it after all of them.
+    assert!(
+        answered_at < BATCH_A + BATCH_B / 2,
+        "the probe waited for {answered_at} feeder replies: batch B ({BATCH_B}) ran in a \
+         second turn before the wait's connections were read"
     );
 }

@@ -80,9 +80,13 @@ impl Policy for EarlyBinding {
         self.jobs.get(index).map(|(_, event)| event.raw())
     }
 
-    fn on_wake(&self, rt: &Runtime, index: usize, worker: usize) {
+    /// Only clears the wake-up: the turn it announces runs at the start of
+    /// the next [`Policy::worker_step`], after this wait's connections are
+    /// read. Running it here would give the worker two turns per wait (the
+    /// step's and this one) and keep its own connections waiting twice as
+    /// long as the simulator's loop, which alternates one turn with one wait.
+    fn on_wake(&self, _rt: &Runtime, index: usize, _worker: usize) {
         self.jobs[index].1.drain();
-        self.run_queued(rt, worker);
     }
 
     fn class_threshold(&self) -> u64 {
