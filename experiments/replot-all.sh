@@ -140,8 +140,8 @@ run_to "$m/chisel_grid.txt" chisel_grid
 # Comparison tables (commands of minos-emulated/README.md and sim-validation/README.md).
 run_to experiments/minos-emulated/comparison.md python3 experiments/minos-emulated/compare.py
 v=experiments/sim-validation
-run_to "$v/comparison.md" python3 "$v/compare.py" "$v/testbed/results.json" \
-    "$v/sim/results.json" "$v/sim/late-binding-9-cores/results.json"
+run_to "$v/comparison.md" python3 "$v/compare.py" --window "$v/sim/testbed-window/results.json" \
+    "$v/testbed/results.json" "$v/sim/results.json" "$v/sim/late-binding-9-cores/results.json"
 run_to "$v/batch-comparison.md" python3 "$v/batch_compare.py" "$v/batch-4/results.json" \
     "$v/batch-16/results.json"
 run_to "$v/batch-window4-comparison.md" python3 "$v/batch_compare.py" \

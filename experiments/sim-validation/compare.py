@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Simulator vs testbed (EMULATED) on one cost model: the issue's three checks.
 
-    python3 experiments/sim-validation/compare.py TESTBED_RESULTS[,TESTBED_RESULTS...] SIM_RESULTS [SIM_RESULTS ...]
+    python3 experiments/sim-validation/compare.py [--window WINDOW_RESULTS] \
+        TESTBED_RESULTS[,TESTBED_RESULTS...] SIM_RESULTS [SIM_RESULTS ...]
 
 TESTBED_RESULTS: results.json of `tailtrim experiment minos --emulate-service ...` (later
 files, after commas, override a system's points, e.g. one policy rerun on a newer server; the
@@ -15,7 +16,11 @@ Checks, per policy, on the small requests:
   - knee: first offered rate where small p99 exceeds the knee latency, within 10 %;
   - p99: small p99 within 25 % of the simulator's at every offered rate ≤ 80 % of capacity,
     end to end, end to end with the testbed's measured floor added to the simulator's latency
-    (the distribution of their sum, assuming the two independent), and in the server.
+    (the distribution of their sum, assuming the two independent), and in the server; then
+    the same counts over the rates ≤ 80 % of each policy's own simulated saturation;
+  - with --window (window.py's results): the testbed against the simulator run with the
+    testbed's measurement window (from empty, its warm-up and measured seconds), median of
+    the seeds.
 """
 
 import bisect
@@ -95,10 +100,48 @@ def with_floor(sim_files, floor):
     return out
 
 
+def median(values):
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def print_window(window, tb, low):
+    """The testbed's small p99 against the windowed simulations' (window.py) median."""
+    by_point = {}
+    for run in window["runs"]:
+        by_point.setdefault((run["policy"], run["offered_rps"]), []).append(run["small_p99_us"])
+    seeds = window["settings"]["seeds"]
+    print(f"\n### Simulated with the testbed's window (`{window['metadata']['command']}`)\n")
+    print(f"Each simulated run starts from empty and measures what one testbed repeat measures "
+          f"(its warm-up, then its measured seconds); {seeds} seeds per point. Cells: testbed "
+          "small p99 / the seeds' median (their range), ms.\n")
+    for name in sorted({policy for policy, _ in by_point}):
+        cells, within, count = [], 0, 0
+        for rate in sorted(rate for policy, rate in by_point if policy == name):
+            t = tb.get(name, {}).get(rate)
+            if not t:
+                continue
+            values = by_point[(name, rate)]
+            mid = median(values)
+            err = (t["small_p99_us"] - mid) / mid
+            if rate in low:
+                count += 1
+                within += abs(err) <= 0.25
+            cells.append(f"{rate:.0f}: {ms(t['small_p99_us'])} / {ms(mid)} "
+                         f"({ms(min(values))}–{ms(max(values))}) {err:+.0%}")
+        print(f"- {name}: {within} of {count} rates ≤ 80 % within 25 %; " + "; ".join(cells))
+
+
 def main():
-    testbeds = [json.load(open(path)) for path in sys.argv[1].split(",")]
+    argv = sys.argv[1:]
+    window = None
+    if argv and argv[0] == "--window":
+        window = json.load(open(argv[1]))
+        argv = argv[2:]
+    testbeds = [json.load(open(path)) for path in argv[0].split(",")]
     testbed = testbeds[0]
-    sim_files = [json.load(open(path)) for path in sys.argv[2:]]
+    sim_files = [json.load(open(path)) for path in argv[1:]]
     sims = [sim["result"] for sim in sim_files]
     capacity = sims[0]["estimated_capacity_rps"]
     knee_us = testbed["settings"]["knee_us"]
@@ -214,6 +257,7 @@ def main():
                          f"{len(carried)} carried on both, {within_carried} within 25 %)")
         print(f"- {name}: {within} of {len(errors[name])} rates within 25 %{worst_text}"
               f"{past_text}")
+    readings = {"end to end": errors}
     floored = with_floor(sim_files, floor)
     if floored:
         print("\nEnd to end, with the testbed's floor added to the simulator (p99 of the "
@@ -228,6 +272,7 @@ def main():
                 carried = (t["achieved_rps"] >= CARRIED * rate
                            and sm[name][rate]["achieved_rps"] >= CARRIED * rate)
                 points.append((rate, (t["small_p99_us"] - f) / f, carried))
+            readings.setdefault("end to end with the floor", {})[name] = points
             within = sum(abs(e) <= 0.25 for _, e, _ in points)
             cells = ", ".join(f"{r:.0f} {e:+.0%}{'' if c else ' (past saturation)'}"
                               for r, e, c in points)
@@ -245,6 +290,7 @@ def main():
             carried = (t["achieved_rps"] >= CARRIED * rate
                        and s["achieved_rps"] >= CARRIED * rate)
             server.append((rate, err, carried))
+        readings.setdefault("in the server", {})[name] = server
         within = sum(abs(e) <= 0.25 for _, e, _ in server)
         cells = ", ".join(f"{r:.0f} {e:+.0%}{'' if c else ' (past saturation)'}"
                           for r, e, c in server)
@@ -254,6 +300,22 @@ def main():
               "that answers every GET with a miss, measured in the same rounds), small p99 in ms: "
               + ", ".join(f"{r:.0f} rps {ms(floor[r]['small_p99_us'])}" for r in low if r in floor)
               + ".")
+
+    print("\n### The same at ≤ 80 % of each policy's own load\n")
+    print("The rates above count as ≤ 80 % of the 8 workers' capacity. A policy whose bottleneck "
+          "is one worker (early binding: the hottest key's) saturates below that; its load is the "
+          "offered rate over its own simulated saturation:\n")
+    for name in policies:
+        own = [r for r in low if r <= 0.8 * sm_sat[name]]
+        counts = []
+        for label, reading in readings.items():
+            points = [(r, e) for r, e, _ in reading.get(name, []) if r in own]
+            if points:
+                counts.append(f"{label} {sum(abs(e) <= 0.25 for _, e in points)} of {len(points)}")
+        print(f"- {name} (saturation {sm_sat[name]:.0f} rps; rates {', '.join(f'{r:.0f}' for r in own)}): "
+              + ", ".join(counts))
+    if window:
+        print_window(window, tb, low)
 
 
 if __name__ == "__main__":
