@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's one test command (README, .ci/run). Runs, in order:
 #   setup-deps -> cargo fmt --check -> clippy -D warnings -> release build -> cargo test (profile suite)
-#   -> cargo doc (-D warnings) -> pytest experiments/test_harness.py -> pytest tests/python
+#   -> cargo doc (-D warnings) -> pytest experiments/test_harness.py -> experiments/replot-all.sh
+#   (figures and tables redrawn as committed) -> pytest tests/python
 #   -> go test tests/go
 # against the release binary target/release/tailtrim, then prints `N passed, M failed`
 # (tests of all suites; a failed check step such as fmt or clippy counts as one failure)
@@ -113,6 +114,33 @@ run_conformance() {
 
 # The experiments' shared Python: histogram decoding, the simulator-vs-testbed checks.
 run_pytest "experiments" experiments/test_harness.py
+
+# Every figure and table under experiments/ redrawn from the results kept beside it
+# (experiments/replot-all.sh, in a scratch copy so no kept file is touched) must come out byte
+# for byte as committed. The results.json files are left out: a replot rewrites them with
+# floats printed to the shortest round trip and fields added since they were written.
+check_replot() {
+    local scratch differ
+    scratch="$(mktemp -d)"
+    cp -r experiments "$scratch/"
+    if ! (cd "$scratch" && TAILTRIM="$TAILTRIM_BIN" bash experiments/replot-all.sh) \
+        >"$logdir/replot.log" 2>&1; then
+        tail -n 30 "$logdir/replot.log"
+        rm -rf "$scratch"
+        return 1
+    fi
+    differ="$(cd experiments && find . -type f \( -name '*.svg' -o -name '*.png' -o -name '*.md' \
+        -o -name '*.txt' \) | sort | while read -r file; do
+        cmp -s "$file" "$scratch/experiments/$file" || echo "  experiments/${file#./}"; done)"
+    rm -rf "$scratch"
+    if [ -n "$differ" ]; then
+        echo "redrawn differently from the committed files:"
+        echo "$differ"
+        return 1
+    fi
+    echo "every figure and table redrawn as committed"
+}
+check "experiments/replot-all.sh" check_replot
 run_pytest "default dispatch"
 run_go "default dispatch"
 
