@@ -44,7 +44,9 @@ pub struct RunMetadata {
     /// Whether tracked files differed from that commit.
     pub dirty: bool,
     /// The commit the running binary was built from (`-dirty` when its tree differed);
-    /// differs from `commit` when an older copy of the binary ran.
+    /// differs from `commit` when an older copy of the binary ran. Empty (and left out of
+    /// the JSON) in files written before the field existed, so a replot does not add it.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub build: String,
     /// `model name` of /proc/cpuinfo.
     pub cpu_model: String,
