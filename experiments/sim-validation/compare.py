@@ -26,6 +26,7 @@ Checks, per policy, on the small requests:
 import bisect
 import json
 import os
+import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -100,12 +101,6 @@ def with_floor(sim_files, floor):
     return out
 
 
-def median(values):
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
 def print_window(window, tb, low):
     """The testbed's small p99 against the windowed simulations' (window.py) median."""
     by_point = {}
@@ -123,7 +118,7 @@ def print_window(window, tb, low):
             if not t:
                 continue
             values = by_point[(name, rate)]
-            mid = median(values)
+            mid = statistics.median(values)
             err = (t["small_p99_us"] - mid) / mid
             if rate in low:
                 count += 1
