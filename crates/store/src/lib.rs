@@ -62,8 +62,12 @@
 //! # Statistics
 //!
 //! [`Store::stats`] provides `curr_items total_items bytes limit_maxbytes
-//! evictions evicted_unfetched expired_unfetched reclaimed`; command and
-//! hit/miss counters (`cmd_get`, `get_hits`, …) are the server's job.
+//! evictions evicted_unfetched expired_unfetched reclaimed crawler_reclaimed
+//! crawler_items_checked get_expired get_flushed`; [`Store::class_stats`] gives
+//! the same per size class ([`size_class`]: the slab class memcached 1.6 would
+//! put the item in) for `stats items`; [`Store::reset_stats`] clears what
+//! memcached's `stats reset` clears. Command and hit/miss counters
+//! (`cmd_get`, `get_hits`, …) are the server's job.
 //!
 //! # Example
 //!
@@ -102,6 +106,7 @@
 //! assert!(store.get(b"foo", UnixSecs(now.0 + 61)).is_none());
 //! ```
 
+mod class;
 mod error;
 mod item;
 mod ops;
@@ -112,10 +117,11 @@ mod time;
 #[cfg(test)]
 mod tests;
 
+pub use crate::class::{class_chunk_sizes, size_class, LARGEST_CHUNK, SIZE_CLASS_LIMIT};
 pub use crate::error::StoreError;
 pub use crate::item::{item_size, ItemView, ITEM_FLAGS_BYTES, ITEM_HEADER_BYTES, KEY_MAX_LEN};
 pub use crate::ops::{
-    flush_deadline, ArithDirection, ArithItem, ArithOutcome, ArithRequest, ArithVivify,
+    flush_deadline, ArithDirection, ArithItem, ArithOutcome, ArithRequest, ArithVivify, ClassStats,
     CrawlReport, DeleteOutcome, DeleteRequest, DumpedItem, MetaGetHit, MetaGetRequest, StoreMode,
     StoreOutcome, StoreRequest, StoreStats, StoreStatus,
 };

@@ -268,8 +268,46 @@ pub struct StoreStats {
     /// `reclaimed`: expired/flushed items removed by the crawler or by
     /// eviction (memory reused from dead items).
     pub reclaimed: u64,
+    /// `crawler_reclaimed`: expired/flushed items removed by [`crate::Store::crawl_expired`].
+    pub crawler_reclaimed: u64,
+    /// `crawler_items_checked`: items [`crate::Store::crawl_expired`] looked at.
+    pub crawler_items_checked: u64,
+    /// `get_expired`: lookups (by any command) that found the key's item expired.
+    pub get_expired: u64,
+    /// `get_flushed`: lookups (by any command) that found the key's item invalidated by
+    /// `flush_all`.
+    pub get_flushed: u64,
     /// Number of shards.
     pub shards: u64,
+}
+
+/// One size class's figures ([`crate::size_class`]), as `stats items` names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ClassStats {
+    /// `number`: items held in the class, expired ones not yet removed included.
+    pub number: u64,
+    /// `mem_requested`: sum of their [`crate::item_size`].
+    pub mem_requested: u64,
+    /// `age`: seconds since the class's least recently used item was last accessed
+    /// (filled in by [`crate::Store::class_stats`]).
+    pub age: u64,
+    /// `evicted`: live items of the class removed to make room.
+    pub evicted: u64,
+    /// `evicted_nonzero`: … of which had an expiry time.
+    pub evicted_nonzero: u64,
+    /// `evicted_time`: seconds since the last evicted item had been accessed.
+    pub evicted_time: u64,
+    /// `evicted_unfetched`: evicted items never read.
+    pub evicted_unfetched: u64,
+    /// `expired_unfetched`: expired/flushed items removed by eviction or the crawler that
+    /// were never read.
+    pub expired_unfetched: u64,
+    /// `reclaimed`: expired/flushed items whose memory a store reused.
+    pub reclaimed: u64,
+    /// `crawler_reclaimed`: expired/flushed items the crawler removed.
+    pub crawler_reclaimed: u64,
+    /// `outofmemory`: stores of this class refused for lack of memory.
+    pub outofmemory: u64,
 }
 
 /// Converts the moment a delayed `flush_all <delay>` takes effect.

@@ -5,7 +5,9 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 
+use crate::class::{size_class, SIZE_CLASS_LIMIT};
 use crate::item::{Item, STATE_FETCHED};
+use crate::ops::ClassStats;
 use crate::time::UnixSecs;
 
 const NIL: u32 = u32::MAX;
@@ -27,6 +29,10 @@ pub(crate) struct ShardCounters {
     pub evicted_unfetched: u64,
     pub expired_unfetched: u64,
     pub reclaimed: u64,
+    pub crawler_reclaimed: u64,
+    pub crawler_items_checked: u64,
+    pub get_expired: u64,
+    pub get_flushed: u64,
 }
 
 /// The flush_all watermark, copied out of the store's atomics once per
@@ -41,7 +47,7 @@ pub(crate) struct FlushMark {
 }
 
 impl FlushMark {
-    fn flushes(&self, item: &Item, now: UnixSecs) -> bool {
+    pub fn flushes(&self, item: &Item, now: UnixSecs) -> bool {
         let Some(oldest_live) = self.oldest_live else {
             return false;
         };
@@ -68,6 +74,8 @@ pub(crate) struct ShardState {
     /// Sum of `item_size` over the items in this shard.
     pub bytes: u64,
     pub counters: ShardCounters,
+    /// Per size class ([`size_class`]) figures, indexed by class id.
+    pub classes: [ClassStats; SIZE_CLASS_LIMIT],
     /// Next slot the expiry crawler looks at.
     pub crawl_cursor: usize,
 }
@@ -82,6 +90,7 @@ impl ShardState {
             tail: NIL,
             bytes: 0,
             counters: ShardCounters::default(),
+            classes: [ClassStats::default(); SIZE_CLASS_LIMIT],
             crawl_cursor: 0,
         }
     }
@@ -211,6 +220,7 @@ impl ShardState {
     /// Inserts a new item at the LRU head. The key must not be present.
     pub fn insert(&mut self, item: Item) -> u32 {
         self.bytes += item.size();
+        self.class_added(&item);
         self.counters.total_items += 1;
         let key = item.key.clone();
         let node = Node {
@@ -237,9 +247,11 @@ impl ShardState {
     /// Returns the old item.
     pub fn replace(&mut self, slot: u32, item: Item) -> Item {
         self.bytes += item.size();
+        self.class_added(&item);
         self.counters.total_items += 1;
         let old = std::mem::replace(&mut self.node_mut(slot).item, item);
         self.bytes -= old.size();
+        self.class_removed(&old);
         self.relink_head(slot);
         old
     }
@@ -254,7 +266,37 @@ impl ShardState {
         self.free.push(slot);
         self.index.remove(&node.item.key[..]);
         self.bytes -= node.item.size();
+        self.class_removed(&node.item);
         node.item
+    }
+
+    /// The figures of `item`'s size class.
+    pub fn class_of(&mut self, item: &Item) -> &mut ClassStats {
+        &mut self.classes[size_class(item.size())]
+    }
+
+    fn class_added(&mut self, item: &Item) {
+        let class = self.class_of(item);
+        class.number += 1;
+        class.mem_requested += item.size();
+    }
+
+    fn class_removed(&mut self, item: &Item) {
+        let class = self.class_of(item);
+        class.number -= 1;
+        class.mem_requested -= item.size();
+    }
+
+    /// Zeroes the counters (`stats reset`); what the shard holds stays counted.
+    pub fn reset_counters(&mut self) {
+        self.counters = ShardCounters::default();
+        for class in &mut self.classes {
+            *class = ClassStats {
+                number: class.number,
+                mem_requested: class.mem_requested,
+                ..ClassStats::default()
+            };
+        }
     }
 
     /// Number of slots (occupied or free), the crawler's range.

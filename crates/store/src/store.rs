@@ -5,13 +5,14 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 
+use crate::class::{size_class, SIZE_CLASS_LIMIT};
 use crate::error::StoreError;
 use crate::item::{
     item_size, Item, ItemView, KEY_MAX_LEN, STATE_BINARY_KEY, STATE_FETCHED, STATE_STALE,
     STATE_WIN_TOKEN_SENT,
 };
 use crate::ops::{
-    ArithDirection, ArithItem, ArithOutcome, ArithRequest, CrawlReport, DeleteOutcome,
+    ArithDirection, ArithItem, ArithOutcome, ArithRequest, ClassStats, CrawlReport, DeleteOutcome,
     DeleteRequest, DumpedItem, MetaGetHit, MetaGetRequest, StoreMode, StoreOutcome, StoreRequest,
     StoreStats, StoreStatus,
 };
@@ -342,10 +343,13 @@ impl Store {
         if is_live(state.item(slot), now, flush) {
             return Some(slot);
         }
-        let dead = state.remove(slot);
-        if !dead.has(STATE_FETCHED) {
-            state.counters.expired_unfetched += 1;
+        // memcached's do_item_get: a flushed item counts as flushed even if it has expired.
+        if flush.flushes(state.item(slot), now) {
+            state.counters.get_flushed += 1;
+        } else {
+            state.counters.get_expired += 1;
         }
+        let dead = state.remove(slot);
         self.used_bytes.fetch_sub(dead.size(), Ordering::AcqRel);
         None
     }
@@ -392,12 +396,21 @@ impl Store {
             let unfetched = !item.has(STATE_FETCHED);
             if dead {
                 state.counters.reclaimed += 1;
+                state.class_of(&item).reclaimed += 1;
                 if unfetched {
                     state.counters.expired_unfetched += 1;
+                    state.class_of(&item).expired_unfetched += 1;
                 }
             } else {
                 state.counters.evictions += 1;
+                let class = state.class_of(&item);
+                class.evicted += 1;
+                class.evicted_time = now.0.saturating_sub(item.last_access.0);
+                if item.expiry != Expiry::Never {
+                    class.evicted_nonzero += 1;
+                }
                 if unfetched {
+                    class.evicted_unfetched += 1;
                     state.counters.evicted_unfetched += 1;
                 }
             }
@@ -714,7 +727,7 @@ impl Store {
             result: not(status),
             lru: LruMove::None,
         };
-        self.mutate(key, now, |existing| {
+        let result = self.mutate(key, now, |existing| {
             let cas_mode = request.compare_cas.is_some()
                 && matches!(request.mode, StoreMode::Set | StoreMode::Replace);
             // An overwrite shares the stored key instead of copying it again.
@@ -797,7 +810,12 @@ impl Store {
                     }
                 }
             }
-        })
+        });
+        if let Err(StoreError::OutOfMemory { .. }) = result {
+            let mut state = self.shards[self.shard_index(key)].state.lock();
+            state.classes[size_class(size)].outofmemory += 1;
+        }
+        result
     }
 
     /// `set`.
@@ -1085,15 +1103,18 @@ impl Store {
                 let slot = state.crawl_cursor % slots;
                 state.crawl_cursor = (slot + 1) % slots;
                 report.inspected += 1;
+                state.counters.crawler_items_checked += 1;
                 let dead = match state.slot_item(slot) {
                     Some(item) => !is_live(item, now, &flush),
                     None => false,
                 };
                 if dead {
                     let item = state.remove(slot as u32);
-                    state.counters.reclaimed += 1;
+                    state.counters.crawler_reclaimed += 1;
+                    state.class_of(&item).crawler_reclaimed += 1;
                     if !item.has(STATE_FETCHED) {
                         state.counters.expired_unfetched += 1;
+                        state.class_of(&item).expired_unfetched += 1;
                     }
                     self.used_bytes.fetch_sub(item.size(), Ordering::AcqRel);
                     report.reclaimed += 1;
@@ -1152,8 +1173,64 @@ impl Store {
             stats.evicted_unfetched += state.counters.evicted_unfetched;
             stats.expired_unfetched += state.counters.expired_unfetched;
             stats.reclaimed += state.counters.reclaimed;
+            stats.crawler_reclaimed += state.counters.crawler_reclaimed;
+            stats.crawler_items_checked += state.counters.crawler_items_checked;
+            stats.get_expired += state.counters.get_expired;
+            stats.get_flushed += state.counters.get_flushed;
         }
         stats
+    }
+
+    /// Figures per size class ([`size_class`]), indexed by class id (0 is unused), summed
+    /// over shards. `age` walks each shard's LRU from its tail until every class the shard
+    /// holds has been seen.
+    pub fn class_stats(&self, now: UnixSecs) -> Vec<ClassStats> {
+        let mut classes = vec![ClassStats::default(); SIZE_CLASS_LIMIT];
+        for shard in self.shards.iter() {
+            let state = shard.state.lock();
+            let mut unseen = 0;
+            for (total, class) in classes.iter_mut().zip(state.classes.iter()) {
+                total.number += class.number;
+                total.mem_requested += class.mem_requested;
+                total.evicted += class.evicted;
+                total.evicted_nonzero += class.evicted_nonzero;
+                total.evicted_time = total.evicted_time.max(class.evicted_time);
+                total.evicted_unfetched += class.evicted_unfetched;
+                total.expired_unfetched += class.expired_unfetched;
+                total.reclaimed += class.reclaimed;
+                total.crawler_reclaimed += class.crawler_reclaimed;
+                total.outofmemory += class.outofmemory;
+                if class.number > 0 {
+                    unseen += 1;
+                }
+            }
+            let mut seen = [false; SIZE_CLASS_LIMIT];
+            let mut cursor = state.tail();
+            while let Some(slot) = cursor {
+                if unseen == 0 {
+                    break;
+                }
+                let item = state.item(slot);
+                let id = size_class(item.size());
+                if !seen[id] {
+                    seen[id] = true;
+                    unseen -= 1;
+                    let age = now.0.saturating_sub(item.last_access.0);
+                    classes[id].age = classes[id].age.max(age);
+                }
+                cursor = state.newer_than(slot);
+            }
+        }
+        classes
+    }
+
+    /// Zeroes the counters `stats reset` clears (memcached's item statistics and
+    /// `total_items`); what the store holds (`curr_items`, `bytes`, per-class `number`)
+    /// stays.
+    pub fn reset_stats(&self) {
+        for shard in self.shards.iter() {
+            shard.state.lock().reset_counters();
+        }
     }
 
     /// Checks every shard's internal consistency (tests only).

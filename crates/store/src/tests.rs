@@ -6,7 +6,7 @@ use bytes::Bytes;
 use proptest::prelude::{prop, prop_assert, prop_assert_eq, proptest, ProptestConfig, Strategy};
 
 use crate::{
-    item_size, ArithDirection, ArithOutcome, ArithRequest, ArithVivify, DeleteOutcome,
+    item_size, size_class, ArithDirection, ArithOutcome, ArithRequest, ArithVivify, DeleteOutcome,
     DeleteRequest, Expiry, MetaGetRequest, Store, StoreConfig, StoreError, StoreMode, StoreRequest,
     StoreStatus, UnixSecs, RELATIVE_EXPTIME_MAX,
 };
@@ -130,7 +130,9 @@ fn crawler_reclaims_expired_items() {
     assert_eq!(report.reclaimed, 100);
     let stats = s.stats();
     assert_eq!(stats.curr_items, 100);
-    assert_eq!(stats.reclaimed, 100);
+    // memcached counts the crawler's removals as crawler_reclaimed, not reclaimed.
+    assert_eq!((stats.crawler_reclaimed, stats.reclaimed), (100, 0));
+    assert!(stats.crawler_items_checked >= 200);
     assert_eq!(stats.expired_unfetched, 100);
     // long0..long9 have 5-byte keys, long10..long99 6-byte keys.
     let expected_bytes = 10 * item_size(5, 1, 0) + 90 * item_size(6, 1, 0);
@@ -990,4 +992,62 @@ fn no_evict_mode_refuses_when_full_and_reclaims_dead_items() {
     store
         .set(b"fresh", value.clone(), 0, Expiry::Never, later)
         .expect("an expired item is reclaimed for the new one");
+}
+
+#[test]
+fn lookups_count_expired_and_flushed_items_as_memcached_does() {
+    let s = store();
+    set(&s, "gone", "v", 5, T0);
+    set(&s, "gone-too", "v", 5, T0);
+    set(&s, "kept", "v", 0, T0);
+    // Any lookup of a dead item counts: a get, and a delete.
+    assert_eq!(value_of(&s, "gone", at(10)), None);
+    assert!(!s.delete(b"gone-too", at(10)));
+    let stats = s.stats();
+    assert_eq!((stats.get_expired, stats.get_flushed), (2, 0));
+    // Lazy removal is not "expired_unfetched" (memcached counts that only when memory or
+    // the crawler takes the item).
+    assert_eq!((stats.expired_unfetched, stats.reclaimed), (0, 0));
+    s.flush_all(None, at(11));
+    assert_eq!(value_of(&s, "kept", at(11)), None);
+    let stats = s.stats();
+    assert_eq!((stats.get_expired, stats.get_flushed), (2, 1));
+    assert_eq!(stats.curr_items, 0);
+}
+
+#[test]
+fn class_stats_follow_items_and_reset_keeps_what_is_held() {
+    let s = store();
+    set(&s, "small", "v", 0, T0);
+    set(&s, "small2", "v", 0, T0);
+    let big = "x".repeat(10_000);
+    set(&s, "big", &big, 0, T0);
+    let small_class = size_class(item_size(5, 1, 0));
+    let big_class = size_class(item_size(3, 10_000, 0));
+    assert_ne!(small_class, big_class);
+    let classes = s.class_stats(at(7));
+    assert_eq!(classes[small_class].number, 2);
+    assert_eq!(
+        classes[small_class].mem_requested,
+        item_size(5, 1, 0) + item_size(6, 1, 0)
+    );
+    assert_eq!(classes[small_class].age, 7);
+    assert_eq!(classes[big_class].number, 1);
+    // An overwrite of another size moves the item to its new class.
+    set(&s, "big", "v", 0, at(8));
+    let classes = s.class_stats(at(8));
+    assert_eq!(
+        (classes[small_class].number, classes[big_class].number),
+        (3, 0)
+    );
+    assert_eq!(classes[big_class].mem_requested, 0);
+    assert_eq!(value_of(&s, "big", at(8)).as_deref(), Some("v"));
+    set(&s, "short", "v", 1, at(8));
+    assert_eq!(value_of(&s, "short", at(20)), None);
+    assert_eq!(s.stats().get_expired, 1);
+    s.reset_stats();
+    let stats = s.stats();
+    assert_eq!((stats.get_expired, stats.total_items), (0, 0));
+    assert_eq!(stats.curr_items, 3);
+    assert_eq!(s.class_stats(at(20))[small_class].number, 3);
 }
