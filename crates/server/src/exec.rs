@@ -16,7 +16,7 @@ use tailtrim_store::{
 };
 
 use crate::shared::Shared;
-use crate::stats::{add, bump, WorkerCounters};
+use crate::stats::{add, bump, bump_class, WorkerCounters};
 
 /// What the connection should do after a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,12 +54,7 @@ pub fn execute(request: Request, frame: &Bytes, ctx: &ExecContext<'_>, out: &mut
             store_text(&cmd, value, ctx, out);
         }
         Request::Delete { key, noreply } => {
-            let deleted = ctx.shared.store.delete(&key, ctx.now);
-            bump(if deleted {
-                &ctx.counters.delete_hits
-            } else {
-                &ctx.counters.delete_misses
-            });
+            let deleted = delete_text(&key, ctx);
             if !noreply {
                 reply::line(out, if deleted { b"DELETED" } else { b"NOT_FOUND" });
             }
@@ -76,13 +71,9 @@ pub fn execute(request: Request, frame: &Bytes, ctx: &ExecContext<'_>, out: &mut
             noreply,
         } => {
             let expiry = Expiry::from_protocol(i64::from(exptime), ctx.now);
-            let found = ctx.shared.store.touch(&key, expiry, ctx.now);
-            bump(&ctx.counters.cmd_touch);
-            bump(if found {
-                &ctx.counters.touch_hits
-            } else {
-                &ctx.counters.touch_misses
-            });
+            let touched = ctx.shared.store.get_and_touch(&key, expiry, ctx.now);
+            count_lookup(&key, touched.as_ref(), true, ctx);
+            let found = touched.is_some();
             if !noreply {
                 reply::line(out, if found { b"TOUCHED" } else { b"NOT_FOUND" });
             }
@@ -140,37 +131,98 @@ fn get(
         if let Some(hotkeys) = &ctx.shared.hotkeys {
             hotkeys.offer(key);
         }
+        // memcached counts a gat/gats key as a touch only, a get/gets key as a get.
         let found = match expiry {
-            Some(expiry) => {
-                bump(&ctx.counters.cmd_touch);
-                store.get_and_touch(key, expiry, ctx.now)
-            }
+            Some(expiry) => store.get_and_touch(key, expiry, ctx.now),
             None => store.get(key, ctx.now),
         };
-        bump(&ctx.counters.cmd_get);
-        match found {
-            Some(item) => {
-                bump(&ctx.counters.get_hits);
-                if expiry.is_some() {
-                    bump(&ctx.counters.touch_hits);
-                }
-                reply::value(
-                    out,
-                    key,
-                    item.flags,
-                    &item.value,
-                    with_cas.then_some(item.cas),
-                );
-            }
-            None => {
-                bump(&ctx.counters.get_misses);
-                if expiry.is_some() {
-                    bump(&ctx.counters.touch_misses);
-                }
-            }
+        count_lookup(key, found.as_ref(), expiry.is_some(), ctx);
+        if let Some(item) = found {
+            reply::value(
+                out,
+                key,
+                item.flags,
+                &item.value,
+                with_cas.then_some(item.cas),
+            );
         }
     }
     reply::line(out, b"END");
+}
+
+/// `delete`: true if it removed an item, counted in `delete_hits` (and the item's class) or
+/// `delete_misses`.
+fn delete_text(key: &[u8], ctx: &ExecContext<'_>) -> bool {
+    let store = &ctx.shared.store;
+    match store.meta_delete_sized(key, &DeleteRequest::default(), ctx.now) {
+        Ok((DeleteOutcome::Deleted, size)) => {
+            bump(&ctx.counters.delete_hits);
+            bump_class(&ctx.counters.slabs.delete_hits, size);
+            true
+        }
+        _ => {
+            bump(&ctx.counters.delete_misses);
+            false
+        }
+    }
+}
+
+/// Counts one key looked up, as memcached does: with a new expiry (`gat`, `mg … T`) in
+/// `cmd_touch` and `touch_hits`/`touch_misses`, else in `cmd_get` and
+/// `get_hits`/`get_misses`; a hit also in its size class.
+fn count_lookup(
+    key: &[u8],
+    found: Option<&tailtrim_store::ItemView>,
+    touch: bool,
+    ctx: &ExecContext<'_>,
+) {
+    let c = ctx.counters;
+    match (found, touch) {
+        (Some(item), true) => {
+            bump(&c.cmd_touch);
+            bump(&c.touch_hits);
+            bump_class(&c.slabs.touch_hits, view_size(key, item));
+        }
+        (Some(item), false) => {
+            bump(&c.cmd_get);
+            bump(&c.get_hits);
+            bump_class(&c.slabs.get_hits, view_size(key, item));
+        }
+        (None, true) => {
+            bump(&c.cmd_touch);
+            bump(&c.touch_misses);
+        }
+        (None, false) => {
+            bump(&c.cmd_get);
+            bump(&c.get_misses);
+        }
+    }
+}
+
+/// Accounted size of the item `view` read under `key` (its size class counts the hit).
+fn view_size(key: &[u8], view: &tailtrim_store::ItemView) -> u64 {
+    tailtrim_store::item_size(key.len(), view.value.len(), view.flags)
+}
+
+/// Counts a storage command: `cmd_set` (and its class) unless no item could be made for it,
+/// as memcached counts only stores that allocated an item; `store_too_large` and
+/// `store_no_memory` for those that could not.
+fn count_store(
+    key: &[u8],
+    value_len: usize,
+    flags: u32,
+    result: &Result<StoreOutcome, StoreError>,
+    ctx: &ExecContext<'_>,
+) {
+    match result {
+        Err(StoreError::TooLarge { .. }) => bump(&ctx.counters.store_too_large),
+        Err(StoreError::OutOfMemory { .. }) => bump(&ctx.counters.store_no_memory),
+        _ => {
+            bump(&ctx.counters.cmd_set);
+            let size = tailtrim_store::item_size(key.len(), value_len, flags);
+            bump_class(&ctx.counters.slabs.cmd_set, size);
+        }
+    }
 }
 
 fn store_mode(mode: WireMode) -> StoreMode {
@@ -197,7 +249,7 @@ fn store_error_reply(err: &StoreError, out: &mut ReplyBuf) {
 }
 
 fn store_text(cmd: &StoreCommand, value: Bytes, ctx: &ExecContext<'_>, out: &mut ReplyBuf) {
-    bump(&ctx.counters.cmd_set);
+    let value_len = value.len();
     let mut request = StoreRequest::new(
         store_mode(cmd.mode),
         cmd.flags,
@@ -207,13 +259,21 @@ fn store_text(cmd: &StoreCommand, value: Bytes, ctx: &ExecContext<'_>, out: &mut
         request.compare_cas = Some(cmd.cas_unique);
     }
     let result = ctx.shared.store.store(&cmd.key, value, &request, ctx.now);
+    count_store(&cmd.key, value_len, cmd.flags, &result, ctx);
     if cmd.mode == WireMode::Cas {
         if let Ok(StoreOutcome { status, .. }) = result {
-            bump(match status {
-                StoreStatus::Stored => &ctx.counters.cas_hits,
-                StoreStatus::Exists => &ctx.counters.cas_badval,
-                _ => &ctx.counters.cas_misses,
-            });
+            let size = tailtrim_store::item_size(cmd.key.len(), value_len, cmd.flags);
+            match status {
+                StoreStatus::Stored => {
+                    bump(&ctx.counters.cas_hits);
+                    bump_class(&ctx.counters.slabs.cas_hits, size);
+                }
+                StoreStatus::Exists => {
+                    bump(&ctx.counters.cas_badval);
+                    bump_class(&ctx.counters.slabs.cas_badval, size);
+                }
+                _ => bump(&ctx.counters.cas_misses),
+            }
         }
     }
     if cmd.noreply {
@@ -255,8 +315,16 @@ fn arithmetic_text(
     } else {
         (&ctx.counters.decr_hits, &ctx.counters.decr_misses)
     };
+    let class_hits = if incr {
+        &ctx.counters.slabs.incr_hits
+    } else {
+        &ctx.counters.slabs.decr_hits
+    };
     match &result {
-        Ok(ArithOutcome::Updated(_)) => bump(hits),
+        Ok(ArithOutcome::Updated(item)) => {
+            bump(hits);
+            bump_class(class_hits, item.size);
+        }
         Ok(ArithOutcome::NotFound) => bump(misses),
         _ => {}
     }
@@ -343,19 +411,19 @@ fn meta_get(key: &[u8], flags: &MetaFlags, ctx: &ExecContext<'_>, out: &mut Repl
     if let Some(class) = flags.class() {
         bump(ctx.counters.priority_requests(class));
     }
-    bump(&ctx.counters.cmd_get);
-    if new_expiry.is_some() {
-        bump(&ctx.counters.cmd_touch);
-    }
     let hit = match ctx.shared.store.meta_get(key, &request, ctx.now) {
         Ok(hit) => hit,
         Err(err) => return store_error_reply(&err, out),
     };
+    // memcached 1.6.18: a miss is a get miss even with `T`; a hit (an item `N` created
+    // included) with `T` is a touch, without it a get.
+    count_lookup(
+        key,
+        hit.as_ref().map(|hit| &hit.item),
+        hit.is_some() && new_expiry.is_some(),
+        ctx,
+    );
     let Some(hit) = hit else {
-        bump(&ctx.counters.get_misses);
-        if new_expiry.is_some() {
-            bump(&ctx.counters.touch_misses);
-        }
         if !flags.quiet() {
             out.push(b"EN");
             push_echo_flags(out, key, flags);
@@ -363,14 +431,6 @@ fn meta_get(key: &[u8], flags: &MetaFlags, ctx: &ExecContext<'_>, out: &mut Repl
         }
         return;
     };
-    if hit.created {
-        bump(&ctx.counters.get_misses);
-    } else {
-        bump(&ctx.counters.get_hits);
-        if new_expiry.is_some() {
-            bump(&ctx.counters.touch_hits);
-        }
-    }
     let with_value = flags.has(b'v');
     if with_value {
         out.push(b"VA ");
@@ -436,7 +496,6 @@ fn meta_set(
     ctx: &ExecContext<'_>,
     out: &mut ReplyBuf,
 ) {
-    bump(&ctx.counters.cmd_set);
     let mode = match flags.mode().map(|m| m.to_ascii_uppercase()) {
         None | Some(b'S') => StoreMode::Set,
         Some(b'E') => StoreMode::Add,
@@ -462,7 +521,10 @@ fn meta_set(
     request.new_cas = new_cas;
     request.invalidate = flags.has(b'I');
     request.binary_key = flags.has(b'b');
-    match ctx.shared.store.store(key, value, &request, ctx.now) {
+    let value_len = value.len();
+    let result = ctx.shared.store.store(key, value, &request, ctx.now);
+    count_store(key, value_len, request.flags, &result, ctx);
+    match result {
         Ok(outcome) => {
             let code: &[u8] = match outcome.status {
                 StoreStatus::Stored => b"HD",
@@ -505,13 +567,14 @@ fn meta_delete(key: &[u8], flags: &MetaFlags, ctx: &ExecContext<'_>, out: &mut R
         new_expiry,
         new_cas,
     };
-    let outcome = match ctx.shared.store.meta_delete(key, &request, ctx.now) {
-        Ok(outcome) => outcome,
+    let (outcome, size) = match ctx.shared.store.meta_delete_sized(key, &request, ctx.now) {
+        Ok(found) => found,
         Err(err) => return store_error_reply(&err, out),
     };
     let code: &[u8] = match outcome {
         DeleteOutcome::Deleted | DeleteOutcome::Invalidated => {
             bump(&ctx.counters.delete_hits);
+            bump_class(&ctx.counters.slabs.delete_hits, size);
             if flags.quiet() {
                 return;
             }
@@ -559,13 +622,22 @@ fn meta_arithmetic(key: &[u8], flags: &MetaFlags, ctx: &ExecContext<'_>, out: &m
         Ok(result) => result,
         Err(err) => return store_error_reply(&err, out),
     };
-    let (hits, misses) = match direction {
-        ArithDirection::Incr => (&ctx.counters.incr_hits, &ctx.counters.incr_misses),
-        ArithDirection::Decr => (&ctx.counters.decr_hits, &ctx.counters.decr_misses),
+    let (hits, misses, class_hits) = match direction {
+        ArithDirection::Incr => (
+            &ctx.counters.incr_hits,
+            &ctx.counters.incr_misses,
+            &ctx.counters.slabs.incr_hits,
+        ),
+        ArithDirection::Decr => (
+            &ctx.counters.decr_hits,
+            &ctx.counters.decr_misses,
+            &ctx.counters.slabs.decr_hits,
+        ),
     };
     let item = match result {
         ArithOutcome::Updated(item) => {
             bump(hits);
+            bump_class(class_hits, item.size);
             item
         }
         ArithOutcome::Created(item) => {
@@ -630,6 +702,7 @@ fn slab_class(size: u64) -> u32 {
 }
 
 fn meta_debug(key: &[u8], ctx: &ExecContext<'_>, out: &mut ReplyBuf) {
+    bump(&ctx.counters.cmd_meta);
     let request = MetaGetRequest {
         no_bump: true,
         ..MetaGetRequest::default()
@@ -659,12 +732,11 @@ fn meta_debug(key: &[u8], ctx: &ExecContext<'_>, out: &mut ReplyBuf) {
 /// Drops the old value of a storage command rejected as too large, as
 /// memcached does (so a reader never sees the value the client replaced).
 pub fn unlink_too_large(error: &ProtoError, ctx: &ExecContext<'_>) {
-    if let ProtoError::TooLarge {
-        unlink_key: Some(key),
-        ..
-    } = error
-    {
-        ctx.shared.store.delete(key, ctx.now);
+    if let ProtoError::TooLarge { unlink_key, .. } = error {
+        bump(&ctx.counters.store_too_large);
+        if let Some(key) = unlink_key {
+            ctx.shared.store.delete(key, ctx.now);
+        }
     }
 }
 

@@ -184,6 +184,11 @@ pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
                 listeners.push((socket.as_raw_fd(), format!("udp:{addr}")));
             }
         }
+        // memcached counts its listening sockets among the connections it opened.
+        let opened = listeners.len() as u64;
+        shared
+            .total_connections
+            .fetch_add(opened, Ordering::Relaxed);
         let _ = shared.listeners.set(listeners);
     }
     let runtime = start_runtime(&shared, udp_sockets, &mut threads)?;
@@ -318,6 +323,7 @@ fn accept_loop(
     let idle_every = (!idle.is_zero()).then(|| idle_check_every(idle));
     let mut next_idle_check = std::time::Instant::now();
     let mut backoff: Option<Duration> = None;
+    let mut disabled_since: Option<std::time::Instant> = None;
     while !shared.stopping() {
         let timeout = match (backoff, idle_every) {
             (Some(pause), Some(every)) => Some(pause.min(every)),
@@ -338,12 +344,15 @@ fn accept_loop(
                 Ok(pair) => pair,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     backoff = None;
+                    listen_enabled(shared, &mut disabled_since);
                     break;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     if backoff.is_none() {
                         shared.listen_disabled_num.fetch_add(1, Ordering::Relaxed);
+                        shared.accepting_conns.store(false, Ordering::Relaxed);
+                        disabled_since = Some(std::time::Instant::now());
                         eprintln!("tailtrim: accept failed: {e}; retrying with back-off");
                     }
                     backoff = Some(backoff.map_or(ACCEPT_BACKOFF_MIN, |pause| {
@@ -353,16 +362,30 @@ fn accept_loop(
                 }
             };
             backoff = None;
+            listen_enabled(shared, &mut disabled_since);
             if shared.curr_connections.load(Ordering::Relaxed) >= max {
                 shared.rejected_connections.fetch_add(1, Ordering::Relaxed);
                 let mut s = stream;
                 let _ = s.write_all(b"ERROR Too many open connections\r\n");
                 continue;
             }
-            shared.curr_connections.fetch_add(1, Ordering::Relaxed);
+            let open = shared.curr_connections.fetch_add(1, Ordering::Relaxed) + 1;
+            shared.peak_connections.fetch_max(open, Ordering::Relaxed);
             shared.total_connections.fetch_add(1, Ordering::Relaxed);
             runtime.adopt(stream, peer);
         }
+    }
+}
+
+/// The acceptor accepts again after a back-off: `accepting_conns` and
+/// `time_in_listen_disabled_us` say so.
+fn listen_enabled(shared: &Shared, disabled_since: &mut Option<std::time::Instant>) {
+    if let Some(since) = disabled_since.take() {
+        let micros = u64::try_from(since.elapsed().as_micros()).unwrap_or(u64::MAX);
+        shared
+            .time_in_listen_disabled_us
+            .fetch_add(micros, Ordering::Relaxed);
+        shared.accepting_conns.store(true, Ordering::Relaxed);
     }
 }
 
@@ -376,6 +399,7 @@ fn crawl_loop(shared: &Shared) {
         waited += tick;
         if waited >= interval {
             waited = Duration::ZERO;
+            shared.crawler_starts.fetch_add(1, Ordering::Relaxed);
             shared.store.crawl_expired(shared::unix_now(), budget);
         }
     }

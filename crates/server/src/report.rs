@@ -8,80 +8,194 @@ use tailtrim_proto::reply::{self, ReplyBuf};
 use crate::exec::ExecContext;
 use crate::shared::Shared;
 
-/// Process CPU time (user, system) in seconds.
-fn rusage() -> (f64, f64) {
+/// Process CPU time (user, system) as memcached prints it: seconds with six decimals, from
+/// `getrusage`'s whole microseconds.
+fn rusage() -> (String, String) {
     // SAFETY: getrusage only writes into the struct we pass.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: RUSAGE_SELF with a valid pointer is always defined.
     let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
     if rc != 0 {
-        return (0.0, 0.0);
+        return ("0.000000".into(), "0.000000".into());
     }
-    let secs = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    (secs(usage.ru_utime), secs(usage.ru_stime))
+    let seconds = |tv: libc::timeval| format!("{}.{:06}", tv.tv_sec, tv.tv_usec);
+    (seconds(usage.ru_utime), seconds(usage.ru_stime))
 }
 
-/// General statistics as (name, value) pairs, in memcached's order where
-/// the names exist there.
+/// Bytes of one entry of a shard's key index (hashbrown: the key, the slot, a control byte).
+const HASH_ENTRY_BYTES: u64 = (std::mem::size_of::<(Bytes, u32)>() + 1) as u64;
+
+/// memcached's `hash_power_level` for an index of `buckets` entries: the power of two that
+/// holds them.
+fn hash_power_level(buckets: u64) -> u32 {
+    buckets.max(1).next_power_of_two().trailing_zeros()
+}
+
+/// General statistics as (name, value) pairs: every field of memcached 1.6.18's `stats`, in
+/// its order, then tailtrim's own. docs/server.md says which memcached fields are constants
+/// here and why.
 pub fn general_stats(shared: &Shared, now: u64) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::new();
     let mut push = |name: &str, value: String| out.push((name.to_string(), value));
     let (user, system) = rusage();
+    let load = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed).to_string();
+    let zero = || "0".to_string();
+    let counters = shared.counter_snapshot();
+    let store = shared.store.stats();
+    let listeners = shared.listeners.get().map_or(0, Vec::len) as u64;
     push("pid", std::process::id().to_string());
     push("uptime", now.saturating_sub(shared.started).to_string());
     push("time", now.to_string());
     push("version", shared.version.clone());
+    push("libevent", "none".into());
     push(
         "pointer_size",
         (8 * std::mem::size_of::<usize>()).to_string(),
     );
-    push("rusage_user", format!("{user:.6}"));
-    push("rusage_system", format!("{system:.6}"));
+    push("rusage_user", user);
+    push("rusage_system", system);
     push(
         "max_connections",
         shared.config.server.max_connections.to_string(),
     );
+    push("curr_connections", load(&shared.curr_connections));
+    push("total_connections", load(&shared.total_connections));
+    push("rejected_connections", load(&shared.rejected_connections));
     push(
-        "curr_connections",
-        shared.curr_connections.load(Ordering::Relaxed).to_string(),
+        "connection_structures",
+        (listeners + shared.peak_connections.load(Ordering::Relaxed)).to_string(),
     );
-    push(
-        "total_connections",
-        shared.total_connections.load(Ordering::Relaxed).to_string(),
-    );
-    push(
-        "rejected_connections",
-        shared
-            .rejected_connections
-            .load(Ordering::Relaxed)
-            .to_string(),
-    );
-    push(
-        "idle_kicks",
-        shared.idle_kicks.load(Ordering::Relaxed).to_string(),
-    );
-    push(
-        "listen_disabled_num",
-        shared
-            .listen_disabled_num
-            .load(Ordering::Relaxed)
-            .to_string(),
-    );
-    let counters = shared.counter_snapshot();
-    for (name, value) in counters.pairs() {
+    for name in [
+        "response_obj_oom",
+        "response_obj_count",
+        "response_obj_bytes",
+        "read_buf_count",
+        "read_buf_bytes",
+        "read_buf_bytes_free",
+        "read_buf_oom",
+        "reserved_fds",
+    ] {
+        push(name, zero());
+    }
+    let c = &counters;
+    for (name, value) in [
+        ("cmd_get", c.cmd_get),
+        ("cmd_set", c.cmd_set),
+        ("cmd_flush", c.cmd_flush),
+        ("cmd_touch", c.cmd_touch),
+        ("cmd_meta", c.cmd_meta),
+        ("get_hits", c.get_hits),
+        ("get_misses", c.get_misses),
+        ("get_expired", store.get_expired),
+        ("get_flushed", store.get_flushed),
+        ("delete_misses", c.delete_misses),
+        ("delete_hits", c.delete_hits),
+        ("incr_misses", c.incr_misses),
+        ("incr_hits", c.incr_hits),
+        ("decr_misses", c.decr_misses),
+        ("decr_hits", c.decr_hits),
+        ("cas_misses", c.cas_misses),
+        ("cas_hits", c.cas_hits),
+        ("cas_badval", c.cas_badval),
+        ("touch_hits", c.touch_hits),
+        ("touch_misses", c.touch_misses),
+        ("store_too_large", c.store_too_large),
+        ("store_no_memory", c.store_no_memory),
+        ("auth_cmds", 0),
+        ("auth_errors", 0),
+        ("bytes_read", c.bytes_read),
+        ("bytes_written", c.bytes_written),
+        ("limit_maxbytes", store.limit_maxbytes),
+        (
+            "accepting_conns",
+            u64::from(shared.accepting_conns.load(Ordering::Relaxed)),
+        ),
+    ] {
         push(name, value.to_string());
     }
-    let store = shared.store.stats();
-    push("limit_maxbytes", store.limit_maxbytes.to_string());
+    push("listen_disabled_num", load(&shared.listen_disabled_num));
+    push(
+        "time_in_listen_disabled_us",
+        load(&shared.time_in_listen_disabled_us),
+    );
     push("threads", shared.config.workers.threads.to_string());
+    push("conn_yields", zero());
+    push(
+        "hash_power_level",
+        hash_power_level(store.hash_buckets).to_string(),
+    );
+    push(
+        "hash_bytes",
+        (store.hash_buckets * HASH_ENTRY_BYTES).to_string(),
+    );
+    push("hash_is_expanding", zero());
+    for name in [
+        "slab_reassign_rescues",
+        "slab_reassign_chunk_rescues",
+        "slab_reassign_evictions_nomem",
+        "slab_reassign_inline_reclaim",
+        "slab_reassign_busy_items",
+        "slab_reassign_busy_deletes",
+        "slab_reassign_running",
+        "slabs_moved",
+        "lru_crawler_running",
+    ] {
+        push(name, zero());
+    }
+    push("lru_crawler_starts", load(&shared.crawler_starts));
+    for name in [
+        "lru_maintainer_juggles",
+        "malloc_fails",
+        "log_worker_dropped",
+        "log_worker_written",
+        "log_watcher_skipped",
+        "log_watcher_sent",
+        "log_watchers",
+        "unexpected_napi_ids",
+        "round_robin_fallback",
+    ] {
+        push(name, zero());
+    }
     push("bytes", store.bytes.to_string());
     push("curr_items", store.curr_items.to_string());
     push("total_items", store.total_items.to_string());
+    push("slab_global_page_pool", zero());
     push("expired_unfetched", store.expired_unfetched.to_string());
     push("evicted_unfetched", store.evicted_unfetched.to_string());
+    push("evicted_active", zero());
     push("evictions", store.evictions.to_string());
     push("reclaimed", store.reclaimed.to_string());
+    push("crawler_reclaimed", store.crawler_reclaimed.to_string());
+    push(
+        "crawler_items_checked",
+        store.crawler_items_checked.to_string(),
+    );
+    for name in [
+        "lrutail_reflocked",
+        "moves_to_cold",
+        "moves_to_warm",
+        "moves_within_lru",
+    ] {
+        push(name, zero());
+    }
+    // Every eviction and reclaim happens in the thread that needs the memory.
+    push(
+        "direct_reclaims",
+        (store.evictions + store.reclaimed).to_string(),
+    );
+    push("lru_bumps_dropped", zero());
+    // tailtrim's own.
+    push("idle_kicks", load(&shared.idle_kicks));
     push("item_size_max", store.item_size_max.to_string());
+    for (name, value) in [
+        ("priority_class0_requests", c.priority_class0_requests),
+        ("priority_class1_requests", c.priority_class1_requests),
+        ("priority_class2_requests", c.priority_class2_requests),
+        ("priority_class3_requests", c.priority_class3_requests),
+        ("priority_class4_requests", c.priority_class4_requests),
+    ] {
+        push(name, value.to_string());
+    }
     // The dispatch policy's live state (the full set is `stats sizeaware`).
     match shared.dispatch_view() {
         Some(runtime) => {
@@ -119,10 +233,17 @@ const GENERAL_DISPATCH_STATS: &[&str] = &[
     "large_p99_us",
 ];
 
-/// `stats settings` pairs.
+/// `stats settings` pairs: every setting memcached 1.6.18 lists, in its order, with
+/// tailtrim's value (memcached's default where tailtrim has no such mechanism; see
+/// docs/server.md), then tailtrim's own.
 fn settings_stats(shared: &Shared) -> Vec<(String, String)> {
     let c = &shared.config;
-    vec![
+    let yes_no = |on: bool| if on { "yes" } else { "no" }.to_string();
+    let oldest = shared
+        .store
+        .flush_watermark()
+        .map_or(0, |at| at.0.saturating_sub(shared.started));
+    let mut pairs: Vec<(String, String)> = vec![
         (
             "maxbytes".into(),
             (c.storage.memory_mb * 1024 * 1024).to_string(),
@@ -138,14 +259,98 @@ fn settings_stats(shared: &Shared) -> Vec<(String, String)> {
         ),
         ("inter".into(), c.server.listen.clone()),
         ("verbosity".into(), c.server.verbose.to_string()),
-        ("evictions".into(), "on".into()),
+        ("oldest".into(), oldest.to_string()),
+        (
+            "evictions".into(),
+            if c.storage.evict_to_free { "on" } else { "off" }.into(),
+        ),
+    ];
+    let constant = |name: &str, value: &str| (name.to_string(), value.to_string());
+    pairs.extend([
+        constant("domain_socket", "NULL"),
+        constant("umask", "700"),
+        constant("shutdown_command", "no"),
+        constant("growth_factor", "1.25"),
+        constant("chunk_size", "48"),
         ("num_threads".into(), c.workers.threads.to_string()),
-        ("cas_enabled".into(), "yes".into()),
+        ("num_threads_per_udp".into(), c.workers.threads.to_string()),
+        constant("stat_key_prefix", ":"),
+        constant("detail_enabled", "no"),
+        constant("reqs_per_event", "20"),
+        constant("cas_enabled", "yes"),
+        constant("tcp_backlog", "1024"),
+        constant("binding_protocol", "ascii"),
+        constant("auth_enabled_sasl", "no"),
+        constant("auth_enabled_ascii", "no"),
         ("item_size_max".into(), c.storage.item_size_max.to_string()),
+        constant("maxconns_fast", "yes"),
+        constant("hashpower_init", "0"),
+        constant("slab_reassign", "no"),
+        constant("slab_automove", "0"),
+        constant("slab_automove_ratio", "0.80"),
+        constant("slab_automove_window", "30"),
+        (
+            "slab_chunk_max".into(),
+            tailtrim_store::LARGEST_CHUNK.to_string(),
+        ),
+        (
+            "lru_crawler".into(),
+            yes_no(c.storage.crawl_interval_ms > 0),
+        ),
+        (
+            "lru_crawler_sleep".into(),
+            c.storage.crawl_interval_ms.to_string(),
+        ),
+        (
+            "lru_crawler_tocrawl".into(),
+            c.storage.crawl_budget.to_string(),
+        ),
+        constant("tail_repair_time", "0"),
+        constant("flush_enabled", "yes"),
+        constant("dump_enabled", "yes"),
+        constant("hash_algorithm", "ahash"),
+        constant("lru_maintainer_thread", "no"),
+        constant("lru_segmented", "no"),
+        constant("hot_lru_pct", "20"),
+        constant("warm_lru_pct", "40"),
+        constant("hot_max_factor", "0.20"),
+        constant("warm_max_factor", "2.00"),
+        constant("temp_lru", "no"),
+        constant("temporary_ttl", "61"),
         (
             "idle_timeout".into(),
             c.server.idle_timeout_secs.to_string(),
         ),
+        constant("watcher_logbuf_size", "262144"),
+        constant("worker_logbuf_size", "65536"),
+        constant("read_buf_mem_limit", "0"),
+        constant("track_sizes", "no"),
+        constant("inline_ascii_response", "no"),
+        constant("ext_item_size", "512"),
+        constant("ext_item_age", "4294967295"),
+        constant("ext_low_ttl", "0"),
+        constant("ext_recache_rate", "2000"),
+        constant("ext_wbuf_size", "4194304"),
+        constant("ext_compact_under", "0"),
+        constant("ext_drop_under", "0"),
+        constant("ext_max_sleep", "1000000"),
+        constant("ext_max_frag", "0.80"),
+        constant("slab_automove_freeratio", "0.010"),
+        constant("ext_drop_unread", "no"),
+        constant("ssl_enabled", "no"),
+        constant("ssl_chain_cert", "(null)"),
+        constant("ssl_key", "(null)"),
+        constant("ssl_verify_mode", "0"),
+        constant("ssl_keyformat", "1"),
+        constant("ssl_ciphers", "NULL"),
+        constant("ssl_ca_cert", "NULL"),
+        constant("ssl_wbuf_size", "16384"),
+        constant("ssl_session_cache", "no"),
+        constant("ssl_kernel_tls", "no"),
+        constant("ssl_min_version", "tlsv1.2"),
+        constant("num_napi_ids", "(null)"),
+        constant("memory_file", "(null)"),
+        // tailtrim's own.
         ("dispatch".into(), c.workers.dispatch.name().to_string()),
         ("priorities".into(), c.workers.priorities().to_string()),
         (
@@ -164,8 +369,100 @@ fn settings_stats(shared: &Shared) -> Vec<(String, String)> {
                 .network_spec()
                 .map_or_else(|e| e, |s| s.to_string()),
         ),
-    ]
+    ]);
+    pairs
 }
+
+/// `stats items`: memcached's fields for every size class that holds items.
+fn items_stats(shared: &Shared, now: u64) -> Vec<(String, String)> {
+    let classes = shared.store.class_stats(tailtrim_store::UnixSecs(now));
+    let slabs = shared.slab_snapshots();
+    let mut pairs = Vec::new();
+    for (id, class) in classes.iter().enumerate() {
+        if class.number == 0 {
+            continue;
+        }
+        let mut push = |name: &str, value: u64| {
+            pairs.push((format!("items:{id}:{name}"), value.to_string()));
+        };
+        push("number", class.number);
+        // Without LRU segments every item is in the one (cold) LRU.
+        push("number_hot", 0);
+        push("number_warm", 0);
+        push("number_cold", class.number);
+        push("age_hot", 0);
+        push("age_warm", 0);
+        push("age", class.age);
+        push("mem_requested", class.mem_requested);
+        push("evicted", class.evicted);
+        push("evicted_nonzero", class.evicted_nonzero);
+        push("evicted_time", class.evicted_time);
+        push("outofmemory", class.outofmemory);
+        push("tailrepairs", 0);
+        push("reclaimed", class.reclaimed);
+        push("expired_unfetched", class.expired_unfetched);
+        push("evicted_unfetched", class.evicted_unfetched);
+        push("evicted_active", 0);
+        push("crawler_reclaimed", class.crawler_reclaimed);
+        push("crawler_items_checked", 0);
+        push("lrutail_reflocked", 0);
+        push("moves_to_cold", 0);
+        push("moves_to_warm", 0);
+        push("moves_within_lru", 0);
+        push("direct_reclaims", class.evicted + class.reclaimed);
+        push("hits_to_hot", 0);
+        push("hits_to_warm", 0);
+        push("hits_to_cold", slabs[id].get_hits);
+        push("hits_to_temp", 0);
+    }
+    pairs
+}
+
+/// `stats slabs`: memcached's per class fields for every class that holds items or has
+/// counted a command, then `active_slabs` and `total_malloced`. tailtrim allocates per item,
+/// not in 1 MiB pages: a class's "page" is its items' chunks rounded up to memcached's page.
+fn slabs_stats(shared: &Shared, now: u64) -> Vec<(String, String)> {
+    let classes = shared.store.class_stats(tailtrim_store::UnixSecs(now));
+    let slabs = shared.slab_snapshots();
+    let chunk_sizes = tailtrim_store::class_chunk_sizes();
+    let mut pairs = Vec::new();
+    let mut active = 0u64;
+    let mut malloced = 0u64;
+    for (id, chunk_size) in chunk_sizes
+        .iter()
+        .enumerate()
+        .map(|(i, size)| (i + 1, *size))
+    {
+        let class = &classes[id];
+        let counted = slabs[id];
+        if class.number == 0 && counted == crate::stats::SlabSnapshot::default() {
+            continue;
+        }
+        active += 1;
+        let per_page = (SLAB_PAGE_BYTES / chunk_size).max(1);
+        let pages = class.number.div_ceil(per_page).max(1);
+        malloced += pages * SLAB_PAGE_BYTES;
+        let mut push = |name: &str, value: u64| {
+            pairs.push((format!("{id}:{name}"), value.to_string()));
+        };
+        push("chunk_size", chunk_size);
+        push("chunks_per_page", per_page);
+        push("total_pages", pages);
+        push("total_chunks", pages * per_page);
+        push("used_chunks", class.number);
+        push("free_chunks", pages * per_page - class.number);
+        push("free_chunks_end", 0);
+        for (name, value) in counted.pairs() {
+            push(name, value);
+        }
+    }
+    pairs.push(("active_slabs".into(), active.to_string()));
+    pairs.push(("total_malloced".into(), malloced.to_string()));
+    pairs
+}
+
+/// memcached's slab page (`-o slab_page_size`, 1 MiB).
+const SLAB_PAGE_BYTES: u64 = 1024 * 1024;
 
 /// Hot keys listed by `stats hotkeys` without a count.
 pub const DEFAULT_HOTKEYS_SHOWN: usize = 20;
@@ -175,21 +472,8 @@ pub fn stats_command(args: &[Bytes], ctx: &ExecContext<'_>, out: &mut ReplyBuf) 
     let pairs = match args.first().map(|a| a.as_ref()) {
         None => general_stats(ctx.shared, ctx.now.0),
         Some(b"settings") => settings_stats(ctx.shared),
-        Some(b"items") => {
-            let store = ctx.shared.store.stats();
-            vec![
-                ("items:1:number".into(), store.curr_items.to_string()),
-                ("items:1:evicted".into(), store.evictions.to_string()),
-                ("items:1:reclaimed".into(), store.reclaimed.to_string()),
-            ]
-        }
-        Some(b"slabs") => {
-            let store = ctx.shared.store.stats();
-            vec![
-                ("active_slabs".into(), "1".into()),
-                ("total_malloced".into(), store.bytes.to_string()),
-            ]
-        }
+        Some(b"items") => items_stats(ctx.shared, ctx.now.0),
+        Some(b"slabs") => slabs_stats(ctx.shared, ctx.now.0),
         Some(b"sizeaware" | b"dispatch") => match ctx.shared.dispatch_view() {
             Some(runtime) => runtime.stats(),
             None => vec![
@@ -232,6 +516,7 @@ pub fn stats_command(args: &[Bytes], ctx: &ExecContext<'_>, out: &mut ReplyBuf) 
             for counters in &ctx.shared.counters {
                 counters.reset();
             }
+            ctx.shared.reset_stats();
             if let Some(hotkeys) = &ctx.shared.hotkeys {
                 hotkeys.reset();
             }

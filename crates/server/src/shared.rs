@@ -8,7 +8,7 @@ use tailtrim_policy::hotkeys::{HotKeyTracker, Sampler, TrackerConfig};
 use tailtrim_store::{Store, UnixSecs};
 
 use crate::config::ServerConfig;
-use crate::stats::{CounterSnapshot, WorkerCounters};
+use crate::stats::{CounterSnapshot, SlabSnapshot, WorkerCounters};
 
 /// Version string reported by `version` and `stats`: the memcached release
 /// whose behaviour we match, then ours.
@@ -38,6 +38,16 @@ pub struct Shared {
     /// Times the acceptor stopped accepting for a while because `accept` failed (EMFILE,
     /// ENFILE, ENOMEM...); memcached's `listen_disabled_num`.
     pub listen_disabled_num: AtomicU64,
+    /// False while the acceptor backs off after a failed `accept` (memcached's
+    /// `accepting_conns`).
+    pub accepting_conns: AtomicBool,
+    /// Microseconds the acceptor spent backing off (`time_in_listen_disabled_us`).
+    pub time_in_listen_disabled_us: AtomicU64,
+    /// Most client connections open at once: with the listening sockets, memcached's
+    /// `connection_structures` (it keeps a connection's structure once made).
+    pub peak_connections: AtomicU64,
+    /// Passes of the background expiry crawler (`lru_crawler_starts`).
+    pub crawler_starts: AtomicU64,
     /// Set once to stop every thread.
     pub shutdown: AtomicBool,
     /// TCP port actually bound (differs from config when it was 0).
@@ -141,6 +151,10 @@ impl Shared {
             rejected_connections: AtomicU64::new(0),
             idle_kicks: AtomicU64::new(0),
             listen_disabled_num: AtomicU64::new(0),
+            accepting_conns: AtomicBool::new(true),
+            time_in_listen_disabled_us: AtomicU64::new(0),
+            peak_connections: AtomicU64::new(0),
+            crawler_starts: AtomicU64::new(0),
             shutdown: AtomicBool::new(false),
             tcp_port: AtomicU64::new(u64::from(config.server.port)),
             udp_port: AtomicU64::new(u64::from(config.server.udp_port)),
@@ -161,6 +175,34 @@ impl Shared {
             snap.add(c);
         }
         snap
+    }
+
+    /// Sum of all workers' per size class counters, indexed by class id.
+    pub fn slab_snapshots(&self) -> Vec<SlabSnapshot> {
+        let mut classes = vec![SlabSnapshot::default(); tailtrim_store::SIZE_CLASS_LIMIT];
+        for counters in &self.counters {
+            for (class, snapshot) in classes.iter_mut().enumerate() {
+                snapshot.add(&counters.slabs, class);
+            }
+        }
+        classes
+    }
+
+    /// `stats reset` beyond the workers' counters: what memcached clears (its global and
+    /// item statistics), not what describes the present (`curr_connections`,
+    /// `connection_structures`, `curr_items`, `bytes`).
+    pub fn reset_stats(&self) {
+        self.store.reset_stats();
+        for counter in [
+            &self.total_connections,
+            &self.rejected_connections,
+            &self.idle_kicks,
+            &self.listen_disabled_num,
+            &self.time_in_listen_disabled_us,
+            &self.crawler_starts,
+        ] {
+            counter.store(0, Ordering::Relaxed);
+        }
     }
 
     /// True once shutdown has begun.

@@ -2,9 +2,12 @@
 //! lines and as Prometheus text.
 //!
 //! Each worker owns a [`WorkerCounters`] block that only it increments
-//! (relaxed atomics, no contention); readers sum the blocks.
+//! (relaxed atomics, no contention); readers sum the blocks. Per size class
+//! counters (`stats slabs`) live in each block's [`SlabCounters`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use tailtrim_store::SIZE_CLASS_LIMIT;
 
 macro_rules! counters {
     ($( $(#[$doc:meta])* $name:ident ),* $(,)?) => {
@@ -12,6 +15,8 @@ macro_rules! counters {
         #[derive(Debug, Default)]
         pub struct WorkerCounters {
             $( $(#[$doc])* pub $name: AtomicU64, )*
+            /// The per size class counters of `stats slabs`.
+            pub slabs: SlabCounters,
         }
 
         /// A summed snapshot of [`WorkerCounters`].
@@ -36,6 +41,7 @@ macro_rules! counters {
             /// Zeroes every counter (`stats reset`).
             pub fn reset(&self) {
                 $( self.$name.store(0, Ordering::Relaxed); )*
+                self.slabs.reset();
             }
         }
     };
@@ -50,6 +56,8 @@ counters! {
     cmd_flush,
     /// `touch`/`gat`/`gats` keys.
     cmd_touch,
+    /// `me` (meta debug) commands: the only meta command memcached 1.6.18 counts here.
+    cmd_meta,
     /// Lookups that found a live item.
     get_hits,
     /// Lookups that found nothing.
@@ -80,8 +88,10 @@ counters! {
     bytes_read,
     /// Bytes written to clients.
     bytes_written,
-    /// Requests that had to wait for more input before being complete.
-    conn_yields,
+    /// Storage commands refused because the item is over `-I`.
+    store_too_large,
+    /// Storage commands refused for lack of memory (`-M`, or nothing left to evict).
+    store_no_memory,
     /// `mg` requests executed carrying priority class 0 (`p0`, the highest).
     priority_class0_requests,
     /// … class 1.
@@ -105,6 +115,74 @@ impl WorkerCounters {
             _ => &self.priority_class4_requests,
         }
     }
+}
+
+macro_rules! slab_counters {
+    ($( $(#[$doc:meta])* $name:ident ),* $(,)?) => {
+        /// Per size class counters ([`tailtrim_store::size_class`]), indexed by class id:
+        /// memcached's `stats slabs` `<class>:<name>` figures.
+        #[derive(Debug)]
+        pub struct SlabCounters {
+            $( $(#[$doc])* pub $name: [AtomicU64; SIZE_CLASS_LIMIT], )*
+        }
+
+        impl Default for SlabCounters {
+            fn default() -> Self {
+                SlabCounters {
+                    $( $name: std::array::from_fn(|_| AtomicU64::new(0)), )*
+                }
+            }
+        }
+
+        impl SlabCounters {
+            fn reset(&self) {
+                $( for counter in &self.$name { counter.store(0, Ordering::Relaxed); } )*
+            }
+        }
+
+        /// A summed snapshot of one size class's [`SlabCounters`].
+        #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+        pub struct SlabSnapshot {
+            $( $(#[$doc])* pub $name: u64, )*
+        }
+
+        impl SlabSnapshot {
+            /// Adds one worker's counters of class `class`.
+            pub fn add(&mut self, counters: &SlabCounters, class: usize) {
+                $( self.$name += counters.$name[class].load(Ordering::Relaxed); )*
+            }
+
+            /// Name/value pairs in memcached's order.
+            pub fn pairs(&self) -> [(&'static str, u64); 8] {
+                [ $( (stringify!($name), self.$name), )* ]
+            }
+        }
+    };
+}
+
+slab_counters! {
+    /// Lookups that found a live item of the class.
+    get_hits,
+    /// Storage commands whose new item is of the class (not those refused as too large).
+    cmd_set,
+    /// Deletes that removed an item of the class.
+    delete_hits,
+    /// incr on an item of the class (counted in the class of the result).
+    incr_hits,
+    /// decr on an item of the class (counted in the class of the result).
+    decr_hits,
+    /// cas that stored an item of the class.
+    cas_hits,
+    /// cas with a stale unique (counted in the class of the item it offered).
+    cas_badval,
+    /// touch/gat that found an item of the class.
+    touch_hits,
+}
+
+/// Bumps `counter` of the size class of an item of `item_size` bytes.
+#[inline]
+pub fn bump_class(counter: &[AtomicU64; SIZE_CLASS_LIMIT], item_size: u64) {
+    bump(&counter[tailtrim_store::size_class(item_size)]);
 }
 
 /// Bumps a counter by one.
@@ -140,5 +218,23 @@ mod tests {
         let mut again = CounterSnapshot::default();
         again.add(&b);
         assert_eq!(again.cmd_get, 0);
+    }
+
+    #[test]
+    fn slab_counters_count_by_class_and_reset() {
+        let a = WorkerCounters::default();
+        bump_class(&a.slabs.get_hits, 74);
+        bump_class(&a.slabs.get_hits, 96);
+        bump_class(&a.slabs.cmd_set, 10_000);
+        let mut small = SlabSnapshot::default();
+        small.add(&a.slabs, 1);
+        assert_eq!((small.get_hits, small.cmd_set), (2, 0));
+        let mut large = SlabSnapshot::default();
+        large.add(&a.slabs, tailtrim_store::size_class(10_000));
+        assert_eq!((large.get_hits, large.cmd_set), (0, 1));
+        a.reset();
+        let mut again = SlabSnapshot::default();
+        again.add(&a.slabs, 1);
+        assert_eq!(again.get_hits, 0);
     }
 }

@@ -25,7 +25,7 @@ pub fn class_chunk_sizes() -> &'static [u64] {
         while sizes.len() < SIZE_CLASS_LIMIT - 2
             && (size as f64) < LARGEST_CHUNK as f64 / GROWTH_FACTOR
         {
-            if size % CHUNK_ALIGN != 0 {
+            if !size.is_multiple_of(CHUNK_ALIGN) {
                 size += CHUNK_ALIGN - size % CHUNK_ALIGN;
             }
             sizes.push(size);

@@ -205,6 +205,9 @@ pub struct ArithItem {
     pub cas: u64,
     /// The item's expiry.
     pub expiry: Expiry,
+    /// Accounted size ([`crate::item_size`]) of the item the command found (of the one it
+    /// created when it vivified): `stats slabs` counts the command in that item's class.
+    pub size: u64,
 }
 
 /// Result of an incr/decr.
@@ -277,6 +280,8 @@ pub struct StoreStats {
     /// `get_flushed`: lookups (by any command) that found the key's item invalidated by
     /// `flush_all`.
     pub get_flushed: u64,
+    /// Entries the shards' key indexes have room for together.
+    pub hash_buckets: u64,
     /// Number of shards.
     pub shards: u64,
 }

@@ -99,6 +99,11 @@ impl ShardState {
         self.index.len()
     }
 
+    /// Buckets the key index has room for.
+    pub fn index_capacity(&self) -> usize {
+        self.index.capacity()
+    }
+
     pub fn lookup(&self, key: &[u8]) -> Option<u32> {
         self.index.get(key).copied()
     }

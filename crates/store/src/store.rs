@@ -932,8 +932,22 @@ impl Store {
         request: &DeleteRequest,
         now: UnixSecs,
     ) -> Result<DeleteOutcome, StoreError> {
+        self.meta_delete_sized(key, request, now)
+            .map(|(outcome, _)| outcome)
+    }
+
+    /// [`Store::meta_delete`], also giving the accounted size ([`item_size`]) of the live
+    /// item it found, 0 when none (`stats slabs` counts a delete in that item's class).
+    pub fn meta_delete_sized(
+        &self,
+        key: &[u8],
+        request: &DeleteRequest,
+        now: UnixSecs,
+    ) -> Result<(DeleteOutcome, u64), StoreError> {
         validate_key(key)?;
-        self.mutate(key, now, |existing| {
+        let found_size = std::cell::Cell::new(0);
+        let outcome = self.mutate(key, now, |existing| {
+            found_size.set(existing.as_deref().map_or(0, Item::size));
             let Some(item) = existing else {
                 return Ok(Plan::Keep {
                     result: DeleteOutcome::NotFound,
@@ -962,7 +976,8 @@ impl Store {
             Ok(Plan::Remove {
                 result: DeleteOutcome::Deleted,
             })
-        })
+        })?;
+        Ok((outcome, found_size.get()))
     }
 
     /// `incr`: adds `delta`, wrapping at 2^64.
@@ -1007,6 +1022,7 @@ impl Store {
                     value: vivify.initial,
                     cas: item.cas,
                     expiry,
+                    size: item.size(),
                 };
                 return Ok(Plan::Put {
                     item,
@@ -1029,6 +1045,7 @@ impl Store {
                 ArithDirection::Decr => current.saturating_sub(request.delta),
             };
             let expiry = request.new_expiry.unwrap_or(old.expiry);
+            let old_size = old.size();
             let value = format_counter(number, old.value.len());
             if value.len() <= old.value.len() {
                 // memcached rewrites a result that fits in place: the same item, a new CAS, no
@@ -1040,6 +1057,7 @@ impl Store {
                     value: number,
                     cas: old.cas,
                     expiry,
+                    size: old_size,
                 };
                 return Ok(Plan::Keep {
                     result: ArithOutcome::Updated(updated),
@@ -1052,6 +1070,7 @@ impl Store {
                 value: number,
                 cas: item.cas,
                 expiry,
+                size: old_size,
             };
             Ok(Plan::Put {
                 item,
@@ -1177,8 +1196,15 @@ impl Store {
             stats.crawler_items_checked += state.counters.crawler_items_checked;
             stats.get_expired += state.counters.get_expired;
             stats.get_flushed += state.counters.get_flushed;
+            stats.hash_buckets += state.index_capacity() as u64;
         }
         stats
+    }
+
+    /// The second of the last `flush_all` (items last accessed then or before it are
+    /// invalid once it has passed), if any: memcached's `oldest_live`.
+    pub fn flush_watermark(&self) -> Option<UnixSecs> {
+        self.flush_mark().oldest_live.map(UnixSecs)
     }
 
     /// Figures per size class ([`size_class`]), indexed by class id (0 is unused), summed
