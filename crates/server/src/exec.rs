@@ -689,18 +689,6 @@ fn meta_arithmetic(key: &[u8], flags: &MetaFlags, ctx: &ExecContext<'_>, out: &m
     }
 }
 
-/// memcached's slab class for an item of `size` bytes with the default
-/// growth factor 1.25 and 96-byte first chunk (reported by `me` as `cls`).
-fn slab_class(size: u64) -> u32 {
-    let mut chunk = 96.0f64;
-    let mut class = 1;
-    while (chunk as u64) < size && class < 63 {
-        chunk = ((chunk * 1.25) / 8.0).ceil() * 8.0;
-        class += 1;
-    }
-    class
-}
-
 fn meta_debug(key: &[u8], ctx: &ExecContext<'_>, out: &mut ReplyBuf) {
     bump(&ctx.counters.cmd_meta);
     let request = MetaGetRequest {
@@ -723,7 +711,7 @@ fn meta_debug(key: &[u8], ctx: &ExecContext<'_>, out: &mut ReplyBuf) {
             hit.secs_since_access,
             hit.item.cas,
             if hit.hit_before { "yes" } else { "no" },
-            slab_class(size),
+            tailtrim_store::size_class(size),
         )
         .as_bytes(),
     );
@@ -757,17 +745,4 @@ pub fn count_written(counters: &WorkerCounters, n: usize) {
     counters
         .bytes_written
         .fetch_add(n as u64, Ordering::Relaxed);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn slab_classes_grow() {
-        assert_eq!(slab_class(61), 1);
-        assert_eq!(slab_class(96), 1);
-        assert_eq!(slab_class(97), 2);
-        assert!(slab_class(1_000_000) > slab_class(1000));
-    }
 }
