@@ -2,7 +2,8 @@
 # Installs what the test suites need on a fresh Debian machine (run as root; uses sudo otherwise).
 # Idempotent and quiet: prints nothing unless something fails.
 #
-#   apt:    memcached (the differential oracle), nutcracker (a proxy baseline)
+#   apt:    memcached (the differential oracle), nutcracker (a proxy baseline),
+#           prometheus (promtool and the server, for the /metrics tests; its service stays off)
 #   python: .venv with pymemcache + pytest            (tests/python)
 #   go:     module deps of tests/go (gomemcache)       (tests/go)
 #
@@ -34,6 +35,7 @@ quiet() { "$@" >>"$log" 2>&1 || fail "$*"; }
 missing=()
 command -v memcached >/dev/null 2>&1 || [ -x /usr/bin/memcached ] || missing+=(memcached)
 command -v nutcracker >/dev/null 2>&1 || [ -x /usr/sbin/nutcracker ] || missing+=(nutcracker)
+{ command -v promtool && command -v prometheus; } >/dev/null 2>&1 || missing+=(prometheus)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ] || missing+=(golang-go)

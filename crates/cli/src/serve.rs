@@ -72,9 +72,13 @@ pub struct Args {
     /// Verbose: log connections and start-up (repeat for more).
     #[arg(short = 'v', action = clap::ArgAction::Count)]
     verbose: u8,
-    /// Port for Prometheus text metrics over HTTP (default 0, off).
+    /// Port for Prometheus text metrics over HTTP, `GET /metrics` (default 0, off).
     #[arg(long)]
     admin_port: Option<u16>,
+    /// Address of the admin listener (default 127.0.0.1; another than loopback prints a
+    /// warning).
+    #[arg(long, value_name = "ADDR")]
+    admin_listen: Option<String>,
     /// Pin worker i to CPU LIST[i % len], e.g. `0-1` or `0,1` (default: not pinned).
     #[arg(long, value_name = "LIST")]
     pin_cpus: Option<String>,
@@ -169,6 +173,9 @@ fn load(args: &Args) -> Result<ServerConfig, String> {
     }
     if let Some(port) = args.admin_port {
         config.server.admin_port = port;
+    }
+    if let Some(address) = &args.admin_listen {
+        config.server.admin_listen = address.clone();
     }
     if let Some(list) = &args.pin_cpus {
         config.workers.pin_cpus = tailtrim_server::affinity::parse_cpu_list(list)?;

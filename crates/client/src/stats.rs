@@ -48,7 +48,40 @@ impl LatencyHistogram {
     }
 }
 
+/// One consistent look at a [`LatencyHistogram`], in microseconds.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LatencySnapshot {
+    /// Latencies recorded.
+    pub count: u64,
+    /// The requested quantiles, in the order asked.
+    pub quantiles: Vec<u64>,
+    /// The largest latency recorded.
+    pub max: u64,
+    /// The sum of the recorded latencies as the histogram estimates it (its mean times its
+    /// count), for a Prometheus summary's `_sum`.
+    pub sum_micros: f64,
+}
+
 impl LatencyHistogram {
+    /// Count, the given quantiles (0..=1), maximum and sum, under one lock.
+    pub fn snapshot(&self, quantiles: &[f64]) -> LatencySnapshot {
+        match self.inner.lock().as_ref() {
+            Some(histogram) => LatencySnapshot {
+                count: histogram.len(),
+                quantiles: quantiles
+                    .iter()
+                    .map(|q| histogram.value_at_quantile(*q))
+                    .collect(),
+                max: histogram.max(),
+                sum_micros: histogram.mean() * histogram.len() as f64,
+            },
+            None => LatencySnapshot {
+                quantiles: vec![0; quantiles.len()],
+                ..LatencySnapshot::default()
+            },
+        }
+    }
+
     /// The `quantile` (0..=1) in microseconds, then empties the histogram (0 when empty).
     pub fn take_quantile(&self, quantile: f64) -> f64 {
         match self.inner.lock().as_mut() {

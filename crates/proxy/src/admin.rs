@@ -1,7 +1,7 @@
 //! The admin listener: a minimal HTTP/1.x responder.
 //!
 //! ```text
-//!   GET    /metrics                                  Prometheus text
+//!   GET    /metrics                                  Prometheus text (format 0.0.4)
 //!   GET    /pool                                     membership, phase, last change (JSON)
 //!   POST   /pool/servers?server=H:P[:W]&warmup=MODE&share=F
 //!                                                    add a backend (or re-weight a member)
@@ -12,7 +12,10 @@
 //!
 //! Changes answer once the new ring version routes requests (after any preemptive copying);
 //! a fallback warm-up goes on in the background (`GET /pool` shows when it ended). Errors are
-//! `400` with a JSON `{"error": …}`.
+//! `400` with a JSON `{"error": …}`. `HEAD` works wherever `GET` does; any other path is
+//! `404`, a method a path does not take `405` (with `Allow`). The listener binds
+//! `127.0.0.1:22123` by default; another address than loopback works with a warning, since
+//! the membership endpoints change the pool.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +24,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use tailtrim_client::{ChangeReport, ServerSpec};
+use tailtrim_proto::exposition::CONTENT_TYPE;
 
 use crate::frontend::Shared;
 use crate::metrics::prometheus_text;
@@ -56,14 +60,69 @@ async fn answer(mut stream: TcpStream, shared: Arc<Shared>) {
     if tokio::time::timeout(HEAD_TIMEOUT, read).await.is_err() {
         return;
     }
+    let response = route(&head, &shared).await;
+    let _ = stream.write_all(&response).await;
+    let _ = stream.shutdown().await;
+}
+
+/// Methods each admin path answers; another method gets `405` with this `Allow` list.
+fn allowed_methods(path: &[u8]) -> Option<&'static str> {
+    match path {
+        b"/metrics" | b"/pool" | b"/pool/hotkeys" => Some("GET, HEAD"),
+        b"/pool/servers" => Some("POST, DELETE"),
+        _ => None,
+    }
+}
+
+/// The HTTP response to a request head: unknown paths `404`, a method a path does not take
+/// `405`, a head without a request line `400`; `HEAD` gets `GET`'s headers without the body.
+async fn route(head: &[u8], shared: &Shared) -> Vec<u8> {
     let request_line = head.split(|&b| b == b'\n').next().unwrap_or_default();
-    let mut words = request_line.split(|&b| b == b' ');
-    let method = words.next().unwrap_or_default();
-    let target = words.next().unwrap_or_default();
+    let request_line = request_line.strip_suffix(b"\r").unwrap_or(request_line);
+    let words: Vec<&[u8]> = request_line.split(|&b| b == b' ').collect();
+    let (method, target) = match words.as_slice() {
+        [method, target, version] if version.starts_with(b"HTTP/") => (*method, *target),
+        _ => {
+            return response(
+                "400 Bad Request",
+                None,
+                "text/plain",
+                b"bad request\n",
+                true,
+            )
+        }
+    };
     let (path, query) = match target.iter().position(|&b| b == b'?') {
         Some(at) => (&target[..at], &target[at + 1..]),
         None => (target, &b""[..]),
     };
+    let with_body = method != b"HEAD";
+    let Some(allowed) = allowed_methods(path) else {
+        return response(
+            "404 Not Found",
+            None,
+            "text/plain",
+            NOT_FOUND.as_bytes(),
+            with_body,
+        );
+    };
+    let method_name = if method == b"HEAD" {
+        &b"GET"[..]
+    } else {
+        method
+    };
+    if !allowed
+        .split(", ")
+        .any(|name| name.as_bytes() == method_name)
+    {
+        return response(
+            "405 Method Not Allowed",
+            Some(allowed),
+            "text/plain",
+            b"method not allowed\n",
+            with_body,
+        );
+    }
     let params = parse_query(query);
     let param = |name: &str| {
         params
@@ -71,11 +130,29 @@ async fn answer(mut stream: TcpStream, shared: Arc<Shared>) {
             .find(|(key, _)| key == name)
             .map(|(_, value)| value.as_str())
     };
-    let (status, content_type, body) = match (method, path) {
-        (b"GET", b"/pool") => ("200 OK", "application/json", status_json(&shared)),
-        (b"POST", b"/pool/servers") | (b"DELETE", b"/pool/servers") => {
+    let (status, content_type, body) = match path {
+        b"/metrics" => match prometheus_text(shared) {
+            Ok(text) => ("200 OK", CONTENT_TYPE, text),
+            Err(error) => {
+                eprintln!("tailtrim proxy: /metrics not rendered: {error}");
+                (
+                    "500 Internal Server Error",
+                    "text/plain",
+                    format!("{error}\n"),
+                )
+            }
+        },
+        b"/pool" => ("200 OK", "application/json", status_json(shared)),
+        b"/pool/servers" => {
             let adding = method == b"POST";
-            match change(&shared, adding, param("server"), param("warmup"), param("share")).await
+            match change(
+                shared,
+                adding,
+                param("server"),
+                param("warmup"),
+                param("share"),
+            )
+            .await
             {
                 Ok(body) => ("200 OK", "application/json", body),
                 Err(message) => (
@@ -85,7 +162,7 @@ async fn answer(mut stream: TcpStream, shared: Arc<Shared>) {
                 ),
             }
         }
-        (b"GET", b"/pool/hotkeys") => {
+        _ => {
             let n = param("n").and_then(|n| n.parse().ok()).unwrap_or(20);
             let server = param("server").unwrap_or_default();
             let keys: Vec<serde_json::Value> = shared
@@ -106,24 +183,32 @@ async fn answer(mut stream: TcpStream, shared: Arc<Shared>) {
                 serde_json::json!({ "server": server, "keys": keys }).to_string(),
             )
         }
-        (b"GET", b"/metrics") => (
-            "200 OK",
-            "text/plain; version=0.0.4",
-            prometheus_text(&shared),
-        ),
-        (b"GET", b"/") => (
-            "200 OK",
-            "text/plain",
-            "tailtrim proxy admin: GET /metrics, GET /pool, POST|DELETE /pool/servers?server=H:P, GET /pool/hotkeys?server=H:P\n".to_string(),
-        ),
-        _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
     };
-    let response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+    response(status, None, content_type, body.as_bytes(), with_body)
+}
+
+/// The body of a `404`: what the listener answers.
+const NOT_FOUND: &str = "not found; tailtrim proxy admin: GET /metrics, GET /pool, POST|DELETE /pool/servers?server=H:P, GET /pool/hotkeys?server=H:P\n";
+
+/// An HTTP/1.1 response that closes the connection, with an `Allow` header when given;
+/// `with_body` false (for `HEAD`) keeps the headers, `Content-Length` included.
+fn response(
+    status: &str,
+    allow: Option<&str>,
+    content_type: &str,
+    body: &[u8],
+    with_body: bool,
+) -> Vec<u8> {
+    let allow = allow.map_or_else(String::new, |methods| format!("Allow: {methods}\r\n"));
+    let mut bytes = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n{allow}Content-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
-    );
-    let _ = stream.write_all(response.as_bytes()).await;
-    let _ = stream.shutdown().await;
+    )
+    .into_bytes();
+    if with_body {
+        bytes.extend_from_slice(body);
+    }
+    bytes
 }
 
 /// Applies a join/re-weight (`adding`) or a removal; the JSON answer describes the change.

@@ -68,6 +68,13 @@ impl Proxy {
                     })?,
             )
         };
+        if let Some(bound) = admin.as_ref().and_then(|admin| admin.local_addr().ok()) {
+            if !bound.ip().is_loopback() {
+                eprintln!(
+                    "tailtrim proxy: warning: admin listener on {bound} is not loopback; /metrics and the membership endpoints are open to the network"
+                );
+            }
+        }
         let shared = Arc::new(Shared {
             pool,
             warmup: config.warmup.clone(),

@@ -1,7 +1,9 @@
 //! `stats` replies and Prometheus text, both rendered from the same counters.
 //!
 //! Names: `proxy_*` (front end), `pool_*` (per pool), `backend_*` (per backend, labelled by
-//! address). Latencies are histograms in microseconds, published as quantiles.
+//! address). Latencies are histograms in microseconds: `stats` shows quantiles in
+//! microseconds, `/metrics` summaries in seconds (quantiles, `_sum`, `_count`); counters get
+//! `_total` there, and every family its `# HELP` and `# TYPE`.
 
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
@@ -11,68 +13,101 @@ use tailtrim_client::backend::{Backend, Priorities};
 use tailtrim_client::stats::LatencyHistogram;
 use tailtrim_client::{Pool, ReplyShape};
 use tailtrim_policy::drr::CLASSES;
+use tailtrim_proto::exposition::{Exposition, ExpositionError, SummaryValue};
 
 use crate::frontend::Shared;
 
 const QUANTILES: [f64; 4] = [0.5, 0.9, 0.99, 0.999];
 const QUANTILE_NAMES: [&str; 4] = ["p50", "p90", "p99", "p999"];
 
-/// One named counter value.
+/// Whether a sample only goes up (a counter) or goes up and down (a gauge).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SampleKind {
+    Counter,
+    Gauge,
+}
+
+/// One named value. `stats` shows it under its name; `/metrics` under
+/// [`prometheus_name_and_scale`] of that name.
 struct Sample {
     name: String,
     help: &'static str,
     labels: Vec<(&'static str, String)>,
+    kind: SampleKind,
     value: u64,
 }
 
-fn counters(shared: &Shared) -> Vec<Sample> {
-    let mut samples = Vec::new();
-    let front = &shared.stats;
-    let mut push = |name: &str, help: &'static str, labels: Vec<(&'static str, String)>, value| {
-        samples.push(Sample {
+/// The samples of one `stats` or `/metrics` rendering, in order.
+#[derive(Default)]
+struct Samples(Vec<Sample>);
+
+impl Samples {
+    fn counter(&mut self, name: &str, help: &'static str, labels: Labels, value: u64) {
+        self.add(name, help, labels, SampleKind::Counter, value);
+    }
+
+    fn gauge(&mut self, name: &str, help: &'static str, labels: Labels, value: u64) {
+        self.add(name, help, labels, SampleKind::Gauge, value);
+    }
+
+    fn add(
+        &mut self,
+        name: &str,
+        help: &'static str,
+        labels: Labels,
+        kind: SampleKind,
+        value: u64,
+    ) {
+        self.0.push(Sample {
             name: name.to_string(),
             help,
             labels,
+            kind,
             value,
-        })
-    };
-    push(
+        });
+    }
+}
+
+fn counters(shared: &Shared) -> Vec<Sample> {
+    let mut samples = Samples::default();
+    let front = &shared.stats;
+    samples.gauge(
         "proxy_curr_connections",
         "Open client connections.",
         vec![],
         front.curr_connections.load(Ordering::Relaxed),
     );
-    push(
+    samples.counter(
         "proxy_connections",
         "Client connections accepted.",
         vec![],
         front.total_connections.load(Ordering::Relaxed),
     );
-    push(
+    samples.counter(
         "proxy_requests",
         "Client requests parsed.",
         vec![],
         front.requests.load(Ordering::Relaxed),
     );
-    push(
+    samples.counter(
         "proxy_client_errors",
         "Invalid client requests answered by the proxy.",
         vec![],
         front.client_errors.load(Ordering::Relaxed),
     );
-    push(
+    samples.counter(
         "proxy_rejected_connections",
         "Client connections refused past max_connections.",
         vec![],
         front.rejected_connections.load(Ordering::Relaxed),
     );
-    push(
+    samples.counter(
         "proxy_idle_kicks",
         "Client connections closed by the idle timeout.",
         vec![],
         front.idle_kicks.load(Ordering::Relaxed),
     );
-    push(
+    samples.counter(
         "proxy_server_errors",
         "Requests answered SERVER_ERROR because backends failed.",
         vec![],
@@ -81,86 +116,93 @@ fn counters(shared: &Shared) -> Vec<Sample> {
     let pool = shared.pool.current();
     let pool_label = vec![("pool", pool.config().name.clone())];
     let stats = pool.stats();
-    push(
+    samples.counter(
         "pool_reads",
         "Single-key reads.",
         pool_label.clone(),
         stats.reads.get(),
     );
-    push(
+    samples.counter(
         "pool_writes",
         "Single-key writes (to every replica).",
         pool_label.clone(),
         stats.writes.get(),
     );
-    push(
+    samples.counter(
         "pool_multigets",
         "Multi-key reads.",
         pool_label.clone(),
         stats.multigets.get(),
     );
-    push(
+    samples.counter(
         "pool_multiget_keys",
         "Keys in multi-key reads.",
         pool_label.clone(),
         stats.multiget_keys.get(),
     );
-    push(
+    samples.counter(
         "pool_fetches",
         "Backend fetches issued by the planner.",
         pool_label.clone(),
         stats.fetches.get(),
     );
-    push(
+    samples.counter(
         "pool_failovers",
         "Reads retried on another replica.",
         pool_label.clone(),
         stats.failovers.get(),
     );
-    push(
+    samples.counter(
         "pool_unavailable",
         "Requests failed because no replica could serve.",
         pool_label.clone(),
         stats.unavailable.get(),
     );
-    push(
+    samples.counter(
         "pool_queries",
         "Backend queries sent for multi-key reads (after splitting and merging).",
         pool_label.clone(),
         stats.queries.get(),
     );
-    push(
+    samples.counter(
         "pool_query_keys",
         "Keys in those backend queries.",
         pool_label.clone(),
         stats.query_keys.get(),
     );
-    push(
+    samples.gauge(
         "pool_delay_queue_length",
         "Opsets waiting in the delay queue (tailx).",
         pool_label.clone(),
         pool.delay_queue().len(),
     );
-    push(
+    samples.counter(
         "pool_delay_queued",
         "Opsets that waited in the delay queue (tailx).",
         pool_label.clone(),
         pool.delay_queue().delayed.get(),
     );
-    push(
+    samples.gauge(
         "pool_backend_window",
         "Requests in flight per backend before the proxy queues by priority (0: no bound).",
         pool_label.clone(),
         pool.config().effective_window() as u64,
     );
-    chisel_samples(&pool, &pool_label, &mut push);
+    chisel_samples(&pool, &pool_label, &mut samples);
     let cluster = shared.pool.stats();
+    samples.gauge(
+        "cluster_version",
+        "Membership version (1 at start, +1 per installed view).",
+        pool_label.clone(),
+        shared.pool.version(),
+    );
+    samples.gauge(
+        "cluster_tracker_bytes",
+        "Memory held by the hot-key trackers.",
+        pool_label.clone(),
+        shared.pool.tracker_memory() as u64,
+    );
     for (name, help, value) in [
-        (
-            "cluster_version",
-            "Membership version (1 at start, +1 per installed view).",
-            shared.pool.version(),
-        ),
         (
             "cluster_changes",
             "Membership changes applied.",
@@ -206,13 +248,8 @@ fn counters(shared: &Shared) -> Vec<Sample> {
             "Changes that forgot the oldest pool without a complete purge of leftovers.",
             cluster.history_gaps.get(),
         ),
-        (
-            "cluster_tracker_bytes",
-            "Memory held by the hot-key trackers.",
-            shared.pool.tracker_memory() as u64,
-        ),
     ] {
-        push(name, help, pool_label.clone(), value);
+        samples.counter(name, help, pool_label.clone(), value);
     }
     for backend in pool.backends() {
         let labels = vec![
@@ -220,56 +257,56 @@ fn counters(shared: &Shared) -> Vec<Sample> {
             ("backend", backend.address().to_string()),
         ];
         let stats = backend.stats();
-        push(
+        samples.counter(
             "backend_requests",
             "Requests sent to the backend.",
             labels.clone(),
             stats.requests.get(),
         );
-        push(
+        samples.counter(
             "backend_errors",
             "Connection errors and malformed replies.",
             labels.clone(),
             stats.errors.get(),
         );
-        push(
+        samples.counter(
             "backend_timeouts",
             "Requests that timed out.",
             labels.clone(),
             stats.timeouts.get(),
         );
-        push(
+        samples.counter(
             "backend_fail_fast",
             "Requests refused while the backend was down.",
             labels.clone(),
             stats.fail_fast.get(),
         );
-        push(
+        samples.counter(
             "backend_marked_down",
             "Times the backend was marked down.",
             labels.clone(),
             stats.marked_down.get(),
         );
-        push(
+        samples.counter(
             "backend_revived",
             "Times the backend came back.",
             labels.clone(),
             stats.revived.get(),
         );
-        push(
+        samples.counter(
             "backend_connects",
             "Connections opened.",
             labels.clone(),
             stats.connects.get(),
         );
-        push(
+        samples.gauge(
             "backend_outstanding",
             "Requests in flight.",
             labels.clone(),
             u64::from(backend.outstanding()),
         );
         if let Some(gate) = backend.gate() {
-            push(
+            samples.gauge(
                 "backend_gate_waiting",
                 "Requests queued in the proxy for a slot in the backend's window.",
                 labels.clone(),
@@ -278,13 +315,13 @@ fn counters(shared: &Shared) -> Vec<Sample> {
             for class in 0..CLASSES {
                 let mut class_labels = labels.clone();
                 class_labels.push(("class", class.to_string()));
-                push(
+                samples.counter(
                     "backend_gate_admitted",
                     "Requests admitted to the backend by priority class.",
                     class_labels.clone(),
                     gate.admitted[class].get(),
                 );
-                push(
+                samples.counter(
                     "backend_gate_queued",
                     "Requests that waited in the proxy's priority queue, by class.",
                     class_labels,
@@ -292,33 +329,24 @@ fn counters(shared: &Shared) -> Vec<Sample> {
                 );
             }
         }
-        push(
+        samples.gauge(
             "backend_serves_priorities",
             "1 when the backend announced that it serves priority classes itself (priorities drr).",
             labels.clone(),
             u64::from(backend.priorities() == Priorities::Backend),
         );
-        push(
+        samples.gauge(
             "backend_up",
             "1 when the backend is up.",
             labels,
             u64::from(backend.is_up()),
         );
     }
-    samples
+    samples.0
 }
 
 /// Metric labels as (name, value) pairs.
 type Labels = Vec<(&'static str, String)>;
-
-/// Chisel's gauges (names starting `chisel_` that are not counters): B, L, the fit and the
-/// model's prediction against what the last epoch measured.
-const CHISEL_COUNTERS: [&str; 4] = [
-    "chisel_merged_queries",
-    "chisel_merged_requests",
-    "chisel_epochs",
-    "chisel_fallbacks",
-];
 
 /// Microseconds as an integer sample (rounded; negative or NaN as 0).
 fn micros(value: f64) -> u64 {
@@ -329,22 +357,18 @@ fn micros(value: f64) -> u64 {
     }
 }
 
-fn chisel_samples(
-    pool: &Pool,
-    labels: &Labels,
-    push: &mut impl FnMut(&str, &'static str, Labels, u64),
-) {
+fn chisel_samples(pool: &Pool, labels: &Labels, samples: &mut Samples) {
     let Some(shape) = pool.planner_shape() else {
         return;
     };
     let shaper = pool.shaper();
-    push(
+    samples.gauge(
         "chisel_merge_level",
         "Current merge level B (mice per backend query).",
         labels.clone(),
         u64::from(shape.merge_level),
     );
-    push(
+    samples.gauge(
         "chisel_chunk_size",
         "Current chunk size L in keys (0: elephants are not split).",
         labels.clone(),
@@ -354,25 +378,25 @@ fn chisel_samples(
             u64::from(shape.chunk_size)
         },
     );
-    push(
+    samples.counter(
         "chisel_merged_queries",
         "Backend queries that carried more than one request.",
         labels.clone(),
         shaper.merged_queries.get(),
     );
-    push(
+    samples.counter(
         "chisel_merged_requests",
         "Requests that rode in another request's backend query.",
         labels.clone(),
         shaper.merged_requests.get(),
     );
-    push(
+    samples.counter(
         "chisel_epochs",
         "Analyzer epochs run.",
         labels.clone(),
         shaper.epochs.get(),
     );
-    push(
+    samples.counter(
         "chisel_fallbacks",
         "Epochs that fell back to batching (thin or poor fit, no stable plan).",
         labels.clone(),
@@ -381,14 +405,14 @@ fn chisel_samples(
     let Some((decision, observed)) = shaper.last_decision() else {
         return;
     };
-    push(
+    samples.gauge(
         "chisel_fallback",
         "1 when the last epoch fell back to batching.",
         labels.clone(),
         u64::from(decision.fallback.is_some()),
     );
     if let Some(baseline) = decision.batch_baseline {
-        push(
+        samples.gauge(
             "chisel_batch_baseline_us",
             "Observed mean latency of batching epochs that a plan must not exceed by the guard margin, µs.",
             labels.clone(),
@@ -396,19 +420,19 @@ fn chisel_samples(
         );
     }
     if let Some(fit) = decision.fit {
-        push(
+        samples.gauge(
             "chisel_fit_fixed_ns",
             "Fitted round trip T(K) = fixed + per_key * K: fixed part, ns.",
             labels.clone(),
             micros(fit.fixed * 1e9),
         );
-        push(
+        samples.gauge(
             "chisel_fit_per_key_ns",
             "Fitted round trip: per-key part, ns.",
             labels.clone(),
             micros(fit.per_key * 1e9),
         );
-        push(
+        samples.gauge(
             "chisel_fit_r2_permille",
             "R squared of the fit, in thousandths.",
             labels.clone(),
@@ -426,13 +450,13 @@ fn chisel_samples(
     for (class, mean, p95) in classes {
         let mut class_labels = labels.clone();
         class_labels.push(("class", class.to_string()));
-        push(
+        samples.gauge(
             "chisel_observed_mean_us",
             "Mean latency measured in the last epoch, µs.",
             class_labels.clone(),
             micros(mean),
         );
-        push(
+        samples.gauge(
             "chisel_observed_p95_us",
             "95th percentile measured in the last epoch, µs.",
             class_labels.clone(),
@@ -444,13 +468,13 @@ fn chisel_samples(
             } else {
                 prediction.elephant
             };
-            push(
+            samples.gauge(
                 "chisel_predicted_mean_us",
                 "Mean latency the model predicts for the current (B, L), µs.",
                 class_labels.clone(),
                 micros(predicted.mean.as_micros()),
             );
-            push(
+            samples.gauge(
                 "chisel_predicted_p95_us",
                 "95th percentile the model predicts for the current (B, L), µs.",
                 class_labels,
@@ -797,91 +821,73 @@ fn gauge_text(value: f64) -> String {
     }
 }
 
-fn label_text(labels: &[(&'static str, String)], extra: Option<(&str, String)>) -> String {
-    let mut parts: Vec<String> = labels
-        .iter()
-        .map(|(name, value)| format!("{name}=\"{}\"", escape(value)))
-        .collect();
-    if let Some((name, value)) = extra {
-        parts.push(format!("{name}=\"{value}\""));
-    }
-    if parts.is_empty() {
-        String::new()
-    } else {
-        format!("{{{}}}", parts.join(","))
-    }
-}
-
-fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// Prometheus text exposition (format 0.0.4), metric names prefixed `tailtrim_`.
-pub fn prometheus_text(shared: &Shared) -> String {
-    let mut out = String::new();
-    let mut last_name = String::new();
-    for sample in counters(shared) {
-        let chisel_gauge =
-            sample.name.starts_with("chisel_") && !CHISEL_COUNTERS.contains(&sample.name.as_str());
-        let kind = if chisel_gauge
-            || matches!(
-                sample.name.as_str(),
-                "proxy_curr_connections"
-                    | "backend_outstanding"
-                    | "backend_up"
-                    | "backend_gate_waiting"
-                    | "pool_delay_queue_length"
-                    | "pool_backend_window"
-            ) {
-            "gauge"
-        } else {
-            "counter"
-        };
-        let name = if kind == "counter" {
-            format!("tailtrim_{}_total", sample.name)
-        } else {
-            format!("tailtrim_{}", sample.name)
-        };
-        if name != last_name {
-            let _ = writeln!(out, "# HELP {name} {}", sample.help);
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-            last_name = name.clone();
+/// The `/metrics` name and scale of a sample named `name` in `stats`: latencies and times
+/// kept in micro- or nanoseconds (`_us`, `_ns`, `_nanos`) become seconds, thousandths
+/// (`_permille`) plain fractions; the value is divided by the scale.
+fn prometheus_name_and_scale(name: &str) -> (String, f64) {
+    for (suffix, replacement, scale) in [
+        ("_us", "_seconds", 1e6),
+        ("_ns", "_seconds", 1e9),
+        ("_nanos", "_seconds", 1e9),
+        ("_permille", "", 1e3),
+    ] {
+        if let Some(stem) = name.strip_suffix(suffix) {
+            return (format!("{stem}{replacement}"), scale);
         }
-        let _ = writeln!(
-            out,
-            "{name}{} {}",
-            label_text(&sample.labels, None),
-            sample.value
-        );
+    }
+    (name.to_string(), 1.0)
+}
+
+/// Quantiles, sum and count of a latency histogram, in seconds.
+fn seconds_summary(histogram: &LatencyHistogram) -> SummaryValue {
+    let snapshot = histogram.snapshot(&QUANTILES);
+    SummaryValue {
+        quantiles: QUANTILES
+            .iter()
+            .zip(snapshot.quantiles)
+            .map(|(&quantile, micros)| (quantile, micros as f64 / 1e6))
+            .collect(),
+        sum: snapshot.sum_micros / 1e6,
+        count: snapshot.count,
+    }
+}
+
+/// Prometheus text exposition (format 0.0.4): the `stats` samples as `tailtrim_<name>_total`
+/// counters and `tailtrim_<name>` gauges, the planner's gauges, and the latency histograms
+/// as summaries in seconds. The exposition refuses names that break Prometheus' rules, so a
+/// mistake here is an error, not a page a scraper half-reads.
+pub fn prometheus_text(shared: &Shared) -> Result<String, ExpositionError> {
+    let mut page = Exposition::new("tailtrim");
+    for sample in counters(shared) {
+        let (name, scale) = prometheus_name_and_scale(&sample.name);
+        let value = sample.value as f64 / scale;
+        match sample.kind {
+            SampleKind::Counter => page.counter(&name, sample.help, &sample.labels, value),
+            SampleKind::Gauge => page.gauge(&name, sample.help, &sample.labels, value),
+        }
     }
     let pool = shared.pool.current();
-    let pool_labels = vec![
+    let pool_labels = [
         ("pool", pool.config().name.clone()),
         ("planner", pool.planner_name().to_string()),
     ];
     for (name, value) in pool.planner_gauges() {
-        let name = format!("tailtrim_pool_{name}");
-        let _ = writeln!(out, "# HELP {name} Planner state (see docs/proxy.md).");
-        let _ = writeln!(out, "# TYPE {name} gauge");
-        let _ = writeln!(out, "{name}{} {value}", label_text(&pool_labels, None));
+        let (name, scale) = prometheus_name_and_scale(name);
+        page.gauge(
+            &format!("pool_{name}"),
+            "Planner state (see docs/proxy.md).",
+            &pool_labels,
+            value / scale,
+        );
     }
-    let mut last_histogram = String::new();
     for (name, labels, histogram) in histograms(&pool) {
-        let name = format!("tailtrim_{name}");
-        if name != last_histogram {
-            let _ = writeln!(out, "# HELP {name} Latency in microseconds.");
-            let _ = writeln!(out, "# TYPE {name} summary");
-            last_histogram = name.clone();
-        }
-        let (count, values, _) = histogram.summary(&QUANTILES);
-        for (quantile, value) in QUANTILES.iter().zip(values) {
-            let labels = label_text(&labels, Some(("quantile", quantile.to_string())));
-            let _ = writeln!(out, "{name}{labels} {value}");
-        }
-        let _ = writeln!(out, "{name}_count{} {count}", label_text(&labels, None));
+        let (name, _) = prometheus_name_and_scale(&name);
+        page.summary(
+            &name,
+            "Latency in seconds (quantiles from an HDR histogram).",
+            &labels,
+            &seconds_summary(histogram),
+        );
     }
-    out
+    page.finish()
 }

@@ -215,7 +215,7 @@ fn stats_and_prometheus_report_per_backend_counters() {
         .find(|line| line.starts_with("tailtrim_pool_writes_total{pool=\"default\"}"))
         .expect("pool writes metric");
     assert!(writes_line.ends_with(" 30"), "{writes_line}");
-    assert!(body.contains("tailtrim_backend_latency_us{pool=\"default\",backend=\"127.0.0.1:"));
+    assert!(body.contains("tailtrim_backend_latency_seconds{pool=\"default\",backend=\"127.0.0.1:"));
     let mut missing = connect(admin);
     missing
         .write_all(b"GET /nope HTTP/1.0\r\n\r\n")

@@ -132,7 +132,7 @@ fn mice_merged_across_connections_keep_each_connections_reply_order() {
         "{body}"
     );
     assert!(body.contains(
-        "tailtrim_pool_elephant_latency_us_count{pool=\"default\",planner=\"chisel\"} 0"
+        "tailtrim_pool_elephant_latency_seconds_count{pool=\"default\",planner=\"chisel\"} 0"
     ));
 }
 

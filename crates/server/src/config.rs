@@ -21,6 +21,9 @@ pub const DEFAULT_MEMORY_MB: u64 = 64;
 pub const DEFAULT_ITEM_SIZE_MAX: u64 = 1024 * 1024;
 /// Default admin (Prometheus) port; 0 disables it.
 pub const DEFAULT_ADMIN_PORT: u16 = 0;
+/// Default address of the admin listener (`--admin-listen`): loopback only, whatever `-l`
+/// says; binding it elsewhere prints a warning.
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1";
 /// Default interval of the background expiry crawler, in milliseconds.
 pub const DEFAULT_CRAWL_INTERVAL_MS: u64 = 1000;
 /// Items the crawler may inspect per interval.
@@ -219,6 +222,8 @@ pub struct NetworkSection {
     pub max_connections: usize,
     /// Admin port for Prometheus text metrics (`--admin-port`); 0 disables.
     pub admin_port: u16,
+    /// Address the admin listener binds (`--admin-listen`), an IP address or a host name.
+    pub admin_listen: String,
     /// Verbosity (`-v` count).
     pub verbose: u8,
     /// Per-connection read buffer bound in bytes.
@@ -237,6 +242,7 @@ impl Default for NetworkSection {
             listen: DEFAULT_LISTEN.to_string(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             admin_port: DEFAULT_ADMIN_PORT,
+            admin_listen: DEFAULT_ADMIN_LISTEN.to_string(),
             verbose: 0,
             max_connection_buffer: DEFAULT_MAX_CONN_BUFFER,
             idle_timeout_secs: DEFAULT_IDLE_TIMEOUT_SECS,

@@ -3,6 +3,7 @@
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
+use tailtrim_proto::exposition::{Exposition, ExpositionError, SummaryValue};
 use tailtrim_proto::reply::{self, ReplyBuf};
 
 use crate::exec::ExecContext;
@@ -10,16 +11,29 @@ use crate::shared::Shared;
 
 /// Process CPU time (user, system) as memcached prints it: seconds with six decimals, from
 /// `getrusage`'s whole microseconds.
-fn rusage() -> (String, String) {
+/// The process's user and system CPU time as (seconds, microseconds) pairs.
+fn rusage_timevals() -> ((i64, i64), (i64, i64)) {
     // SAFETY: getrusage only writes into the struct we pass.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: RUSAGE_SELF with a valid pointer is always defined.
     let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
     if rc != 0 {
-        return ("0.000000".into(), "0.000000".into());
+        return ((0, 0), (0, 0));
     }
-    let seconds = |tv: libc::timeval| format!("{}.{:06}", tv.tv_sec, tv.tv_usec);
-    (seconds(usage.ru_utime), seconds(usage.ru_stime))
+    let pair = |tv: libc::timeval| (tv.tv_sec, tv.tv_usec);
+    (pair(usage.ru_utime), pair(usage.ru_stime))
+}
+
+/// `rusage_user`/`rusage_system` as memcached prints them: seconds with six decimals.
+fn rusage() -> (String, String) {
+    let ((us, uu), (ss, su)) = rusage_timevals();
+    (format!("{us}.{uu:06}"), format!("{ss}.{su:06}"))
+}
+
+/// The process's user and system CPU time in seconds, for Prometheus.
+fn rusage_seconds() -> (f64, f64) {
+    let ((us, uu), (ss, su)) = rusage_timevals();
+    (us as f64 + uu as f64 / 1e6, ss as f64 + su as f64 / 1e6)
 }
 
 /// Bytes of one entry of a shard's key index (hashbrown: the key, the slot, a control byte).
@@ -628,14 +642,235 @@ fn encoded_histogram(histogram: &hdrhistogram::Histogram<u64>) -> String {
     }
 }
 
-/// Prometheus text exposition of the general statistics.
-pub fn prometheus(shared: &Shared, now: u64) -> String {
-    let mut text = String::new();
-    for (name, value) in general_stats(shared, now) {
-        if value.parse::<f64>().is_err() {
-            continue;
-        }
-        text.push_str(&format!("tailtrim_{name} {value}\n"));
+/// Quantiles of the latency summaries on `/metrics`.
+const PROMETHEUS_QUANTILES: [f64; 4] = [0.5, 0.9, 0.99, 0.999];
+
+/// The Prometheus name of a memcached counter: `server_<memcached name>` (with `_total` added
+/// by the exposition), but byte counters end in their unit as Prometheus names do.
+fn counter_metric_name(memcached: &str) -> String {
+    match memcached {
+        "bytes_read" => "server_read_bytes".to_string(),
+        "bytes_written" => "server_written_bytes".to_string(),
+        other => format!("server_{other}"),
     }
-    text
+}
+
+/// An HDR histogram in microseconds as a summary in seconds (the sum is the histogram's
+/// estimate: its mean times its count).
+fn seconds_summary(histogram: &hdrhistogram::Histogram<u64>) -> SummaryValue {
+    let seconds = |micros: f64| micros / 1e6;
+    SummaryValue {
+        quantiles: PROMETHEUS_QUANTILES
+            .iter()
+            .map(|&q| (q, seconds(histogram.value_at_quantile(q) as f64)))
+            .collect(),
+        sum: seconds(histogram.mean() * histogram.len() as f64),
+        count: histogram.len(),
+    }
+}
+
+/// Prometheus text exposition (format 0.0.4) of the server: the memcached counters as
+/// `tailtrim_server_<name>_total`, connections, store and dispatch gauges, and the
+/// per-class latency as summaries in seconds. `stats` keeps memcached's names; this page
+/// follows Prometheus' rules (see `docs/server.md`, section Metrics).
+pub fn prometheus(shared: &Shared, now: u64) -> Result<String, ExpositionError> {
+    const NONE: &[(&str, &str)] = &[];
+    let mut page = Exposition::new("tailtrim");
+    page.gauge(
+        "server_info",
+        "Constant 1, labelled with the server version and dispatch policy.",
+        &[
+            ("version", shared.version.as_str()),
+            ("dispatch", shared.config.workers.dispatch.name()),
+        ],
+        1.0,
+    );
+    page.gauge(
+        "server_uptime_seconds",
+        "Seconds since the server started.",
+        NONE,
+        now.saturating_sub(shared.started) as f64,
+    );
+    let (user, system) = rusage_seconds();
+    page.counter(
+        "process_cpu_user_seconds",
+        "User CPU time of the process, seconds.",
+        NONE,
+        user,
+    );
+    page.counter(
+        "process_cpu_system_seconds",
+        "System CPU time of the process, seconds.",
+        NONE,
+        system,
+    );
+    let load = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed) as f64;
+    page.gauge(
+        "server_max_connections",
+        "Simultaneous client connections allowed (-c).",
+        NONE,
+        shared.config.server.max_connections as f64,
+    );
+    page.gauge(
+        "server_curr_connections",
+        "Open client connections.",
+        NONE,
+        load(&shared.curr_connections),
+    );
+    page.counter(
+        "server_connections",
+        "Client connections accepted.",
+        NONE,
+        load(&shared.total_connections),
+    );
+    page.counter(
+        "server_rejected_connections",
+        "Client connections refused past max_connections.",
+        NONE,
+        load(&shared.rejected_connections),
+    );
+    page.counter(
+        "server_idle_kicks",
+        "Client connections closed by the idle timeout.",
+        NONE,
+        load(&shared.idle_kicks),
+    );
+    page.counter(
+        "server_listen_disabled",
+        "Times accepting failed (no descriptor left) and the acceptor backed off.",
+        NONE,
+        load(&shared.listen_disabled_num),
+    );
+    page.gauge(
+        "server_threads",
+        "Worker threads (-t).",
+        NONE,
+        shared.config.workers.threads as f64,
+    );
+    for (name, help, value) in shared.counter_snapshot().described() {
+        match name
+            .strip_prefix("priority_class")
+            .and_then(|rest| rest.strip_suffix("_requests"))
+        {
+            Some(class) => page.counter(
+                "server_priority_requests",
+                "mg requests executed, by priority class (p0 the highest).",
+                &[("class", class)],
+                value as f64,
+            ),
+            None => page.counter(&counter_metric_name(name), help, NONE, value as f64),
+        }
+    }
+    let store = shared.store.stats();
+    for (name, help, value) in [
+        (
+            "store_limit_bytes",
+            "Memory limit for items (-m).",
+            store.limit_maxbytes,
+        ),
+        (
+            "store_item_size_max_bytes",
+            "Largest item accepted (-I).",
+            store.item_size_max,
+        ),
+        ("store_bytes", "Bytes held by items.", store.bytes),
+        (
+            "store_curr_items",
+            "Items held, including expired ones not yet reclaimed.",
+            store.curr_items,
+        ),
+    ] {
+        page.gauge(name, help, NONE, value as f64);
+    }
+    for (name, help, value) in [
+        ("store_items", "Items ever stored.", store.total_items),
+        (
+            "store_evictions",
+            "Live items removed to make room.",
+            store.evictions,
+        ),
+        (
+            "store_evicted_unfetched",
+            "Evicted items that were never read.",
+            store.evicted_unfetched,
+        ),
+        (
+            "store_expired_unfetched",
+            "Expired or flushed items removed that were never read.",
+            store.expired_unfetched,
+        ),
+        (
+            "store_reclaimed",
+            "Expired or flushed items whose memory was reused.",
+            store.reclaimed,
+        ),
+    ] {
+        page.counter(name, help, NONE, value as f64);
+    }
+    if let Some(runtime) = shared.dispatch_view() {
+        dispatch_metrics(&mut page, runtime.as_ref());
+    }
+    page.finish()
+}
+
+/// The dispatch policy's gauges and counters and the per-class latency summaries.
+fn dispatch_metrics(page: &mut Exposition, runtime: &dyn crate::shared::DispatchView) {
+    const NONE: &[(&str, &str)] = &[];
+    for (name, value) in runtime.stats() {
+        let Ok(value) = value.parse::<f64>() else {
+            continue;
+        };
+        match name.as_str() {
+            "small_workers" => page.gauge(
+                "dispatch_small_workers",
+                "Workers that read requests (size-aware: the small workers).",
+                NONE,
+                value,
+            ),
+            "large_workers" => page.gauge(
+                "dispatch_large_workers",
+                "Workers that serve only handed-off requests (size-aware: the large workers).",
+                NONE,
+                value,
+            ),
+            "threshold_bytes" => page.gauge(
+                "dispatch_threshold_bytes",
+                "Size-aware threshold between small and large requests.",
+                NONE,
+                value,
+            ),
+            "handoffs" => page.counter(
+                "dispatch_handoffs",
+                "Requests handed from a small to a large worker.",
+                NONE,
+                value,
+            ),
+            "steals" => page.counter(
+                "dispatch_steals",
+                "Connections taken from another worker's epoll.",
+                NONE,
+                value,
+            ),
+            "epochs" => page.counter(
+                "dispatch_epochs",
+                "Size-aware controller epochs run.",
+                NONE,
+                value,
+            ),
+            _ => {}
+        }
+    }
+    for (name, histogram) in runtime.histograms() {
+        let class = match name.as_str() {
+            "small_latency_us" => "small",
+            "large_latency_us" => "large",
+            _ => continue,
+        };
+        page.summary(
+            "dispatch_request_latency_seconds",
+            "Server-side latency from the kernel's receipt of a request to its reply queued, by size class.",
+            &[("class", class)],
+            &seconds_summary(&histogram),
+        );
+    }
 }

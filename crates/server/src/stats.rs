@@ -1,5 +1,5 @@
-//! Server counters, declared once and rendered both as memcached `STAT`
-//! lines and as Prometheus text.
+//! Server counters, declared once (name and description) and rendered both as
+//! memcached `STAT` lines and as Prometheus text.
 //!
 //! Each worker owns a [`WorkerCounters`] block that only it increments
 //! (relaxed atomics, no contention); readers sum the blocks. Per size class
@@ -10,11 +10,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tailtrim_store::SIZE_CLASS_LIMIT;
 
 macro_rules! counters {
-    ($( $(#[$doc:meta])* $name:ident ),* $(,)?) => {
+    ($( #[doc = $doc:literal] $name:ident ),* $(,)?) => {
         /// Per-worker request counters (memcached names).
         #[derive(Debug, Default)]
         pub struct WorkerCounters {
-            $( $(#[$doc])* pub $name: AtomicU64, )*
+            $( #[doc = $doc] pub $name: AtomicU64, )*
             /// The per size class counters of `stats slabs`.
             pub slabs: SlabCounters,
         }
@@ -22,7 +22,7 @@ macro_rules! counters {
         /// A summed snapshot of [`WorkerCounters`].
         #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
         pub struct CounterSnapshot {
-            $( $(#[$doc])* pub $name: u64, )*
+            $( #[doc = $doc] pub $name: u64, )*
         }
 
         impl CounterSnapshot {
@@ -34,6 +34,11 @@ macro_rules! counters {
             /// Name/value pairs in declaration order.
             pub fn pairs(&self) -> Vec<(&'static str, u64)> {
                 vec![ $( (stringify!($name), self.$name), )* ]
+            }
+
+            /// Name, description (the field's doc line) and value, in declaration order.
+            pub fn described(&self) -> Vec<(&'static str, &'static str, u64)> {
+                vec![ $( (stringify!($name), $doc.trim(), self.$name), )* ]
             }
         }
 
@@ -214,6 +219,11 @@ mod tests {
         assert_eq!(snap.cmd_get, 5);
         assert_eq!(snap.get_hits, 1);
         assert!(snap.pairs().iter().any(|(n, v)| *n == "cmd_get" && *v == 5));
+        let described = snap.described();
+        assert_eq!(described.len(), snap.pairs().len());
+        assert!(described.iter().any(|(n, help, v)| *n == "get_hits"
+            && *help == "Lookups that found a live item."
+            && *v == 1));
         b.reset();
         let mut again = CounterSnapshot::default();
         again.add(&b);
