@@ -703,13 +703,13 @@ fn write_outputs(report: &Report, directory: &Path, with_json: bool) -> Result<(
 
 /// The commit of the code that ran, as `tailtrim --version` prints it: the binary's build
 /// commit (`-dirty` when its tree differed); for files written before it was recorded, the
-/// working tree's commit (` (dirty tree)` when it differed).
-fn code_commit(metadata: &RunMetadata) -> String {
+/// working tree's commit and ` (dirty tree)` when it differed.
+fn code_commit(metadata: &RunMetadata) -> (&str, &'static str) {
     if metadata.build.is_empty() {
         let dirty = if metadata.dirty { " (dirty tree)" } else { "" };
-        format!("{}{dirty}", metadata.commit)
+        (&metadata.commit, dirty)
     } else {
-        metadata.build.clone()
+        (&metadata.build, "")
     }
 }
 
@@ -746,9 +746,10 @@ fn markdown(report: &Report) -> String {
     if !metadata.commit.is_empty() {
         line(format!(
             "SIMULATED (deterministic: the figures depend on the commit and the command, not on \
-             the machine). Commit `{}`; run on {} ({} cores, load average {} at the start), \
+             the machine). Commit `{}`{}; run on {} ({} cores, load average {} at the start), \
              {:.1} s.\n",
-            code_commit(metadata),
+            code_commit(metadata).0,
+            code_commit(metadata).1,
             if metadata.cpu_model.is_empty() {
                 "an unknown CPU"
             } else {
@@ -1432,10 +1433,11 @@ fn validation_markdown(validation: &Validation, profile: &Profile) -> String {
         validation.cores, validation.connections
     ));
     line(format!(
-        "Command: `{}`; real results: `{}`. SIMULATED side: commit `{}`.\n",
+        "Command: `{}`; real results: `{}`. SIMULATED side: commit `{}`{}.\n",
         validation.command,
         validation.real_file,
-        code_commit(&validation.metadata),
+        code_commit(&validation.metadata).0,
+        code_commit(&validation.metadata).1,
     ));
     line(format!(
         "Cost model: fixed {:.0} ns + {:.3} ns/byte ({}).\n",
