@@ -184,10 +184,10 @@ fn linear_axis(values: impl Iterator<Item = f64>, from_zero: bool) -> Axis {
     }
     if high - low < 1e-9 * high.abs().max(1.0) {
         let spread = (high.abs() * 0.05).max(1e-3);
-        (low, high) = (low - spread, high + spread);
-        if from_zero && low < 0.0 && high > 0.0 && (high - spread).abs() > 0.0 {
-            low = low.max(0.0);
+        if !(from_zero && low >= 0.0) {
+            low -= spread;
         }
+        high += spread;
     }
     let rough = (high - low) / (MAX_TICKS - 1) as f64;
     let magnitude = 10f64.powi(rough.log10().floor() as i32);
@@ -1253,6 +1253,7 @@ mod tests {
             (0.5, 0.5, false),
             (-3.0, 7.0, false),
             (0.0, 29.0, true),
+            (0.0, 0.0, true),
         ] {
             let axis = super::linear_axis([low, high].into_iter(), from_zero);
             assert_encloses(&axis, low, high);
