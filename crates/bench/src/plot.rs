@@ -1,16 +1,27 @@
-//! Plots as SVG and PNG: percentile curves per class, per-second throughput
+//! Plots as SVG and PNG: percentile curves (one panel per class), per-second throughput
 //! and p99, overlay panels, and latency versus throughput
 //! ([`plot_latency_vs_throughput`], the one routine every sweep, experiment and
 //! simulator figure of that kind is drawn with).
+//!
+//! Every axis is labelled at ticks chosen from the data (not left to plotters): the lowest
+//! label is at most the smallest value drawn and the highest at least the largest, on log
+//! axes too (1-2-5-style ticks, denser when the data spans little). Series differ in color,
+//! line dash and (hollow) marker shape, so lines drawn on top of each other stay apart.
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+use plotters::coord::combinators::{IntoLogRange, LogCoord};
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
+use plotters::element::{Drawable, PointCollection};
 use plotters::prelude::{
-    BitMapBackend, ChartBuilder, Circle, Color, DrawingArea, DrawingBackend, IntoDrawingArea,
-    IntoLogRange, LineSeries, Palette, Palette99, PathElement, PointSeries, SVGBackend, BLACK,
-    WHITE,
+    BitMapBackend, ChartBuilder, Color, DrawingArea, DrawingBackend, IntoDrawingArea, LineSeries,
+    SVGBackend, ShapeStyle, BLACK, WHITE,
 };
+use plotters::style::RGBColor;
+use plotters_backend::{BackendCoord, DrawingErrorKind};
 
 use crate::class::Class;
 use crate::report::{RunReport, SweepReport};
@@ -22,28 +33,463 @@ fn plot_error(error: impl std::fmt::Display) -> BenchError {
     BenchError::Plot(error.to_string())
 }
 
-fn color(index: usize) -> plotters::style::RGBColor {
-    let (red, green, blue) = Palette99::COLORS[index % Palette99::COLORS.len()];
-    plotters::style::RGBColor(red, green, blue)
+/// Series colors (Tableau 10: dark enough to read on white).
+const COLORS: [(u8, u8, u8); 10] = [
+    (31, 119, 180),
+    (255, 127, 14),
+    (44, 160, 44),
+    (214, 39, 40),
+    (148, 103, 189),
+    (140, 86, 75),
+    (227, 119, 194),
+    (127, 127, 127),
+    (188, 189, 34),
+    (23, 190, 207),
+];
+
+fn color(index: usize) -> RGBColor {
+    let (red, green, blue) = COLORS[index % COLORS.len()];
+    RGBColor(red, green, blue)
 }
 
-fn bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
+/// The smallest and largest positive finite value (`None` when there is none).
+fn positive_extent(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
     let (low, high) = values
         .filter(|value| value.is_finite() && *value > 0.0)
         .fold((f64::INFINITY, 0.0f64), |(low, high), value| {
             (low.min(value), high.max(value))
         });
-    if low.is_finite() {
-        (low / 1.5, high * 1.5)
-    } else {
-        (1.0, 10.0)
+    low.is_finite().then_some((low, high))
+}
+
+/// The smallest and largest finite value (`None` when there is none).
+fn finite_extent(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
+    let (low, high) = values
+        .filter(|value| value.is_finite())
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(low, high), value| {
+            (low.min(value), high.max(value))
+        });
+    low.is_finite().then_some((low, high))
+}
+
+/// An axis whose labelled ticks enclose the data: the range drawn, and the values labelled.
+#[derive(Clone, Debug, PartialEq)]
+struct Axis {
+    /// The drawn range: a little beyond the outermost ticks, so their labels are drawn.
+    range: Range<f64>,
+    /// Labelled ticks, ascending; the first is at most the data's minimum, the last at least
+    /// its maximum.
+    ticks: Vec<f64>,
+    /// Unlabelled grid lines.
+    minor: Vec<f64>,
+}
+
+/// Most labelled ticks an axis gets.
+const MAX_TICKS: usize = 9;
+
+/// Mantissas of the ticks of a logarithmic axis, densest first.
+const LOG_MANTISSAS: [&[f64]; 5] = [
+    &[1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0],
+    &[1.0, 1.5, 2.0, 3.0, 5.0, 7.0],
+    &[1.0, 2.0, 5.0],
+    &[1.0, 3.0],
+    &[1.0],
+];
+
+/// Rounds away the binary noise of `mantissa * 10^exponent` (e.g. 0.30000000000000004).
+fn tidy(value: f64) -> f64 {
+    if value == 0.0 || !value.is_finite() {
+        return value;
     }
+    let digits = 12 - value.abs().log10().floor() as i32;
+    let scale = 10f64.powi(digits.clamp(-300, 300));
+    (value * scale).round() / scale
+}
+
+/// Ticks `mantissa * 10^k` (every `decade_step` decades) from the largest at most `low` to
+/// the smallest at least `high`.
+fn log_ticks(low: f64, high: f64, mantissas: &[f64], decade_step: i32) -> Vec<f64> {
+    let first_decade = low.log10().floor() as i32 - 1;
+    let first_decade = first_decade - first_decade.rem_euclid(decade_step);
+    let mut candidates = Vec::new();
+    let mut decade = first_decade;
+    while candidates.last().is_none_or(|last: &f64| *last < high) && decade < 400 {
+        for mantissa in mantissas {
+            candidates.push(tidy(mantissa * 10f64.powi(decade)));
+        }
+        decade += decade_step;
+    }
+    let below = candidates
+        .iter()
+        .rposition(|tick| *tick <= low)
+        .unwrap_or(0);
+    let above = candidates
+        .iter()
+        .position(|tick| *tick >= high)
+        .unwrap_or(candidates.len() - 1);
+    let above = if above == below {
+        (above + 1).min(candidates.len() - 1)
+    } else {
+        above
+    };
+    candidates[below..=above].to_vec()
+}
+
+/// A logarithmic axis over the positive `values` (1 to 10 when there is none): the densest
+/// ticks of [`LOG_MANTISSAS`] (then whole decades) that take at most [`MAX_TICKS`] labels.
+fn log_axis(values: impl Iterator<Item = f64>) -> Axis {
+    let (low, high) = positive_extent(values).unwrap_or((1.0, 10.0));
+    let mut ticks = Vec::new();
+    for mantissas in LOG_MANTISSAS {
+        ticks = log_ticks(low, high, mantissas, 1);
+        if ticks.len() <= MAX_TICKS {
+            break;
+        }
+    }
+    let mut decade_step = 2;
+    while ticks.len() > MAX_TICKS {
+        ticks = log_ticks(low, high, &[1.0], decade_step);
+        decade_step += 1;
+    }
+    let (first, last) = (ticks[0], ticks[ticks.len() - 1]);
+    let pad = (last / first).powf(0.03);
+    let range = first / pad..last * pad;
+    let minor = if (last / first).log10() <= 4.0 {
+        log_ticks(
+            range.start,
+            range.end,
+            &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0],
+            1,
+        )
+        .into_iter()
+        .filter(|tick| range.contains(tick))
+        .collect()
+    } else {
+        Vec::new()
+    };
+    Axis {
+        range,
+        ticks,
+        minor,
+    }
+}
+
+/// A linear axis over `values` (from zero when `from_zero`): ticks every 1, 2, 2.5 or 5
+/// times a power of ten, at most [`MAX_TICKS`] of them, the outermost enclosing the data.
+fn linear_axis(values: impl Iterator<Item = f64>, from_zero: bool) -> Axis {
+    let (mut low, mut high) = finite_extent(values).unwrap_or((0.0, 1.0));
+    if from_zero {
+        low = low.min(0.0);
+        high = high.max(0.0);
+    }
+    if high - low < 1e-9 * high.abs().max(1.0) {
+        let spread = (high.abs() * 0.05).max(1e-3);
+        if !(from_zero && low >= 0.0) {
+            low -= spread;
+        }
+        high += spread;
+    }
+    let rough = (high - low) / (MAX_TICKS - 1) as f64;
+    let magnitude = 10f64.powi(rough.log10().floor() as i32);
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
+        .iter()
+        .map(|factor| factor * magnitude)
+        .find(|step| (((high - low) / step).ceil() as usize) < MAX_TICKS)
+        .unwrap_or(10.0 * magnitude);
+    let tolerance = step * 1e-9;
+    let first = ((low + tolerance) / step).floor();
+    let last = ((high - tolerance) / step).ceil();
+    let ticks: Vec<f64> = (0..=(last - first) as i64)
+        .map(|index| tidy((first + index as f64) * step))
+        .collect();
+    let (first, last) = (ticks[0], ticks[ticks.len() - 1]);
+    let pad = (last - first) * 0.03;
+    let start = if from_zero && first == 0.0 {
+        first
+    } else {
+        first - pad
+    };
+    Axis {
+        range: start..last + pad,
+        ticks,
+        minor: Vec::new(),
+    }
+}
+
+impl Axis {
+    /// A linear coordinate with these ticks.
+    fn linear(&self) -> TickedCoord<RangedCoordf64> {
+        TickedCoord {
+            inner: self.range.clone().into(),
+            ticks: self.ticks.clone(),
+            minor: self.minor.clone(),
+        }
+    }
+
+    /// A logarithmic coordinate with these ticks.
+    fn log(&self) -> TickedCoord<LogCoord<f64>> {
+        TickedCoord {
+            inner: self.range.clone().log_scale().into(),
+            ticks: self.ticks.clone(),
+            minor: self.minor.clone(),
+        }
+    }
+
+    /// Label of a plain number on this axis: as many decimals as its ticks need.
+    fn number_label(&self, value: &f64) -> String {
+        let step = self
+            .ticks
+            .windows(2)
+            .map(|pair| pair[1] - pair[0])
+            .fold(f64::INFINITY, f64::min);
+        let decimals = if step.is_finite() && step > 0.0 {
+            (0..=9)
+                .find(|decimals| {
+                    let scaled = step * 10f64.powi(*decimals);
+                    (scaled - scaled.round()).abs() < 1e-6 * scaled.max(1.0)
+                })
+                .unwrap_or(9) as usize
+        } else {
+            3
+        };
+        format!("{value:.decimals$}")
+    }
+}
+
+/// A coordinate labelled at given ticks (grid lines at `minor`), whatever the number of
+/// labels plotters would choose.
+struct TickedCoord<Inner> {
+    inner: Inner,
+    ticks: Vec<f64>,
+    minor: Vec<f64>,
+}
+
+impl<Inner: Ranged<ValueType = f64>> Ranged for TickedCoord<Inner> {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        self.inner.map(value, limit)
+    }
+
+    fn key_points<Hint: KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
+        if hint.weight().allow_light_points() {
+            self.minor.clone()
+        } else {
+            self.ticks.clone()
+        }
+    }
+
+    fn range(&self) -> Range<f64> {
+        self.inner.range()
+    }
+}
+
+/// How a series looks: color, line dash and marker shape, so series drawn on top of each
+/// other stay apart (a hidden line still shows its markers, and the legend tells them apart
+/// without color).
+#[derive(Clone, Copy, Debug)]
+struct SeriesStyle {
+    color: RGBColor,
+    /// `(dash, gap)` in pixels; `None`: solid.
+    dash: Option<(i32, i32)>,
+    marker: Marker,
+}
+
+/// Marker shapes, drawn hollow so markers on one spot all show.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Marker {
+    Circle,
+    Triangle,
+    Square,
+    Cross,
+    Diamond,
+}
+
+const MARKERS: [Marker; 5] = [
+    Marker::Circle,
+    Marker::Triangle,
+    Marker::Square,
+    Marker::Cross,
+    Marker::Diamond,
+];
+
+const DASHES: [Option<(i32, i32)>; 4] = [None, Some((10, 5)), Some((3, 4)), Some((16, 4))];
+
+/// Marker size (pixels across).
+const MARKER_SIZE: i32 = 9;
+
+impl SeriesStyle {
+    /// The `index`-th series' style, in `color`.
+    fn nth(index: usize, color: RGBColor) -> Self {
+        Self {
+            color,
+            dash: DASHES[index % DASHES.len()],
+            marker: MARKERS[index % MARKERS.len()],
+        }
+    }
+
+    fn stroke(&self) -> ShapeStyle {
+        self.color.stroke_width(2)
+    }
+}
+
+/// One marker of a series at a data point.
+struct MarkerGlyph<Coord> {
+    at: Coord,
+    style: SeriesStyle,
+}
+
+impl<'a, Coord> PointCollection<'a, Coord> for &'a MarkerGlyph<Coord> {
+    type Point = &'a Coord;
+    type IntoIter = std::iter::Once<&'a Coord>;
+
+    fn point_iter(self) -> Self::IntoIter {
+        std::iter::once(&self.at)
+    }
+}
+
+impl<Coord, DB: DrawingBackend> Drawable<DB> for MarkerGlyph<Coord> {
+    fn draw<I: Iterator<Item = BackendCoord>>(
+        &self,
+        mut points: I,
+        backend: &mut DB,
+        _: (u32, u32),
+    ) -> Result<(), DrawingErrorKind<DB::ErrorType>> {
+        match points.next() {
+            Some(center) => draw_marker(backend, center, &self.style),
+            None => Ok(()),
+        }
+    }
+}
+
+fn draw_marker<DB: DrawingBackend>(
+    backend: &mut DB,
+    (x, y): BackendCoord,
+    style: &SeriesStyle,
+) -> Result<(), DrawingErrorKind<DB::ErrorType>> {
+    let stroke = style.stroke();
+    let half = MARKER_SIZE / 2;
+    match style.marker {
+        Marker::Circle => backend.draw_circle((x, y), half as u32, &stroke, false),
+        Marker::Square => {
+            backend.draw_rect((x - half, y - half), (x + half, y + half), &stroke, false)
+        }
+        Marker::Triangle => backend.draw_path(
+            [
+                (x, y - half - 1),
+                (x + half + 1, y + half),
+                (x - half - 1, y + half),
+                (x, y - half - 1),
+            ],
+            &stroke,
+        ),
+        Marker::Cross => {
+            backend.draw_line((x - half, y - half), (x + half, y + half), &stroke)?;
+            backend.draw_line((x - half, y + half), (x + half, y - half), &stroke)
+        }
+        Marker::Diamond => backend.draw_path(
+            [
+                (x, y - half - 1),
+                (x + half + 1, y),
+                (x, y + half + 1),
+                (x - half - 1, y),
+                (x, y - half - 1),
+            ],
+            &stroke,
+        ),
+    }
+}
+
+/// Length of a legend entry's stretch of line (pixels).
+const LEGEND_LINE: i32 = 28;
+
+/// A legend entry: a stretch of the series' line (dashed like it) with its marker on it.
+struct LegendGlyph {
+    at: BackendCoord,
+    style: SeriesStyle,
+}
+
+impl<'a> PointCollection<'a, BackendCoord> for &'a LegendGlyph {
+    type Point = &'a BackendCoord;
+    type IntoIter = std::iter::Once<&'a BackendCoord>;
+
+    fn point_iter(self) -> Self::IntoIter {
+        std::iter::once(&self.at)
+    }
+}
+
+impl<DB: DrawingBackend> Drawable<DB> for LegendGlyph {
+    fn draw<I: Iterator<Item = BackendCoord>>(
+        &self,
+        mut points: I,
+        backend: &mut DB,
+        _: (u32, u32),
+    ) -> Result<(), DrawingErrorKind<DB::ErrorType>> {
+        let Some((x, y)) = points.next() else {
+            return Ok(());
+        };
+        let stroke = self.style.stroke();
+        let (dash, gap) = self.style.dash.unwrap_or((LEGEND_LINE, 0));
+        let mut start = 0;
+        while start < LEGEND_LINE {
+            let end = (start + dash).min(LEGEND_LINE);
+            backend.draw_line((x + start, y), (x + end, y), &stroke)?;
+            start = end + gap;
+        }
+        draw_marker(backend, (x + LEGEND_LINE / 2, y), &self.style)
+    }
+}
+
+/// Draws `points` as a line in `style` (with markers when `with_markers`), with its legend
+/// entry `name` (none when empty).
+fn draw_styled_series<'a, DB, X, Y>(
+    chart: &mut plotters::chart::ChartContext<
+        'a,
+        DB,
+        plotters::coord::cartesian::Cartesian2d<X, Y>,
+    >,
+    name: &str,
+    points: &[(f64, f64)],
+    style: SeriesStyle,
+    with_markers: bool,
+) -> Result<(), BenchError>
+where
+    DB: DrawingBackend + 'a,
+    X: plotters::coord::ranged1d::Ranged<ValueType = f64>,
+    Y: plotters::coord::ranged1d::Ranged<ValueType = f64>,
+{
+    let annotation = match style.dash {
+        None => chart
+            .draw_series(LineSeries::new(points.to_vec(), style.stroke()))
+            .map_err(plot_error)?,
+        Some((dash, gap)) => chart
+            .draw_series(plotters::series::DashedLineSeries::new(
+                points.to_vec(),
+                dash,
+                gap,
+                style.stroke(),
+            ))
+            .map_err(plot_error)?,
+    };
+    if !name.is_empty() {
+        annotation
+            .label(name)
+            .legend(move |at| LegendGlyph { at, style });
+    }
+    if with_markers {
+        chart
+            .draw_series(points.iter().map(|point| MarkerGlyph { at: *point, style }))
+            .map_err(plot_error)?;
+    }
+    Ok(())
 }
 
 /// Writes `name.svg` and `name.png` in `directory` with `draw`.
 fn write_both(
     directory: &Path,
     name: &str,
+    size: (u32, u32),
     draw_svg: impl Fn(DrawingArea<SVGBackend<'_>, Shift>) -> Result<(), BenchError>,
     draw_png: impl Fn(DrawingArea<BitMapBackend<'_>, Shift>) -> Result<(), BenchError>,
 ) -> Result<Vec<PathBuf>, BenchError> {
@@ -53,8 +499,8 @@ fn write_both(
     })?;
     let svg = directory.join(format!("{name}.svg"));
     let png = directory.join(format!("{name}.png"));
-    draw_svg(SVGBackend::new(&svg, SIZE).into_drawing_area())?;
-    draw_png(BitMapBackend::new(&png, SIZE).into_drawing_area())?;
+    draw_svg(SVGBackend::new(&svg, size).into_drawing_area())?;
+    draw_png(BitMapBackend::new(&png, size).into_drawing_area())?;
     Ok(vec![svg, png])
 }
 
@@ -63,6 +509,7 @@ pub fn plot_run(report: &RunReport, directory: &Path) -> Result<Vec<PathBuf>, Be
     let mut written = write_both(
         directory,
         "percentiles",
+        percentiles_size(report),
         |root| draw_percentiles(&root, report),
         |root| draw_percentiles(&root, report),
     )?;
@@ -70,6 +517,7 @@ pub fn plot_run(report: &RunReport, directory: &Path) -> Result<Vec<PathBuf>, Be
         written.extend(write_both(
             directory,
             "timeseries",
+            SIZE,
             |root| draw_timeseries(&root, report),
             |root| draw_timeseries(&root, report),
         )?);
@@ -140,12 +588,9 @@ fn nines(percentile: f64) -> f64 {
     1.0 / (1.0 - percentile / 100.0).max(1e-6)
 }
 
-fn draw_percentiles<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
-    report: &RunReport,
-) -> Result<(), BenchError> {
-    root.fill(&WHITE).map_err(plot_error)?;
-    let classes: Vec<(Class, Vec<(f64, f64)>)> = Class::ALL
+/// Each class's percentile curve (`(nines, µs)`), classes without requests left out.
+fn class_curves(report: &RunReport) -> Vec<(Class, Vec<(f64, f64)>)> {
+    Class::ALL
         .iter()
         .map(|class| {
             let points = report
@@ -157,48 +602,110 @@ fn draw_percentiles<DB: DrawingBackend>(
             (*class, points)
         })
         .filter(|(_, points)| !points.is_empty())
-        .collect();
-    let (low, high) = bounds(
+        .collect()
+}
+
+/// Columns of the percentile figure's grid of panels.
+const PERCENTILE_COLUMNS: usize = 2;
+
+/// The percentile figure's size: 300 pixels of height per row of panels (600 at least).
+fn percentiles_size(report: &RunReport) -> (u32, u32) {
+    let rows = class_curves(report)
+        .len()
+        .div_ceil(PERCENTILE_COLUMNS)
+        .max(1);
+    (1100, (60 + 300 * rows as u32).max(SIZE.1))
+}
+
+/// One panel per class (classes often coincide: every request of a workload may be small and
+/// a GET), each with `all` drawn in grey behind it, on the same axes.
+fn draw_percentiles<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    report: &RunReport,
+) -> Result<(), BenchError> {
+    root.fill(&WHITE).map_err(plot_error)?;
+    let classes = class_curves(report);
+    let latency = log_axis(
         classes
             .iter()
             .flat_map(|(_, points)| points.iter().map(|p| p.1)),
+    );
+    let percentile = nines_axis(
+        classes
+            .iter()
+            .flat_map(|(_, points)| points.iter().map(|p| p.0)),
     );
     let title = format!(
         "{}: latency percentiles at {:.0} rps (achieved {:.0})",
         report.workload, report.target_rps, report.achieved_rps
     );
-    let mut chart = ChartBuilder::on(root)
-        .caption(title, ("sans-serif", 20))
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(70)
-        .build_cartesian_2d((1.0f64..1e5).log_scale(), (low..high).log_scale())
+    let body = root
+        .titled(&title, ("sans-serif", 20))
         .map_err(plot_error)?;
-    chart
-        .configure_mesh()
-        .x_desc("percentile")
-        .y_desc("latency")
-        .y_label_formatter(&latency_label)
-        .x_label_formatter(&|x| format!("{}%", trim_percent(100.0 * (1.0 - 1.0 / x))))
-        .draw()
-        .map_err(plot_error)?;
-    for (index, (class, points)) in classes.into_iter().enumerate() {
-        let series_color = color(index);
+    let rows = classes.len().div_ceil(PERCENTILE_COLUMNS).max(1);
+    let areas = body.split_evenly((rows, PERCENTILE_COLUMNS));
+    let reference = classes
+        .iter()
+        .find(|(class, _)| *class == Class::All)
+        .map(|(_, points)| points.clone());
+    let reference_style = SeriesStyle {
+        color: RGBColor(170, 170, 170),
+        dash: None,
+        marker: Marker::Circle,
+    };
+    for (index, ((class, points), area)) in classes.iter().zip(areas.iter()).enumerate() {
+        let caption = if *class == Class::All || reference.is_none() {
+            format!("{} ({} requests)", class.name(), report.class(*class).count)
+        } else {
+            format!(
+                "{} ({} requests; grey: all)",
+                class.name(),
+                report.class(*class).count
+            )
+        };
+        let mut chart = ChartBuilder::on(area)
+            .caption(caption, ("sans-serif", 15))
+            .margin(8)
+            .margin_right(30)
+            .x_label_area_size(35)
+            .y_label_area_size(70)
+            .build_cartesian_2d(percentile.log(), latency.log())
+            .map_err(plot_error)?;
         chart
-            .draw_series(LineSeries::new(points, series_color.stroke_width(2)))
-            .map_err(plot_error)?
-            .label(class.name())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], series_color.stroke_width(2))
-            });
+            .configure_mesh()
+            .x_desc("percentile")
+            .y_desc("latency (log scale)")
+            .y_label_formatter(&latency_label)
+            .x_label_formatter(&|x| format!("{}%", trim_percent(100.0 * (1.0 - 1.0 / x))))
+            .draw()
+            .map_err(plot_error)?;
+        if let (Some(all), false) = (&reference, *class == Class::All) {
+            draw_styled_series(&mut chart, "", all, reference_style, false)?;
+        }
+        let style = SeriesStyle {
+            dash: None,
+            ..SeriesStyle::nth(index, color(index))
+        };
+        draw_styled_series(&mut chart, "", points, style, true)?;
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(plot_error)?;
     root.present().map_err(plot_error)
+}
+
+/// The percentile axis (`1 / (1 - p)`, see [`nines`]): a tick at every nine (0 %, 90 %,
+/// 99 %, ...) up to the first at least the highest percentile drawn.
+fn nines_axis(values: impl Iterator<Item = f64>) -> Axis {
+    let highest = values
+        .filter(|value| value.is_finite() && *value >= 1.0)
+        .fold(10.0f64, f64::max);
+    let decades = highest.log10().ceil().max(1.0) as i32;
+    let ticks: Vec<f64> = (0..=decades).map(|decade| 10f64.powi(decade)).collect();
+    let last = ticks[ticks.len() - 1];
+    let pad = last.powf(0.02);
+    Axis {
+        range: 1.0 / pad..last * pad,
+        ticks,
+        minor: Vec::new(),
+    }
 }
 
 fn trim_percent(value: f64) -> String {
@@ -213,16 +720,19 @@ fn draw_timeseries<DB: DrawingBackend>(
     root.fill(&WHITE).map_err(plot_error)?;
     let (top, bottom) = root.split_vertically(SIZE.1 / 2);
     let seconds = report.timeseries.len().max(1) as f64;
+    let time = linear_axis([0.0, seconds].into_iter(), true);
     let throughput: Vec<(f64, f64)> = report
         .timeseries
         .iter()
         .map(|sample| (sample.second as f64 + 0.5, sample.throughput_rps))
         .collect();
-    let max_throughput = throughput
-        .iter()
-        .map(|point| point.1)
-        .fold(report.target_rps, f64::max)
-        * 1.15;
+    let rate = linear_axis(
+        throughput
+            .iter()
+            .map(|point| point.1)
+            .chain([report.target_rps]),
+        true,
+    );
     let mut upper = ChartBuilder::on(&top)
         .caption(
             format!(
@@ -232,64 +742,52 @@ fn draw_timeseries<DB: DrawingBackend>(
             ("sans-serif", 18),
         )
         .margin(10)
-        .x_label_area_size(30)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0.0..seconds, 0.0..max_throughput.max(1.0))
+        .margin_right(25)
+        .x_label_area_size(35)
+        .y_label_area_size(80)
+        .build_cartesian_2d(time.linear(), rate.linear())
         .map_err(plot_error)?;
     upper
         .configure_mesh()
+        .x_desc("second")
         .y_desc("replies/s")
+        .x_label_formatter(&|value| time.number_label(value))
         .y_label_formatter(&rate_label)
         .draw()
         .map_err(plot_error)?;
-    upper
-        .draw_series(LineSeries::new(
-            throughput.clone(),
-            color(0).stroke_width(2),
-        ))
-        .map_err(plot_error)?;
-    upper
-        .draw_series(PointSeries::of_element(
-            throughput,
-            3,
-            color(0).filled(),
-            &|coord, size, style| Circle::new(coord, size, style),
-        ))
-        .map_err(plot_error)?;
+    draw_styled_series(
+        &mut upper,
+        "",
+        &throughput,
+        SeriesStyle::nth(0, color(0)),
+        true,
+    )?;
     let p99: Vec<(f64, f64)> = report
         .timeseries
         .iter()
         .map(|sample| (sample.second as f64 + 0.5, sample.p99_us.max(0.1)))
         .collect();
-    let (low, high) = bounds(p99.iter().map(|point| point.1));
+    let latency = log_axis(p99.iter().map(|point| point.1));
     let mut lower = ChartBuilder::on(&bottom)
         .caption(
             "p99 latency of requests scheduled in each second",
             ("sans-serif", 18),
         )
         .margin(10)
+        .margin_right(25)
         .x_label_area_size(35)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0.0..seconds, (low..high).log_scale())
+        .y_label_area_size(80)
+        .build_cartesian_2d(time.linear(), latency.log())
         .map_err(plot_error)?;
     lower
         .configure_mesh()
         .x_desc("second")
-        .y_desc("p99")
+        .y_desc("p99 (log scale)")
+        .x_label_formatter(&|value| time.number_label(value))
         .y_label_formatter(&latency_label)
         .draw()
         .map_err(plot_error)?;
-    lower
-        .draw_series(LineSeries::new(p99.clone(), color(1).stroke_width(2)))
-        .map_err(plot_error)?;
-    lower
-        .draw_series(PointSeries::of_element(
-            p99,
-            3,
-            color(1).filled(),
-            &|coord, size, style| Circle::new(coord, size, style),
-        ))
-        .map_err(plot_error)?;
+    draw_styled_series(&mut lower, "", &p99, SeriesStyle::nth(0, color(1)), true)?;
     root.present().map_err(plot_error)
 }
 
@@ -329,6 +827,7 @@ pub fn plot_latency_vs_throughput(
     write_both(
         directory,
         stem,
+        SIZE,
         |root| draw_latency_vs_throughput(&root, plot),
         |root| draw_latency_vs_throughput(&root, plot),
     )
@@ -339,7 +838,7 @@ fn draw_latency_vs_throughput<DB: DrawingBackend>(
     plot: &LatencyThroughput,
 ) -> Result<(), BenchError> {
     root.fill(&WHITE).map_err(plot_error)?;
-    type Drawn = (String, plotters::style::RGBColor, Vec<(f64, f64)>);
+    type Drawn = (String, SeriesStyle, Vec<(f64, f64)>);
     let curves: Vec<Drawn> = plot
         .curves
         .iter()
@@ -353,28 +852,31 @@ fn draw_latency_vs_throughput<DB: DrawingBackend>(
                 .collect();
             let rgb = curve.color.map_or_else(
                 || color(index),
-                |(red, green, blue)| plotters::style::RGBColor(red, green, blue),
+                |(red, green, blue)| RGBColor(red, green, blue),
             );
-            (curve.name.clone(), rgb, points)
+            (curve.name.clone(), SeriesStyle::nth(index, rgb), points)
         })
         .filter(|(_, _, points)| !points.is_empty())
         .collect();
-    let (low, high) = bounds(
+    let latency = log_axis(
         curves
             .iter()
             .flat_map(|(_, _, points)| points.iter().map(|point| point.1)),
     );
-    let x_max = curves
-        .iter()
-        .flat_map(|(_, _, points)| points.iter().map(|point| point.0))
-        .fold(plot.x_max.max(1.0), f64::max)
-        * 1.05;
+    let rate = linear_axis(
+        curves
+            .iter()
+            .flat_map(|(_, _, points)| points.iter().map(|point| point.0))
+            .chain([plot.x_max.max(1.0)]),
+        true,
+    );
     let mut chart = ChartBuilder::on(root)
         .caption(&plot.caption, ("sans-serif", 20))
         .margin(15)
+        .margin_right(30)
         .x_label_area_size(45)
         .y_label_area_size(80)
-        .build_cartesian_2d(0.0..x_max, (low..high).log_scale())
+        .build_cartesian_2d(rate.linear(), latency.log())
         .map_err(plot_error)?;
     chart
         .configure_mesh()
@@ -384,25 +886,8 @@ fn draw_latency_vs_throughput<DB: DrawingBackend>(
         .y_label_formatter(&latency_label)
         .draw()
         .map_err(plot_error)?;
-    for (name, series_color, points) in curves {
-        chart
-            .draw_series(LineSeries::new(
-                points.clone(),
-                series_color.stroke_width(2),
-            ))
-            .map_err(plot_error)?
-            .label(name)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], series_color.stroke_width(2))
-            });
-        chart
-            .draw_series(PointSeries::of_element(
-                points,
-                4,
-                series_color.filled(),
-                &|coord, size, style| Circle::new(coord, size, style),
-            ))
-            .map_err(plot_error)?;
+    for (name, style, points) in &curves {
+        draw_styled_series(&mut chart, name, points, *style, true)?;
     }
     chart
         .configure_series_labels()
@@ -451,6 +936,7 @@ pub fn plot_panels(
     write_both(
         directory,
         name,
+        SIZE,
         |root| draw_panels(&root, panels),
         |root| draw_panels(&root, panels),
     )
@@ -463,11 +949,14 @@ fn draw_panels<DB: DrawingBackend>(
     root.fill(&WHITE).map_err(plot_error)?;
     let areas = root.split_evenly((panels.len().max(1), 1));
     for (area, panel) in areas.iter().zip(panels) {
-        let x_max = panel
-            .lines
-            .iter()
-            .flat_map(|line| line.points.iter().map(|p| p.0))
-            .fold(1.0f64, f64::max);
+        let horizontal = linear_axis(
+            panel
+                .lines
+                .iter()
+                .flat_map(|line| line.points.iter().map(|p| p.0))
+                .chain([1.0]),
+            true,
+        );
         let ys = || {
             panel
                 .lines
@@ -478,60 +967,79 @@ fn draw_panels<DB: DrawingBackend>(
         builder
             .caption(&panel.title, ("sans-serif", 16))
             .margin(10)
+            .margin_right(25)
             .x_label_area_size(35)
-            .y_label_area_size(70);
+            .y_label_area_size(80);
+        let x_label = |value: &f64| horizontal.number_label(value);
         if panel.log_y {
-            let (low, high) = bounds(ys());
+            let vertical = log_axis(ys());
             let mut chart = builder
-                .build_cartesian_2d(0.0..x_max, (low..high).log_scale())
+                .build_cartesian_2d(horizontal.linear(), vertical.log())
                 .map_err(plot_error)?;
+            let number_label = |value: &f64| trim_percent(*value);
             let mut mesh = chart.configure_mesh();
-            mesh.x_desc(&panel.x_desc).y_desc(&panel.y_desc);
+            mesh.x_desc(&panel.x_desc)
+                .y_desc(&panel.y_desc)
+                .x_label_formatter(&x_label);
             if panel.latency {
                 mesh.y_label_formatter(&latency_label);
+            } else {
+                mesh.y_label_formatter(&number_label);
             }
             mesh.draw().map_err(plot_error)?;
-            for marker in &panel.markers {
-                chart
-                    .draw_series(LineSeries::new(
-                        vec![(*marker, low), (*marker, high)],
-                        BLACK.mix(0.5).stroke_width(1),
-                    ))
-                    .map_err(plot_error)?;
-            }
+            draw_event_markers(&mut chart, &panel.markers, &vertical.range)?;
             draw_lines(&mut chart, &panel.lines)?;
         } else {
-            let (low, high) = ys().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), y| {
-                (lo.min(y), hi.max(y))
-            });
-            let (low, high) = if low.is_finite() {
-                let pad = ((high - low) * 0.05).max(1e-3);
-                (low - pad, high + pad)
-            } else {
-                (0.0, 1.0)
-            };
+            let vertical = linear_axis(ys(), false);
             let mut chart = builder
-                .build_cartesian_2d(0.0..x_max, low..high)
+                .build_cartesian_2d(horizontal.linear(), vertical.linear())
                 .map_err(plot_error)?;
+            let number_label = |value: &f64| vertical.number_label(value);
             let mut mesh = chart.configure_mesh();
-            mesh.x_desc(&panel.x_desc).y_desc(&panel.y_desc);
+            mesh.x_desc(&panel.x_desc)
+                .y_desc(&panel.y_desc)
+                .x_label_formatter(&x_label);
             if panel.latency {
                 mesh.y_label_formatter(&latency_label);
+            } else {
+                mesh.y_label_formatter(&number_label);
             }
             mesh.draw().map_err(plot_error)?;
-            for marker in &panel.markers {
-                chart
-                    .draw_series(LineSeries::new(
-                        vec![(*marker, low), (*marker, high)],
-                        BLACK.mix(0.5).stroke_width(1),
-                    ))
-                    .map_err(plot_error)?;
-            }
+            draw_event_markers(&mut chart, &panel.markers, &vertical.range)?;
             draw_lines(&mut chart, &panel.lines)?;
         }
     }
     root.present().map_err(plot_error)
 }
+
+/// Dashed-grey vertical lines at `markers`, across `vertical`.
+fn draw_event_markers<'a, DB, X, Y>(
+    chart: &mut plotters::chart::ChartContext<
+        'a,
+        DB,
+        plotters::coord::cartesian::Cartesian2d<X, Y>,
+    >,
+    markers: &[f64],
+    vertical: &Range<f64>,
+) -> Result<(), BenchError>
+where
+    DB: DrawingBackend + 'a,
+    X: plotters::coord::ranged1d::Ranged<ValueType = f64>,
+    Y: plotters::coord::ranged1d::Ranged<ValueType = f64>,
+{
+    for marker in markers {
+        chart
+            .draw_series(LineSeries::new(
+                vec![(*marker, vertical.start), (*marker, vertical.end)],
+                BLACK.mix(0.5).stroke_width(1),
+            ))
+            .map_err(plot_error)?;
+    }
+    Ok(())
+}
+
+/// Lines of at most this many points get markers (more would hide the line).
+const MARKED_LINE_POINTS: usize = 60;
 
 fn draw_lines<'a, DB, X, Y>(
     chart: &mut plotters::chart::ChartContext<
@@ -547,22 +1055,24 @@ where
     Y: plotters::coord::ranged1d::Ranged<ValueType = f64>,
 {
     for (index, line) in lines.iter().enumerate() {
-        let series_color = color(index);
-        chart
-            .draw_series(LineSeries::new(
-                line.points.clone(),
-                series_color.stroke_width(2),
-            ))
-            .map_err(plot_error)?
-            .label(line.name.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], series_color.stroke_width(2))
-            });
+        let style = SeriesStyle::nth(index, color(index));
+        let name = if line.name.is_empty() {
+            " "
+        } else {
+            &line.name
+        };
+        draw_styled_series(
+            chart,
+            name,
+            &line.points,
+            style,
+            line.points.len() <= MARKED_LINE_POINTS,
+        )?;
     }
     if lines.len() > 1 || lines.iter().any(|line| !line.name.is_empty()) {
         chart
             .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
+            .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .draw()
             .map_err(plot_error)?;
@@ -704,6 +1214,55 @@ mod tests {
         let svg = std::fs::read_to_string(directory.join("percentiles.svg")).unwrap_or_default();
         assert!(svg.contains("small") && svg.contains("large") && svg.contains("99.9%"));
         let _ = std::fs::remove_dir_all(&directory);
+    }
+
+    /// Ticks enclose `[low, high]`, sit inside the drawn range, ascend and are few.
+    fn assert_encloses(axis: &super::Axis, low: f64, high: f64) {
+        let ticks = &axis.ticks;
+        assert!(
+            ticks.len() >= 2 && ticks.len() <= super::MAX_TICKS,
+            "{axis:?}"
+        );
+        assert!(
+            ticks[0] <= low && ticks[ticks.len() - 1] >= high,
+            "{axis:?}"
+        );
+        assert!(ticks.windows(2).all(|pair| pair[0] < pair[1]), "{axis:?}");
+        assert!(
+            ticks.iter().all(|tick| axis.range.contains(tick)),
+            "{axis:?}"
+        );
+    }
+
+    #[test]
+    fn axes_enclose_narrow_wide_constant_and_empty_data() {
+        for (low, high) in [
+            (100.0, 102.0),
+            (160.0, 5_300.0),
+            (95.0, 4_200.0),
+            (0.5, 0.5),
+            (100.0, 100.0),
+            (3.0, 2e9),
+        ] {
+            assert_encloses(&super::log_axis([low, high].into_iter()), low, high);
+        }
+        assert_encloses(&super::log_axis(std::iter::empty()), 1.0, 10.0);
+        for (low, high, from_zero) in [
+            (0.855, 0.985, false),
+            (39_000.0, 40_600.0, true),
+            (0.5, 0.5, false),
+            (-3.0, 7.0, false),
+            (0.0, 29.0, true),
+            (0.0, 0.0, true),
+        ] {
+            let axis = super::linear_axis([low, high].into_iter(), from_zero);
+            assert_encloses(&axis, low, high);
+            if from_zero {
+                assert_eq!(axis.ticks[0], 0.0);
+            }
+        }
+        let hit_ratio = super::linear_axis([0.855, 0.985].into_iter(), false);
+        assert_eq!(hit_ratio.number_label(&0.86), "0.86");
     }
 
     #[test]

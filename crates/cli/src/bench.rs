@@ -1,5 +1,6 @@
 //! `tailtrim bench`: flags -> [`tailtrim_bench`] (preload, run or sweep),
-//! then a table on stdout, optional JSON and plots, and a progress bar on a TTY.
+//! then a table on stdout, optional JSON and plots, and a progress bar on a TTY. The output
+//! paths (`--json`, `--plot`) are opened before any load is sent, so a bad one fails at once.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -241,6 +242,76 @@ fn progress_bar(enabled: bool, length: u64, label: &str) -> Option<ProgressBar> 
     Some(bar)
 }
 
+/// A `--json` file opened for writing before the run, so a path that cannot be written
+/// fails at once instead of after the load. A file this created is removed again unless the
+/// results were written into it.
+struct OutputFile {
+    path: PathBuf,
+    file: std::fs::File,
+    created: bool,
+    written: bool,
+}
+
+impl OutputFile {
+    /// Opens (creates) `path` for writing without truncating it yet.
+    fn open(path: &std::path::Path) -> Result<Self, String> {
+        let existed = path.exists();
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|error| format!("--json {}: cannot write there: {error}", path.display()))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            file,
+            created: !existed,
+            written: false,
+        })
+    }
+
+    /// Replaces the file's content with `text`.
+    fn write(mut self, text: &str) -> Result<(), String> {
+        use std::io::Write;
+        let context = |error: std::io::Error| format!("writing {}: {error}", self.path.display());
+        self.file.set_len(0).map_err(context)?;
+        self.file.write_all(text.as_bytes()).map_err(context)?;
+        self.written = true;
+        Ok(())
+    }
+}
+
+impl Drop for OutputFile {
+    fn drop(&mut self) {
+        if self.created && !self.written {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Checks before any load that the plots can be written into `directory`: creates it, and
+/// creates and removes a file in it.
+fn check_plot_directory(directory: &std::path::Path) -> Result<(), String> {
+    let fail = |error: std::io::Error| {
+        format!(
+            "--plot {}: cannot write plots there: {error}",
+            directory.display()
+        )
+    };
+    std::fs::create_dir_all(directory).map_err(fail)?;
+    let probe = directory.join(format!(".tailtrim-bench-{}", std::process::id()));
+    std::fs::File::create(&probe).map_err(fail)?;
+    std::fs::remove_file(&probe).map_err(fail)
+}
+
+/// Opens every output the run will write (`--json`, `--plot`) before any load is sent.
+fn open_outputs(args: &Flags) -> Result<Option<OutputFile>, String> {
+    if let Some(directory) = &args.plot {
+        check_plot_directory(directory)?;
+    }
+    args.json.as_deref().map(OutputFile::open).transpose()
+}
+
 /// Runs `tailtrim bench`.
 pub fn run(args: Args) -> Result<ExitCode, String> {
     let args = *args.flags;
@@ -254,8 +325,9 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     }
     let workload = Arc::new(spec);
     let interactive = !args.quiet && std::io::stderr().is_terminal();
+    let json_output = open_outputs(&args)?;
     if args.cache_aside {
-        return cache_aside(&args, &workload, interactive);
+        return cache_aside(&args, &workload, interactive, json_output);
     }
     let mut config = RunConfig::new(&args.server, args.rate, seconds(args.duration, "duration")?);
     config.transport = if args.udp {
@@ -401,9 +473,8 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
             sweep_json(&report, &histograms, recorder.finish())?
         }
     };
-    if let Some(path) = &args.json {
-        std::fs::write(path, json + "\n")
-            .map_err(|error| format!("writing {}: {error}", path.display()))?;
+    if let Some(output) = json_output {
+        output.write(&(json + "\n"))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -480,6 +551,7 @@ fn cache_aside(
     args: &Flags,
     workload: &Arc<WorkloadSpec>,
     interactive: bool,
+    json_output: Option<OutputFile>,
 ) -> Result<ExitCode, String> {
     let mut config =
         CacheAsideConfig::new(&args.server, args.rate, seconds(args.duration, "duration")?);
@@ -520,7 +592,7 @@ fn cache_aside(
     if let Some(directory) = &args.plot {
         plot_cache_aside(&report, directory).map_err(|error| error.to_string())?;
     }
-    if let Some(path) = &args.json {
+    if let Some(output) = json_output {
         // The report, the run's metadata and every request's latency (`latency_ns`, the
         // histogram its p50 and p99 come from).
         let mut document = with_metadata(&report, recorder.finish())?;
@@ -533,8 +605,7 @@ fn cache_aside(
             );
         }
         let json = serde_json::to_string_pretty(&document).map_err(|error| error.to_string())?;
-        std::fs::write(path, json + "\n")
-            .map_err(|error| format!("writing {}: {error}", path.display()))?;
+        output.write(&(json + "\n"))?;
     }
     if report.clean() {
         Ok(ExitCode::SUCCESS)

@@ -248,13 +248,10 @@ struct ProfileArgs {
 /// Arguments of `tailtrim sim validate`.
 #[derive(clap::Args, Debug)]
 struct ValidateArgs {
-    /// results.json of `tailtrim experiment minos`.
-    #[arg(
-        long,
-        value_name = "FILE",
-        default_value = "experiments/minos/results.json"
-    )]
-    real: PathBuf,
+    /// results.json of `tailtrim experiment minos` (default: the repository's
+    /// experiments/minos/results.json, found from the working directory or the binary up).
+    #[arg(long, value_name = "FILE")]
+    real: Option<PathBuf>,
     #[command(flatten)]
     model: ModelFlags,
     /// Print the comparison as JSON on stdout instead of the table.
@@ -704,6 +701,18 @@ fn write_outputs(report: &Report, directory: &Path, with_json: bool) -> Result<(
     Ok(())
 }
 
+/// The commit of the code that ran, as `tailtrim --version` prints it: the binary's build
+/// commit (`-dirty` when its tree differed); for files written before it was recorded, the
+/// working tree's commit and ` (dirty tree)` when it differed.
+fn code_commit(metadata: &RunMetadata) -> (&str, &'static str) {
+    if metadata.build.is_empty() {
+        let dirty = if metadata.dirty { " (dirty tree)" } else { "" };
+        (&metadata.commit, dirty)
+    } else {
+        (&metadata.build, "")
+    }
+}
+
 fn micros(value: f64) -> String {
     if value <= 0.0 {
         "–".to_string()
@@ -739,8 +748,8 @@ fn markdown(report: &Report) -> String {
             "SIMULATED (deterministic: the figures depend on the commit and the command, not on \
              the machine). Commit `{}`{}; run on {} ({} cores, load average {} at the start), \
              {:.1} s.\n",
-            metadata.commit,
-            if metadata.dirty { " (dirty tree)" } else { "" },
+            code_commit(metadata).0,
+            code_commit(metadata).1,
             if metadata.cpu_model.is_empty() {
                 "an unknown CPU"
             } else {
@@ -1245,11 +1254,49 @@ fn stat_median(samples: &[serde_json::Value], name: &str) -> Option<f64> {
     (!values.is_empty()).then(|| median(&values))
 }
 
+/// `sim validate`'s default real results, relative to the repository's root.
+const DEFAULT_REAL_RESULTS: &str = "experiments/minos/results.json";
+
+/// The workspace root holding `relative`: the first directory with a `Cargo.toml` and
+/// `relative` in it, going up from the working directory, then from the running binary (a
+/// build under the repository's target/), then from the sources this binary was built from.
+fn find_in_repository(relative: &Path) -> Option<PathBuf> {
+    let working = std::env::current_dir().ok();
+    let binary = std::env::current_exe().ok();
+    let sources = Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf();
+    [working, binary, Some(sources)]
+        .into_iter()
+        .flatten()
+        .find_map(|start| {
+            start
+                .ancestors()
+                .find(|root| root.join("Cargo.toml").is_file() && root.join(relative).is_file())
+                .map(|root| root.join(relative))
+        })
+}
+
+/// The real results `sim validate` compares with, and how the report names them: the given
+/// file as given, or the repository's [`DEFAULT_REAL_RESULTS`] under its repository path.
+fn real_results_path(given: Option<&Path>) -> Result<(PathBuf, String), String> {
+    match given {
+        Some(path) => Ok((path.to_path_buf(), path.display().to_string())),
+        None => find_in_repository(Path::new(DEFAULT_REAL_RESULTS))
+            .map(|path| (path, DEFAULT_REAL_RESULTS.to_string()))
+            .ok_or_else(|| {
+                format!(
+                    "{DEFAULT_REAL_RESULTS} not found above the working directory or the binary \
+                     (run inside the repository or pass --real FILE)"
+                )
+            }),
+    }
+}
+
 fn run_validate(args: ValidateArgs) -> Result<ExitCode, String> {
-    let text = std::fs::read_to_string(&args.real)
-        .map_err(|error| format!("reading {}: {error}", args.real.display()))?;
+    let (real_path, real_file) = real_results_path(args.real.as_deref())?;
+    let text = std::fs::read_to_string(&real_path)
+        .map_err(|error| format!("reading {}: {error}", real_path.display()))?;
     let real: RealResults =
-        serde_json::from_str(&text).map_err(|error| format!("{}: {error}", args.real.display()))?;
+        serde_json::from_str(&text).map_err(|error| format!("{}: {error}", real_path.display()))?;
     let system_policy = |name: &str| match name {
         "memcached" => Some(Policy::Pinned),
         "floor" => None,
@@ -1342,7 +1389,7 @@ fn run_validate(args: ValidateArgs) -> Result<ExitCode, String> {
     let validation = Validation {
         metadata,
         command: command_line(),
-        real_file: args.real.display().to_string(),
+        real_file,
         cores: config.cores,
         connections: config.connections,
         floor_small_p99_us: floor,
@@ -1389,12 +1436,8 @@ fn validation_markdown(validation: &Validation, profile: &Profile) -> String {
         "Command: `{}`; real results: `{}`. SIMULATED side: commit `{}`{}.\n",
         validation.command,
         validation.real_file,
-        validation.metadata.commit,
-        if validation.metadata.dirty {
-            " (dirty tree)"
-        } else {
-            ""
-        }
+        code_commit(&validation.metadata).0,
+        code_commit(&validation.metadata).1,
     ));
     line(format!(
         "Cost model: fixed {:.0} ns + {:.3} ns/byte ({}).\n",
