@@ -87,6 +87,12 @@ pub fn execute(request: Request, frame: &Bytes, ctx: &ExecContext<'_>, out: &mut
                 reply::line(out, if found { b"TOUCHED" } else { b"NOT_FOUND" });
             }
         }
+        Request::FlushAll { noreply, .. } if ctx.shared.config.server.disable_flush_all => {
+            bump(&ctx.counters.cmd_flush);
+            if !noreply {
+                reply::line(out, b"CLIENT_ERROR flush_all not allowed");
+            }
+        }
         Request::FlushAll { delay, noreply } => {
             bump(&ctx.counters.cmd_flush);
             let at = flush_deadline(i64::from(delay.unwrap_or(0)), ctx.now);
@@ -159,7 +165,7 @@ fn get(
                     key,
                     item.flags,
                     &item.value,
-                    with_cas.then_some(item.cas),
+                    with_cas.then_some(shown_cas(item.cas, ctx)),
                 );
             }
             None => {
@@ -171,6 +177,25 @@ fn get(
         }
     }
     reply::line(out, b"END");
+}
+
+/// The CAS value a reply shows: 0 when CAS is disabled (`-C`), as memcached shows it.
+fn shown_cas(cas: u64, ctx: &ExecContext<'_>) -> u64 {
+    if ctx.shared.config.server.disable_cas {
+        0
+    } else {
+        cas
+    }
+}
+
+/// The CAS value a compare-and-swap compares: with CAS disabled (`-C`), 0, which the store
+/// never matches, so the command answers `EXISTS` (`NOT_FOUND` without an item) as memcached's.
+fn compared_cas(supplied: u64, ctx: &ExecContext<'_>) -> u64 {
+    if ctx.shared.config.server.disable_cas {
+        0
+    } else {
+        supplied
+    }
 }
 
 fn store_mode(mode: WireMode) -> StoreMode {
@@ -204,7 +229,7 @@ fn store_text(cmd: &StoreCommand, value: Bytes, ctx: &ExecContext<'_>, out: &mut
         Expiry::from_protocol(i64::from(cmd.exptime), ctx.now),
     );
     if cmd.mode == WireMode::Cas {
-        request.compare_cas = Some(cmd.cas_unique);
+        request.compare_cas = Some(compared_cas(cmd.cas_unique, ctx));
     }
     let result = ctx.shared.store.store(&cmd.key, value, &request, ctx.now);
     if cmd.mode == WireMode::Cas {
@@ -378,7 +403,7 @@ fn meta_get(key: &[u8], flags: &MetaFlags, ctx: &ExecContext<'_>, out: &mut Repl
     } else {
         out.push(b"HD");
     }
-    push_hit_flags(out, key, flags, &hit, ctx.now);
+    push_hit_flags(out, key, flags, &hit, shown_cas(hit.item.cas, ctx), ctx.now);
     out.push(b"\r\n");
     if with_value {
         out.push_value(&hit.item.value);
@@ -391,13 +416,14 @@ fn push_hit_flags(
     key: &[u8],
     flags: &MetaFlags,
     hit: &MetaGetHit,
+    cas: u64,
     now: UnixSecs,
 ) {
     for flag in &flags.list {
         match flag.letter {
             b'c' => {
                 out.push(b" c");
-                out.push_u64(hit.item.cas);
+                out.push_u64(cas);
             }
             b'f' => {
                 out.push(b" f");
@@ -458,7 +484,7 @@ fn meta_set(
         client_flags.unwrap_or(0),
         ttl.unwrap_or(Expiry::Never),
     );
-    request.compare_cas = compare_cas;
+    request.compare_cas = compare_cas.map(|cas| compared_cas(cas, ctx));
     request.new_cas = new_cas;
     request.invalidate = flags.has(b'I');
     request.binary_key = flags.has(b'b');
@@ -480,7 +506,7 @@ fn meta_set(
                     b'O' => push_opaque(out, flags),
                     b'c' => {
                         out.push(b" c");
-                        out.push_u64(outcome.cas);
+                        out.push_u64(shown_cas(outcome.cas, ctx));
                     }
                     _ => {}
                 }
