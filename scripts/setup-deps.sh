@@ -2,7 +2,8 @@
 # Installs what the test suites need on a fresh Debian machine (run as root; uses sudo otherwise).
 # Idempotent and quiet: prints nothing unless something fails.
 #
-#   apt:    memcached (the differential oracle), nutcracker (a proxy baseline)
+#   apt:    memcached (the differential oracle), nutcracker (a proxy baseline),
+#           netcat-openbsd (the README's examples)
 #   python: .venv with pymemcache + pytest            (tests/python)
 #   go:     module deps of tests/go (gomemcache)       (tests/go)
 #
@@ -35,6 +36,8 @@ missing=()
 command -v memcached >/dev/null 2>&1 || [ -x /usr/bin/memcached ] || missing+=(memcached)
 command -v nutcracker >/dev/null 2>&1 || [ -x /usr/sbin/nutcracker ] || missing+=(nutcracker)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
+# The README's examples (scripts/readme-examples.sh) talk to servers with `nc -q1`.
+command -v nc >/dev/null 2>&1 || missing+=(netcat-openbsd)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ] || missing+=(golang-go)
 if [ "${#missing[@]}" -gt 0 ]; then
