@@ -46,10 +46,12 @@ awk -v dir="$scratch/blocks" '
     inside { print > file; next }
 ' "$repo/README.md"
 
+# Below the kernel's ephemeral range, so no outgoing connection takes the port meanwhile.
+read -r ephemeral_low _ </proc/sys/net/ipv4/ip_local_port_range
 unused_port() {
     local port
     while :; do
-        port=$((20000 + RANDOM % 40000))
+        port=$((20000 + RANDOM % (ephemeral_low - 20000)))
         nc -z 127.0.0.1 "$port" 2>/dev/null || break
     done
     echo "$port"
@@ -67,12 +69,18 @@ for example in "$scratch"/blocks/example-*.sh; do
     mkdir -p "$work"
     ln -s "$repo/config" "$work/config"
     sed "${rewrite[@]}" "$example" >"$work/example.sh"
-    (cd "$work" && exec setsid timeout 300 bash -euo pipefail example.sh >stdout 2>stderr) &
+    (cd "$work" && exec setsid timeout 120 bash -euo pipefail example.sh >stdout 2>stderr) &
     group=$!
     groups+=("$group")
     status=0
     wait "$group" || status=$?
+    # Servers the example left running stop before the next example reuses their ports.
     kill -TERM -- "-$group" 2>/dev/null || true
+    for _ in $(seq 100); do
+        kill -0 -- "-$group" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL -- "-$group" 2>/dev/null || true
     if [ "$status" -ne 0 ]; then
         echo "readme-examples: $name failed (exit $status):" >&2
         sed 's/^/    /' "$example" >&2
