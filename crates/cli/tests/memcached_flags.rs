@@ -251,7 +251,8 @@ fn restriction_flags_answer_as_memcached() {
     }
     let script: &[u8] = b"set a 5 0 1\r\nx\r\ngets a\r\nflush_all\r\nflush_all noreply\r\n\
         stats cachedump 1 1\r\nmg a c v\r\ncas a 0 0 1 1\r\ny\r\nms a 1 C5 c\r\nz\r\n\
-        cas missing 0 0 1 1\r\ny\r\nmn\r\n";
+        cas missing 0 0 1 1\r\ny\r\nms a 1 C0\r\nw\r\nset n 0 0 1\r\n5\r\nma n c v\r\n\
+        ma n C0\r\nma n C7\r\nmd n C3\r\nmd n C0\r\nmg n v\r\nmn\r\n";
     let replies: Vec<Vec<u8>> = [Program::Memcached, Program::Tailtrim]
         .into_iter()
         .map(|program| {

@@ -188,13 +188,14 @@ fn shown_cas(cas: u64, ctx: &ExecContext<'_>) -> u64 {
     }
 }
 
-/// The CAS value a compare-and-swap compares: with CAS disabled (`-C`), 0, which the store
-/// never matches, so the command answers `EXISTS` (`NOT_FOUND` without an item) as memcached's.
+/// The CAS value a compare-and-swap compares. With CAS disabled (`-C`) memcached's items all
+/// hold CAS 0: a store compared with any value answers `EXISTS` (`EX`), `ma` and `md` compared
+/// with 0 go ahead and with anything else answer `EX`. The store reads 0 as such for each
+/// command, and `u64::MAX`, a value no item reaches, as "anything else".
 fn compared_cas(supplied: u64, ctx: &ExecContext<'_>) -> u64 {
-    if ctx.shared.config.server.disable_cas {
-        0
-    } else {
-        supplied
+    match (ctx.shared.config.server.disable_cas, supplied) {
+        (false, _) | (true, 0) => supplied,
+        (true, _) => u64::MAX,
     }
 }
 
@@ -526,7 +527,11 @@ fn meta_delete(key: &[u8], flags: &MetaFlags, ctx: &ExecContext<'_>, out: &mut R
         return bad_token(out);
     };
     let request = DeleteRequest {
-        compare_cas,
+        // The store compares 0 too; with CAS disabled every item's CAS is 0 to memcached.
+        compare_cas: match compare_cas {
+            Some(0) if ctx.shared.config.server.disable_cas => None,
+            other => other.map(|cas| compared_cas(cas, ctx)),
+        },
         invalidate: flags.has(b'I'),
         new_expiry,
         new_cas,
@@ -573,7 +578,7 @@ fn meta_arithmetic(key: &[u8], flags: &MetaFlags, ctx: &ExecContext<'_>, out: &m
     let request = ArithRequest {
         direction,
         delta: delta.unwrap_or(1),
-        compare_cas,
+        compare_cas: compare_cas.map(|cas| compared_cas(cas, ctx)),
         vivify: vivify_ttl.map(|expiry| ArithVivify {
             initial: initial.unwrap_or(0),
             expiry,
@@ -630,7 +635,7 @@ fn meta_arithmetic(key: &[u8], flags: &MetaFlags, ctx: &ExecContext<'_>, out: &m
             b'O' => push_opaque(out, flags),
             b'c' => {
                 out.push(b" c");
-                out.push_u64(item.cas);
+                out.push_u64(shown_cas(item.cas, ctx));
             }
             b't' => push_ttl(out, item.expiry, ctx.now),
             _ => {}
@@ -674,7 +679,7 @@ fn meta_debug(key: &[u8], ctx: &ExecContext<'_>, out: &mut ReplyBuf) {
         format!(
             " exp={exp} la={} cas={} fetch={} cls={} size={size}\r\n",
             hit.secs_since_access,
-            hit.item.cas,
+            shown_cas(hit.item.cas, ctx),
             if hit.hit_before { "yes" } else { "no" },
             slab_class(size),
         )
