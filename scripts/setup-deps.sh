@@ -4,6 +4,7 @@
 #
 #   apt:    memcached (the differential oracle), nutcracker (a proxy baseline),
 #           prometheus (promtool and the server, for the /metrics tests; its service stays off)
+#           netcat-openbsd (the README's examples)
 #   python: .venv with pymemcache + pytest            (tests/python)
 #   go:     module deps of tests/go (gomemcache)       (tests/go)
 #
@@ -37,6 +38,8 @@ command -v memcached >/dev/null 2>&1 || [ -x /usr/bin/memcached ] || missing+=(m
 command -v nutcracker >/dev/null 2>&1 || [ -x /usr/sbin/nutcracker ] || missing+=(nutcracker)
 { command -v promtool && command -v prometheus; } >/dev/null 2>&1 || missing+=(prometheus)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
+# The README's examples (scripts/readme-examples.sh) talk to servers with `nc -q1`.
+command -v nc >/dev/null 2>&1 || missing+=(netcat-openbsd)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ] || missing+=(golang-go)
 if [ "${#missing[@]}" -gt 0 ]; then

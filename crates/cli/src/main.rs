@@ -9,10 +9,14 @@
 //!   tailtrim sim        -> tailtrim-sim    (discrete-event simulator)
 //!   tailtrim experiment -> runners that combine the above
 //! ```
+//!
+//! Two hidden subcommands serve packaging: `tailtrim man [DIR]` writes the man pages and
+//! `tailtrim completions SHELL` prints a shell completion script, both generated from the
+//! command-line definitions below.
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 mod bench;
 mod experiment;
@@ -32,17 +36,46 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the cache server (memcached protocol over TCP and UDP).
-    Serve(serve::Args),
+    Serve(Box<serve::Args>),
     /// Open-loop load generator against any memcached-protocol endpoint.
     Bench(bench::Args),
     /// Analytic latency prediction and capacity planning.
     Model(model::Args),
     /// Memcached-protocol proxy over a pool of backends.
-    Proxy(proxy::Args),
+    Proxy(Box<proxy::Args>),
     /// Reproduce one of the project's experiments (runs servers, load, writes a report).
     Experiment(experiment::Args),
     /// Discrete-event simulation of the dispatch policies at any core count.
     Sim(sim::Args),
+    /// Write the man pages (tailtrim.1, tailtrim-serve.1, ...) into DIR.
+    #[command(hide = true)]
+    Man {
+        /// Directory to write the pages into (created if missing).
+        #[arg(default_value = ".")]
+        dir: std::path::PathBuf,
+    },
+    /// Print the completion script of SHELL.
+    #[command(hide = true)]
+    Completions {
+        /// bash, elvish, fish, powershell or zsh.
+        shell: clap_complete::Shell,
+    },
+}
+
+/// Writes `tailtrim.1` and one page per visible subcommand (`tailtrim-serve.1`, ...) into `dir`.
+fn write_man_pages(dir: &std::path::Path) -> Result<ExitCode, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let command = Cli::command();
+    clap_mangen::generate_to(command, dir)
+        .map_err(|e| format!("cannot write man pages into {}: {e}", dir.display()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints the completion script of `shell` for every subcommand and flag.
+fn print_completions(shell: clap_complete::Shell) -> Result<ExitCode, String> {
+    let mut command = Cli::command();
+    clap_complete::generate(shell, &mut command, "tailtrim", &mut std::io::stdout());
+    Ok(ExitCode::SUCCESS)
 }
 
 fn main() -> ExitCode {
@@ -60,12 +93,14 @@ fn main() -> ExitCode {
     };
     let cli = Cli::parse_from(argv);
     let result = match cli.command {
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Bench(args) => bench::run(args),
         Command::Model(args) => model::run(args),
-        Command::Proxy(args) => proxy::run(args),
+        Command::Proxy(args) => proxy::run(*args),
         Command::Experiment(args) => experiment::run(args),
         Command::Sim(args) => sim::run(args),
+        Command::Man { dir } => write_man_pages(&dir),
+        Command::Completions { shell } => print_completions(shell),
     };
     match result {
         Ok(code) => code,

@@ -7,12 +7,20 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use tailtrim_proxy::ProxyConfig;
+use tailtrim_server::config::parse_size;
 
 /// Arguments of `tailtrim proxy`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// TOML configuration file (sections `[proxy]` and `[pool]`).
-    #[arg(short = 'c', long = "config", value_name = "FILE")]
+    /// TOML configuration file (sections `[proxy]` and `[pool]`). `-c` is the configuration
+    /// file as in nutcracker (twemproxy); in `tailtrim serve` and memcached, `-c` is the
+    /// connection limit, here `--conn-limit`.
+    #[arg(
+        short = 'c',
+        long = "config",
+        visible_alias = "conf-file",
+        value_name = "FILE"
+    )]
     pub config: Option<PathBuf>,
     /// A twemproxy (nutcracker) YAML configuration instead of `--config`: every key of the
     /// pool is mapped or refused with a reason (see the proxy crate's `twemproxy` module).
@@ -79,15 +87,16 @@ pub struct Args {
     #[arg(short = 't', long = "threads")]
     pub threads: Option<usize>,
     /// Client connections at most; past it memcached's "ERROR Too many open connections"
-    /// (memcached's -c; 0: no limit).
+    /// (memcached's and `serve`'s `-c`, which here is `--config`; 0: no limit).
     #[arg(long = "conn-limit", value_name = "N")]
     pub max_connections: Option<usize>,
     /// Close a client that completes no command for this many seconds (0: never).
     #[arg(long = "idle-timeout", value_name = "SECS")]
     pub idle_timeout: Option<u64>,
-    /// Largest value accepted from clients, in bytes (memcached's -I).
-    #[arg(short = 'I', long = "max-item-size")]
-    pub item_size_max: Option<usize>,
+    /// Largest value accepted from clients, bytes or with a k/m suffix (memcached's -I, as
+    /// `serve -I`: `2m`, `512k`, `1048576`).
+    #[arg(short = 'I', long = "max-item-size", value_name = "SIZE")]
+    pub item_size_max: Option<String>,
     /// Print the effective configuration as TOML and exit.
     #[arg(long = "print-config")]
     pub print_config: bool,
@@ -129,8 +138,10 @@ fn effective_config(args: &Args) -> Result<ProxyConfig, String> {
     if let Some(secs) = args.idle_timeout {
         config.proxy.idle_timeout_secs = secs;
     }
-    if let Some(size) = args.item_size_max {
-        config.proxy.item_size_max = size;
+    if let Some(size) = &args.item_size_max {
+        let bytes = parse_size(size).map_err(|error| format!("-I: {error}"))?;
+        config.proxy.item_size_max =
+            usize::try_from(bytes).map_err(|_| format!("-I {size}: too large for this machine"))?;
     }
     if let Some(servers) = &args.servers {
         config.pool.servers = servers.iter().map(|s| s.trim().to_string()).collect();

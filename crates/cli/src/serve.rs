@@ -1,5 +1,10 @@
 //! `tailtrim serve`: the cache server. Flags follow memcached's where the
 //! meaning is the same; a TOML file (`--config`) sets anything, flags win.
+//!
+//! Every flag of `memcached -h` (1.6) is accepted: implemented where tailtrim has the
+//! mechanism, otherwise accepted with a one-line warning that it has no effect here. Flags
+//! that ask for protection tailtrim cannot give (TLS, SASL, a UNIX socket instead of the
+//! network) stop the server with an error naming the flag instead of running without it.
 
 use std::process::ExitCode;
 
@@ -63,15 +68,80 @@ pub struct Args {
     /// Number of worker threads (default 4).
     #[arg(short = 't', long = "threads")]
     threads: Option<usize>,
-    /// Maximum simultaneous connections (default 1024).
+    /// Maximum simultaneous connections (default 1024; memcached's `-c`. In `tailtrim proxy`,
+    /// `-c` is the configuration file, as nutcracker's).
     #[arg(short = 'c', long = "conn-limit")]
     max_connections: Option<usize>,
     /// Maximum item size, bytes or with k/m suffix (default 1m).
     #[arg(short = 'I', long = "max-item-size")]
     item_size_max: Option<String>,
     /// Verbose: log connections and start-up (repeat for more).
-    #[arg(short = 'v', action = clap::ArgAction::Count)]
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
     verbose: u8,
+    /// Print the version and exit (memcached's `-V`).
+    #[arg(short = 'V', long = "version")]
+    print_version: bool,
+    /// Print the license and exit (memcached's `-i`).
+    #[arg(short = 'i', long = "license")]
+    print_license: bool,
+    /// Enable the ASCII `shutdown` command (memcached's `-A`).
+    #[arg(short = 'A', long = "enable-shutdown")]
+    enable_shutdown: bool,
+    /// Answer `flush_all` with `CLIENT_ERROR flush_all not allowed` (memcached's `-F`).
+    #[arg(short = 'F', long = "disable-flush-all")]
+    disable_flush_all: bool,
+    /// Answer `stats cachedump` with `CLIENT_ERROR stats cachedump not allowed` (memcached's `-X`).
+    #[arg(short = 'X', long = "disable-dumping")]
+    disable_dumping: bool,
+    /// Disable CAS: CAS values read 0 and compare-and-swap answers `EXISTS` (memcached's `-C`).
+    #[arg(short = 'C', long = "disable-cas")]
+    disable_cas: bool,
+    /// Listen backlog (memcached's `-b`, default 1024).
+    #[arg(short = 'b', long = "listen-backlog", value_name = "N")]
+    listen_backlog: Option<i32>,
+    /// ASCII protocol authentication: a file of `user:password` lines (memcached's `-Y`).
+    #[arg(short = 'Y', long = "auth-file", value_name = "FILE")]
+    auth_file: Option<String>,
+    /// Disable `watch` (memcached's `-W`): accepted; tailtrim has no `watch` command.
+    #[arg(short = 'W', long = "disable-watch")]
+    disable_watch: bool,
+    /// memcached's `-R`: accepted without effect (tailtrim bounds a connection by the
+    /// requests it has outstanding, not per event).
+    #[arg(short = 'R', long = "max-reqs-per-event", value_name = "N")]
+    max_reqs_per_event: Option<u32>,
+    /// memcached's `-B`: `ascii` (what tailtrim speaks) or `auto`; `binary` is refused.
+    #[arg(short = 'B', long = "protocol", value_name = "NAME")]
+    protocol: Option<String>,
+    /// memcached's `-f` (slab growth factor): accepted without effect, no slab allocator here.
+    #[arg(short = 'f', long = "slab-growth-factor", value_name = "FACTOR")]
+    slab_growth_factor: Option<f64>,
+    /// memcached's `-n` (slab minimum size): accepted without effect, no slab allocator here.
+    #[arg(short = 'n', long = "slab-min-size", value_name = "BYTES")]
+    slab_min_size: Option<u64>,
+    /// memcached's `-L` (large pages): accepted without effect.
+    #[arg(short = 'L', long = "enable-largepages")]
+    enable_largepages: bool,
+    /// memcached's `-D` (prefix delimiter of `stats detail`): accepted without effect.
+    #[arg(short = 'D', value_name = "CHAR")]
+    prefix_delimiter: Option<String>,
+    /// memcached's `-e` (restartable cache in a memory file): accepted without effect.
+    #[arg(short = 'e', long = "memory-file", value_name = "FILE")]
+    memory_file: Option<String>,
+    /// memcached's `-N` (NAPI ids): accepted without effect.
+    #[arg(short = 'N', long = "napi_ids", value_name = "N")]
+    napi_ids: Option<u32>,
+    /// memcached's `-a` (UNIX socket mask): accepted without effect, as `-s` is refused.
+    #[arg(short = 'a', long = "unix-mask", value_name = "MASK")]
+    unix_mask: Option<String>,
+    /// memcached's `-s` (UNIX socket, no network): refused, tailtrim listens on TCP only.
+    #[arg(short = 's', long = "unix-socket", value_name = "FILE")]
+    unix_socket: Option<String>,
+    /// memcached's `-S` (SASL): refused, tailtrim has no SASL (see `-Y`).
+    #[arg(short = 'S', long = "enable-sasl")]
+    enable_sasl: bool,
+    /// memcached's `-Z` (TLS): refused, tailtrim serves plain TCP.
+    #[arg(short = 'Z', long = "enable-ssl")]
+    enable_ssl: bool,
     /// Port for Prometheus text metrics over HTTP, `GET /metrics` (default 0, off).
     #[arg(long)]
     admin_port: Option<u16>,
@@ -134,6 +204,8 @@ fn dispatch_parser() -> impl clap::builder::TypedValueParser<Value = DispatchPol
         .try_map(|name| name.parse::<DispatchPolicy>())
 }
 
+/// The effective configuration: the `--config` file (or the defaults), then the flags; the
+/// warnings of flags accepted without effect are printed.
 fn load(args: &Args) -> Result<ServerConfig, String> {
     let mut config = match &args.config {
         Some(path) => {
@@ -143,6 +215,103 @@ fn load(args: &Args) -> Result<ServerConfig, String> {
         }
         None => ServerConfig::default(),
     };
+    for warning in apply_flags(args, &mut config)? {
+        eprintln!("tailtrim: warning: {warning}");
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+/// Refuses the flags that ask for protection tailtrim does not have.
+fn refuse_unprotected(args: &Args) -> Result<(), String> {
+    if args.enable_ssl {
+        return Err(
+            "TLS is not supported: -Z/--enable-ssl (tailtrim serves plain TCP; \
+             terminate TLS in front of it, e.g. with stunnel)"
+                .into(),
+        );
+    }
+    if args.enable_sasl {
+        return Err(
+            "SASL is not supported: -S/--enable-sasl (for ASCII authentication \
+             use -Y FILE)"
+                .into(),
+        );
+    }
+    if let Some(path) = &args.unix_socket {
+        return Err(format!(
+            "UNIX sockets are not supported: -s/--unix-socket {path} (memcached then listens \
+             on no network port; tailtrim would listen on TCP instead, so it refuses)"
+        ));
+    }
+    if let Some(protocol) = &args.protocol {
+        match protocol.as_str() {
+            "ascii" | "auto" => {}
+            "binary" => {
+                return Err(
+                    "-B binary: the binary protocol is not supported (ASCII and meta \
+                     commands only)"
+                        .into(),
+                )
+            }
+            other => {
+                return Err(format!(
+                    "-B {other}: unknown protocol (ascii, binary or auto)"
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One line each for the memcached flags given that have no effect in tailtrim.
+fn no_effect_warnings(args: &Args) -> Vec<String> {
+    let ignored = |flag: &str, why: &str| format!("{flag}: no effect in tailtrim ({why})");
+    let mut warnings = Vec::new();
+    if args.protocol.as_deref() == Some("auto") {
+        warnings.push(ignored(
+            "-B auto",
+            "the binary protocol is not supported, ASCII only",
+        ));
+    }
+    if args.max_reqs_per_event.is_some() {
+        warnings.push(ignored(
+            "-R",
+            "a connection is bounded by its outstanding requests, not per event",
+        ));
+    }
+    if args.slab_growth_factor.is_some() {
+        warnings.push(ignored("-f", "no slab allocator"));
+    }
+    if args.slab_min_size.is_some() {
+        warnings.push(ignored("-n", "no slab allocator"));
+    }
+    if args.enable_largepages {
+        warnings.push(ignored("-L", "no large page allocation"));
+    }
+    if args.prefix_delimiter.is_some() {
+        warnings.push(ignored("-D", "no per-prefix stats"));
+    }
+    if args.memory_file.is_some() {
+        warnings.push(ignored("-e", "the cache is not restartable"));
+    }
+    if args.napi_ids.is_some() {
+        warnings.push(ignored("-N", "no NAPI id tracking"));
+    }
+    if args.unix_mask.is_some() {
+        warnings.push(ignored("-a", "no UNIX socket"));
+    }
+    if args.disable_watch {
+        warnings.push(ignored("-W", "no watch command to disable"));
+    }
+    warnings
+}
+
+/// Applies the flags of `args` to `config` (not validated) and returns the warnings of the
+/// flags accepted without effect.
+fn apply_flags(args: &Args, config: &mut ServerConfig) -> Result<Vec<String>, String> {
+    refuse_unprotected(args)?;
+    let mut warnings = no_effect_warnings(args);
     if let Some(port) = args.port {
         config.server.port = port;
     }
@@ -170,6 +339,17 @@ fn load(args: &Args) -> Result<ServerConfig, String> {
     }
     if args.verbose > 0 {
         config.server.verbose = args.verbose;
+    }
+    let server = &mut config.server;
+    server.enable_shutdown |= args.enable_shutdown;
+    server.disable_flush_all |= args.disable_flush_all;
+    server.disable_dumping |= args.disable_dumping;
+    server.disable_cas |= args.disable_cas;
+    if let Some(backlog) = args.listen_backlog {
+        server.listen_backlog = backlog;
+    }
+    if let Some(path) = &args.auth_file {
+        server.auth_file = path.clone();
     }
     if let Some(port) = args.admin_port {
         config.server.admin_port = port;
@@ -232,17 +412,16 @@ fn load(args: &Args) -> Result<ServerConfig, String> {
     if let Some(capacity) = args.hotkeys_capacity {
         config.hotkeys.capacity = capacity;
     }
-    apply_process_flags(args, &mut config);
+    apply_process_flags(args, config);
     for option in args.extended.iter().flat_map(|list| list.split(',')) {
         if option.is_empty() {
             continue;
         }
         if let Some(warning) = config.apply_memcached_option(option)? {
-            eprintln!("tailtrim: warning: {warning}");
+            warnings.push(warning);
         }
     }
-    config.validate()?;
-    Ok(config)
+    Ok(warnings)
 }
 
 fn apply_process_flags(args: &Args, config: &mut ServerConfig) {
@@ -265,32 +444,71 @@ fn apply_process_flags(args: &Args, config: &mut ServerConfig) {
 }
 
 /// The command-line flags a Debian `/etc/memcached.conf` stands for, as its start script reads
-/// it: blank lines and `#` comments skipped, `logfile PATH` becomes `--log-file PATH`, every
-/// other line must hold flags (`-m 64`), split on white space.
-pub fn memcached_conf_flags(text: &str) -> Result<Vec<String>, String> {
-    let mut flags = Vec::new();
-    for (number, line) in text.lines().enumerate() {
+/// it, with the line number each came from: blank lines and `#` comments skipped,
+/// `logfile PATH` becomes `--log-file PATH`, every other line must hold flags (`-m 64`), split
+/// on white space.
+pub fn memcached_conf_lines(text: &str) -> Result<Vec<(usize, Vec<String>)>, String> {
+    let mut lines = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        let number = index + 1;
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
         if let Some(path) = line.strip_prefix("logfile") {
-            flags.push("--log-file".to_string());
-            flags.push(path.trim().to_string());
+            lines.push((number, vec!["--log-file".into(), path.trim().to_string()]));
         } else if line.starts_with('-') {
-            flags.extend(line.split_whitespace().map(str::to_string));
+            lines.push((
+                number,
+                line.split_whitespace().map(str::to_string).collect(),
+            ));
         } else {
             return Err(format!(
-                "line {}: {line:?} is neither a flag nor `logfile PATH`",
-                number + 1
+                "{number}: {line:?} is neither a flag nor `logfile PATH`"
             ));
         }
     }
-    Ok(flags)
+    Ok(lines)
+}
+
+/// The flags of one `memcached.conf` line, checked alone: parsed as `serve` parses them and
+/// applied to a default configuration. An error names the flag and says what is wrong.
+fn check_conf_line(flags: &[String]) -> Result<(), String> {
+    #[derive(clap::Parser)]
+    #[command(name = "serve", no_binary_name = true)]
+    struct Line {
+        #[command(flatten)]
+        args: Args,
+    }
+    let first = flags.first().map_or("", String::as_str);
+    let line = <Line as clap::Parser>::try_parse_from(flags).map_err(|error| {
+        use clap::error::{ContextKind, ContextValue, ErrorKind};
+        match (error.kind(), error.get(ContextKind::InvalidArg)) {
+            (ErrorKind::UnknownArgument, Some(ContextValue::String(flag))) => {
+                format!("{flag}: unknown flag")
+            }
+            (ErrorKind::DisplayHelp | ErrorKind::DisplayVersion, _) => {
+                format!("{first}: not a server setting")
+            }
+            _ => {
+                let rendered = error.render().to_string();
+                let message = rendered.lines().next().unwrap_or_default();
+                format!("{first}: {}", message.trim_start_matches("error: "))
+            }
+        }
+    })?;
+    let args = &line.args;
+    if args.print_version || args.print_license || args.print_config {
+        return Err(format!("{first}: not a server setting"));
+    }
+    apply_flags(args, &mut ServerConfig::default())
+        .map(drop)
+        .map_err(|error| format!("{first}: {error}"))
 }
 
 /// Replaces `--memcached-conf FILE` (or `--memcached-conf=FILE`) in a `serve` command line by
-/// the flags the file holds, so that flags after it override the file.
+/// the flags the file holds, so that flags after it override the file. Each line is checked
+/// first, so an error names the file and the line (`/etc/memcached.conf:7: -Q: unknown flag`).
 pub fn expand_memcached_conf(argv: Vec<String>) -> Result<Vec<String>, String> {
     let mut out = Vec::with_capacity(argv.len());
     let mut args = argv.into_iter();
@@ -305,7 +523,10 @@ pub fn expand_memcached_conf(argv: Vec<String>) -> Result<Vec<String>, String> {
         };
         let text =
             std::fs::read_to_string(&path).map_err(|e| format!("cannot read {path}: {e}"))?;
-        out.extend(memcached_conf_flags(&text).map_err(|e| format!("{path}: {e}"))?);
+        for (number, flags) in memcached_conf_lines(&text).map_err(|e| format!("{path}:{e}"))? {
+            check_conf_line(&flags).map_err(|e| format!("{path}:{number}: {e}"))?;
+            out.extend(flags);
+        }
     }
     Ok(out)
 }
@@ -330,6 +551,17 @@ fn tune_allocator() {
 
 /// Runs `tailtrim serve`.
 pub fn run(args: Args) -> Result<ExitCode, String> {
+    if args.print_version {
+        println!("tailtrim {}", tailtrim_lab::meta::VERSION);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.print_license {
+        println!(
+            "tailtrim is licensed under {} (see the repository's license files).",
+            env!("CARGO_PKG_LICENSE")
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let config = load(&args)?;
     if args.print_config {
         print!("{}", config.to_toml());
@@ -370,7 +602,11 @@ mod tests {
     #[test]
     fn debian_memcached_conf_flags() {
         let text = include_str!("../../../tests/fixtures/debian-memcached.conf");
-        let flags = memcached_conf_flags(text).expect("parses");
+        let flags: Vec<String> = memcached_conf_lines(text)
+            .expect("parses")
+            .into_iter()
+            .flat_map(|(_, flags)| flags)
+            .collect();
         assert_eq!(
             flags.join(" "),
             "-d --log-file /var/log/memcached.log -m 64 -p 11211 -u memcache -l 127.0.0.1 \
@@ -414,7 +650,7 @@ mod tests {
         assert!(config.process.lock_memory && config.process.max_core_file);
         assert_eq!(config.storage.crawl_interval_ms, 0);
         assert_eq!(config.server.port, 2, "a later flag wins");
-        assert!(memcached_conf_flags("garbage line").is_err());
+        assert!(memcached_conf_lines("garbage line").is_err());
     }
 
     #[test]

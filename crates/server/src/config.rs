@@ -37,6 +37,9 @@ pub const DEFAULT_MAX_CONN_BUFFER: usize = 4 * 1024 * 1024;
 /// never closed for idleness.
 pub const DEFAULT_IDLE_TIMEOUT_SECS: u64 = 0;
 
+/// Default listen backlog (`-b`), memcached's.
+pub const DEFAULT_LISTEN_BACKLOG: i32 = 1024;
+
 /// The whole configuration file.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -232,6 +235,19 @@ pub struct NetworkSection {
     /// no reply pending (`-o idle_timeout=N`); 0 disables. A client trickling a request a
     /// byte at a time (slowloris) completes no command, so it is closed too.
     pub idle_timeout_secs: u64,
+    /// Queue of connections the kernel completes before `accept` (`-b`, memcached's 1024).
+    pub listen_backlog: i32,
+    /// ASCII authentication: a file of `user:password` lines (`-Y`); empty, off.
+    pub auth_file: String,
+    /// Answer `shutdown` by stopping the server (`-A`); off, `shutdown` is refused.
+    pub enable_shutdown: bool,
+    /// Refuse `flush_all` with `CLIENT_ERROR flush_all not allowed` (`-F`).
+    pub disable_flush_all: bool,
+    /// Refuse `stats cachedump` with `CLIENT_ERROR stats cachedump not allowed` (`-X`).
+    pub disable_dumping: bool,
+    /// Disable CAS (`-C`): replies carry a CAS value of 0 and every compare-and-swap fails
+    /// with `EXISTS` (`EX`), as memcached answers.
+    pub disable_cas: bool,
 }
 
 impl Default for NetworkSection {
@@ -246,6 +262,12 @@ impl Default for NetworkSection {
             verbose: 0,
             max_connection_buffer: DEFAULT_MAX_CONN_BUFFER,
             idle_timeout_secs: DEFAULT_IDLE_TIMEOUT_SECS,
+            listen_backlog: DEFAULT_LISTEN_BACKLOG,
+            auth_file: String::new(),
+            enable_shutdown: false,
+            disable_flush_all: false,
+            disable_dumping: false,
+            disable_cas: false,
         }
     }
 }
@@ -387,7 +409,8 @@ impl ServerConfig {
     /// Applies one memcached `-o` option (`name` or `name=value`). Options with a tailtrim
     /// meaning change the configuration; [`IGNORED_MEMCACHED_OPTIONS`] are accepted silently;
     /// anything else is accepted with the warning returned, so memcached's command lines
-    /// keep starting. A malformed value of an option tailtrim implements is an error.
+    /// keep starting. A malformed value of an option tailtrim implements is an error, and so
+    /// is a TLS option (`ssl_*`): a server must not run unprotected when asked for TLS.
     pub fn apply_memcached_option(&mut self, option: &str) -> Result<Option<String>, String> {
         let (name, value) = match option.split_once('=') {
             Some((name, value)) => (name, Some(value)),
@@ -408,6 +431,12 @@ impl ServerConfig {
             }
             ("item_size_max", Some(size)) => {
                 self.storage.item_size_max = parse_size(size)?;
+            }
+            _ if name.starts_with("ssl_") => {
+                return Err(format!(
+                    "TLS is not supported: -o {name} (tailtrim serves plain TCP; \
+                     terminate TLS in front of it, e.g. with stunnel)"
+                ))
             }
             _ if IGNORED_MEMCACHED_OPTIONS.contains(&name) => {}
             _ => {
@@ -480,10 +509,9 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         Some('m' | 'M') => (&text[..text.len() - 1], 1024 * 1024),
         _ => (text, 1),
     };
-    let value: u64 = digits
-        .parse()
-        .map_err(|_| format!("invalid size '{text}' (use bytes, or a k/m suffix)"))?;
-    Ok(value * multiplier)
+    let invalid = || format!("invalid size '{text}' (use bytes, or a k/m suffix)");
+    let value: u64 = digits.parse().map_err(|_| invalid())?;
+    value.checked_mul(multiplier).ok_or_else(invalid)
 }
 
 #[cfg(test)]
@@ -513,6 +541,7 @@ mod tests {
         assert_eq!(parse_size("512k").unwrap(), 512 * 1024);
         assert_eq!(parse_size("2000").unwrap(), 2000);
         assert!(parse_size("lots").is_err());
+        assert!(parse_size("99999999999999999m").is_err());
     }
 
     #[test]
@@ -522,6 +551,19 @@ mod tests {
         assert_eq!(config.apply_memcached_option("idle_timeout=30"), Ok(None));
         assert_eq!(config.server.idle_timeout_secs, 30);
         assert!(config.apply_memcached_option("idle_timeout=soon").is_err());
+    }
+
+    #[test]
+    fn tls_options_are_refused_not_ignored() {
+        let mut config = ServerConfig::default();
+        let error = config
+            .apply_memcached_option("ssl_chain_cert=/etc/cert.pem")
+            .unwrap_err();
+        assert!(
+            error.starts_with("TLS is not supported: -o ssl_chain_cert"),
+            "{error}"
+        );
+        assert!(config.apply_memcached_option("ssl_kernel_tls").is_err());
     }
 
     #[test]

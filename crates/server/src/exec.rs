@@ -78,6 +78,12 @@ pub fn execute(request: Request, frame: &Bytes, ctx: &ExecContext<'_>, out: &mut
                 reply::line(out, if found { b"TOUCHED" } else { b"NOT_FOUND" });
             }
         }
+        Request::FlushAll { noreply, .. } if ctx.shared.config.server.disable_flush_all => {
+            bump(&ctx.counters.cmd_flush);
+            if !noreply {
+                reply::line(out, b"CLIENT_ERROR flush_all not allowed");
+            }
+        }
         Request::FlushAll { delay, noreply } => {
             bump(&ctx.counters.cmd_flush);
             let at = flush_deadline(i64::from(delay.unwrap_or(0)), ctx.now);
@@ -143,7 +149,7 @@ fn get(
                 key,
                 item.flags,
                 &item.value,
-                with_cas.then_some(item.cas),
+                with_cas.then_some(shown_cas(item.cas, ctx)),
             );
         }
     }
@@ -225,6 +231,26 @@ fn count_store(
     }
 }
 
+/// The CAS value a reply shows: 0 when CAS is disabled (`-C`), as memcached shows it.
+fn shown_cas(cas: u64, ctx: &ExecContext<'_>) -> u64 {
+    if ctx.shared.config.server.disable_cas {
+        0
+    } else {
+        cas
+    }
+}
+
+/// The CAS value a compare-and-swap compares. With CAS disabled (`-C`) memcached's items all
+/// hold CAS 0: a store compared with any value answers `EXISTS` (`EX`), `ma` and `md` compared
+/// with 0 go ahead and with anything else answer `EX`. The store reads 0 as such for each
+/// command, and `u64::MAX`, a value no item reaches, as "anything else".
+fn compared_cas(supplied: u64, ctx: &ExecContext<'_>) -> u64 {
+    match (ctx.shared.config.server.disable_cas, supplied) {
+        (false, _) | (true, 0) => supplied,
+        (true, _) => u64::MAX,
+    }
+}
+
 fn store_mode(mode: WireMode) -> StoreMode {
     match mode {
         WireMode::Set | WireMode::Cas => StoreMode::Set,
@@ -256,7 +282,7 @@ fn store_text(cmd: &StoreCommand, value: Bytes, ctx: &ExecContext<'_>, out: &mut
         Expiry::from_protocol(i64::from(cmd.exptime), ctx.now),
     );
     if cmd.mode == WireMode::Cas {
-        request.compare_cas = Some(cmd.cas_unique);
+        request.compare_cas = Some(compared_cas(cmd.cas_unique, ctx));
     }
     let result = ctx.shared.store.store(&cmd.key, value, &request, ctx.now);
     count_store(&cmd.key, value_len, cmd.flags, &result, ctx);
@@ -438,7 +464,7 @@ fn meta_get(key: &[u8], flags: &MetaFlags, ctx: &ExecContext<'_>, out: &mut Repl
     } else {
         out.push(b"HD");
     }
-    push_hit_flags(out, key, flags, &hit, ctx.now);
+    push_hit_flags(out, key, flags, &hit, shown_cas(hit.item.cas, ctx), ctx.now);
     out.push(b"\r\n");
     if with_value {
         out.push_value(&hit.item.value);
@@ -451,13 +477,14 @@ fn push_hit_flags(
     key: &[u8],
     flags: &MetaFlags,
     hit: &MetaGetHit,
+    cas: u64,
     now: UnixSecs,
 ) {
     for flag in &flags.list {
         match flag.letter {
             b'c' => {
                 out.push(b" c");
-                out.push_u64(hit.item.cas);
+                out.push_u64(cas);
             }
             b'f' => {
                 out.push(b" f");
@@ -517,7 +544,7 @@ fn meta_set(
         client_flags.unwrap_or(0),
         ttl.unwrap_or(Expiry::Never),
     );
-    request.compare_cas = compare_cas;
+    request.compare_cas = compare_cas.map(|cas| compared_cas(cas, ctx));
     request.new_cas = new_cas;
     request.invalidate = flags.has(b'I');
     request.binary_key = flags.has(b'b');
@@ -542,7 +569,7 @@ fn meta_set(
                     b'O' => push_opaque(out, flags),
                     b'c' => {
                         out.push(b" c");
-                        out.push_u64(outcome.cas);
+                        out.push_u64(shown_cas(outcome.cas, ctx));
                     }
                     _ => {}
                 }
@@ -562,7 +589,11 @@ fn meta_delete(key: &[u8], flags: &MetaFlags, ctx: &ExecContext<'_>, out: &mut R
         return bad_token(out);
     };
     let request = DeleteRequest {
-        compare_cas,
+        // The store compares 0 too; with CAS disabled every item's CAS is 0 to memcached.
+        compare_cas: match compare_cas {
+            Some(0) if ctx.shared.config.server.disable_cas => None,
+            other => other.map(|cas| compared_cas(cas, ctx)),
+        },
         invalidate: flags.has(b'I'),
         new_expiry,
         new_cas,
@@ -610,7 +641,7 @@ fn meta_arithmetic(key: &[u8], flags: &MetaFlags, ctx: &ExecContext<'_>, out: &m
     let request = ArithRequest {
         direction,
         delta: delta.unwrap_or(1),
-        compare_cas,
+        compare_cas: compare_cas.map(|cas| compared_cas(cas, ctx)),
         vivify: vivify_ttl.map(|expiry| ArithVivify {
             initial: initial.unwrap_or(0),
             expiry,
@@ -676,7 +707,7 @@ fn meta_arithmetic(key: &[u8], flags: &MetaFlags, ctx: &ExecContext<'_>, out: &m
             b'O' => push_opaque(out, flags),
             b'c' => {
                 out.push(b" c");
-                out.push_u64(item.cas);
+                out.push_u64(shown_cas(item.cas, ctx));
             }
             b't' => push_ttl(out, item.expiry, ctx.now),
             _ => {}
@@ -709,7 +740,7 @@ fn meta_debug(key: &[u8], ctx: &ExecContext<'_>, out: &mut ReplyBuf) {
         format!(
             " exp={exp} la={} cas={} fetch={} cls={} size={size}\r\n",
             hit.secs_since_access,
-            hit.item.cas,
+            shown_cas(hit.item.cas, ctx),
             if hit.hit_before { "yes" } else { "no" },
             tailtrim_store::size_class(size),
         )

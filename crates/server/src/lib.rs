@@ -127,6 +127,20 @@ fn udp_socket(addr: SocketAddr) -> io::Result<mio::net::UdpSocket> {
     Ok(mio::net::UdpSocket::from_std(socket.into()))
 }
 
+/// A TCP listener on the first address `addr` resolves to, with memcached's `-b` backlog
+/// (the kernel caps it at `net.core.somaxconn`).
+fn tcp_listener(addr: &str, backlog: i32) -> io::Result<TcpListener> {
+    let resolved = std::net::ToSocketAddrs::to_socket_addrs(addr)?
+        .next()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address"))?;
+    let domain = socket2::Domain::for_address(resolved);
+    let socket = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&resolved.into())?;
+    socket.listen(backlog)?;
+    Ok(socket.into())
+}
+
 /// Starts a server with `config` and returns at once.
 pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     config.validate().map_err(ServerError::Config)?;
@@ -139,7 +153,8 @@ pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     .map_err(|e| ServerError::Config(e.to_string()))?;
 
     let tcp_addr = format!("{}:{}", config.server.listen, config.server.port);
-    let listener = TcpListener::bind(&tcp_addr).map_err(bind_error("TCP", &tcp_addr))?;
+    let listener = tcp_listener(&tcp_addr, config.server.listen_backlog)
+        .map_err(bind_error("TCP", &tcp_addr))?;
     listener.set_nonblocking(true)?;
     let local_addr = listener.local_addr()?;
 

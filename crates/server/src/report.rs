@@ -540,6 +540,9 @@ pub fn stats_command(args: &[Bytes], ctx: &ExecContext<'_>, out: &mut ReplyBuf) 
             return reply::line(out, b"RESET");
         }
         Some(b"conns") => return conns_stats(ctx, out),
+        Some(b"cachedump") if ctx.shared.config.server.disable_dumping => {
+            return reply::line(out, b"CLIENT_ERROR stats cachedump not allowed")
+        }
         Some(b"cachedump") => return cachedump(args, ctx, out),
         Some(b"detail") => {
             return out.push(reply::stats_detail(args.get(1).map(|arg| arg.as_ref())));

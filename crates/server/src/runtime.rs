@@ -1266,7 +1266,16 @@ impl Runtime {
     ) {
         unlink_too_large(error, ctx);
         let mut out = ReplyBuf::new();
-        reply::error(&mut out, error);
+        if matches!(error, ProtoError::ShutdownDisabled) && ctx.shared.config.server.enable_shutdown
+        {
+            // `-A`: memcached answers `shutdown` by raising SIGINT, stopping as on a signal.
+            // SAFETY: raise only queues a signal for this process.
+            unsafe {
+                libc::raise(libc::SIGINT);
+            }
+        } else {
+            reply::error(&mut out, error);
+        }
         self.complete(conn, seq, out, worker, mode, None);
     }
 
