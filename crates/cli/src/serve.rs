@@ -75,6 +75,11 @@ pub struct Args {
     /// Port for Prometheus text metrics over HTTP (default 0, off).
     #[arg(long)]
     admin_port: Option<u16>,
+    /// Require memcached's ASCII authentication: FILE holds `user:password` lines; a client
+    /// authenticates with `set <any key> 0 0 <bytes>` carrying `user password`. SIGHUP
+    /// re-reads the file. Needs UDP off (memcached's `-Y`; docs/security.md).
+    #[arg(short = 'Y', long = "auth-file", value_name = "FILE")]
+    auth_file: Option<String>,
     /// Pin worker i to CPU LIST[i % len], e.g. `0-1` or `0,1` (default: not pinned).
     #[arg(long, value_name = "LIST")]
     pin_cpus: Option<String>,
@@ -169,6 +174,9 @@ fn load(args: &Args) -> Result<ServerConfig, String> {
     }
     if let Some(port) = args.admin_port {
         config.server.admin_port = port;
+    }
+    if let Some(path) = &args.auth_file {
+        config.server.auth_file = path.clone();
     }
     if let Some(list) = &args.pin_cpus {
         config.workers.pin_cpus = tailtrim_server::affinity::parse_cpu_list(list)?;

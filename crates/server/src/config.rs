@@ -227,6 +227,8 @@ pub struct NetworkSection {
     /// no reply pending (`-o idle_timeout=N`); 0 disables. A client trickling a request a
     /// byte at a time (slowloris) completes no command, so it is closed too.
     pub idle_timeout_secs: u64,
+    /// memcached's ASCII authentication (`-Y`): a file of `user:password` lines; empty, off.
+    pub auth_file: String,
 }
 
 impl Default for NetworkSection {
@@ -240,6 +242,7 @@ impl Default for NetworkSection {
             verbose: 0,
             max_connection_buffer: DEFAULT_MAX_CONN_BUFFER,
             idle_timeout_secs: DEFAULT_IDLE_TIMEOUT_SECS,
+            auth_file: String::new(),
         }
     }
 }
@@ -427,6 +430,11 @@ impl ServerConfig {
     pub fn validate(&self) -> Result<(), String> {
         if self.workers.threads == 0 {
             return Err("threads (-t) must be at least 1".into());
+        }
+        if !self.server.auth_file.is_empty() && self.server.udp_port != 0 {
+            return Err(
+                "Cannot use UDP with ascii authentication enabled (-U 0 to disable)".into(),
+            );
         }
         if self.server.max_connections == 0 {
             return Err("max connections (-c) must be at least 1".into());
