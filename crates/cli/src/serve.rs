@@ -99,7 +99,9 @@ pub struct Args {
     /// Listen backlog (memcached's `-b`, default 1024).
     #[arg(short = 'b', long = "listen-backlog", value_name = "N")]
     listen_backlog: Option<i32>,
-    /// ASCII protocol authentication: a file of `user:password` lines (memcached's `-Y`).
+    /// Require memcached's ASCII authentication: FILE holds `user:password` lines; a client
+    /// authenticates with `set <any key> 0 0 <bytes>` carrying `user password`. SIGHUP
+    /// re-reads the file. Needs UDP off (memcached's `-Y`; docs/security.md).
     #[arg(short = 'Y', long = "auth-file", value_name = "FILE")]
     auth_file: Option<String>,
     /// Disable `watch` (memcached's `-W`): accepted; tailtrim has no `watch` command.

@@ -463,6 +463,11 @@ impl ServerConfig {
         if self.workers.threads == 0 {
             return Err("threads (-t) must be at least 1".into());
         }
+        if !self.server.auth_file.is_empty() && self.server.udp_port != 0 {
+            return Err(
+                "Cannot use UDP with ascii authentication enabled (-U 0 to disable)".into(),
+            );
+        }
         if self.server.max_connections == 0 {
             return Err("max connections (-c) must be at least 1".into());
         }

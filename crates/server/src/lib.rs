@@ -22,6 +22,7 @@
 //! `docs/server.md`.
 
 pub mod affinity;
+pub mod auth;
 pub mod buffers;
 pub mod config;
 pub mod emulate;
@@ -71,6 +72,14 @@ pub enum ServerError {
     /// Any other I/O failure.
     #[error("I/O error: {0}")]
     Io(#[from] io::Error),
+    /// The auth file (`-Y`) cannot be read or is malformed.
+    #[error("authfile [{path}]: {reason}")]
+    AuthFile {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 const LISTENER_TOKEN: Token = Token(0);
@@ -99,6 +108,17 @@ impl ServerHandle {
     /// The runtime (policy state, per-class latency).
     pub fn runtime(&self) -> &Arc<runtime::Runtime> {
         &self.runtime
+    }
+
+    /// Re-reads the auth file (`-Y`), what `SIGHUP` does; returns its number
+    /// of users, or `None` without an auth file. On an error the users read
+    /// before stay in force.
+    pub fn reload_auth(&self) -> Result<Option<usize>, ServerError> {
+        self.shared
+            .auth
+            .as_ref()
+            .map(|auth| auth.reload())
+            .transpose()
     }
 
     /// Stops accepting, closes connections and joins every thread.
@@ -158,7 +178,11 @@ pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     listener.set_nonblocking(true)?;
     let local_addr = listener.local_addr()?;
 
-    let shared = Arc::new(Shared::new(store, config.clone()));
+    let mut shared = Shared::new(store, config.clone());
+    if !config.server.auth_file.is_empty() {
+        shared.auth = Some(auth::AuthFile::load(&config.server.auth_file)?);
+    }
+    let shared = Arc::new(shared);
     shared
         .tcp_port
         .store(u64::from(local_addr.port()), Ordering::Relaxed);
@@ -561,6 +585,9 @@ pub fn run_until_signal(config: ServerConfig) -> Result<(), ServerError> {
     let term = Arc::new(std::sync::atomic::AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&term))?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&term))?;
+    // SIGHUP re-reads the auth file, as in memcached (and never ends the process).
+    let hangup = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hangup))?;
     let verbose = config.server.verbose;
     let handle = start(config)?;
     if verbose > 0 {
@@ -573,6 +600,15 @@ pub fn run_until_signal(config: ServerConfig) -> Result<(), ServerError> {
     }
     while !term.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
+        if hangup.swap(false, Ordering::Relaxed) {
+            match handle.reload_auth() {
+                Ok(Some(users)) if verbose > 0 => {
+                    eprintln!("tailtrim: auth file reloaded: {users} users")
+                }
+                Ok(_) => {}
+                Err(error) => eprintln!("tailtrim: {error}; the users read before stay in force"),
+            }
+        }
     }
     if verbose > 0 {
         eprintln!("tailtrim: signal received, shutting down");

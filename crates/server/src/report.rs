@@ -115,8 +115,8 @@ pub fn general_stats(shared: &Shared, now: u64) -> Vec<(String, String)> {
         ("touch_misses", c.touch_misses),
         ("store_too_large", c.store_too_large),
         ("store_no_memory", c.store_no_memory),
-        ("auth_cmds", 0),
-        ("auth_errors", 0),
+        ("auth_cmds", c.auth_cmds),
+        ("auth_errors", c.auth_errors),
         ("bytes_read", c.bytes_read),
         ("bytes_written", c.bytes_written),
         ("limit_maxbytes", store.limit_maxbytes),
@@ -283,7 +283,7 @@ fn settings_stats(shared: &Shared) -> Vec<(String, String)> {
     pairs.extend([
         constant("domain_socket", "NULL"),
         constant("umask", "700"),
-        constant("shutdown_command", "no"),
+        ("shutdown_command".into(), yes_no(c.server.enable_shutdown)),
         constant("growth_factor", "1.25"),
         constant("chunk_size", "48"),
         ("num_threads".into(), c.workers.threads.to_string()),
@@ -291,11 +291,18 @@ fn settings_stats(shared: &Shared) -> Vec<(String, String)> {
         constant("stat_key_prefix", ":"),
         constant("detail_enabled", "no"),
         constant("reqs_per_event", "20"),
-        constant("cas_enabled", "yes"),
-        constant("tcp_backlog", "1024"),
+        ("cas_enabled".into(), yes_no(!c.server.disable_cas)),
+        ("tcp_backlog".into(), c.server.listen_backlog.to_string()),
         constant("binding_protocol", "ascii"),
         constant("auth_enabled_sasl", "no"),
-        constant("auth_enabled_ascii", "no"),
+        (
+            "auth_enabled_ascii".into(),
+            if c.server.auth_file.is_empty() {
+                "no".to_string()
+            } else {
+                c.server.auth_file.clone()
+            },
+        ),
         ("item_size_max".into(), c.storage.item_size_max.to_string()),
         constant("maxconns_fast", "yes"),
         constant("hashpower_init", "0"),
@@ -320,8 +327,8 @@ fn settings_stats(shared: &Shared) -> Vec<(String, String)> {
             c.storage.crawl_budget.to_string(),
         ),
         constant("tail_repair_time", "0"),
-        constant("flush_enabled", "yes"),
-        constant("dump_enabled", "yes"),
+        ("flush_enabled".into(), yes_no(!c.server.disable_flush_all)),
+        ("dump_enabled".into(), yes_no(!c.server.disable_dumping)),
         constant("hash_algorithm", "ahash"),
         constant("lru_maintainer_thread", "no"),
         constant("lru_segmented", "no"),

@@ -40,6 +40,7 @@ use tailtrim_policy::costspec::{CostSpec, Units};
 use tailtrim_proto::reply::{self, ReplyBuf};
 use tailtrim_proto::{parse_request_frame, Limits, Parsed, ProtoError, Request};
 
+use crate::auth::{Outcome, Step};
 use crate::config::DispatchPolicy;
 use crate::emulate::{set_min_timer_slack, Emulator};
 use crate::epoll::{wait_fd, Epoll, READABLE, WRITABLE};
@@ -47,6 +48,7 @@ use crate::exec::{count_read, count_written, execute, unlink_too_large, ExecCont
 use crate::policies::{EpollLayout, Executed, Placement, Policy};
 use crate::session::{Admit, Conn, Job, PendingJob, ReadSide};
 use crate::shared::{unix_now, DispatchView, Shared};
+use crate::stats::bump;
 
 /// Stop reading a connection while this much output is pending.
 pub const OUTPUT_HIGH_WATER: usize = 4 * 1024 * 1024;
@@ -1002,7 +1004,13 @@ impl Runtime {
             }
             let room = {
                 let default_room = (self.max_buffer - read.input.len()).min(READ_CHUNK);
-                crate::buffers::next_read_room(&mut read.input, default_room)
+                if self.shared.auth.is_some() && !read.auth.authenticated {
+                    // Not requests yet: what is buffered may be incomplete
+                    // for authentication even where it holds a whole line.
+                    default_room
+                } else {
+                    crate::buffers::next_read_room(&mut read.input, default_room)
+                }
             };
             if room == 0 {
                 // Complete requests are buffered: process them first.
@@ -1076,6 +1084,14 @@ impl Runtime {
             if conn.write.lock().pending_len() > OUTPUT_HIGH_WATER {
                 return Next::OutputFull;
             }
+            if let Some(auth) = self.shared.auth.as_ref() {
+                if !read.auth.authenticated {
+                    match self.unauthenticated(conn, read, worker, auth) {
+                        Some(next) => return next,
+                        None => continue,
+                    }
+                }
+            }
             if !receiving && self.policy.wants_large_receive(read) {
                 // Replies already queued must not wait for the large receive.
                 self.flush(conn, worker, false);
@@ -1142,6 +1158,50 @@ impl Runtime {
                         return Next::Backlogged;
                     }
                 }
+            }
+        }
+    }
+
+    /// Serves the next exchange of a connection that has not authenticated
+    /// (`-Y`): nothing is dispatched, the reader answers in place. `None`:
+    /// go on with the rest of the input (authenticated or not).
+    fn unauthenticated(
+        &self,
+        conn: &Arc<Conn>,
+        read: &mut ReadSide,
+        worker: usize,
+        auth: &crate::auth::AuthFile,
+    ) -> Option<Next> {
+        let ReadSide {
+            input, auth: state, ..
+        } = read;
+        match state.step(input, |user, password| auth.check(user, password)) {
+            Step::Incomplete => Some(Next::Continue),
+            Step::Close => {
+                read.input.clear();
+                self.close(conn);
+                Some(Next::Closed)
+            }
+            Step::Consumed(bytes) => {
+                read.input.advance(bytes);
+                None
+            }
+            Step::Answered { consumed, outcome } => {
+                read.input.advance(consumed);
+                read.arrived_ns = read.latest_ns;
+                conn.touch(self.clock_ms());
+                let counters = &self.shared.counters[worker];
+                if outcome.is_attempt() {
+                    bump(&counters.auth_cmds);
+                }
+                if outcome == Outcome::Failure {
+                    bump(&counters.auth_errors);
+                }
+                let seq = read.take_seq();
+                let mut out = ReplyBuf::new();
+                out.push(outcome.reply());
+                self.complete(conn, seq, out, worker, FlushMode::Deferred, None);
+                None
             }
         }
     }

@@ -91,6 +91,9 @@ pub struct ReadSide {
     pub(crate) latest_ns: u64,
     /// The parser's scratch: the last request's frame, its keys' places.
     pub(crate) scratch: tailtrim_proto::FrameScratch,
+    /// Authentication (`-Y`): until it succeeds, input is read by
+    /// [`crate::auth::AuthState::step`], never parsed as requests.
+    pub(crate) auth: crate::auth::AuthState,
 }
 
 impl ReadSide {

@@ -63,6 +63,8 @@ pub struct Shared {
     /// The listening sockets as `stats conns` lists them: descriptor and `tcp:ADDR`,
     /// `tcp6:ADDR` or `udp:ADDR`. Set once the sockets are bound.
     pub listeners: std::sync::OnceLock<Vec<(i32, String)>>,
+    /// The auth file's users (`-Y`); `None`: connections need no authentication.
+    pub auth: Option<crate::auth::AuthFile>,
 }
 
 /// The server's sampled hot-key tracker: the lock is taken only on sampled reads.
@@ -160,6 +162,7 @@ impl Shared {
             udp_port: AtomicU64::new(u64::from(config.server.udp_port)),
             runtime: std::sync::OnceLock::new(),
             listeners: std::sync::OnceLock::new(),
+            auth: None,
             hotkeys: config
                 .hotkeys
                 .enabled

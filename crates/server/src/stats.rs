@@ -89,6 +89,10 @@ counters! {
     touch_hits,
     /// touch on a missing key.
     touch_misses,
+    /// Authentications checked against the auth file (`-Y`), failed or not.
+    auth_cmds,
+    /// Authentications that failed.
+    auth_errors,
     /// Bytes read from clients.
     bytes_read,
     /// Bytes written to clients.
