@@ -222,3 +222,175 @@ fn proxy_with_a_config_file_survives_sighup_and_exits_on_sigterm() {
     proxy_survives_sighup(args.to_vec(), port);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Reads from `stream` until `done` holds for what came so far (or the time bound ends).
+fn read_while(stream: &mut TcpStream, done: impl Fn(&str) -> bool) -> String {
+    use std::io::Read;
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut text = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !done(&String::from_utf8_lossy(&text)) && Instant::now() < deadline {
+        match stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => text.extend_from_slice(&chunk[..n]),
+            Err(_) => {}
+        }
+    }
+    String::from_utf8_lossy(&text).into_owned()
+}
+
+#[test]
+fn a_watcher_sees_gets_and_sets_of_other_connections() {
+    let server = Server::start_under_test(&[]);
+    let mut all = server.connect();
+    all.write_all(b"watch fetchers mutations\r\n")
+        .expect("send");
+    assert_eq!(
+        read_until(&mut all, b"\r\n", Duration::from_secs(10)),
+        b"OK\r\n"
+    );
+    let mut fetches_only = server.connect();
+    // Without a type, a watcher gets fetches; the `get` after `watch` is not answered.
+    fetches_only
+        .write_all(b"watch\r\nget never-answered\r\n")
+        .expect("send");
+    assert_eq!(
+        read_until(&mut fetches_only, b"\r\n", Duration::from_secs(10)),
+        b"OK\r\n"
+    );
+    // memcached registers a watcher asynchronously: wait until events reach it.
+    let mut client = server.connect();
+    wait_for("the watcher to see events", || {
+        client.write_all(b"get probe\r\n").expect("send");
+        read_until(&mut client, b"END\r\n", Duration::from_secs(10));
+        read_while(&mut all, |text| text.contains("key=probe")).contains("key=probe")
+    });
+    client
+        .write_all(b"set watched%20key 0 0 5\r\nhello\r\nget watched%20key\r\n")
+        .expect("send");
+    read_until(&mut client, b"END\r\n", Duration::from_secs(10));
+    let seen = read_while(&mut all, |text| {
+        text.contains("type=item_get key=watched%2520key status=found")
+    });
+    let line_with = |text: &str, needle: &str| {
+        text.lines()
+            .find(|line| line.contains(needle))
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("no line with {needle:?} in:\n{text}"))
+    };
+    let store = line_with(&seen, "type=item_store key=watched%2520key");
+    assert!(
+        store.starts_with("ts=") && store.contains(" gid="),
+        "{store}"
+    );
+    assert!(
+        store.contains(" status=stored cmd=set ttl=0 clsid=1 cfd=") && store.ends_with(" size=5"),
+        "{store}"
+    );
+    let get = line_with(&seen, "type=item_get key=watched%2520key status=found");
+    assert!(
+        get.contains(" clsid=1 cfd=") && get.ends_with(" size=5"),
+        "{get}"
+    );
+
+    let fetches = read_while(&mut fetches_only, |text| {
+        text.contains("key=watched%2520key status=found")
+    });
+    line_with(&fetches, "type=item_get key=watched%2520key status=found");
+    assert!(
+        !fetches.contains("type=item_store") && !fetches.contains("END"),
+        "a fetchers watcher gets no stores and no replies:\n{fetches}"
+    );
+}
+
+/// `lru_crawler metadump` lines with the clock-dependent fields (`la`, a set `exp`) masked,
+/// sorted (the dump's order is the LRU's, which differs between the servers).
+fn metadump_masked(server: &Server, command: &[u8]) -> Vec<String> {
+    let reply = server.request(command, b"END\r\n");
+    let text = String::from_utf8(reply).expect("text");
+    let mut lines: Vec<String> = text
+        .split_inclusive('\n')
+        .map(|line| {
+            line.split(' ')
+                .map(|field| match field.split_once('=') {
+                    Some(("la", _)) => "la=T".to_string(),
+                    Some(("exp", value)) if value != "-1" => "exp=T".to_string(),
+                    _ => field.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn metadump_prints_what_memcached_prints() {
+    if !require_memcached("metadump_prints_what_memcached_prints") {
+        return;
+    }
+    let servers = [
+        Server::start(Program::Tailtrim, &[]),
+        Server::start(Program::Memcached, &[]),
+    ];
+    let dumps: Vec<Vec<Vec<String>>> = servers
+        .iter()
+        .map(|server| {
+            for (command, reply) in [
+                (&b"set plain 0 0 5\r\nvalue\r\n"[..], &b"STORED\r\n"[..]),
+                (b"set odd%20key/\xc3\xa9 7 100 2\r\nhi\r\n", b"STORED\r\n"),
+                (b"set fetched 0 0 300\r\n", b""),
+            ] {
+                if reply.is_empty() {
+                    let mut value = command.to_vec();
+                    value.extend_from_slice(&[b'v'; 300]);
+                    value.extend_from_slice(b"\r\n");
+                    assert_eq!(server.request(&value, b"\r\n"), b"STORED\r\n");
+                } else {
+                    assert_eq!(server.request(command, b"\r\n"), reply);
+                }
+            }
+            server.request(b"get fetched\r\n", b"END\r\n");
+            [
+                &b"lru_crawler metadump all\r\n"[..],
+                b"lru_crawler metadump hash\r\n",
+                b"lru_crawler metadump 1\r\n",
+                b"lru_crawler metadump 2,3,63\r\n",
+            ]
+            .iter()
+            .map(|command| metadump_masked(server, command))
+            .collect()
+        })
+        .collect();
+    assert_eq!(dumps[0], dumps[1], "tailtrim (left) and memcached (right)");
+    assert!(dumps[0][0]
+        .iter()
+        .any(|line| line
+            .starts_with("key=odd%2520key%2F%C3%A9 exp=T la=T cas=2 fetch=no cls=1 size=")));
+    assert!(dumps[0][0]
+        .iter()
+        .any(|line| line.starts_with("key=plain exp=-1 ")));
+    for server in &servers {
+        for bad in [
+            &b"lru_crawler metadump 64\r\n"[..],
+            b"lru_crawler metadump 0\r\n",
+            b"lru_crawler metadump 1,x\r\n",
+        ] {
+            assert_eq!(
+                server.request(bad, b"\r\n"),
+                b"BADCLASS invalid class id\r\n"
+            );
+        }
+        for bad in [
+            &b"lru_crawler metadump\r\n"[..],
+            b"lru_crawler metadump all extra\r\n",
+            b"watch nonsense\r\n",
+        ] {
+            assert_eq!(server.request(bad, b"\r\n"), b"ERROR\r\n");
+        }
+    }
+}

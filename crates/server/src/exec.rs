@@ -33,6 +33,8 @@ pub struct ExecContext<'a> {
     pub shared: &'a Shared,
     /// The executing worker's counters.
     pub counters: &'a WorkerCounters,
+    /// The client's socket descriptor (`watch` lines name it `cfd`).
+    pub client_fd: i32,
     /// The current second.
     pub now: UnixSecs,
 }
@@ -123,6 +125,9 @@ pub fn execute(request: Request, frame: &Bytes, ctx: &ExecContext<'_>, out: &mut
         Request::MetaDelete { key, flags } => meta_delete(&key, &flags, ctx, out),
         Request::MetaArithmetic { key, flags } => meta_arithmetic(&key, &flags, ctx, out),
         Request::MetaDebug { key } => meta_debug(&key, ctx, out),
+        Request::Metadump { classes } => metadump(classes.as_deref(), ctx, out),
+        // The runtime turns the connection into a watcher once this reply is written.
+        Request::Watch { .. } => reply::line(out, b"OK"),
     }
     Flow::Continue
 }
@@ -147,6 +152,13 @@ fn get(
             }
             None => store.get(key, ctx.now),
         };
+        if ctx.shared.watchers.fetchers() {
+            watch_get(
+                key,
+                found.as_ref().map(|item| (item.flags, &item.value)),
+                ctx,
+            );
+        }
         bump(&ctx.counters.cmd_get);
         match found {
             Some(item) => {
@@ -206,7 +218,19 @@ fn store_text(cmd: &StoreCommand, value: Bytes, ctx: &ExecContext<'_>, out: &mut
     if cmd.mode == WireMode::Cas {
         request.compare_cas = Some(cmd.cas_unique);
     }
+    let size = value.len();
     let result = ctx.shared.store.store(&cmd.key, value, &request, ctx.now);
+    if ctx.shared.watchers.mutations() {
+        let command = match cmd.mode {
+            WireMode::Set => "set",
+            WireMode::Add => "add",
+            WireMode::Replace => "replace",
+            WireMode::Append => "append",
+            WireMode::Prepend => "prepend",
+            WireMode::Cas => "cas",
+        };
+        watch_store(&cmd.key, command, &request, size, &result, ctx);
+    }
     if cmd.mode == WireMode::Cas {
         if let Ok(StoreOutcome { status, .. }) = result {
             bump(match status {
@@ -351,6 +375,13 @@ fn meta_get(key: &[u8], flags: &MetaFlags, ctx: &ExecContext<'_>, out: &mut Repl
         Ok(hit) => hit,
         Err(err) => return store_error_reply(&err, out),
     };
+    if ctx.shared.watchers.fetchers() {
+        watch_get(
+            key,
+            hit.as_ref().map(|hit| (hit.item.flags, &hit.item.value)),
+            ctx,
+        );
+    }
     let Some(hit) = hit else {
         bump(&ctx.counters.get_misses);
         if new_expiry.is_some() {
@@ -462,7 +493,19 @@ fn meta_set(
     request.new_cas = new_cas;
     request.invalidate = flags.has(b'I');
     request.binary_key = flags.has(b'b');
-    match ctx.shared.store.store(key, value, &request, ctx.now) {
+    let size = value.len();
+    let result = ctx.shared.store.store(key, value, &request, ctx.now);
+    if ctx.shared.watchers.mutations() {
+        let command = match mode {
+            StoreMode::Set => "set",
+            StoreMode::Add => "add",
+            StoreMode::Replace => "replace",
+            StoreMode::Append => "append",
+            StoreMode::Prepend => "prepend",
+        };
+        watch_store(key, command, &request, size, &result, ctx);
+    }
+    match result {
         Ok(outcome) => {
             let code: &[u8] = match outcome.status {
                 StoreStatus::Stored => b"HD",
@@ -617,6 +660,45 @@ fn meta_arithmetic(key: &[u8], flags: &MetaFlags, ctx: &ExecContext<'_>, out: &m
     }
 }
 
+/// `watch fetchers`: a fetch of `key`, with the flags and value found.
+fn watch_get(key: &[u8], found: Option<(u32, &Bytes)>, ctx: &ExecContext<'_>) {
+    let hit = found.map(|(flags, value)| {
+        let class = slab_class(tailtrim_store::item_size(key.len(), value.len(), flags));
+        (class, value.len())
+    });
+    ctx.shared.watchers.item_get(key, hit, ctx.client_fd);
+}
+
+/// `watch mutations`: a store of `key` and how it ended.
+fn watch_store(
+    key: &[u8],
+    command: &str,
+    request: &StoreRequest,
+    size: usize,
+    result: &Result<StoreOutcome, StoreError>,
+    ctx: &ExecContext<'_>,
+) {
+    let status = match result {
+        Ok(StoreOutcome { status, .. }) => match status {
+            StoreStatus::Stored => "stored",
+            StoreStatus::NotStored => "not_stored",
+            StoreStatus::Exists => "exists",
+            StoreStatus::NotFound => "not_found",
+        },
+        Err(StoreError::TooLarge { .. }) => "too_large",
+        Err(_) => "no_memory",
+    };
+    ctx.shared.watchers.item_store(crate::watch::ItemStore {
+        key,
+        status,
+        command,
+        ttl: request.expiry.ttl_remaining(ctx.now).unwrap_or(0),
+        class: slab_class(tailtrim_store::item_size(key.len(), size, request.flags)),
+        client_fd: ctx.client_fd,
+        size,
+    });
+}
+
 /// memcached's slab class for an item of `size` bytes with the default
 /// growth factor 1.25 and 96-byte first chunk (reported by `me` as `cls`).
 fn slab_class(size: u64) -> u32 {
@@ -654,6 +736,39 @@ fn meta_debug(key: &[u8], ctx: &ExecContext<'_>, out: &mut ReplyBuf) {
         )
         .as_bytes(),
     );
+}
+
+/// `lru_crawler metadump`: `key=<url-encoded> exp=<unix second or -1> la=<unix second>
+/// cas=<n> fetch=<yes|no> cls=<class> size=<bytes>` per live item (lines end in `\n` alone,
+/// as memcached writes them), then `END`. The store is copied out one shard at a time.
+fn metadump(classes: Option<&[u8]>, ctx: &ExecContext<'_>, out: &mut ReplyBuf) {
+    use std::fmt::Write;
+    let store = &ctx.shared.store;
+    let mut text = String::new();
+    for shard in 0..store.shard_count() {
+        text.clear();
+        for item in store.item_metas(shard, ctx.now) {
+            let class = slab_class(item.size);
+            if classes.is_some_and(|wanted| !wanted.contains(&(class as u8))) {
+                continue;
+            }
+            let exp = match item.expiry {
+                Expiry::Never => -1,
+                Expiry::At(at) => at.0 as i64,
+            };
+            let _ = writeln!(
+                text,
+                "key={} exp={exp} la={} cas={} fetch={} cls={class} size={}",
+                percent_encoding::percent_encode(&item.key, crate::watch::KEY_ESCAPES),
+                item.last_access.0,
+                item.cas,
+                if item.fetched { "yes" } else { "no" },
+                item.size,
+            );
+        }
+        out.push(text.as_bytes());
+    }
+    reply::line(out, b"END");
 }
 
 /// Drops the old value of a storage command rejected as too large, as

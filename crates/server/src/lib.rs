@@ -14,6 +14,7 @@
 //!                                                                   │ Arc<Shared>
 //!   crawler thread: store.crawl_expired every interval              ▼
 //!   admin thread:   Prometheus text on --admin-port     store (sharded locks), counters
+//!   logger thread:  `watch` connections' log lines (watch.rs)
 //! ```
 //!
 //! Module dependencies run one way: `runtime` → `policies`, `session`,
@@ -38,6 +39,7 @@ pub mod session;
 pub mod shared;
 pub mod stats;
 pub mod udp;
+pub mod watch;
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener};
@@ -208,6 +210,14 @@ pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     }
     wakers.push(acceptor_waker);
 
+    {
+        let shared = Arc::clone(&shared);
+        threads.push(
+            std::thread::Builder::new()
+                .name("logger".into())
+                .spawn(move || shared.watchers.run(|| shared.stopping()))?,
+        );
+    }
     if config.storage.crawl_interval_ms > 0 {
         let shared = Arc::clone(&shared);
         threads.push(

@@ -174,7 +174,7 @@ mod tests {
 
     #[test]
     fn reply_lines_follow_memcached_vv() {
-        let reply = b"VALUE foo 0 3\r\nbar\r\nVALUE k 5 1 7\r\nx\r\nEND\r\nEND\r\n";
+        let reply = b"VALUE foo 0 3\r\nbar\r\nVALUE k 5 3 7\r\nEND\r\nEND\r\n";
         let lines: Vec<String> = reply_lines(reply)
             .into_iter()
             .map(|line| String::from_utf8(line).expect("text"))

@@ -488,7 +488,13 @@ impl Runtime {
             return;
         }
         let _ = conn.epoll.delete(conn.fd());
-        let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+        let watch = conn.watch.lock().take();
+        match watch.map(|types| (types, conn.stream.try_clone())) {
+            Some((types, Ok(stream))) => self.shared.watchers.adopt(stream, types),
+            _ => {
+                let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+            }
+        }
         self.conns.write().remove(&conn.id);
         self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
         if self.log_state {
@@ -541,10 +547,11 @@ impl Runtime {
         self.conns.read().get(&token).cloned()
     }
 
-    fn ctx(&self, worker: usize) -> ExecContext<'_> {
+    fn ctx(&self, worker: usize, client_fd: i32) -> ExecContext<'_> {
         ExecContext {
             shared: &self.shared,
             counters: &self.shared.counters[worker],
+            client_fd,
             now: unix_now(),
         }
     }
@@ -806,7 +813,7 @@ impl Runtime {
         let Some(socket) = self.udp.get((token - UDP_TOKEN_BASE) as usize) else {
             return;
         };
-        let ctx = self.ctx(worker);
+        let ctx = self.ctx(worker, socket.as_raw_fd());
         crate::udp::serve(socket, &ctx, &self.limits);
         let _ = self.epolls[epoll_index].rearm(socket.as_raw_fd(), token, READABLE);
     }
@@ -829,7 +836,7 @@ impl Runtime {
             } => {
                 let started = Instant::now();
                 let frame_bytes = frame.len();
-                let ctx = self.ctx(worker);
+                let ctx = self.ctx(worker, conn.fd());
                 let declared = request.data_len();
                 let keys = key_count(&request);
                 let mut out = ReplyBuf::new();
@@ -865,7 +872,7 @@ impl Runtime {
                 self.serve_conn(&conn, worker, true);
             }
             Job::Reject { conn, seq, error } => {
-                let ctx = self.ctx(worker);
+                let ctx = self.ctx(worker, conn.fd());
                 self.reject(&conn, seq, &error, worker, &ctx, FlushMode::NonBlocking);
                 self.finish(&conn, 0);
             }
@@ -899,7 +906,7 @@ impl Runtime {
         // Whoever woke this reader (a finished backlog, released held
         // output) has done so; it is set again if the reader stops again.
         conn.write.lock().wake_reader = false;
-        let ctx = self.ctx(worker);
+        let ctx = self.ctx(worker, conn.fd());
         loop {
             let eof = match self.read_some(conn, &mut read, worker, receiving) {
                 Ok(eof) => eof,
@@ -1135,7 +1142,11 @@ impl Runtime {
                 Parsed::Complete { value, .. } => {
                     let frame = read.scratch.take_frame();
                     let seq = read.take_seq();
-                    let is_quit = matches!(value, Request::Quit);
+                    // `quit` closes after its turn; `watch` leaves for the logger thread then.
+                    let is_quit = matches!(value, Request::Quit | Request::Watch { .. });
+                    if let Request::Watch { types } = &value {
+                        *conn.watch.lock() = Some(*types);
+                    }
                     if is_quit {
                         conn.write.lock().close_after_seq = Some(seq);
                     }

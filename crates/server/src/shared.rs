@@ -53,6 +53,8 @@ pub struct Shared {
     /// The listening sockets as `stats conns` lists them: descriptor and `tcp:ADDR`,
     /// `tcp6:ADDR` or `udp:ADDR`. Set once the sockets are bound.
     pub listeners: std::sync::OnceLock<Vec<(i32, String)>>,
+    /// Connections that sent `watch` and the log lines waiting for them.
+    pub watchers: crate::watch::Watchers,
 }
 
 /// The server's sampled hot-key tracker: the lock is taken only on sampled reads.
@@ -146,6 +148,7 @@ impl Shared {
             udp_port: AtomicU64::new(u64::from(config.server.udp_port)),
             runtime: std::sync::OnceLock::new(),
             listeners: std::sync::OnceLock::new(),
+            watchers: crate::watch::Watchers::default(),
             hotkeys: config
                 .hotkeys
                 .enabled
