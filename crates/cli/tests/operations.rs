@@ -394,3 +394,118 @@ fn metadump_prints_what_memcached_prints() {
         }
     }
 }
+
+/// Debian's memcached on `port`; killed when dropped.
+struct Memcached(Child);
+
+impl Memcached {
+    fn start(port: u16) -> Memcached {
+        let mut command = Command::new(common::memcached_path().expect("memcached"));
+        command.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"]);
+        // memcached refuses to run as root without -u.
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            command.args(["-u", "root"]);
+        }
+        let child = command
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start memcached");
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        wait_for("memcached to listen", || TcpStream::connect(addr).is_ok());
+        Memcached(child)
+    }
+}
+
+impl Drop for Memcached {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn admin_request(admin: std::net::SocketAddr, head: &str) -> String {
+    let mut stream = TcpStream::connect(admin).expect("connect admin");
+    stream
+        .write_all(format!("{head} HTTP/1.0\r\n\r\n").as_bytes())
+        .expect("send");
+    read_while(&mut stream, |_| false)
+}
+
+#[test]
+fn the_proxy_logs_membership_changes_ejections_and_recoveries() {
+    if !require_memcached("the_proxy_logs_membership_changes") {
+        return;
+    }
+    let (first_port, second_port) = (free_port(), free_port());
+    let _first = Memcached::start(first_port);
+    let mut second = Some(Memcached::start(second_port));
+    let dir = temp_dir("proxy-log");
+    let log = dir.join("proxy.log");
+    let (port, admin_port) = (free_port(), free_port());
+    let args: Vec<String> = [
+        "-l",
+        &format!("127.0.0.1:{port}"),
+        "--admin",
+        &format!("127.0.0.1:{admin_port}"),
+        "-s",
+        &format!("127.0.0.1:{first_port}"),
+        "--server-failure-limit",
+        "1",
+        "--server-retry-timeout-ms",
+        "100",
+        "--log-file",
+        log.to_str().expect("utf-8 path"),
+    ]
+    .iter()
+    .map(|arg| arg.to_string())
+    .collect();
+    let mut proxy = ProxyProcess::start(&args, port);
+    let admin = std::net::SocketAddr::from(([127, 0, 0, 1], admin_port));
+    let second_address = format!("127.0.0.1:{second_port}");
+    let reply = admin_request(
+        admin,
+        &format!("POST /pool/servers?server={second_address}"),
+    );
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    wait_for("the join in the log", || read_log().contains("admin add"));
+    let joined = read_log();
+    assert!(
+        joined.contains(&format!("admin add {second_address}")),
+        "{joined}"
+    );
+
+    // The second backend goes away: requests for its keys fail, it is ejected.
+    second.take();
+    let keys: String = (0..64).map(|i| format!(" key{i}")).collect();
+    let get = format!("get{keys}\r\n");
+    wait_for("the ejection in the log", || {
+        request(proxy.addr, get.as_bytes(), b"\r\n");
+        read_log().contains("ejected")
+    });
+    assert!(
+        read_log().contains(&format!("backend {second_address} ejected")),
+        "{}",
+        read_log()
+    );
+    // It comes back on the same port: the next probe finds it.
+    let _second = Memcached::start(second_port);
+    wait_for("the recovery in the log", || {
+        request(proxy.addr, get.as_bytes(), b"\r\n");
+        read_log().contains("answers again")
+    });
+    assert!(read_log().contains(&format!("backend {second_address} answers again")));
+
+    let reply = admin_request(
+        admin,
+        &format!("DELETE /pool/servers?server={second_address}"),
+    );
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    wait_for("the removal in the log", || {
+        read_log().contains(&format!("admin remove {second_address}"))
+    });
+    assert!(proxy.running());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -147,6 +147,7 @@ async fn change(
     let settings = section
         .settings(warmup.unwrap_or(&default_mode))
         .map_err(|error| error.to_string())?;
+    let verb = if adding { "add" } else { "remove" };
     let report = if adding {
         let spec = ServerSpec::parse(server).map_err(|error| error.to_string())?;
         shared.pool.add_server(spec, settings).await
@@ -157,7 +158,17 @@ async fn change(
         };
         shared.pool.remove_server(&address, settings).await
     }
-    .map_err(|error| error.to_string())?;
+    .map_err(|error| {
+        tracing::warn!("tailtrim proxy: admin {verb} {server} refused: {error}");
+        error.to_string()
+    })?;
+    tracing::info!(
+        "tailtrim proxy: admin {verb} {server} (warm-up {}): version {}, servers {} -> {}",
+        report.mode,
+        report.version,
+        report.before.join(","),
+        report.after.join(",")
+    );
     Ok(report_json(&report).to_string())
 }
 
