@@ -466,14 +466,17 @@ fn the_proxy_logs_membership_changes_ejections_and_recoveries() {
     let second_address = format!("127.0.0.1:{second_port}");
     let reply = admin_request(
         admin,
-        &format!("POST /pool/servers?server={second_address}"),
+        // `+` left unescaped (it decodes to a space) still names the mode.
+        &format!("POST /pool/servers?server={second_address}&warmup=preemptive+fallback"),
     );
     assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
     let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
     wait_for("the join in the log", || read_log().contains("admin add"));
     let joined = read_log();
     assert!(
-        joined.contains(&format!("admin add {second_address}")),
+        joined.contains(&format!(
+            "admin add {second_address} (warm-up preemptive+fallback)"
+        )),
         "{joined}"
     );
 
