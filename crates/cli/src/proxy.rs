@@ -100,6 +100,13 @@ pub struct Args {
     /// Print the effective configuration as TOML and exit.
     #[arg(long = "print-config")]
     pub print_config: bool,
+    /// More log output: membership changes, ejections and start-up are logged by default;
+    /// `-v` adds debug, `-vv` trace lines. SIGTTIN / SIGTTOU step the level while running.
+    #[arg(short = 'v', action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Append log output (stderr) to this file; SIGHUP reopens it.
+    #[arg(long = "log-file", value_name = "FILE")]
+    pub log_file: Option<String>,
 }
 
 /// Builds the effective configuration: file (or defaults), then flags.
@@ -195,7 +202,30 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         print!("{}", config.to_toml().map_err(|error| error.to_string())?);
         return Ok(ExitCode::SUCCESS);
     }
-    tailtrim_proxy::run_blocking(&config, args.config.as_deref())
+    let hooks = log_hooks(&args)?;
+    tailtrim_proxy::run_blocking(&config, args.config.as_deref(), hooks)
         .map_err(|error| error.to_string())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Points stderr at `--log-file`, installs the log subscriber (INFO, one step more per `-v`)
+/// and hands the proxy what its signals need to reopen the file and step the level.
+fn log_hooks(args: &Args) -> Result<tailtrim_proxy::LogHooks, String> {
+    use tailtrim_server::logging;
+    if let Some(path) = &args.log_file {
+        tailtrim_server::process::reopen_log_file(path)?;
+    }
+    let mut hooks = tailtrim_proxy::LogHooks::default();
+    if let Some(level) = logging::init(logging::level_of(args.verbose.saturating_add(1))) {
+        hooks.step_level = Some(Box::new(move |up| {
+            let level = if up { level.raise() } else { level.lower() };
+            level.to_string()
+        }));
+    }
+    if let Some(path) = args.log_file.clone() {
+        hooks.reopen_log = Some(Box::new(move || {
+            tailtrim_server::process::reopen_log_file(&path)
+        }));
+    }
+    Ok(hooks)
 }

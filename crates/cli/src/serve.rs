@@ -10,6 +10,7 @@ use std::process::ExitCode;
 
 use tailtrim_policy::costspec::CostSpec;
 use tailtrim_server::config::{parse_size, DispatchPolicy, ServerConfig};
+use tailtrim_server::logging;
 
 /// Arguments of `tailtrim serve`.
 #[derive(clap::Args, Debug)]
@@ -75,7 +76,8 @@ pub struct Args {
     /// Maximum item size, bytes or with k/m suffix (default 1m).
     #[arg(short = 'I', long = "max-item-size")]
     item_size_max: Option<String>,
-    /// Verbose: log connections and start-up (repeat for more).
+    /// Verbose, as memcached: `-v` start-up and signals, `-vv` every command and reply
+    /// (`<FD cmd` / `>FD reply`), `-vvv` connections opened and closed; warnings always.
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
     verbose: u8,
     /// Print the version and exit (memcached's `-V`).
@@ -104,7 +106,7 @@ pub struct Args {
     /// re-reads the file. Needs UDP off (memcached's `-Y`; docs/security.md).
     #[arg(short = 'Y', long = "auth-file", value_name = "FILE")]
     auth_file: Option<String>,
-    /// Disable `watch` (memcached's `-W`): accepted; tailtrim has no `watch` command.
+    /// Answer `watch` with `CLIENT_ERROR watch commands not allowed` (memcached's `-W`).
     #[arg(short = 'W', long = "disable-watch")]
     disable_watch: bool,
     /// memcached's `-R`: accepted without effect (tailtrim bounds a connection by the
@@ -303,9 +305,6 @@ fn no_effect_warnings(args: &Args) -> Vec<String> {
     if args.unix_mask.is_some() {
         warnings.push(ignored("-a", "no UNIX socket"));
     }
-    if args.disable_watch {
-        warnings.push(ignored("-W", "no watch command to disable"));
-    }
     warnings
 }
 
@@ -347,6 +346,7 @@ fn apply_flags(args: &Args, config: &mut ServerConfig) -> Result<Vec<String>, St
     server.disable_flush_all |= args.disable_flush_all;
     server.disable_dumping |= args.disable_dumping;
     server.disable_cas |= args.disable_cas;
+    server.disable_watch |= args.disable_watch;
     if let Some(backlog) = args.listen_backlog {
         server.listen_backlog = backlog;
     }
@@ -570,8 +570,10 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         return Ok(ExitCode::SUCCESS);
     }
     let (_pid_file, warnings) = tailtrim_server::process::prepare(&config.process)?;
+    // After `prepare`: stderr is the log file by now, when one is set.
+    let _ = logging::init(logging::level_of(config.server.verbose));
     for warning in warnings {
-        eprintln!("tailtrim: {warning}");
+        tracing::warn!("tailtrim: {warning}");
     }
     tune_allocator();
     let (service, network) = (
@@ -579,7 +581,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         config.emulation.network_spec()?,
     );
     if !service.is_zero() || !network.is_zero() {
-        eprintln!(
+        tracing::warn!(
             "tailtrim: EXPERIMENTAL emulated time on (service {service}, network {network}): \
              latencies are emulated, not this machine's"
         );

@@ -243,7 +243,7 @@ fn implemented_flags_reach_the_configuration() {
     }
 }
 
-/// `-F`, `-X` and `-C` answer byte for byte as memcached's.
+/// `-F`, `-X`, `-C` and `-W` answer byte for byte as memcached's.
 #[test]
 fn restriction_flags_answer_as_memcached() {
     if !require_memcached("restriction_flags_answer_as_memcached") {
@@ -252,11 +252,11 @@ fn restriction_flags_answer_as_memcached() {
     let script: &[u8] = b"set a 5 0 1\r\nx\r\ngets a\r\nflush_all\r\nflush_all noreply\r\n\
         stats cachedump 1 1\r\nmg a c v\r\ncas a 0 0 1 1\r\ny\r\nms a 1 C5 c\r\nz\r\n\
         cas missing 0 0 1 1\r\ny\r\nms a 1 C0\r\nw\r\nset n 0 0 1\r\n5\r\nma n c v\r\n\
-        ma n C0\r\nma n C7\r\nmd n C3\r\nmd n C0\r\nmg n v\r\nmn\r\n";
+        ma n C0\r\nma n C7\r\nmd n C3\r\nmd n C0\r\nmg n v\r\nwatch\r\nwatch fetchers\r\nmn\r\n";
     let replies: Vec<Vec<u8>> = [Program::Memcached, Program::Tailtrim]
         .into_iter()
         .map(|program| {
-            let server = Server::start(program, &["-F", "-X", "-C"]);
+            let server = Server::start(program, &["-F", "-X", "-C", "-W"]);
             server.request(script, b"MN\r\n")
         })
         .collect();
@@ -266,6 +266,7 @@ fn restriction_flags_answer_as_memcached() {
         "tailtrim (left) and memcached (right) answer differently"
     );
     assert!(text(&replies[0]).contains("CLIENT_ERROR flush_all not allowed"));
+    assert!(text(&replies[0]).contains("CLIENT_ERROR watch commands not allowed"));
 }
 
 fn wait_for_exit(server: &mut Server) -> bool {

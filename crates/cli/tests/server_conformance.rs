@@ -17,12 +17,14 @@ const POLICIES: [&str; 5] = [
     "late-binding",
 ];
 
+/// `-vvv` logs connections opened and closed (memcached prints them from `-vv` on; tailtrim
+/// keeps `-vv` for commands and replies).
 #[test]
 fn every_policy_logs_connections_under_verbose() {
     for policy in POLICIES {
         let port = common::free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_tailtrim"))
-            .args(["serve", "-v", "-U", "0", "-l", "127.0.0.1", "-t", "2"])
+            .args(["serve", "-vvv", "-U", "0", "-l", "127.0.0.1", "-t", "2"])
             .args(["-p", &port.to_string(), "--dispatch", policy])
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -377,6 +377,10 @@ impl Backend {
                     .record_micros(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX));
                 if self.health.lock().record_success() == HealthTransition::Revived {
                     self.stats.revived.incr();
+                    tracing::info!(
+                        "tailtrim proxy: backend {} answers again, back in use",
+                        self.address
+                    );
                 }
                 Ok(reply)
             }
@@ -441,6 +445,10 @@ impl Backend {
         let transition = self.health.lock().record_failure(self.clock.now());
         if transition == HealthTransition::MarkedDown {
             self.stats.marked_down.incr();
+            tracing::info!(
+                "tailtrim proxy: backend {} ejected after consecutive failures, probed again later",
+                self.address
+            );
         }
     }
 }

@@ -38,7 +38,9 @@ pub mod udp;
 pub use error::{ExpositionError, ProtoError};
 pub use meta::{MetaFlag, MetaFlags};
 pub use reply::ReplyBuf;
-pub use request::{parse_request, parse_request_frame, FrameScratch, Keys, Request, StoreMode};
+pub use request::{
+    parse_request, parse_request_frame, FrameScratch, Keys, Request, StoreMode, WatchTypes,
+};
 pub use response::{parse_response, Response};
 
 /// Longest key memcached accepts (`KEY_MAX_LENGTH`).

@@ -181,6 +181,17 @@ pub enum Request {
         /// The key.
         key: Bytes,
     },
+    /// `lru_crawler metadump all|hash|<class>[,<class>…]`: one line per live item.
+    Metadump {
+        /// The slab classes asked for (1 to 63); `None` for every item (`all`, `hash`).
+        classes: Option<Vec<u8>>,
+    },
+    /// `watch [<type> …]`: the connection turns into a stream of log lines (memcached's
+    /// "Watchers"); without a type, fetchers.
+    Watch {
+        /// The event types asked for.
+        types: WatchTypes,
+    },
     /// An administrative command memcached knows whose reply is fixed by the line alone in
     /// tailtrim, which has no slab allocator to tune (`slabs automove 1` → `OK`, `slabs
     /// reassign 1 2` → `NOSPARE ...`): accepted as a no-op with memcached's reply.
@@ -260,6 +271,8 @@ impl Request {
             | Request::Quit
             | Request::Stats { .. }
             | Request::MetaNoop
+            | Request::Metadump { .. }
+            | Request::Watch { .. }
             | Request::Admin { .. } => {}
         }
         debug_assert!(next.next().is_none(), "a deferred key was not filled");
@@ -427,6 +440,8 @@ fn parse_with(buf: &[u8], limits: &Limits, cut: &mut KeyCut<'_>) -> Parsed<Reque
         // memcached's long-gone "binary get", still accepted as `get`.
         b"bget" => parse_get(buf, line, &toks, false, cut).map(done(line_len)),
         b"slabs" => parse_slabs(&toks).map(done(line_len)),
+        b"lru_crawler" => parse_lru_crawler(&toks).map(done(line_len)),
+        b"watch" => parse_watch(&toks).map(done(line_len)),
         _ if is_http_request_line(&toks) => Err(ProtoError::HttpRequest),
         _ => Err(ProtoError::UnknownCommand),
     };
@@ -687,6 +702,79 @@ fn parse_slabs(toks: &[&[u8]]) -> Result<Request, ProtoError> {
         }
         _ => Err(ProtoError::UnknownCommand),
     }
+}
+
+/// The event types a `watch` asks for (memcached's `watch` arguments).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WatchTypes {
+    /// `fetchers`: every item fetch (`type=item_get`).
+    pub fetchers: bool,
+    /// `mutations`: every item store (`type=item_store`).
+    pub mutations: bool,
+    /// A type memcached knows that produces no events here (`evictions`, `connevents`...).
+    pub others: bool,
+}
+
+/// The `watch` type names memcached 1.6 accepts.
+const WATCH_TYPES_OTHER: [&[u8]; 8] = [
+    b"rawcmds",
+    b"evictions",
+    b"sysevents",
+    b"connevents",
+    b"deletions",
+    b"proxyreqs",
+    b"proxyevents",
+    b"proxyuser",
+];
+
+/// `watch [type …]`: every word must be a type memcached knows (else `ERROR`, as memcached
+/// answers); no word means fetchers.
+fn parse_watch(toks: &[&[u8]]) -> Result<Request, ProtoError> {
+    let mut types = WatchTypes::default();
+    for word in &toks[1..] {
+        match *word {
+            b"fetchers" => types.fetchers = true,
+            b"mutations" => types.mutations = true,
+            other if WATCH_TYPES_OTHER.contains(&other) => types.others = true,
+            _ => return Err(ProtoError::UnknownCommand),
+        }
+    }
+    if toks.len() == 1 {
+        types.fetchers = true;
+    }
+    Ok(Request::Watch { types })
+}
+
+/// memcached's largest slab class id `lru_crawler metadump` accepts.
+const METADUMP_CLASS_MAX: u8 = 63;
+
+/// `lru_crawler metadump <all|hash|classes>`; the crawler's other subcommands are not
+/// supported (`ERROR`). Class lists are comma separated; one bad id is `BADCLASS`, as
+/// memcached answers.
+fn parse_lru_crawler(toks: &[&[u8]]) -> Result<Request, ProtoError> {
+    if toks.len() != 3 || toks[1] != b"metadump" {
+        return Err(ProtoError::UnknownCommand);
+    }
+    if matches!(toks[2], b"all" | b"hash") {
+        return Ok(Request::Metadump { classes: None });
+    }
+    let mut classes = Vec::new();
+    for id in toks[2].split(|b| *b == b',') {
+        match parse_u32(id) {
+            Some(class) if (1..=u32::from(METADUMP_CLASS_MAX)).contains(&class) => {
+                classes.push(class as u8)
+            }
+            _ => {
+                return Ok(Request::Admin {
+                    reply: b"BADCLASS invalid class id",
+                    noreply: false,
+                })
+            }
+        }
+    }
+    Ok(Request::Metadump {
+        classes: Some(classes),
+    })
 }
 
 /// `me <key> [b]`: memcached ignores tokens after the key except a `b` (base64 key) in third

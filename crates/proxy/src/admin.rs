@@ -3,7 +3,7 @@
 //! ```text
 //!   GET    /metrics                                  Prometheus text (format 0.0.4)
 //!   GET    /pool                                     membership, phase, last change (JSON)
-//!   POST   /pool/servers?server=H:P[:W]&warmup=MODE&share=F
+//!   POST   /pool/servers?server=H:P[:W]&warmup=MODE&share=F   (MODE's `+` escaped or not)
 //!                                                    add a backend (or re-weight a member)
 //!   DELETE /pool/servers?server=H:P&warmup=drain|cold&share=F
 //!                                                    remove a backend
@@ -229,9 +229,13 @@ async fn change(
     } else {
         section.remove_mode.clone()
     };
+    // A query decodes `+` to a space, and no mode name holds one: `preemptive+fallback`
+    // written unescaped means what it says.
+    let warmup = warmup.map(|mode| mode.replace(' ', "+"));
     let settings = section
-        .settings(warmup.unwrap_or(&default_mode))
+        .settings(warmup.as_deref().unwrap_or(&default_mode))
         .map_err(|error| error.to_string())?;
+    let verb = if adding { "add" } else { "remove" };
     let report = if adding {
         let spec = ServerSpec::parse(server).map_err(|error| error.to_string())?;
         shared.pool.add_server(spec, settings).await
@@ -242,7 +246,17 @@ async fn change(
         };
         shared.pool.remove_server(&address, settings).await
     }
-    .map_err(|error| error.to_string())?;
+    .map_err(|error| {
+        tracing::warn!("tailtrim proxy: admin {verb} {server} refused: {error}");
+        error.to_string()
+    })?;
+    tracing::info!(
+        "tailtrim proxy: admin {verb} {server} (warm-up {}): version {}, servers {} -> {}",
+        report.mode,
+        report.version,
+        report.before.join(","),
+        report.after.join(",")
+    );
     Ok(report_json(&report).to_string())
 }
 

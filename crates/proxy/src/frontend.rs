@@ -577,6 +577,8 @@ async fn execute(shared: &Shared, request: Request, raw: Bytes) -> Bytes {
         }
         Request::Stats { args } => Bytes::from(metrics::stats_reply(shared, &args).await),
         Request::Quit => Bytes::new(),
+        // A backend's item dump and log stream have no meaning across a pool.
+        Request::Metadump { .. } | Request::Watch { .. } => Bytes::from_static(b"ERROR\r\n"),
     }
 }
 

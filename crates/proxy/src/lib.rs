@@ -10,6 +10,7 @@
 //!                                   memcached or `tailtrim serve` backends
 //!  Prometheus ──HTTP──► admin listener ──► metrics::prometheus_text
 //!  operator ──HTTP POST/DELETE /pool/servers, or SIGHUP (reload) ──► Cluster::change
+//!  SIGINT/SIGTERM: exit; SIGTTIN/SIGTTOU: log level up/down (nutcracker's); logs via `tracing`
 //!                 (versioned ring swap, hot-key warm-up: tailtrim_client::cluster)
 //! ```
 //!
@@ -25,12 +26,14 @@ pub mod metrics;
 pub mod twemproxy;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
 use tailtrim_client::Cluster;
 use tailtrim_proto::Limits;
 use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
 pub use config::ProxyConfig;
 pub use error::ProxyError;
@@ -131,7 +134,7 @@ impl Proxy {
                     }
                 }
                 Err(error) => {
-                    eprintln!("tailtrim proxy: accept failed: {error}");
+                    tracing::error!("tailtrim proxy: accept failed: {error}");
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 }
             }
@@ -175,21 +178,46 @@ pub async fn reload(shared: &Shared, path: &std::path::Path) -> Result<String, P
     Ok(changes.join(", "))
 }
 
-/// Applies [`reload`] on every SIGHUP, logging the outcome to stderr.
-async fn reload_on_sighup(shared: Arc<Shared>, path: std::path::PathBuf) {
-    let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-    else {
-        eprintln!("tailtrim proxy: cannot listen for SIGHUP; config reload disabled");
-        return;
-    };
+/// What the program around the proxy lets signals do to the process's logging (the proxy
+/// crate installs no log subscriber of its own).
+#[derive(Default)]
+pub struct LogHooks {
+    /// Steps the log level one up (`true`) or down and names the new level: SIGTTIN and
+    /// SIGTTOU, as nutcracker.
+    pub step_level: Option<Box<dyn Fn(bool) -> String + Send + Sync>>,
+    /// Reopens the log file (SIGHUP, as nutcracker, before the reload).
+    pub reopen_log: Option<Box<dyn Fn() -> Result<(), String> + Send + Sync>>,
+}
+
+/// On every SIGHUP: reopens the log file when there is one, then applies [`reload`] when the
+/// proxy was started from a config file, else logs that there is nothing to reload. A SIGHUP
+/// never ends the proxy.
+async fn on_sighup(
+    mut hangups: Signal,
+    shared: Arc<Shared>,
+    path: Option<PathBuf>,
+    hooks: Arc<LogHooks>,
+) {
     while hangups.recv().await.is_some() {
-        match reload(&shared, &path).await {
-            Ok(summary) => eprintln!(
+        if let Some(reopen) = &hooks.reopen_log {
+            match reopen() {
+                Ok(()) => tracing::info!("tailtrim proxy: SIGHUP received, log file reopened"),
+                Err(error) => tracing::error!("tailtrim proxy: SIGHUP: {error}"),
+            }
+        }
+        let Some(path) = &path else {
+            tracing::info!(
+                "tailtrim proxy: SIGHUP received; no config file to reload (started without -c)"
+            );
+            continue;
+        };
+        match reload(&shared, path).await {
+            Ok(summary) => tracing::info!(
                 "tailtrim proxy: reloaded {}: {summary} (version {})",
                 path.display(),
                 shared.pool.version()
             ),
-            Err(error) => eprintln!(
+            Err(error) => tracing::error!(
                 "tailtrim proxy: reload of {} failed: {error}",
                 path.display()
             ),
@@ -197,12 +225,52 @@ async fn reload_on_sighup(shared: Arc<Shared>, path: std::path::PathBuf) {
     }
 }
 
-/// Builds a runtime with `[proxy] threads` workers, binds, prints where it listens to stderr,
-/// and serves until Ctrl-C (SIGINT). For `tailtrim proxy`. With `reload_from`, SIGHUP re-reads
-/// that file and applies its server list ([`reload`]).
+/// SIGTTIN raises and SIGTTOU lowers the log level (nutcracker's signals); SIGUSR1 and
+/// SIGUSR2 are received and ignored, as nutcracker does, rather than ending the process.
+async fn other_signals(
+    mut raise: Signal,
+    mut lower: Signal,
+    mut user1: Signal,
+    mut user2: Signal,
+    hooks: Arc<LogHooks>,
+) {
+    loop {
+        let up = tokio::select! {
+            Some(()) = raise.recv() => true,
+            Some(()) = lower.recv() => false,
+            Some(()) = user1.recv() => {
+                tracing::info!("tailtrim proxy: SIGUSR1 received, ignored");
+                continue;
+            }
+            Some(()) = user2.recv() => {
+                tracing::info!("tailtrim proxy: SIGUSR2 received, ignored");
+                continue;
+            }
+            else => return,
+        };
+        if let Some(step) = &hooks.step_level {
+            let level = step(up);
+            // Printed whatever the new level is, so the operator sees the change.
+            eprintln!("tailtrim proxy: log level now {level}");
+        }
+    }
+}
+
+fn listen_for(kind: SignalKind, name: &str) -> Result<Signal, ProxyError> {
+    signal(kind).map_err(|source| ProxyError::Io {
+        what: format!("listening for {name}"),
+        source,
+    })
+}
+
+/// Builds a runtime with `[proxy] threads` workers, binds, logs where it listens, and serves
+/// until SIGINT or SIGTERM. SIGHUP reopens the log file (`hooks`) and re-reads `reload_from`
+/// to apply its server list ([`reload`]), or is logged when there is no file; SIGTTIN /
+/// SIGTTOU step the log level (`hooks`).
 pub fn run_blocking(
     config: &ProxyConfig,
     reload_from: Option<&std::path::Path>,
+    hooks: LogHooks,
 ) -> Result<(), ProxyError> {
     config.pool_config()?;
     // One thread: a current-thread runtime (one event loop, like nutcracker, no work stealing
@@ -221,10 +289,19 @@ pub fn run_blocking(
             what: "starting the runtime".to_string(),
             source,
         })?;
+    let hooks = Arc::new(hooks);
     runtime.block_on(async {
+        // Before anything else: from here on, these signals no longer end the process.
+        let hangups = listen_for(SignalKind::hangup(), "SIGHUP")?;
+        let mut terminate = listen_for(SignalKind::terminate(), "SIGTERM")?;
+        let mut interrupt = listen_for(SignalKind::interrupt(), "SIGINT")?;
+        let raise = listen_for(SignalKind::from_raw(libc::SIGTTIN), "SIGTTIN")?;
+        let lower = listen_for(SignalKind::from_raw(libc::SIGTTOU), "SIGTTOU")?;
+        let user1 = listen_for(SignalKind::user_defined1(), "SIGUSR1")?;
+        let user2 = listen_for(SignalKind::user_defined2(), "SIGUSR2")?;
         let proxy = Proxy::bind(config).await?;
         if let Some(address) = proxy.local_addr() {
-            eprintln!(
+            tracing::info!(
                 "tailtrim proxy: listening on {address}, {} backends, {} replica(s), planner {}",
                 config.pool.servers.len(),
                 config.pool.replicas,
@@ -232,14 +309,27 @@ pub fn run_blocking(
             );
         }
         if let Some(address) = proxy.admin_addr() {
-            eprintln!("tailtrim proxy: metrics at http://{address}/metrics, membership at /pool");
+            tracing::info!(
+                "tailtrim proxy: metrics at http://{address}/metrics, membership at /pool"
+            );
         }
-        if let Some(path) = reload_from {
-            tokio::spawn(reload_on_sighup(proxy.shared(), path.to_path_buf()));
-        }
+        tokio::spawn(on_sighup(
+            hangups,
+            proxy.shared(),
+            reload_from.map(std::path::Path::to_path_buf),
+            Arc::clone(&hooks),
+        ));
+        tokio::spawn(other_signals(
+            raise,
+            lower,
+            user1,
+            user2,
+            Arc::clone(&hooks),
+        ));
         tokio::select! {
             _ = proxy.serve() => {}
-            _ = tokio::signal::ctrl_c() => eprintln!("tailtrim proxy: interrupted, exiting"),
+            _ = interrupt.recv() => tracing::info!("tailtrim proxy: SIGINT received, exiting"),
+            _ = terminate.recv() => tracing::info!("tailtrim proxy: SIGTERM received, exiting"),
         }
         Ok(())
     })

@@ -245,6 +245,8 @@ pub struct NetworkSection {
     pub disable_flush_all: bool,
     /// Refuse `stats cachedump` with `CLIENT_ERROR stats cachedump not allowed` (`-X`).
     pub disable_dumping: bool,
+    /// Refuse `watch` with `CLIENT_ERROR watch commands not allowed` (`-W`).
+    pub disable_watch: bool,
     /// Disable CAS (`-C`): replies carry a CAS value of 0 and every compare-and-swap fails
     /// with `EXISTS` (`EX`), as memcached answers.
     pub disable_cas: bool,
@@ -267,6 +269,7 @@ impl Default for NetworkSection {
             enable_shutdown: false,
             disable_flush_all: false,
             disable_dumping: false,
+            disable_watch: false,
             disable_cas: false,
         }
     }

@@ -33,6 +33,8 @@ pub struct ExecContext<'a> {
     pub shared: &'a Shared,
     /// The executing worker's counters.
     pub counters: &'a WorkerCounters,
+    /// The client's socket descriptor (`watch` lines name it `cfd`).
+    pub client_fd: i32,
     /// The current second.
     pub now: UnixSecs,
 }
@@ -120,6 +122,12 @@ pub fn execute(request: Request, frame: &Bytes, ctx: &ExecContext<'_>, out: &mut
         Request::MetaDelete { key, flags } => meta_delete(&key, &flags, ctx, out),
         Request::MetaArithmetic { key, flags } => meta_arithmetic(&key, &flags, ctx, out),
         Request::MetaDebug { key } => meta_debug(&key, ctx, out),
+        Request::Metadump { classes } => metadump(classes.as_deref(), ctx, out),
+        // The runtime turns the connection into a watcher once this reply is written.
+        Request::Watch { .. } if ctx.shared.config.server.disable_watch => {
+            reply::line(out, b"CLIENT_ERROR watch commands not allowed")
+        }
+        Request::Watch { .. } => reply::line(out, b"OK"),
     }
     Flow::Continue
 }
@@ -142,6 +150,13 @@ fn get(
             Some(expiry) => store.get_and_touch(key, expiry, ctx.now),
             None => store.get(key, ctx.now),
         };
+        if ctx.shared.watchers.fetchers() {
+            watch_get(
+                key,
+                found.as_ref().map(|item| (item.flags, &item.value)),
+                ctx,
+            );
+        }
         count_lookup(key, found.as_ref(), expiry.is_some(), ctx);
         if let Some(item) = found {
             reply::value(
@@ -286,6 +301,17 @@ fn store_text(cmd: &StoreCommand, value: Bytes, ctx: &ExecContext<'_>, out: &mut
     }
     let result = ctx.shared.store.store(&cmd.key, value, &request, ctx.now);
     count_store(&cmd.key, value_len, cmd.flags, &result, ctx);
+    if ctx.shared.watchers.mutations() {
+        let command = match cmd.mode {
+            WireMode::Set => "set",
+            WireMode::Add => "add",
+            WireMode::Replace => "replace",
+            WireMode::Append => "append",
+            WireMode::Prepend => "prepend",
+            WireMode::Cas => "cas",
+        };
+        watch_store(&cmd.key, command, &request, value_len, &result, ctx);
+    }
     if cmd.mode == WireMode::Cas {
         if let Ok(StoreOutcome { status, .. }) = result {
             let size = tailtrim_store::item_size(cmd.key.len(), value_len, cmd.flags);
@@ -449,6 +475,13 @@ fn meta_get(key: &[u8], flags: &MetaFlags, ctx: &ExecContext<'_>, out: &mut Repl
         hit.is_some() && new_expiry.is_some(),
         ctx,
     );
+    if ctx.shared.watchers.fetchers() {
+        watch_get(
+            key,
+            hit.as_ref().map(|hit| (hit.item.flags, &hit.item.value)),
+            ctx,
+        );
+    }
     let Some(hit) = hit else {
         if !flags.quiet() {
             out.push(b"EN");
@@ -551,6 +584,16 @@ fn meta_set(
     let value_len = value.len();
     let result = ctx.shared.store.store(key, value, &request, ctx.now);
     count_store(key, value_len, request.flags, &result, ctx);
+    if ctx.shared.watchers.mutations() {
+        let command = match mode {
+            StoreMode::Set => "set",
+            StoreMode::Add => "add",
+            StoreMode::Replace => "replace",
+            StoreMode::Append => "append",
+            StoreMode::Prepend => "prepend",
+        };
+        watch_store(key, command, &request, value_len, &result, ctx);
+    }
     match result {
         Ok(outcome) => {
             let code: &[u8] = match outcome.status {
@@ -720,6 +763,48 @@ fn meta_arithmetic(key: &[u8], flags: &MetaFlags, ctx: &ExecContext<'_>, out: &m
     }
 }
 
+/// `watch fetchers`: a fetch of `key`, with the flags and value found.
+fn watch_get(key: &[u8], found: Option<(u32, &Bytes)>, ctx: &ExecContext<'_>) {
+    let hit = found.map(|(flags, value)| {
+        let class =
+            tailtrim_store::size_class(tailtrim_store::item_size(key.len(), value.len(), flags))
+                as u32;
+        (class, value.len())
+    });
+    ctx.shared.watchers.item_get(key, hit, ctx.client_fd);
+}
+
+/// `watch mutations`: a store of `key` and how it ended.
+fn watch_store(
+    key: &[u8],
+    command: &str,
+    request: &StoreRequest,
+    size: usize,
+    result: &Result<StoreOutcome, StoreError>,
+    ctx: &ExecContext<'_>,
+) {
+    let status = match result {
+        Ok(StoreOutcome { status, .. }) => match status {
+            StoreStatus::Stored => "stored",
+            StoreStatus::NotStored => "not_stored",
+            StoreStatus::Exists => "exists",
+            StoreStatus::NotFound => "not_found",
+        },
+        Err(StoreError::TooLarge { .. }) => "too_large",
+        Err(_) => "no_memory",
+    };
+    ctx.shared.watchers.item_store(crate::watch::ItemStore {
+        key,
+        status,
+        command,
+        ttl: request.expiry.ttl_remaining(ctx.now).unwrap_or(0),
+        class: tailtrim_store::size_class(tailtrim_store::item_size(key.len(), size, request.flags))
+            as u32,
+        client_fd: ctx.client_fd,
+        size,
+    });
+}
+
 fn meta_debug(key: &[u8], ctx: &ExecContext<'_>, out: &mut ReplyBuf) {
     bump(&ctx.counters.cmd_meta);
     let request = MetaGetRequest {
@@ -746,6 +831,39 @@ fn meta_debug(key: &[u8], ctx: &ExecContext<'_>, out: &mut ReplyBuf) {
         )
         .as_bytes(),
     );
+}
+
+/// `lru_crawler metadump`: `key=<url-encoded> exp=<unix second or -1> la=<unix second>
+/// cas=<n> fetch=<yes|no> cls=<class> size=<bytes>` per live item (lines end in `\n` alone,
+/// as memcached writes them), then `END`. The store is copied out one shard at a time.
+fn metadump(classes: Option<&[u8]>, ctx: &ExecContext<'_>, out: &mut ReplyBuf) {
+    use std::fmt::Write;
+    let store = &ctx.shared.store;
+    let mut text = String::new();
+    for shard in 0..store.shard_count() {
+        text.clear();
+        for item in store.item_metas(shard, ctx.now) {
+            let class = tailtrim_store::size_class(item.size);
+            if classes.is_some_and(|wanted| !wanted.contains(&(class as u8))) {
+                continue;
+            }
+            let exp = match item.expiry {
+                Expiry::Never => -1,
+                Expiry::At(at) => at.0 as i64,
+            };
+            let _ = writeln!(
+                text,
+                "key={} exp={exp} la={} cas={} fetch={} cls={class} size={}",
+                percent_encoding::percent_encode(&item.key, crate::watch::KEY_ESCAPES),
+                item.last_access.0,
+                shown_cas(item.cas, ctx),
+                if item.fetched { "yes" } else { "no" },
+                item.size,
+            );
+        }
+        out.push(text.as_bytes());
+    }
+    reply::line(out, b"END");
 }
 
 /// Drops the old value of a storage command rejected as too large, as

@@ -13,7 +13,8 @@
 //!                                            └──────────────────────┬──────────────────────────────┘
 //!                                                                   │ Arc<Shared>
 //!   crawler thread: store.crawl_expired every interval              ▼
-//!   admin thread:   GET /metrics on --admin-port        store (sharded locks), counters
+//!   admin thread:   GET /metrics on --admin-listen:--admin-port   store (sharded locks), counters
+//!   logger thread:  `watch` connections' log lines (watch.rs)
 //! ```
 //!
 //! Module dependencies run one way: `runtime` → `policies`, `session`,
@@ -28,6 +29,7 @@ pub mod config;
 pub mod emulate;
 pub mod epoll;
 pub mod exec;
+pub mod logging;
 pub mod policies;
 pub mod priority;
 pub mod process;
@@ -38,6 +40,7 @@ pub mod session;
 pub mod shared;
 pub mod stats;
 pub mod udp;
+pub mod watch;
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener};
@@ -251,6 +254,14 @@ pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     }
     wakers.push(acceptor_waker);
 
+    {
+        let shared = Arc::clone(&shared);
+        threads.push(
+            std::thread::Builder::new()
+                .name("logger".into())
+                .spawn(move || shared.watchers.run(|| shared.stopping()))?,
+        );
+    }
     if config.storage.crawl_interval_ms > 0 {
         let shared = Arc::clone(&shared);
         threads.push(
@@ -282,7 +293,7 @@ pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
 fn pin_worker(id: usize, cpu: Option<usize>) {
     if let Some(cpu) = cpu {
         if let Err(error) = affinity::pin_current_thread(&[cpu]) {
-            eprintln!("tailtrim: worker {id} not pinned to CPU {cpu}: {error}");
+            tracing::warn!("tailtrim: worker {id} not pinned to CPU {cpu}: {error}");
         }
     }
 }
@@ -390,7 +401,7 @@ fn accept_loop(
                         shared.listen_disabled_num.fetch_add(1, Ordering::Relaxed);
                         shared.accepting_conns.store(false, Ordering::Relaxed);
                         disabled_since = Some(std::time::Instant::now());
-                        eprintln!("tailtrim: accept failed: {e}; retrying with back-off");
+                        tracing::error!("tailtrim: accept failed: {e}; retrying with back-off");
                     }
                     backoff = Some(backoff.map_or(ACCEPT_BACKOFF_MIN, |pause| {
                         (pause * 2).min(ACCEPT_BACKOFF_MAX)
@@ -498,7 +509,7 @@ fn answer_admin(mut stream: std::net::TcpStream, shared: &Shared) {
     }
     let response = admin_response(&head, || {
         report::prometheus(shared, shared::unix_now().0).inspect_err(|error| {
-            eprintln!("tailtrim: /metrics not rendered: {error}");
+            tracing::error!("tailtrim: /metrics not rendered: {error}");
         })
     });
     let _ = stream.write_all(&response);
@@ -580,38 +591,55 @@ fn http_response(
     bytes
 }
 
-/// Runs a server until SIGINT or SIGTERM, then shuts it down gracefully.
+/// Runs a server until SIGINT, SIGTERM or SIGUSR1, then shuts it down gracefully (stops
+/// accepting, closes connections, joins every thread), as memcached does on those signals.
+/// SIGHUP does not stop it: it reopens the `--log-file` when one is set (so `logrotate` can
+/// move the file away), else it is only logged (`-v`); with `-Y` it re-reads the auth file,
+/// as memcached does on SIGHUP.
 pub fn run_until_signal(config: ServerConfig) -> Result<(), ServerError> {
-    let term = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&term))?;
-    signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&term))?;
-    // SIGHUP re-reads the auth file, as in memcached (and never ends the process).
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+    let term = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let hangup = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hangup))?;
-    let verbose = config.server.verbose;
-    let handle = start(config)?;
-    if verbose > 0 {
-        eprintln!(
-            "tailtrim {} listening on {} (udp port {})",
-            shared::VERSION,
-            handle.local_addr(),
-            handle.shared().udp_port.load(Ordering::Relaxed)
-        );
+    for signal in [SIGINT, SIGTERM, SIGUSR1] {
+        signal_hook::flag::register_usize(signal, Arc::clone(&term), signal as usize)?;
     }
-    while !term.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(100));
+    signal_hook::flag::register(SIGHUP, Arc::clone(&hangup))?;
+    let log_file = config.process.log_file.clone();
+    let handle = start(config)?;
+    tracing::info!(
+        "tailtrim {} listening on {} (udp port {})",
+        shared::VERSION,
+        handle.local_addr(),
+        handle.shared().udp_port.load(Ordering::Relaxed)
+    );
+    let signal = loop {
+        let signal = term.load(Ordering::Relaxed);
+        if signal != 0 {
+            break signal as i32;
+        }
         if hangup.swap(false, Ordering::Relaxed) {
-            match handle.reload_auth() {
-                Ok(Some(users)) if verbose > 0 => {
-                    eprintln!("tailtrim: auth file reloaded: {users} users")
+            if log_file.is_empty() {
+                tracing::info!("tailtrim: SIGHUP received; no log file to reopen, still running");
+            } else {
+                match process::reopen_log_file(&log_file) {
+                    Ok(()) => tracing::info!("tailtrim: SIGHUP received, reopened {log_file}"),
+                    Err(error) => tracing::error!("tailtrim: SIGHUP: {error}"),
                 }
-                Ok(_) => {}
-                Err(error) => eprintln!("tailtrim: {error}; the users read before stay in force"),
+            }
+            match handle.reload_auth() {
+                Ok(Some(users)) => tracing::info!("tailtrim: auth file reloaded: {users} users"),
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::error!("tailtrim: {error}; the users read before stay in force")
+                }
             }
         }
-    }
-    if verbose > 0 {
-        eprintln!("tailtrim: signal received, shutting down");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    if signal == SIGUSR1 {
+        tracing::info!("tailtrim: graceful shutdown signal (SIGUSR1) handled, shutting down");
+    } else {
+        tracing::info!("tailtrim: signal {signal} handled, shutting down");
     }
     handle.shutdown();
     Ok(())

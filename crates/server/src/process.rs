@@ -10,6 +10,7 @@
 //!     pid_file  -> our pid written (after the fork and the user switch, as memcached)
 //!     lock_mem  -> mlockall(current | future), warning on failure
 //!   PidFile dropped on a clean exit -> file removed
+//!   reopen_log_file on SIGHUP   -> stdout/stderr point at the (new) log file again
 //! ```
 
 use std::ffi::CString;
@@ -47,6 +48,12 @@ fn redirect_output(path: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Points stdout and stderr at `path` again, a file created anew if it was moved away (the
+/// server's SIGHUP, after `logrotate` renamed the log).
+pub fn reopen_log_file(path: &str) -> Result<(), String> {
+    redirect_output(path)
 }
 
 fn raise_core_limit() -> Result<(), String> {

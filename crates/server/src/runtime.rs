@@ -157,7 +157,10 @@ pub struct Runtime {
     workers: usize,
     limits: Limits,
     max_buffer: usize,
-    verbose: u32,
+    /// `-vv`: every command and reply is logged (decided once, at start).
+    log_commands: bool,
+    /// `-vvv`: connection state changes are logged.
+    log_state: bool,
     /// One epoll per worker or one shared, as the policy's layout says.
     epolls: Vec<Arc<Epoll>>,
     conns: RwLock<HashMap<u64, Arc<Conn>>>,
@@ -400,7 +403,8 @@ impl Runtime {
                 item_size_max: config.storage.item_size_max as usize,
             },
             max_buffer: config.server.max_connection_buffer,
-            verbose: u32::from(config.server.verbose),
+            log_commands: crate::logging::logs_commands(config.server.verbose),
+            log_state: crate::logging::logs_state(config.server.verbose),
             workers,
             policy,
             epolls,
@@ -466,8 +470,8 @@ impl Runtime {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let conn = Arc::new(Conn::new(id, peer, stream, Arc::clone(&self.epolls[home])));
         conn.touch(self.clock_ms());
-        if self.verbose > 0 {
-            eprintln!("<{id} new client connection from {peer}");
+        if self.log_state {
+            tracing::trace!("<{} new client connection from {peer}", conn.fd());
         }
         self.conns.write().insert(id, Arc::clone(&conn));
         let registered = if self.policy.keeps_connections_armed() {
@@ -486,11 +490,17 @@ impl Runtime {
             return;
         }
         let _ = conn.epoll.delete(conn.fd());
-        let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+        let watch = conn.watch.lock().take();
+        match watch.map(|types| (types, conn.stream.try_clone())) {
+            Some((types, Ok(stream))) => self.shared.watchers.adopt(stream, types),
+            _ => {
+                let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+            }
+        }
         self.conns.write().remove(&conn.id);
         self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
-        if self.verbose > 0 {
-            eprintln!("<{} connection closed ({})", conn.id, conn.peer);
+        if self.log_state {
+            tracing::trace!("<{} connection closed ({})", conn.fd(), conn.peer);
         }
     }
 
@@ -525,8 +535,8 @@ impl Runtime {
             if busy || conn.is_closed() {
                 continue;
             }
-            if self.verbose > 0 {
-                eprintln!("<{} idle timeout, closing ({})", conn.id, conn.peer);
+            if self.log_state {
+                tracing::trace!("<{} idle timeout, closing ({})", conn.fd(), conn.peer);
             }
             self.close(&conn);
             self.shared.idle_kicks.fetch_add(1, Ordering::Relaxed);
@@ -539,10 +549,11 @@ impl Runtime {
         self.conns.read().get(&token).cloned()
     }
 
-    fn ctx(&self, worker: usize) -> ExecContext<'_> {
+    fn ctx(&self, worker: usize, client_fd: i32) -> ExecContext<'_> {
         ExecContext {
             shared: &self.shared,
             counters: &self.shared.counters[worker],
+            client_fd,
             now: unix_now(),
         }
     }
@@ -804,7 +815,7 @@ impl Runtime {
         let Some(socket) = self.udp.get((token - UDP_TOKEN_BASE) as usize) else {
             return;
         };
-        let ctx = self.ctx(worker);
+        let ctx = self.ctx(worker, socket.as_raw_fd());
         crate::udp::serve(socket, &ctx, &self.limits);
         let _ = self.epolls[epoll_index].rearm(socket.as_raw_fd(), token, READABLE);
     }
@@ -827,11 +838,14 @@ impl Runtime {
             } => {
                 let started = Instant::now();
                 let frame_bytes = frame.len();
-                let ctx = self.ctx(worker);
+                let ctx = self.ctx(worker, conn.fd());
                 let declared = request.data_len();
                 let keys = key_count(&request);
                 let mut out = ReplyBuf::new();
                 let _ = execute(request, &frame, &ctx, &mut out);
+                if self.log_commands {
+                    log_exchange(&conn, &frame, &mut out);
+                }
                 let size = declared.unwrap_or(out.len()) as u64;
                 let large = size > self.policy.class_threshold();
                 let charge = Charge::new(started, keys, wire_bytes(declared, &frame, &out));
@@ -860,7 +874,7 @@ impl Runtime {
                 self.serve_conn(&conn, worker, true);
             }
             Job::Reject { conn, seq, error } => {
-                let ctx = self.ctx(worker);
+                let ctx = self.ctx(worker, conn.fd());
                 self.reject(&conn, seq, &error, worker, &ctx, FlushMode::NonBlocking);
                 self.finish(&conn, 0);
             }
@@ -894,7 +908,7 @@ impl Runtime {
         // Whoever woke this reader (a finished backlog, released held
         // output) has done so; it is set again if the reader stops again.
         conn.write.lock().wake_reader = false;
-        let ctx = self.ctx(worker);
+        let ctx = self.ctx(worker, conn.fd());
         loop {
             let eof = match self.read_some(conn, &mut read, worker, receiving) {
                 Ok(eof) => eof,
@@ -1113,6 +1127,10 @@ impl Runtime {
             match parsed {
                 Parsed::Incomplete => return Next::Continue,
                 Parsed::Invalid { error, consumed } => {
+                    if self.log_commands {
+                        let end = consumed.min(read.input.len());
+                        crate::logging::log_command(conn.fd(), &read.input[..end]);
+                    }
                     read.input.advance(consumed.min(read.input.len()));
                     if error.closes_connection() {
                         read.input.clear();
@@ -1140,7 +1158,14 @@ impl Runtime {
                 Parsed::Complete { value, .. } => {
                     let frame = read.scratch.take_frame();
                     let seq = read.take_seq();
-                    let is_quit = matches!(value, Request::Quit);
+                    // `quit` closes after its turn; `watch` leaves for the logger thread then.
+                    // With `-W` a `watch` is refused in place and the connection stays.
+                    let watching = matches!(value, Request::Watch { .. })
+                        && !ctx.shared.config.server.disable_watch;
+                    let is_quit = matches!(value, Request::Quit) || watching;
+                    if let (true, Request::Watch { types }) = (watching, &value) {
+                        *conn.watch.lock() = Some(*types);
+                    }
                     if is_quit {
                         conn.write.lock().close_after_seq = Some(seq);
                     }
@@ -1246,6 +1271,9 @@ impl Runtime {
         let keys = key_count(&request);
         let mut out = ReplyBuf::new();
         let _ = execute(request, &frame, ctx, &mut out);
+        if self.log_commands {
+            log_exchange(conn, &frame, &mut out);
+        }
         let size = declared.unwrap_or(out.len()) as u64;
         let executed = Executed {
             size,
@@ -1335,6 +1363,9 @@ impl Runtime {
             }
         } else {
             reply::error(&mut out, error);
+        }
+        if self.log_commands {
+            log_exchange(conn, &[], &mut out);
         }
         self.complete(conn, seq, out, worker, mode, None);
     }
@@ -1478,6 +1509,15 @@ struct Parsed1 {
     request: Request,
     frame: Bytes,
     arrived_at: Instant,
+}
+
+/// `-vv`: logs a command (its frame's first line) and the reply composed for it.
+fn log_exchange(conn: &Conn, frame: &[u8], out: &mut ReplyBuf) {
+    let mut reply = Vec::with_capacity(out.len());
+    for chunk in out.chunks() {
+        reply.extend_from_slice(chunk);
+    }
+    crate::logging::log_exchange(conn.fd(), frame, &reply);
 }
 
 fn receive_incomplete(read: &ReadSide) -> bool {

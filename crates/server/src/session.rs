@@ -41,6 +41,9 @@ pub struct Conn {
     /// When the connection last completed a command (or was adopted), in ms of the
     /// runtime's clock: the idle timeout's measure.
     pub(crate) last_command_ms: AtomicU64,
+    /// The connection sent `watch`: once its `OK` is written, it leaves the runtime and
+    /// becomes a watcher of these types instead of closing.
+    pub(crate) watch: Mutex<Option<tailtrim_proto::WatchTypes>>,
 }
 
 impl Conn {
@@ -55,6 +58,7 @@ impl Conn {
             exec: Mutex::new(ExecQueue::default()),
             closed: AtomicBool::new(false),
             last_command_ms: AtomicU64::new(0),
+            watch: Mutex::new(None),
         }
     }
 

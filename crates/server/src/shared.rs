@@ -65,6 +65,8 @@ pub struct Shared {
     pub listeners: std::sync::OnceLock<Vec<(i32, String)>>,
     /// The auth file's users (`-Y`); `None`: connections need no authentication.
     pub auth: Option<crate::auth::AuthFile>,
+    /// Connections that sent `watch` and the log lines waiting for them.
+    pub watchers: crate::watch::Watchers,
 }
 
 /// The server's sampled hot-key tracker: the lock is taken only on sampled reads.
@@ -163,6 +165,7 @@ impl Shared {
             runtime: std::sync::OnceLock::new(),
             listeners: std::sync::OnceLock::new(),
             auth: None,
+            watchers: crate::watch::Watchers::default(),
             hotkeys: config
                 .hotkeys
                 .enabled

@@ -122,8 +122,8 @@ pub use crate::error::StoreError;
 pub use crate::item::{item_size, ItemView, ITEM_FLAGS_BYTES, ITEM_HEADER_BYTES, KEY_MAX_LEN};
 pub use crate::ops::{
     flush_deadline, ArithDirection, ArithItem, ArithOutcome, ArithRequest, ArithVivify, ClassStats,
-    CrawlReport, DeleteOutcome, DeleteRequest, DumpedItem, MetaGetHit, MetaGetRequest, StoreMode,
-    StoreOutcome, StoreRequest, StoreStats, StoreStatus,
+    CrawlReport, DeleteOutcome, DeleteRequest, DumpedItem, ItemMeta, MetaGetHit, MetaGetRequest,
+    StoreMode, StoreOutcome, StoreRequest, StoreStats, StoreStatus,
 };
 pub use crate::store::{
     parse_counter, validate_key, Store, StoreConfig, CRAWL_SLICE, DEFAULT_HASH_SEED,

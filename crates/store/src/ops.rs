@@ -246,6 +246,23 @@ pub struct DumpedItem {
     pub expiry: Expiry,
 }
 
+/// What `lru_crawler metadump` prints of one live item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemMeta {
+    /// The key as stored.
+    pub key: bytes::Bytes,
+    /// When it expires.
+    pub expiry: Expiry,
+    /// When it was last accessed.
+    pub last_access: UnixSecs,
+    /// Its CAS unique.
+    pub cas: u64,
+    /// It was fetched since it was stored.
+    pub fetched: bool,
+    /// [`crate::item_size`] of the item.
+    pub size: u64,
+}
+
 /// Item statistics the store provides (the server adds connection, command
 /// and hit/miss counters itself).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -13,8 +13,8 @@ use crate::item::{
 };
 use crate::ops::{
     ArithDirection, ArithItem, ArithOutcome, ArithRequest, ClassStats, CrawlReport, DeleteOutcome,
-    DeleteRequest, DumpedItem, MetaGetHit, MetaGetRequest, StoreMode, StoreOutcome, StoreRequest,
-    StoreStats, StoreStatus,
+    DeleteRequest, DumpedItem, ItemMeta, MetaGetHit, MetaGetRequest, StoreMode, StoreOutcome,
+    StoreRequest, StoreStats, StoreStatus,
 };
 use crate::shard::{is_live, FlushMark, ShardState};
 use crate::time::{Expiry, UnixSecs};
@@ -1172,6 +1172,39 @@ impl Store {
             }
         }
         items
+    }
+
+    /// How many shards the store has: the units [`Store::item_metas`] copies out.
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The live items of shard `shard` (none past the last), most recently used first, with
+    /// what `lru_crawler metadump` prints; the shard is locked while they are copied out, so
+    /// a dump holds one shard's worth at a time.
+    pub fn item_metas(&self, shard: usize, now: UnixSecs) -> Vec<ItemMeta> {
+        let Some(shard) = self.shards.get(shard) else {
+            return Vec::new();
+        };
+        let state = shard.state.lock();
+        let flush = self.flush_mark();
+        let mut metas = Vec::new();
+        let mut slot = state.head();
+        while let Some(current) = slot {
+            let item = state.item(current);
+            if is_live(item, now, &flush) {
+                metas.push(ItemMeta {
+                    key: item.key.clone(),
+                    expiry: item.expiry,
+                    last_access: item.last_access,
+                    cas: item.cas,
+                    fetched: item.has(STATE_FETCHED),
+                    size: item.size(),
+                });
+            }
+            slot = state.older_than(current);
+        }
+        metas
     }
 
     /// Item statistics, summed over shards (each locked briefly, one at a
