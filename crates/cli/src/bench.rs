@@ -21,7 +21,7 @@ use tailtrim_bench::{
 #[derive(clap::Args, Debug)]
 #[command(
     about = "Open-loop load generator (latency from the scheduled send time)",
-    after_help = "Example:\n  tailtrim bench -s 127.0.0.1:11211 --workload etc --rate 20000 --duration 10 \\\n      --json out.json --plot plots/\n  tailtrim bench -s 127.0.0.1:22122 --cache-aside --db-latency 8ms --workload uniform \\\n      --popularity zipf --prefill --admin 127.0.0.1:22222 --at 60s:add=127.0.0.1:11214 \\\n      --duration 120 --json ca.json --plot plots/\n\nBuilt-in workloads: etc, minos, chisel, tailx, tailx-large, uniform.\n`--print-workload` prints one as TOML to start a custom mix (`--workload-file`)."
+    after_help = "Example:\n  tailtrim bench -s 127.0.0.1:11211 --workload etc --rate 20000 --duration 10 \\\n      --json out.json --plot plots/\n  tailtrim bench -s 127.0.0.1:22122 --cache-aside --db-latency 8ms --workload uniform \\\n      --popularity zipf --prefill --admin 127.0.0.1:22222 --at 60s:add=127.0.0.1:11214 \\\n      --duration 120 --json ca.json --plot plots/\n\nBuilt-in workloads: etc, minos, chisel, tailx, tailx-large, uniform.\n`--print-workload` prints one as TOML to start a custom mix (`--workload-file`).\n\nShort flags are the load generator's own: -s server address, -d duration, -r rate;\n-c connections and -t threads mean what they mean to memcached and\n`tailtrim serve` (whose -s is a UNIX socket, -d daemonize, -r core dumps)."
 )]
 pub struct Args {
     #[command(flatten)]
