@@ -143,7 +143,6 @@ fn the_admin_token_comes_from_a_file_flag_or_the_environment() {
     );
     join_needs(&proxy, &joining, "from-the-file");
     drop(proxy);
-    std::fs::remove_file(&file).expect("remove token file");
     let proxy = Proxy::start(
         &backend,
         "127.0.0.1",
@@ -151,6 +150,26 @@ fn the_admin_token_comes_from_a_file_flag_or_the_environment() {
         &[("TAILTRIM_ADMIN_TOKEN", "from-the-environment")],
     );
     join_needs(&proxy, &joining, "from-the-environment");
+    drop(proxy);
+    // An empty variable counts as unset: the config file's token stays in force.
+    let config = file.with_extension("toml");
+    std::fs::write(&file, "from-the-config\n").expect("write token file");
+    std::fs::write(
+        &config,
+        format!("[proxy]\nadmin_token_file = {file_text:?}\n"),
+    )
+    .expect("write config");
+    let config_text = config.display().to_string();
+    let proxy = Proxy::start(
+        &backend,
+        "127.0.0.1",
+        &["--config", &config_text],
+        &[("TAILTRIM_ADMIN_TOKEN", "")],
+    );
+    join_needs(&proxy, &joining, "from-the-config");
+    drop(proxy);
+    std::fs::remove_file(&config).expect("remove config");
+    std::fs::remove_file(&file).expect("remove token file");
     // A token file that cannot be read stops the start, with the reason.
     let output = Command::new(env!("CARGO_BIN_EXE_tailtrim"))
         .args(["proxy", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
