@@ -35,6 +35,12 @@ pub struct Args {
     /// Admin (Prometheus /metrics) listen address; "off" disables it.
     #[arg(long = "admin", value_name = "ADDR")]
     pub admin: Option<String>,
+    /// File holding the token that admin membership changes (POST/DELETE /pool/servers) must
+    /// send as `Authorization: Bearer <token>`; the environment variable
+    /// TAILTRIM_ADMIN_TOKEN gives the token itself instead. Without a token, membership
+    /// changes are allowed on a loopback admin listener only.
+    #[arg(long = "admin-token-file", value_name = "FILE")]
+    pub admin_token_file: Option<PathBuf>,
     /// Backends, comma separated, twemproxy syntax: `host:port[:weight] [name]`.
     #[arg(
         short = 's',
@@ -109,7 +115,12 @@ pub struct Args {
     pub log_file: Option<String>,
 }
 
-/// Builds the effective configuration: file (or defaults), then flags.
+/// The environment variable that gives the admin token (after `--admin-token-file`, before
+/// the configuration file's `admin_token`/`admin_token_file`; empty counts as unset).
+pub const ADMIN_TOKEN_VARIABLE: &str = "TAILTRIM_ADMIN_TOKEN";
+
+/// Builds the effective configuration: file (or defaults), then flags (the admin token from
+/// `--admin-token-file`, else from the environment).
 fn effective_config(args: &Args) -> Result<ProxyConfig, String> {
     let mut config = match (&args.config, &args.twemproxy) {
         (Some(path), _) => ProxyConfig::from_file(path).map_err(|error| error.to_string())?,
@@ -135,6 +146,17 @@ fn effective_config(args: &Args) -> Result<ProxyConfig, String> {
         } else {
             admin.clone()
         };
+    }
+    if let Some(path) = &args.admin_token_file {
+        config.proxy.admin_token_file = path.display().to_string();
+        config.proxy.admin_token.clear();
+    } else if let Some(token) =
+        std::env::var_os(ADMIN_TOKEN_VARIABLE).filter(|token| !token.is_empty())
+    {
+        config.proxy.admin_token = token
+            .into_string()
+            .map_err(|_| format!("{ADMIN_TOKEN_VARIABLE} is not valid UTF-8"))?;
+        config.proxy.admin_token_file.clear();
     }
     if let Some(threads) = args.threads {
         config.proxy.threads = threads;

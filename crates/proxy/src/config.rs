@@ -197,6 +197,14 @@ pub struct ProxySection {
     pub listen: String,
     /// Admin listen address for `GET /metrics`; empty string disables it.
     pub admin_listen: String,
+    /// Shared secret that membership changes (`POST`/`DELETE /pool/servers`) must send as
+    /// `Authorization: Bearer <token>`. Never printed by `--print-config`: prefer
+    /// `admin_token_file`. Empty: none.
+    #[serde(skip_serializing)]
+    pub admin_token: String,
+    /// File holding the admin token (surrounding whitespace and the final newline are
+    /// dropped). Empty: none. Set at most one of `admin_token` and `admin_token_file`.
+    pub admin_token_file: String,
     /// Runtime worker threads.
     pub threads: usize,
     /// Largest value accepted from clients (bytes); larger `set`s get memcached's
@@ -215,11 +223,58 @@ impl Default for ProxySection {
         ProxySection {
             listen: DEFAULT_LISTEN.to_string(),
             admin_listen: DEFAULT_ADMIN_LISTEN.to_string(),
+            admin_token: String::new(),
+            admin_token_file: String::new(),
             threads: DEFAULT_THREADS,
             item_size_max: DEFAULT_ITEM_SIZE_MAX,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             idle_timeout_secs: DEFAULT_IDLE_TIMEOUT_SECS,
         }
+    }
+}
+
+impl ProxySection {
+    /// The admin token from `admin_token` or `admin_token_file`; `None` when neither is set.
+    /// Setting both, an unreadable or empty file, or a token with characters other than
+    /// visible ASCII (it travels in an HTTP header) are configuration errors.
+    pub fn admin_token(&self) -> Result<Option<String>, ProxyError> {
+        let bad = |message: String| ProxyError::Config(format!("[proxy] {message}"));
+        let (token, origin) = match (
+            self.admin_token.is_empty(),
+            self.admin_token_file.is_empty(),
+        ) {
+            (true, true) => return Ok(None),
+            (false, false) => {
+                return Err(bad(
+                    "set admin_token or admin_token_file, not both".to_string()
+                ))
+            }
+            (false, true) => (
+                self.admin_token.trim().to_string(),
+                "admin_token".to_string(),
+            ),
+            (true, false) => {
+                let text = std::fs::read_to_string(&self.admin_token_file).map_err(|source| {
+                    ProxyError::Io {
+                        what: format!("reading the admin token file {}", self.admin_token_file),
+                        source,
+                    }
+                })?;
+                (
+                    text.trim().to_string(),
+                    format!("admin_token_file {}", self.admin_token_file),
+                )
+            }
+        };
+        if token.is_empty() {
+            return Err(bad(format!("{origin}: the token is empty")));
+        }
+        if !token.bytes().all(|byte| byte.is_ascii_graphic()) {
+            return Err(bad(format!(
+                "{origin}: the token may hold visible ASCII characters only (no spaces)"
+            )));
+        }
+        Ok(Some(token))
     }
 }
 
@@ -483,6 +538,37 @@ mod tests {
         assert_eq!(config.pool.timeout_ms, DEFAULT_TIMEOUT_MS);
         assert!(config.pool_config().is_ok());
         assert!(ProxyConfig::from_toml("[pool]\nservrs = []\n").is_err());
+    }
+
+    #[test]
+    fn the_admin_token_comes_from_one_place_and_must_be_usable() {
+        let mut proxy = ProxySection::default();
+        assert_eq!(proxy.admin_token().unwrap(), None);
+        proxy.admin_token = " abc.DEF-1 ".to_string();
+        assert_eq!(proxy.admin_token().unwrap().as_deref(), Some("abc.DEF-1"));
+        let path = std::env::temp_dir().join(format!("tailtrim-token-test-{}", std::process::id()));
+        proxy.admin_token_file = path.display().to_string();
+        let both = proxy.admin_token().unwrap_err().to_string();
+        assert!(both.contains("not both"), "{both}");
+        proxy.admin_token.clear();
+        let missing = proxy.admin_token().unwrap_err().to_string();
+        assert!(missing.contains("admin token file"), "{missing}");
+        std::fs::write(&path, "from-file\r\n").unwrap();
+        assert_eq!(proxy.admin_token().unwrap().as_deref(), Some("from-file"));
+        std::fs::write(&path, "\n").unwrap();
+        let empty = proxy.admin_token().unwrap_err().to_string();
+        assert!(empty.contains("empty"), "{empty}");
+        std::fs::write(&path, "two words").unwrap();
+        let spaced = proxy.admin_token().unwrap_err().to_string();
+        assert!(spaced.contains("visible ASCII"), "{spaced}");
+        std::fs::remove_file(&path).unwrap();
+        // The token itself never reaches --print-config; the file's path does.
+        let mut config = ProxyConfig::default();
+        config.proxy.admin_token = "hidden".to_string();
+        config.proxy.admin_token_file = "/etc/tailtrim/admin-token".to_string();
+        let printed = config.to_toml().unwrap();
+        assert!(!printed.contains("hidden"), "{printed}");
+        assert!(printed.contains("admin_token_file"), "{printed}");
     }
 
     #[test]

@@ -43,7 +43,7 @@ use frontend::{FrontendStats, Shared};
 pub struct Proxy {
     shared: Arc<Shared>,
     listener: TcpListener,
-    admin: Option<TcpListener>,
+    admin: Option<admin::AdminListener>,
 }
 
 impl Proxy {
@@ -71,13 +71,9 @@ impl Proxy {
                     })?,
             )
         };
-        if let Some(bound) = admin.as_ref().and_then(|admin| admin.local_addr().ok()) {
-            if !bound.ip().is_loopback() {
-                eprintln!(
-                    "tailtrim proxy: warning: admin listener on {bound} is not loopback; /metrics and the membership endpoints are open to the network"
-                );
-            }
-        }
+        let admin = admin
+            .map(|listener| admin::AdminListener::new(listener, &config.proxy))
+            .transpose()?;
         let shared = Arc::new(Shared {
             pool,
             warmup: config.warmup.clone(),

@@ -77,9 +77,15 @@ pub fn config_for(ports: &[u16], options: &Options) -> ProxyConfig {
 }
 
 pub fn start(options: Options) -> Harness {
+    start_with(options, |_| {})
+}
+
+/// [`start`] with `edit` applied to the configuration before the proxy binds.
+pub fn start_with(options: Options, edit: impl FnOnce(&mut ProxyConfig)) -> Harness {
     let backends: Vec<ChildGuard> = (0..options.backends).map(|_| start_memcached()).collect();
     let ports: Vec<u16> = backends.iter().map(|backend| backend.port).collect();
-    let config = config_for(&ports, &options);
+    let mut config = config_for(&ports, &options);
+    edit(&mut config);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
