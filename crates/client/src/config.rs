@@ -128,6 +128,9 @@ pub struct PoolConfig {
     pub health: HealthSettings,
     /// EWMA weight for latency samples.
     pub ewma_alpha: f64,
+    /// Half-life of a backend's latency estimate that no reply refreshes: the replica chooser
+    /// pulls it toward the pool's mean at this pace (zero: estimates never go stale).
+    pub estimate_half_life: Duration,
     /// Bound on backend queries of multigets in flight, the paper's query threads `C`
     /// (0 = unbounded). Applies to every planner.
     pub query_threads: usize,
@@ -175,6 +178,9 @@ impl PoolConfig {
                 retry_after_nanos: DEFAULT_RETRY_AFTER_NANOS,
             },
             ewma_alpha: DEFAULT_EWMA_ALPHA,
+            estimate_half_life: Duration::from_nanos(
+                tailtrim_policy::health::DEFAULT_ESTIMATE_HALF_LIFE_NANOS,
+            ),
             query_threads: DEFAULT_QUERY_THREADS,
             inject_overhead: Duration::ZERO,
             inject_overhead_sleeps: false,
