@@ -148,7 +148,8 @@ pub struct PoolConfig {
     pub chisel_epoch: Duration,
     /// Chisel: a fixed `(B, L)` instead of the analyzer's (experiments sweep with this).
     pub chisel_fixed: Option<(u32, u32)>,
-    /// Chisel: the analyzer's settings (`client_threads`/`server_threads` are derived).
+    /// Chisel: the analyzer's settings (`client_threads`/`server_threads` are derived; the
+    /// processing share is measured unless a caller fixes it).
     pub analyzer: tailtrim_model::chisel_online::AnalyzerConfig,
     /// Requests in flight per backend before the client queues them by priority class:
     /// `None` picks [`DEFAULT_PRIORITY_WINDOW`] for planners that set priorities and no bound
@@ -188,7 +189,10 @@ impl PoolConfig {
             backend_threads: DEFAULT_BACKEND_THREADS,
             chisel_epoch: DEFAULT_CHISEL_EPOCH,
             chisel_fixed: None,
-            analyzer: tailtrim_model::chisel_online::AnalyzerConfig::default(),
+            analyzer: tailtrim_model::chisel_online::AnalyzerConfig {
+                measure_processing_share: true,
+                ..tailtrim_model::chisel_online::AnalyzerConfig::default()
+            },
             window: None,
         }
     }
