@@ -342,3 +342,32 @@ fn a_pool_that_sat_idle_serves_like_one_that_did_not() {
         }
     }
 }
+
+#[test]
+fn a_planned_fetch_counts_as_outstanding_before_it_is_sent() {
+    for (name, kind, shape) in planners() {
+        let pool = pool(kind, shape);
+        let at = Timestamp::from_nanos(SECOND);
+        for backend in pool.backends() {
+            backend.observe_latency(MILLI as f64, at);
+        }
+        let key: &[u8] = b"key:1";
+        let first = pool.plan_at(&[key], &[], at);
+        let chosen = |plan: &Plan<'_>| match plan.actions.as_slice() {
+            [Action::Fetch(fetch)] => fetch.backend,
+            other => panic!("{name}: one fetch expected, got {other:?}"),
+        };
+        let taken = chosen(&first);
+        assert_eq!(first.reservations.len(), 1, "{name}");
+        assert_eq!(pool.backends()[taken].outstanding(), 1, "{name}: reserved");
+        // The same key planned again at once goes to another replica: the first fetch,
+        // though not sent, already weighs on the choice.
+        let second = pool.plan_at(&[key], &[], at);
+        assert_ne!(chosen(&second), taken, "{name}");
+        drop((first, second));
+        assert!(
+            pool.backends().iter().all(|b| b.outstanding() == 0),
+            "{name}: released"
+        );
+    }
+}
