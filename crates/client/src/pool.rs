@@ -123,9 +123,10 @@ pub struct Pool {
     stats: Arc<PoolStats>,
 }
 
-/// The planner's view of the pool, minus backends already tried for this request. Loads are
-/// read once per plan, for every backend at the first question ([`Pool::loads_at`]: the
-/// estimates are settled together). The planners account for their own fetches within a plan
+/// The planner's view of the pool, minus backends already tried for this request. In a
+/// replica pool loads are read once per plan, for every backend at the first question
+/// ([`Pool::loads_at`]: the estimates are settled together); without replicas only a
+/// backend's availability matters, read when asked. The planners account for their own fetches within a plan
 /// (one fetch per backend for batch, Rein and TailX; Chisel's chunk placement counts the
 /// chunks it gave each backend), and the plan's fetches are reserved before the next plan.
 struct PoolView<'a> {
@@ -169,6 +170,12 @@ impl ClusterView for PoolView<'_> {
     }
 
     fn load(&self, backend: usize) -> BackendLoad {
+        if self.pool.config.replicas == 1 {
+            // One candidate per key: only its availability matters, not the estimates.
+            let mut load = self.pool.backends[backend].load_at(self.now);
+            load.available &= !self.excluded.contains(&backend);
+            return load;
+        }
         let loads = self
             .loads
             .get_or_init(|| self.pool.loads_at(self.now, self.excluded));
