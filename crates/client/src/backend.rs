@@ -9,12 +9,17 @@
 //!     │  serves the classes; connect lazily (connect_timeout); a new connection asks
 //!     │  `stats settings` whether the server announces `priorities drr` (when detecting);
 //!     │  a live connection is taken without arming a timer
-//!     ├─ outstanding += 1; submit (the request written into the connection's buffer);
+//!     ├─ submit (the request written into the connection's buffer);
 //!     │  wait ≤ timeout (the connection's watchdog)
-//!     │     ├─ reply   ─► health.record_success, EWMA, latency histogram
+//!     │     ├─ reply   ─► health.record_success, EWMA (and when it was refreshed), histogram
 //!     │     └─ timeout ─► kill the connection (pending requests fail), health.record_failure
 //!     └─ outstanding -= 1
 //! ```
+//!
+//! `outstanding` counts a request from its [`Reservation`] to its verdict: `call_*` reserve on
+//! entry, and a multiget reserves each fetch when the plan is made
+//! ([`crate::pool::Pool::plan_at`]), so the requests still waiting for a query slot, their
+//! setup, the delay queue or the gate already weigh on the next plan's replica choice.
 
 use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -22,7 +27,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use parking_lot::Mutex;
 use tailtrim_policy::drr::CLASSES;
-use tailtrim_policy::health::{BackendLoad, Ewma, HealthSettings, HealthTracker, HealthTransition};
+use tailtrim_policy::health::{
+    BackendLoad, Ewma, HealthSettings, HealthTracker, HealthTransition, LatencyEstimate, Timestamp,
+};
 use tokio::net::TcpStream;
 
 use crate::clock::Clock;
@@ -125,7 +132,8 @@ pub struct Backend {
     slots: Vec<Slot>,
     next_slot: AtomicUsize,
     health: Mutex<HealthTracker>,
-    ewma: Mutex<Ewma>,
+    /// Reply latency and when a reply last refreshed it.
+    ewma: Mutex<(Ewma, Option<Timestamp>)>,
     outstanding: AtomicU32,
     gate: Option<Gate>,
     /// A [`Priorities`] as its `u8`.
@@ -149,7 +157,7 @@ impl Backend {
             slots: (0..connections).map(|_| Slot::default()).collect(),
             next_slot: AtomicUsize::new(0),
             health: Mutex::new(HealthTracker::new(settings.health)),
-            ewma: Mutex::new(Ewma::new(settings.ewma_alpha)),
+            ewma: Mutex::new((Ewma::new(settings.ewma_alpha), None)),
             outstanding: AtomicU32::new(0),
             gate: (settings.window > 0).then(|| Gate::new(settings.window)),
             priorities: AtomicU8::new(0),
@@ -172,7 +180,8 @@ impl Backend {
         self.gate.as_ref()
     }
 
-    /// Requests in flight.
+    /// Requests reserved and not yet answered: planned (waiting for a slot, setup, a delay
+    /// or the gate) or in flight.
     pub fn outstanding(&self) -> u32 {
         self.outstanding.load(Ordering::Relaxed)
     }
@@ -187,18 +196,42 @@ impl Backend {
         self.load_at(self.clock.now())
     }
 
-    /// Load as the replica chooser sees it at `now`.
-    pub fn load_at(&self, now: tailtrim_policy::health::Timestamp) -> BackendLoad {
+    /// Load at `now` with this backend's own latency estimate, however stale (the pool
+    /// settles the estimates of all its backends together: [`crate::pool::Pool::loads_at`]).
+    pub fn load_at(&self, now: Timestamp) -> BackendLoad {
         BackendLoad {
             outstanding: self.outstanding(),
-            ewma_nanos: self.ewma.lock().value(),
+            ewma_nanos: self.ewma_nanos(),
             available: self.health.lock().would_accept(now),
         }
     }
 
     /// EWMA of reply latency, if measured.
     pub fn ewma_nanos(&self) -> Option<f64> {
-        self.ewma.lock().value()
+        self.ewma.lock().0.value()
+    }
+
+    /// The latency estimate at `now` and its age (`None` before the first reply).
+    pub fn estimate_at(&self, now: Timestamp) -> Option<LatencyEstimate> {
+        let (ewma, refreshed) = *self.ewma.lock();
+        Some(LatencyEstimate {
+            ewma_nanos: ewma.value()?,
+            age_nanos: now.nanos_since(refreshed?),
+        })
+    }
+
+    /// Feeds a reply's latency into the estimate, refreshed at `at`.
+    pub fn observe_latency(&self, latency_nanos: f64, at: Timestamp) {
+        let mut estimate = self.ewma.lock();
+        estimate.0.observe(latency_nanos);
+        estimate.1 = Some(at);
+    }
+
+    /// Counts one request as outstanding until the reservation is dropped; pass it to
+    /// [`Backend::call_reserved`], or drop it if the request is not sent after all.
+    pub fn reserve(&self) -> Reservation<'_> {
+        self.outstanding.fetch_add(1, Ordering::Relaxed);
+        Reservation { backend: self }
     }
 
     /// Who serves this backend's priority classes.
@@ -330,6 +363,21 @@ impl Backend {
         started: Instant,
         write: impl Fn(&mut Vec<u8>),
     ) -> (Result<RawReply, ClientError>, Duration) {
+        self.call_reserved(self.reserve(), shape, class, started, write)
+            .await
+    }
+
+    /// As [`Backend::call_with`], counted as outstanding by `reservation` (taken when the
+    /// request was planned) until its verdict.
+    pub async fn call_reserved(
+        &self,
+        reservation: Reservation<'_>,
+        shape: ReplyShape,
+        class: usize,
+        started: Instant,
+        write: impl Fn(&mut Vec<u8>),
+    ) -> (Result<RawReply, ClientError>, Duration) {
+        debug_assert!(std::ptr::eq(reservation.backend, self));
         if !self.health.lock().try_acquire(self.clock.at(started)) {
             self.stats.fail_fast.incr();
             return (
@@ -368,10 +416,12 @@ impl Backend {
         // watchdog (one timer per connection, not one per request).
         let result = self.exchange(shape, class, &write).await;
         in_flight.finished();
+        drop(reservation);
         let elapsed = started.elapsed();
         let result = match result {
             Ok(reply) => {
-                self.ewma.lock().observe(elapsed.as_nanos() as u64 as f64);
+                let finished = started + elapsed;
+                self.observe_latency(elapsed.as_nanos() as u64 as f64, self.clock.at(finished));
                 self.stats
                     .latency
                     .record_micros(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX));
@@ -453,8 +503,27 @@ impl Backend {
     }
 }
 
-/// Counts a request as outstanding while it runs; if the caller drops the request before it
-/// has a verdict, tells the health tracker (a probe must not stay pending forever).
+/// One request counted in a backend's `outstanding` until dropped ([`Backend::reserve`]).
+#[must_use = "the request counts as outstanding only while the reservation lives"]
+pub struct Reservation<'a> {
+    backend: &'a Backend,
+}
+
+impl Reservation<'_> {
+    /// The backend it counts on.
+    pub fn backend(&self) -> &Backend {
+        self.backend
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.backend.outstanding.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A request let through by the health tracker: if the caller drops it before it has a
+/// verdict, tells the tracker (a probe must not stay pending forever).
 struct InFlight<'a> {
     backend: &'a Backend,
     verdict: bool,
@@ -462,7 +531,6 @@ struct InFlight<'a> {
 
 impl<'a> InFlight<'a> {
     fn new(backend: &'a Backend) -> Self {
-        backend.outstanding.fetch_add(1, Ordering::Relaxed);
         InFlight {
             backend,
             verdict: false,
@@ -470,17 +538,13 @@ impl<'a> InFlight<'a> {
     }
 
     fn finished(&mut self) {
-        if !self.verdict {
-            self.verdict = true;
-            self.backend.outstanding.fetch_sub(1, Ordering::Relaxed);
-        }
+        self.verdict = true;
     }
 }
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         if !self.verdict {
-            self.backend.outstanding.fetch_sub(1, Ordering::Relaxed);
             let now = self.backend.clock.now();
             self.backend.health.lock().record_abandoned(now);
         }

@@ -128,6 +128,9 @@ pub struct PoolConfig {
     pub health: HealthSettings,
     /// EWMA weight for latency samples.
     pub ewma_alpha: f64,
+    /// Half-life of a backend's latency estimate that no reply refreshes: the replica chooser
+    /// pulls it toward the pool's mean at this pace (zero: estimates never go stale).
+    pub estimate_half_life: Duration,
     /// Bound on backend queries of multigets in flight, the paper's query threads `C`
     /// (0 = unbounded). Applies to every planner.
     pub query_threads: usize,
@@ -145,7 +148,8 @@ pub struct PoolConfig {
     pub chisel_epoch: Duration,
     /// Chisel: a fixed `(B, L)` instead of the analyzer's (experiments sweep with this).
     pub chisel_fixed: Option<(u32, u32)>,
-    /// Chisel: the analyzer's settings (`client_threads`/`server_threads` are derived).
+    /// Chisel: the analyzer's settings (`client_threads`/`server_threads` are derived; the
+    /// processing share is measured unless a caller fixes it).
     pub analyzer: tailtrim_model::chisel_online::AnalyzerConfig,
     /// Requests in flight per backend before the client queues them by priority class:
     /// `None` picks [`DEFAULT_PRIORITY_WINDOW`] for planners that set priorities and no bound
@@ -175,6 +179,9 @@ impl PoolConfig {
                 retry_after_nanos: DEFAULT_RETRY_AFTER_NANOS,
             },
             ewma_alpha: DEFAULT_EWMA_ALPHA,
+            estimate_half_life: Duration::from_nanos(
+                tailtrim_policy::health::DEFAULT_ESTIMATE_HALF_LIFE_NANOS,
+            ),
             query_threads: DEFAULT_QUERY_THREADS,
             inject_overhead: Duration::ZERO,
             inject_overhead_sleeps: false,
@@ -182,7 +189,10 @@ impl PoolConfig {
             backend_threads: DEFAULT_BACKEND_THREADS,
             chisel_epoch: DEFAULT_CHISEL_EPOCH,
             chisel_fixed: None,
-            analyzer: tailtrim_model::chisel_online::AnalyzerConfig::default(),
+            analyzer: tailtrim_model::chisel_online::AnalyzerConfig {
+                measure_processing_share: true,
+                ..tailtrim_model::chisel_online::AnalyzerConfig::default()
+            },
             window: None,
         }
     }

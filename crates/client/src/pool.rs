@@ -4,12 +4,18 @@
 //!   read(key)      ─► ring.replicas_for(key) ─► choose_replica (C3) ─► Backend::call
 //!                        on failure: exclude that backend, choose again (failover)
 //!   write(key)     ─► every replica concurrently; reply = owner's if it answered, else any
-//!   multiget(keys) ─► planner.plan(&request, &view) ─► Fetch per backend, concurrently
+//!   multiget(keys) ─► plan_at: planner.plan(&request, &view), each fetch reserved on its
+//!                        backend at once ─► Fetch per backend, concurrently
 //!                        failed fetches: their keys are planned again without that backend
 //!                        Unavailable: fail fast (NoBackend)
 //!                        not_before: wait in the delay queue; priority: the backend gate's class,
 //!                        or, to a backend that serves classes itself, `mg … p<class>` requests
 //! ```
+//!
+//! The replica chooser's view ([`Pool::loads_at`]): each backend's outstanding requests (from
+//! the moment a plan reserves them) and its latency estimate, an estimate that no reply has
+//! refreshed pulled toward the pool's mean (half-life `estimate_half_life`); the cost is C3's
+//! `(outstanding + 1)³ × estimate` (`tailtrim_policy::health::expected_cost`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,7 +25,9 @@ use futures_util::future::join_all;
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 use tailtrim_policy::drr::CLASSES;
-use tailtrim_policy::health::{choose_replica, BackendLoad, Timestamp};
+use tailtrim_policy::health::{
+    choose_replica, settle_estimates, BackendLoad, LatencyEstimate, Timestamp,
+};
 use tailtrim_policy::planner::{
     Action, ClusterView, Fetch, Observation, PlanRequest, Planner, QueryShape,
 };
@@ -27,7 +35,7 @@ use tailtrim_policy::rein::class_of;
 use tailtrim_policy::ring::Ring;
 use tailtrim_proto::compose;
 
-use crate::backend::{Backend, BackendSettings, Priorities};
+use crate::backend::{Backend, BackendSettings, Priorities, Reservation};
 use crate::clock::Clock;
 use crate::config::{PoolConfig, DEFAULT_MODEL_CLIENT_THREADS};
 use crate::connection::{RawReply, ReplyShape, ValueItem};
@@ -115,14 +123,18 @@ pub struct Pool {
     stats: Arc<PoolStats>,
 }
 
-/// The planner's view of the pool, minus backends already tried for this request. Loads are
-/// read once per backend and plan (a plan does not wait, so they cannot change meanwhile).
+/// The planner's view of the pool, minus backends already tried for this request. In a
+/// replica pool loads are read once per plan, for every backend at the first question
+/// ([`Pool::loads_at`]: the estimates are settled together); without replicas only a
+/// backend's availability matters, read when asked. The planners account for their own fetches within a plan
+/// (one fetch per backend for batch, Rein and TailX; Chisel's chunk placement counts the
+/// chunks it gave each backend), and the plan's fetches are reserved before the next plan.
 struct PoolView<'a> {
     pool: &'a Pool,
     excluded: &'a [usize],
     /// When the plan is made.
     now: Timestamp,
-    loads: std::cell::RefCell<Inline<Option<BackendLoad>>>,
+    loads: std::cell::OnceCell<Inline<BackendLoad>>,
 }
 
 impl<'a> PoolView<'a> {
@@ -131,9 +143,19 @@ impl<'a> PoolView<'a> {
             pool,
             excluded,
             now,
-            loads: std::cell::RefCell::new(smallvec::smallvec![None; pool.backends.len()]),
+            loads: std::cell::OnceCell::new(),
         }
     }
+}
+
+/// A plan's actions and a reservation of each fetch on its backend ([`Pool::plan_at`]).
+pub struct Plan<'a> {
+    /// The planner's actions, in its order.
+    pub actions: Vec<Action>,
+    /// One per [`Action::Fetch`] of `actions`, in the same order.
+    pub reservations: Vec<Reservation<'a>>,
+    /// How many requests of this plan's size may share one backend query.
+    pub merge_limit: u32,
 }
 
 impl ClusterView for PoolView<'_> {
@@ -148,17 +170,20 @@ impl ClusterView for PoolView<'_> {
     }
 
     fn load(&self, backend: usize) -> BackendLoad {
-        if let Some(Some(load)) = self.loads.borrow().get(backend) {
-            return *load;
+        if self.pool.config.replicas == 1 {
+            // One candidate per key: only its availability matters, not the estimates.
+            let mut load = self.pool.backends[backend].load_at(self.now);
+            load.available &= !self.excluded.contains(&backend);
+            return load;
         }
-        let mut load = self.pool.backends[backend].load_at(self.now);
-        if self.excluded.contains(&backend) {
-            load.available = false;
-        }
-        if let Some(cached) = self.loads.borrow_mut().get_mut(backend) {
-            *cached = Some(load);
-        }
-        load
+        let loads = self
+            .loads
+            .get_or_init(|| self.pool.loads_at(self.now, self.excluded));
+        loads.get(backend).copied().unwrap_or(BackendLoad {
+            outstanding: 0,
+            ewma_nanos: None,
+            available: false,
+        })
     }
 }
 
@@ -312,6 +337,58 @@ impl Pool {
         &self.shaper
     }
 
+    /// What the replica chooser sees of every backend at `now`: outstanding requests,
+    /// availability (none for `excluded`), and the latency estimates settled together
+    /// (`tailtrim_policy::health::settle_estimates`: stale ones pulled toward the mean).
+    pub fn loads_at(&self, now: Timestamp, excluded: &[usize]) -> Inline<BackendLoad> {
+        let estimates: Inline<Option<LatencyEstimate>> = self
+            .backends
+            .iter()
+            .map(|backend| backend.estimate_at(now))
+            .collect();
+        let half_life =
+            u64::try_from(self.config.estimate_half_life.as_nanos()).unwrap_or(u64::MAX);
+        let mut settled = Vec::with_capacity(estimates.len());
+        settle_estimates(&estimates, half_life, &mut settled);
+        self.backends
+            .iter()
+            .zip(settled)
+            .enumerate()
+            .map(|(index, (backend, estimate))| {
+                let mut load = backend.load_at(now);
+                load.ewma_nanos = estimate;
+                if excluded.contains(&index) {
+                    load.available = false;
+                }
+                load
+            })
+            .collect()
+    }
+
+    /// Plans a read of `keys` at `now` without `excluded` backends, and reserves every fetch
+    /// on its backend (so the next plan sees it as outstanding, even before it is sent).
+    /// Dropping a reservation releases it.
+    pub fn plan_at(&self, keys: &[&[u8]], excluded: &[usize], now: Timestamp) -> Plan<'_> {
+        let request = PlanRequest { keys, now };
+        let view = PoolView::new(self, excluded, now);
+        // Planned and reserved under the planner's lock: a concurrent plan sees these fetches.
+        let mut planner = self.planner.lock();
+        let actions = planner.plan(&request, &view);
+        let reservations = actions
+            .iter()
+            .filter_map(|action| match action {
+                Action::Fetch(fetch) => Some(self.backends[fetch.backend].reserve()),
+                Action::Unavailable { .. } => None,
+            })
+            .collect();
+        let merge_limit = planner.merge_limit(keys.len());
+        Plan {
+            actions,
+            reservations,
+            merge_limit,
+        }
+    }
+
     fn record_latency(&self, started: Instant) {
         self.record_elapsed(started.elapsed());
     }
@@ -346,13 +423,8 @@ impl Pool {
         let mut excluded: Vec<usize> = Vec::new();
         let mut last_error: Option<ClientError> = None;
         loop {
-            let choice = choose_replica(&candidates, |backend| {
-                let mut load = self.backends[backend].load();
-                if excluded.contains(&backend) {
-                    load.available = false;
-                }
-                load
-            });
+            let loads = self.loads_at(self.clock.now(), &excluded);
+            let choice = choose_replica(&candidates, |backend| loads[backend]);
             let Some(backend) = choice else {
                 self.stats.unavailable.incr();
                 self.record_latency(started);
@@ -459,6 +531,7 @@ impl Pool {
     async fn run_fetch(
         &self,
         fetch: &Fetch,
+        reservation: Reservation<'_>,
         keys: &[Bytes],
         positions: &[usize],
         kind: MultigetKind,
@@ -480,13 +553,15 @@ impl Pool {
             }
             let refs: Inline<&[u8]> = positions.iter().map(|&i| keys[i].as_ref()).collect();
             return self
-                .query(backend, &refs, kind, class)
+                .query(backend, reservation, &refs, kind, class)
                 .await
                 .map(Fetched::Items);
         }
         let keys: Vec<Bytes> = positions.iter().map(|&i| keys[i].clone()).collect();
         let query = match join_or_lead(&shaper.slots[backend], &keys, merge_limit) {
             Merge::Joined(reply) => {
+                // The leader's query is the one outstanding request.
+                drop(reservation);
                 shaper.merged_requests.incr();
                 return reply.await.map_or_else(
                     |_| {
@@ -511,7 +586,7 @@ impl Pool {
         }
         let own = keys.len();
         let refs: Vec<&[u8]> = sealed.keys.iter().map(Bytes::as_ref).collect();
-        match self.query(backend, &refs, kind, class).await {
+        match self.query(backend, reservation, &refs, kind, class).await {
             Ok(items) => {
                 let mut values = vec![None; refs.len()];
                 match_values(refs.iter().copied(), items, |at, item| values[at] = item);
@@ -535,6 +610,7 @@ impl Pool {
     async fn query(
         &self,
         backend: usize,
+        reservation: Reservation<'_>,
         keys: &[&[u8]],
         kind: MultigetKind,
         class: usize,
@@ -545,12 +621,23 @@ impl Pool {
         let sent = Instant::now();
         let (reply, elapsed) = if classed {
             let write = |out: &mut Vec<u8>| kind.compose_classed(out, keys, class);
-            let call =
-                self.backends[backend].call_with(ReplyShape::UntilMetaNoop, class, sent, write);
+            let call = self.backends[backend].call_reserved(
+                reservation,
+                ReplyShape::UntilMetaNoop,
+                class,
+                sent,
+                write,
+            );
             call.await
         } else {
             let write = |out: &mut Vec<u8>| kind.compose(out, keys);
-            let call = self.backends[backend].call_with(ReplyShape::UntilEnd, class, sent, write);
+            let call = self.backends[backend].call_reserved(
+                reservation,
+                ReplyShape::UntilEnd,
+                class,
+                sent,
+                write,
+            );
             call.await
         };
         self.stats.fetch_class_latency[class]
@@ -617,18 +704,11 @@ impl Pool {
             let last_error = failed.last().map(|(_, error)| error.clone());
             failed.clear();
             let round_keys: Inline<&[u8]> = remaining.iter().map(|&i| keys[i].as_ref()).collect();
-            let request = PlanRequest {
-                keys: &round_keys,
-                now,
-            };
-            let view = PoolView::new(self, &excluded, now);
-            let (actions, planned_merge) = {
-                let mut planner = self.planner.lock();
-                (
-                    planner.plan(&request, &view),
-                    planner.merge_limit(keys.len()),
-                )
-            };
+            let Plan {
+                actions,
+                reservations,
+                merge_limit: planned_merge,
+            } = self.plan_at(&round_keys, &excluded, now);
             // Only plain `get`s merge: their replies carry nothing request-specific.
             let merge_limit = if kind == MultigetKind::Get {
                 planned_merge
@@ -654,9 +734,11 @@ impl Pool {
                 .iter()
                 .map(|fetch| fetch.keys.iter().map(|&i| remaining[i as usize]).collect())
                 .collect();
-            let calls = fetches.iter().zip(&planned).map(|(fetch, positions)| {
-                self.run_fetch(fetch, keys, positions, kind, merge_limit)
-            });
+            let calls = fetches.iter().zip(&planned).zip(reservations).map(
+                |((fetch, positions), reservation)| {
+                    self.run_fetch(fetch, reservation, keys, positions, kind, merge_limit)
+                },
+            );
             let replies = join_few(calls, fetches.len()).await;
             for ((fetch, original), reply) in fetches.iter().zip(planned).zip(replies) {
                 match reply {

@@ -6,8 +6,9 @@
 //!  every epoch: decide(EpochLoad{requests and keys per class, seconds, client overhead o})
 //!     window ─► per key count K: low quantile of the latency ─► weighted least squares
 //!               T(K) = α + β·K  (R², sample and key-count checks)  ── poor fit ─► batch (1, ∞)
-//!     T(K) split into P_S = s·T and N_S = (1 − s)·T (s = processing share, configured:
-//!     a proxy only sees the round trip)
+//!     T(K) split into P_S = s·T and N_S = (1 − s)·T (s = processing share: configured, or
+//!     measured: the s at which the model's mean for the epoch's (B, L) meets the epoch's
+//!     observed mean, by bisection, averaged over epochs)
 //!     Λ, elephant fraction, mean keys per class, o ─► ChiselParams ─► best_plan(grid)
 //!     ── no stable plan ─► batch
 //!     new (B, L) only if its predicted objective beats the current (B, L)'s by `hysteresis`
@@ -59,6 +60,12 @@ pub const DEFAULT_GUARD_MARGIN: f64 = 0.25;
 pub const DEFAULT_GUARD_BACKOFF: u32 = 8;
 /// Weight of the newest batching epoch in the batching baseline (an exponential average).
 const BASELINE_WEIGHT: f64 = 0.3;
+/// Weight of the newest epoch's measured processing share in the share in use.
+const SHARE_WEIGHT: f64 = 0.3;
+/// Smallest processing share a measurement gives (a backend always does some work).
+pub const MIN_PROCESSING_SHARE: f64 = 0.01;
+/// Bisection steps of a share measurement (the share to within 2^-20).
+const SHARE_STEPS: u32 = 20;
 
 /// `L` meaning "do not split".
 pub const NO_SPLIT: u32 = u32::MAX;
@@ -76,8 +83,13 @@ pub struct AnalyzerConfig {
     pub min_r_squared: f64,
     /// Quantile of the latency per key count that the fit uses (0..1).
     pub fit_quantile: f64,
-    /// Share of the fitted round trip that is backend processing `P_S` (0..=1).
+    /// Share of the fitted round trip that is backend processing `P_S` (0..=1); with
+    /// `measure_processing_share`, only the value before the first measurement.
     pub processing_share: f64,
+    /// Measure the processing share every epoch from the observed latency instead of using
+    /// `processing_share` ([`Analyzer::processing_share`]).
+    #[serde(default)]
+    pub measure_processing_share: bool,
     /// `C`: client query threads (the runtime's bound on concurrent backend queries).
     pub client_threads: u32,
     /// `S`: backend worker threads in the pool.
@@ -121,6 +133,7 @@ impl Default for AnalyzerConfig {
             min_r_squared: DEFAULT_MIN_R_SQUARED,
             fit_quantile: DEFAULT_FIT_QUANTILE,
             processing_share: DEFAULT_PROCESSING_SHARE,
+            measure_processing_share: false,
             client_threads: 16,
             server_threads: 16,
             hysteresis: DEFAULT_HYSTERESIS,
@@ -259,6 +272,9 @@ pub struct Decision {
     /// Batching's observed mean latency that plans are held to, once measured.
     #[serde(default)]
     pub batch_baseline: Option<Seconds>,
+    /// The processing share the model's inputs used (measured or configured).
+    #[serde(default)]
+    pub processing_share: f64,
 }
 
 /// The online analyzer: a window of observations and the current `(B, L)`.
@@ -278,6 +294,10 @@ pub struct Analyzer {
     strikes: u32,
     /// Epochs in a row a plan has passed the guard.
     plan_epochs: u32,
+    /// The processing share in use: the configured one, or the measured average.
+    share: f64,
+    /// True once a share was measured.
+    share_measured: bool,
 }
 
 impl Analyzer {
@@ -293,7 +313,69 @@ impl Analyzer {
             backoff_left: 0,
             strikes: 0,
             plan_epochs: 0,
+            share: config.processing_share.clamp(0.0, 1.0),
+            share_measured: false,
         }
+    }
+
+    /// The processing share in use (see [`AnalyzerConfig::measure_processing_share`]).
+    pub fn processing_share(&self) -> f64 {
+        self.share
+    }
+
+    /// The processing share at which the model's mean latency for the `(B, L)` in force
+    /// during the epoch equals the epoch's observed mean: the model's latency rises with the
+    /// share (the same round trip, more of it queueing at the servers), so a bisection over
+    /// [`MIN_PROCESSING_SHARE`]..=1 finds it; an unstable prediction counts as too high.
+    /// The bounds when the observed mean is outside the model's range. `None` when the epoch
+    /// has no observed latency or too few requests, or the model rejects its inputs.
+    pub fn measure_share(&self, fit: &LinearFit, load: &EpochLoad) -> Option<f64> {
+        let observed = load.observed_mean.0;
+        if !(observed > 0.0 && observed.is_finite()) {
+            return None;
+        }
+        let (merge_level, chunk_size) = self.current();
+        let predicted = |share: f64| -> Option<f64> {
+            let params = self.params_with(fit, load, share).ok()?;
+            let chunk_size = chunk_size.min(params.elephant_keys);
+            match ChiselModel::new(params).and_then(|m| m.predict(merge_level, chunk_size)) {
+                Ok(prediction) => Some(prediction.overall.mean.0),
+                Err(_) => Some(f64::INFINITY),
+            }
+        };
+        let (mut low, mut high) = (MIN_PROCESSING_SHARE, 1.0);
+        if predicted(low)? >= observed {
+            return Some(low);
+        }
+        if predicted(high)? <= observed {
+            return Some(high);
+        }
+        for _ in 0..SHARE_STEPS {
+            let middle = 0.5 * (low + high);
+            if predicted(middle)? < observed {
+                low = middle;
+            } else {
+                high = middle;
+            }
+        }
+        Some(0.5 * (low + high))
+    }
+
+    /// Folds an epoch's measured share into the share in use (the first one replaces the
+    /// configured starting value).
+    fn update_share(&mut self, fit: &LinearFit, load: &EpochLoad) {
+        if !self.config.measure_processing_share {
+            return;
+        }
+        let Some(measured) = self.measure_share(fit, load) else {
+            return;
+        };
+        self.share = if self.share_measured {
+            self.share + SHARE_WEIGHT * (measured - self.share)
+        } else {
+            measured
+        };
+        self.share_measured = true;
     }
 
     /// The observed mean latency of batching that plans are held to, once measured.
@@ -395,8 +477,19 @@ impl Analyzer {
         fit.r_squared >= self.config.min_r_squared && fit.per_key >= 0.0 && fit.fixed >= 0.0
     }
 
-    /// The model's inputs from a fit and an epoch's counts.
+    /// The model's inputs from a fit and an epoch's counts, with the share in use.
     pub fn params(&self, fit: &LinearFit, load: &EpochLoad) -> Result<ChiselParams, Fallback> {
+        self.params_with(fit, load, self.share)
+    }
+
+    /// The model's inputs from a fit and an epoch's counts, `share` of the round trip
+    /// counted as backend processing.
+    pub fn params_with(
+        &self,
+        fit: &LinearFit,
+        load: &EpochLoad,
+        share: f64,
+    ) -> Result<ChiselParams, Fallback> {
         let requests = load.mice + load.elephants;
         if requests < self.config.min_requests.max(1) || load.seconds <= 0.0 {
             return Err(Fallback::TooFewRequests);
@@ -410,7 +503,7 @@ impl Analyzer {
         };
         let mouse_keys = mean_keys(load.mice_keys, load.mice, 1);
         let elephant_keys = mean_keys(load.elephant_keys, load.elephants, mouse_keys.max(1));
-        let share = self.config.processing_share.clamp(0.0, 1.0);
+        let share = share.clamp(0.0, 1.0);
         Ok(ChiselParams {
             arrival_rate: requests as f64 / load.seconds,
             elephant_fraction: load.elephants as f64 / requests as f64,
@@ -442,14 +535,21 @@ impl Analyzer {
             prediction: None,
             held: false,
             batch_baseline: self.batch_baseline(),
+            processing_share: self.share,
         }
     }
 
     /// One epoch: check the last plan against batching, fit, build the model's inputs, search
     /// the grid, apply hysteresis.
     pub fn decide(&mut self, load: &EpochLoad) -> Decision {
-        let reverted = self.plan_did_worse(load);
         let fit = self.fit();
+        // Measured on the epoch that just ended, under the (B, L) it ran with.
+        if let Ok(fit) = &fit {
+            if self.trusts(fit) {
+                self.update_share(fit, load);
+            }
+        }
+        let reverted = self.plan_did_worse(load);
         if reverted || self.backoff_left > 0 {
             if !reverted {
                 self.backoff_left -= 1;
@@ -505,6 +605,7 @@ impl Analyzer {
             prediction: Some(best),
             held: false,
             batch_baseline: self.batch_baseline(),
+            processing_share: self.share,
         };
         if let Some(current) = current {
             let changes = (merge_level, chunk_size) != (self.merge_level, self.chunk_size);
@@ -738,5 +839,65 @@ mod tests {
         let decision = analyzer.decide(&load(300.0, 60.0));
         assert!(decision.held, "{decision:?}");
         assert_eq!(analyzer.current(), (1, NO_SPLIT));
+    }
+
+    /// The model's mean for batching with the analyzer's fit and `load`, at `share`.
+    fn batch_mean(analyzer: &Analyzer, load: &EpochLoad, share: f64) -> f64 {
+        let fit = analyzer.fit().expect("fit");
+        let params = analyzer.params_with(&fit, load, share).expect("params");
+        ChiselModel::new(params)
+            .and_then(|model| model.predict(1, params.elephant_keys))
+            .expect("stable")
+            .overall
+            .mean
+            .0
+    }
+
+    #[test]
+    fn the_processing_share_is_measured_from_the_observed_latency() {
+        let mut analyzer = Analyzer::new(AnalyzerConfig {
+            measure_processing_share: true,
+            settle_epochs: 3,
+            ..config()
+        });
+        feed(&mut analyzer, &[10, 25, 100], 100);
+        let epoch = load(300.0, 60.0);
+        // The backends really spend 6 % of the round trip working: what batching's mean is.
+        let truth = 0.06;
+        let observed_us = batch_mean(&analyzer, &epoch, truth) * 1e6;
+        let measured = analyzer
+            .measure_share(&analyzer.fit().expect("fit"), &observed(epoch, observed_us))
+            .expect("measured");
+        assert!((measured - truth).abs() < 1e-3, "measured {measured}");
+        // The configured 0.1 is only the start; the first measured epoch replaces it.
+        assert_eq!(analyzer.processing_share(), DEFAULT_PROCESSING_SHARE);
+        let decision = analyzer.decide(&observed(epoch, observed_us));
+        assert!(
+            (decision.processing_share - truth).abs() < 1e-3,
+            "{decision:?}"
+        );
+        // The mean of the epoch bounds it: below the model's range, the floor; unmeasured
+        // epochs change nothing.
+        let floor = analyzer.measure_share(&analyzer.fit().expect("fit"), &observed(epoch, 1.0));
+        assert_eq!(floor, Some(MIN_PROCESSING_SHARE));
+        let before = analyzer.processing_share();
+        analyzer.decide(&observed(epoch, 0.0));
+        assert_eq!(analyzer.processing_share(), before);
+        // Later epochs move it by a weighted average.
+        analyzer.decide(&observed(epoch, 1.0));
+        let expected = before + SHARE_WEIGHT * (MIN_PROCESSING_SHARE - before);
+        assert!((analyzer.processing_share() - expected).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_configured_share_is_kept_when_not_measuring() {
+        let mut analyzer = Analyzer::new(AnalyzerConfig {
+            processing_share: 0.3,
+            ..config()
+        });
+        feed(&mut analyzer, &[10, 25, 100], 100);
+        let decision = analyzer.decide(&observed(load(300.0, 60.0), 5_000.0));
+        assert_eq!(decision.processing_share, 0.3);
+        assert_eq!(analyzer.processing_share(), 0.3);
     }
 }

@@ -237,11 +237,76 @@ pub struct BackendLoad {
     pub available: bool,
 }
 
-/// C3-style expected cost of sending one more request: `(outstanding + 1) × EWMA latency`.
-/// A backend with no latency sample yet is treated as the cheapest (so it gets measured).
+/// C3's expected cost of sending one more request: `(outstanding + 1)³ × EWMA latency`.
+/// The cube is C3's: a linear queue term lets a backend whose estimate is a few times lower
+/// than the others' take every request until its queue is that many times longer, and the
+/// others, sent nothing, keep their old estimates (the herd behaviour C3 was designed
+/// against); the cube caps that queue at the cube root of the ratio. A backend with no latency
+/// sample yet is treated as the cheapest (so it gets measured).
 pub fn expected_cost(load: &BackendLoad) -> f64 {
     let latency = load.ewma_nanos.unwrap_or(0.0);
-    (f64::from(load.outstanding) + 1.0) * latency
+    let queue = f64::from(load.outstanding) + 1.0;
+    queue * queue * queue * latency
+}
+
+/// Default half-life of a latency estimate that no reply has refreshed: after it, half of the
+/// estimate's distance from the pool's mean is forgotten.
+pub const DEFAULT_ESTIMATE_HALF_LIFE_NANOS: u64 = 500_000_000;
+
+/// One backend's latency estimate and how long ago a reply last refreshed it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LatencyEstimate {
+    /// EWMA of reply latency, nanoseconds.
+    pub ewma_nanos: f64,
+    /// Nanoseconds since the last reply.
+    pub age_nanos: u64,
+}
+
+/// The weight an estimate `age_nanos` old still carries: `0.5^(age / half_life)` (1 when the
+/// half-life is 0: estimates never go stale).
+pub fn freshness(age_nanos: u64, half_life_nanos: u64) -> f64 {
+    if half_life_nanos == 0 {
+        return 1.0;
+    }
+    (-(age_nanos as f64 / half_life_nanos as f64) * std::f64::consts::LN_2).exp()
+}
+
+/// The estimates of a pool's backends with stale ones pulled toward the pool's mean: each
+/// becomes `mean + (ewma − mean) × freshness(age)`, where the mean weighs every estimate by
+/// its own freshness (the plain mean when all are stale). A backend the chooser stopped
+/// sending to gets no reply and so no new sample: without this its estimate would stay at
+/// whatever it was when it was left (high, or it would not have been left) for as long as
+/// another backend is cheaper, and an idle pool would resume with the estimates of its last
+/// busy moment. `None` (never measured) stays `None`.
+pub fn settle_estimates(
+    estimates: &[Option<LatencyEstimate>],
+    half_life_nanos: u64,
+    out: &mut Vec<Option<f64>>,
+) {
+    out.clear();
+    let (mut weighted, mut weights, mut plain, mut measured) = (0.0, 0.0, 0.0, 0usize);
+    for estimate in estimates.iter().flatten() {
+        let weight = freshness(estimate.age_nanos, half_life_nanos);
+        weighted += weight * estimate.ewma_nanos;
+        weights += weight;
+        plain += estimate.ewma_nanos;
+        measured += 1;
+    }
+    if measured == 0 {
+        out.extend(estimates.iter().map(|_| None));
+        return;
+    }
+    let mean = if weights > f64::MIN_POSITIVE {
+        weighted / weights
+    } else {
+        plain / measured as f64
+    };
+    out.extend(estimates.iter().map(|estimate| {
+        estimate.map(|estimate| {
+            let weight = freshness(estimate.age_nanos, half_life_nanos);
+            mean + (estimate.ewma_nanos - mean) * weight
+        })
+    }));
 }
 
 /// Picks, among `candidates` (in preference order, owner first), the available backend with the
@@ -365,7 +430,7 @@ mod tests {
                 available: false,
             },
         ];
-        // 5·100 = 500 vs 1·300 = 300 → backend 1.
+        // 5³·100 = 12500 vs 1·300 = 300 → backend 1.
         assert_eq!(choose_replica(&[0, 1, 2], |index| loads[index]), Some(1));
         assert_eq!(choose_replica(&[2], |index| loads[index]), None);
         // Equal cost: preference order wins.
@@ -375,5 +440,64 @@ mod tests {
             available: true,
         };
         assert_eq!(choose_replica(&[3, 7], |_| equal), Some(3));
+    }
+
+    #[test]
+    fn the_queue_term_is_cubic_so_a_cheaper_estimate_buys_only_a_short_queue() {
+        let load = |outstanding, ewma| BackendLoad {
+            outstanding,
+            ewma_nanos: Some(ewma),
+            available: true,
+        };
+        let loads = |fast_outstanding| [load(fast_outstanding, 100.0), load(0, 1_000.0)];
+        // An estimate 10x lower: the fast backend takes the next request while its queue is
+        // under 10^(1/3) ≈ 2.15 (a linear term would allow 9).
+        assert_eq!(choose_replica(&[0, 1], |b| loads(1)[b]), Some(0));
+        assert_eq!(choose_replica(&[0, 1], |b| loads(2)[b]), Some(1));
+        assert_eq!(expected_cost(&load(2, 100.0)), 2_700.0);
+    }
+
+    #[test]
+    fn stale_estimates_drift_to_the_fresh_mean_and_fresh_ones_stay() {
+        let half_life = 1_000;
+        assert_eq!(freshness(0, half_life), 1.0);
+        assert!((freshness(1_000, half_life) - 0.5).abs() < 1e-12);
+        assert_eq!(freshness(123, 0), 1.0, "a zero half-life never ages");
+        let estimates = [
+            Some(LatencyEstimate {
+                ewma_nanos: 100.0,
+                age_nanos: 0,
+            }),
+            Some(LatencyEstimate {
+                ewma_nanos: 100_000.0,
+                age_nanos: 40 * half_life,
+            }),
+            None,
+        ];
+        let mut out = Vec::new();
+        settle_estimates(&estimates, half_life, &mut out);
+        let fresh = out[0].expect("measured");
+        let stale = out[1].expect("measured");
+        assert!((fresh - 100.0).abs() < 1e-3, "fresh estimate kept: {fresh}");
+        assert!(
+            (stale - 100.0).abs() < 1e-3,
+            "stale one near the fresh: {stale}"
+        );
+        assert_eq!(out[2], None);
+        // Everything stale: the plain mean.
+        let all_stale = [
+            estimates[1],
+            estimates[1].map(|e| LatencyEstimate {
+                ewma_nanos: 0.0,
+                ..e
+            }),
+        ];
+        settle_estimates(&all_stale, half_life, &mut out);
+        assert!(out
+            .iter()
+            .all(|e| (e.expect("measured") - 50_000.0).abs() < 1.0));
+        // No half-life: untouched.
+        settle_estimates(&estimates, 0, &mut out);
+        assert_eq!(out, vec![Some(100.0), Some(100_000.0), None]);
     }
 }

@@ -82,7 +82,8 @@ pub const DEFAULT_ELEPHANT_THRESHOLD: u32 = tailtrim_policy::chisel::DEFAULT_ELE
 pub const DEFAULT_BACKEND_THREADS: u32 = tailtrim_client::config::DEFAULT_BACKEND_THREADS;
 /// Default Chisel analyzer epoch, ms.
 pub const DEFAULT_CHISEL_EPOCH_MS: u64 = 1000;
-/// Default share of the measured round trip the Chisel analyzer counts as backend processing.
+/// Share of the measured round trip the Chisel analyzer counts as backend processing until
+/// its first measurement (when `chisel_processing_share` is unset).
 pub const DEFAULT_CHISEL_PROCESSING_SHARE: f64 =
     tailtrim_model::chisel_online::DEFAULT_PROCESSING_SHARE;
 /// Default trusted fits in a row before the Chisel analyzer leaves batching.
@@ -337,8 +338,10 @@ pub struct PoolSection {
     pub chisel_epoch_ms: u64,
     /// Chisel: a fixed "B,L" (merge level, chunk size) instead of the analyzer's; "" = online.
     pub chisel_fixed: String,
-    /// Chisel: share of the measured round trip counted as backend processing P_S.
-    pub chisel_processing_share: f64,
+    /// Chisel: share of the measured round trip counted as backend processing P_S. Unset:
+    /// measured every epoch from the observed latency (starting from 0.1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chisel_processing_share: Option<f64>,
     /// Chisel: trusted fits in a row before the analyzer leaves batching.
     pub chisel_settle_epochs: u32,
     /// Chisel: a plan whose epoch's observed mean latency exceeds batching's by more than
@@ -376,7 +379,7 @@ impl Default for PoolSection {
             backend_threads: DEFAULT_BACKEND_THREADS,
             chisel_epoch_ms: DEFAULT_CHISEL_EPOCH_MS,
             chisel_fixed: String::new(),
-            chisel_processing_share: DEFAULT_CHISEL_PROCESSING_SHARE,
+            chisel_processing_share: None,
             chisel_settle_epochs: DEFAULT_CHISEL_SETTLE_EPOCHS,
             chisel_guard_margin: DEFAULT_CHISEL_GUARD_MARGIN,
             chisel_guard_backoff: DEFAULT_CHISEL_GUARD_BACKOFF,
@@ -480,13 +483,15 @@ impl ProxyConfig {
         config.elephant_threshold = pool.elephant_threshold;
         config.backend_threads = pool.backend_threads.max(1);
         config.chisel_epoch = Duration::from_millis(pool.chisel_epoch_ms.max(1));
-        if !(0.0..=1.0).contains(&pool.chisel_processing_share) {
-            return Err(bad(format!(
-                "chisel_processing_share = {} must be between 0 and 1",
-                pool.chisel_processing_share
-            )));
+        if let Some(share) = pool.chisel_processing_share {
+            if !(0.0..=1.0).contains(&share) {
+                return Err(bad(format!(
+                    "chisel_processing_share = {share} must be between 0 and 1"
+                )));
+            }
+            config.analyzer.processing_share = share;
+            config.analyzer.measure_processing_share = false;
         }
-        config.analyzer.processing_share = pool.chisel_processing_share;
         config.analyzer.settle_epochs = pool.chisel_settle_epochs.max(1);
         config.analyzer.guard_margin = if pool.chisel_guard_margin < 0.0 {
             f64::INFINITY

@@ -419,6 +419,12 @@ fn chisel_samples(pool: &Pool, labels: &Labels, samples: &mut Samples) {
             micros(baseline.as_micros()),
         );
     }
+    samples.gauge(
+        "chisel_processing_share_permille",
+        "Share of the fitted round trip the model counts as backend processing (measured unless configured), in thousandths.",
+        labels.clone(),
+        micros(decision.processing_share * 1000.0),
+    );
     if let Some(fit) = decision.fit {
         samples.gauge(
             "chisel_fit_fixed_ns",
