@@ -44,7 +44,7 @@ use tailtrim_policy::ring::{HashFunction, Ring, RingOptions};
 
 use tailtrim_lab::histogram::Encoded;
 use tailtrim_lab::meta::{load_average, utc_timestamp, Recorder, RunMetadata};
-use tailtrim_lab::process::{Process, Program, ServerShape};
+use tailtrim_lab::process::{program_version, Process, Program, ServerShape};
 use tailtrim_lab::results::{read_json, write_json, write_text};
 use tailtrim_lab::stats::{interleaved_order, median};
 
@@ -1169,20 +1169,46 @@ fn plot(results: &Results, out: &Path) -> Result<(), String> {
                     .collect()
             };
             let x_desc = format!("requests (thousands; windows of {window})");
+            let modelled_lines: Vec<Line> = chosen
+                .iter()
+                .map(|run| Line {
+                    name: run.spec.name.clone(),
+                    points: run
+                        .report
+                        .per_request
+                        .iter()
+                        .map(|w| {
+                            let ms = modelled_ms(w, REPORT_CACHE_READ_MS, run.report.db_latency_ms);
+                            (thousands(w), ms * 1e3)
+                        })
+                        .collect(),
+                })
+                .collect();
             let panels = [
                 Panel {
                     title: format!(
-                        "{name}, {program} (seed {seed}): mean response time per {window} requests"
+                        "{name}, {program} (seed {seed}): measured mean response time per {window} requests"
                     ),
                     x_desc: x_desc.clone(),
-                    y_desc: "mean response time".into(),
+                    y_desc: "measured (log)".into(),
+                    log_y: true,
                     latency: true,
                     lines: lines(|w| w.mean_us),
+                    markers: markers.clone(),
+                },
+                Panel {
+                    title: format!(
+                        "modelled: {REPORT_CACHE_READ_MS} ms per cache read + database per miss"
+                    ),
+                    x_desc: x_desc.clone(),
+                    y_desc: "modelled".into(),
+                    latency: true,
+                    lines: modelled_lines,
                     markers: markers.clone(),
                     ..Panel::default()
                 },
                 Panel {
-                    title: format!("{name}, {program}: hit ratio per {window} requests"),
+                    title: format!("hit ratio per {window} requests"),
                     x_desc,
                     y_desc: "hit ratio".into(),
                     lines: lines(|w| w.hit_ratio),
@@ -1190,8 +1216,13 @@ fn plot(results: &Results, out: &Path) -> Result<(), String> {
                     ..Panel::default()
                 },
             ];
-            plot_panels(out, &format!("{name}-{program}"), &panels)
-                .map_err(|error| error.to_string())?;
+            // Files written before the programs were recorded keep their figures' names.
+            let file = if results.settings.get("programs").is_some() {
+                format!("{name}-{program}")
+            } else {
+                name.to_string()
+            };
+            plot_panels(out, &file, &panels).map_err(|error| error.to_string())?;
         }
     }
     Ok(())
@@ -1300,7 +1331,10 @@ pub fn run(mut args: Args) -> Result<std::process::ExitCode, String> {
     let workload = workload(&args);
     let interactive = std::io::stderr().is_terminal();
     let data_mb = data_bytes(&workload) as f64 / 1e6;
-    let recorder = Recorder::start();
+    let mut recorder = Recorder::start();
+    if names.iter().any(|name| name == "memcached") {
+        recorder.tool("memcached", program_version("memcached"));
+    }
     let mut results = Results {
         experiment: "warmup".into(),
         metadata: recorder.snapshot(),
@@ -1431,6 +1465,112 @@ mod tests {
         assert_eq!(metrics(&never, &base, 0.3).and_then(|m| m.recover_s), None);
         // No event: no metrics.
         assert!(metrics(&base, &base, 0.3).is_none());
+    }
+
+    #[test]
+    fn spike_peak_and_area_are_measured_against_the_baselines_level() {
+        // The baseline's level after the event is 1 ms; the run peaks at 4 ms and returns
+        // below the baseline (a 4th server relieves a thrashing pool): only the part above
+        // the level counts towards the area.
+        let baseline = [1.0, 1.0, 0.5, 1.5, 1.0, 1.0];
+        let run = [1.0, 1.0, 4.0, 2.0, 0.5, 0.5];
+        let (level, peak, area) = spike(&run, &baseline, 2..6, 1_000);
+        assert!((level - 1.0).abs() < 1e-12);
+        assert!((peak - 3.0).abs() < 1e-12);
+        // (3 + 1) ms above the level × 1000 requests = 4 s of response time.
+        assert!((area - 4.0).abs() < 1e-9);
+        // A run equal to its baseline has no area; its peak is the baseline's own noise.
+        let (_, own_peak, own_area) = spike(&baseline, &baseline, 2..6, 1_000);
+        assert!((own_peak - 0.5).abs() < 1e-12);
+        assert!((own_area - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn modelled_response_time_charges_the_database_per_missed_read() {
+        let window = WindowSample {
+            hits: 900,
+            misses: 100,
+            ..WindowSample::default()
+        };
+        assert!((modelled_ms(&window, 0.3, 8.0) - (0.3 + 0.8)).abs() < 1e-12);
+        assert!((modelled_ms(&WindowSample::default(), 0.3, 8.0) - 0.3).abs() < 1e-12);
+        // In the metrics: the cold run's first windows miss 40 and 30 of 100 reads.
+        let base = report(&[10; 20]);
+        let mut run = report(&[
+            10, 10, 10, 10, 10, 40, 30, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10,
+        ]);
+        run.db_latency_ms = 8.0;
+        run.events.push(tailtrim_bench::cacheaside::EventRecord {
+            sent_s: 5.0,
+            ..Default::default()
+        });
+        let m = metrics(&run, &base, 0.3).unwrap_or_else(|| panic!("metrics"));
+        assert!((m.modelled_baseline_level_ms - (0.3 + 0.8)).abs() < 1e-9);
+        assert!((m.modelled_peak_excess_ms - 8.0 * 0.3).abs() < 1e-9);
+        // (2.4 + 1.6) ms × 100 requests per window.
+        assert!((m.modelled_spike_area_s - 0.4).abs() < 1e-9);
+    }
+
+    #[test]
+    fn copy_share_follows_the_ring_and_zipf_popularity() {
+        let args = <TestArgs as clap::Parser>::parse_from(["test", "--keys", "20000"]).args;
+        let spec = workload(&args);
+        let answer = serde_json::json!({
+            "before": ["127.0.0.1:20001:1", "127.0.0.1:20002:1", "127.0.0.1:20003:1"],
+            "after": ["127.0.0.1:20001:1", "127.0.0.1:20002:1", "127.0.0.1:20003:1",
+                      "127.0.0.1:20004:1"],
+        })
+        .to_string();
+        let share = copy_share(&spec, &answer, 0.2, 0.99).unwrap_or_else(|| panic!("share"));
+        // About a quarter of the keys move to the 4th server, and so about a quarter of the
+        // accesses; the hottest fifth of them by count carries most of the moved accesses.
+        let moved = share.moved_keys as f64 / 20_000.0;
+        assert!((0.15..0.35).contains(&moved), "{share:?}");
+        assert_eq!(
+            share.hottest_keys,
+            (share.moved_keys as f64 * 0.2).ceil() as u64
+        );
+        assert!(
+            share.hottest_share_of_moved_accesses > 0.7
+                && share.hottest_share_of_moved_accesses < 0.95,
+            "{share:?}"
+        );
+        assert!(
+            (share.hottest_share_of_accesses
+                - share.hottest_share_of_moved_accesses * share.moved_share_of_accesses)
+                .abs()
+                < 1e-9
+        );
+        // No change of members: nothing moves.
+        let same = serde_json::json!({
+            "before": ["127.0.0.1:20001:1", "127.0.0.1:20002:1"],
+            "after": ["127.0.0.1:20001:1", "127.0.0.1:20002:1"],
+        })
+        .to_string();
+        let none = copy_share(&spec, &same, 0.2, 0.99).unwrap_or_else(|| panic!("share"));
+        assert_eq!(none.moved_keys, 0);
+    }
+
+    #[derive(clap::Parser)]
+    struct TestArgs {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    #[test]
+    fn paper_sets_the_reports_setting() {
+        let mut args =
+            <TestArgs as clap::Parser>::parse_from(["test", "--paper", "--seeds", "1,2"]).args;
+        resolve(&mut args);
+        assert_eq!(args.keys, 68_000);
+        assert_eq!(args.memory_mb, 64);
+        assert_eq!(args.requests, Some(475_000));
+        assert_eq!(args.programs.as_deref(), Some("tailtrim,memcached"));
+        assert_eq!(args.runs.as_deref(), Some(PAPER_RUNS));
+        assert_eq!(args.seeds, vec![1, 2]);
+        assert!((args.duration - 475_000.0 / PAPER_RATE).abs() < 1e-9);
+        let data = data_bytes(&workload(&args)) as f64;
+        assert!((data / 229e6 - 1.0).abs() < 0.01, "{data}");
     }
 
     #[test]
