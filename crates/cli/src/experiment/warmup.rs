@@ -1134,11 +1134,12 @@ fn plot(results: &Results, out: &Path) -> Result<(), String> {
                 ["baseline-4", "baseline", "remove-cold", "remove-drain"].as_slice(),
             ),
         ] {
+            // `NAME@SHARE` runs join their NAME's figure, after it.
             let chosen: Vec<&RunResult> = runs
                 .iter()
-                .filter_map(|wanted| {
-                    results.runs.iter().find(|run| {
-                        run.spec.name == *wanted
+                .flat_map(|wanted| {
+                    results.runs.iter().filter(|run| {
+                        run.spec.name.split('@').next() == Some(*wanted)
                             && run.spec.program == program
                             && run.spec.seed == seed
                     })
