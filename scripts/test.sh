@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's one test command (README, .ci/run). Runs, in order:
 #   setup-deps -> cargo fmt --check -> clippy -D warnings -> release build -> cargo test (profile suite)
-#   -> cargo doc (-D warnings) -> pytest experiments/test_harness.py -> experiments/replot-all.sh
+#   -> cargo doc (-D warnings) -> pytest experiments/test_harness.py -> README figures
+#   (scripts/check-figures.py and its pytest) -> experiments/replot-all.sh
 #   (figures and tables redrawn as committed) -> pytest tests/python
 #   -> go test tests/go
 # against the release binary target/release/tailtrim, then prints `N passed, M failed`
@@ -114,6 +115,11 @@ run_conformance() {
 
 # The experiments' shared Python: histogram decoding, the simulator-vs-testbed checks.
 run_pytest "experiments" experiments/test_harness.py
+
+# Every figure a README marks as a claim (`<!-- fig FILE:PATH -->NUMBER`) is in the result file
+# it names (scripts/check-figures.py); its tests plant mismatches.
+run_pytest "README figure check" experiments/test_check_figures.py
+check "README figures" python3 scripts/check-figures.py
 
 # Every figure, table and results file under experiments/ redrawn from the results kept
 # beside it (experiments/replot-all.sh, in a scratch copy so no kept file is touched) must come

@@ -74,7 +74,20 @@ fn quick_warmup_run_compares_a_join_with_its_baseline() {
         assert_eq!(report["errors"], 0);
     }
     assert_eq!(json["summary"]["wrong_or_stale_values"], 0);
-    for file in ["results.md", "join.svg", "join.png"] {
+    // The preemptive join reports what share of the accesses its copies carry.
+    let share = &join["copy_share"];
+    assert!(share["moved_keys"].as_u64().unwrap_or(0) > 0, "{share}");
+    let carried = share["hottest_share_of_moved_accesses"]
+        .as_f64()
+        .unwrap_or(0.0);
+    assert!(carried > 0.0 && carried <= 1.0, "{share}");
+    assert!(
+        json["summary"]["programs"]["tailtrim"]["runs"]["preemptive@1"]["peak_excess_ms"]["median"]
+            .is_f64(),
+        "{}",
+        json["summary"]
+    );
+    for file in ["results.md", "join-tailtrim.svg", "join-tailtrim.png"] {
         assert!(out.join(file).is_file(), "{file} missing");
     }
     assert!(
@@ -86,7 +99,7 @@ fn quick_warmup_run_compares_a_join_with_its_baseline() {
     assert!(json["metadata"]["load_average_start"].is_string());
 
     // --replot redraws from results.json without running anything.
-    for file in ["results.md", "join.svg"] {
+    for file in ["results.md", "join-tailtrim.svg"] {
         std::fs::remove_file(out.join(file)).unwrap_or_else(|error| panic!("{file}: {error}"));
     }
     let replot = Command::new(env!("CARGO_BIN_EXE_tailtrim"))
@@ -99,6 +112,6 @@ fn quick_warmup_run_compares_a_join_with_its_baseline() {
         "--replot failed: {}",
         String::from_utf8_lossy(&replot.stderr)
     );
-    assert!(out.join("results.md").is_file() && out.join("join.svg").is_file());
+    assert!(out.join("results.md").is_file() && out.join("join-tailtrim.svg").is_file());
     let _ = std::fs::remove_dir_all(&out);
 }
