@@ -119,7 +119,11 @@ mod tests;
 
 pub use crate::class::{class_chunk_sizes, size_class, LARGEST_CHUNK, SIZE_CLASS_LIMIT};
 pub use crate::error::StoreError;
-pub use crate::item::{item_size, ItemView, ITEM_FLAGS_BYTES, ITEM_HEADER_BYTES, KEY_MAX_LEN};
+pub use crate::item::{
+    item_footprint, item_size, malloc_chunk, ItemView, EXTERNAL_VALUE_BOOKKEEPING_BYTES,
+    EXTERNAL_VALUE_MIN, INLINE_HEADER_BYTES, ITEM_BOOKKEEPING_BYTES, ITEM_FLAGS_BYTES,
+    ITEM_HEADER_BYTES, KEY_MAX_LEN,
+};
 pub use crate::ops::{
     flush_deadline, ArithDirection, ArithItem, ArithOutcome, ArithRequest, ArithVivify, ClassStats,
     CrawlReport, DeleteOutcome, DeleteRequest, DumpedItem, ItemMeta, MetaGetHit, MetaGetRequest,

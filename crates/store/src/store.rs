@@ -340,17 +340,18 @@ impl Store {
         flush: &FlushMark,
     ) -> Option<u32> {
         let slot = state.lookup(key)?;
-        if is_live(state.item(slot), now, flush) {
+        let header = state.header(slot);
+        if is_live(&header, now, flush) {
             return Some(slot);
         }
         // memcached's do_item_get: a flushed item counts as flushed even if it has expired.
-        if flush.flushes(state.item(slot), now) {
+        if flush.flushes(header.last_access, header.cas, now) {
             state.counters.get_flushed += 1;
         } else {
             state.counters.get_expired += 1;
         }
         let dead = state.remove(slot);
-        self.used_bytes.fetch_sub(dead.size(), Ordering::AcqRel);
+        self.used_bytes.fetch_sub(dead.footprint(), Ordering::AcqRel);
         None
     }
 
@@ -377,7 +378,7 @@ impl Store {
         let mut cursor = state.tail();
         for _ in 0..EVICTION_TAIL_SEARCH {
             let Some(slot) = cursor else { break };
-            if !is_live(state.item(slot), now, &flush) {
+            if !is_live(&state.header(slot), now, &flush) {
                 chosen = Some((slot, true));
                 break;
             }
@@ -396,14 +397,14 @@ impl Store {
             let unfetched = !item.has(STATE_FETCHED);
             if dead {
                 state.counters.reclaimed += 1;
-                state.class_of(&item).reclaimed += 1;
+                state.class_of(item.size()).reclaimed += 1;
                 if unfetched {
                     state.counters.expired_unfetched += 1;
-                    state.class_of(&item).expired_unfetched += 1;
+                    state.class_of(item.size()).expired_unfetched += 1;
                 }
             } else {
                 state.counters.evictions += 1;
-                let class = state.class_of(&item);
+                let class = state.class_of(item.size());
                 class.evicted += 1;
                 class.evicted_time = now.0.saturating_sub(item.last_access.0);
                 if item.expiry != Expiry::Never {
@@ -414,7 +415,7 @@ impl Store {
                     state.counters.evicted_unfetched += 1;
                 }
             }
-            self.used_bytes.fetch_sub(item.size(), Ordering::AcqRel);
+            self.used_bytes.fetch_sub(item.footprint(), Ordering::AcqRel);
         }
         shard.publish(&state);
         true
@@ -472,10 +473,12 @@ impl Store {
             let mut state = shard.state.lock();
             let flush = self.flush_mark();
             let slot = self.live_slot(&mut state, key, now, &flush);
-            let decision = plan(slot.map(|slot| state.item_mut(slot)))?;
+            let mut current = slot.map(|slot| state.item(slot));
+            let decision = plan(current.as_mut())?;
             let result = match decision {
                 Plan::Keep { result, lru } => {
-                    if let Some(slot) = slot {
+                    if let (Some(slot), Some(current)) = (slot, current.as_ref()) {
+                        state.write_back(slot, current);
                         match lru {
                             LruMove::None => {}
                             LruMove::Read => state.bump(slot, now),
@@ -487,21 +490,22 @@ impl Store {
                 Plan::Remove { result } => {
                     if let Some(slot) = slot {
                         let item = state.remove(slot);
-                        self.used_bytes.fetch_sub(item.size(), Ordering::AcqRel);
+                        self.used_bytes.fetch_sub(item.footprint(), Ordering::AcqRel);
                     }
                     result
                 }
                 Plan::Put { item, result } => {
-                    let need = item.size();
-                    if need > self.item_size_max {
+                    let size = item.size();
+                    if size > self.item_size_max {
                         return Err(StoreError::TooLarge {
-                            size: need,
+                            size,
                             max: self.item_size_max,
                         });
                     }
-                    // Replacing credits the old item's bytes: only growth
+                    // Replacing credits the old item's memory: only growth
                     // is claimed from the budget.
-                    let old_size = slot.map_or(0, |slot| state.item(slot).size());
+                    let need = item.footprint();
+                    let old_size = current.as_ref().map_or(0, Item::footprint);
                     let extra = need.saturating_sub(old_size);
                     if reservation.bytes < extra && !reservation.try_grow(extra - reservation.bytes)
                     {
@@ -512,13 +516,13 @@ impl Store {
                     reservation.consume(extra);
                     match slot {
                         Some(slot) => {
-                            state.replace(slot, item);
+                            state.replace(slot, &item);
                             if old_size > need {
                                 self.used_bytes.fetch_sub(old_size - need, Ordering::AcqRel);
                             }
                         }
                         None => {
-                            state.insert(item);
+                            state.insert(key, &item);
                         }
                     }
                     result
@@ -531,7 +535,7 @@ impl Store {
 
     fn new_item(
         &self,
-        key: Bytes,
+        key: &[u8],
         value: Bytes,
         flags: u32,
         expiry: Expiry,
@@ -539,7 +543,7 @@ impl Store {
         now: UnixSecs,
     ) -> Item {
         Item {
-            key,
+            key_len: key.len(),
             value,
             flags,
             expiry,
@@ -579,8 +583,7 @@ impl Store {
         let state = shard.state.lock();
         let flush = self.flush_mark();
         let slot = state.lookup(key)?;
-        let item = state.item(slot);
-        is_live(item, now, &flush).then(|| item.view())
+        is_live(&state.header(slot), now, &flush).then(|| state.item(slot).view())
     }
 
     /// `touch`: sets a new expiry on a live item and bumps it. Returns false
@@ -599,9 +602,11 @@ impl Store {
         let mut state = shard.state.lock();
         let flush = self.flush_mark();
         let found = self.live_slot(&mut state, key, now, &flush).map(|slot| {
-            state.item_mut(slot).expiry = expiry;
+            let mut item = state.item(slot);
+            item.expiry = expiry;
+            state.write_back(slot, &item);
             state.bump(slot, now);
-            state.item(slot).view()
+            item.view()
         });
         shard.publish(&state);
         found
@@ -633,7 +638,7 @@ impl Store {
                     });
                 };
                 let mut item = self.new_item(
-                    Bytes::copy_from_slice(key),
+                    key,
                     Bytes::new(),
                     0,
                     expiry,
@@ -730,13 +735,8 @@ impl Store {
         let result = self.mutate(key, now, |existing| {
             let cas_mode = request.compare_cas.is_some()
                 && matches!(request.mode, StoreMode::Set | StoreMode::Replace);
-            // An overwrite shares the stored key instead of copying it again.
-            let stored_key = existing.as_deref().map(|old| old.key.clone());
             let new_item = |value: Bytes, flags: u32, expiry: Expiry| {
                 let cas = request.new_cas.unwrap_or_else(|| self.next_cas());
-                let key = stored_key
-                    .clone()
-                    .unwrap_or_else(|| Bytes::copy_from_slice(key));
                 let mut item = self.new_item(key, value, flags, expiry, cas, now);
                 if request.binary_key {
                     item.state |= STATE_BINARY_KEY;
@@ -1017,7 +1017,7 @@ impl Store {
                 };
                 let expiry = request.new_expiry.unwrap_or(vivify.expiry);
                 let value = Bytes::from(vivify.initial.to_string());
-                let item = self.new_item(Bytes::copy_from_slice(key), value, 0, expiry, cas(), now);
+                let item = self.new_item(key, value, 0, expiry, cas(), now);
                 let created = ArithItem {
                     value: vivify.initial,
                     cas: item.cas,
@@ -1064,7 +1064,7 @@ impl Store {
                     lru: LruMove::Write,
                 });
             }
-            let mut item = self.new_item(old.key.clone(), value, old.flags, expiry, cas(), now);
+            let mut item = self.new_item(key, value, old.flags, expiry, cas(), now);
             item.state = old.state;
             let updated = ArithItem {
                 value: number,
@@ -1123,19 +1123,19 @@ impl Store {
                 state.crawl_cursor = (slot + 1) % slots;
                 report.inspected += 1;
                 state.counters.crawler_items_checked += 1;
-                let dead = match state.slot_item(slot) {
-                    Some(item) => !is_live(item, now, &flush),
+                let dead = match state.slot_header(slot) {
+                    Some(header) => !is_live(&header, now, &flush),
                     None => false,
                 };
                 if dead {
                     let item = state.remove(slot as u32);
                     state.counters.crawler_reclaimed += 1;
-                    state.class_of(&item).crawler_reclaimed += 1;
+                    state.class_of(item.size()).crawler_reclaimed += 1;
                     if !item.has(STATE_FETCHED) {
                         state.counters.expired_unfetched += 1;
-                        state.class_of(&item).expired_unfetched += 1;
+                        state.class_of(item.size()).expired_unfetched += 1;
                     }
-                    self.used_bytes.fetch_sub(item.size(), Ordering::AcqRel);
+                    self.used_bytes.fetch_sub(item.footprint(), Ordering::AcqRel);
                     report.reclaimed += 1;
                 }
             }
@@ -1159,12 +1159,12 @@ impl Store {
                 if items.len() >= limit || bytes >= key_bytes {
                     return items;
                 }
-                let item = state.item(current);
-                if is_live(item, now, &flush) {
-                    bytes += item.key.len();
+                let item = state.header(current);
+                if is_live(&item, now, &flush) {
+                    bytes += item.key_len;
                     items.push(DumpedItem {
-                        key: item.key.clone(),
-                        value_len: item.value.len(),
+                        key: Bytes::copy_from_slice(state.key(current)),
+                        value_len: item.value_len,
                         expiry: item.expiry,
                     });
                 }
@@ -1191,10 +1191,10 @@ impl Store {
         let mut metas = Vec::new();
         let mut slot = state.head();
         while let Some(current) = slot {
-            let item = state.item(current);
-            if is_live(item, now, &flush) {
+            let item = state.header(current);
+            if is_live(&item, now, &flush) {
                 metas.push(ItemMeta {
-                    key: item.key.clone(),
+                    key: Bytes::copy_from_slice(state.key(current)),
                     expiry: item.expiry,
                     last_access: item.last_access,
                     cas: item.cas,
@@ -1269,7 +1269,7 @@ impl Store {
                 if unseen == 0 {
                     break;
                 }
-                let item = state.item(slot);
+                let item = state.header(slot);
                 let id = size_class(item.size());
                 if !seen[id] {
                     seen[id] = true;
@@ -1296,12 +1296,15 @@ impl Store {
     #[cfg(test)]
     pub(crate) fn check_invariants(&self) {
         let mut bytes = 0;
+        let mut footprint = 0;
         for shard in self.shards.iter() {
             let state = shard.state.lock();
             state.check_invariants();
             bytes += state.bytes;
+            footprint += state.footprint;
         }
-        assert!(bytes <= self.max_bytes);
-        assert_eq!(bytes, self.used_bytes());
+        assert!(bytes <= footprint);
+        assert!(footprint <= self.max_bytes);
+        assert_eq!(footprint, self.used_bytes());
     }
 }
