@@ -105,7 +105,11 @@ fn rss_stays_within_the_limit_for_every_value_size_and_after_flush_all() {
     }
 
     // A mix whose proportions shift as it runs: small values first, larger ones later.
-    let mixes: [&[usize]; 3] = [&[8, 32, 32, 100], &[32, 100, 1_000, 8], &[1_000, 100_000, 8]];
+    let mixes: [&[usize]; 3] = [
+        &[8, 32, 32, 100],
+        &[32, 100, 1_000, 8],
+        &[1_000, 100_000, 8],
+    ];
     for (round, mix) in mixes.iter().enumerate() {
         let phase = format!("mix{round}");
         let written = fill(&mut conn, &phase, |index| mix[index % mix.len()]);

@@ -77,11 +77,17 @@ pub fn malloc_chunk(bytes: usize) -> u64 {
 
 /// The memory an item really costs the store, what counts against the memory limit
 /// (`-m`): its allocation (inline header, key and, below [`EXTERNAL_VALUE_MIN`], value,
-/// as the allocator rounds it), the value's own allocation above that, and
+/// as the allocator rounds it), the value's own allocation above that (whole pages from
+/// [`MAPPED_VALUE_MIN`] on), and
 /// [`ITEM_BOOKKEEPING_BYTES`]. It is larger than [`item_size`] for small items (32-byte
 /// values with 16-byte keys cost 124 bytes, account 107), smaller for large ones.
 pub fn item_footprint(key_len: usize, value_len: usize) -> u64 {
-    if value_len >= EXTERNAL_VALUE_MIN {
+    if value_len >= MAPPED_VALUE_MIN {
+        malloc_chunk(INLINE_HEADER_BYTES + key_len)
+            + (value_len.div_ceil(PAGE_BYTES) * PAGE_BYTES) as u64
+            + ITEM_BOOKKEEPING_BYTES
+            + EXTERNAL_VALUE_BOOKKEEPING_BYTES
+    } else if value_len >= EXTERNAL_VALUE_MIN {
         malloc_chunk(INLINE_HEADER_BYTES + key_len)
             + malloc_chunk(value_len)
             + ITEM_BOOKKEEPING_BYTES
@@ -145,4 +151,84 @@ pub struct ItemView {
     pub expiry: Expiry,
     /// The key was stored base64-encoded (`ms … b`); meta `k` returns it encoded.
     pub binary_key: bool,
+}
+
+/// Values this long or longer get a memory mapping of their own ([`MappedValue`]): freeing
+/// one returns its pages to the kernel at once, so large values never leave holes in the
+/// allocator's heap that small items would then pin.
+pub const MAPPED_VALUE_MIN: usize = 64 * 1024;
+
+/// A value in an anonymous private mapping of its own, unmapped when the last [`Bytes`]
+/// that shares it is dropped.
+pub(crate) struct MappedValue {
+    start: std::ptr::NonNull<u8>,
+    len: usize,
+    mapped: usize,
+}
+
+// SAFETY: the mapping is owned exclusively by this value and never written after
+// construction, so moving it between threads or sharing `&` across them is sound.
+unsafe impl Send for MappedValue {}
+// SAFETY: as above; only reads are possible through `&MappedValue`.
+unsafe impl Sync for MappedValue {}
+
+impl MappedValue {
+    /// Copies `data` into a new mapping; `None` if the kernel refuses one.
+    pub fn copy_of(data: &[u8]) -> Option<MappedValue> {
+        let mapped = data.len().div_ceil(PAGE_BYTES).max(1) * PAGE_BYTES;
+        // SAFETY: an anonymous private mapping at an address the kernel chooses; the result
+        // is checked for MAP_FAILED before use.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                mapped,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return None;
+        }
+        let start = std::ptr::NonNull::new(raw.cast::<u8>())?;
+        // SAFETY: the mapping is `mapped >= data.len()` bytes, writable, and cannot overlap
+        // `data`, which lives in memory mapped before.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), start.as_ptr(), data.len());
+        }
+        Some(MappedValue {
+            start,
+            len: data.len(),
+            mapped,
+        })
+    }
+}
+
+impl AsRef<[u8]> for MappedValue {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `start` points at `mapped >= len` readable bytes for the life of `self`,
+        // of which the first `len` were initialised in `copy_of`.
+        unsafe { std::slice::from_raw_parts(self.start.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for MappedValue {
+    fn drop(&mut self) {
+        // SAFETY: the range is exactly the mapping made in `copy_of`, and no reference into
+        // it outlives `self`.
+        unsafe {
+            libc::munmap(self.start.as_ptr().cast(), self.mapped);
+        }
+    }
+}
+
+/// A long value's own copy: a mapping from [`MAPPED_VALUE_MIN`] bytes on, else the heap.
+pub(crate) fn external_copy(value: &[u8]) -> Bytes {
+    if value.len() >= MAPPED_VALUE_MIN {
+        if let Some(mapped) = MappedValue::copy_of(value) {
+            return Bytes::from_owner(mapped);
+        }
+    }
+    Bytes::copy_from_slice(value)
 }

@@ -122,7 +122,7 @@ pub use crate::error::StoreError;
 pub use crate::item::{
     item_footprint, item_size, malloc_chunk, ItemView, EXTERNAL_VALUE_BOOKKEEPING_BYTES,
     EXTERNAL_VALUE_MIN, INLINE_HEADER_BYTES, ITEM_BOOKKEEPING_BYTES, ITEM_FLAGS_BYTES,
-    ITEM_HEADER_BYTES, KEY_MAX_LEN,
+    ITEM_HEADER_BYTES, KEY_MAX_LEN, MAPPED_VALUE_MIN,
 };
 pub use crate::ops::{
     flush_deadline, ArithDirection, ArithItem, ArithOutcome, ArithRequest, ArithVivify, ClassStats,

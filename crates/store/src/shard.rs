@@ -11,15 +11,16 @@
 //!   external: slot → Bytes       long values, in allocations of their own
 //! ```
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 
 use bytes::Bytes;
 use hashbrown::HashTable;
 
 use crate::class::{size_class, SIZE_CLASS_LIMIT};
 use crate::item::{
-    item_footprint, item_size, Item, EXTERNAL_VALUE_MIN, INLINE_HEADER_BYTES, STATE_EXTERNAL_VALUE,
-    STATE_FETCHED,
+    external_copy, item_footprint, item_size, Item, EXTERNAL_VALUE_MIN, INLINE_HEADER_BYTES,
+    STATE_EXTERNAL_VALUE, STATE_FETCHED,
 };
 use crate::ops::ClassStats;
 use crate::time::{Expiry, UnixSecs};
@@ -152,7 +153,10 @@ pub(crate) struct ShardState {
     hasher: ahash::RandomState,
     index: HashTable<u32>,
     slots: Vec<Option<Box<[u8]>>>,
-    free: Vec<u32>,
+    /// Vacated slots, lowest first so that items gather at the front and the table's
+    /// free tail can be cut off. An entry may be stale (its slot reused or cut off):
+    /// it is checked when taken.
+    free: BinaryHeap<Reverse<u32>>,
     /// Values of [`EXTERNAL_VALUE_MIN`] bytes or more, by slot.
     external: HashMap<u32, Bytes, ahash::RandomState>,
     head: u32,
@@ -175,7 +179,7 @@ impl ShardState {
             hasher,
             index: HashTable::new(),
             slots: Vec::new(),
-            free: Vec::new(),
+            free: BinaryHeap::new(),
             head: NIL,
             tail: NIL,
             bytes: 0,
@@ -367,7 +371,7 @@ impl ShardState {
         if external != 0 {
             if let Some(value) = self.external.get_mut(&slot) {
                 if value.as_ptr() != item.value.as_ptr() && value.len() == item.value.len() {
-                    *value = Bytes::copy_from_slice(&item.value);
+                    *value = external_copy(&item.value);
                 }
             }
         }
@@ -403,7 +407,7 @@ impl ShardState {
         data.extend_from_slice(&NIL.to_le_bytes());
         data.extend_from_slice(&key[..usize::from(key_len)]);
         let value = if external {
-            Some(Bytes::copy_from_slice(&item.value))
+            Some(external_copy(&item.value))
         } else {
             data.extend_from_slice(&item.value);
             None
@@ -433,7 +437,7 @@ impl ShardState {
         self.account_added(item.size(), item.footprint());
         self.counters.total_items += 1;
         let (data, value) = ShardState::encode(key, item);
-        let slot = match self.free.pop() {
+        let slot = match self.take_free_slot() {
             Some(slot) => {
                 self.slots[slot as usize] = Some(data);
                 slot
@@ -453,10 +457,11 @@ impl ShardState {
         }
         let hash = self.hasher.hash_one(key);
         let (hasher, slots) = (&self.hasher, &self.slots);
-        self.index.insert_unique(hash, slot, |&other| match slots.get(other as usize) {
-            Some(Some(data)) => hasher.hash_one(key_of(data)),
-            _ => 0,
-        });
+        self.index
+            .insert_unique(hash, slot, |&other| match slots.get(other as usize) {
+                Some(Some(data)) => hasher.hash_one(key_of(data)),
+                _ => 0,
+            });
         self.attach_head(slot);
         slot
     }
@@ -498,9 +503,44 @@ impl ShardState {
         if header.has(STATE_EXTERNAL_VALUE) {
             self.external.remove(&slot);
         }
-        self.free.push(slot);
+        self.free.push(Reverse(slot));
         self.account_removed(&header);
+        self.shrink_if_sparse();
         header
+    }
+
+    /// The lowest vacated slot still inside the table, if any.
+    fn take_free_slot(&mut self) -> Option<u32> {
+        while let Some(Reverse(slot)) = self.free.pop() {
+            if matches!(self.slots.get(slot as usize), Some(None)) {
+                return Some(slot);
+            }
+        }
+        None
+    }
+
+    /// Gives back the memory of a table that holds far fewer items than it once did (a
+    /// fill with small items followed by large ones): the slot table loses its vacant
+    /// tail, and both it and the key index shrink once a quarter full.
+    fn shrink_if_sparse(&mut self) {
+        while matches!(self.slots.last(), Some(None)) {
+            self.slots.pop();
+        }
+        if self.slots.capacity() > 64 && self.slots.len() < self.slots.capacity() / 4 {
+            self.slots.shrink_to(self.slots.len() * 2);
+            let live = self.slots.len();
+            self.free.retain(|&Reverse(slot)| (slot as usize) < live);
+            self.free.shrink_to_fit();
+        }
+        if self.index.capacity() > 64 && self.index.len() < self.index.capacity() / 4 {
+            let (hasher, slots) = (&self.hasher, &self.slots);
+            self.index.shrink_to(self.index.len() * 2, |&other| {
+                match slots.get(other as usize) {
+                    Some(Some(data)) => hasher.hash_one(key_of(data)),
+                    _ => 0,
+                }
+            });
+        }
     }
 
     /// The figures of the size class of an item of accounted size `size`.
@@ -557,7 +597,8 @@ impl ShardState {
         }
         assert_eq!(self.tail, newer);
         assert_eq!(count, self.index.len());
-        assert_eq!(count + self.free.len(), self.slots.len());
+        let vacant = self.slots.iter().filter(|slot| slot.is_none()).count();
+        assert_eq!(count + vacant, self.slots.len());
         assert_eq!(self.external.len(), {
             let mut external = 0;
             for index in 0..self.slots.len() {

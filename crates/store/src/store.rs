@@ -32,6 +32,11 @@ pub const DEFAULT_HASH_SEED: u64 = 0x7a11_7a11_5eed_0001;
 pub const EVICTION_TAIL_SEARCH: usize = 5;
 /// Slots the crawler inspects per shard lock hold.
 pub const CRAWL_SLICE: usize = 64;
+/// The allocator is asked to return free pages each time items worth this fraction of the
+/// memory limit have been freed.
+const TRIM_EVERY_FRACTION_OF_LIMIT: u64 = 8;
+/// … but not more often than every this many freed bytes.
+const TRIM_EVERY_MIN: u64 = 512 * 1024;
 
 /// Store configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,6 +171,13 @@ pub struct Store {
     flush_oldest_cas: AtomicU64,
     flush_lock: Mutex<()>,
     crawl_next_shard: AtomicUsize,
+    /// Where the next eviction starts looking, so that ties rotate over the shards.
+    evict_next_shard: AtomicUsize,
+    /// Footprint of the items freed since the allocator was last asked to return free
+    /// pages ([`Store::trim_allocator_if_due`]).
+    freed_since_trim: AtomicU64,
+    /// How many freed bytes make a trim due.
+    trim_every: u64,
 }
 
 impl std::fmt::Debug for Store {
@@ -294,6 +306,9 @@ impl Store {
             flush_oldest_cas: AtomicU64::new(0),
             flush_lock: Mutex::new(()),
             crawl_next_shard: AtomicUsize::new(0),
+            evict_next_shard: AtomicUsize::new(0),
+            freed_since_trim: AtomicU64::new(0),
+            trim_every: (config.max_bytes / TRIM_EVERY_FRACTION_OF_LIMIT).max(TRIM_EVERY_MIN),
         })
     }
 
@@ -330,6 +345,33 @@ impl Store {
         }
     }
 
+    /// Gives `footprint` bytes of a freed item back to the budget.
+    fn release(&self, footprint: u64) {
+        self.used_bytes.fetch_sub(footprint, Ordering::AcqRel);
+        self.freed_since_trim
+            .fetch_add(footprint, Ordering::Relaxed);
+    }
+
+    /// Once items worth an eighth of the limit have been freed since the last time, asks
+    /// the allocator to hand the whole free pages it keeps back to the kernel (glibc's
+    /// `malloc_trim`). Items of a size the workload no longer writes leave their memory
+    /// free but resident otherwise, and the process would outgrow the limit when the sizes
+    /// shift. Called with no lock held.
+    fn trim_allocator_if_due(&self) {
+        if self.freed_since_trim.load(Ordering::Relaxed) < self.trim_every {
+            return;
+        }
+        if self.freed_since_trim.swap(0, Ordering::AcqRel) < self.trim_every {
+            return;
+        }
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim only walks and releases the allocator's own free chunks; it
+        // takes the allocator's locks and has no preconditions.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    }
+
     /// Looks `key` up; a dead (expired or flushed) item is removed on the
     /// spot and reported as absent.
     fn live_slot(
@@ -351,18 +393,22 @@ impl Store {
             state.counters.get_expired += 1;
         }
         let dead = state.remove(slot);
-        self.used_bytes.fetch_sub(dead.footprint(), Ordering::AcqRel);
+        self.release(dead.footprint());
         None
     }
 
     /// Evicts (or reclaims) one item from the shard whose LRU tail is the
-    /// oldest, `home` winning ties. Takes exactly one shard lock and no other.
-    /// Returns false if every shard looked empty.
-    fn evict_one(&self, home: usize, now: UnixSecs) -> bool {
-        let mut victim = home;
-        let mut victim_age = self.shards[home].oldest_access.load(Ordering::Relaxed);
-        for (index, shard) in self.shards.iter().enumerate() {
-            let age = shard.oldest_access.load(Ordering::Relaxed);
+    /// oldest; ties (tails last used in the same second) go round robin, so that
+    /// the shards give up their oldest items in turn. Takes exactly one shard lock
+    /// and no other. Returns false if every shard looked empty.
+    fn evict_one(&self, now: UnixSecs) -> bool {
+        let count = self.shards.len();
+        let first = self.evict_next_shard.fetch_add(1, Ordering::Relaxed) % count;
+        let mut victim = first;
+        let mut victim_age = u64::MAX;
+        for offset in 0..count {
+            let index = (first + offset) % count;
+            let age = self.shards[index].oldest_access.load(Ordering::Relaxed);
             if age < victim_age {
                 victim = index;
                 victim_age = age;
@@ -415,7 +461,7 @@ impl Store {
                     state.counters.evicted_unfetched += 1;
                 }
             }
-            self.used_bytes.fetch_sub(item.footprint(), Ordering::AcqRel);
+            self.release(item.footprint());
         }
         shard.publish(&state);
         true
@@ -427,7 +473,6 @@ impl Store {
         &self,
         reservation: &mut Reservation<'_>,
         target: u64,
-        home: usize,
         now: UnixSecs,
     ) -> Result<(), StoreError> {
         if target > self.max_bytes {
@@ -438,7 +483,7 @@ impl Store {
             if reservation.try_grow(target - reservation.bytes) {
                 break;
             }
-            if self.evict_one(home, now) {
+            if self.evict_one(now) {
                 fruitless = 0;
             } else if !self.evict_to_free {
                 return Err(StoreError::OutOfMemory { size: target });
@@ -461,6 +506,17 @@ impl Store {
     /// lock at a time) while holding the claimed bytes, and runs `plan` again
     /// on whatever the item is then.
     fn mutate<R>(
+        &self,
+        key: &[u8],
+        now: UnixSecs,
+        plan: impl FnMut(Option<&mut Item>) -> Result<Plan<R>, StoreError>,
+    ) -> Result<R, StoreError> {
+        let result = self.mutate_locked(key, now, plan);
+        self.trim_allocator_if_due();
+        result
+    }
+
+    fn mutate_locked<R>(
         &self,
         key: &[u8],
         now: UnixSecs,
@@ -490,7 +546,7 @@ impl Store {
                 Plan::Remove { result } => {
                     if let Some(slot) = slot {
                         let item = state.remove(slot);
-                        self.used_bytes.fetch_sub(item.footprint(), Ordering::AcqRel);
+                        self.release(item.footprint());
                     }
                     result
                 }
@@ -510,13 +566,14 @@ impl Store {
                     if reservation.bytes < extra && !reservation.try_grow(extra - reservation.bytes)
                     {
                         drop(state);
-                        self.reserve(&mut reservation, extra, home, now)?;
+                        self.reserve(&mut reservation, extra, now)?;
                         continue;
                     }
                     reservation.consume(extra);
                     match slot {
                         Some(slot) => {
                             state.replace(slot, &item);
+                            self.freed_since_trim.fetch_add(old_size, Ordering::Relaxed);
                             if old_size > need {
                                 self.used_bytes.fetch_sub(old_size - need, Ordering::AcqRel);
                             }
@@ -637,14 +694,7 @@ impl Store {
                         lru: LruMove::None,
                     });
                 };
-                let mut item = self.new_item(
-                    key,
-                    Bytes::new(),
-                    0,
-                    expiry,
-                    self.next_cas(),
-                    now,
-                );
+                let mut item = self.new_item(key, Bytes::new(), 0, expiry, self.next_cas(), now);
                 item.state = STATE_WIN_TOKEN_SENT;
                 if !request.no_bump {
                     item.state |= STATE_FETCHED;
@@ -1135,12 +1185,13 @@ impl Store {
                         state.counters.expired_unfetched += 1;
                         state.class_of(item.size()).expired_unfetched += 1;
                     }
-                    self.used_bytes.fetch_sub(item.footprint(), Ordering::AcqRel);
+                    self.release(item.footprint());
                     report.reclaimed += 1;
                 }
             }
             shard.publish(&state);
         }
+        self.trim_allocator_if_due();
         report
     }
 

@@ -6,9 +6,9 @@ use bytes::Bytes;
 use proptest::prelude::{prop, prop_assert, prop_assert_eq, proptest, ProptestConfig, Strategy};
 
 use crate::{
-    item_footprint, item_size, size_class, ArithDirection, ArithOutcome, ArithRequest, ArithVivify, DeleteOutcome,
-    DeleteRequest, Expiry, MetaGetRequest, Store, StoreConfig, StoreError, StoreMode, StoreRequest,
-    StoreStatus, UnixSecs, RELATIVE_EXPTIME_MAX,
+    item_footprint, item_size, size_class, ArithDirection, ArithOutcome, ArithRequest, ArithVivify,
+    DeleteOutcome, DeleteRequest, Expiry, MetaGetRequest, Store, StoreConfig, StoreError,
+    StoreMode, StoreRequest, StoreStatus, UnixSecs, RELATIVE_EXPTIME_MAX,
 };
 
 const T0: UnixSecs = UnixSecs(1_700_000_000);
