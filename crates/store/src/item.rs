@@ -153,7 +153,7 @@ pub struct ItemView {
     pub binary_key: bool,
 }
 
-/// Values this long or longer get a memory mapping of their own ([`MappedValue`]): freeing
+/// Values this long or longer get a memory mapping of their own: freeing
 /// one returns its pages to the kernel at once, so large values never leave holes in the
 /// allocator's heap that small items would then pin.
 pub const MAPPED_VALUE_MIN: usize = 64 * 1024;
