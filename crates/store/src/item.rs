@@ -38,10 +38,70 @@ pub(crate) const STATE_WIN_TOKEN_SENT: u8 = 4;
 /// replies return it encoded (memcached's `ITEM_KEY_BINARY`).
 pub(crate) const STATE_BINARY_KEY: u8 = 8;
 
-/// One stored item.
+/// Item state bit: the value is held in its own allocation, not inline after the key
+/// (values of [`EXTERNAL_VALUE_MIN`] bytes or more).
+pub(crate) const STATE_EXTERNAL_VALUE: u8 = 16;
+
+/// Values this long or longer are kept in an allocation of their own, shared (not copied)
+/// with readers; shorter ones are stored inline after the key and copied out on a read.
+pub const EXTERNAL_VALUE_MIN: usize = 4096;
+
+/// Bytes of the inline header the store keeps in front of each item's key: key length,
+/// state bits, flags, CAS, expiry, last access and the two LRU links.
+pub const INLINE_HEADER_BYTES: usize = 38;
+
+/// Bytes charged per item for its entries outside its allocation: the 16-byte slot that
+/// owns it, a free-list entry when the slot is vacated, and its share of the key index
+/// (5 bytes per bucket at up to 7/8 load).
+pub const ITEM_BOOKKEEPING_BYTES: u64 = 28;
+
+/// Extra bytes charged for a value kept in its own allocation: the shared handle a
+/// reader's clone allocates and the entry of the shard's external value table.
+pub const EXTERNAL_VALUE_BOOKKEEPING_BYTES: u64 = 96;
+
+/// Requests this large are served by glibc's malloc with a mapping of their own.
+const MALLOC_MMAP_THRESHOLD: usize = 128 * 1024;
+/// The page a mapping is rounded up to.
+const PAGE_BYTES: usize = 4096;
+
+/// What glibc's malloc really takes for a request of `bytes`: 8 bytes of chunk header,
+/// rounded up to 16 (at least 32), or to whole pages for a request it maps on its own.
+pub fn malloc_chunk(bytes: usize) -> u64 {
+    let chunk = ((bytes + 8 + 15) & !15).max(32);
+    if chunk >= MALLOC_MMAP_THRESHOLD {
+        chunk.div_ceil(PAGE_BYTES) as u64 * PAGE_BYTES as u64
+    } else {
+        chunk as u64
+    }
+}
+
+/// The memory an item really costs the store, what counts against the memory limit
+/// (`-m`): its allocation (inline header, key and, below [`EXTERNAL_VALUE_MIN`], value,
+/// as the allocator rounds it), the value's own allocation above that (whole pages from
+/// [`MAPPED_VALUE_MIN`] on), and
+/// [`ITEM_BOOKKEEPING_BYTES`]. It is larger than [`item_size`] for small items (32-byte
+/// values with 16-byte keys cost 124 bytes, account 107), smaller for large ones.
+pub fn item_footprint(key_len: usize, value_len: usize) -> u64 {
+    if value_len >= MAPPED_VALUE_MIN {
+        malloc_chunk(INLINE_HEADER_BYTES + key_len)
+            + (value_len.div_ceil(PAGE_BYTES) * PAGE_BYTES) as u64
+            + ITEM_BOOKKEEPING_BYTES
+            + EXTERNAL_VALUE_BOOKKEEPING_BYTES
+    } else if value_len >= EXTERNAL_VALUE_MIN {
+        malloc_chunk(INLINE_HEADER_BYTES + key_len)
+            + malloc_chunk(value_len)
+            + ITEM_BOOKKEEPING_BYTES
+            + EXTERNAL_VALUE_BOOKKEEPING_BYTES
+    } else {
+        malloc_chunk(INLINE_HEADER_BYTES + key_len + value_len) + ITEM_BOOKKEEPING_BYTES
+    }
+}
+
+/// One item as the store's operations see it, decoded from its inline form (the key is
+/// the caller's; only its length is kept here).
 #[derive(Debug, Clone)]
 pub(crate) struct Item {
-    pub key: Bytes,
+    pub key_len: usize,
     pub value: Bytes,
     pub flags: u32,
     pub expiry: Expiry,
@@ -51,8 +111,14 @@ pub(crate) struct Item {
 }
 
 impl Item {
+    /// Accounted size ([`item_size`]).
     pub fn size(&self) -> u64 {
-        item_size(self.key.len(), self.value.len(), self.flags)
+        item_size(self.key_len, self.value.len(), self.flags)
+    }
+
+    /// Real memory ([`item_footprint`]).
+    pub fn footprint(&self) -> u64 {
+        item_footprint(self.key_len, self.value.len())
     }
 
     pub fn has(&self, bit: u8) -> bool {
@@ -70,9 +136,9 @@ impl Item {
     }
 }
 
-/// What a read hands back: the value is a reference-counted [`Bytes`]
-/// clone, so the caller can write it to a socket after the shard lock is
-/// released, however large it is.
+/// What a read hands back: the value is a [`Bytes`] the caller owns (a copy
+/// of a short inline value, a shared handle on a long one), so it can be written
+/// to a socket after the shard lock is released.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ItemView {
     /// The value (shared, not copied).
@@ -85,4 +151,84 @@ pub struct ItemView {
     pub expiry: Expiry,
     /// The key was stored base64-encoded (`ms … b`); meta `k` returns it encoded.
     pub binary_key: bool,
+}
+
+/// Values this long or longer get a memory mapping of their own: freeing
+/// one returns its pages to the kernel at once, so large values never leave holes in the
+/// allocator's heap that small items would then pin.
+pub const MAPPED_VALUE_MIN: usize = 64 * 1024;
+
+/// A value in an anonymous private mapping of its own, unmapped when the last [`Bytes`]
+/// that shares it is dropped.
+pub(crate) struct MappedValue {
+    start: std::ptr::NonNull<u8>,
+    len: usize,
+    mapped: usize,
+}
+
+// SAFETY: the mapping is owned exclusively by this value and never written after
+// construction, so moving it between threads or sharing `&` across them is sound.
+unsafe impl Send for MappedValue {}
+// SAFETY: as above; only reads are possible through `&MappedValue`.
+unsafe impl Sync for MappedValue {}
+
+impl MappedValue {
+    /// Copies `data` into a new mapping; `None` if the kernel refuses one.
+    pub fn copy_of(data: &[u8]) -> Option<MappedValue> {
+        let mapped = data.len().div_ceil(PAGE_BYTES).max(1) * PAGE_BYTES;
+        // SAFETY: an anonymous private mapping at an address the kernel chooses; the result
+        // is checked for MAP_FAILED before use.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                mapped,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return None;
+        }
+        let start = std::ptr::NonNull::new(raw.cast::<u8>())?;
+        // SAFETY: the mapping is `mapped >= data.len()` bytes, writable, and cannot overlap
+        // `data`, which lives in memory mapped before.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), start.as_ptr(), data.len());
+        }
+        Some(MappedValue {
+            start,
+            len: data.len(),
+            mapped,
+        })
+    }
+}
+
+impl AsRef<[u8]> for MappedValue {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `start` points at `mapped >= len` readable bytes for the life of `self`,
+        // of which the first `len` were initialised in `copy_of`.
+        unsafe { std::slice::from_raw_parts(self.start.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for MappedValue {
+    fn drop(&mut self) {
+        // SAFETY: the range is exactly the mapping made in `copy_of`, and no reference into
+        // it outlives `self`.
+        unsafe {
+            libc::munmap(self.start.as_ptr().cast(), self.mapped);
+        }
+    }
+}
+
+/// A long value's own copy: a mapping from [`MAPPED_VALUE_MIN`] bytes on, else the heap.
+pub(crate) fn external_copy(value: &[u8]) -> Bytes {
+    if value.len() >= MAPPED_VALUE_MIN {
+        if let Some(mapped) = MappedValue::copy_of(value) {
+            return Bytes::from_owner(mapped);
+        }
+    }
+    Bytes::copy_from_slice(value)
 }

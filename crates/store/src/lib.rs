@@ -4,8 +4,10 @@
 //! ```text
 //!   worker 1 ─┐                     Arc<Store>
 //!   worker 2 ─┼─ key ─ hash ─▶ shard i = hash % N ─▶ Mutex<ShardState>
-//!   worker N ─┘                                       ├ HashMap<key, slot>
-//!                                                     ├ slab of nodes + LRU list
+//!   worker N ─┘                                       ├ HashTable<slot> (key compared in the item)
+//!                                                     ├ slots: one allocation per item
+//!                                                     │  (header + LRU links + key + short value)
+//!                                                     ├ long values: own allocation / mapping
 //!                                                     └ counters
 //!   global atomics: used_bytes (≤ max_bytes) · CAS counter · flush watermark
 //!   housekeeping thread ─▶ crawl_expired(now, budget) ─▶ one shard at a time
@@ -21,27 +23,37 @@
 //! is an atomic: the byte budget `used_bytes`, the CAS counter, the flush
 //! watermark, and each shard's published "oldest access" second.
 //!
-//! Values are [`bytes::Bytes`]: a read clones the handle under the lock and
-//! the caller writes the value to the socket after the lock is gone.
+//! A read hands back a [`bytes::Bytes`] the caller owns: a copy of a value
+//! shorter than [`EXTERNAL_VALUE_MIN`] (stored inline with its key), a shared
+//! handle on a longer one (kept in an allocation of its own, from
+//! [`MAPPED_VALUE_MIN`] in a memory mapping of its own), so the caller writes
+//! it to the socket after the lock is gone.
 //!
 //! # Memory limit and eviction
 //!
-//! Each item is accounted as [`item_size`]: key + value + 59 bytes of
-//! memcached-1.6 header (+4 for non-zero flags). `used_bytes` is a single
-//! global counter, only ever increased by a compare-and-swap that keeps it
-//! `<= max_bytes`, so the store **never** holds more than the limit, and any
-//! item up to `-I` can be stored whichever shard it hashes to (shards share
-//! the global budget; they have no quotas of their own).
+//! Each item is charged its [`item_footprint`]: the memory it really costs
+//! (its allocation as glibc's malloc rounds it, a long value's own allocation,
+//! and its slot and index entries), not memcached's accounted [`item_size`]
+//! (key + value + 59 bytes of header, +4 for non-zero flags), which the
+//! `bytes` statistic and the `-I` check keep using. `used_bytes` is a single
+//! global counter of footprints, only ever increased by a compare-and-swap that
+//! keeps it `<= max_bytes`, so the items **never** take more memory than the
+//! limit, and any item up to `-I` can be stored whichever shard it hashes to
+//! (shards share the global budget; they have no quotas of their own). Freed
+//! memory is handed back: each time items worth an eighth of the limit have
+//! been freed the store asks glibc to return free pages (`malloc_trim`), and a
+//! shard's slot table and index shrink once a quarter full, so a shift of item
+//! sizes does not leave the old items' memory resident.
 //!
 //! A store decides under its shard lock, then claims from the budget only
-//! the bytes it adds (new size minus the size of the item it replaces, so an
-//! overwrite of equal size never evicts). If the claim does not fit, it
+//! the bytes it adds (new footprint minus the footprint of the item it
+//! replaces, so an overwrite of equal size never evicts). If the claim does not fit, it
 //! drops the lock and evicts one item at a time until it does (holding the
 //! claimed bytes so concurrent writers cannot take them), then re-takes the
 //! lock and re-runs the decision on the possibly changed item. The victim
 //! shard is the one whose LRU tail was accessed longest ago (each shard
-//! publishes its tail's last-access second in an atomic; ties go to the
-//! writer's own shard), so eviction approximates a global LRU. Within the
+//! publishes its tail's last-access second in an atomic; ties rotate over the
+//! shards), so eviction approximates a global LRU. Within the
 //! victim shard it looks at the 5 oldest items for an expired/flushed one to
 //! *reclaim* first, else it *evicts* the LRU tail. Eviction takes only the
 //! victim's lock, never while holding another.
@@ -119,7 +131,11 @@ mod tests;
 
 pub use crate::class::{class_chunk_sizes, size_class, LARGEST_CHUNK, SIZE_CLASS_LIMIT};
 pub use crate::error::StoreError;
-pub use crate::item::{item_size, ItemView, ITEM_FLAGS_BYTES, ITEM_HEADER_BYTES, KEY_MAX_LEN};
+pub use crate::item::{
+    item_footprint, item_size, malloc_chunk, ItemView, EXTERNAL_VALUE_BOOKKEEPING_BYTES,
+    EXTERNAL_VALUE_MIN, INLINE_HEADER_BYTES, ITEM_BOOKKEEPING_BYTES, ITEM_FLAGS_BYTES,
+    ITEM_HEADER_BYTES, KEY_MAX_LEN, MAPPED_VALUE_MIN,
+};
 pub use crate::ops::{
     flush_deadline, ArithDirection, ArithItem, ArithOutcome, ArithRequest, ArithVivify, ClassStats,
     CrawlReport, DeleteOutcome, DeleteRequest, DumpedItem, ItemMeta, MetaGetHit, MetaGetRequest,

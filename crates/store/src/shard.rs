@@ -1,24 +1,109 @@
-//! One shard: a hash index over a slab of nodes threaded on an intrusive,
-//! doubly linked LRU list. Everything here runs under the shard's mutex.
+//! One shard: items stored inline, one allocation each (header, key and short value
+//! together), owned by a slot table, found through a compact hash index of slot numbers, and
+//! threaded on an intrusive doubly linked LRU list whose links live in the items' headers.
+//! Everything here runs under the shard's mutex.
+//!
+//! ```text
+//!   index: HashTable<u32 slot>   (the key is compared in the item itself)
+//!   slots: [Option<Box<[u8]>>]   one allocation per item:
+//!          key_len u8 · state u8 · flags u32 · cas u64 · expiry u64 · last_access u64
+//!          · newer u32 · older u32 · key · value (inline below EXTERNAL_VALUE_MIN)
+//!   external: slot → Bytes       long values, in allocations of their own
+//! ```
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 
 use bytes::Bytes;
+use hashbrown::HashTable;
 
 use crate::class::{size_class, SIZE_CLASS_LIMIT};
-use crate::item::{Item, STATE_FETCHED};
+use crate::item::{
+    external_copy, item_footprint, item_size, Item, EXTERNAL_VALUE_MIN, INLINE_HEADER_BYTES,
+    STATE_EXTERNAL_VALUE, STATE_FETCHED,
+};
 use crate::ops::ClassStats;
-use crate::time::UnixSecs;
+use crate::time::{Expiry, UnixSecs};
 
 const NIL: u32 = u32::MAX;
 
-#[derive(Debug)]
-struct Node {
-    item: Item,
-    /// Towards the most recently used end (head).
-    newer: u32,
-    /// Towards the least recently used end (tail).
-    older: u32,
+const OFFSET_KEY_LEN: usize = 0;
+const OFFSET_STATE: usize = 1;
+const OFFSET_FLAGS: usize = 2;
+const OFFSET_CAS: usize = 6;
+const OFFSET_EXPIRY: usize = 14;
+const OFFSET_ACCESS: usize = 22;
+const OFFSET_NEWER: usize = 30;
+const OFFSET_OLDER: usize = 34;
+/// The stored expiry of an item that never expires ([`Expiry::from_protocol`] never
+/// produces this second).
+const EXPIRY_NEVER: u64 = u64::MAX;
+
+fn read_u32(data: &[u8], offset: usize) -> u32 {
+    let mut raw = [0u8; 4];
+    raw.copy_from_slice(&data[offset..offset + 4]);
+    u32::from_le_bytes(raw)
+}
+
+fn read_u64(data: &[u8], offset: usize) -> u64 {
+    let mut raw = [0u8; 8];
+    raw.copy_from_slice(&data[offset..offset + 8]);
+    u64::from_le_bytes(raw)
+}
+
+fn write_u32(data: &mut [u8], offset: usize, value: u32) {
+    data[offset..offset + 4].copy_from_slice(&value.to_le_bytes());
+}
+
+fn write_u64(data: &mut [u8], offset: usize, value: u64) {
+    data[offset..offset + 8].copy_from_slice(&value.to_le_bytes());
+}
+
+fn encode_expiry(expiry: Expiry) -> u64 {
+    match expiry {
+        Expiry::Never => EXPIRY_NEVER,
+        Expiry::At(at) => at.0.min(EXPIRY_NEVER - 1),
+    }
+}
+
+fn decode_expiry(raw: u64) -> Expiry {
+    if raw == EXPIRY_NEVER {
+        Expiry::Never
+    } else {
+        Expiry::At(UnixSecs(raw))
+    }
+}
+
+fn key_of(data: &[u8]) -> &[u8] {
+    let key_len = usize::from(data[OFFSET_KEY_LEN]);
+    &data[INLINE_HEADER_BYTES..INLINE_HEADER_BYTES + key_len]
+}
+
+/// An item's header fields without its value (what the crawler, eviction and the dumps
+/// look at).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Header {
+    pub key_len: usize,
+    pub value_len: usize,
+    pub flags: u32,
+    pub expiry: Expiry,
+    pub cas: u64,
+    pub last_access: UnixSecs,
+    pub state: u8,
+}
+
+impl Header {
+    pub fn size(&self) -> u64 {
+        item_size(self.key_len, self.value_len, self.flags)
+    }
+
+    pub fn footprint(&self) -> u64 {
+        item_footprint(self.key_len, self.value_len)
+    }
+
+    pub fn has(&self, bit: u8) -> bool {
+        self.state & bit != 0
+    }
 }
 
 /// Counters kept per shard under its lock and summed by `Store::stats`.
@@ -47,32 +132,39 @@ pub(crate) struct FlushMark {
 }
 
 impl FlushMark {
-    pub fn flushes(&self, item: &Item, now: UnixSecs) -> bool {
+    pub fn flushes(&self, last_access: UnixSecs, cas: u64, now: UnixSecs) -> bool {
         let Some(oldest_live) = self.oldest_live else {
             return false;
         };
         if oldest_live > now.0 {
             return false;
         }
-        item.last_access.0 <= oldest_live
-            || (self.oldest_cas != 0 && item.cas != 0 && item.cas < self.oldest_cas)
+        last_access.0 <= oldest_live || (self.oldest_cas != 0 && cas != 0 && cas < self.oldest_cas)
     }
 }
 
-/// True if `item` is neither expired nor flushed at `now`.
-pub(crate) fn is_live(item: &Item, now: UnixSecs, flush: &FlushMark) -> bool {
-    !item.expiry.is_expired(now) && !flush.flushes(item, now)
+/// True if an item with this header is neither expired nor flushed at `now`.
+pub(crate) fn is_live(header: &Header, now: UnixSecs, flush: &FlushMark) -> bool {
+    !header.expiry.is_expired(now) && !flush.flushes(header.last_access, header.cas, now)
 }
 
 #[derive(Debug)]
 pub(crate) struct ShardState {
-    index: HashMap<Bytes, u32, ahash::RandomState>,
-    nodes: Vec<Option<Node>>,
-    free: Vec<u32>,
+    hasher: ahash::RandomState,
+    index: HashTable<u32>,
+    slots: Vec<Option<Box<[u8]>>>,
+    /// Vacated slots, lowest first so that items gather at the front and the table's
+    /// free tail can be cut off. An entry may be stale (its slot reused or cut off):
+    /// it is checked when taken.
+    free: BinaryHeap<Reverse<u32>>,
+    /// Values of [`EXTERNAL_VALUE_MIN`] bytes or more, by slot.
+    external: HashMap<u32, Bytes, ahash::RandomState>,
     head: u32,
     tail: u32,
     /// Sum of `item_size` over the items in this shard.
     pub bytes: u64,
+    /// Sum of `item_footprint` over the items in this shard.
+    pub footprint: u64,
     pub counters: ShardCounters,
     /// Per size class ([`size_class`]) figures, indexed by class id.
     pub classes: [ClassStats; SIZE_CLASS_LIMIT],
@@ -83,12 +175,15 @@ pub(crate) struct ShardState {
 impl ShardState {
     pub fn new(hasher: ahash::RandomState) -> ShardState {
         ShardState {
-            index: HashMap::with_hasher(hasher),
-            nodes: Vec::new(),
-            free: Vec::new(),
+            external: HashMap::with_hasher(hasher.clone()),
+            hasher,
+            index: HashTable::new(),
+            slots: Vec::new(),
+            free: BinaryHeap::new(),
             head: NIL,
             tail: NIL,
             bytes: 0,
+            footprint: 0,
             counters: ShardCounters::default(),
             classes: [ClassStats::default(); SIZE_CLASS_LIMIT],
             crawl_cursor: 0,
@@ -105,31 +200,85 @@ impl ShardState {
     }
 
     pub fn lookup(&self, key: &[u8]) -> Option<u32> {
-        self.index.get(key).copied()
+        let hash = self.hasher.hash_one(key);
+        let slots = &self.slots;
+        self.index
+            .find(hash, |&slot| match slots.get(slot as usize) {
+                Some(Some(data)) => key_of(data) == key,
+                _ => false,
+            })
+            .copied()
     }
 
-    fn node(&self, slot: u32) -> &Node {
-        match self.nodes.get(slot as usize) {
-            Some(Some(node)) => node,
+    fn data(&self, slot: u32) -> &[u8] {
+        match self.slots.get(slot as usize) {
+            Some(Some(data)) => data,
             // Slots come only from the index or the list, which point at
-            // occupied nodes; anything else is a bug in this module.
+            // occupied slots; anything else is a bug in this module.
             _ => unreachable!("shard slot {slot} is not occupied"),
         }
     }
 
-    fn node_mut(&mut self, slot: u32) -> &mut Node {
-        match self.nodes.get_mut(slot as usize) {
-            Some(Some(node)) => node,
+    fn data_mut(&mut self, slot: u32) -> &mut [u8] {
+        match self.slots.get_mut(slot as usize) {
+            Some(Some(data)) => data,
             _ => unreachable!("shard slot {slot} is not occupied"),
         }
     }
 
-    pub fn item(&self, slot: u32) -> &Item {
-        &self.node(slot).item
+    /// The key of the item in `slot`.
+    pub fn key(&self, slot: u32) -> &[u8] {
+        key_of(self.data(slot))
     }
 
-    pub fn item_mut(&mut self, slot: u32) -> &mut Item {
-        &mut self.node_mut(slot).item
+    /// The header fields of the item in `slot`.
+    pub fn header(&self, slot: u32) -> Header {
+        let data = self.data(slot);
+        let key_len = usize::from(data[OFFSET_KEY_LEN]);
+        let state = data[OFFSET_STATE];
+        let value_len = if state & STATE_EXTERNAL_VALUE != 0 {
+            self.external.get(&slot).map_or(0, Bytes::len)
+        } else {
+            data.len() - INLINE_HEADER_BYTES - key_len
+        };
+        Header {
+            key_len,
+            value_len,
+            flags: read_u32(data, OFFSET_FLAGS),
+            expiry: decode_expiry(read_u64(data, OFFSET_EXPIRY)),
+            cas: read_u64(data, OFFSET_CAS),
+            last_access: UnixSecs(read_u64(data, OFFSET_ACCESS)),
+            state,
+        }
+    }
+
+    /// The item in `slot` with its value: a copy of an inline value, a shared handle on an
+    /// external one.
+    pub fn item(&self, slot: u32) -> Item {
+        let header = self.header(slot);
+        let value = if header.has(STATE_EXTERNAL_VALUE) {
+            self.external.get(&slot).cloned().unwrap_or_default()
+        } else {
+            let start = INLINE_HEADER_BYTES + header.key_len;
+            Bytes::copy_from_slice(&self.data(slot)[start..])
+        };
+        Item {
+            key_len: header.key_len,
+            value,
+            flags: header.flags,
+            expiry: header.expiry,
+            cas: header.cas,
+            last_access: header.last_access,
+            state: header.state & !STATE_EXTERNAL_VALUE,
+        }
+    }
+
+    fn link(&self, slot: u32, offset: usize) -> u32 {
+        read_u32(self.data(slot), offset)
+    }
+
+    fn set_link(&mut self, slot: u32, offset: usize, to: u32) {
+        write_u32(self.data_mut(slot), offset, to);
     }
 
     /// Most recently used slot, if any.
@@ -139,7 +288,7 @@ impl ShardState {
 
     /// The slot just less recently used than `slot`.
     pub fn older_than(&self, slot: u32) -> Option<u32> {
-        let older = self.node(slot).older;
+        let older = self.link(slot, OFFSET_OLDER);
         (older != NIL).then_some(older)
     }
 
@@ -150,7 +299,7 @@ impl ShardState {
 
     /// The slot just more recently used than `slot`.
     pub fn newer_than(&self, slot: u32) -> Option<u32> {
-        let newer = self.node(slot).newer;
+        let newer = self.link(slot, OFFSET_NEWER);
         (newer != NIL).then_some(newer)
     }
 
@@ -158,40 +307,34 @@ impl ShardState {
     /// to other threads so eviction can pick the shard with the oldest tail.
     pub fn oldest_access(&self) -> u64 {
         match self.tail() {
-            Some(slot) => self.item(slot).last_access.0,
+            Some(slot) => read_u64(self.data(slot), OFFSET_ACCESS),
             None => u64::MAX,
         }
     }
 
     fn detach(&mut self, slot: u32) {
-        let (newer, older) = {
-            let node = self.node(slot);
-            (node.newer, node.older)
-        };
+        let newer = self.link(slot, OFFSET_NEWER);
+        let older = self.link(slot, OFFSET_OLDER);
         if newer != NIL {
-            self.node_mut(newer).older = older;
+            self.set_link(newer, OFFSET_OLDER, older);
         } else {
             self.head = older;
         }
         if older != NIL {
-            self.node_mut(older).newer = newer;
+            self.set_link(older, OFFSET_NEWER, newer);
         } else {
             self.tail = newer;
         }
-        let node = self.node_mut(slot);
-        node.newer = NIL;
-        node.older = NIL;
+        self.set_link(slot, OFFSET_NEWER, NIL);
+        self.set_link(slot, OFFSET_OLDER, NIL);
     }
 
     fn attach_head(&mut self, slot: u32) {
         let old_head = self.head;
-        {
-            let node = self.node_mut(slot);
-            node.newer = NIL;
-            node.older = old_head;
-        }
+        self.set_link(slot, OFFSET_NEWER, NIL);
+        self.set_link(slot, OFFSET_OLDER, old_head);
         if old_head != NIL {
-            self.node_mut(old_head).newer = slot;
+            self.set_link(old_head, OFFSET_NEWER, slot);
         } else {
             self.tail = slot;
         }
@@ -200,18 +343,16 @@ impl ShardState {
 
     /// Marks the item read at `now` and moves it to the LRU head.
     pub fn bump(&mut self, slot: u32, now: UnixSecs) {
-        {
-            let item = self.item_mut(slot);
-            item.state |= STATE_FETCHED;
-            item.last_access = now;
-        }
+        let data = self.data_mut(slot);
+        data[OFFSET_STATE] |= STATE_FETCHED;
+        write_u64(data, OFFSET_ACCESS, now.0);
         self.relink_head(slot);
     }
 
     /// Moves the item to the LRU head and updates its last access without
     /// marking it fetched (memcached's `do_item_update`, e.g. a failed add).
     pub fn refresh(&mut self, slot: u32, now: UnixSecs) {
-        self.item_mut(slot).last_access = now;
+        write_u64(self.data_mut(slot), OFFSET_ACCESS, now.0);
         self.relink_head(slot);
     }
 
@@ -222,74 +363,189 @@ impl ShardState {
         }
     }
 
-    /// Inserts a new item at the LRU head. The key must not be present.
-    pub fn insert(&mut self, item: Item) -> u32 {
-        self.bytes += item.size();
-        self.class_added(&item);
-        self.counters.total_items += 1;
-        let key = item.key.clone();
-        let node = Node {
-            item,
-            newer: NIL,
-            older: NIL,
+    /// Writes `item`'s header fields (not its links) and, if it changed without changing
+    /// length, its value back into `slot`: an in-place update (meta flags, touch, an incr
+    /// whose result fits).
+    pub fn write_back(&mut self, slot: u32, item: &Item) {
+        let external = self.data(slot)[OFFSET_STATE] & STATE_EXTERNAL_VALUE;
+        if external != 0 {
+            if let Some(value) = self.external.get_mut(&slot) {
+                if value.as_ptr() != item.value.as_ptr() && value.len() == item.value.len() {
+                    *value = external_copy(&item.value);
+                }
+            }
+        }
+        let data = self.data_mut(slot);
+        data[OFFSET_STATE] = (item.state & !STATE_EXTERNAL_VALUE) | external;
+        write_u32(data, OFFSET_FLAGS, item.flags);
+        write_u64(data, OFFSET_CAS, item.cas);
+        write_u64(data, OFFSET_EXPIRY, encode_expiry(item.expiry));
+        write_u64(data, OFFSET_ACCESS, item.last_access.0);
+        if external == 0 {
+            let start = INLINE_HEADER_BYTES + item.key_len;
+            if data.len() - start == item.value.len() && data[start..] != item.value[..] {
+                data[start..].copy_from_slice(&item.value);
+            }
+        }
+    }
+
+    /// Builds the allocation of `item` under `key`, with unset links; a long value is
+    /// returned apart, copied into an allocation of its own.
+    fn encode(key: &[u8], item: &Item) -> (Box<[u8]>, Option<Bytes>) {
+        let external = item.value.len() >= EXTERNAL_VALUE_MIN;
+        let inline_len = if external { 0 } else { item.value.len() };
+        let mut data = Vec::with_capacity(INLINE_HEADER_BYTES + key.len() + inline_len);
+        let key_len = u8::try_from(key.len()).unwrap_or(u8::MAX);
+        data.push(key_len);
+        let external_bit = if external { STATE_EXTERNAL_VALUE } else { 0 };
+        data.push((item.state & !STATE_EXTERNAL_VALUE) | external_bit);
+        data.extend_from_slice(&item.flags.to_le_bytes());
+        data.extend_from_slice(&item.cas.to_le_bytes());
+        data.extend_from_slice(&encode_expiry(item.expiry).to_le_bytes());
+        data.extend_from_slice(&item.last_access.0.to_le_bytes());
+        data.extend_from_slice(&NIL.to_le_bytes());
+        data.extend_from_slice(&NIL.to_le_bytes());
+        data.extend_from_slice(&key[..usize::from(key_len)]);
+        let value = if external {
+            Some(external_copy(&item.value))
+        } else {
+            data.extend_from_slice(&item.value);
+            None
         };
-        let slot = match self.free.pop() {
+        (data.into_boxed_slice(), value)
+    }
+
+    fn account_added(&mut self, size: u64, footprint: u64) {
+        self.bytes += size;
+        self.footprint += footprint;
+        let class = &mut self.classes[size_class(size)];
+        class.number += 1;
+        class.mem_requested += size;
+    }
+
+    fn account_removed(&mut self, header: &Header) {
+        let size = header.size();
+        self.bytes -= size;
+        self.footprint -= header.footprint();
+        let class = &mut self.classes[size_class(size)];
+        class.number -= 1;
+        class.mem_requested -= size;
+    }
+
+    /// Inserts a new item under `key` at the LRU head. The key must not be present.
+    pub fn insert(&mut self, key: &[u8], item: &Item) -> u32 {
+        self.account_added(item.size(), item.footprint());
+        self.counters.total_items += 1;
+        let (data, value) = ShardState::encode(key, item);
+        let slot = match self.take_free_slot() {
             Some(slot) => {
-                self.nodes[slot as usize] = Some(node);
+                self.slots[slot as usize] = Some(data);
                 slot
             }
             None => {
-                self.nodes.push(Some(node));
-                (self.nodes.len() - 1) as u32
+                if self.slots.len() == self.slots.capacity() {
+                    // Grow by a quarter, not double: the table's slack is memory the
+                    // limit does not see.
+                    self.slots.reserve_exact(self.slots.len() / 4 + 16);
+                }
+                self.slots.push(Some(data));
+                (self.slots.len() - 1) as u32
             }
         };
-        self.index.insert(key, slot);
+        if let Some(value) = value {
+            self.external.insert(slot, value);
+        }
+        let hash = self.hasher.hash_one(key);
+        let (hasher, slots) = (&self.hasher, &self.slots);
+        self.index
+            .insert_unique(hash, slot, |&other| match slots.get(other as usize) {
+                Some(Some(data)) => hasher.hash_one(key_of(data)),
+                _ => 0,
+            });
         self.attach_head(slot);
         slot
     }
 
     /// Replaces the item in `slot` (same key) and moves it to the LRU head.
-    /// Returns the old item.
-    pub fn replace(&mut self, slot: u32, item: Item) -> Item {
-        self.bytes += item.size();
-        self.class_added(&item);
+    /// Returns the old item's header.
+    pub fn replace(&mut self, slot: u32, item: &Item) -> Header {
+        let old = self.header(slot);
+        self.account_added(item.size(), item.footprint());
         self.counters.total_items += 1;
-        let old = std::mem::replace(&mut self.node_mut(slot).item, item);
-        self.bytes -= old.size();
-        self.class_removed(&old);
+        self.account_removed(&old);
+        let newer = self.link(slot, OFFSET_NEWER);
+        let older = self.link(slot, OFFSET_OLDER);
+        let (mut data, value) = ShardState::encode(self.key(slot), item);
+        write_u32(&mut data, OFFSET_NEWER, newer);
+        write_u32(&mut data, OFFSET_OLDER, older);
+        self.slots[slot as usize] = Some(data);
+        match value {
+            Some(value) => {
+                self.external.insert(slot, value);
+            }
+            None => {
+                self.external.remove(&slot);
+            }
+        }
         self.relink_head(slot);
         old
     }
 
-    /// Unlinks and returns the item in `slot`.
-    pub fn remove(&mut self, slot: u32) -> Item {
+    /// Unlinks the item in `slot`, frees it and returns its header.
+    pub fn remove(&mut self, slot: u32) -> Header {
+        let header = self.header(slot);
         self.detach(slot);
-        let node = match self.nodes.get_mut(slot as usize).and_then(Option::take) {
-            Some(node) => node,
-            None => unreachable!("removing unoccupied shard slot {slot}"),
-        };
-        self.free.push(slot);
-        self.index.remove(&node.item.key[..]);
-        self.bytes -= node.item.size();
-        self.class_removed(&node.item);
-        node.item
+        let hash = self.hasher.hash_one(self.key(slot));
+        if let Ok(entry) = self.index.find_entry(hash, |&other| other == slot) {
+            entry.remove();
+        }
+        self.slots[slot as usize] = None;
+        if header.has(STATE_EXTERNAL_VALUE) {
+            self.external.remove(&slot);
+        }
+        self.free.push(Reverse(slot));
+        self.account_removed(&header);
+        self.shrink_if_sparse();
+        header
     }
 
-    /// The figures of `item`'s size class.
-    pub fn class_of(&mut self, item: &Item) -> &mut ClassStats {
-        &mut self.classes[size_class(item.size())]
+    /// The lowest vacated slot still inside the table, if any.
+    fn take_free_slot(&mut self) -> Option<u32> {
+        while let Some(Reverse(slot)) = self.free.pop() {
+            if matches!(self.slots.get(slot as usize), Some(None)) {
+                return Some(slot);
+            }
+        }
+        None
     }
 
-    fn class_added(&mut self, item: &Item) {
-        let class = self.class_of(item);
-        class.number += 1;
-        class.mem_requested += item.size();
+    /// Gives back the memory of a table that holds far fewer items than it once did (a
+    /// fill with small items followed by large ones): the slot table loses its vacant
+    /// tail, and both it and the key index shrink once a quarter full.
+    fn shrink_if_sparse(&mut self) {
+        while matches!(self.slots.last(), Some(None)) {
+            self.slots.pop();
+        }
+        if self.slots.capacity() > 64 && self.slots.len() < self.slots.capacity() / 4 {
+            self.slots.shrink_to(self.slots.len() * 2);
+            let live = self.slots.len();
+            self.free.retain(|&Reverse(slot)| (slot as usize) < live);
+            self.free.shrink_to_fit();
+        }
+        if self.index.capacity() > 64 && self.index.len() < self.index.capacity() / 4 {
+            let (hasher, slots) = (&self.hasher, &self.slots);
+            self.index.shrink_to(self.index.len() * 2, |&other| {
+                match slots.get(other as usize) {
+                    Some(Some(data)) => hasher.hash_one(key_of(data)),
+                    _ => 0,
+                }
+            });
+        }
     }
 
-    fn class_removed(&mut self, item: &Item) {
-        let class = self.class_of(item);
-        class.number -= 1;
-        class.mem_requested -= item.size();
+    /// The figures of the size class of an item of accounted size `size`.
+    pub fn class_of(&mut self, size: u64) -> &mut ClassStats {
+        &mut self.classes[size_class(size)]
     }
 
     /// Zeroes the counters (`stats reset`); what the shard holds stays counted.
@@ -306,15 +562,15 @@ impl ShardState {
 
     /// Number of slots (occupied or free), the crawler's range.
     pub fn slot_count(&self) -> usize {
-        self.nodes.len()
+        self.slots.len()
     }
 
-    /// The item in `slot` if the slot is occupied.
-    pub fn slot_item(&self, slot: usize) -> Option<&Item> {
-        self.nodes
-            .get(slot)
-            .and_then(Option::as_ref)
-            .map(|n| &n.item)
+    /// The header of the item in `slot` if the slot is occupied.
+    pub fn slot_header(&self, slot: usize) -> Option<Header> {
+        match self.slots.get(slot) {
+            Some(Some(_)) => Some(self.header(slot as u32)),
+            _ => None,
+        }
     }
 
     /// Checks the list and index agree (tests only).
@@ -322,19 +578,37 @@ impl ShardState {
     pub fn check_invariants(&self) {
         let mut count = 0usize;
         let mut bytes = 0u64;
+        let mut footprint = 0u64;
         let mut slot = self.head;
         let mut newer = NIL;
         while slot != NIL {
-            let node = self.node(slot);
-            assert_eq!(node.newer, newer, "broken back link");
-            assert_eq!(self.index.get(&node.item.key[..]), Some(&slot));
+            assert_eq!(self.link(slot, OFFSET_NEWER), newer, "broken back link");
+            assert_eq!(self.lookup(self.key(slot)), Some(slot));
+            let header = self.header(slot);
+            assert_eq!(
+                header.has(STATE_EXTERNAL_VALUE),
+                self.external.contains_key(&slot)
+            );
             count += 1;
-            bytes += node.item.size();
+            bytes += header.size();
+            footprint += header.footprint();
             newer = slot;
-            slot = node.older;
+            slot = self.link(slot, OFFSET_OLDER);
         }
         assert_eq!(self.tail, newer);
         assert_eq!(count, self.index.len());
+        let vacant = self.slots.iter().filter(|slot| slot.is_none()).count();
+        assert_eq!(count + vacant, self.slots.len());
+        assert_eq!(self.external.len(), {
+            let mut external = 0;
+            for index in 0..self.slots.len() {
+                if let Some(header) = self.slot_header(index) {
+                    external += usize::from(header.has(STATE_EXTERNAL_VALUE));
+                }
+            }
+            external
+        });
         assert_eq!(bytes, self.bytes);
+        assert_eq!(footprint, self.footprint);
     }
 }

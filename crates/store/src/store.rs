@@ -32,6 +32,11 @@ pub const DEFAULT_HASH_SEED: u64 = 0x7a11_7a11_5eed_0001;
 pub const EVICTION_TAIL_SEARCH: usize = 5;
 /// Slots the crawler inspects per shard lock hold.
 pub const CRAWL_SLICE: usize = 64;
+/// The allocator is asked to return free pages each time items worth this fraction of the
+/// memory limit have been freed.
+const TRIM_EVERY_FRACTION_OF_LIMIT: u64 = 8;
+/// … but not more often than every this many freed bytes.
+const TRIM_EVERY_MIN: u64 = 512 * 1024;
 
 /// Store configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,6 +171,13 @@ pub struct Store {
     flush_oldest_cas: AtomicU64,
     flush_lock: Mutex<()>,
     crawl_next_shard: AtomicUsize,
+    /// Where the next eviction starts looking, so that ties rotate over the shards.
+    evict_next_shard: AtomicUsize,
+    /// Footprint of the items freed since the allocator was last asked to return free
+    /// pages ([`Store::trim_allocator_if_due`]).
+    freed_since_trim: AtomicU64,
+    /// How many freed bytes make a trim due.
+    trim_every: u64,
 }
 
 impl std::fmt::Debug for Store {
@@ -294,6 +306,9 @@ impl Store {
             flush_oldest_cas: AtomicU64::new(0),
             flush_lock: Mutex::new(()),
             crawl_next_shard: AtomicUsize::new(0),
+            evict_next_shard: AtomicUsize::new(0),
+            freed_since_trim: AtomicU64::new(0),
+            trim_every: (config.max_bytes / TRIM_EVERY_FRACTION_OF_LIMIT).max(TRIM_EVERY_MIN),
         })
     }
 
@@ -330,6 +345,33 @@ impl Store {
         }
     }
 
+    /// Gives `footprint` bytes of a freed item back to the budget.
+    fn release(&self, footprint: u64) {
+        self.used_bytes.fetch_sub(footprint, Ordering::AcqRel);
+        self.freed_since_trim
+            .fetch_add(footprint, Ordering::Relaxed);
+    }
+
+    /// Once items worth an eighth of the limit have been freed since the last time, asks
+    /// the allocator to hand the whole free pages it keeps back to the kernel (glibc's
+    /// `malloc_trim`). Items of a size the workload no longer writes leave their memory
+    /// free but resident otherwise, and the process would outgrow the limit when the sizes
+    /// shift. Called with no lock held.
+    fn trim_allocator_if_due(&self) {
+        if self.freed_since_trim.load(Ordering::Relaxed) < self.trim_every {
+            return;
+        }
+        if self.freed_since_trim.swap(0, Ordering::AcqRel) < self.trim_every {
+            return;
+        }
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim only walks and releases the allocator's own free chunks; it
+        // takes the allocator's locks and has no preconditions.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    }
+
     /// Looks `key` up; a dead (expired or flushed) item is removed on the
     /// spot and reported as absent.
     fn live_slot(
@@ -340,28 +382,33 @@ impl Store {
         flush: &FlushMark,
     ) -> Option<u32> {
         let slot = state.lookup(key)?;
-        if is_live(state.item(slot), now, flush) {
+        let header = state.header(slot);
+        if is_live(&header, now, flush) {
             return Some(slot);
         }
         // memcached's do_item_get: a flushed item counts as flushed even if it has expired.
-        if flush.flushes(state.item(slot), now) {
+        if flush.flushes(header.last_access, header.cas, now) {
             state.counters.get_flushed += 1;
         } else {
             state.counters.get_expired += 1;
         }
         let dead = state.remove(slot);
-        self.used_bytes.fetch_sub(dead.size(), Ordering::AcqRel);
+        self.release(dead.footprint());
         None
     }
 
     /// Evicts (or reclaims) one item from the shard whose LRU tail is the
-    /// oldest, `home` winning ties. Takes exactly one shard lock and no other.
-    /// Returns false if every shard looked empty.
-    fn evict_one(&self, home: usize, now: UnixSecs) -> bool {
-        let mut victim = home;
-        let mut victim_age = self.shards[home].oldest_access.load(Ordering::Relaxed);
-        for (index, shard) in self.shards.iter().enumerate() {
-            let age = shard.oldest_access.load(Ordering::Relaxed);
+    /// oldest; ties (tails last used in the same second) go round robin, so that
+    /// the shards give up their oldest items in turn. Takes exactly one shard lock
+    /// and no other. Returns false if every shard looked empty.
+    fn evict_one(&self, now: UnixSecs) -> bool {
+        let count = self.shards.len();
+        let first = self.evict_next_shard.fetch_add(1, Ordering::Relaxed) % count;
+        let mut victim = first;
+        let mut victim_age = u64::MAX;
+        for offset in 0..count {
+            let index = (first + offset) % count;
+            let age = self.shards[index].oldest_access.load(Ordering::Relaxed);
             if age < victim_age {
                 victim = index;
                 victim_age = age;
@@ -377,7 +424,7 @@ impl Store {
         let mut cursor = state.tail();
         for _ in 0..EVICTION_TAIL_SEARCH {
             let Some(slot) = cursor else { break };
-            if !is_live(state.item(slot), now, &flush) {
+            if !is_live(&state.header(slot), now, &flush) {
                 chosen = Some((slot, true));
                 break;
             }
@@ -396,14 +443,14 @@ impl Store {
             let unfetched = !item.has(STATE_FETCHED);
             if dead {
                 state.counters.reclaimed += 1;
-                state.class_of(&item).reclaimed += 1;
+                state.class_of(item.size()).reclaimed += 1;
                 if unfetched {
                     state.counters.expired_unfetched += 1;
-                    state.class_of(&item).expired_unfetched += 1;
+                    state.class_of(item.size()).expired_unfetched += 1;
                 }
             } else {
                 state.counters.evictions += 1;
-                let class = state.class_of(&item);
+                let class = state.class_of(item.size());
                 class.evicted += 1;
                 class.evicted_time = now.0.saturating_sub(item.last_access.0);
                 if item.expiry != Expiry::Never {
@@ -414,7 +461,7 @@ impl Store {
                     state.counters.evicted_unfetched += 1;
                 }
             }
-            self.used_bytes.fetch_sub(item.size(), Ordering::AcqRel);
+            self.release(item.footprint());
         }
         shard.publish(&state);
         true
@@ -426,7 +473,6 @@ impl Store {
         &self,
         reservation: &mut Reservation<'_>,
         target: u64,
-        home: usize,
         now: UnixSecs,
     ) -> Result<(), StoreError> {
         if target > self.max_bytes {
@@ -437,7 +483,7 @@ impl Store {
             if reservation.try_grow(target - reservation.bytes) {
                 break;
             }
-            if self.evict_one(home, now) {
+            if self.evict_one(now) {
                 fruitless = 0;
             } else if !self.evict_to_free {
                 return Err(StoreError::OutOfMemory { size: target });
@@ -463,6 +509,17 @@ impl Store {
         &self,
         key: &[u8],
         now: UnixSecs,
+        plan: impl FnMut(Option<&mut Item>) -> Result<Plan<R>, StoreError>,
+    ) -> Result<R, StoreError> {
+        let result = self.mutate_locked(key, now, plan);
+        self.trim_allocator_if_due();
+        result
+    }
+
+    fn mutate_locked<R>(
+        &self,
+        key: &[u8],
+        now: UnixSecs,
         mut plan: impl FnMut(Option<&mut Item>) -> Result<Plan<R>, StoreError>,
     ) -> Result<R, StoreError> {
         let home = self.shard_index(key);
@@ -472,10 +529,12 @@ impl Store {
             let mut state = shard.state.lock();
             let flush = self.flush_mark();
             let slot = self.live_slot(&mut state, key, now, &flush);
-            let decision = plan(slot.map(|slot| state.item_mut(slot)))?;
+            let mut current = slot.map(|slot| state.item(slot));
+            let decision = plan(current.as_mut())?;
             let result = match decision {
                 Plan::Keep { result, lru } => {
-                    if let Some(slot) = slot {
+                    if let (Some(slot), Some(current)) = (slot, current.as_ref()) {
+                        state.write_back(slot, current);
                         match lru {
                             LruMove::None => {}
                             LruMove::Read => state.bump(slot, now),
@@ -487,38 +546,40 @@ impl Store {
                 Plan::Remove { result } => {
                     if let Some(slot) = slot {
                         let item = state.remove(slot);
-                        self.used_bytes.fetch_sub(item.size(), Ordering::AcqRel);
+                        self.release(item.footprint());
                     }
                     result
                 }
                 Plan::Put { item, result } => {
-                    let need = item.size();
-                    if need > self.item_size_max {
+                    let size = item.size();
+                    if size > self.item_size_max {
                         return Err(StoreError::TooLarge {
-                            size: need,
+                            size,
                             max: self.item_size_max,
                         });
                     }
-                    // Replacing credits the old item's bytes: only growth
+                    // Replacing credits the old item's memory: only growth
                     // is claimed from the budget.
-                    let old_size = slot.map_or(0, |slot| state.item(slot).size());
+                    let need = item.footprint();
+                    let old_size = current.as_ref().map_or(0, Item::footprint);
                     let extra = need.saturating_sub(old_size);
                     if reservation.bytes < extra && !reservation.try_grow(extra - reservation.bytes)
                     {
                         drop(state);
-                        self.reserve(&mut reservation, extra, home, now)?;
+                        self.reserve(&mut reservation, extra, now)?;
                         continue;
                     }
                     reservation.consume(extra);
                     match slot {
                         Some(slot) => {
-                            state.replace(slot, item);
+                            state.replace(slot, &item);
+                            self.freed_since_trim.fetch_add(old_size, Ordering::Relaxed);
                             if old_size > need {
                                 self.used_bytes.fetch_sub(old_size - need, Ordering::AcqRel);
                             }
                         }
                         None => {
-                            state.insert(item);
+                            state.insert(key, &item);
                         }
                     }
                     result
@@ -531,7 +592,7 @@ impl Store {
 
     fn new_item(
         &self,
-        key: Bytes,
+        key: &[u8],
         value: Bytes,
         flags: u32,
         expiry: Expiry,
@@ -539,7 +600,7 @@ impl Store {
         now: UnixSecs,
     ) -> Item {
         Item {
-            key,
+            key_len: key.len(),
             value,
             flags,
             expiry,
@@ -579,8 +640,7 @@ impl Store {
         let state = shard.state.lock();
         let flush = self.flush_mark();
         let slot = state.lookup(key)?;
-        let item = state.item(slot);
-        is_live(item, now, &flush).then(|| item.view())
+        is_live(&state.header(slot), now, &flush).then(|| state.item(slot).view())
     }
 
     /// `touch`: sets a new expiry on a live item and bumps it. Returns false
@@ -599,9 +659,11 @@ impl Store {
         let mut state = shard.state.lock();
         let flush = self.flush_mark();
         let found = self.live_slot(&mut state, key, now, &flush).map(|slot| {
-            state.item_mut(slot).expiry = expiry;
+            let mut item = state.item(slot);
+            item.expiry = expiry;
+            state.write_back(slot, &item);
             state.bump(slot, now);
-            state.item(slot).view()
+            item.view()
         });
         shard.publish(&state);
         found
@@ -632,14 +694,7 @@ impl Store {
                         lru: LruMove::None,
                     });
                 };
-                let mut item = self.new_item(
-                    Bytes::copy_from_slice(key),
-                    Bytes::new(),
-                    0,
-                    expiry,
-                    self.next_cas(),
-                    now,
-                );
+                let mut item = self.new_item(key, Bytes::new(), 0, expiry, self.next_cas(), now);
                 item.state = STATE_WIN_TOKEN_SENT;
                 if !request.no_bump {
                     item.state |= STATE_FETCHED;
@@ -730,13 +785,8 @@ impl Store {
         let result = self.mutate(key, now, |existing| {
             let cas_mode = request.compare_cas.is_some()
                 && matches!(request.mode, StoreMode::Set | StoreMode::Replace);
-            // An overwrite shares the stored key instead of copying it again.
-            let stored_key = existing.as_deref().map(|old| old.key.clone());
             let new_item = |value: Bytes, flags: u32, expiry: Expiry| {
                 let cas = request.new_cas.unwrap_or_else(|| self.next_cas());
-                let key = stored_key
-                    .clone()
-                    .unwrap_or_else(|| Bytes::copy_from_slice(key));
                 let mut item = self.new_item(key, value, flags, expiry, cas, now);
                 if request.binary_key {
                     item.state |= STATE_BINARY_KEY;
@@ -1017,7 +1067,7 @@ impl Store {
                 };
                 let expiry = request.new_expiry.unwrap_or(vivify.expiry);
                 let value = Bytes::from(vivify.initial.to_string());
-                let item = self.new_item(Bytes::copy_from_slice(key), value, 0, expiry, cas(), now);
+                let item = self.new_item(key, value, 0, expiry, cas(), now);
                 let created = ArithItem {
                     value: vivify.initial,
                     cas: item.cas,
@@ -1064,7 +1114,7 @@ impl Store {
                     lru: LruMove::Write,
                 });
             }
-            let mut item = self.new_item(old.key.clone(), value, old.flags, expiry, cas(), now);
+            let mut item = self.new_item(key, value, old.flags, expiry, cas(), now);
             item.state = old.state;
             let updated = ArithItem {
                 value: number,
@@ -1123,24 +1173,25 @@ impl Store {
                 state.crawl_cursor = (slot + 1) % slots;
                 report.inspected += 1;
                 state.counters.crawler_items_checked += 1;
-                let dead = match state.slot_item(slot) {
-                    Some(item) => !is_live(item, now, &flush),
+                let dead = match state.slot_header(slot) {
+                    Some(header) => !is_live(&header, now, &flush),
                     None => false,
                 };
                 if dead {
                     let item = state.remove(slot as u32);
                     state.counters.crawler_reclaimed += 1;
-                    state.class_of(&item).crawler_reclaimed += 1;
+                    state.class_of(item.size()).crawler_reclaimed += 1;
                     if !item.has(STATE_FETCHED) {
                         state.counters.expired_unfetched += 1;
-                        state.class_of(&item).expired_unfetched += 1;
+                        state.class_of(item.size()).expired_unfetched += 1;
                     }
-                    self.used_bytes.fetch_sub(item.size(), Ordering::AcqRel);
+                    self.release(item.footprint());
                     report.reclaimed += 1;
                 }
             }
             shard.publish(&state);
         }
+        self.trim_allocator_if_due();
         report
     }
 
@@ -1159,12 +1210,12 @@ impl Store {
                 if items.len() >= limit || bytes >= key_bytes {
                     return items;
                 }
-                let item = state.item(current);
-                if is_live(item, now, &flush) {
-                    bytes += item.key.len();
+                let item = state.header(current);
+                if is_live(&item, now, &flush) {
+                    bytes += item.key_len;
                     items.push(DumpedItem {
-                        key: item.key.clone(),
-                        value_len: item.value.len(),
+                        key: Bytes::copy_from_slice(state.key(current)),
+                        value_len: item.value_len,
                         expiry: item.expiry,
                     });
                 }
@@ -1191,10 +1242,10 @@ impl Store {
         let mut metas = Vec::new();
         let mut slot = state.head();
         while let Some(current) = slot {
-            let item = state.item(current);
-            if is_live(item, now, &flush) {
+            let item = state.header(current);
+            if is_live(&item, now, &flush) {
                 metas.push(ItemMeta {
-                    key: item.key.clone(),
+                    key: Bytes::copy_from_slice(state.key(current)),
                     expiry: item.expiry,
                     last_access: item.last_access,
                     cas: item.cas,
@@ -1269,7 +1320,7 @@ impl Store {
                 if unseen == 0 {
                     break;
                 }
-                let item = state.item(slot);
+                let item = state.header(slot);
                 let id = size_class(item.size());
                 if !seen[id] {
                     seen[id] = true;
@@ -1296,12 +1347,15 @@ impl Store {
     #[cfg(test)]
     pub(crate) fn check_invariants(&self) {
         let mut bytes = 0;
+        let mut footprint = 0;
         for shard in self.shards.iter() {
             let state = shard.state.lock();
             state.check_invariants();
             bytes += state.bytes;
+            footprint += state.footprint;
         }
-        assert!(bytes <= self.max_bytes);
-        assert_eq!(bytes, self.used_bytes());
+        assert!(bytes <= footprint);
+        assert!(footprint <= self.max_bytes);
+        assert_eq!(footprint, self.used_bytes());
     }
 }
