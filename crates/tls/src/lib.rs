@@ -30,8 +30,9 @@ use rustls::server::{NoServerSessionStorage, ServerSessionMemoryCache, WebPkiCli
 use rustls::{RootCertStore, SupportedProtocolVersion};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
+pub use rustls;
 pub use rustls::{ClientConfig, ClientConnection, ServerConfig, ServerConnection};
 
 /// Sessions kept for resumption when `ssl_session_cache` is on.
@@ -220,6 +221,18 @@ impl<'de> Deserialize<'de> for MinVersion {
     }
 }
 
+impl Serialize for MinVersion {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+impl Serialize for VerifyMode {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u8(self.number())
+    }
+}
+
 impl<'de> Deserialize<'de> for VerifyMode {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         VerifyMode::from_number(u8::deserialize(deserializer)?).map_err(serde::de::Error::custom)
@@ -228,7 +241,7 @@ impl<'de> Deserialize<'de> for VerifyMode {
 
 /// memcached's server TLS options, one field per `ssl_*` option (the TOML `[tls]`
 /// section has the same names without the `ssl_` prefix).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerTlsOptions {
     /// `-Z`: TLS on every TCP listener not prefixed `notls:`. Default off.
@@ -463,7 +476,7 @@ fn load_roots(path: &Path) -> Result<RootCertStore, String> {
 /// The client side of a TLS connection (e.g. the proxy toward a `memcached -Z` backend):
 /// the server is verified against `ca_cert` and `server_name`; a client certificate is
 /// sent when `cert` and `key` are both set.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClientTlsOptions {
     /// PEM bundle of the CAs the server's certificate must chain to (required).

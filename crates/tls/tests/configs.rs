@@ -179,6 +179,9 @@ fn the_toml_section_takes_numbers_and_names() {
     assert_eq!(file.tls.verify_mode, VerifyMode::Request);
     assert_eq!(file.tls.min_version, MinVersion::Tls13);
     assert_eq!(file.tls.wbuf_size_kib, 16);
+    let printed = toml::to_string(&file.tls).expect("print");
+    let again: ServerTlsOptions = toml::from_str(&printed).expect("reparse");
+    assert_eq!(again, file.tls, "{printed}");
     assert!(toml::from_str::<File>("[tls]\nverify_mode = 4\n").is_err());
     assert!(toml::from_str::<File>("[tls]\nbogus = 1\n").is_err());
 }
