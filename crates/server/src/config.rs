@@ -612,6 +612,16 @@ mod tests {
     }
 
     #[test]
+    fn the_tls_example_file_parses_and_validates() {
+        let text = include_str!("../../../config/serve.tls.example.toml");
+        let example = ServerConfig::from_toml(text).expect("the TLS example parses");
+        assert!(example.tls.enabled);
+        assert_eq!(example.tls.verify_mode, tailtrim_tls::VerifyMode::Require);
+        assert_eq!(example.listen_addrs().expect("listen").len(), 2);
+        assert_eq!(example.validate(), Ok(()));
+    }
+
+    #[test]
     fn toml_round_trip_and_partial_files() {
         let config = ServerConfig::default();
         assert_eq!(ServerConfig::from_toml(&config.to_toml()).unwrap(), config);
