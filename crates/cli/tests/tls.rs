@@ -378,6 +378,12 @@ fn a_plain_client_on_the_tls_port_and_a_tls_client_on_a_notls_port_fail_cleanly(
 
     let reply = exchange(&mut bystander, b"get k\r\n", b"END\r\n").expect("bystander");
     assert_eq!(reply, b"VALUE k 0 1\r\nv\r\nEND\r\n");
+    // The log stream would leave in plain text: refused, the session goes on.
+    let reply = exchange(&mut bystander, b"watch\r\nmn\r\n", b"MN\r\n").expect("watch");
+    assert_eq!(
+        reply,
+        b"CLIENT_ERROR watch is not served over TLS\r\nMN\r\n"
+    );
 }
 
 #[test]
