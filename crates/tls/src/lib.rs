@@ -26,7 +26,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use arc_swap::ArcSwap;
 use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
-use rustls::server::{NoServerSessionStorage, ServerSessionMemoryCache, WebPkiClientVerifier};
+use rustls::server::{ServerSessionMemoryCache, WebPkiClientVerifier};
 use rustls::{RootCertStore, SupportedProtocolVersion};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -263,7 +263,8 @@ pub struct ServerTlsOptions {
     /// `ssl_wbuf_size` in KiB (default 16): the most plaintext a connection hands to
     /// TLS at once; the encrypted output buffered per connection stays near this.
     pub wbuf_size_kib: u32,
-    /// `ssl_session_cache`: keep sessions for resumption (default off).
+    /// `ssl_session_cache`: a larger server-side session cache for resumption (default
+    /// off: rustls's small default cache, as OpenSSL resumes by default too).
     pub session_cache: bool,
     /// `ssl_kernel_tls`: accepted and shown, not applied (no kernel offload).
     pub kernel_tls: bool,
@@ -414,11 +415,13 @@ impl ServerTlsOptions {
             .with_client_cert_verifier(verifier)
             .with_single_cert(chain, key)
             .map_err(|error| TlsError::Validate(error.to_string()))?;
+        // Without the cache, rustls's defaults stay: a small session store and two TLS 1.3
+        // tickets after each handshake, as OpenSSL sends by default (memcached too). The
+        // tickets also matter for latency: a client without TCP_NODELAY that sends its
+        // Finished and then a request waits a delayed ACK (~40 ms) when the server sends
+        // nothing back after the handshake.
         if self.session_cache {
             config.session_storage = ServerSessionMemoryCache::new(SESSION_CACHE_ENTRIES);
-        } else {
-            config.session_storage = Arc::new(NoServerSessionStorage {});
-            config.send_tls13_tickets = 0;
         }
         Ok(config)
     }
