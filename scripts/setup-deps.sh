@@ -4,7 +4,7 @@
 #
 #   apt:    memcached (the differential oracle), nutcracker (a proxy baseline),
 #           prometheus (promtool and the server, for the /metrics tests; its service stays off)
-#           netcat-openbsd (the README's examples)
+#           netcat-openbsd (the README's examples), openssl (certificates of tests/python's TLS test)
 #   python: .venv with pymemcache + pytest            (tests/python)
 #   go:     module deps of tests/go (gomemcache)       (tests/go)
 #
@@ -40,6 +40,8 @@ command -v nutcracker >/dev/null 2>&1 || [ -x /usr/sbin/nutcracker ] || missing+
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 # The README's examples (scripts/readme-examples.sh) talk to servers with `nc -q1`.
 command -v nc >/dev/null 2>&1 || missing+=(netcat-openbsd)
+# tests/python/test_tls.py makes its test certificates with the openssl CLI.
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ] || missing+=(golang-go)
 if [ "${#missing[@]}" -gt 0 ]; then

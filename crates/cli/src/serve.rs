@@ -3,8 +3,9 @@
 //!
 //! Every flag of `memcached -h` (1.6) is accepted: implemented where tailtrim has the
 //! mechanism, otherwise accepted with a one-line warning that it has no effect here. Flags
-//! that ask for protection tailtrim cannot give (TLS, SASL, a UNIX socket instead of the
+//! that ask for protection tailtrim cannot give (SASL, a UNIX socket instead of the
 //! network) stop the server with an error naming the flag instead of running without it.
+//! TLS (`-Z`, `-o ssl_*`, `-l notls:…`) is served as memcached serves it.
 
 use std::process::ExitCode;
 
@@ -143,7 +144,9 @@ pub struct Args {
     /// memcached's `-S` (SASL): refused, tailtrim has no SASL (see `-Y`).
     #[arg(short = 'S', long = "enable-sasl")]
     enable_sasl: bool,
-    /// memcached's `-Z` (TLS): refused, tailtrim serves plain TCP.
+    /// TLS on every TCP listener not prefixed `notls:` (memcached's `-Z`); certificates
+    /// with `-o ssl_chain_cert=FILE,ssl_key=FILE` (also `ssl_ca_cert`, `ssl_verify_mode`,
+    /// `ssl_min_version`; see docs/security.md). UDP stays plain.
     #[arg(short = 'Z', long = "enable-ssl")]
     enable_ssl: bool,
     /// Port for Prometheus text metrics over HTTP, `GET /metrics` (default 0, off).
@@ -228,13 +231,6 @@ fn load(args: &Args) -> Result<ServerConfig, String> {
 
 /// Refuses the flags that ask for protection tailtrim does not have.
 fn refuse_unprotected(args: &Args) -> Result<(), String> {
-    if args.enable_ssl {
-        return Err(
-            "TLS is not supported: -Z/--enable-ssl (tailtrim serves plain TCP; \
-             terminate TLS in front of it, e.g. with stunnel)"
-                .into(),
-        );
-    }
     if args.enable_sasl {
         return Err(
             "SASL is not supported: -S/--enable-sasl (for ASCII authentication \
@@ -415,6 +411,7 @@ fn apply_flags(args: &Args, config: &mut ServerConfig) -> Result<Vec<String>, St
         config.hotkeys.capacity = capacity;
     }
     apply_process_flags(args, config);
+    config.tls.enabled |= args.enable_ssl;
     for option in args.extended.iter().flat_map(|list| list.split(',')) {
         if option.is_empty() {
             continue;

@@ -132,6 +132,9 @@ pub enum Request {
     },
     /// `version`.
     Version,
+    /// `refresh_certs`: reload the TLS certificate files (memcached's reply: `OK`, or the
+    /// load error's text; `Error TLS not enabled` without TLS). Arguments are ignored.
+    RefreshCerts,
     /// `verbosity N`.
     Verbosity {
         /// `noreply` was given.
@@ -267,6 +270,7 @@ impl Request {
             | Request::MetaDebug { key } => fill(key),
             Request::FlushAll { .. }
             | Request::Version
+            | Request::RefreshCerts
             | Request::Verbosity { .. }
             | Request::Quit
             | Request::Stats { .. }
@@ -411,6 +415,7 @@ fn parse_with(buf: &[u8], limits: &Limits, cut: &mut KeyCut<'_>) -> Parsed<Reque
         b"touch" => parse_touch(buf, &toks, cut).map(done(line_len)),
         b"flush_all" => parse_flush_all(&toks).map(done(line_len)),
         b"version" => Ok(Request::Version).map(done(line_len)),
+        b"refresh_certs" => Ok(Request::RefreshCerts).map(done(line_len)),
         b"verbosity" if matches!(toks.len(), 2 | 3) => {
             let noreply = is_noreply(toks.last());
             if parse_u32(toks[1]).is_none() && !(toks.len() == 2 && noreply) {

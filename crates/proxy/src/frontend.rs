@@ -561,6 +561,8 @@ async fn execute(shared: &Shared, request: Request, raw: Bytes) -> Bytes {
             }
         }
         Request::Version => Bytes::from_static(VERSION_LINE.as_bytes()),
+        // memcached's reply without TLS on the listener.
+        Request::RefreshCerts => Bytes::from_static(b"Error TLS not enabled\r\n"),
         Request::Verbosity { noreply } => {
             if noreply {
                 Bytes::new()

@@ -58,6 +58,9 @@ pub struct ServerConfig {
     pub emulation: EmulationSection,
     /// `[hotkeys]`: the sampled hot-key tracker behind `stats hotkeys`.
     pub hotkeys: HotKeysSection,
+    /// `[tls]`: memcached's `-Z` and `ssl_*` options (names without the `ssl_` prefix;
+    /// off by default). See `docs/security.md`.
+    pub tls: tailtrim_tls::ServerTlsOptions,
 }
 
 /// Default: the hot-key tracker runs.
@@ -412,8 +415,8 @@ impl ServerConfig {
     /// Applies one memcached `-o` option (`name` or `name=value`). Options with a tailtrim
     /// meaning change the configuration; [`IGNORED_MEMCACHED_OPTIONS`] are accepted silently;
     /// anything else is accepted with the warning returned, so memcached's command lines
-    /// keep starting. A malformed value of an option tailtrim implements is an error, and so
-    /// is a TLS option (`ssl_*`): a server must not run unprotected when asked for TLS.
+    /// keep starting. A malformed value of an option tailtrim implements is an error; the
+    /// TLS options (`ssl_*`) go to [`tailtrim_tls::ServerTlsOptions::apply_extended`].
     pub fn apply_memcached_option(&mut self, option: &str) -> Result<Option<String>, String> {
         let (name, value) = match option.split_once('=') {
             Some((name, value)) => (name, Some(value)),
@@ -435,11 +438,15 @@ impl ServerConfig {
             ("item_size_max", Some(size)) => {
                 self.storage.item_size_max = parse_size(size)?;
             }
-            _ if name.starts_with("ssl_") => {
-                return Err(format!(
-                    "TLS is not supported: -o {name} (tailtrim serves plain TCP; \
-                     terminate TLS in front of it, e.g. with stunnel)"
-                ))
+            _ if name.starts_with("ssl_") || name.starts_with("no_ssl_") => {
+                return match self.tls.apply_extended(name, value) {
+                    Ok(tailtrim_tls::Applied::TakenWithWarning(warning)) => Ok(Some(warning)),
+                    Ok(tailtrim_tls::Applied::Taken) => Ok(None),
+                    Ok(tailtrim_tls::Applied::NotTls) => Ok(Some(format!(
+                        "-o {option}: not a TLS option memcached knows, ignored"
+                    ))),
+                    Err(error) => Err(error.to_string()),
+                };
             }
             _ if IGNORED_MEMCACHED_OPTIONS.contains(&name) => {}
             _ => {
@@ -504,8 +511,79 @@ impl ServerConfig {
         if self.hotkeys.enabled && (self.hotkeys.capacity == 0 || self.hotkeys.sample_every == 0) {
             return Err("hotkeys.capacity and hotkeys.sample_every must be at least 1".into());
         }
+        let listen = self.listen_addrs()?;
+        if !self.tls.enabled && listen.iter().any(|addr| !addr.tls) {
+            return Err("'notls' option is valid only when SSL is enabled".into());
+        }
         Ok(())
     }
+
+    /// The TCP listeners `-l` names ([`parse_listen`] with `-p` as the default port).
+    pub fn listen_addrs(&self) -> Result<Vec<ListenAddr>, String> {
+        parse_listen(&self.server.listen, self.server.port)
+    }
+}
+
+/// One TCP listener of `-l`: memcached's `[notls:]HOST[:PORT]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenAddr {
+    /// Address or host name (IPv6 without brackets).
+    pub host: String,
+    /// Its port (`-p` where the item names none).
+    pub port: u16,
+    /// TLS on this listener when `-Z` is on; false for a `notls:` item.
+    pub tls: bool,
+}
+
+impl ListenAddr {
+    /// `HOST:PORT` as a socket address text (IPv6 in brackets).
+    pub fn socket_text(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// Parses memcached's `-l` list: comma-separated `[notls:]HOST[:PORT]` items, IPv6 either
+/// bare (`::1`, then on `default_port`) or in brackets with a port (`[::1]:7000`).
+pub fn parse_listen(list: &str, default_port: u16) -> Result<Vec<ListenAddr>, String> {
+    let mut addrs = Vec::new();
+    for item in list.split(',').map(str::trim) {
+        let (tls, rest) = match item.strip_prefix("notls:") {
+            Some(rest) => (false, rest),
+            None => (true, item),
+        };
+        let port_of = |text: &str| {
+            text.parse::<u16>()
+                .map_err(|_| format!("-l {item}: bad port {text}"))
+        };
+        let (host, port) = if let Some(bracketed) = rest.strip_prefix('[') {
+            let (host, after) = bracketed
+                .split_once(']')
+                .ok_or_else(|| format!("-l {item}: unclosed ["))?;
+            match after.strip_prefix(':') {
+                Some(port) => (host, port_of(port)?),
+                None if after.is_empty() => (host, default_port),
+                None => return Err(format!("-l {item}: unexpected text after ]")),
+            }
+        } else if rest.matches(':').count() == 1 {
+            let (host, port) = rest.split_once(':').unwrap_or((rest, ""));
+            (host, port_of(port)?)
+        } else {
+            (rest, default_port)
+        };
+        if host.is_empty() {
+            return Err(format!("-l {item}: no address"));
+        }
+        addrs.push(ListenAddr {
+            host: host.to_string(),
+            port,
+            tls,
+        });
+    }
+    Ok(addrs)
 }
 
 /// Parses memcached's size syntax for `-I`: a number of bytes, optionally
@@ -531,6 +609,16 @@ mod tests {
         let text = include_str!("../../../config/serve.example.toml");
         let example = ServerConfig::from_toml(text).expect("the example parses");
         assert_eq!(example, ServerConfig::default());
+    }
+
+    #[test]
+    fn the_tls_example_file_parses_and_validates() {
+        let text = include_str!("../../../config/serve.tls.example.toml");
+        let example = ServerConfig::from_toml(text).expect("the TLS example parses");
+        assert!(example.tls.enabled);
+        assert_eq!(example.tls.verify_mode, tailtrim_tls::VerifyMode::Require);
+        assert_eq!(example.listen_addrs().expect("listen").len(), 2);
+        assert_eq!(example.validate(), Ok(()));
     }
 
     #[test]
@@ -562,16 +650,60 @@ mod tests {
     }
 
     #[test]
-    fn tls_options_are_refused_not_ignored() {
+    fn tls_options_fill_the_tls_section() {
         let mut config = ServerConfig::default();
-        let error = config
-            .apply_memcached_option("ssl_chain_cert=/etc/cert.pem")
-            .unwrap_err();
-        assert!(
-            error.starts_with("TLS is not supported: -o ssl_chain_cert"),
-            "{error}"
+        assert_eq!(
+            config.apply_memcached_option("ssl_chain_cert=/etc/cert.pem"),
+            Ok(None)
         );
-        assert!(config.apply_memcached_option("ssl_kernel_tls").is_err());
+        assert_eq!(
+            config.tls.chain_cert.as_deref(),
+            Some(std::path::Path::new("/etc/cert.pem"))
+        );
+        assert_eq!(
+            config.apply_memcached_option("ssl_verify_mode=9"),
+            Err("Invalid ssl_verify_mode. Use help to see valid options.".to_string())
+        );
+        assert!(matches!(
+            config.apply_memcached_option("ssl_kernel_tls"),
+            Ok(Some(_))
+        ));
+    }
+
+    #[test]
+    fn listen_lists_take_notls_prefixes_and_ports() {
+        let parsed =
+            parse_listen("127.0.0.1,notls:127.0.0.1:7001,[::1]:7002,::1", 11211).expect("parses");
+        let expect = |host: &str, port: u16, tls: bool| ListenAddr {
+            host: host.to_string(),
+            port,
+            tls,
+        };
+        assert_eq!(
+            parsed,
+            vec![
+                expect("127.0.0.1", 11211, true),
+                expect("127.0.0.1", 7001, false),
+                expect("::1", 7002, true),
+                expect("::1", 11211, true),
+            ]
+        );
+        assert_eq!(parsed[2].socket_text(), "[::1]:7002");
+        assert!(parse_listen("127.0.0.1:port", 1).is_err());
+        assert!(parse_listen("", 1).is_err());
+    }
+
+    #[test]
+    fn notls_without_tls_is_refused_as_memcached_does() {
+        let mut config = ServerConfig::default();
+        config.server.listen = "notls:127.0.0.1".into();
+        assert_eq!(
+            config.validate(),
+            Err("'notls' option is valid only when SSL is enabled".to_string())
+        );
+        config.tls.enabled = true;
+        config.tls.chain_cert = Some("c.pem".into());
+        assert!(config.validate().is_ok());
     }
 
     #[test]

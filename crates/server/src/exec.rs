@@ -94,6 +94,10 @@ pub fn execute(request: Request, frame: &Bytes, ctx: &ExecContext<'_>, out: &mut
                 reply::line(out, b"OK");
             }
         }
+        Request::RefreshCerts => match ctx.shared.refresh_certs() {
+            Ok(()) => reply::line(out, b"OK"),
+            Err(error) => reply::line(out, error.as_bytes()),
+        },
         Request::Version => {
             out.push(b"VERSION ");
             reply::line(out, ctx.shared.version.as_bytes());

@@ -39,6 +39,7 @@ pub mod rxtime;
 pub mod session;
 pub mod shared;
 pub mod stats;
+pub mod transport;
 pub mod udp;
 pub mod watch;
 
@@ -75,6 +76,9 @@ pub enum ServerError {
     /// Any other I/O failure.
     #[error("I/O error: {0}")]
     Io(#[from] io::Error),
+    /// The TLS certificates cannot be loaded (memcached's error text).
+    #[error("{0}")]
+    Tls(String),
     /// The auth file (`-Y`) cannot be read or is malformed.
     #[error("authfile [{path}]: {reason}")]
     AuthFile {
@@ -85,8 +89,7 @@ pub enum ServerError {
     },
 }
 
-const LISTENER_TOKEN: Token = Token(0);
-const ACCEPTOR_WAKER: Token = Token(1);
+const ACCEPTOR_WAKER: Token = Token(usize::MAX);
 
 /// A running server; dropping it does not stop it, call [`ServerHandle::shutdown`].
 pub struct ServerHandle {
@@ -111,6 +114,19 @@ impl ServerHandle {
     /// The runtime (policy state, per-class latency).
     pub fn runtime(&self) -> &Arc<runtime::Runtime> {
         &self.runtime
+    }
+
+    /// Reloads the TLS certificates (`-Z`), what `SIGHUP` and `refresh_certs` do: new
+    /// connections get the new ones. `Ok(false)` without TLS; on an error the certificates
+    /// in use stay.
+    pub fn reload_tls(&self) -> Result<bool, ServerError> {
+        match &self.shared.tls {
+            None => Ok(false),
+            Some(tls) => tls
+                .reload()
+                .map(|()| true)
+                .map_err(|error| ServerError::Tls(error.to_string())),
+        }
     }
 
     /// Re-reads the auth file (`-Y`), what `SIGHUP` does; returns its number
@@ -175,16 +191,40 @@ pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     })
     .map_err(|e| ServerError::Config(e.to_string()))?;
 
-    let tcp_addr = format!("{}:{}", config.server.listen, config.server.port);
-    let listener = tcp_listener(&tcp_addr, config.server.listen_backlog)
-        .map_err(bind_error("TCP", &tcp_addr))?;
-    listener.set_nonblocking(true)?;
-    let local_addr = listener.local_addr()?;
+    let listen = config.listen_addrs().map_err(ServerError::Config)?;
+    let tls_config = if config.tls.enabled {
+        let loaded = tailtrim_tls::ReloadableServerConfig::new(config.tls.clone())
+            .map_err(|error| ServerError::Tls(error.to_string()))?;
+        Some(loaded)
+    } else {
+        None
+    };
+    // Every `-l` item; with `-p 0` the first picks a free port and the others without a
+    // port of their own share it.
+    let mut tcp_listeners: Vec<(TcpListener, bool)> = Vec::with_capacity(listen.len());
+    let mut picked_port: Option<u16> = None;
+    for addr in &listen {
+        let mut addr = addr.clone();
+        if addr.port == 0 {
+            addr.port = picked_port.unwrap_or(0);
+        }
+        let tcp_addr = addr.socket_text();
+        let listener = tcp_listener(&tcp_addr, config.server.listen_backlog)
+            .map_err(bind_error("TCP", &tcp_addr))?;
+        listener.set_nonblocking(true)?;
+        picked_port.get_or_insert(listener.local_addr()?.port());
+        tcp_listeners.push((listener, addr.tls && tls_config.is_some()));
+    }
+    let local_addr = match tcp_listeners.first() {
+        Some((listener, _)) => listener.local_addr()?,
+        None => return Err(ServerError::Config("no TCP listener (-l)".into())),
+    };
 
     let mut shared = Shared::new(store, config.clone());
     if !config.server.auth_file.is_empty() {
         shared.auth = Some(auth::AuthFile::load(&config.server.auth_file)?);
     }
+    shared.tls = tls_config;
     let shared = Arc::new(shared);
     shared
         .tcp_port
@@ -192,7 +232,15 @@ pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
 
     let mut udp_addr: Option<SocketAddr> = None;
     if config.server.udp_port != 0 {
-        let addr_text = format!("{}:{}", config.server.listen, config.server.udp_port);
+        let first = listen
+            .first()
+            .map_or(config::DEFAULT_LISTEN, |addr| &addr.host);
+        let addr_text = config::ListenAddr {
+            host: first.to_string(),
+            port: config.server.udp_port,
+            tls: false,
+        }
+        .socket_text();
         let addr: SocketAddr = addr_text
             .parse()
             .map_err(|_| ServerError::Config(format!("bad UDP address {addr_text}")))?;
@@ -220,7 +268,12 @@ pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     }
     {
         use std::os::fd::AsRawFd;
-        let mut listeners = vec![(listener.as_raw_fd(), shared::tcp_name(&local_addr))];
+        let mut listeners = Vec::new();
+        for (listener, _) in &tcp_listeners {
+            if let Ok(addr) = listener.local_addr() {
+                listeners.push((listener.as_raw_fd(), shared::tcp_name(&addr)));
+            }
+        }
         for socket in &udp_sockets {
             if let Ok(addr) = socket.local_addr() {
                 listeners.push((socket.as_raw_fd(), format!("udp:{addr}")));
@@ -237,10 +290,14 @@ pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
 
     let accept_poll = Poll::new()?;
     let acceptor_waker = Arc::new(Waker::new(accept_poll.registry(), ACCEPTOR_WAKER)?);
-    let mut mio_listener = mio::net::TcpListener::from_std(listener);
-    accept_poll
-        .registry()
-        .register(&mut mio_listener, LISTENER_TOKEN, Interest::READABLE)?;
+    let mut mio_listeners = Vec::with_capacity(tcp_listeners.len());
+    for (index, (listener, tls)) in tcp_listeners.into_iter().enumerate() {
+        let mut listener = mio::net::TcpListener::from_std(listener);
+        accept_poll
+            .registry()
+            .register(&mut listener, Token(index), Interest::READABLE)?;
+        mio_listeners.push((listener, tls));
+    }
     {
         let shared = Arc::clone(&shared);
         let acceptor_runtime = Arc::clone(&runtime);
@@ -248,7 +305,7 @@ pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
             std::thread::Builder::new()
                 .name("acceptor".into())
                 .spawn(move || {
-                    accept_loop(accept_poll, mio_listener, &shared, &acceptor_runtime)
+                    accept_loop(accept_poll, mio_listeners, &shared, &acceptor_runtime)
                 })?,
         );
     }
@@ -361,12 +418,11 @@ fn idle_check_every(idle: Duration) -> Duration {
 /// serving existing connections all along, until descriptors free up.
 fn accept_loop(
     mut poll: Poll,
-    listener: mio::net::TcpListener,
+    listeners: Vec<(mio::net::TcpListener, bool)>,
     shared: &Shared,
     runtime: &runtime::Runtime,
 ) {
     let mut events = Events::with_capacity(64);
-    let max = shared.config.server.max_connections as u64;
     let idle = Duration::from_secs(shared.config.server.idle_timeout_secs);
     let idle_every = (!idle.is_zero()).then(|| idle_check_every(idle));
     let mut next_idle_check = std::time::Instant::now();
@@ -387,41 +443,64 @@ fn accept_loop(
                 next_idle_check = now + every;
             }
         }
-        loop {
-            let (stream, peer) = match listener.accept() {
-                Ok(pair) => pair,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    backoff = None;
-                    listen_enabled(shared, &mut disabled_since);
-                    break;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    if backoff.is_none() {
-                        shared.listen_disabled_num.fetch_add(1, Ordering::Relaxed);
-                        shared.accepting_conns.store(false, Ordering::Relaxed);
-                        disabled_since = Some(std::time::Instant::now());
-                        tracing::error!("tailtrim: accept failed: {e}; retrying with back-off");
-                    }
-                    backoff = Some(backoff.map_or(ACCEPT_BACKOFF_MIN, |pause| {
-                        (pause * 2).min(ACCEPT_BACKOFF_MAX)
-                    }));
-                    break;
-                }
-            };
-            backoff = None;
-            listen_enabled(shared, &mut disabled_since);
-            if shared.curr_connections.load(Ordering::Relaxed) >= max {
-                shared.rejected_connections.fetch_add(1, Ordering::Relaxed);
-                let mut s = stream;
-                let _ = s.write_all(b"ERROR Too many open connections\r\n");
-                continue;
-            }
-            let open = shared.curr_connections.fetch_add(1, Ordering::Relaxed) + 1;
-            shared.peak_connections.fetch_max(open, Ordering::Relaxed);
-            shared.total_connections.fetch_add(1, Ordering::Relaxed);
-            runtime.adopt(stream, peer);
+        for (listener, tls) in &listeners {
+            accept_all(
+                listener,
+                *tls,
+                shared,
+                runtime,
+                &mut backoff,
+                &mut disabled_since,
+            );
         }
+    }
+}
+
+/// Accepts what `listener` has until it would block (or `accept` fails: `backoff` is
+/// set), adopting each connection (`tls`: as a TLS session) or refusing it past `-c`.
+fn accept_all(
+    listener: &mio::net::TcpListener,
+    tls: bool,
+    shared: &Shared,
+    runtime: &runtime::Runtime,
+    backoff: &mut Option<Duration>,
+    disabled_since: &mut Option<std::time::Instant>,
+) {
+    let max = shared.config.server.max_connections as u64;
+    loop {
+        let (stream, peer) = match listener.accept() {
+            Ok(pair) => pair,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                *backoff = None;
+                listen_enabled(shared, disabled_since);
+                break;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                if backoff.is_none() {
+                    shared.listen_disabled_num.fetch_add(1, Ordering::Relaxed);
+                    shared.accepting_conns.store(false, Ordering::Relaxed);
+                    *disabled_since = Some(std::time::Instant::now());
+                    tracing::error!("tailtrim: accept failed: {e}; retrying with back-off");
+                }
+                *backoff = Some(backoff.map_or(ACCEPT_BACKOFF_MIN, |pause| {
+                    (pause * 2).min(ACCEPT_BACKOFF_MAX)
+                }));
+                break;
+            }
+        };
+        *backoff = None;
+        listen_enabled(shared, disabled_since);
+        if shared.curr_connections.load(Ordering::Relaxed) >= max {
+            shared.rejected_connections.fetch_add(1, Ordering::Relaxed);
+            let mut s = stream;
+            let _ = s.write_all(b"ERROR Too many open connections\r\n");
+            continue;
+        }
+        let open = shared.curr_connections.fetch_add(1, Ordering::Relaxed) + 1;
+        shared.peak_connections.fetch_max(open, Ordering::Relaxed);
+        shared.total_connections.fetch_add(1, Ordering::Relaxed);
+        runtime.adopt(stream, peer, tls);
     }
 }
 
@@ -595,7 +674,7 @@ fn http_response(
 /// accepting, closes connections, joins every thread), as memcached does on those signals.
 /// SIGHUP does not stop it: it reopens the `--log-file` when one is set (so `logrotate` can
 /// move the file away), else it is only logged (`-v`); with `-Y` it re-reads the auth file,
-/// as memcached does on SIGHUP.
+/// as memcached does on SIGHUP, and with `-Z` it reloads the TLS certificates.
 pub fn run_until_signal(config: ServerConfig) -> Result<(), ServerError> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
     let term = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -631,6 +710,13 @@ pub fn run_until_signal(config: ServerConfig) -> Result<(), ServerError> {
                 Ok(None) => {}
                 Err(error) => {
                     tracing::error!("tailtrim: {error}; the users read before stay in force")
+                }
+            }
+            match handle.reload_tls() {
+                Ok(true) => tracing::info!("tailtrim: TLS certificates reloaded"),
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::error!("tailtrim: {error}; the certificates in use stay")
                 }
             }
         }

@@ -165,9 +165,20 @@ pub fn general_stats(shared: &Shared, now: u64) -> Vec<(String, String)> {
         "log_watcher_skipped",
         "log_watcher_sent",
         "log_watchers",
-        "unexpected_napi_ids",
-        "round_robin_fallback",
     ] {
+        push(name, zero());
+    }
+    if let Some(tls) = &shared.tls {
+        if tls.options().session_cache {
+            push("ssl_new_sessions", load(&shared.ssl_new_sessions));
+        }
+        push("ssl_handshake_errors", load(&shared.ssl_handshake_errors));
+        push(
+            "time_since_server_cert_refresh",
+            tls.seconds_since_load().to_string(),
+        );
+    }
+    for name in ["unexpected_napi_ids", "round_robin_fallback"] {
         push(name, zero());
     }
     push("bytes", store.bytes.to_string());
@@ -358,17 +369,9 @@ fn settings_stats(shared: &Shared) -> Vec<(String, String)> {
         constant("ext_max_frag", "0.80"),
         constant("slab_automove_freeratio", "0.010"),
         constant("ext_drop_unread", "no"),
-        constant("ssl_enabled", "no"),
-        constant("ssl_chain_cert", "(null)"),
-        constant("ssl_key", "(null)"),
-        constant("ssl_verify_mode", "0"),
-        constant("ssl_keyformat", "1"),
-        constant("ssl_ciphers", "NULL"),
-        constant("ssl_ca_cert", "NULL"),
-        constant("ssl_wbuf_size", "16384"),
-        constant("ssl_session_cache", "no"),
-        constant("ssl_kernel_tls", "no"),
-        constant("ssl_min_version", "tlsv1.2"),
+    ]);
+    pairs.extend(tls_settings(&c.tls));
+    pairs.extend([
         constant("num_napi_ids", "(null)"),
         constant("memory_file", "(null)"),
         // tailtrim's own.
@@ -392,6 +395,35 @@ fn settings_stats(shared: &Shared) -> Vec<(String, String)> {
         ),
     ]);
     pairs
+}
+
+/// memcached's `ssl_*` lines of `stats settings`: the options as given (a path as written,
+/// `(null)` / `NULL` where memcached prints those for an unset one).
+fn tls_settings(tls: &tailtrim_tls::ServerTlsOptions) -> Vec<(String, String)> {
+    let yes_no = |on: bool| if on { "yes" } else { "no" }.to_string();
+    let path = |path: &Option<std::path::PathBuf>, unset: &str| {
+        path.as_ref()
+            .map_or_else(|| unset.to_string(), |p| p.display().to_string())
+    };
+    vec![
+        ("ssl_enabled".into(), yes_no(tls.enabled)),
+        ("ssl_chain_cert".into(), path(&tls.chain_cert, "(null)")),
+        ("ssl_key".into(), path(&tls.key, "(null)")),
+        (
+            "ssl_verify_mode".into(),
+            tls.verify_mode.number().to_string(),
+        ),
+        ("ssl_keyformat".into(), tls.keyformat.to_string()),
+        (
+            "ssl_ciphers".into(),
+            tls.ciphers.clone().unwrap_or_else(|| "NULL".to_string()),
+        ),
+        ("ssl_ca_cert".into(), path(&tls.ca_cert, "NULL")),
+        ("ssl_wbuf_size".into(), tls.write_buffer_bytes().to_string()),
+        ("ssl_session_cache".into(), yes_no(tls.session_cache)),
+        ("ssl_kernel_tls".into(), yes_no(tls.kernel_tls)),
+        ("ssl_min_version".into(), tls.min_version.name().to_string()),
+    ]
 }
 
 /// `stats items`: memcached's fields for every size class that holds items.

@@ -448,17 +448,22 @@ impl Runtime {
         self.shared.stopping()
     }
 
-    /// Takes ownership of an accepted connection.
-    pub fn adopt(&self, stream: mio::net::TcpStream, peer: SocketAddr) {
+    /// Takes ownership of an accepted connection; `tls`: it came in on a TLS listener
+    /// (`-Z`, not `notls:`), so the session encrypts ([`crate::transport`]).
+    pub fn adopt(&self, stream: mio::net::TcpStream, peer: SocketAddr, tls: bool) {
         use std::os::fd::{FromRawFd, IntoRawFd};
         // SAFETY: the descriptor comes straight from the mio stream we own.
         let stream = unsafe { TcpStream::from_raw_fd(stream.into_raw_fd()) };
-        self.adopt_std(stream, peer);
+        self.adopt_session(stream, peer, tls);
     }
 
-    /// Takes ownership of an accepted connection (a std stream; the caller
+    /// Takes ownership of an accepted plain connection (a std stream; the caller
     /// has counted it in `curr_connections`).
     pub fn adopt_std(&self, stream: TcpStream, peer: SocketAddr) {
+        self.adopt_session(stream, peer, false);
+    }
+
+    fn adopt_session(&self, stream: TcpStream, peer: SocketAddr, tls: bool) {
         let _ = stream.set_nodelay(true);
         // Latency is measured from kernel receipt; without it, from the read.
         let _ = crate::rxtime::enable(stream.as_raw_fd());
@@ -466,9 +471,24 @@ impl Runtime {
             self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
             return;
         }
+        let session = match (tls, &self.shared.tls) {
+            (true, Some(config)) => match config.new_connection() {
+                Ok(connection) => Some(crate::transport::TlsSession::new(
+                    connection,
+                    config.options().write_buffer_bytes(),
+                )),
+                Err(error) => {
+                    tracing::error!("tailtrim: TLS session for {peer} not made: {error}");
+                    self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+                    return;
+                }
+            },
+            _ => None,
+        };
         let home = self.next_home.fetch_add(1, Ordering::Relaxed) % self.epolls.len();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let conn = Arc::new(Conn::new(id, peer, stream, Arc::clone(&self.epolls[home])));
+        let epoll = Arc::clone(&self.epolls[home]);
+        let conn = Arc::new(Conn::new(id, peer, stream, epoll, session));
         conn.touch(self.clock_ms());
         if self.log_state {
             tracing::trace!("<{} new client connection from {peer}", conn.fd());
@@ -490,6 +510,9 @@ impl Runtime {
             return;
         }
         let _ = conn.epoll.delete(conn.fd());
+        if let Some(tls) = &conn.tls {
+            tls.lock().close(conn.fd());
+        }
         let watch = conn.watch.lock().take();
         match watch.map(|types| (types, conn.stream.try_clone())) {
             Some((types, Ok(stream))) => self.shared.watchers.adopt(stream, types),
@@ -581,7 +604,11 @@ impl Runtime {
         // enough that the reader may go on with buffered requests (EPOLLOUT
         // brings it back).
         let reader_may_resume = write.wake_reader && write.pending_len() <= OUTPUT_HIGH_WATER;
-        if !write.out.is_empty() || reader_may_resume {
+        let tls_output = conn
+            .tls
+            .as_ref()
+            .is_some_and(|tls| tls.lock().wants_write());
+        if !write.out.is_empty() || reader_may_resume || tls_output {
             interest |= WRITABLE;
         }
         if !self.policy.keeps_connections_armed() {
@@ -656,14 +683,20 @@ impl Runtime {
         let counters = &self.shared.counters[worker];
         loop {
             let mut write = conn.write.lock();
-            let outcome = write_out(&conn.stream, &mut write.out, |n| count_written(counters, n));
+            let mut tls = conn.tls.as_ref().map(|tls| tls.lock());
+            let outcome = match tls.as_deref_mut() {
+                None => write_out(&conn.stream, &mut write.out, |n| count_written(counters, n)),
+                Some(tls) => tls.flush(conn.fd(), &mut write.out, |n| count_written(counters, n)),
+            };
             if outcome == WriteOutcome::Failed {
                 write.out.clear();
+                drop(tls);
                 drop(write);
                 self.close(conn);
                 return false;
             }
-            let pending = !write.out.is_empty();
+            // Output of TLS's own (a handshake message) waits for the socket as well.
+            let pending = !write.out.is_empty() || tls.is_some_and(|tls| tls.wants_write());
             drop(write);
             if !pending || !blocking || conn.is_closed() {
                 return pending;
@@ -1039,7 +1072,11 @@ impl Runtime {
                 std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<u8>(), spare.len())
             };
             let was_empty = read.input.is_empty();
-            match crate::rxtime::recv_with_arrival(conn.fd(), target) {
+            let received = match &conn.tls {
+                None => crate::rxtime::recv_with_arrival(conn.fd(), target),
+                Some(tls) => tls.lock().recv(conn.fd(), target, &self.shared),
+            };
+            match received {
                 Ok((0, _)) => return Ok(true),
                 Ok((n, arrival)) => {
                     read.latest_ns = arrival.unwrap_or_else(crate::rxtime::realtime_now_ns);
@@ -1160,6 +1197,14 @@ impl Runtime {
                     let seq = read.take_seq();
                     // `quit` closes after its turn; `watch` leaves for the logger thread then.
                     // With `-W` a `watch` is refused in place and the connection stays.
+                    let value = match value {
+                        // The log stream is written by the logger thread in plain text.
+                        Request::Watch { .. } if conn.tls.is_some() => Request::Admin {
+                            reply: b"CLIENT_ERROR watch is not served over TLS",
+                            noreply: false,
+                        },
+                        value => value,
+                    };
                     let watching = matches!(value, Request::Watch { .. })
                         && !ctx.shared.config.server.disable_watch;
                     let is_quit = matches!(value, Request::Quit) || watching;

@@ -44,10 +44,19 @@ pub struct Conn {
     /// The connection sent `watch`: once its `OK` is written, it leaves the runtime and
     /// becomes a watcher of these types instead of closing.
     pub(crate) watch: Mutex<Option<tailtrim_proto::WatchTypes>>,
+    /// The encrypting transport on a TLS listener; `None`: plain TCP. Lock order:
+    /// after `read` and `write`.
+    pub(crate) tls: Option<Mutex<crate::transport::TlsSession>>,
 }
 
 impl Conn {
-    pub(crate) fn new(id: u64, peer: SocketAddr, stream: TcpStream, epoll: Arc<Epoll>) -> Conn {
+    pub(crate) fn new(
+        id: u64,
+        peer: SocketAddr,
+        stream: TcpStream,
+        epoll: Arc<Epoll>,
+        tls: Option<crate::transport::TlsSession>,
+    ) -> Conn {
         Conn {
             id,
             peer,
@@ -59,6 +68,7 @@ impl Conn {
             closed: AtomicBool::new(false),
             last_command_ms: AtomicU64::new(0),
             watch: Mutex::new(None),
+            tls: tls.map(Mutex::new),
         }
     }
 

@@ -67,6 +67,13 @@ pub struct Shared {
     pub auth: Option<crate::auth::AuthFile>,
     /// Connections that sent `watch` and the log lines waiting for them.
     pub watchers: crate::watch::Watchers,
+    /// TLS (`-Z`): the certificates new connections on TLS listeners use; `None`: off.
+    pub tls: Option<tailtrim_tls::ReloadableServerConfig>,
+    /// TLS handshakes that failed (memcached's `ssl_handshake_errors`).
+    pub ssl_handshake_errors: AtomicU64,
+    /// TLS handshakes completed without resuming a session (memcached's
+    /// `ssl_new_sessions`, shown with `ssl_session_cache`).
+    pub ssl_new_sessions: AtomicU64,
 }
 
 /// The server's sampled hot-key tracker: the lock is taken only on sampled reads.
@@ -166,6 +173,9 @@ impl Shared {
             listeners: std::sync::OnceLock::new(),
             auth: None,
             watchers: crate::watch::Watchers::default(),
+            tls: None,
+            ssl_handshake_errors: AtomicU64::new(0),
+            ssl_new_sessions: AtomicU64::new(0),
             hotkeys: config
                 .hotkeys
                 .enabled
@@ -206,9 +216,24 @@ impl Shared {
             &self.listen_disabled_num,
             &self.time_in_listen_disabled_us,
             &self.crawler_starts,
+            &self.ssl_handshake_errors,
+            &self.ssl_new_sessions,
         ] {
             counter.store(0, Ordering::Relaxed);
         }
+    }
+
+    /// Reloads the TLS certificate files (`refresh_certs`, SIGHUP): new connections get
+    /// the new certificates, open ones keep theirs. On an error (memcached's text) the
+    /// certificates in use stay.
+    pub fn refresh_certs(&self) -> Result<(), String> {
+        let Some(tls) = &self.tls else {
+            return Err("Error TLS not enabled".to_string());
+        };
+        tls.reload().map_err(|error| {
+            tracing::error!("tailtrim: refresh_certs: {error}");
+            error.to_string()
+        })
     }
 
     /// True once shutdown has begun.
