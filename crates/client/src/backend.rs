@@ -110,11 +110,15 @@ impl Priorities {
     }
 }
 
-/// True when a `stats settings` reply announces that the server serves classes itself.
+/// True when a `stats settings` reply announces that the server serves classes itself
+/// (`priorities strict` or `priorities drr`).
 fn announces_priorities(reply: &[u8]) -> bool {
-    reply
-        .split(|&b| b == b'\n')
-        .any(|line| line.trim_ascii_end() == b"STAT priorities drr")
+    reply.split(|&b| b == b'\n').any(|line| {
+        matches!(
+            line.trim_ascii_end(),
+            b"STAT priorities strict" | b"STAT priorities drr"
+        )
+    })
 }
 
 /// A backend server.
@@ -509,9 +513,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_priorities_drr_announces_that_the_backend_serves_classes() {
+    fn only_priorities_strict_or_drr_announce_that_the_backend_serves_classes() {
         assert!(announces_priorities(
             b"STAT maxbytes 1\r\nSTAT priorities drr\r\nSTAT priority_classes 5\r\nEND\r\n"
+        ));
+        assert!(announces_priorities(
+            b"STAT priorities strict\r\nSTAT priority_classes 5\r\nEND\r\n"
         ));
         assert!(!announces_priorities(
             b"STAT priorities fifo\r\nSTAT priority_classes 5\r\nEND\r\n"

@@ -278,6 +278,12 @@ fn workload_of(setup: &Setup, experiment: &Experiment) -> Result<WorkloadSpec, S
                 vec![vec![keys, 0], vec![keys - large, large]],
             )
         }
+        Mix::KeyValueShare { .. } => {
+            return Err(format!(
+                "{}: large values by key share run in the simulator only",
+                experiment.name
+            ))
+        }
     };
     let spec = WorkloadSpec {
         name: format!("tailx-{}", experiment.name),
@@ -332,7 +338,11 @@ fn simulate(
             let result =
                 run_cluster_with(&scenario, planner(setup, name).map_err(|e| e.to_string())?)
                     .map_err(|e| e.to_string())?;
-            Ok(PlannerOutcome::of(&result, setup.workers_per_server))
+            Ok(PlannerOutcome::of(
+                &result,
+                setup.workers_per_server,
+                experiment.mix.mice_max_keys(),
+            ))
         })
         .collect()
 }
@@ -667,12 +677,7 @@ fn summarise(
             p95_us: p.p95_us,
             p99_us: p.p99_us,
             large_p99_us: p.large_p99_us,
-            small_p99_us: 0.0,
-            achieved_rps: 0.0,
-            fetches_per_request: 0.0,
-            mean_utilization: 0.0,
-            max_utilization: 0.0,
-            simulated_secs: 0.0,
+            ..PlannerOutcome::default()
         })
         .collect();
     let emulated_order = order_by(
@@ -923,6 +928,7 @@ mod tests {
                         let expected = (large_share * 20.0).round() as usize;
                         assert!(large == 0 || large == expected, "{large}");
                     }
+                    Mix::KeyValueShare { .. } => {}
                 }
             }
         }
