@@ -150,7 +150,7 @@ pub struct Args {
     #[arg(long, default_value_t = 2)]
     server_connections: usize,
     /// Only these planners (batch, rein-sbf, rein-sds, rein-drr, tailx, cost-sbf); default
-    /// all.
+    /// all in the simulator, the paper's four on the testbed.
     #[arg(long, value_delimiter = ',')]
     planners: Vec<String>,
     /// Testbed: a sweep of offered loads (shares of the simulated capacity) instead of
