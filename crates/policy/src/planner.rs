@@ -60,10 +60,9 @@ pub struct Fetch {
     pub keys: Vec<u32>,
     /// Do not send before this time (`None`: at once).
     pub not_before: Option<Timestamp>,
-    /// Priority for backends that understand it, 0 the highest (`None`: default, served as
-    /// 0): a Rein class below [`crate::drr::CLASSES`], or a cost rank
-    /// ([`crate::serverq::cost_rank`]) for `cost-sbf`; the planner's
-    /// [`Planner::discipline`] says how servers order them.
+    /// Priority class for backends that understand it, 0 (highest) to
+    /// [`crate::drr::CLASSES`]` - 1` (`None`: default, served as class 0); the planner's
+    /// [`Planner::discipline`] says how servers order the classes.
     pub priority: Option<u8>,
 }
 
