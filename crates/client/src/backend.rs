@@ -4,10 +4,11 @@
 //!   call_in(bytes, shape, class) / call_with(shape, class, started, write)
 //!     ├─ health.try_acquire(now)? ── no ──► Err(BackendDown)          (fail fast)
 //!     ├─ window set: gate.admit(class) ≤ timeout (DRR queue, see sched) ─ else Err(Overloaded)
-//!     │     (skipped when the backend serves the classes itself: `priorities drr`)
+//!     │     (skipped when the backend serves the classes itself: `priorities strict|drr`)
 //!     ├─ slot = next round-robin connection, or the class's own connection when the backend
 //!     │  serves the classes; connect lazily (connect_timeout); a new connection asks
-//!     │  `stats settings` whether the server announces `priorities drr` (when detecting);
+//!     │  `stats settings` whether the server announces `priorities strict` or `drr` (when
+//!     │  detecting);
 //!     │  a live connection is taken without arming a timer
 //!     ├─ outstanding += 1; submit (the request written into the connection's buffer);
 //!     │  wait ≤ timeout (the connection's watchdog)
@@ -50,7 +51,7 @@ pub struct BackendSettings {
     /// queue in the client).
     pub window: usize,
     /// Ask each new connection whether the server serves priority classes itself (`stats
-    /// settings`: `priorities drr`); set when the planner assigns classes.
+    /// settings`: `priorities strict` or `drr`); set when the planner assigns classes.
     pub detect_priorities: bool,
 }
 
@@ -92,8 +93,9 @@ impl Slot {
 pub enum Priorities {
     /// Not asked yet (no connection, or detection off).
     Undetected = 0,
-    /// The backend announced `priorities drr`: requests carry their class (`mg … p<class>`),
-    /// each class has its own connection and the client does not hold them back.
+    /// The backend announced `priorities strict` or `drr`: requests carry their class
+    /// (`mg … p<class>`), each class has its own connection and the client does not hold
+    /// them back.
     Backend = 1,
     /// The backend did not (stock memcached, or a tailtrim dispatch policy that serves
     /// in arrival order): no flag is sent; the client's gate orders requests, if it has one.
