@@ -166,6 +166,11 @@ pub struct Args {
     /// `mg … p<class>` carries (`stats settings`: `priorities off`).
     #[arg(long)]
     no_priorities: bool,
+    /// Order of the priority classes in the job queue (early and late binding): strict
+    /// (Rein as published: a class runs only when no higher one waits) or drr (deficit round
+    /// robin, weights 5..1). Default strict.
+    #[arg(long, value_name = "ORDER")]
+    priority_order: Option<tailtrim_server::config::PriorityOrder>,
     /// size-aware: fixed size threshold in bytes instead of the learned one.
     #[arg(long, value_name = "BYTES")]
     size_threshold: Option<String>,
@@ -363,6 +368,9 @@ fn apply_flags(args: &Args, config: &mut ServerConfig) -> Result<Vec<String>, St
     }
     if args.no_priorities {
         config.workers.priorities = false;
+    }
+    if let Some(order) = args.priority_order {
+        config.workers.priority_order = order;
     }
     if let Some(threshold) = &args.size_threshold {
         config.sizeaware.fixed_threshold = parse_size(threshold)?;

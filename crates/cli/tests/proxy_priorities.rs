@@ -1,5 +1,5 @@
 //! Rein's classes through the real `tailtrim proxy` binary over three kinds of backend: a
-//! `tailtrim serve` that queues by class (late binding: `priorities drr`), one that serves in
+//! `tailtrim serve` that queues by class (late binding: `priorities strict`), one that serves in
 //! arrival order (pinned: `priorities fifo`) and Debian's memcached, which rejects the class
 //! flag. The proxy must send `mg … p<class>` to the first only (its per-class counters move),
 //! keep its own gate for the others, say so per backend in `stats`, and return the stored

@@ -4,10 +4,11 @@
 //!   call_in(bytes, shape, class) / call_with(shape, class, started, write)
 //!     ├─ health.try_acquire(now)? ── no ──► Err(BackendDown)          (fail fast)
 //!     ├─ window set: gate.admit(class) ≤ timeout (DRR queue, see sched) ─ else Err(Overloaded)
-//!     │     (skipped when the backend serves the classes itself: `priorities drr`)
+//!     │     (skipped when the backend serves the classes itself: `priorities strict|drr`)
 //!     ├─ slot = next round-robin connection, or the class's own connection when the backend
 //!     │  serves the classes; connect lazily (connect_timeout); a new connection asks
-//!     │  `stats settings` whether the server announces `priorities drr` (when detecting);
+//!     │  `stats settings` whether the server announces `priorities strict` or `drr` (when
+//!     │  detecting);
 //!     │  a live connection is taken without arming a timer
 //!     ├─ submit (the request written into the connection's buffer);
 //!     │  wait ≤ timeout (the connection's watchdog)
@@ -57,7 +58,7 @@ pub struct BackendSettings {
     /// queue in the client).
     pub window: usize,
     /// Ask each new connection whether the server serves priority classes itself (`stats
-    /// settings`: `priorities drr`); set when the planner assigns classes.
+    /// settings`: `priorities strict` or `drr`); set when the planner assigns classes.
     pub detect_priorities: bool,
 }
 
@@ -99,8 +100,9 @@ impl Slot {
 pub enum Priorities {
     /// Not asked yet (no connection, or detection off).
     Undetected = 0,
-    /// The backend announced `priorities drr`: requests carry their class (`mg … p<class>`),
-    /// each class has its own connection and the client does not hold them back.
+    /// The backend announced `priorities strict` or `drr`: requests carry their class
+    /// (`mg … p<class>`), each class has its own connection and the client does not hold
+    /// them back.
     Backend = 1,
     /// The backend did not (stock memcached, or a tailtrim dispatch policy that serves
     /// in arrival order): no flag is sent; the client's gate orders requests, if it has one.
@@ -117,11 +119,15 @@ impl Priorities {
     }
 }
 
-/// True when a `stats settings` reply announces that the server serves classes itself.
+/// True when a `stats settings` reply announces that the server serves classes itself
+/// (`priorities strict` or `priorities drr`).
 fn announces_priorities(reply: &[u8]) -> bool {
-    reply
-        .split(|&b| b == b'\n')
-        .any(|line| line.trim_ascii_end() == b"STAT priorities drr")
+    reply.split(|&b| b == b'\n').any(|line| {
+        matches!(
+            line.trim_ascii_end(),
+            b"STAT priorities strict" | b"STAT priorities drr"
+        )
+    })
 }
 
 /// A backend server.
@@ -573,9 +579,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_priorities_drr_announces_that_the_backend_serves_classes() {
+    fn only_priorities_strict_or_drr_announce_that_the_backend_serves_classes() {
         assert!(announces_priorities(
             b"STAT maxbytes 1\r\nSTAT priorities drr\r\nSTAT priority_classes 5\r\nEND\r\n"
+        ));
+        assert!(announces_priorities(
+            b"STAT priorities strict\r\nSTAT priority_classes 5\r\nEND\r\n"
         ));
         assert!(!announces_priorities(
             b"STAT priorities fifo\r\nSTAT priority_classes 5\r\nEND\r\n"

@@ -4,7 +4,8 @@
 //!   key ──► ring (hash + distribution) ──► replica set ──┐
 //!                                                        ▼
 //!   request ──► planner::plan(&request, &view) ──► Vec<Action> ──► client/proxy (owns sockets)
-//!               (batch · rein SBF/SDS priorities · tailx delays)      │ priorities: drr (5 classes)
+//!               (batch · rein SBF/SDS priorities · tailx delays ·     │ priorities: serverq
+//!                cost-sbf cost ranks)                                 │ (strict · deadline · drr)
 //!                      ▲                                  │
 //!                      └── health (TKO state, EWMA) ◄─────┘ observations (time is a parameter)
 //!
@@ -22,6 +23,7 @@
 //! same code.
 
 pub mod chisel;
+pub mod costsbf;
 pub mod costspec;
 pub mod dispatch;
 pub mod drr;
@@ -31,6 +33,7 @@ pub mod hotkeys;
 pub mod planner;
 pub mod rein;
 pub mod ring;
+pub mod serverq;
 pub mod sizeaware;
 pub mod tailx;
 pub mod warmup;

@@ -20,13 +20,17 @@
 //! ([`crate::tailx`]) gives the opsets that would finish early a start time (`not_before`) for
 //! the runtime's delay queue. [`Planner::gauges`] exposes a planner's current decisions.
 
+use crate::costsbf::{CostSbfPlanner, CostSbfSettings};
 use crate::error::PolicyError;
 use crate::health::{choose_replica, BackendLoad, Timestamp};
 use crate::rein::{ReinPlanner, ReinPolicy};
+use crate::serverq::Discipline;
 use crate::tailx::{TailxPlanner, TailxSettings};
 
 /// Names accepted by [`PlannerKind::from_name`].
-pub const PLANNER_NAMES: [&str; 5] = ["batch", "chisel", "rein-sbf", "rein-sds", "tailx"];
+pub const PLANNER_NAMES: [&str; 7] = [
+    "batch", "chisel", "rein-sbf", "rein-sds", "rein-drr", "tailx", "cost-sbf",
+];
 
 /// A read of one or more keys.
 #[derive(Debug, Clone, Copy)]
@@ -57,7 +61,8 @@ pub struct Fetch {
     /// Do not send before this time (`None`: at once).
     pub not_before: Option<Timestamp>,
     /// Priority class for backends that understand it, 0 (highest) to
-    /// [`crate::drr::CLASSES`]` - 1` (`None`: default, served as class 0).
+    /// [`crate::drr::CLASSES`]` - 1` (`None`: default, served as class 0); the planner's
+    /// [`Planner::discipline`] says how servers order the classes.
     pub priority: Option<u8>,
 }
 
@@ -127,6 +132,11 @@ pub trait Planner: Send {
     /// The size of one value a completed fetch returned; the runtime calls it for each value
     /// of a fetch just before [`Planner::observe`] for that fetch. Default: ignored.
     fn observe_value(&mut self, _key: &[u8], _value_bytes: u64) {}
+    /// How servers (or the proxy's gate) should order this planner's prioritized fetches.
+    /// Default: strict priority (planners without priorities set none, so it orders nothing).
+    fn discipline(&self) -> Discipline {
+        Discipline::Strict
+    }
     /// The planner's current decisions and estimates as named numbers, for stats and
     /// Prometheus (names `<planner>_<what>`). Default: none.
     fn gauges(&self) -> Vec<(&'static str, f64)> {
@@ -139,6 +149,8 @@ pub trait Planner: Send {
 pub struct PlannerSettings {
     /// `tailx`.
     pub tailx: TailxSettings,
+    /// `cost-sbf`.
+    pub cost_sbf: CostSbfSettings,
 }
 
 /// Selectable planners.
@@ -152,6 +164,10 @@ pub enum PlannerKind {
     ReinSbf,
     /// Rein, shortest bottleneck first with slack-driven demotion.
     ReinSds,
+    /// Rein's shortest-bottleneck-first classes served by deficit round robin.
+    ReinDrr,
+    /// Shortest estimated bottleneck cost first (see [`crate::costsbf`]).
+    CostSbf,
     /// TailX: size-aware opset costs and delay allowances.
     Tailx,
 }
@@ -164,6 +180,8 @@ impl PlannerKind {
             "chisel" => Ok(PlannerKind::Chisel),
             "rein-sbf" => Ok(PlannerKind::ReinSbf),
             "rein-sds" => Ok(PlannerKind::ReinSds),
+            "rein-drr" => Ok(PlannerKind::ReinDrr),
+            "cost-sbf" => Ok(PlannerKind::CostSbf),
             "tailx" => Ok(PlannerKind::Tailx),
             other => Err(PolicyError::UnknownPlanner(other.to_string())),
         }
@@ -176,13 +194,27 @@ impl PlannerKind {
             PlannerKind::Chisel => "chisel",
             PlannerKind::ReinSbf => "rein-sbf",
             PlannerKind::ReinSds => "rein-sds",
+            PlannerKind::ReinDrr => "rein-drr",
+            PlannerKind::CostSbf => "cost-sbf",
             PlannerKind::Tailx => "tailx",
         }
     }
 
     /// True for planners whose fetches carry priorities (the runtime serves them by class).
     pub fn uses_priorities(self) -> bool {
-        matches!(self, PlannerKind::ReinSbf | PlannerKind::ReinSds)
+        matches!(
+            self,
+            PlannerKind::ReinSbf
+                | PlannerKind::ReinSds
+                | PlannerKind::ReinDrr
+                | PlannerKind::CostSbf
+        )
+    }
+
+    /// How the runtime orders this planner's prioritized fetches (see
+    /// [`Planner::discipline`]).
+    pub fn discipline(self, settings: &PlannerSettings) -> Discipline {
+        self.build_with(settings).discipline()
     }
 
     /// A fresh planner of this kind with default settings.
@@ -197,6 +229,8 @@ impl PlannerKind {
             PlannerKind::Chisel => Box::new(crate::chisel::ChiselPlanner::default()),
             PlannerKind::ReinSbf => Box::new(ReinPlanner::new(ReinPolicy::Sbf)),
             PlannerKind::ReinSds => Box::new(ReinPlanner::new(ReinPolicy::Sds)),
+            PlannerKind::ReinDrr => Box::new(ReinPlanner::new(ReinPolicy::SbfDrr)),
+            PlannerKind::CostSbf => Box::new(CostSbfPlanner::new(settings.cost_sbf)),
             PlannerKind::Tailx => Box::new(TailxPlanner::new(settings.tailx)),
         }
     }

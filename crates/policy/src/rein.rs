@@ -6,8 +6,10 @@
 //!     SBF: every opset gets class(B)                    class(n): n ≤ 1 → 0, ≤ 5 → 1, ≤ 25 → 2,
 //!     SDS: B > 20: a non-bottleneck opset of n keys            ≤ 125 → 3, else 4 (lowest)
 //!          gets class(B + (B − n)): demoted by its slack
-//!   Fetch{priority: Some(class)} ─► served by deficit round robin (weights 5..1, see `drr`)
-//!                                   at the backend, or in the proxy for stock memcached
+//!   Fetch{priority: Some(class)} ─► served in strict priority order (`serverq`), as the
+//!                                   paper does, at the backend or in the proxy for stock
+//!                                   memcached; `rein-drr`: SBF's classes by deficit round
+//!                                   robin (weights 5..1, see `drr`) instead
 //! ```
 //!
 //! Shortest bottleneck first (SBF) serves the requests whose slowest opset is small before
@@ -17,6 +19,7 @@
 
 use crate::drr::CLASSES;
 use crate::planner::{group_by_backend, Action, ClusterView, PlanRequest, Planner};
+use crate::serverq::Discipline;
 
 /// Upper bounds (keys) of the classes 0..=3; larger opsets are class 4.
 pub const CLASS_BOUNDS: [u64; CLASSES - 1] = [1, 5, 25, 125];
@@ -38,6 +41,8 @@ pub enum ReinPolicy {
     Sbf,
     /// Shortest bottleneck first plus slack-driven demotion.
     Sds,
+    /// Shortest bottleneck first's classes, served by deficit round robin (`rein-drr`).
+    SbfDrr,
 }
 
 /// Rein's planner: batch's opsets, each tagged with a priority class.
@@ -71,6 +76,14 @@ impl Planner for ReinPlanner {
         match self.policy {
             ReinPolicy::Sbf => "rein-sbf",
             ReinPolicy::Sds => "rein-sds",
+            ReinPolicy::SbfDrr => "rein-drr",
+        }
+    }
+
+    fn discipline(&self) -> Discipline {
+        match self.policy {
+            ReinPolicy::Sbf | ReinPolicy::Sds => Discipline::Strict,
+            ReinPolicy::SbfDrr => Discipline::Drr,
         }
     }
 
@@ -84,7 +97,7 @@ impl Planner for ReinPlanner {
         for fetch in &mut fetches {
             let keys = fetch.keys.len() as u64;
             fetch.priority = Some(match self.policy {
-                ReinPolicy::Sbf => class_of(bottleneck),
+                ReinPolicy::Sbf | ReinPolicy::SbfDrr => class_of(bottleneck),
                 ReinPolicy::Sds => sds_class(bottleneck, keys),
             });
         }

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 use tailtrim_policy::costspec::CostSpec;
+use tailtrim_policy::serverq::Discipline;
 
 /// Default TCP port (`-p`), memcached's.
 pub const DEFAULT_PORT: u16 = 11211;
@@ -324,6 +325,51 @@ pub struct WorkersSection {
     /// work (`--no-priorities` turns it off: every job is class 0, first come first served,
     /// and `stats settings` announces `priorities off`).
     pub priorities: bool,
+    /// How the queue orders the classes (`--priority-order`): `strict` (Rein as published:
+    /// a class runs only when no higher class waits) or `drr` (deficit round robin, weights
+    /// 5..1).
+    pub priority_order: PriorityOrder,
+}
+
+/// The order of the priority classes in the server's job queue (`[workers] priority_order`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum PriorityOrder {
+    /// Strict priority, first come first served inside a class.
+    #[default]
+    Strict,
+    /// Deficit round robin over the classes (weights 5..1).
+    Drr,
+}
+
+impl PriorityOrder {
+    /// The config and `stats settings` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            PriorityOrder::Strict => "strict",
+            PriorityOrder::Drr => "drr",
+        }
+    }
+
+    /// The policy crate's discipline, the one the simulator and the proxy's gate use.
+    pub fn discipline(self) -> Discipline {
+        match self {
+            PriorityOrder::Strict => Discipline::Strict,
+            PriorityOrder::Drr => Discipline::Drr,
+        }
+    }
+}
+
+impl std::str::FromStr for PriorityOrder {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "strict" => Ok(PriorityOrder::Strict),
+            "drr" => Ok(PriorityOrder::Drr),
+            other => Err(format!("priority order {other:?}: strict or drr")),
+        }
+    }
 }
 
 /// Default of `[workers] priorities`.
@@ -336,6 +382,7 @@ impl Default for WorkersSection {
             dispatch: DispatchPolicy::Pinned,
             pin_cpus: Vec::new(),
             priorities: DEFAULT_PRIORITIES,
+            priority_order: PriorityOrder::default(),
         }
     }
 }
@@ -344,11 +391,18 @@ impl WorkersSection {
     /// What `stats settings` announces as `priorities`: `off` when turned off, else the
     /// dispatch policy's way ([`dispatch_priorities`]).
     pub fn priorities(&self) -> &'static str {
-        if self.priorities {
-            dispatch_priorities(self.dispatch)
-        } else {
-            "off"
+        if !self.priorities {
+            return "off";
         }
+        match dispatch_priorities(self.dispatch) {
+            "queue" => self.priority_order.name(),
+            other => other,
+        }
+    }
+
+    /// The discipline of the job queue (`None`: priorities off, first come first served).
+    pub fn queue_discipline(&self) -> Option<Discipline> {
+        self.priorities.then(|| self.priority_order.discipline())
     }
 
     /// The CPU worker `worker` is pinned to, if pinning is configured.
@@ -360,15 +414,15 @@ impl WorkersSection {
 /// How requests are assigned to workers: the one policy enum the simulator uses too.
 pub use tailtrim_policy::dispatch::DispatchPolicy;
 
-/// How `policy` serves the priority classes `mg … p<class>` carries, as `stats settings`
-/// announces it (`priorities`): `drr` where requests wait in a job queue the server owns
-/// (early and late binding: deficit round robin over the classes, see [`crate::priority`]),
+/// How `policy` serves the priority classes `mg … p<class>` carries: `queue` where requests
+/// wait in a job queue the server owns (early and late binding; `stats settings` announces
+/// the queue's [`PriorityOrder`], `strict` or `drr`, see [`crate::priority`]),
 /// `fifo` where the reading worker executes inline and pending work waits in the kernel's
 /// socket buffers, which the server cannot reorder (the flag is accepted and counted,
 /// requests are served in arrival order).
 pub fn dispatch_priorities(policy: DispatchPolicy) -> &'static str {
     match policy {
-        DispatchPolicy::EarlyBinding | DispatchPolicy::LateBinding => "drr",
+        DispatchPolicy::EarlyBinding | DispatchPolicy::LateBinding => "queue",
         DispatchPolicy::Pinned | DispatchPolicy::SizeAware | DispatchPolicy::Stealing => "fifo",
     }
 }

@@ -1,15 +1,14 @@
-//! Where requests wait for a worker, ordered by priority class: deficit round robin
-//! ([`tailtrim_policy::drr`], the proxy's decision code) over the five Rein classes, across
-//! connections.
+//! Where requests wait for a worker, ordered by priority class across connections: strict
+//! priority (Rein as published) or deficit round robin over the five Rein classes
+//! (`[workers] priority_order`), by [`tailtrim_policy::serverq`], the code the simulator and
+//! the proxy's gate run.
 //!
 //! ```text
 //!   reader ─► ExecQueue (per connection: one request released at a time in order)
 //!          ─► release(job) ─► ClassQueue::push(class, job)
-//!                              [class 0] w5 ┐
-//!                              [class 1] w4 │ Drr::pop ─► worker runs the job ─► reply slot
-//!                              [class 2] w3 ├────────────►
-//!                              [class 3] w2 │
-//!                              [class 4] w1 ┘
+//!                              strict: class 0 first, FIFO inside a class
+//!                              drr:    [class 0] w5 … [class 4] w1, deficit round robin
+//!                              ─► PriorityQueue::pop ─► worker runs the job ─► reply slot
 //! ```
 //!
 //! A request's class is its `mg … p<class>` flag ([`tailtrim_proto::meta::CLASS_FLAG`]);
@@ -21,15 +20,16 @@
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
-use tailtrim_policy::drr::{Drr, CLASSES};
+use tailtrim_policy::drr::CLASSES;
+use tailtrim_policy::serverq::{Discipline, PriorityQueue};
 
 // The wire flag and the scheduler must agree on the number of classes.
 const _: () = assert!(CLASSES == tailtrim_proto::meta::PRIORITY_CLASSES as usize);
 
-/// A queue of runnable jobs that workers take from in deficit-round-robin order over the
-/// priority classes. Any number of threads may push and pop.
+/// A queue of runnable jobs that workers take from in the order of a
+/// [`Discipline`] over the priority classes. Any number of threads may push and pop.
 pub struct ClassQueue<J> {
-    queue: Mutex<Drr<J>>,
+    queue: Mutex<PriorityQueue<J>>,
     ready: Condvar,
     /// False: every job is queued in class 0 (`[workers] priorities = false`).
     classes: bool,
@@ -37,31 +37,36 @@ pub struct ClassQueue<J> {
 
 impl<J> Default for ClassQueue<J> {
     fn default() -> Self {
-        ClassQueue::new(true)
+        ClassQueue::new(Some(Discipline::Strict))
     }
 }
 
 impl<J> ClassQueue<J> {
-    /// An empty queue; `classes` false serves every job first come, first served.
-    pub fn new(classes: bool) -> Self {
+    /// An empty queue ordered by `discipline`; `None` serves every job first come, first
+    /// served.
+    pub fn new(discipline: Option<Discipline>) -> Self {
         ClassQueue {
-            queue: Mutex::new(Drr::default()),
+            queue: Mutex::new(PriorityQueue::new(discipline.unwrap_or(Discipline::Strict))),
             ready: Condvar::new(),
-            classes,
+            classes: discipline.is_some(),
         }
     }
 
     /// Queues `job` in `class` (0 highest; larger values are the lowest) and wakes one waiting
     /// worker.
     pub fn push(&self, class: usize, job: J) {
-        let class = if self.classes { class } else { 0 };
-        self.queue.lock().push(class, 1, job);
+        let class = if self.classes {
+            class.min(CLASSES - 1) as u8
+        } else {
+            0
+        };
+        self.queue.lock().push(class, job);
         self.ready.notify_one();
     }
 
-    /// The next job by deficit round robin, if any.
+    /// The next job in the discipline's order, if any.
     pub fn try_pop(&self) -> Option<J> {
-        self.queue.lock().pop().map(|(_, job)| job)
+        self.queue.lock().pop()
     }
 
     /// The next job, waiting up to `timeout` for one.
@@ -70,7 +75,7 @@ impl<J> ClassQueue<J> {
         if queue.is_empty() {
             let _ = self.ready.wait_for(&mut queue, timeout);
         }
-        queue.pop().map(|(_, job)| job)
+        queue.pop()
     }
 
     /// Jobs waiting, all classes together.
@@ -85,8 +90,7 @@ impl<J> ClassQueue<J> {
 
     /// Jobs waiting in each class.
     pub fn class_lens(&self) -> [usize; CLASSES] {
-        let queue = self.queue.lock();
-        std::array::from_fn(|class| queue.class_len(class))
+        self.queue.lock().class_lens()
     }
 }
 
@@ -95,8 +99,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_high_class_job_overtakes_a_queued_backlog_and_unflagged_jobs_stay_fifo() {
+    fn strict_order_serves_every_queued_higher_class_first() {
         let queue = ClassQueue::default();
+        for i in 0..3 {
+            queue.push(4, (4, i));
+            queue.push(1, (1, i));
+            queue.push(0, (0, i));
+        }
+        let order: Vec<(usize, i32)> = std::iter::from_fn(|| queue.try_pop()).collect();
+        assert_eq!(
+            order,
+            vec![
+                (0, 0),
+                (0, 1),
+                (0, 2),
+                (1, 0),
+                (1, 1),
+                (1, 2),
+                (4, 0),
+                (4, 1),
+                (4, 2)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_high_class_job_overtakes_a_queued_backlog_and_unflagged_jobs_stay_fifo() {
+        let queue = ClassQueue::new(Some(Discipline::Drr));
         for i in 0..10 {
             queue.push(4, i);
         }
@@ -115,7 +144,7 @@ mod tests {
 
     #[test]
     fn with_classes_off_the_queue_is_first_come_first_served() {
-        let queue = ClassQueue::new(false);
+        let queue = ClassQueue::new(None);
         queue.push(4, 1);
         queue.push(0, 2);
         assert_eq!(queue.try_pop(), Some(1));

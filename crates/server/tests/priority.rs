@@ -1,6 +1,7 @@
-//! Priority classes (`mg … p<class>`) honoured by the server's own queue: deficit round robin
-//! over the classes across connections where requests wait for a worker (late binding, one
-//! worker, emulated service time so that a backlog exists). Only orders and counts are
+//! Priority classes (`mg … p<class>`) honoured by the server's own queue: strict priority
+//! (the default, Rein as published) or deficit round robin (`priority_order = drr`) over the
+//! classes across connections where requests wait for a worker (late binding, one worker,
+//! emulated service time so that a backlog exists). Only orders and counts are
 //! asserted: how many low-class requests the server executed before a high-class one, read
 //! from its own per-class counters, never wall-clock bounds.
 
@@ -8,13 +9,18 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use tailtrim_server::config::DispatchPolicy;
+use tailtrim_server::config::{DispatchPolicy, PriorityOrder};
 use tailtrim_server::{start, ServerConfig, ServerHandle};
 
 const WEIGHTS: [u64; 5] = [5, 4, 3, 2, 1];
 
 fn server(policy: DispatchPolicy, service: &str) -> ServerHandle {
+    server_ordered(policy, service, PriorityOrder::Strict)
+}
+
+fn server_ordered(policy: DispatchPolicy, service: &str, order: PriorityOrder) -> ServerHandle {
     let mut config = ServerConfig::default();
+    config.workers.priority_order = order;
     config.server.listen = "127.0.0.1".into();
     config.server.port = 0;
     config.workers.threads = 1;
@@ -101,9 +107,9 @@ fn the_server_announces_priorities_and_counts_flagged_requests_under_every_polic
     for (policy, how) in [
         (DispatchPolicy::Pinned, "fifo"),
         (DispatchPolicy::SizeAware, "fifo"),
-        (DispatchPolicy::EarlyBinding, "drr"),
+        (DispatchPolicy::EarlyBinding, "strict"),
         (DispatchPolicy::Stealing, "fifo"),
-        (DispatchPolicy::LateBinding, "drr"),
+        (DispatchPolicy::LateBinding, "strict"),
     ] {
         let handle = server(policy, "off");
         let mut conn = connect(&handle);
@@ -143,7 +149,7 @@ fn overtaken_by(priorities: bool) -> u64 {
     let handle = start(config).expect("server starts");
     let mut low: Vec<TcpStream> = (0..CONNS).map(|_| connect(&handle)).collect();
     let mut high = connect(&handle);
-    let expected = if priorities { "drr" } else { "off" };
+    let expected = if priorities { "strict" } else { "off" };
     assert_eq!(stat(&stats(&mut high, "settings"), "priorities"), expected);
     for conn in &mut low {
         send_backlog(conn, 4, EACH);
@@ -169,8 +175,9 @@ const CONNS: usize = 12;
 const EACH: usize = 4;
 
 /// A backlog of class-4 requests on many connections waits in the queue; a class-0 request
-/// that arrives behind it runs after at most the one in progress and the next (deficit round
-/// robin), where first come, first served (`priorities = false`) runs every queued one first.
+/// that arrives behind it runs after at most the one in progress and the next (strict
+/// priority), where first come, first served (`priorities = false`) runs every queued one
+/// first.
 #[test]
 fn a_high_class_request_overtakes_a_queued_low_class_backlog() {
     let with = overtaken_by(true);
@@ -188,8 +195,8 @@ fn a_high_class_request_overtakes_a_queued_low_class_backlog() {
 /// Every class backlogged on several connections: the server serves them in proportion to
 /// the weights 5:4:3:2:1 (within one round), not one connection after another.
 #[test]
-fn backlogged_classes_are_served_by_weight() {
-    let handle = server(DispatchPolicy::LateBinding, "const=1ms");
+fn backlogged_classes_are_served_by_weight_under_drr() {
+    let handle = server_ordered(DispatchPolicy::LateBinding, "const=1ms", PriorityOrder::Drr);
     const CONNS_PER_CLASS: usize = 4;
     const EACH: usize = 40;
     let mut conns: Vec<(usize, TcpStream)> = Vec::new();
@@ -225,6 +232,43 @@ fn backlogged_classes_are_served_by_weight() {
             fair as f64 / 15.0
         );
     }
+    for (_, conn) in &mut conns {
+        drain(conn, EACH);
+    }
+}
+
+/// Every class backlogged: strict priority (the default) runs class 0's whole backlog before
+/// any lower class, apart from the requests already running when the backlogs arrived.
+#[test]
+fn backlogged_classes_are_served_in_strict_order_by_default() {
+    let handle = server(DispatchPolicy::LateBinding, "const=1ms");
+    const CONNS_PER_CLASS: usize = 4;
+    const EACH: usize = 20;
+    let mut conns: Vec<(usize, TcpStream)> = Vec::new();
+    // Lowest class first, so that strict order has to overtake what was queued earlier.
+    for class in (0..5).rev() {
+        for _ in 0..CONNS_PER_CLASS {
+            conns.push((class, connect(&handle)));
+        }
+    }
+    for (class, conn) in &mut conns {
+        send_backlog(conn, *class, EACH);
+    }
+    let mut observer = connect(&handle);
+    let class0 = (EACH * CONNS_PER_CLASS) as u64;
+    let mut counts = executed(&mut observer);
+    while counts[0] < class0 {
+        std::thread::sleep(Duration::from_millis(20));
+        counts = executed(&mut observer);
+    }
+    // Lower classes ran only before the class-0 backlog was queued: each connection's first
+    // request can be dispatched before the next connection's backlog arrives, so at most one
+    // per connection of classes 1–4 (far fewer than their weights would give under DRR).
+    let lower: u64 = counts[1..].iter().sum();
+    assert!(
+        lower <= (4 * CONNS_PER_CLASS) as u64,
+        "{lower} lower-class requests ran before class 0's {class0}: {counts:?}"
+    );
     for (_, conn) in &mut conns {
         drain(conn, EACH);
     }

@@ -310,6 +310,7 @@ pub fn scenario(
         },
         rate_rps: 1e6 / point.interarrival_us,
         arrival: ArrivalProcess::Poisson,
+        closed_loop: None,
         requests: setup.requests,
         warmup_fraction: setup.warmup_fraction,
         service: spec(&setup.service)?,

@@ -28,7 +28,7 @@
 //! server's emulation sleeps for, so a testbed run and a simulated run share their model.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
@@ -38,12 +38,12 @@ use tailtrim_bench::workload::Popularity;
 use tailtrim_model::chisel_online::{Analyzer, AnalyzerConfig, EpochLoad};
 use tailtrim_model::Seconds;
 use tailtrim_policy::costspec::{CostSpec, Units};
-use tailtrim_policy::drr::{self, Drr};
 use tailtrim_policy::health::{BackendLoad, Ewma, Timestamp};
 use tailtrim_policy::planner::{
     Action, ClusterView, Observation, PlanRequest, Planner, PlannerKind, QueryShape,
 };
 use tailtrim_policy::ring::{Ring, RingOptions, RingServer};
+use tailtrim_policy::serverq::{Discipline, PriorityQueue};
 
 use crate::events::EventQueue;
 use crate::stats::{LatencyRecorder, LatencySummary};
@@ -71,17 +71,42 @@ pub enum ArrivalProcess {
 }
 
 /// How a server orders fetches that carry a priority (fetches without one are FIFO and go
-/// first: a planner either sets priorities on all its fetches or on none).
+/// first: a planner either sets priorities on all its fetches or on none). The order itself is
+/// `tailtrim_policy::serverq`, the code the server and the proxy's gate run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum ServerQueue {
-    /// Deficit round robin over the priority classes (`tailtrim_policy::drr`, Rein's
-    /// weights; priorities above the last class go to the last), one unit per fetch: what the
-    /// proxy and the server do.
+    /// The planner's own discipline (`Planner::discipline`: strict for Rein, deficit round
+    /// robin for `rein-drr`, strict with ageing for `cost-sbf`).
     #[default]
+    Planner,
+    /// Deficit round robin over the priority classes (`tailtrim_policy::drr`, Rein's
+    /// weights; priorities above the last class go to the last), one unit per fetch.
     Drr,
     /// Strict priority (lower value first), FIFO inside a priority.
     Strict,
+}
+
+impl ServerQueue {
+    /// The discipline servers use with `planner`.
+    pub fn discipline(self, planner: &dyn Planner) -> Discipline {
+        match self {
+            ServerQueue::Planner => planner.discipline(),
+            ServerQueue::Drr => Discipline::Drr,
+            ServerQueue::Strict => Discipline::Strict,
+        }
+    }
+}
+
+/// A closed-loop client (YCSB's model): `clients` clients, each sending its next request
+/// when the reply to its previous one is in, after a think time; the offered rate follows the
+/// latency.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ClosedLoop {
+    /// Clients, each with one request outstanding.
+    pub clients: usize,
+    /// Mean think time between a reply and the next request, µs (exponential; 0: none).
+    pub think_us: f64,
 }
 
 /// What the clients ask for.
@@ -151,8 +176,11 @@ pub struct ClusterScenario {
     pub workload: ClusterWorkload,
     /// Offered requests per second.
     pub rate_rps: f64,
-    /// Gap process.
+    /// Gap process (open loop).
     pub arrival: ArrivalProcess,
+    /// A closed-loop client instead of the open-loop arrivals (`rate_rps` then unused).
+    #[serde(default)]
+    pub closed_loop: Option<ClosedLoop>,
     /// Requests simulated (the first `warmup_fraction` of them are not measured).
     pub requests: u64,
     /// Share of requests not measured.
@@ -210,13 +238,14 @@ impl Default for ClusterScenario {
         ClusterScenario {
             servers: 4,
             workers_per_server: 1,
-            server_queue: ServerQueue::Drr,
+            server_queue: ServerQueue::Planner,
             replicas: 1,
             client_threads: 1,
             planner: "batch".to_string(),
             workload: ClusterWorkload::default(),
             rate_rps: 10_000.0,
             arrival: ArrivalProcess::Poisson,
+            closed_loop: None,
             requests: 100_000,
             warmup_fraction: DEFAULT_WARMUP_FRACTION,
             service: CostSpec::constant(
@@ -269,6 +298,11 @@ impl ClusterScenario {
                 || !(0.0..=1.0).contains(&large.key_share)
             {
                 return fail("large keys: keyspace ≥ 1, shares in [0, 1]");
+            }
+        }
+        if let Some(closed) = &self.closed_loop {
+            if closed.clients == 0 || !(closed.think_us.is_finite() && closed.think_us >= 0.0) {
+                return fail("closed loop: at least 1 client, think time ≥ 0");
             }
         }
         if let Some(analysis) = &self.online_analysis {
@@ -549,10 +583,8 @@ struct ServerState {
     idle_workers: usize,
     /// Queries without a priority.
     fifo: VecDeque<u32>,
-    /// Prioritized queries, strict order.
-    strict: BinaryHeap<Reverse<(u8, u64, u32)>>,
-    /// Prioritized queries, deficit round robin.
-    drr: Drr<u32>,
+    /// Prioritized queries, in the discipline's order.
+    prioritized: PriorityQueue<u32>,
     busy_ns: u128,
 }
 
@@ -561,10 +593,7 @@ impl ServerState {
         if let Some(fetch) = self.fifo.pop_front() {
             return Some(fetch);
         }
-        if let Some((_, fetch)) = self.drr.pop() {
-            return Some(fetch);
-        }
-        self.strict.pop().map(|Reverse((_, _, fetch))| fetch)
+        self.prioritized.pop()
     }
 }
 
@@ -770,7 +799,8 @@ struct Sim<'s> {
     key_buffer: Vec<u8>,
     key_ids: Vec<u64>,
     fetch_count: u64,
-    server_seq: u64,
+    /// Arrivals scheduled so far (closed loop: one per completion).
+    arrivals_scheduled: u64,
     free_requests: Vec<u32>,
     keys_served: u64,
     keys_requested: u64,
@@ -801,6 +831,7 @@ impl<'s> Sim<'s> {
             Popularity::Zipf { exponent } => Zipf::new(l.keyspace, exponent),
         });
         let wants_values = planner.wants_values();
+        let discipline = scenario.server_queue.discipline(planner.as_ref());
         let analysis = match (&scenario.online_analysis, planner.shape()) {
             (None, _) => None,
             (Some(_), None) => {
@@ -873,8 +904,7 @@ impl<'s> Sim<'s> {
                 .map(|_| ServerState {
                     idle_workers: scenario.workers_per_server,
                     fifo: VecDeque::new(),
-                    strict: BinaryHeap::new(),
-                    drr: Drr::new(drr::WEIGHTS, drr::DEFAULT_QUANTUM),
+                    prioritized: PriorityQueue::new(discipline),
                     busy_ns: 0,
                 })
                 .collect(),
@@ -902,7 +932,7 @@ impl<'s> Sim<'s> {
             key_buffer: Vec::new(),
             key_ids: Vec::new(),
             fetch_count: 0,
-            server_seq: 0,
+            arrivals_scheduled: 0,
             free_requests: Vec::new(),
             keys_served: 0,
             keys_requested: 0,
@@ -912,7 +942,18 @@ impl<'s> Sim<'s> {
     }
 
     fn run(mut self) -> Result<ClusterResult, SimError> {
-        self.queue.push(Nanos::ZERO, Event::Arrival);
+        match self.scenario.closed_loop {
+            None => {
+                self.arrivals_scheduled = 1;
+                self.queue.push(Nanos::ZERO, Event::Arrival);
+            }
+            Some(closed) => {
+                let clients = (closed.clients as u64).min(self.scenario.requests);
+                for _ in 0..clients {
+                    self.schedule_closed_arrival(closed.think_us);
+                }
+            }
+        }
         if let Some(analysis) = &self.analysis {
             self.queue.push(analysis.epoch, Event::Epoch);
         }
@@ -944,7 +985,8 @@ impl<'s> Sim<'s> {
     fn arrival(&mut self) {
         let sequence = self.generated;
         self.generated += 1;
-        if self.generated < self.scenario.requests {
+        if self.scenario.closed_loop.is_none() && self.generated < self.scenario.requests {
+            self.arrivals_scheduled += 1;
             let mean_gap = 1e9 / self.scenario.rate_rps;
             let at = match self.scenario.arrival {
                 // From the index, so equal gaps do not drift by rounding.
@@ -999,6 +1041,17 @@ impl<'s> Sim<'s> {
         } else {
             self.plan(id);
         }
+    }
+
+    /// A closed-loop client's next request, after its think time.
+    fn schedule_closed_arrival(&mut self, think_us: f64) {
+        self.arrivals_scheduled += 1;
+        let think = if think_us > 0.0 {
+            Nanos::from_f64(-think_us * 1e3 * (-self.arrivals.unit()).ln_1p())
+        } else {
+            Nanos::ZERO
+        };
+        self.queue.push(self.now + think, Event::Arrival);
     }
 
     fn draw_key(&mut self) -> u64 {
@@ -1228,25 +1281,8 @@ impl<'s> Sim<'s> {
         } else if priority == NO_PRIORITY {
             self.servers[backend].fifo.push_back(query);
         } else {
-            match self.scenario.server_queue {
-                ServerQueue::Drr => {
-                    let class = usize::from(priority).min(drr::CLASSES - 1);
-                    self.servers[backend].drr.push(class, 1, query);
-                }
-                ServerQueue::Strict => {
-                    let seq = self.queue_seq();
-                    self.servers[backend]
-                        .strict
-                        .push(Reverse((priority, seq, query)));
-                }
-            }
+            self.servers[backend].prioritized.push(priority, query);
         }
-    }
-
-    fn queue_seq(&mut self) -> u64 {
-        // Arrival order inside a priority.
-        self.server_seq += 1;
-        self.server_seq
     }
 
     fn start_service(&mut self, query: u32) {
@@ -1378,6 +1414,11 @@ impl<'s> Sim<'s> {
 
     fn complete(&mut self, request: u32) {
         self.completed += 1;
+        if let Some(closed) = self.scenario.closed_loop {
+            if self.arrivals_scheduled < self.scenario.requests {
+                self.schedule_closed_arrival(closed.think_us);
+            }
+        }
         self.free_requests.push(request);
         let state = &self.requests[request as usize];
         let latency = self.now.since(state.arrival).0;

@@ -5,14 +5,21 @@
 //! ```text
 //!  experiments: (a) 80 % multigets of 5 keys, 20 % of 100 keys, 1 KB values, 1M and 10M requests
 //!               (b) 20-key multigets, 20 % of them with 10 / 20 / 50 % large values, 1M requests
-//!    │  16 servers × workers, replication 3 (ketama, owner first), zipf 0.99 keys
+//!               (c) rare elephants: 99.5 % 2-key, 0.5 % 500-key multigets (Rein's case)
+//!               (d) 20-key multigets, each key large (100 KB) with probability 1 %
+//!    │  16 servers × workers, replication 3 (ketama, owner first), zipf 0.99 keys (flags)
 //!    ▼  calibrate: a light batch run ─► the busiest server's work per request ─► capacity;
+//!       two batch runs at load × capacity rescale it until the busiest server is at `load`;
 //!       offered rate = load (75 %) × capacity, the same for every planner
-//!  batch │ rein-sbf │ rein-sds │ tailx  (policy crate planners, same seed)
-//!    servers: Rein's priorities by deficit round robin, others FIFO; TailX's delays in the
-//!    client's delay queue (not_before)
+//!    ▼  open loop (Poisson at that rate) or closed loop (N clients, think time)
+//!  batch │ rein-sbf │ rein-sds │ rein-drr │ tailx │ cost-sbf  (policy crate planners, same seed)
+//!    servers: each planner's discipline (policy::serverq): Rein strict priority, rein-drr
+//!    deficit round robin, cost-sbf aged strict priority by estimated cost, others FIFO; TailX's delays
+//!    in the client's delay queue (not_before)
 //!    ▼
-//!  p50 / p95 / p99 per planner, reductions vs rein-sbf
+//!  p50 / p95 / p99 per planner and per class (mice, elephants, requests with and without a
+//!  large value), the busiest server's utilisation, queueing = loaded − unloaded (the
+//!  calibration run), reductions vs rein-sbf
 //! ```
 //!
 //! Pure: no I/O, no clock; the CLI times the runs and writes the files.
@@ -20,19 +27,22 @@
 use serde::{Deserialize, Serialize};
 use tailtrim_bench::dist::Distribution;
 use tailtrim_bench::workload::Popularity;
+use tailtrim_policy::costsbf::{CostSbfSettings, DEFAULT_OVERTAKES};
 use tailtrim_policy::costspec::CostSpec;
 use tailtrim_policy::planner::{Planner, PlannerKind, PlannerSettings};
 use tailtrim_policy::tailx::TailxSettings;
 
 use crate::chisel::gain;
 use crate::cluster::{
-    run_cluster_with, ArrivalProcess, ClassResult, ClusterResult, ClusterScenario, ClusterWorkload,
-    LargeKeys, ServerQueue,
+    run_cluster_with, ArrivalProcess, ClassResult, ClosedLoop, ClusterResult, ClusterScenario,
+    ClusterWorkload, LargeKeys, ServerQueue,
 };
 use crate::SimError;
 
-/// The planners compared, in the paper's order.
-pub const PLANNERS: [&str; 4] = ["batch", "rein-sbf", "rein-sds", "tailx"];
+/// The planners compared: the paper's, then Rein's classes by deficit round robin, then ours.
+pub const PLANNERS: [&str; 6] = [
+    "batch", "rein-sbf", "rein-sds", "rein-drr", "tailx", "cost-sbf",
+];
 /// The baseline the reductions are taken against.
 pub const BASELINE: &str = "rein-sbf";
 
@@ -72,6 +82,23 @@ pub struct Setup {
     pub tailx_min_delay_us: f64,
     /// Seed of every run.
     pub seed: u64,
+    /// Requests of each loaded calibration run (0: the light run only, as files written
+    /// before had it).
+    #[serde(default)]
+    pub loaded_calibration_requests: u64,
+    /// `cost-sbf`'s ageing at the servers: later arrivals that may overtake an opset per class.
+    #[serde(default = "default_overtakes")]
+    pub overtakes: u64,
+    /// A closed-loop client instead of open-loop arrivals at `load`.
+    #[serde(default)]
+    pub closed_loop: Option<ClosedLoop>,
+    /// Servers' discipline for prioritized fetches (default: each planner's own).
+    #[serde(default)]
+    pub server_queue: ServerQueue,
+}
+
+fn default_overtakes() -> u64 {
+    DEFAULT_OVERTAKES
 }
 
 impl Default for Setup {
@@ -92,6 +119,10 @@ impl Default for Setup {
             calibration_rps: default_calibration_rps(),
             tailx_min_delay_us: 10.0,
             seed: 1,
+            loaded_calibration_requests: 200_000,
+            overtakes: DEFAULT_OVERTAKES,
+            closed_loop: None,
+            server_queue: ServerQueue::Planner,
         }
     }
 }
@@ -121,6 +152,26 @@ pub enum Mix {
         /// Share of such a multiget's keys that are large.
         large_share: f64,
     },
+    /// Multigets of `keys` keys; every key's value is large (`large_bytes`) with probability
+    /// `large_key_share` (drawn once per key), else small.
+    KeyValueShare {
+        /// Keys per multiget.
+        keys: u32,
+        /// Share of keys with a large value.
+        large_key_share: f64,
+        /// Bytes of a large value.
+        large_bytes: u64,
+    },
+}
+
+impl Mix {
+    /// Requests with at most this many keys are mice, more are elephants (`None`: one size).
+    pub fn mice_max_keys(&self) -> Option<u32> {
+        match *self {
+            Mix::KeyCounts { short_keys, .. } => Some(short_keys),
+            Mix::LargeValues { .. } | Mix::KeyValueShare { .. } => None,
+        }
+    }
 }
 
 /// One experiment: a mix and a length.
@@ -163,6 +214,34 @@ pub fn paper_experiments(a_requests: &[u64], b_requests: u64) -> Vec<Experiment>
     list
 }
 
+/// Names of the experiments beside the paper's: `rare-elephant` (99.5 % 2-key, 0.5 % 500-key
+/// multigets) and `keys20-1pct-large` (20-key multigets, 1 % of keys at 100 KB).
+pub const EXTRA_EXPERIMENTS: [&str; 2] = ["rare-elephant", "keys20-1pct-large"];
+
+/// The experiments beside the paper's, `requests` each.
+pub fn extra_experiments(requests: u64) -> Vec<Experiment> {
+    vec![
+        Experiment {
+            name: EXTRA_EXPERIMENTS[0].to_string(),
+            mix: Mix::KeyCounts {
+                short_keys: 2,
+                long_keys: 500,
+                long_share: 0.005,
+            },
+            requests,
+        },
+        Experiment {
+            name: EXTRA_EXPERIMENTS[1].to_string(),
+            mix: Mix::KeyValueShare {
+                keys: 20,
+                large_key_share: 0.01,
+                large_bytes: 100_000,
+            },
+            requests,
+        },
+    ]
+}
+
 /// `1M`, `10M`, `250k`, or the number.
 pub fn short_count(count: u64) -> String {
     if count >= 1_000_000 && count.is_multiple_of(1_000_000) {
@@ -186,6 +265,9 @@ pub fn scenario(
     rate_rps: f64,
     requests: u64,
 ) -> Result<ClusterScenario, SimError> {
+    let mut value_bytes = Distribution::Fixed {
+        value: setup.small_value_bytes as f64,
+    };
     let (keys_per_request, large_keys) = match experiment.mix {
         Mix::KeyCounts {
             short_keys,
@@ -216,11 +298,30 @@ pub fn scenario(
                 key_share: large_share,
             }),
         ),
+        Mix::KeyValueShare {
+            keys,
+            large_key_share,
+            large_bytes,
+        } => {
+            value_bytes = Distribution::Table {
+                entries: vec![
+                    (setup.small_value_bytes as f64, 1.0 - large_key_share),
+                    (large_bytes as f64, large_key_share),
+                ],
+                tail: None,
+            };
+            (
+                Distribution::Fixed {
+                    value: f64::from(keys),
+                },
+                None,
+            )
+        }
     };
     Ok(ClusterScenario {
         servers: setup.servers,
         workers_per_server: setup.workers_per_server,
-        server_queue: ServerQueue::Drr,
+        server_queue: setup.server_queue,
         replicas: setup.replicas,
         client_threads: 1,
         planner: planner.to_string(),
@@ -230,14 +331,17 @@ pub fn scenario(
                 exponent: setup.zipf,
             },
             keys_per_request,
-            value_bytes: Distribution::Fixed {
-                value: setup.small_value_bytes as f64,
-            },
+            value_bytes,
             large_value_bytes: setup.small_value_bytes,
             large_keys,
         },
         rate_rps,
         arrival: ArrivalProcess::Poisson,
+        closed_loop: if planner == "calibration" {
+            None
+        } else {
+            setup.closed_loop
+        },
         requests,
         warmup_fraction: 0.1,
         service: spec(&setup.service)?,
@@ -251,13 +355,17 @@ pub fn scenario(
     })
 }
 
-/// A planner by name, TailX with the setup's smallest delay.
+/// A planner by name, TailX with the setup's smallest delay, `cost-sbf` with its ageing.
 pub fn planner(setup: &Setup, name: &str) -> Result<Box<dyn Planner>, SimError> {
     let kind = PlannerKind::from_name(name).map_err(|e| SimError::Config(e.to_string()))?;
     Ok(kind.build_with(&PlannerSettings {
         tailx: TailxSettings {
             min_delay_nanos: (setup.tailx_min_delay_us * 1e3).round() as u64,
             ..TailxSettings::default()
+        },
+        cost_sbf: CostSbfSettings {
+            overtakes: setup.overtakes,
+            ..CostSbfSettings::default()
         },
     }))
 }
@@ -275,20 +383,35 @@ pub struct Calibration {
     pub capacity_rps: f64,
     /// `load × capacity`.
     pub rate_rps: f64,
+    /// The busiest server's utilisation (share of its workers) in the last loaded batch run
+    /// of the calibration (0: none was run).
+    #[serde(default)]
+    pub loaded_busiest_utilization: f64,
+    /// Median latency of the light run (batch, no queueing to speak of), µs.
+    #[serde(default)]
+    pub unloaded_p50_us: f64,
+    /// 99th percentile of the light run, µs.
+    #[serde(default)]
+    pub unloaded_p99_us: f64,
 }
 
+/// Batch runs at the offered rate that correct the light run's capacity.
+pub const LOADED_CALIBRATION_PASSES: usize = 2;
+
 /// Finds the rate: a batch run at a light rate, the busiest server's work per request, its
-/// saturation rate, times `load`. (C3 moves load off busy replicas as load grows, so the real
-/// capacity is at least this.)
+/// saturation rate, times `load`; then [`LOADED_CALIBRATION_PASSES`] batch runs at that rate,
+/// each rescaling the rate so the busiest server's utilisation is `load` (C3 moves load off
+/// busy replicas as load grows).
 pub fn calibrate(setup: &Setup, experiment: &Experiment) -> Result<Calibration, SimError> {
     let probe_rps = setup.calibration_rps;
-    let probe = scenario(
+    let mut probe = scenario(
         setup,
         experiment,
-        "batch",
+        "calibration",
         probe_rps,
         setup.calibration_requests,
     )?;
+    probe.planner = "batch".to_string();
     let result = run_cluster_with(&probe, planner(setup, "batch")?)?;
     let busiest = result
         .server_utilization
@@ -302,18 +425,51 @@ pub fn calibrate(setup: &Setup, experiment: &Experiment) -> Result<Calibration, 
             "calibration: no server did any work".into(),
         ));
     }
-    let capacity_rps = probe_rps * setup.workers_per_server as f64 / busiest;
+    let workers = setup.workers_per_server as f64;
+    let mut capacity_rps = probe_rps * workers / busiest;
+    // Replica choice moves work off the busiest server as the load grows, so the light run
+    // underestimates the capacity: batch runs at the offered rate correct it.
+    let mut loaded_busiest_utilization = 0.0;
+    for _ in 0..LOADED_CALIBRATION_PASSES {
+        if setup.loaded_calibration_requests == 0 {
+            break;
+        }
+        let rate = setup.load * capacity_rps;
+        let mut loaded = scenario(
+            setup,
+            experiment,
+            "calibration",
+            rate,
+            setup.loaded_calibration_requests,
+        )?;
+        loaded.planner = "batch".to_string();
+        let result = run_cluster_with(&loaded, planner(setup, "batch")?)?;
+        let busiest = result
+            .server_utilization
+            .iter()
+            .copied()
+            .fold(0.0f64, f64::max)
+            / workers;
+        if busiest <= 0.0 {
+            break;
+        }
+        loaded_busiest_utilization = busiest;
+        capacity_rps = rate / busiest;
+    }
     Ok(Calibration {
         probe_rps,
         busiest_utilization: busiest,
         mean_utilization,
         capacity_rps,
         rate_rps: setup.load * capacity_rps,
+        loaded_busiest_utilization,
+        unloaded_p50_us: quantile_us(&result.overall, 0.5),
+        unloaded_p99_us: quantile_us(&result.overall, 0.99),
     })
 }
 
 /// Latency of one planner's run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PlannerOutcome {
     /// Planner.
     pub planner: String,
@@ -329,6 +485,27 @@ pub struct PlannerOutcome {
     pub large_p99_us: f64,
     /// Requests without: p99, µs.
     pub small_p99_us: f64,
+    /// 99.9th percentile, µs.
+    #[serde(default)]
+    pub p999_us: f64,
+    /// Requests with a large value: median, µs (0 if none).
+    #[serde(default)]
+    pub large_p50_us: f64,
+    /// Requests without: median, µs.
+    #[serde(default)]
+    pub small_p50_us: f64,
+    /// Mice (at most the mix's short key count): median, µs (0: the mix has one size).
+    #[serde(default)]
+    pub mice_p50_us: f64,
+    /// Mice: p99, µs.
+    #[serde(default)]
+    pub mice_p99_us: f64,
+    /// Elephants (more keys): median, µs.
+    #[serde(default)]
+    pub elephant_p50_us: f64,
+    /// Elephants: p99, µs.
+    #[serde(default)]
+    pub elephant_p99_us: f64,
     /// Achieved rate.
     pub achieved_rps: f64,
     /// Fetches per request.
@@ -349,11 +526,50 @@ fn quantile_us(class: &ClassResult, q: f64) -> f64 {
         .map_or(0.0, |h| h.value_at_quantile(q) as f64 / 1e3)
 }
 
+/// The requests of `result` with at most (`mice`) or more than `max_keys` keys, merged.
+fn by_key_count(result: &ClusterResult, max_keys: u32, mice: bool) -> ClassResult {
+    let mut merged: Option<hdrhistogram::Histogram<u64>> = None;
+    for (_, class) in result
+        .by_keys
+        .iter()
+        .filter(|(&keys, _)| (keys <= max_keys) == mice)
+    {
+        if let Some(histogram) = &class.histogram {
+            match &mut merged {
+                None => merged = Some(histogram.clone()),
+                Some(total) => {
+                    // Same bounds and precision: adding cannot fail.
+                    let _ = total.add(histogram);
+                }
+            }
+        }
+    }
+    ClassResult {
+        summary: crate::stats::LatencySummary::default(),
+        histogram: merged,
+    }
+}
+
 impl PlannerOutcome {
-    /// From a run.
-    pub fn of(result: &ClusterResult, workers: usize) -> PlannerOutcome {
+    /// From a run; `mice_max_keys` splits mice from elephants (`None`: not reported).
+    pub fn of(
+        result: &ClusterResult,
+        workers: usize,
+        mice_max_keys: Option<u32>,
+    ) -> PlannerOutcome {
         let workers = workers.max(1) as f64;
         let utilization = &result.server_utilization;
+        let none = || ClassResult {
+            summary: crate::stats::LatencySummary::default(),
+            histogram: None,
+        };
+        let (mice, elephants) = match mice_max_keys {
+            Some(max) => (
+                by_key_count(result, max, true),
+                by_key_count(result, max, false),
+            ),
+            None => (none(), none()),
+        };
         PlannerOutcome {
             planner: result.planner.clone(),
             mean_us: result.overall.summary.mean_us,
@@ -362,6 +578,13 @@ impl PlannerOutcome {
             p99_us: quantile_us(&result.overall, 0.99),
             large_p99_us: quantile_us(&result.large, 0.99),
             small_p99_us: quantile_us(&result.small, 0.99),
+            p999_us: quantile_us(&result.overall, 0.999),
+            large_p50_us: quantile_us(&result.large, 0.5),
+            small_p50_us: quantile_us(&result.small, 0.5),
+            mice_p50_us: quantile_us(&mice, 0.5),
+            mice_p99_us: quantile_us(&mice, 0.99),
+            elephant_p50_us: quantile_us(&elephants, 0.5),
+            elephant_p99_us: quantile_us(&elephants, 0.99),
             achieved_rps: result.achieved_rps,
             fetches_per_request: result.fetches as f64 / result.requests.max(1) as f64,
             mean_utilization: utilization.iter().sum::<f64>()
@@ -450,7 +673,7 @@ mod tests {
         assert!(calibration.rate_rps > calibration.probe_rps);
         let scenario = scenario(&setup, experiment, "batch", calibration.rate_rps, 20_000).unwrap();
         let result = run_cluster_with(&scenario, planner(&setup, "batch").unwrap()).unwrap();
-        let outcome = PlannerOutcome::of(&result, setup.workers_per_server);
+        let outcome = PlannerOutcome::of(&result, setup.workers_per_server, None);
         assert!(outcome.max_utilization < 0.9, "{outcome:?}");
         assert!(outcome.mean_utilization > 0.3, "{outcome:?}");
     }
@@ -463,13 +686,7 @@ mod tests {
             p50_us: 100.0,
             p95_us: 100.0,
             p99_us: p99,
-            large_p99_us: 0.0,
-            small_p99_us: 0.0,
-            achieved_rps: 0.0,
-            fetches_per_request: 0.0,
-            mean_utilization: 0.0,
-            max_utilization: 0.0,
-            simulated_secs: 0.0,
+            ..PlannerOutcome::default()
         };
         let list = reductions(&[outcome("rein-sbf", 200.0), outcome("tailx", 50.0)]);
         assert_eq!(list[1].p99_pct, 75.0);

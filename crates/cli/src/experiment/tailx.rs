@@ -3,9 +3,12 @@
 //!
 //! ```text
 //!   flags ─► tailtrim_sim::tailx::Setup ─► paper_experiments (a at 1M and 10M, b at 10/20/50 %)
+//!                                          + rare-elephant, keys20-1pct-large (--extra-requests)
 //!        ─► per experiment: calibrate (light batch run) ─► rate = load × capacity
-//!           ─► batch, rein-sbf, rein-sds, tailx (--jobs threads; each run timed)
-//!        ─► <out>/results.json, results.md, <experiment>.svg (p50/p95/p99 per planner)
+//!           ─► batch, rein-sbf, rein-sds, rein-drr, tailx, cost-sbf (--planners; --jobs
+//!              threads; each run timed; open loop, or closed loop with --clients)
+//!        ─► <out>/results.json, results.md (per class: mice, elephants, small, large;
+//!           queueing = loaded − unloaded), <experiment>.svg (p50/p95/p99 per planner)
 //! ```
 
 use std::collections::BTreeMap;
@@ -16,10 +19,10 @@ use std::time::Instant;
 
 use plotters::prelude::{IntoDrawingArea, RGBColor, SVGBackend, WHITE};
 use serde::{Deserialize, Serialize};
-use tailtrim_sim::cluster::{run_cluster_with, ClusterResult};
+use tailtrim_sim::cluster::{run_cluster_with, ClosedLoop, ClusterResult, ServerQueue};
 use tailtrim_sim::tailx::{
-    calibrate, paper_experiments, planner, reductions, scenario, short_count, Calibration,
-    Experiment, PlannerOutcome, Reduction, Setup, BASELINE, PLANNERS,
+    calibrate, extra_experiments, paper_experiments, planner, reductions, scenario, short_count,
+    Calibration, Experiment, PlannerOutcome, Reduction, Setup, BASELINE, PLANNERS,
 };
 
 use super::chisel::{draw_bars, fail};
@@ -43,9 +46,36 @@ pub struct Args {
     /// Requests of each run of experiment (b).
     #[arg(long, default_value_t = 1_000_000)]
     b_requests: u64,
-    /// Only these experiments (a-1M, a-10M, b-10pct, b-20pct, b-50pct).
+    /// Requests of each run of the experiments beside the paper's (rare-elephant: 99.5 %
+    /// 2-key and 0.5 % 500-key multigets; keys20-1pct-large: 20-key multigets, 1 % of keys at
+    /// 100 KB); 0: not run.
+    #[arg(long, default_value_t = 1_000_000)]
+    extra_requests: u64,
+    /// Only these experiments (a-1M, a-10M, b-10pct, b-20pct, b-50pct, rare-elephant,
+    /// keys20-1pct-large).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Copies of each key (simulator).
+    #[arg(long, default_value_t = Setup::default().replicas)]
+    replicas: usize,
+    /// Zipf exponent of key popularity (simulator; 0: uniform).
+    #[arg(long, default_value_t = Setup::default().zipf)]
+    zipf: f64,
+    /// How servers order prioritized fetches (simulator): planner (each planner's own:
+    /// strict for rein-sbf/sds, drr for rein-drr, aged strict priority for cost-sbf), strict, drr.
+    #[arg(long, default_value = "planner")]
+    server_queue: String,
+    /// cost-sbf: later arrivals that may overtake an opset at a server per class between
+    /// them (ageing; no class starves).
+    #[arg(long, default_value_t = Setup::default().overtakes)]
+    overtakes: u64,
+    /// Closed loop (simulator): this many clients, each waiting for its reply (YCSB's
+    /// model) instead of open-loop arrivals at --load; 0: open loop.
+    #[arg(long, default_value_t = 0)]
+    clients: usize,
+    /// Closed loop: mean think time between a reply and the client's next request, µs.
+    #[arg(long, default_value_t = 0.0)]
+    think_us: f64,
     /// Offered load, share of the calibrated capacity.
     #[arg(long, default_value_t = Setup::default().load)]
     load: f64,
@@ -66,6 +96,10 @@ pub struct Args {
     /// (requests/s); lower it with a slower `--service` so the probe stays light.
     #[arg(long, default_value_t = Setup::default().calibration_rps)]
     calibration_rps: f64,
+    /// Requests of each of the two loaded batch runs that correct the calibration (0: the
+    /// light run only).
+    #[arg(long, default_value_t = Setup::default().loaded_calibration_requests)]
+    loaded_calibration_requests: u64,
     /// Planner runs at once (threads).
     #[arg(long, default_value_t = 2)]
     jobs: usize,
@@ -79,7 +113,7 @@ pub struct Args {
     /// behind one real `tailtrim proxy` per planner, beside the simulator with the same model.
     #[arg(long)]
     testbed: bool,
-    /// Testbed: backends.
+    /// Servers (backends on the testbed).
     #[arg(long, default_value_t = 16)]
     servers: usize,
     /// Testbed: dilation of the cost model (emulated times ≥ ~1 ms).
@@ -91,7 +125,7 @@ pub struct Args {
     /// Testbed: keys with large values.
     #[arg(long, default_value_t = 1_000)]
     large_keys: u64,
-    /// Testbed: bytes of a large value.
+    /// Bytes of a large value in experiment (b) (simulator and testbed).
     #[arg(long, default_value_t = Setup::default().large_value_bytes)]
     large_value_bytes: u64,
     /// Testbed: measured seconds per run.
@@ -115,7 +149,8 @@ pub struct Args {
     /// Testbed: pipelined connections from each proxy to each backend.
     #[arg(long, default_value_t = 2)]
     server_connections: usize,
-    /// Testbed: only these planners (batch, rein-sbf, rein-sds, tailx); default all four.
+    /// Only these planners (batch, rein-sbf, rein-sds, rein-drr, tailx, cost-sbf); default
+    /// all in the simulator, the paper's four on the testbed.
     #[arg(long, value_delimiter = ',')]
     planners: Vec<String>,
     /// Testbed: a sweep of offered loads (shares of the simulated capacity) instead of
@@ -266,7 +301,21 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         );
         return Ok(ExitCode::SUCCESS);
     }
+    let server_queue = match args.server_queue.as_str() {
+        "planner" => ServerQueue::Planner,
+        "strict" => ServerQueue::Strict,
+        "drr" => ServerQueue::Drr,
+        other => {
+            return Err(format!(
+                "--server-queue {other:?}: one of planner, strict, drr"
+            ))
+        }
+    };
     let setup = Setup {
+        servers: args.servers,
+        replicas: args.replicas,
+        zipf: args.zipf,
+        large_value_bytes: args.large_value_bytes,
         load: args.load,
         workers_per_server: args.workers,
         tailx_min_delay_us: args.min_delay_us,
@@ -274,9 +323,34 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         service: args.service.clone(),
         network: args.network.clone(),
         calibration_rps: args.calibration_rps,
+        loaded_calibration_requests: args.loaded_calibration_requests,
+        overtakes: args.overtakes,
+        closed_loop: (args.clients > 0).then_some(ClosedLoop {
+            clients: args.clients,
+            think_us: args.think_us,
+        }),
+        server_queue,
         ..Setup::default()
     };
-    let experiments: Vec<Experiment> = paper_experiments(&args.a_requests, args.b_requests)
+    if let Some(unknown) = args
+        .planners
+        .iter()
+        .find(|p| !PLANNERS.contains(&p.as_str()))
+    {
+        return Err(format!(
+            "unknown planner {unknown:?} (one of {})",
+            PLANNERS.join(", ")
+        ));
+    }
+    let planners: Vec<&str> = PLANNERS
+        .into_iter()
+        .filter(|p| args.planners.is_empty() || args.planners.iter().any(|q| q == p))
+        .collect();
+    let mut all = paper_experiments(&args.a_requests, args.b_requests);
+    if args.extra_requests > 0 {
+        all.extend(extra_experiments(args.extra_requests));
+    }
+    let experiments: Vec<Experiment> = all
         .into_iter()
         .filter(|e| args.only.is_empty() || args.only.contains(&e.name))
         .collect();
@@ -295,13 +369,13 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
             short_count(experiment.requests)
         );
         let slots: Mutex<Vec<Option<Result<Timed, String>>>> =
-            Mutex::new((0..PLANNERS.len()).map(|_| None).collect());
+            Mutex::new((0..planners.len()).map(|_| None).collect());
         let next = std::sync::atomic::AtomicUsize::new(0);
         std::thread::scope(|scope| {
             for _ in 0..args.jobs.max(1) {
                 scope.spawn(|| loop {
                     let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(name) = PLANNERS.get(index) else {
+                    let Some(name) = planners.get(index) else {
                         break;
                     };
                     let run = || -> Result<Timed, String> {
@@ -320,7 +394,11 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
                         )
                         .map_err(|e| e.to_string())?;
                         Ok(Timed {
-                            outcome: PlannerOutcome::of(&result, setup.workers_per_server),
+                            outcome: PlannerOutcome::of(
+                                &result,
+                                setup.workers_per_server,
+                                experiment.mix.mice_max_keys(),
+                            ),
                             wall_secs: began.elapsed().as_secs_f64(),
                             histograms: kept_histograms(&result)?,
                         })
@@ -341,12 +419,13 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         let plain: Vec<PlannerOutcome> = outcomes.iter().map(|t| t.outcome.clone()).collect();
         for timed in &outcomes {
             eprintln!(
-                "  {:<9} p50 {:>8.0} µs  p95 {:>8.0}  p99 {:>8.0}  ({:.1} s wall)",
+                "  {:<9} p50 {:>8.0} µs  p95 {:>8.0}  p99 {:>8.0}  ({:.1} s wall, {:.0} req/s)",
                 timed.outcome.planner,
                 timed.outcome.p50_us,
                 timed.outcome.p95_us,
                 timed.outcome.p99_us,
-                timed.wall_secs
+                timed.wall_secs,
+                timed.outcome.achieved_rps
             );
         }
         results.push(ExperimentResult {
@@ -362,7 +441,14 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         metadata: Metadata {
             run: metadata,
             seed: args.seed,
-            note: "SIMULATED: tailtrim's cluster simulator, no real servers".to_string(),
+            note: match setup.closed_loop {
+                None => "SIMULATED: tailtrim's cluster simulator, no real servers".to_string(),
+                Some(closed) => format!(
+                    "SIMULATED: tailtrim's cluster simulator, no real servers; closed loop, {} \
+                     clients, {} µs mean think time",
+                    closed.clients, closed.think_us
+                ),
+            },
         },
         setup,
         experiments: results,
@@ -386,34 +472,69 @@ fn render(results: &[ExperimentResult], out: &std::path::Path) -> Result<String,
 
 fn render_markdown(results: &[ExperimentResult]) -> String {
     let mut out = String::from(
-        "# SIMULATED: TailX vs Rein vs batch (tailtrim experiment tailx)\n\n\
-         Latencies in µs; reductions are against rein-sbf (positive: lower latency).\n",
+        "# SIMULATED: TailX vs Rein vs batch vs cost-sbf (tailtrim experiment tailx)\n\n\
+         Latencies in µs. Classes: mice and elephants by key count (mixes with two request \
+         sizes), small and large by whether the request carries a large value. Queueing = \
+         loaded − unloaded (the light calibration run, batch). Reductions are against \
+         rein-sbf (positive: lower latency); ratios are against batch.\n",
     );
     for result in results {
         let c = &result.calibration;
+        let batch = result
+            .outcomes
+            .iter()
+            .find(|t| t.outcome.planner == "batch")
+            .map(|t| t.outcome.clone());
+        let ratio = |value: f64, base: Option<f64>| match base {
+            Some(base) if base > 0.0 => format!("{:.2}", value / base),
+            _ => "–".to_string(),
+        };
+        let cell = |value: f64| {
+            if value > 0.0 {
+                format!("{value:.0}")
+            } else {
+                "–".to_string()
+            }
+        };
         out.push_str(&format!(
             "\n## {} ({} requests per planner, offered {:.0} req/s = load × capacity {:.0} req/s)\n\n\
-             | planner | mean | p50 | p95 | p99 | p50 red. | p95 red. | p99 red. | p99 / rein-sbf | busiest server util. | wall s |\n\
-             |---|---|---|---|---|---|---|---|---|---|---|\n",
+             Unloaded (batch at {:.0} req/s): p50 {:.0} µs, p99 {:.0} µs. Busiest server's \
+             utilisation in the calibration's loaded batch run: {:.2}.\n\n\
+             | planner | p50 | p95 | p99 | p99.9 | p50 / batch | p99 / batch | p99 red. vs rein-sbf | mice p50 | mice p99 | elephants p50 | elephants p99 | small p50 | small p99 | large p50 | large p99 | queueing p50 | queueing p99 | busiest server util. | achieved req/s | wall s |\n\
+             |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
             result.experiment.name,
             short_count(result.experiment.requests),
             c.rate_rps,
-            c.capacity_rps
+            c.capacity_rps,
+            c.probe_rps,
+            c.unloaded_p50_us,
+            c.unloaded_p99_us,
+            c.loaded_busiest_utilization,
         ));
         for (timed, reduction) in result.outcomes.iter().zip(&result.reductions_vs_rein_sbf) {
             let o = &timed.outcome;
             out.push_str(&format!(
-                "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} % | {:.1} % | {:.1} % | {:.2} | {:.2} | {:.1} |\n",
+                "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {:.1} % | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {:.2} | {:.0} | {:.1} |\n",
                 o.planner,
-                o.mean_us,
                 o.p50_us,
                 o.p95_us,
                 o.p99_us,
-                reduction.p50_pct,
-                reduction.p95_pct,
+                o.p999_us,
+                ratio(o.p50_us, batch.as_ref().map(|b| b.p50_us)),
+                ratio(o.p99_us, batch.as_ref().map(|b| b.p99_us)),
                 reduction.p99_pct,
-                reduction.p99_ratio,
+                cell(o.mice_p50_us),
+                cell(o.mice_p99_us),
+                cell(o.elephant_p50_us),
+                cell(o.elephant_p99_us),
+                cell(o.small_p50_us),
+                cell(o.small_p99_us),
+                cell(o.large_p50_us),
+                cell(o.large_p99_us),
+                o.p50_us - c.unloaded_p50_us,
+                o.p99_us - c.unloaded_p99_us,
                 o.max_utilization,
+                o.achieved_rps,
                 timed.wall_secs
             ));
         }

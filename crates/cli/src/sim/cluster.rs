@@ -11,7 +11,7 @@ use serde::Serialize;
 use tailtrim_bench::workload::Popularity;
 use tailtrim_policy::costspec::CostSpec;
 use tailtrim_sim::cluster::{
-    parse_distribution, sweep_cluster, ArrivalProcess, ClusterResult, ClusterScenario,
+    parse_distribution, sweep_cluster, ArrivalProcess, ClosedLoop, ClusterResult, ClusterScenario,
     ClusterWorkload, ServerQueue, DEFAULT_LARGE_VALUE_BYTES, DEFAULT_WARMUP_FRACTION,
 };
 
@@ -24,16 +24,28 @@ pub struct ClusterArgs {
     /// Worker threads per server.
     #[arg(long, default_value_t = 1)]
     workers: usize,
-    /// Serve prioritized fetches in strict priority order instead of deficit round robin.
-    #[arg(long)]
+    /// Serve prioritized fetches in strict priority order, whatever the planner's own order.
+    #[arg(long, conflicts_with = "server_queue")]
     strict_priority: bool,
+    /// How servers order prioritized fetches: planner (the planner's own: strict for
+    /// rein-sbf and rein-sds, drr for rein-drr, aged strict for cost-sbf), strict or drr.
+    #[arg(long, default_value = "planner")]
+    server_queue: String,
+    /// Closed loop: this many clients, each waiting for its reply before the next request
+    /// (--rates is then ignored); 0: open loop.
+    #[arg(long, default_value_t = 0)]
+    clients: usize,
+    /// Closed loop: mean think time between a reply and the next request, µs (exponential).
+    #[arg(long, default_value_t = 0.0)]
+    think_us: f64,
     /// Copies of each key.
     #[arg(long, default_value_t = 1)]
     replicas: usize,
     /// Client/proxy threads (modelled when --client-send or --client-recv costs something).
     #[arg(long, default_value_t = 1)]
     client_threads: usize,
-    /// Multiget planner: batch, chisel, rein-sbf, rein-sds, tailx (policy crate names).
+    /// Multiget planner: batch, chisel, rein-sbf, rein-sds, rein-drr, tailx, cost-sbf (policy
+    /// crate names).
     #[arg(long, default_value = "batch")]
     planner: String,
     /// Distinct keys.
@@ -105,10 +117,15 @@ pub fn run(args: ClusterArgs) -> Result<ExitCode, String> {
     let scenario = ClusterScenario {
         servers: args.servers,
         workers_per_server: args.workers,
-        server_queue: if args.strict_priority {
-            ServerQueue::Strict
-        } else {
-            ServerQueue::Drr
+        server_queue: match (args.strict_priority, args.server_queue.as_str()) {
+            (true, _) | (false, "strict") => ServerQueue::Strict,
+            (false, "planner") => ServerQueue::Planner,
+            (false, "drr") => ServerQueue::Drr,
+            (false, other) => {
+                return Err(format!(
+                    "--server-queue {other:?}: one of planner, strict, drr"
+                ))
+            }
         },
         replicas: args.replicas,
         client_threads: args.client_threads,
@@ -127,6 +144,10 @@ pub fn run(args: ClusterArgs) -> Result<ExitCode, String> {
         } else {
             ArrivalProcess::Poisson
         },
+        closed_loop: (args.clients > 0).then_some(ClosedLoop {
+            clients: args.clients,
+            think_us: args.think_us,
+        }),
         requests: args.requests,
         warmup_fraction: args.warmup,
         service: spec(&args.service)?,

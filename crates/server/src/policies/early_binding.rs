@@ -20,6 +20,7 @@ use crate::epoll::EventFd;
 use crate::priority::ClassQueue;
 use crate::runtime::Runtime;
 use crate::session::Job;
+use tailtrim_policy::serverq::Discipline;
 
 /// The early-binding policy: one job queue and eventfd per worker.
 pub struct EarlyBinding {
@@ -28,10 +29,11 @@ pub struct EarlyBinding {
 }
 
 impl EarlyBinding {
-    /// Queues for `workers` workers; `classes` false: first come, first served.
-    pub fn new(workers: usize, classes: bool) -> std::io::Result<EarlyBinding> {
+    /// Queues for `workers` workers ordered by `discipline`; `None`: first come, first
+    /// served.
+    pub fn new(workers: usize, discipline: Option<Discipline>) -> std::io::Result<EarlyBinding> {
         let jobs = (0..workers)
-            .map(|_| EventFd::new().map(|event| (ClassQueue::new(classes), event)))
+            .map(|_| EventFd::new().map(|event| (ClassQueue::new(discipline), event)))
             .collect::<std::io::Result<Vec<_>>>()?;
         Ok(EarlyBinding { workers, jobs })
     }

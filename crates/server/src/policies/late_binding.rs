@@ -16,6 +16,7 @@ use crate::config::DispatchPolicy;
 use crate::priority::ClassQueue;
 use crate::runtime::Runtime;
 use crate::session::Job;
+use tailtrim_policy::serverq::Discipline;
 
 /// The late-binding policy: the request queue workers take from.
 pub struct LateBinding {
@@ -24,11 +25,12 @@ pub struct LateBinding {
 }
 
 impl LateBinding {
-    /// An empty queue for `workers` workers; `classes` false: first come, first served.
-    pub fn new(workers: usize, classes: bool) -> LateBinding {
+    /// An empty queue for `workers` workers ordered by `discipline`; `None`: first come,
+    /// first served.
+    pub fn new(workers: usize, discipline: Option<Discipline>) -> LateBinding {
         LateBinding {
             workers,
-            queue: ClassQueue::new(classes),
+            queue: ClassQueue::new(discipline),
         }
     }
 }

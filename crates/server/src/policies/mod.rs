@@ -222,12 +222,12 @@ pub fn build(config: &ServerConfig) -> std::io::Result<Box<dyn Policy>> {
         DispatchPolicy::SizeAware => Box::new(size_aware::SizeAware::new(config)),
         DispatchPolicy::EarlyBinding => Box::new(early_binding::EarlyBinding::new(
             workers,
-            config.workers.priorities,
+            config.workers.queue_discipline(),
         )?),
         DispatchPolicy::Stealing => Box::new(stealing::Stealing::new(workers)),
         DispatchPolicy::LateBinding => Box::new(late_binding::LateBinding::new(
             workers,
-            config.workers.priorities,
+            config.workers.queue_discipline(),
         )),
     })
 }
