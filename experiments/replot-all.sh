@@ -17,7 +17,9 @@
 #   experiments/chisel/run.sh ...                  python3 experiments/chisel/summarize.py DIR
 # The bench's sweep plots, the bench summaries, the model's files and the comparison tables
 # have their commands below (as in their READMEs). Every `--replot` also checks the recorded
-# percentiles against the histograms and fails on a mismatch.
+# percentiles against the histograms and fails on a mismatch. Folders named `superseded/` or
+# `failed/` hold records kept as they were written and drawn by the code of their day: they are
+# neither redrawn nor listed below.
 #
 # At the end it lists every figure (.svg, .png) that no command wrote: figures without a
 # replot path. Exit status 1 if a command failed or such a figure exists.
@@ -66,7 +68,8 @@ RULES = (
     (r"\bchisel/run\.sh\b", "chisel-real"),
 )
 for folder, dirs, files in os.walk("experiments"):
-    dirs.sort()
+    # Superseded and failed runs are records kept as they were written and drawn.
+    dirs[:] = sorted(d for d in dirs if d not in ("superseded", "failed"))
     for name in sorted(files):
         if not name.endswith(".json"):
             continue
@@ -148,7 +151,8 @@ run_to "$v/batch-window4-comparison.md" python3 "$v/batch_compare.py" \
     "$v/batch-4-window4/results.json" "$v/batch-16-window4/results.json"
 
 echo
-stale="$(find experiments \( -name '*.svg' -o -name '*.png' \) ! -newer "$scratch/start" | sort)"
+stale="$(find experiments \( -name superseded -o -name failed \) -prune -o \
+    \( -name '*.svg' -o -name '*.png' \) ! -newer "$scratch/start" -print | sort)"
 if [ -n "$stale" ]; then
     echo "figures not redrawn (no replot path, or its command failed above):"
     echo "$stale" | sed 's/^/  /'

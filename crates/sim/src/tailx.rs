@@ -84,17 +84,38 @@ pub struct Setup {
     pub seed: u64,
     /// Requests of each loaded calibration run (0: the light run only, as files written
     /// before had it).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub loaded_calibration_requests: u64,
     /// `cost-sbf`'s ageing at the servers: later arrivals that may overtake an opset per class.
-    #[serde(default = "default_overtakes")]
+    #[serde(
+        default = "default_overtakes",
+        skip_serializing_if = "is_default_overtakes"
+    )]
     pub overtakes: u64,
     /// A closed-loop client instead of open-loop arrivals at `load`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub closed_loop: Option<ClosedLoop>,
     /// Servers' discipline for prioritized fetches (default: each planner's own).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_planner_queue")]
     pub server_queue: ServerQueue,
+}
+
+// Fields added after results were first kept are left out of a file when they hold their
+// "not measured" default, so a replot of an older run writes the file it read.
+fn is_zero_u64(value: &u64) -> bool {
+    *value == 0
+}
+
+fn is_zero_f64(value: &f64) -> bool {
+    *value == 0.0
+}
+
+fn is_default_overtakes(value: &u64) -> bool {
+    *value == default_overtakes()
+}
+
+fn is_planner_queue(queue: &ServerQueue) -> bool {
+    *queue == ServerQueue::Planner
 }
 
 fn default_overtakes() -> u64 {
@@ -385,13 +406,13 @@ pub struct Calibration {
     pub rate_rps: f64,
     /// The busiest server's utilisation (share of its workers) in the last loaded batch run
     /// of the calibration (0: none was run).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub loaded_busiest_utilization: f64,
     /// Median latency of the light run (batch, no queueing to speak of), µs.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub unloaded_p50_us: f64,
     /// 99th percentile of the light run, µs.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub unloaded_p99_us: f64,
 }
 
@@ -486,25 +507,25 @@ pub struct PlannerOutcome {
     /// Requests without: p99, µs.
     pub small_p99_us: f64,
     /// 99.9th percentile, µs.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub p999_us: f64,
     /// Requests with a large value: median, µs (0 if none).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub large_p50_us: f64,
     /// Requests without: median, µs.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub small_p50_us: f64,
     /// Mice (at most the mix's short key count): median, µs (0: the mix has one size).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub mice_p50_us: f64,
     /// Mice: p99, µs.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub mice_p99_us: f64,
     /// Elephants (more keys): median, µs.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub elephant_p50_us: f64,
     /// Elephants: p99, µs.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub elephant_p99_us: f64,
     /// Achieved rate.
     pub achieved_rps: f64,
