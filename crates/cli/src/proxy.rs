@@ -41,6 +41,12 @@ pub struct Args {
     /// changes are allowed on a loopback admin listener only.
     #[arg(long = "admin-token-file", value_name = "FILE")]
     pub admin_token_file: Option<PathBuf>,
+    /// memcached's ASCII authentication on the client listener, as memcached's and `serve`'s
+    /// `-Y`: a file of `user:password` lines; a client must send `set <key> 0 0 <bytes>` with
+    /// `user password` as its data first, every other request answers `CLIENT_ERROR
+    /// unauthenticated`. SIGHUP re-reads the file.
+    #[arg(short = 'Y', long = "auth-file", value_name = "FILE")]
+    pub auth_file: Option<PathBuf>,
     /// Backends, comma separated, twemproxy syntax: `host:port[:weight] [name]`.
     #[arg(
         short = 's',
@@ -157,6 +163,9 @@ fn effective_config(args: &Args) -> Result<ProxyConfig, String> {
             .into_string()
             .map_err(|_| format!("{ADMIN_TOKEN_VARIABLE} is not valid UTF-8"))?;
         config.proxy.admin_token_file.clear();
+    }
+    if let Some(path) = &args.auth_file {
+        config.proxy.auth_file = path.display().to_string();
     }
     if let Some(threads) = args.threads {
         config.proxy.threads = threads;

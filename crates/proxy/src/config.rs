@@ -205,6 +205,10 @@ pub struct ProxySection {
     /// File holding the admin token (surrounding whitespace and the final newline are
     /// dropped). Empty: none. Set at most one of `admin_token` and `admin_token_file`.
     pub admin_token_file: String,
+    /// memcached's ASCII authentication on the client listener (`-Y`): a file of
+    /// `user:password` lines; a client must send `set <key> 0 0 <bytes>` with `user password`
+    /// as its data before anything else is served. SIGHUP re-reads it. Empty: off.
+    pub auth_file: String,
     /// Runtime worker threads.
     pub threads: usize,
     /// Largest value accepted from clients (bytes); larger `set`s get memcached's
@@ -225,6 +229,7 @@ impl Default for ProxySection {
             admin_listen: DEFAULT_ADMIN_LISTEN.to_string(),
             admin_token: String::new(),
             admin_token_file: String::new(),
+            auth_file: String::new(),
             threads: DEFAULT_THREADS,
             item_size_max: DEFAULT_ITEM_SIZE_MAX,
             max_connections: DEFAULT_MAX_CONNECTIONS,

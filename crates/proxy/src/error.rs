@@ -6,6 +6,14 @@ pub enum ProxyError {
     /// The configuration is invalid.
     #[error("config: {0}")]
     Config(String),
+    /// The client listener's auth file (`-Y`) cannot be read or is malformed.
+    #[error("authfile [{path}]: {reason}")]
+    AuthFile {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// A listener could not be bound or accept failed fatally.
     #[error("{what}: {source}")]
     Io {

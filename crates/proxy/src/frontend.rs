@@ -10,6 +10,10 @@
 //!   (the next round, and the next read, wait until the client has taken them)
 //! ```
 //!
+//! With `-Y` (`[proxy] auth_file`), a connection is first read by memcached's authentication
+//! rules (`tailtrim_proto::auth::AuthState`): every exchange is answered in place, nothing is
+//! parsed as a request or reaches a backend until a `set` carries a known `user password`.
+//!
 //! Bounds per client: unparsed input at most one request (the parser refuses longer lines
 //! and larger values than `item_size_max`); replies held at most one round's (a client that does not read stops having its
 //! requests read or executed while its replies wait); no complete command for
@@ -24,10 +28,12 @@ use futures_util::future::join_all;
 use tailtrim_client::{
     ClientError, Cluster, KeyResult, MultigetKind, RawReply, ReplyShape, ValueItem,
 };
+use tailtrim_proto::auth::{AuthState, Outcome, Step};
 use tailtrim_proto::{parse_request_frame, FrameScratch, Limits, Parsed, ProtoError, Request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::auth::ClientAuth;
 use crate::metrics;
 
 /// Appended after requests whose reply is suppressed (`noreply`, quiet meta), so the backend
@@ -66,6 +72,10 @@ pub struct FrontendStats {
     pub rejected_connections: AtomicU64,
     /// `idle_kicks`: connections closed by the idle timeout.
     pub idle_kicks: AtomicU64,
+    /// `auth_cmds`: credentials checked (`-Y`), as memcached counts them.
+    pub auth_cmds: AtomicU64,
+    /// `auth_errors`: credentials refused (`-Y`).
+    pub auth_errors: AtomicU64,
 }
 
 impl FrontendStats {
@@ -76,6 +86,8 @@ impl FrontendStats {
             &self.requests,
             &self.client_errors,
             &self.server_errors,
+            &self.auth_cmds,
+            &self.auth_errors,
         ] {
             counter.store(0, Ordering::Relaxed);
         }
@@ -86,6 +98,8 @@ impl FrontendStats {
 pub struct Shared {
     /// The backend pool, whose membership can change at runtime.
     pub pool: Arc<Cluster>,
+    /// The client listener's auth file (`-Y`): clients authenticate before anything else.
+    pub auth: Option<ClientAuth>,
     /// Warm-up defaults for membership changes.
     pub warmup: crate::config::WarmupSection,
     /// Limits applied when parsing client requests.
@@ -153,6 +167,9 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     // Reused across reads: the parsed requests and the coalesced replies.
     let mut batch: Vec<Work> = Vec::new();
     let mut out: Vec<u8> = Vec::new();
+    // With -Y, the connection is read by memcached's authentication rules until it logs in.
+    let mut auth_state = AuthState::default();
+    auth_state.authenticated = shared.auth.is_none();
     loop {
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {
             buf.reserve(READ_CHUNK);
@@ -183,6 +200,32 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
             }
             if buf.is_empty() {
                 break;
+            }
+            if let (false, Some(auth)) = (auth_state.authenticated, &shared.auth) {
+                match auth_state.step(&buf, |user, password| auth.check(user, password)) {
+                    Step::Incomplete => break,
+                    Step::Close => {
+                        close = true;
+                        break;
+                    }
+                    Step::Consumed(taken) => {
+                        let _ = buf.split_to(taken);
+                    }
+                    Step::Answered { consumed, outcome } => {
+                        let _ = buf.split_to(consumed);
+                        if idle_clock {
+                            last_command = tokio::time::Instant::now();
+                        }
+                        if outcome.is_attempt() {
+                            shared.stats.auth_cmds.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if outcome == Outcome::Failure {
+                            shared.stats.auth_errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                        batch.push(Work::Ready(Bytes::from_static(outcome.reply())));
+                    }
+                }
+                continue;
             }
             let parsed = parse_request_frame(&mut buf, &shared.limits, &mut scratch);
             if idle_clock && !matches!(parsed, Parsed::Incomplete) {

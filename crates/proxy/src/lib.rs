@@ -2,6 +2,7 @@
 //!
 //! ```text
 //!  memcached clients ──TCP──► listener ──► one task per connection (frontend)
+//!                                              │ with -Y: memcached's ASCII auth first (auth)
 //!                                              │ parse (tailtrim-proto), bad input answered here
 //!                                              ▼
 //!                                    tailtrim_client::Pool ── ring / planner / health (policy)
@@ -10,6 +11,7 @@
 //!                                   memcached or `tailtrim serve` backends
 //!  Prometheus ──HTTP──► admin listener ──► metrics::prometheus_text
 //!  operator ──HTTP POST/DELETE /pool/servers, or SIGHUP (reload) ──► Cluster::change
+//!           SIGHUP also re-reads the -Y auth file
 //!  SIGINT/SIGTERM: exit; SIGTTIN/SIGTTOU: log level up/down (nutcracker's); logs via `tracing`
 //!                 (versioned ring swap, hot-key warm-up: tailtrim_client::cluster)
 //! ```
@@ -19,6 +21,7 @@
 //! in the client's key order.
 
 pub mod admin;
+pub mod auth;
 pub mod config;
 pub mod error;
 pub mod frontend;
@@ -74,8 +77,14 @@ impl Proxy {
         let admin = admin
             .map(|listener| admin::AdminListener::new(listener, &config.proxy))
             .transpose()?;
+        let auth = if config.proxy.auth_file.is_empty() {
+            None
+        } else {
+            Some(auth::ClientAuth::load(&config.proxy.auth_file)?)
+        };
         let shared = Arc::new(Shared {
             pool,
+            auth,
             warmup: config.warmup.clone(),
             limits: Limits {
                 item_size_max: config.proxy.item_size_max,
@@ -185,9 +194,9 @@ pub struct LogHooks {
     pub reopen_log: Option<Box<dyn Fn() -> Result<(), String> + Send + Sync>>,
 }
 
-/// On every SIGHUP: reopens the log file when there is one, then applies [`reload`] when the
-/// proxy was started from a config file, else logs that there is nothing to reload. A SIGHUP
-/// never ends the proxy.
+/// On every SIGHUP: reopens the log file when there is one, re-reads the client listener's
+/// auth file when there is one, then applies [`reload`] when the proxy was started from a
+/// config file, else logs that there is nothing to reload. A SIGHUP never ends the proxy.
 async fn on_sighup(
     mut hangups: Signal,
     shared: Arc<Shared>,
@@ -199,6 +208,17 @@ async fn on_sighup(
             match reopen() {
                 Ok(()) => tracing::info!("tailtrim proxy: SIGHUP received, log file reopened"),
                 Err(error) => tracing::error!("tailtrim proxy: SIGHUP: {error}"),
+            }
+        }
+        if let Some(auth) = &shared.auth {
+            match auth.reload() {
+                Ok(users) => tracing::info!(
+                    "tailtrim proxy: SIGHUP: auth file {} reloaded, {users} user(s)",
+                    auth.path().display()
+                ),
+                Err(error) => tracing::error!(
+                    "tailtrim proxy: SIGHUP: {error}; the users read before stay in force"
+                ),
             }
         }
         let Some(path) = &path else {
