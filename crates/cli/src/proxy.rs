@@ -47,6 +47,11 @@ pub struct Args {
     /// unauthenticated`. SIGHUP re-reads the file.
     #[arg(short = 'Y', long = "auth-file", value_name = "FILE")]
     pub auth_file: Option<PathBuf>,
+    /// Credentials toward backends that run with memcached's `-Y`: a file whose first line is
+    /// the `user:password` the proxy logs in with on every new backend connection (a memcached
+    /// auth file works). `[pool] username`/`password` in the config file do the same.
+    #[arg(long = "backend-auth-file", value_name = "FILE")]
+    pub backend_auth_file: Option<PathBuf>,
     /// Backends, comma separated, twemproxy syntax: `host:port[:weight] [name]`.
     #[arg(
         short = 's',
@@ -166,6 +171,11 @@ fn effective_config(args: &Args) -> Result<ProxyConfig, String> {
     }
     if let Some(path) = &args.auth_file {
         config.proxy.auth_file = path.display().to_string();
+    }
+    if let Some(path) = &args.backend_auth_file {
+        config.pool.auth_file = path.display().to_string();
+        config.pool.username.clear();
+        config.pool.password.clear();
     }
     if let Some(threads) = args.threads {
         config.proxy.threads = threads;

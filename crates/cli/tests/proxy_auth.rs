@@ -377,3 +377,134 @@ fn a_missing_or_malformed_auth_file_stops_the_proxy_at_start() {
         assert!(stderr.contains(reason), "{stderr}");
     }
 }
+
+/// Three `memcached -Y` backends sharing one auth file.
+fn secured_backends(users: &Path) -> Vec<Server> {
+    let users = users.to_str().expect("utf-8 path");
+    (0..3)
+        .map(|_| Server::start(Program::Memcached, &["-Y", users]))
+        .collect()
+}
+
+fn server_list(backends: &[Server]) -> String {
+    backends
+        .iter()
+        .map(|backend| backend.addr().to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// One request through `stream`, read until `terminator` (bounded).
+fn exchange(stream: &mut TcpStream, request: &[u8], terminator: &[u8]) -> String {
+    stream.write_all(request).expect("send");
+    String::from_utf8_lossy(&read_until(stream, terminator, LIMIT)).into_owned()
+}
+
+#[test]
+fn the_proxy_logs_in_to_three_secured_memcached_backends() {
+    if !require_memcached("the_proxy_logs_in_to_three_secured_memcached_backends") {
+        return;
+    }
+    let users = test_file("backend-users", "proxy:s3cret\nother:x\n");
+    let backends = secured_backends(&users);
+    let config = test_file(
+        "backend-login.toml",
+        &format!(
+            "[pool]\nservers = [{}]\nusername = \"proxy\"\npassword = \"s3cret\"\n",
+            backends
+                .iter()
+                .map(|backend| format!("\"{}\"", backend.addr()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    );
+    let proxy = Proxy::start(&["--config", config.to_str().expect("utf-8 path")]);
+    let mut client = proxy.connect();
+    let keys: Vec<String> = (0..60).map(|index| format!("key-{index}")).collect();
+    for key in &keys {
+        let request = format!("set {key} 7 0 {}\r\n{key}\r\n", key.len());
+        assert_eq!(
+            exchange(&mut client, request.as_bytes(), b"\r\n"),
+            "STORED\r\n"
+        );
+    }
+    for key in &keys {
+        let expected = format!("VALUE {key} 7 {}\r\n{key}\r\nEND\r\n", key.len());
+        let request = format!("get {key}\r\n");
+        assert_eq!(
+            exchange(&mut client, request.as_bytes(), b"END\r\n"),
+            expected
+        );
+    }
+    let multiget = format!("get {}\r\n", keys.join(" "));
+    let expected: String = keys
+        .iter()
+        .map(|key| format!("VALUE {key} 7 {}\r\n{key}\r\n", key.len()))
+        .chain(std::iter::once("END\r\n".to_string()))
+        .collect();
+    assert_eq!(
+        exchange(&mut client, multiget.as_bytes(), b"END\r\n"),
+        expected
+    );
+    assert_eq!(
+        exchange(&mut client, b"set n 0 0 1\r\n5\r\nincr n 10\r\n", b"15\r\n"),
+        "STORED\r\n15\r\n"
+    );
+    assert_eq!(
+        exchange(&mut client, b"delete key-1\r\nget key-1\r\n", b"END\r\n"),
+        "DELETED\r\nEND\r\n"
+    );
+    // Every backend holds some of the keys: each was logged in to and used.
+    for backend in &backends {
+        let mut direct = backend.connect();
+        // One step at a time: memcached answers pipelined unauthenticated input once.
+        let login = exchange(&mut direct, &auth_block("proxy", "s3cret"), b"\r\n");
+        assert_eq!(login, "STORED\r\n");
+        let reply = exchange(&mut direct, b"stats\r\n", b"END\r\n");
+        let items: u64 = stat(&reply, "curr_items").parse().expect("a count");
+        assert!(items > 0, "backend {} holds no key", backend.addr());
+        // The proxy's logins are the backend's checked credentials, none refused.
+        assert_eq!(stat(&reply, "auth_errors"), "0", "{reply}");
+    }
+}
+
+#[test]
+fn wrong_backend_credentials_give_a_clear_server_error_without_a_hang() {
+    if !require_memcached("wrong_backend_credentials_give_a_clear_server_error") {
+        return;
+    }
+    let users = test_file("backend-users-wrong", "proxy:s3cret\n");
+    let backends = secured_backends(&users);
+    let login = test_file("wrong-login", "proxy:not-the-password\n");
+    let mut proxy = Proxy::start(&[
+        "--servers",
+        &server_list(&backends),
+        "--backend-auth-file",
+        login.to_str().expect("utf-8 path"),
+        "--server-failure-limit",
+        "2",
+    ]);
+    let mut client = proxy.connect();
+    for request in [
+        b"get a\r\n".as_slice(),
+        b"set a 0 0 1\r\nx\r\n",
+        b"get a b c d e f\r\n",
+        b"delete a\r\n",
+        b"get a\r\n",
+        b"get a\r\n",
+    ] {
+        let reply = exchange(&mut client, request, b"\r\n");
+        assert!(reply.starts_with("SERVER_ERROR "), "{request:?}: {reply:?}");
+        assert!(reply.ends_with("\r\n"), "{request:?}: {reply:?}");
+    }
+    // The first refusal is spelled out to the client.
+    let reply = exchange(&mut proxy.connect(), b"get z\r\n", b"\r\n");
+    assert!(reply.starts_with("SERVER_ERROR "), "{reply:?}");
+    let log = proxy.stderr();
+    assert!(
+        log.contains("refused the login of user proxy: CLIENT_ERROR authentication failure"),
+        "{log}"
+    );
+    assert!(log.contains("ejected"), "{log}");
+    assert!(!log.contains("not-the-password"), "{log}");
+}

@@ -151,6 +151,9 @@ pub struct PoolConfig {
     /// `None` picks [`DEFAULT_PRIORITY_WINDOW`] for planners that set priorities and no bound
     /// otherwise; `Some(0)` is no bound.
     pub window: Option<usize>,
+    /// Credentials sent on every new backend connection (memcached's `-Y` login); `None`:
+    /// no login.
+    pub login: Option<crate::dial::BackendLogin>,
 }
 
 impl PoolConfig {
@@ -184,6 +187,7 @@ impl PoolConfig {
             chisel_fixed: None,
             analyzer: tailtrim_model::chisel_online::AnalyzerConfig::default(),
             window: None,
+            login: None,
         }
     }
 

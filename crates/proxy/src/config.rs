@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tailtrim_client::{PoolConfig, ServerSpec};
+use tailtrim_client::{BackendLogin, PoolConfig, ServerSpec};
 use tailtrim_policy::health::HealthSettings;
 use tailtrim_policy::hotkeys::TrackerConfig;
 use tailtrim_policy::planner::PlannerKind;
@@ -351,6 +351,15 @@ pub struct PoolSection {
     pub chisel_guard_margin: f64,
     /// Chisel: epochs in batching after such a revert (doubled per revert in a row).
     pub chisel_guard_backoff: u32,
+    /// User the proxy logs in as on every new backend connection (backends run with
+    /// memcached's `-Y`). Set with `password`, or use `auth_file`. Empty: no login.
+    pub username: String,
+    /// Password for `username`. Never printed by `--print-config`: prefer `auth_file`.
+    #[serde(skip_serializing)]
+    pub password: String,
+    /// File whose first line is the `user:password` the proxy logs in with (a memcached `-Y`
+    /// file works). Set it or `username`/`password`, not both. Empty: none.
+    pub auth_file: String,
 }
 
 impl Default for PoolSection {
@@ -385,6 +394,9 @@ impl Default for PoolSection {
             chisel_settle_epochs: DEFAULT_CHISEL_SETTLE_EPOCHS,
             chisel_guard_margin: DEFAULT_CHISEL_GUARD_MARGIN,
             chisel_guard_backoff: DEFAULT_CHISEL_GUARD_BACKOFF,
+            username: String::new(),
+            password: String::new(),
+            auth_file: String::new(),
         }
     }
 }
@@ -398,6 +410,40 @@ fn parse_fixed_shape(text: &str) -> Option<(u32, u32)> {
         other => other.parse().ok()?,
     };
     (merge >= 1 && chunk >= 1).then_some((merge, chunk))
+}
+
+impl PoolSection {
+    /// The credentials toward `-Y` backends from `username`/`password` or `auth_file`;
+    /// `None` when neither is set. Both set, half a pair, an unreadable file or credentials a
+    /// server could not read back are configuration errors.
+    pub fn backend_login(&self) -> Result<Option<BackendLogin>, ProxyError> {
+        let bad = |message: String| ProxyError::Config(format!("[pool] {message}"));
+        let pair_set = !self.username.is_empty() || !self.password.is_empty();
+        match (pair_set, self.auth_file.is_empty()) {
+            (false, true) => Ok(None),
+            (true, false) => Err(bad(
+                "set username/password or auth_file, not both".to_string()
+            )),
+            (true, true) => {
+                if self.username.is_empty() || self.password.is_empty() {
+                    return Err(bad("username and password go together".to_string()));
+                }
+                BackendLogin::new(&self.username, &self.password)
+                    .map(Some)
+                    .map_err(|error| bad(error.to_string()))
+            }
+            (false, false) => {
+                let text =
+                    std::fs::read_to_string(&self.auth_file).map_err(|source| ProxyError::Io {
+                        what: format!("reading the backend auth file {}", self.auth_file),
+                        source,
+                    })?;
+                BackendLogin::from_auth_file_text(&text)
+                    .map(Some)
+                    .map_err(|error| bad(format!("auth_file {}: {error}", self.auth_file)))
+            }
+        }
+    }
 }
 
 impl ProxyConfig {
@@ -499,6 +545,7 @@ impl ProxyConfig {
             pool.chisel_guard_margin
         };
         config.analyzer.guard_backoff = pool.chisel_guard_backoff;
+        config.login = pool.backend_login()?;
         config.chisel_fixed = if pool.chisel_fixed.is_empty() {
             None
         } else {
@@ -574,6 +621,37 @@ mod tests {
         let printed = config.to_toml().unwrap();
         assert!(!printed.contains("hidden"), "{printed}");
         assert!(printed.contains("admin_token_file"), "{printed}");
+    }
+
+    #[test]
+    fn backend_credentials_come_from_one_place_and_are_never_printed() {
+        let mut config = ProxyConfig::default();
+        config.pool.servers = vec!["127.0.0.1:1".to_string()];
+        assert!(config.pool_config().unwrap().login.is_none());
+        config.pool.username = "proxy".to_string();
+        let half = config.pool_config().unwrap_err().to_string();
+        assert!(half.contains("go together"), "{half}");
+        config.pool.password = "two words".to_string();
+        let spaced = config.pool_config().unwrap_err().to_string();
+        assert!(spaced.contains("no space"), "{spaced}");
+        config.pool.password = "s3cret".to_string();
+        let login = config.pool_config().unwrap().login.unwrap();
+        assert_eq!(login.request(), b"set auth 0 0 12\r\nproxy s3cret\r\n");
+        let printed = config.to_toml().unwrap();
+        assert!(!printed.contains("s3cret"), "{printed}");
+        let path = std::env::temp_dir().join(format!("tailtrim-login-test-{}", std::process::id()));
+        config.pool.auth_file = path.display().to_string();
+        let both = config.pool_config().unwrap_err().to_string();
+        assert!(both.contains("not both"), "{both}");
+        config.pool.username.clear();
+        config.pool.password.clear();
+        std::fs::write(&path, "filed:pw\nother:x\n").unwrap();
+        let login = config.pool_config().unwrap().login.unwrap();
+        assert_eq!(login.user(), "filed");
+        std::fs::write(&path, "nocolon\n").unwrap();
+        let malformed = config.pool_config().unwrap_err().to_string();
+        assert!(malformed.contains("user:password"), "{malformed}");
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]
