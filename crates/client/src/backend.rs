@@ -6,8 +6,8 @@
 //!     ├─ window set: gate.admit(class) ≤ timeout (DRR queue, see sched) ─ else Err(Overloaded)
 //!     │     (skipped when the backend serves the classes itself: `priorities drr`)
 //!     ├─ slot = next round-robin connection, or the class's own connection when the backend
-//!     │  serves the classes; connect lazily (connect_timeout; the `-Y` login when the pool
-//!     │  has credentials, a refusal failing like a connect error); a new connection asks
+//!     │  serves the classes; connect lazily (connect_timeout; TLS and the `-Y` login when the
+//!     │  pool has them, a refusal failing like a connect error); a new connection asks
 //!     │  `stats settings` whether the server announces `priorities drr` (when detecting);
 //!     │  a live connection is taken without arming a timer
 //!     ├─ outstanding += 1; submit (the request written into the connection's buffer);
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use crate::clock::Clock;
 use crate::connection::{Connection, RawReply, ReplyShape};
-use crate::dial::{dial, BackendLogin};
+use crate::dial::Dialer;
 use crate::error::ClientError;
 use crate::sched::Gate;
 use crate::stats::BackendStats;
@@ -53,8 +53,8 @@ pub struct BackendSettings {
     /// Ask each new connection whether the server serves priority classes itself (`stats
     /// settings`: `priorities drr`); set when the planner assigns classes.
     pub detect_priorities: bool,
-    /// Credentials sent on every new connection (`-Y` backends).
-    pub login: Option<Arc<BackendLogin>>,
+    /// How connections are opened (TLS, the `-Y` login).
+    pub dialer: Arc<Dialer>,
 }
 
 impl BackendSettings {
@@ -69,7 +69,7 @@ impl BackendSettings {
             ewma_alpha: config.ewma_alpha,
             window: config.effective_window(),
             detect_priorities: config.planner.uses_priorities(),
-            login: config.login.clone().map(Arc::new),
+            dialer: Arc::new(config.dialer.clone()),
         }
     }
 }
@@ -268,15 +268,16 @@ impl Backend {
         if let Some(connection) = slot.live() {
             return Ok(connection);
         }
-        let login = self.settings.login.as_deref();
-        let stream = match dial(&self.address, self.settings.connect_timeout, login).await {
+        let dialed = self
+            .settings
+            .dialer
+            .dial(&self.address, self.settings.connect_timeout)
+            .await;
+        let stream = match dialed {
             Ok(stream) => stream,
             Err(error) => {
-                if let ClientError::Login { .. } = &error {
-                    tracing::warn!(
-                        "tailtrim proxy: {error}; counted as a failed connection (check the \
-                         pool's username/password or auth_file)"
-                    );
+                if let ClientError::Login { .. } | ClientError::Tls { .. } = &error {
+                    tracing::warn!("tailtrim proxy: {error}; counted as a failed connection");
                 }
                 return Err(error);
             }

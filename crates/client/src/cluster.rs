@@ -795,7 +795,7 @@ impl Cluster {
     /// False when a listing failed or may be incomplete.
     async fn purge_leftovers(&self, pool: &Pool, warmup: WarmupSettings) -> bool {
         let connect_timeout = self.template.connect_timeout;
-        let login = self.template.login.as_ref();
+        let dialer = &self.template.dialer;
         let mut complete = true;
         for (index, backend) in pool.backends().iter().enumerate() {
             let mut owners = Vec::new();
@@ -803,7 +803,7 @@ impl Cluster {
             for _ in 0..PURGE_PASSES {
                 let mut leftovers: Vec<Vec<u8>> = Vec::new();
                 let mut full = false;
-                let listed = list_keys(backend.address(), connect_timeout, login, |held| {
+                let listed = list_keys(backend.address(), connect_timeout, dialer, |held| {
                     owners.clear();
                     pool.ring()
                         .replicas_for(&held.key, pool.config().replicas, &mut owners);
@@ -906,14 +906,14 @@ impl Cluster {
             .iter()
             .all(|spec| old.config().servers.contains(spec));
         let connect_timeout = self.template.connect_timeout;
-        let login = self.template.login.as_ref();
+        let dialer = &self.template.dialer;
         for backend in old.backends() {
             let address = backend.address();
             if removal && new_addresses.contains(&address) {
                 continue;
             }
             let before = planner.offered();
-            let listed = list_keys(address, connect_timeout, login, |held| {
+            let listed = list_keys(address, connect_timeout, dialer, |held| {
                 if moves_from(address, &held.key) {
                     planner.offer(&held.key, held.last_access);
                 }

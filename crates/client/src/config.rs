@@ -151,9 +151,9 @@ pub struct PoolConfig {
     /// `None` picks [`DEFAULT_PRIORITY_WINDOW`] for planners that set priorities and no bound
     /// otherwise; `Some(0)` is no bound.
     pub window: Option<usize>,
-    /// Credentials sent on every new backend connection (memcached's `-Y` login); `None`:
-    /// no login.
-    pub login: Option<crate::dial::BackendLogin>,
+    /// How backend connections are opened: TLS toward the backends and memcached's `-Y`
+    /// login, each when set (default: plain TCP, no login).
+    pub dialer: crate::dial::Dialer,
 }
 
 impl PoolConfig {
@@ -187,7 +187,7 @@ impl PoolConfig {
             chisel_fixed: None,
             analyzer: tailtrim_model::chisel_online::AnalyzerConfig::default(),
             window: None,
-            login: None,
+            dialer: crate::dial::Dialer::default(),
         }
     }
 

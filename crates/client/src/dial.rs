@@ -9,14 +9,23 @@
 //!                                        └── anything else, close, timeout ──► ClientError::Login
 //! ```
 //!
-//! A refused login is a failed connection: it counts against the backend's health like a
-//! connect error, so the backend is ejected after `failure_limit` of them.
+//! With TLS toward the backends (`memcached -Z`), the handshake (≤ connect_timeout) comes
+//! between the connect and the login, and the connection handed back is one end of a
+//! loopback socket pair whose other end a relay task copies to and from the TLS stream: the
+//! pipelined connection machinery works on plain sockets only.
+//!
+//! A refused login or handshake is a failed connection: it counts against the backend's
+//! health like a connect error, so the backend is ejected after `failure_limit` of them.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::rustls::pki_types::ServerName;
+use tokio_rustls::rustls::ClientConfig;
+use tokio_rustls::TlsConnector;
 
 use crate::error::ClientError;
 
@@ -77,57 +86,165 @@ impl fmt::Debug for BackendLogin {
     }
 }
 
-/// Connects to `address` within `connect_timeout`, then logs in with `login` (if any) within
-/// another `connect_timeout`.
-pub async fn dial(
-    address: &str,
-    connect_timeout: Duration,
-    login: Option<&BackendLogin>,
-) -> Result<TcpStream, ClientError> {
-    let connect = TcpStream::connect(address);
-    let mut stream = match tokio::time::timeout(connect_timeout, connect).await {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(error)) => {
-            return Err(ClientError::Connect {
-                backend: address.to_string(),
-                reason: error.to_string(),
-            })
+/// TLS toward the backends: the client configuration and the name their certificates must
+/// carry (unset: each backend's host).
+#[derive(Clone)]
+pub struct BackendTls {
+    config: Arc<ClientConfig>,
+    server_name: Option<String>,
+}
+
+impl BackendTls {
+    /// TLS with `config`, verifying every backend as `server_name` (or its own host).
+    pub fn new(config: Arc<ClientConfig>, server_name: Option<String>) -> BackendTls {
+        BackendTls {
+            config,
+            server_name,
         }
-        Err(_) => {
-            return Err(ClientError::Connect {
-                backend: address.to_string(),
-                reason: format!("connect timed out after {} ms", connect_timeout.as_millis()),
-            })
-        }
-    };
-    if let Some(login) = login {
-        let refused = |reply: String| ClientError::Login {
-            backend: address.to_string(),
-            user: login.user.clone(),
-            reply,
+    }
+
+    fn name_for(&self, address: &str) -> Result<ServerName<'static>, String> {
+        let host = match &self.server_name {
+            Some(name) => name.as_str(),
+            None => address
+                .rsplit_once(':')
+                .map_or(address, |(host, _)| host)
+                .trim_start_matches('[')
+                .trim_end_matches(']'),
         };
-        match tokio::time::timeout(connect_timeout, log_in(&mut stream, login)).await {
-            Ok(Ok(line)) if line == b"STORED\r\n" => {}
-            Ok(Ok(line)) => {
-                let line = String::from_utf8_lossy(&line);
-                return Err(refused(line.trim_end().to_string()));
+        ServerName::try_from(host.to_string())
+            .map_err(|_| format!("{host:?} is not a DNS name or an IP address"))
+    }
+}
+
+impl fmt::Debug for BackendTls {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter
+            .debug_struct("BackendTls")
+            .field("server_name", &self.server_name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How connections to the backends are opened: TLS or not, a login or not.
+#[derive(Debug, Clone, Default)]
+pub struct Dialer {
+    /// The `-Y` login, if any.
+    pub login: Option<BackendLogin>,
+    /// TLS toward the backends, if any.
+    pub tls: Option<BackendTls>,
+}
+
+impl Dialer {
+    /// Connects to `address` within `connect_timeout`, then makes the TLS handshake and logs
+    /// in (each within another `connect_timeout`) as configured.
+    pub async fn dial(
+        &self,
+        address: &str,
+        connect_timeout: Duration,
+    ) -> Result<TcpStream, ClientError> {
+        let mut stream = connect(address, connect_timeout).await?;
+        let Some(tls) = &self.tls else {
+            if let Some(login) = &self.login {
+                log_in_within(&mut stream, address, login, connect_timeout).await?;
             }
-            Ok(Err(error)) => return Err(refused(format!("connection lost: {error}"))),
+            return Ok(stream);
+        };
+        let handshake_failed = |reason: String| ClientError::Tls {
+            backend: address.to_string(),
+            reason,
+        };
+        let name = tls.name_for(address).map_err(handshake_failed)?;
+        let connector = TlsConnector::from(Arc::clone(&tls.config));
+        let handshake = connector.connect(name, stream);
+        let mut secured = match tokio::time::timeout(connect_timeout, handshake).await {
+            Ok(Ok(secured)) => secured,
+            Ok(Err(error)) => return Err(handshake_failed(error.to_string())),
             Err(_) => {
-                return Err(refused(format!(
-                    "no reply within {} ms",
+                return Err(handshake_failed(format!(
+                    "no handshake within {} ms",
                     connect_timeout.as_millis()
                 )))
             }
+        };
+        if let Some(login) = &self.login {
+            log_in_within(&mut secured, address, login, connect_timeout).await?;
         }
+        relay(secured)
+            .await
+            .map_err(|error| handshake_failed(format!("local relay: {error}")))
     }
-    Ok(stream)
+}
+
+/// One end of a loopback TCP pair whose other end is copied to and from `secured` by a task
+/// that ends when either side closes.
+async fn relay<S>(secured: S) -> std::io::Result<TcpStream>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+    let ours = TcpStream::connect(listener.local_addr()?).await?;
+    let expected_peer = ours.local_addr()?;
+    let (theirs, peer) = listener.accept().await?;
+    if peer != expected_peer {
+        return Err(std::io::Error::other(
+            "another process took the relay's port",
+        ));
+    }
+    let _ = theirs.set_nodelay(true);
+    tokio::spawn(async move {
+        let mut theirs = theirs;
+        let mut secured = secured;
+        let _ = tokio::io::copy_bidirectional(&mut theirs, &mut secured).await;
+    });
+    Ok(ours)
+}
+
+async fn connect(address: &str, connect_timeout: Duration) -> Result<TcpStream, ClientError> {
+    match tokio::time::timeout(connect_timeout, TcpStream::connect(address)).await {
+        Ok(Ok(stream)) => Ok(stream),
+        Ok(Err(error)) => Err(ClientError::Connect {
+            backend: address.to_string(),
+            reason: error.to_string(),
+        }),
+        Err(_) => Err(ClientError::Connect {
+            backend: address.to_string(),
+            reason: format!("connect timed out after {} ms", connect_timeout.as_millis()),
+        }),
+    }
+}
+
+/// Logs in with `login` and waits for `STORED` within `limit`.
+async fn log_in_within<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    address: &str,
+    login: &BackendLogin,
+    limit: Duration,
+) -> Result<(), ClientError> {
+    let refused = |reply: String| ClientError::Login {
+        backend: address.to_string(),
+        user: login.user.clone(),
+        reply,
+    };
+    match tokio::time::timeout(limit, log_in(stream, login)).await {
+        Ok(Ok(line)) if line == b"STORED\r\n" => Ok(()),
+        Ok(Ok(line)) => {
+            let line = String::from_utf8_lossy(&line);
+            Err(refused(line.trim_end().to_string()))
+        }
+        Ok(Err(error)) => Err(refused(format!("connection lost: {error}"))),
+        Err(_) => Err(refused(format!("no reply within {} ms", limit.as_millis()))),
+    }
 }
 
 /// Sends the login and returns the reply line (with its `\r\n`, or what came before the
 /// close or the length bound).
-async fn log_in(stream: &mut TcpStream, login: &BackendLogin) -> std::io::Result<Vec<u8>> {
+async fn log_in<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    login: &BackendLogin,
+) -> std::io::Result<Vec<u8>> {
     stream.write_all(&login.request()).await?;
+    stream.flush().await?;
     let mut line = Vec::with_capacity(64);
     let mut byte = [0u8; 1];
     // Byte by byte: nothing after the reply line may be consumed (there should be nothing,

@@ -16,7 +16,7 @@ use tailtrim_proto::dump::{parse_dump_line, DumpLine, DumpedKey};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
-use crate::dial::{dial, BackendLogin};
+use crate::dial::Dialer;
 use crate::error::ClientError;
 
 /// Longest listing line accepted (a 250-byte key URL-encoded is 750 bytes, plus the fields).
@@ -70,18 +70,18 @@ pub enum Listing {
 }
 
 /// Calls `each` with every key `address` lists, streamed; returns what the listing was. The
-/// connection logs in with `login` first (a `-Y` backend).
+/// connection is opened by `dialer` (TLS, the `-Y` login).
 pub async fn list_keys(
     address: &str,
     connect_timeout: Duration,
-    login: Option<&BackendLogin>,
+    dialer: &Dialer,
     each: impl FnMut(DumpedKey),
 ) -> Result<ListingSummary, ClientError> {
     let timeout = || ClientError::Timeout {
         backend: address.to_string(),
         after_ms: DUMP_TIMEOUT.as_millis() as u64,
     };
-    let stream = dial(address, connect_timeout, login).await?;
+    let stream = dialer.dial(address, connect_timeout).await?;
     tokio::time::timeout(DUMP_TIMEOUT, stream_listing(address, stream, each))
         .await
         .map_err(|_| timeout())?
@@ -193,9 +193,12 @@ mod tests {
             assert_eq!(line, "STORED\r\n");
         }
         let mut listed = Vec::new();
-        let listing = list_keys(&address, Duration::from_secs(5), None, |key| {
-            listed.push(key)
-        })
+        let listing = list_keys(
+            &address,
+            Duration::from_secs(5),
+            &Dialer::default(),
+            |key| listed.push(key),
+        )
         .await
         .unwrap();
         assert_eq!(listing.listing, Listing::Metadump);

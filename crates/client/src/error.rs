@@ -30,6 +30,14 @@ pub enum ClientError {
         /// The backend's reply line, or what happened instead.
         reply: String,
     },
+    /// The TLS handshake with the backend failed (unknown CA, wrong name, a plain server).
+    #[error("backend {backend} TLS handshake failed: {reason}")]
+    Tls {
+        /// Backend address.
+        backend: String,
+        /// What rustls said.
+        reason: String,
+    },
     /// The connection broke while the request was in flight.
     #[error("backend {backend} connection lost: {reason}")]
     ConnectionLost {

@@ -44,6 +44,6 @@ pub mod testkit;
 pub use cluster::{ChangeReport, Cluster, ClusterStatus};
 pub use config::{PoolConfig, ServerSpec};
 pub use connection::{RawReply, ReplyShape, ValueItem};
-pub use dial::BackendLogin;
+pub use dial::{BackendLogin, BackendTls, Dialer};
 pub use error::ClientError;
 pub use pool::{KeyResult, MultigetKind, Pool, Value};

@@ -14,13 +14,14 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tailtrim_client::{BackendLogin, PoolConfig, ServerSpec};
+use tailtrim_client::{BackendLogin, BackendTls, PoolConfig, ServerSpec};
 use tailtrim_policy::health::HealthSettings;
 use tailtrim_policy::hotkeys::TrackerConfig;
 use tailtrim_policy::planner::PlannerKind;
 use tailtrim_policy::ring::{parse_hash_tag, Distribution, HashFunction, RingOptions};
 use tailtrim_policy::tailx::TailxSettings;
 use tailtrim_policy::warmup::{WarmupMode, WarmupSettings};
+use tailtrim_tls::{ClientTlsOptions, ServerTlsOptions};
 
 use crate::error::ProxyError;
 
@@ -103,6 +104,11 @@ pub struct ProxyConfig {
     pub pool: PoolSection,
     /// `[warmup]`: hot-key tracking and warm-up of membership changes.
     pub warmup: WarmupSection,
+    /// `[tls]`: TLS on the client listener, memcached's `-Z` and `ssl_*` options with the
+    /// same names without the `ssl_` prefix (`enabled`, `chain_cert`, `key`, `ca_cert`,
+    /// `verify_mode`, `min_version`, …). Not printed by `--print-config`.
+    #[serde(skip_serializing)]
+    pub tls: ServerTlsOptions,
 }
 
 /// `[warmup]`
@@ -360,6 +366,12 @@ pub struct PoolSection {
     /// File whose first line is the `user:password` the proxy logs in with (a memcached `-Y`
     /// file works). Set it or `username`/`password`, not both. Empty: none.
     pub auth_file: String,
+    /// `[pool.tls]`: TLS toward the backends (`memcached -Z`): `ca_cert` (required), `cert`
+    /// and `key` (a client certificate, for backends that verify clients), `server_name`
+    /// (the name the backends' certificates carry; unset: each backend's host). Unset: plain.
+    /// Not printed by `--print-config`.
+    #[serde(skip_serializing)]
+    pub tls: Option<ClientTlsOptions>,
 }
 
 impl Default for PoolSection {
@@ -397,6 +409,7 @@ impl Default for PoolSection {
             username: String::new(),
             password: String::new(),
             auth_file: String::new(),
+            tls: None,
         }
     }
 }
@@ -545,7 +558,14 @@ impl ProxyConfig {
             pool.chisel_guard_margin
         };
         config.analyzer.guard_backoff = pool.chisel_guard_backoff;
-        config.login = pool.backend_login()?;
+        config.dialer.login = pool.backend_login()?;
+        if let Some(tls) = &pool.tls {
+            let client = tls.build().map_err(|error| bad(format!("tls: {error}")))?;
+            config.dialer.tls = Some(BackendTls::new(
+                std::sync::Arc::new(client),
+                tls.server_name.clone(),
+            ));
+        }
         config.chisel_fixed = if pool.chisel_fixed.is_empty() {
             None
         } else {
@@ -627,7 +647,7 @@ mod tests {
     fn backend_credentials_come_from_one_place_and_are_never_printed() {
         let mut config = ProxyConfig::default();
         config.pool.servers = vec!["127.0.0.1:1".to_string()];
-        assert!(config.pool_config().unwrap().login.is_none());
+        assert!(config.pool_config().unwrap().dialer.login.is_none());
         config.pool.username = "proxy".to_string();
         let half = config.pool_config().unwrap_err().to_string();
         assert!(half.contains("go together"), "{half}");
@@ -635,7 +655,7 @@ mod tests {
         let spaced = config.pool_config().unwrap_err().to_string();
         assert!(spaced.contains("no space"), "{spaced}");
         config.pool.password = "s3cret".to_string();
-        let login = config.pool_config().unwrap().login.unwrap();
+        let login = config.pool_config().unwrap().dialer.login.unwrap();
         assert_eq!(login.request(), b"set auth 0 0 12\r\nproxy s3cret\r\n");
         let printed = config.to_toml().unwrap();
         assert!(!printed.contains("s3cret"), "{printed}");
@@ -646,7 +666,7 @@ mod tests {
         config.pool.username.clear();
         config.pool.password.clear();
         std::fs::write(&path, "filed:pw\nother:x\n").unwrap();
-        let login = config.pool_config().unwrap().login.unwrap();
+        let login = config.pool_config().unwrap().dialer.login.unwrap();
         assert_eq!(login.user(), "filed");
         std::fs::write(&path, "nocolon\n").unwrap();
         let malformed = config.pool_config().unwrap_err().to_string();

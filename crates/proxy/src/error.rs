@@ -14,6 +14,9 @@ pub enum ProxyError {
         /// What is wrong.
         reason: String,
     },
+    /// The client listener's TLS configuration (`-Z`, `[tls]`) cannot be built.
+    #[error("TLS: {0}")]
+    Tls(#[from] tailtrim_tls::TlsError),
     /// A listener could not be bound or accept failed fatally.
     #[error("{what}: {source}")]
     Io {

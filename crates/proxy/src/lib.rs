@@ -2,13 +2,14 @@
 //!
 //! ```text
 //!  memcached clients ──TCP──► listener ──► one task per connection (frontend)
-//!                                              │ with -Y: memcached's ASCII auth first (auth)
+//!                      (with -Z: TLS handshake)│ with -Y: memcached's ASCII auth first (auth)
 //!                                              │ parse (tailtrim-proto), bad input answered here
 //!                                              ▼
 //!                                    tailtrim_client::Pool ── ring / planner / health (policy)
 //!                                              │ pipelined connections
 //!                                              ▼
 //!                                   memcached or `tailtrim serve` backends
+//!                                   (TLS and the -Y login per [pool], tailtrim_client::dial)
 //!  Prometheus ──HTTP──► admin listener ──► metrics::prometheus_text
 //!  operator ──HTTP POST/DELETE /pool/servers, or SIGHUP (reload) ──► Cluster::change
 //!           SIGHUP also re-reads the -Y auth file
@@ -82,9 +83,17 @@ impl Proxy {
         } else {
             Some(auth::ClientAuth::load(&config.proxy.auth_file)?)
         };
+        let tls = if config.tls.enabled {
+            Some(tailtrim_tls::ReloadableServerConfig::new(
+                config.tls.clone(),
+            )?)
+        } else {
+            None
+        };
         let shared = Arc::new(Shared {
             pool,
             auth,
+            tls,
             warmup: config.warmup.clone(),
             limits: Limits {
                 item_size_max: config.proxy.item_size_max,
@@ -195,7 +204,7 @@ pub struct LogHooks {
 }
 
 /// On every SIGHUP: reopens the log file when there is one, re-reads the client listener's
-/// auth file when there is one, then applies [`reload`] when the proxy was started from a
+/// auth file and TLS certificates when there are, then applies [`reload`] when the proxy was started from a
 /// config file, else logs that there is nothing to reload. A SIGHUP never ends the proxy.
 async fn on_sighup(
     mut hangups: Signal,
@@ -218,6 +227,14 @@ async fn on_sighup(
                 ),
                 Err(error) => tracing::error!(
                     "tailtrim proxy: SIGHUP: {error}; the users read before stay in force"
+                ),
+            }
+        }
+        if let Some(tls) = &shared.tls {
+            match tls.reload() {
+                Ok(()) => tracing::info!("tailtrim proxy: SIGHUP: TLS certificates reloaded"),
+                Err(error) => tracing::error!(
+                    "tailtrim proxy: SIGHUP: TLS reload failed, the certificates in use stay: {error}"
                 ),
             }
         }

@@ -695,6 +695,7 @@ pub async fn stats_reply(shared: &Shared, args: &[Bytes]) -> Vec<u8> {
             ("idle_kicks", &front.idle_kicks),
             ("auth_cmds", &front.auth_cmds),
             ("auth_errors", &front.auth_errors),
+            ("ssl_handshake_errors", &front.ssl_handshake_errors),
         ] {
             let _ = write!(out, "STAT {name} {}\r\n", counter.load(Ordering::Relaxed));
         }

@@ -306,7 +306,7 @@ mod tests {
             (config.pool.username.as_str(), config.pool.password.as_str()),
             ("proxy", "s3cret")
         );
-        let login = config.pool_config().unwrap().login.expect("a login");
+        let login = config.pool_config().unwrap().dialer.login.expect("a login");
         assert_eq!(login.user(), "proxy");
         let text = "p:\n  tailtrim_username: proxy\n  servers:\n   - 127.0.0.1:11211:1\n";
         let error = from_yaml(text, None).expect_err("half a pair");
