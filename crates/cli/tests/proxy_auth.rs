@@ -364,15 +364,34 @@ fn a_missing_or_malformed_auth_file_stops_the_proxy_at_start() {
             "could not open for reading",
         ),
     ] {
-        let output = Command::new(env!("CARGO_BIN_EXE_tailtrim"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tailtrim"))
             .args(["proxy", "--listen", "127.0.0.1:0", "--admin", "off"])
             .args(["--servers", backend, "-Y"])
             .arg(&path)
             .stdin(Stdio::null())
-            .output()
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
             .expect("run tailtrim proxy");
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "{stderr}");
+        // Bounds a proxy that starts instead of refusing (a hang, not a timing assertion).
+        let deadline = Instant::now() + LIMIT;
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                break Some(status);
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut stderr = String::new();
+        if let Some(mut pipe) = child.stderr.take() {
+            let _ = pipe.read_to_string(&mut stderr);
+        }
+        let status = status.unwrap_or_else(|| panic!("the proxy started: {stderr}"));
+        assert!(!status.success(), "{stderr}");
         assert!(stderr.contains("authfile ["), "{stderr}");
         assert!(stderr.contains(reason), "{stderr}");
     }
