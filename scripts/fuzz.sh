@@ -21,7 +21,7 @@ seconds="${1:-60}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(request response udp config)
+    targets=(request response udp config auth)
 fi
 sanitizer="${FUZZ_SANITIZER:-none}"
 runs=()
@@ -64,6 +64,9 @@ for path in sorted((root / "tests" / "differential" / "golden").glob("*.txt")):
             put("response", unescape(line[2:]))
 for path in sorted((root / "config").glob("*.toml")):
     put("config", path.read_bytes())
+for seed in (b"set k 0 0 12\r\nalice secret\r\n", b"get k\r\nset k 0 0 11\r\nalice wrong\r\n",
+             b"set k 0 0 4294967308\r\nalice secret\r\n", b"set k 0 0 5\r\nalice\r\n"):
+    put("auth", b"\x03" + seed)
 put("config", b"main:\n  listen: 127.0.0.1:22121\n  hash: fnv1a_64\n  distribution: ketama\n"
     b"  servers:\n   - 127.0.0.1:11211:1 one\n   - 127.0.0.1:11212:1 two\n")
 PY

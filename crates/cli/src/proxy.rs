@@ -41,6 +41,26 @@ pub struct Args {
     /// changes are allowed on a loopback admin listener only.
     #[arg(long = "admin-token-file", value_name = "FILE")]
     pub admin_token_file: Option<PathBuf>,
+    /// memcached's ASCII authentication on the client listener, as memcached's and `serve`'s
+    /// `-Y`: a file of `user:password` lines; a client must send `set <key> 0 0 <bytes>` with
+    /// `user password` as its data first, every other request answers `CLIENT_ERROR
+    /// unauthenticated`. SIGHUP re-reads the file.
+    #[arg(short = 'Y', long = "auth-file", value_name = "FILE")]
+    pub auth_file: Option<PathBuf>,
+    /// TLS on the client listener, as memcached's and `serve`'s `-Z`: the certificate comes
+    /// from `-o ssl_chain_cert=FILE,ssl_key=FILE` (or the config file's `[tls]` section).
+    #[arg(short = 'Z', long = "enable-ssl")]
+    pub enable_ssl: bool,
+    /// memcached's TLS options for the client listener, comma separated, as memcached's
+    /// `-o`: ssl_chain_cert, ssl_key, ssl_ca_cert, ssl_verify_mode, ssl_min_version, …
+    /// (other `-o` items are refused).
+    #[arg(short = 'o', long = "extended", value_name = "LIST")]
+    pub extended: Vec<String>,
+    /// Credentials toward backends that run with memcached's `-Y`: a file whose first line is
+    /// the `user:password` the proxy logs in with on every new backend connection (a memcached
+    /// auth file works). `[pool] username`/`password` in the config file do the same.
+    #[arg(long = "backend-auth-file", value_name = "FILE")]
+    pub backend_auth_file: Option<PathBuf>,
     /// Backends, comma separated, twemproxy syntax: `host:port[:weight] [name]`.
     #[arg(
         short = 's',
@@ -157,6 +177,40 @@ fn effective_config(args: &Args) -> Result<ProxyConfig, String> {
             .into_string()
             .map_err(|_| format!("{ADMIN_TOKEN_VARIABLE} is not valid UTF-8"))?;
         config.proxy.admin_token_file.clear();
+    }
+    if let Some(path) = &args.auth_file {
+        config.proxy.auth_file = path.display().to_string();
+    }
+    if args.enable_ssl {
+        config.tls.enabled = true;
+    }
+    for list in &args.extended {
+        for item in list.split(',').filter(|item| !item.is_empty()) {
+            let (name, value) = match item.split_once('=') {
+                Some((name, value)) => (name, Some(value)),
+                None => (item, None),
+            };
+            match config
+                .tls
+                .apply_extended(name, value)
+                .map_err(|error| format!("-o {item}: {error}"))?
+            {
+                tailtrim_tls::Applied::Taken => {}
+                tailtrim_tls::Applied::TakenWithWarning(warning) => {
+                    eprintln!("tailtrim: warning: {warning}");
+                }
+                tailtrim_tls::Applied::NotTls => {
+                    return Err(format!(
+                        "-o {item}: the proxy takes memcached's ssl_* options only"
+                    ))
+                }
+            }
+        }
+    }
+    if let Some(path) = &args.backend_auth_file {
+        config.pool.auth_file = path.display().to_string();
+        config.pool.username.clear();
+        config.pool.password.clear();
     }
     if let Some(threads) = args.threads {
         config.proxy.threads = threads;

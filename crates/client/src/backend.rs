@@ -6,7 +6,8 @@
 //!     ├─ window set: gate.admit(class) ≤ timeout (DRR queue, see sched) ─ else Err(Overloaded)
 //!     │     (skipped when the backend serves the classes itself: `priorities strict|drr`)
 //!     ├─ slot = next round-robin connection, or the class's own connection when the backend
-//!     │  serves the classes; connect lazily (connect_timeout); a new connection asks
+//!     │  serves the classes; connect lazily (connect_timeout; TLS and the `-Y` login when the
+//!     │  pool has them, a refusal failing like a connect error); a new connection asks
 //!     │  `stats settings` whether the server announces `priorities strict` or `drr` (when
 //!     │  detecting);
 //!     │  a live connection is taken without arming a timer
@@ -23,24 +24,24 @@
 //! setup, the delay queue or the gate already weigh on the next plan's replica choice.
 
 use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::clock::Clock;
+use crate::connection::{Connection, RawReply, ReplyShape};
+use crate::dial::Dialer;
+use crate::error::ClientError;
+use crate::sched::Gate;
+use crate::stats::BackendStats;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use tailtrim_policy::drr::CLASSES;
 use tailtrim_policy::health::{
     BackendLoad, Ewma, HealthSettings, HealthTracker, HealthTransition, LatencyEstimate, Timestamp,
 };
-use tokio::net::TcpStream;
-
-use crate::clock::Clock;
-use crate::connection::{Connection, RawReply, ReplyShape};
-use crate::error::ClientError;
-use crate::sched::Gate;
-use crate::stats::BackendStats;
 
 /// Settings shared by the backends of a pool.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct BackendSettings {
     /// Bound on one request.
     pub timeout: Duration,
@@ -60,6 +61,8 @@ pub struct BackendSettings {
     /// Ask each new connection whether the server serves priority classes itself (`stats
     /// settings`: `priorities strict` or `drr`); set when the planner assigns classes.
     pub detect_priorities: bool,
+    /// How connections are opened (TLS, the `-Y` login).
+    pub dialer: Arc<Dialer>,
 }
 
 impl BackendSettings {
@@ -74,6 +77,7 @@ impl BackendSettings {
             ewma_alpha: config.ewma_alpha,
             window: config.effective_window(),
             detect_priorities: config.planner.uses_priorities(),
+            dialer: Arc::new(config.dialer.clone()),
         }
     }
 }
@@ -158,7 +162,6 @@ impl Backend {
         };
         Backend {
             address,
-            settings,
             clock,
             slots: (0..connections).map(|_| Slot::default()).collect(),
             next_slot: AtomicUsize::new(0),
@@ -168,6 +171,7 @@ impl Backend {
             gate: (settings.window > 0).then(|| Gate::new(settings.window)),
             priorities: AtomicU8::new(0),
             stats: BackendStats::default(),
+            settings,
         }
     }
 
@@ -303,23 +307,18 @@ impl Backend {
         if let Some(connection) = slot.live() {
             return Ok(connection);
         }
-        let connect = TcpStream::connect(self.address.as_str());
-        let stream = match tokio::time::timeout(self.settings.connect_timeout, connect).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(error)) => {
-                return Err(ClientError::Connect {
-                    backend: self.address.clone(),
-                    reason: error.to_string(),
-                })
-            }
-            Err(_) => {
-                return Err(ClientError::Connect {
-                    backend: self.address.clone(),
-                    reason: format!(
-                        "connect timed out after {} ms",
-                        self.settings.connect_timeout.as_millis()
-                    ),
-                })
+        let dialed = self
+            .settings
+            .dialer
+            .dial(&self.address, self.settings.connect_timeout)
+            .await;
+        let stream = match dialed {
+            Ok(stream) => stream,
+            Err(error) => {
+                if let ClientError::Login { .. } | ClientError::Tls { .. } = &error {
+                    tracing::warn!("tailtrim proxy: {error}; counted as a failed connection");
+                }
+                return Err(error);
             }
         };
         self.stats.connects.incr();

@@ -602,7 +602,9 @@ impl Cluster {
                     .iter()
                     .find(|backend| backend.address() == address)
                     .cloned()
-                    .unwrap_or_else(|| Arc::new(Backend::new(address, settings, self.clock)))
+                    .unwrap_or_else(|| {
+                        Arc::new(Backend::new(address, settings.clone(), self.clock))
+                    })
             })
             .collect();
         let mut config = self.template.clone();
@@ -793,6 +795,7 @@ impl Cluster {
     /// False when a listing failed or may be incomplete.
     async fn purge_leftovers(&self, pool: &Pool, warmup: WarmupSettings) -> bool {
         let connect_timeout = self.template.connect_timeout;
+        let dialer = &self.template.dialer;
         let mut complete = true;
         for (index, backend) in pool.backends().iter().enumerate() {
             let mut owners = Vec::new();
@@ -800,7 +803,7 @@ impl Cluster {
             for _ in 0..PURGE_PASSES {
                 let mut leftovers: Vec<Vec<u8>> = Vec::new();
                 let mut full = false;
-                let listed = list_keys(backend.address(), connect_timeout, |held| {
+                let listed = list_keys(backend.address(), connect_timeout, dialer, |held| {
                     owners.clear();
                     pool.ring()
                         .replicas_for(&held.key, pool.config().replicas, &mut owners);
@@ -903,13 +906,14 @@ impl Cluster {
             .iter()
             .all(|spec| old.config().servers.contains(spec));
         let connect_timeout = self.template.connect_timeout;
+        let dialer = &self.template.dialer;
         for backend in old.backends() {
             let address = backend.address();
             if removal && new_addresses.contains(&address) {
                 continue;
             }
             let before = planner.offered();
-            let listed = list_keys(address, connect_timeout, |held| {
+            let listed = list_keys(address, connect_timeout, dialer, |held| {
                 if moves_from(address, &held.key) {
                     planner.offer(&held.key, held.last_access);
                 }

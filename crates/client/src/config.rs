@@ -155,6 +155,9 @@ pub struct PoolConfig {
     /// `None` picks [`DEFAULT_PRIORITY_WINDOW`] for planners that set priorities and no bound
     /// otherwise; `Some(0)` is no bound.
     pub window: Option<usize>,
+    /// How backend connections are opened: TLS toward the backends and memcached's `-Y`
+    /// login, each when set (default: plain TCP, no login).
+    pub dialer: crate::dial::Dialer,
 }
 
 impl PoolConfig {
@@ -194,6 +197,7 @@ impl PoolConfig {
                 ..tailtrim_model::chisel_online::AnalyzerConfig::default()
             },
             window: None,
+            dialer: crate::dial::Dialer::default(),
         }
     }
 

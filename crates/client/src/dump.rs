@@ -16,6 +16,7 @@ use tailtrim_proto::dump::{parse_dump_line, DumpLine, DumpedKey};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
+use crate::dial::Dialer;
 use crate::error::ClientError;
 
 /// Longest listing line accepted (a 250-byte key URL-encoded is 750 bytes, plus the fields).
@@ -68,26 +69,19 @@ pub enum Listing {
     Cachedump,
 }
 
-/// Calls `each` with every key `address` lists, streamed; returns what the listing was.
+/// Calls `each` with every key `address` lists, streamed; returns what the listing was. The
+/// connection is opened by `dialer` (TLS, the `-Y` login).
 pub async fn list_keys(
     address: &str,
     connect_timeout: Duration,
+    dialer: &Dialer,
     each: impl FnMut(DumpedKey),
 ) -> Result<ListingSummary, ClientError> {
     let timeout = || ClientError::Timeout {
         backend: address.to_string(),
         after_ms: DUMP_TIMEOUT.as_millis() as u64,
     };
-    let stream = tokio::time::timeout(connect_timeout, TcpStream::connect(address))
-        .await
-        .map_err(|_| ClientError::Connect {
-            backend: address.to_string(),
-            reason: "connect timed out".to_string(),
-        })?
-        .map_err(|e| ClientError::Connect {
-            backend: address.to_string(),
-            reason: e.to_string(),
-        })?;
+    let stream = dialer.dial(address, connect_timeout).await?;
     tokio::time::timeout(DUMP_TIMEOUT, stream_listing(address, stream, each))
         .await
         .map_err(|_| timeout())?
@@ -199,9 +193,14 @@ mod tests {
             assert_eq!(line, "STORED\r\n");
         }
         let mut listed = Vec::new();
-        let listing = list_keys(&address, Duration::from_secs(5), |key| listed.push(key))
-            .await
-            .unwrap();
+        let listing = list_keys(
+            &address,
+            Duration::from_secs(5),
+            &Dialer::default(),
+            |key| listed.push(key),
+        )
+        .await
+        .unwrap();
         assert_eq!(listing.listing, Listing::Metadump);
         assert_eq!(listing.keys, 3);
         assert!(listing.complete());

@@ -19,6 +19,25 @@ pub enum ClientError {
         /// What the OS said.
         reason: String,
     },
+    /// A `-Y` backend did not accept the configured credentials (or did not answer the
+    /// login); counted as a failed connection.
+    #[error("backend {backend} refused the login of user {user}: {reply}")]
+    Login {
+        /// Backend address.
+        backend: String,
+        /// The user the client logged in as.
+        user: String,
+        /// The backend's reply line, or what happened instead.
+        reply: String,
+    },
+    /// The TLS handshake with the backend failed (unknown CA, wrong name, a plain server).
+    #[error("backend {backend} TLS handshake failed: {reason}")]
+    Tls {
+        /// Backend address.
+        backend: String,
+        /// What rustls said.
+        reason: String,
+    },
     /// The connection broke while the request was in flight.
     #[error("backend {backend} connection lost: {reason}")]
     ConnectionLost {

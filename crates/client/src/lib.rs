@@ -15,8 +15,8 @@
 //!        │ tailx: not_before ─► sched::DelayQueue (runtime timer) ─┐
 //!        ▼                                                           ▼
 //!  backend::Backend ── TKO tracker · EWMA · outstanding · stats · sched::Gate (window + DRR)
-//!        │ round-robin over N lazily opened connections
-//!        ▼
+//!        │ round-robin over N lazily opened connections (dial: connect, then the `-Y`
+//!        ▼  login when the pool has credentials)
 //!  connection::Connection ── writer task ─► socket ─► reader task (replies in order)
 //! ```
 //!
@@ -31,6 +31,7 @@ pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod connection;
+pub mod dial;
 pub mod dump;
 pub mod error;
 pub mod pool;
@@ -43,5 +44,6 @@ pub mod testkit;
 pub use cluster::{ChangeReport, Cluster, ClusterStatus};
 pub use config::{PoolConfig, ServerSpec};
 pub use connection::{RawReply, ReplyShape, ValueItem};
+pub use dial::{BackendLogin, BackendTls, Dialer};
 pub use error::ClientError;
 pub use pool::{KeyResult, MultigetKind, Pool, Value};

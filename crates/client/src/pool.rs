@@ -195,7 +195,7 @@ impl Pool {
         let backends = config
             .servers
             .iter()
-            .map(|server| Arc::new(Backend::new(server.address(), settings, clock)))
+            .map(|server| Arc::new(Backend::new(server.address(), settings.clone(), clock)))
             .collect();
         Pool::assemble(config, backends, Arc::new(PoolStats::default()), clock)
     }

@@ -16,6 +16,8 @@
 //!   key listings (lru_crawler metadump, stats cachedump) ──► dump::parse_dump_line ──► DumpLine
 //!   UDP: udp::FrameHeader on each datagram; udp::split_reply cuts replies into ≤ 1400-byte datagrams
 //!   metrics ──► exposition::Exposition ──► Prometheus text (format 0.0.4) for an admin `/metrics`
+//!   `-Y` authentication: auth::Credentials (the file's users), auth::AuthState (the exchange
+//!   of an unauthenticated connection), auth::login_request (what a client sends)
 //! ```
 //!
 //! Parsers keep offsets, never pointers: a storage command reports where its
@@ -24,6 +26,7 @@
 //! `parse_request_frame` goes one step further for a server: it splits the
 //! request's frame off the buffer itself and cuts the keys from the frame.
 
+pub mod auth;
 pub mod compose;
 pub mod dump;
 pub mod error;

@@ -14,13 +14,14 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tailtrim_client::{PoolConfig, ServerSpec};
+use tailtrim_client::{BackendLogin, BackendTls, PoolConfig, ServerSpec};
 use tailtrim_policy::health::HealthSettings;
 use tailtrim_policy::hotkeys::TrackerConfig;
 use tailtrim_policy::planner::PlannerKind;
 use tailtrim_policy::ring::{parse_hash_tag, Distribution, HashFunction, RingOptions};
 use tailtrim_policy::tailx::TailxSettings;
 use tailtrim_policy::warmup::{WarmupMode, WarmupSettings};
+use tailtrim_tls::{ClientTlsOptions, ServerTlsOptions};
 
 use crate::error::ProxyError;
 
@@ -104,6 +105,11 @@ pub struct ProxyConfig {
     pub pool: PoolSection,
     /// `[warmup]`: hot-key tracking and warm-up of membership changes.
     pub warmup: WarmupSection,
+    /// `[tls]`: TLS on the client listener, memcached's `-Z` and `ssl_*` options with the
+    /// same names without the `ssl_` prefix (`enabled`, `chain_cert`, `key`, `ca_cert`,
+    /// `verify_mode`, `min_version`, …). Not printed by `--print-config`.
+    #[serde(skip_serializing)]
+    pub tls: ServerTlsOptions,
 }
 
 /// `[warmup]`
@@ -206,6 +212,10 @@ pub struct ProxySection {
     /// File holding the admin token (surrounding whitespace and the final newline are
     /// dropped). Empty: none. Set at most one of `admin_token` and `admin_token_file`.
     pub admin_token_file: String,
+    /// memcached's ASCII authentication on the client listener (`-Y`): a file of
+    /// `user:password` lines; a client must send `set <key> 0 0 <bytes>` with `user password`
+    /// as its data before anything else is served. SIGHUP re-reads it. Empty: off.
+    pub auth_file: String,
     /// Runtime worker threads.
     pub threads: usize,
     /// Largest value accepted from clients (bytes); larger `set`s get memcached's
@@ -226,6 +236,7 @@ impl Default for ProxySection {
             admin_listen: DEFAULT_ADMIN_LISTEN.to_string(),
             admin_token: String::new(),
             admin_token_file: String::new(),
+            auth_file: String::new(),
             threads: DEFAULT_THREADS,
             item_size_max: DEFAULT_ITEM_SIZE_MAX,
             max_connections: DEFAULT_MAX_CONNECTIONS,
@@ -349,6 +360,21 @@ pub struct PoolSection {
     pub chisel_guard_margin: f64,
     /// Chisel: epochs in batching after such a revert (doubled per revert in a row).
     pub chisel_guard_backoff: u32,
+    /// User the proxy logs in as on every new backend connection (backends run with
+    /// memcached's `-Y`). Set with `password`, or use `auth_file`. Empty: no login.
+    pub username: String,
+    /// Password for `username`. Never printed by `--print-config`: prefer `auth_file`.
+    #[serde(skip_serializing)]
+    pub password: String,
+    /// File whose first line is the `user:password` the proxy logs in with (a memcached `-Y`
+    /// file works). Set it or `username`/`password`, not both. Empty: none.
+    pub auth_file: String,
+    /// `[pool.tls]`: TLS toward the backends (`memcached -Z`): `ca_cert` (required), `cert`
+    /// and `key` (a client certificate, for backends that verify clients), `server_name`
+    /// (the name the backends' certificates carry; unset: each backend's host). Unset: plain.
+    /// Not printed by `--print-config`.
+    #[serde(skip_serializing)]
+    pub tls: Option<ClientTlsOptions>,
 }
 
 impl Default for PoolSection {
@@ -383,6 +409,10 @@ impl Default for PoolSection {
             chisel_settle_epochs: DEFAULT_CHISEL_SETTLE_EPOCHS,
             chisel_guard_margin: DEFAULT_CHISEL_GUARD_MARGIN,
             chisel_guard_backoff: DEFAULT_CHISEL_GUARD_BACKOFF,
+            username: String::new(),
+            password: String::new(),
+            auth_file: String::new(),
+            tls: None,
         }
     }
 }
@@ -396,6 +426,40 @@ fn parse_fixed_shape(text: &str) -> Option<(u32, u32)> {
         other => other.parse().ok()?,
     };
     (merge >= 1 && chunk >= 1).then_some((merge, chunk))
+}
+
+impl PoolSection {
+    /// The credentials toward `-Y` backends from `username`/`password` or `auth_file`;
+    /// `None` when neither is set. Both set, half a pair, an unreadable file or credentials a
+    /// server could not read back are configuration errors.
+    pub fn backend_login(&self) -> Result<Option<BackendLogin>, ProxyError> {
+        let bad = |message: String| ProxyError::Config(format!("[pool] {message}"));
+        let pair_set = !self.username.is_empty() || !self.password.is_empty();
+        match (pair_set, self.auth_file.is_empty()) {
+            (false, true) => Ok(None),
+            (true, false) => Err(bad(
+                "set username/password or auth_file, not both".to_string()
+            )),
+            (true, true) => {
+                if self.username.is_empty() || self.password.is_empty() {
+                    return Err(bad("username and password go together".to_string()));
+                }
+                BackendLogin::new(&self.username, &self.password)
+                    .map(Some)
+                    .map_err(|error| bad(error.to_string()))
+            }
+            (false, false) => {
+                let text =
+                    std::fs::read_to_string(&self.auth_file).map_err(|source| ProxyError::Io {
+                        what: format!("reading the backend auth file {}", self.auth_file),
+                        source,
+                    })?;
+                BackendLogin::from_auth_file_text(&text)
+                    .map(Some)
+                    .map_err(|error| bad(format!("auth_file {}: {error}", self.auth_file)))
+            }
+        }
+    }
 }
 
 impl ProxyConfig {
@@ -499,6 +563,14 @@ impl ProxyConfig {
             pool.chisel_guard_margin
         };
         config.analyzer.guard_backoff = pool.chisel_guard_backoff;
+        config.dialer.login = pool.backend_login()?;
+        if let Some(tls) = &pool.tls {
+            let client = tls.build().map_err(|error| bad(format!("tls: {error}")))?;
+            config.dialer.tls = Some(BackendTls::new(
+                std::sync::Arc::new(client),
+                tls.server_name.clone(),
+            ));
+        }
         config.chisel_fixed = if pool.chisel_fixed.is_empty() {
             None
         } else {
@@ -574,6 +646,37 @@ mod tests {
         let printed = config.to_toml().unwrap();
         assert!(!printed.contains("hidden"), "{printed}");
         assert!(printed.contains("admin_token_file"), "{printed}");
+    }
+
+    #[test]
+    fn backend_credentials_come_from_one_place_and_are_never_printed() {
+        let mut config = ProxyConfig::default();
+        config.pool.servers = vec!["127.0.0.1:1".to_string()];
+        assert!(config.pool_config().unwrap().dialer.login.is_none());
+        config.pool.username = "proxy".to_string();
+        let half = config.pool_config().unwrap_err().to_string();
+        assert!(half.contains("go together"), "{half}");
+        config.pool.password = "two words".to_string();
+        let spaced = config.pool_config().unwrap_err().to_string();
+        assert!(spaced.contains("no space"), "{spaced}");
+        config.pool.password = "s3cret".to_string();
+        let login = config.pool_config().unwrap().dialer.login.unwrap();
+        assert_eq!(login.request(), b"set auth 0 0 12\r\nproxy s3cret\r\n");
+        let printed = config.to_toml().unwrap();
+        assert!(!printed.contains("s3cret"), "{printed}");
+        let path = std::env::temp_dir().join(format!("tailtrim-login-test-{}", std::process::id()));
+        config.pool.auth_file = path.display().to_string();
+        let both = config.pool_config().unwrap_err().to_string();
+        assert!(both.contains("not both"), "{both}");
+        config.pool.username.clear();
+        config.pool.password.clear();
+        std::fs::write(&path, "filed:pw\nother:x\n").unwrap();
+        let login = config.pool_config().unwrap().dialer.login.unwrap();
+        assert_eq!(login.user(), "filed");
+        std::fs::write(&path, "nocolon\n").unwrap();
+        let malformed = config.pool_config().unwrap_err().to_string();
+        assert!(malformed.contains("user:password"), "{malformed}");
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

@@ -10,6 +10,10 @@
 //!   (the next round, and the next read, wait until the client has taken them)
 //! ```
 //!
+//! With `-Y` (`[proxy] auth_file`), a connection is first read by memcached's authentication
+//! rules (`tailtrim_proto::auth::AuthState`): every exchange is answered in place, nothing is
+//! parsed as a request or reaches a backend until a `set` carries a known `user password`.
+//!
 //! Bounds per client: unparsed input at most one request (the parser refuses longer lines
 //! and larger values than `item_size_max`); replies held at most one round's (a client that does not read stops having its
 //! requests read or executed while its replies wait); no complete command for
@@ -24,10 +28,16 @@ use futures_util::future::join_all;
 use tailtrim_client::{
     ClientError, Cluster, KeyResult, MultigetKind, RawReply, ReplyShape, ValueItem,
 };
+use tailtrim_proto::auth::{AuthState, Outcome, Step};
 use tailtrim_proto::{parse_request_frame, FrameScratch, Limits, Parsed, ProtoError, Request};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use tailtrim_tls::ReloadableServerConfig;
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+
+use crate::auth::ClientAuth;
 use crate::metrics;
 
 /// Appended after requests whose reply is suppressed (`noreply`, quiet meta), so the backend
@@ -43,6 +53,8 @@ pub const MAX_KEYS_PER_ROUND: usize = 128;
 /// Replies of a round up to this size are concatenated into one write; larger ones are
 /// written one by one, without a copy.
 const COALESCE_LIMIT: usize = 64 * 1024;
+/// Bound on a client's TLS handshake when no idle timeout is set.
+const TLS_HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
 /// memcached's reply to a connection past its limit.
 pub const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
 /// Version string returned by `version`.
@@ -66,6 +78,12 @@ pub struct FrontendStats {
     pub rejected_connections: AtomicU64,
     /// `idle_kicks`: connections closed by the idle timeout.
     pub idle_kicks: AtomicU64,
+    /// `auth_cmds`: credentials checked (`-Y`), as memcached counts them.
+    pub auth_cmds: AtomicU64,
+    /// `auth_errors`: credentials refused (`-Y`).
+    pub auth_errors: AtomicU64,
+    /// `ssl_handshake_errors`: TLS handshakes that failed or did not finish in time.
+    pub ssl_handshake_errors: AtomicU64,
 }
 
 impl FrontendStats {
@@ -76,6 +94,8 @@ impl FrontendStats {
             &self.requests,
             &self.client_errors,
             &self.server_errors,
+            &self.auth_cmds,
+            &self.auth_errors,
         ] {
             counter.store(0, Ordering::Relaxed);
         }
@@ -86,6 +106,10 @@ impl FrontendStats {
 pub struct Shared {
     /// The backend pool, whose membership can change at runtime.
     pub pool: Arc<Cluster>,
+    /// The client listener's auth file (`-Y`): clients authenticate before anything else.
+    pub auth: Option<ClientAuth>,
+    /// TLS on the client listener (`-Z`, `[tls]`): every connection starts with a handshake.
+    pub tls: Option<ReloadableServerConfig>,
     /// Warm-up defaults for membership changes.
     pub warmup: crate::config::WarmupSection,
     /// Limits applied when parsing client requests.
@@ -128,7 +152,35 @@ impl Shared {
 /// `quit`.
 pub async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
     let _ = stream.set_nodelay(true);
-    let _ = serve(stream, &shared).await;
+    match &shared.tls {
+        None => {
+            let _ = serve(stream, &shared).await;
+        }
+        Some(tls) => {
+            let acceptor = TlsAcceptor::from(tls.current());
+            let limit = shared.idle_timeout.unwrap_or(TLS_HANDSHAKE_LIMIT);
+            match tokio::time::timeout(limit, acceptor.accept(stream)).await {
+                Ok(Ok(secured)) => {
+                    let mut secured = secured;
+                    let _ = serve(&mut secured, &shared).await;
+                    let _ = secured.shutdown().await;
+                }
+                Ok(Err(error)) => {
+                    shared
+                        .stats
+                        .ssl_handshake_errors
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!("tailtrim proxy: client TLS handshake failed: {error}");
+                }
+                Err(_) => {
+                    shared
+                        .stats
+                        .ssl_handshake_errors
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
     shared
         .stats
         .curr_connections
@@ -143,7 +195,26 @@ enum Work {
     Forward(Request, Bytes),
 }
 
-async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
+/// A client connection: plain TCP or TLS.
+trait ClientStream: AsyncRead + AsyncWrite + Unpin {
+    /// Writes what the connection takes at once without waiting (plain TCP; TLS takes
+    /// nothing this way and goes through the buffered write).
+    fn write_now(&mut self, data: &[u8]) -> std::io::Result<usize>;
+}
+
+impl ClientStream for TcpStream {
+    fn write_now(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.try_write(data)
+    }
+}
+
+impl ClientStream for &mut TlsStream<TcpStream> {
+    fn write_now(&mut self, _data: &[u8]) -> std::io::Result<usize> {
+        Ok(0)
+    }
+}
+
+async fn serve<S: ClientStream>(mut stream: S, shared: &Shared) -> std::io::Result<()> {
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut swallow = 0usize;
     let mut scratch = FrameScratch::default();
@@ -153,6 +224,9 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     // Reused across reads: the parsed requests and the coalesced replies.
     let mut batch: Vec<Work> = Vec::new();
     let mut out: Vec<u8> = Vec::new();
+    // With -Y, the connection is read by memcached's authentication rules until it logs in.
+    let mut auth_state = AuthState::default();
+    auth_state.authenticated = shared.auth.is_none();
     loop {
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {
             buf.reserve(READ_CHUNK);
@@ -183,6 +257,32 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
             }
             if buf.is_empty() {
                 break;
+            }
+            if let (false, Some(auth)) = (auth_state.authenticated, &shared.auth) {
+                match auth_state.step(&buf, |user, password| auth.check(user, password)) {
+                    Step::Incomplete => break,
+                    Step::Close => {
+                        close = true;
+                        break;
+                    }
+                    Step::Consumed(taken) => {
+                        let _ = buf.split_to(taken);
+                    }
+                    Step::Answered { consumed, outcome } => {
+                        let _ = buf.split_to(consumed);
+                        if idle_clock {
+                            last_command = tokio::time::Instant::now();
+                        }
+                        if outcome.is_attempt() {
+                            shared.stats.auth_cmds.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if outcome == Outcome::Failure {
+                            shared.stats.auth_errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                        batch.push(Work::Ready(Bytes::from_static(outcome.reply())));
+                    }
+                }
+                continue;
             }
             let parsed = parse_request_frame(&mut buf, &shared.limits, &mut scratch);
             if idle_clock && !matches!(parsed, Parsed::Incomplete) {
@@ -281,8 +381,8 @@ fn round_len(batch: &[Work]) -> usize {
 
 /// Writes a round's replies in order: small rounds as one write (through the connection's
 /// reused buffer `out`), large replies each on their own (no copy), each dropped once written.
-async fn write_replies(
-    stream: &mut TcpStream,
+async fn write_replies<S: ClientStream>(
+    stream: &mut S,
     replies: Vec<Bytes>,
     out: &mut Vec<u8>,
 ) -> std::io::Result<()> {
@@ -307,15 +407,16 @@ async fn write_replies(
 
 /// Writes `data` to the client: at once when the socket takes it all (the common case, without
 /// the write future's machinery), else the rest when it is writable.
-async fn write_reply(stream: &mut TcpStream, data: &[u8]) -> std::io::Result<()> {
-    match stream.try_write(data) {
-        Ok(written) if written == data.len() => Ok(()),
-        Ok(written) => stream.write_all(&data[written..]).await,
-        Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
-            stream.write_all(data).await
-        }
-        Err(error) => Err(error),
-    }
+async fn write_reply<S: ClientStream>(stream: &mut S, data: &[u8]) -> std::io::Result<()> {
+    let written = match stream.write_now(data) {
+        Ok(written) if written == data.len() => return Ok(()),
+        Ok(written) => written,
+        Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => 0,
+        Err(error) => return Err(error),
+    };
+    stream.write_all(&data[written..]).await?;
+    // TLS holds records until flushed; plain TCP has nothing to flush.
+    stream.flush().await
 }
 
 /// True for work that neither changes backend state nor depends on earlier writes beyond what

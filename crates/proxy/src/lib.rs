@@ -2,14 +2,17 @@
 //!
 //! ```text
 //!  memcached clients ──TCP──► listener ──► one task per connection (frontend)
+//!                      (with -Z: TLS handshake)│ with -Y: memcached's ASCII auth first (auth)
 //!                                              │ parse (tailtrim-proto), bad input answered here
 //!                                              ▼
 //!                                    tailtrim_client::Pool ── ring / planner / health (policy)
 //!                                              │ pipelined connections
 //!                                              ▼
 //!                                   memcached or `tailtrim serve` backends
+//!                                   (TLS and the -Y login per [pool], tailtrim_client::dial)
 //!  Prometheus ──HTTP──► admin listener ──► metrics::prometheus_text
 //!  operator ──HTTP POST/DELETE /pool/servers, or SIGHUP (reload) ──► Cluster::change
+//!           SIGHUP also re-reads the -Y auth file
 //!  SIGINT/SIGTERM: exit; SIGTTIN/SIGTTOU: log level up/down (nutcracker's); logs via `tracing`
 //!                 (versioned ring swap, hot-key warm-up: tailtrim_client::cluster)
 //! ```
@@ -19,6 +22,7 @@
 //! in the client's key order.
 
 pub mod admin;
+pub mod auth;
 pub mod config;
 pub mod error;
 pub mod frontend;
@@ -74,8 +78,22 @@ impl Proxy {
         let admin = admin
             .map(|listener| admin::AdminListener::new(listener, &config.proxy))
             .transpose()?;
+        let auth = if config.proxy.auth_file.is_empty() {
+            None
+        } else {
+            Some(auth::ClientAuth::load(&config.proxy.auth_file)?)
+        };
+        let tls = if config.tls.enabled {
+            Some(tailtrim_tls::ReloadableServerConfig::new(
+                config.tls.clone(),
+            )?)
+        } else {
+            None
+        };
         let shared = Arc::new(Shared {
             pool,
+            auth,
+            tls,
             warmup: config.warmup.clone(),
             limits: Limits {
                 item_size_max: config.proxy.item_size_max,
@@ -185,9 +203,9 @@ pub struct LogHooks {
     pub reopen_log: Option<Box<dyn Fn() -> Result<(), String> + Send + Sync>>,
 }
 
-/// On every SIGHUP: reopens the log file when there is one, then applies [`reload`] when the
-/// proxy was started from a config file, else logs that there is nothing to reload. A SIGHUP
-/// never ends the proxy.
+/// On every SIGHUP: reopens the log file when there is one, re-reads the client listener's
+/// auth file and TLS certificates when there are, then applies [`reload`] when the proxy was started from a
+/// config file, else logs that there is nothing to reload. A SIGHUP never ends the proxy.
 async fn on_sighup(
     mut hangups: Signal,
     shared: Arc<Shared>,
@@ -199,6 +217,25 @@ async fn on_sighup(
             match reopen() {
                 Ok(()) => tracing::info!("tailtrim proxy: SIGHUP received, log file reopened"),
                 Err(error) => tracing::error!("tailtrim proxy: SIGHUP: {error}"),
+            }
+        }
+        if let Some(auth) = &shared.auth {
+            match auth.reload() {
+                Ok(users) => tracing::info!(
+                    "tailtrim proxy: SIGHUP: auth file {} reloaded, {users} user(s)",
+                    auth.path().display()
+                ),
+                Err(error) => tracing::error!(
+                    "tailtrim proxy: SIGHUP: {error}; the users read before stay in force"
+                ),
+            }
+        }
+        if let Some(tls) = &shared.tls {
+            match tls.reload() {
+                Ok(()) => tracing::info!("tailtrim proxy: SIGHUP: TLS certificates reloaded"),
+                Err(error) => tracing::error!(
+                    "tailtrim proxy: SIGHUP: TLS reload failed, the certificates in use stay: {error}"
+                ),
             }
         }
         let Some(path) = &path else {

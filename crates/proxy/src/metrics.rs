@@ -108,6 +108,18 @@ fn counters(shared: &Shared) -> Vec<Sample> {
         front.idle_kicks.load(Ordering::Relaxed),
     );
     samples.counter(
+        "proxy_auth_cmds",
+        "Credentials checked on the client listener (-Y).",
+        vec![],
+        front.auth_cmds.load(Ordering::Relaxed),
+    );
+    samples.counter(
+        "proxy_auth_errors",
+        "Credentials refused on the client listener (-Y).",
+        vec![],
+        front.auth_errors.load(Ordering::Relaxed),
+    );
+    samples.counter(
         "proxy_server_errors",
         "Requests answered SERVER_ERROR because backends failed.",
         vec![],
@@ -687,6 +699,9 @@ pub async fn stats_reply(shared: &Shared, args: &[Bytes]) -> Vec<u8> {
         for (name, counter) in [
             ("rejected_connections", &front.rejected_connections),
             ("idle_kicks", &front.idle_kicks),
+            ("auth_cmds", &front.auth_cmds),
+            ("auth_errors", &front.auth_errors),
+            ("ssl_handshake_errors", &front.ssl_handshake_errors),
         ] {
             let _ = write!(out, "STAT {name} {}\r\n", counter.load(Ordering::Relaxed));
         }

@@ -24,6 +24,9 @@
 //! | `backlog`                | accepted with a warning (the OS default backlog is used)  |
 //! | `redis`                  | false accepted; true refused (memcached protocol only)    |
 //! | `client_connections`     | `proxy.max_connections` (0 or absent: no limit, as there) |
+//! | `tailtrim_username`,     | `pool.username`, `pool.password`, `pool.auth_file`: the   |
+//! | `tailtrim_password`,     | login toward `-Y` backends (tailtrim's extension keys;    |
+//! | `tailtrim_auth_file`     | nutcracker itself refuses them)                           |
 //! | anything else            | refused                                                   |
 
 use crate::config::ProxyConfig;
@@ -211,6 +214,9 @@ pub fn map_pool(pool: &NutcrackerPool) -> Result<(ProxyConfig, Vec<String>), Pro
                 ));
             }
             "client_connections" => config.proxy.max_connections = number(key, value)?,
+            "tailtrim_username" => config.pool.username = value.to_string(),
+            "tailtrim_password" => config.pool.password = value.to_string(),
+            "tailtrim_auth_file" => config.pool.auth_file = value.to_string(),
             "redis" => {
                 if boolean(key, value)? {
                     return refuse(key, "the redis protocol is not supported (memcached only)");
@@ -289,6 +295,22 @@ mod tests {
         assert!(error.to_string().contains("unix socket"), "{error}");
         let error = from_yaml(DEBIAN_EXAMPLE, None).expect_err("five pools");
         assert!(error.to_string().contains("--twemproxy-pool"), "{error}");
+    }
+
+    #[test]
+    fn backend_credentials_are_tailtrim_extension_keys() {
+        let text = "p:\n  tailtrim_username: proxy\n  tailtrim_password: \"s3cret\"\n  \
+                    servers:\n   - 127.0.0.1:11211:1\n";
+        let (config, _) = from_yaml(text, None).expect("maps");
+        assert_eq!(
+            (config.pool.username.as_str(), config.pool.password.as_str()),
+            ("proxy", "s3cret")
+        );
+        let login = config.pool_config().unwrap().dialer.login.expect("a login");
+        assert_eq!(login.user(), "proxy");
+        let text = "p:\n  tailtrim_username: proxy\n  servers:\n   - 127.0.0.1:11211:1\n";
+        let error = from_yaml(text, None).expect_err("half a pair");
+        assert!(error.to_string().contains("go together"), "{error}");
     }
 
     #[test]
