@@ -1,6 +1,9 @@
 """pymemcache over TLS (`serve -Z`): the whole pymemcache suite again, through a client with
 `tls_context`, plus what a TLS client must see: a wrong host name and an untrusted
-certificate refused, a plain client on the TLS port served nothing.
+certificate refused, a plain client on the TLS port served nothing. scripts/test.sh also runs
+it through `tailtrim proxy` (crates/proxy/scripts/proxy-as-server.sh hands `-Z` and the
+`ssl_*` options to the proxy's client listener), so pymemcache's suite passes over TLS through
+the proxy as well.
 
 Certificates are made for the run with the openssl CLI (scripts/setup-deps.sh installs it):
 a CA, and a server certificate it signed for localhost and 127.0.0.1.

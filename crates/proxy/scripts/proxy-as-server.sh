@@ -6,7 +6,8 @@
 #
 #   TAILTRIM_BIN=crates/proxy/scripts/proxy-as-server.sh .venv/bin/python -m pytest tests/python
 #
-# Accepts the server's arguments (`serve -p PORT -l ADDR -m MB -I SIZE ...`; others ignored),
+# Accepts the server's arguments (`serve -p PORT -l ADDR -m MB -I SIZE ...`; `-Z` and the
+# `ssl_*` items of `-o` go to the proxy's client listener; others ignored),
 # starts the backends on free ports, then execs the proxy on PORT. A watcher kills the
 # backends when the proxy (this process after exec) goes away, even on SIGKILL.
 # TAILTRIM_PROXY_BIN picks the tailtrim binary (default target/release/tailtrim);
@@ -25,6 +26,8 @@ listen=127.0.0.1
 item_size=1m
 memory_mb=64
 backends="${TAILTRIM_PROXY_BACKENDS:-2}"
+tls_args=()
+ssl_options=()
 [ "${1:-}" = "serve" ] && shift
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -33,6 +36,13 @@ while [ $# -gt 0 ]; do
         -I) item_size="$2"; shift 2 ;;
         -m) memory_mb="$2"; shift 2 ;;
         -U|-t|-c) shift 2 ;;
+        -Z|--enable-ssl) tls_args+=(-Z); shift ;;
+        -o)
+            IFS=, read -r -a items <<<"$2"
+            for item in "${items[@]}"; do
+                [[ "$item" == ssl_* ]] && ssl_options+=("$item")
+            done
+            shift 2 ;;
         *) shift ;;
     esac
 done
@@ -106,5 +116,9 @@ if [ -n "$churn" ]; then
 fi
 ( while kill -0 "$self" 2>/dev/null; do sleep 0.3; done; kill "${pids[@]}" 2>/dev/null ) &
 joined="$(IFS=,; echo "${servers[*]}")"
+if [ "${#ssl_options[@]}" -gt 0 ]; then
+    tls_args+=(-o "$(IFS=,; echo "${ssl_options[*]}")")
+fi
 # shellcheck disable=SC2086
-exec "$bin" proxy -l "$listen:$port" --admin "$admin" -s "$joined" -I "$item_bytes" ${TAILTRIM_PROXY_ARGS:-}
+exec "$bin" proxy -l "$listen:$port" --admin "$admin" -s "$joined" -I "$item_bytes" \
+    "${tls_args[@]}" ${TAILTRIM_PROXY_ARGS:-}
