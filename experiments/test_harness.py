@@ -82,6 +82,13 @@ NOT_MEASUREMENTS = (
      "written before the load"),
 )
 
+# Measurements of something other than latency, by path pattern with the reason: they carry the
+# run records (RECORD_FIELDS) but no latency histogram.
+NO_LATENCY = (
+    ("memory/*.json", "items held and resident memory (experiments/memory/run.py): no request "
+     "is timed"),
+)
+
 # A summary.json (scripts/soak.sh's, scripts/chaos.sh's) is the folder's table, not a
 # measurement: it is exempt only while the folder holds the runs it summarizes, with records.
 SUMMARY = "summary.json"
@@ -104,8 +111,9 @@ def has_histogram(data):
                or (isinstance(v, dict) and v.get("histogram_us")) for v in _nodes(data))
 
 
-def missing_records(data):
-    """What `data` lacks of its run records, as a list of phrases (empty: complete)."""
+def missing_records(data, timed=True):
+    """What `data` lacks of its run records, as a list of phrases (empty: complete); an
+    untimed measurement (`timed=False`, see NO_LATENCY) needs no latency histogram."""
     missing = []
     metadata = data.get("metadata") if isinstance(data, dict) else None
     if not isinstance(metadata, dict):
@@ -114,7 +122,7 @@ def missing_records(data):
         absent = [field for field in RECORD_FIELDS if field not in metadata]
         if absent:
             missing.append("metadata without " + ", ".join(absent))
-    if not has_histogram(data):
+    if timed and not has_histogram(data):
         missing.append("no latency histogram")
     return missing
 
@@ -135,7 +143,8 @@ def unrecorded_measurements(root=HERE):
                 summaries.append(path)
                 continue
             with open(os.path.join(root, path)) as f:
-                missing = missing_records(json.load(f))
+                timed = not any(fnmatch.fnmatch(path, pattern) for pattern, _ in NO_LATENCY)
+                missing = missing_records(json.load(f), timed)
             if missing:
                 found.append((path, "; ".join(missing)))
             else:
@@ -166,3 +175,6 @@ def test_the_records_check_can_fail():
         "metadata without " + ", ".join(absent)]
     complete = {"metadata": dict.fromkeys(RECORD_FIELDS, ""), "runs": [{"h": "HISTFAAAA"}]}
     assert missing_records(complete) == []
+    # An untimed measurement (NO_LATENCY) needs its records but no histogram.
+    assert missing_records({"runs": [{"rss_kib": 1}]}, timed=False) == ["no metadata"]
+    assert missing_records({"metadata": dict.fromkeys(RECORD_FIELDS, "")}, timed=False) == []

@@ -17,12 +17,14 @@ Only the standard library; needs `memcached` on PATH or at /usr/bin/memcached.
 import argparse
 import json
 import os
-import platform
 import shutil
 import socket
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import RunRecorder  # noqa: E402
 
 LIMIT_MIB = 64
 KEY_WIDTH = 16
@@ -168,23 +170,14 @@ def run_scenario(command, name, phases):
         process.wait()
 
 
-def metadata(argv):
-    cpu = "unknown"
-    with open("/proc/cpuinfo") as info:
-        for line in info:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return {
-        "command": " ".join(argv),
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "kernel": platform.release(),
-        "loadavg_start": os.getloadavg(),
-        "memcached": subprocess.run(
-            [memcached_path(), "-V"], capture_output=True, text=True
-        ).stdout.strip(),
-    }
+def metadata(recorder):
+    """The run records every experiment keeps (harness.RunRecorder: command, commit, dirty
+    flag, CPU model, cores, kernel, start time, load averages), and memcached's version."""
+    out = recorder.snapshot()
+    out["memcached"] = subprocess.run(
+        [memcached_path(), "-V"], capture_output=True, text=True
+    ).stdout.strip()
+    return out
 
 
 def memcached_path():
@@ -202,7 +195,8 @@ def main():
     for spec in args.bin or ["tailtrim=target/suite/tailtrim"]:
         name, path = spec.split("=", 1)
         targets.append((name, [path, "serve"]))
-    results = {"metadata": metadata(sys.argv), "limit_mib": LIMIT_MIB, "runs": []}
+    recorder = RunRecorder()
+    results = {"limit_mib": LIMIT_MIB, "runs": []}
     bound = LIMIT_MIB * 1024 * 11 // 10 + 16 * 1024
     for scenario in args.scenarios.split(","):
         for name, command in targets:
@@ -214,7 +208,7 @@ def main():
             print(f"{scenario:6} {name:10} items {last['curr_items']:>8} "
                   f"max RSS {record['max_rss_kib'] / 1024:7.1f} MiB "
                   f"(bound {bound / 1024:.1f}) {held}", flush=True)
-    results["metadata"]["loadavg_end"] = os.getloadavg()
+    results = {"metadata": metadata(recorder), **results}
     with open(args.out, "w") as out:
         json.dump(results, out, indent=1)
 
