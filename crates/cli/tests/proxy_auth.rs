@@ -13,13 +13,14 @@
 
 mod common;
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{drain, free_port, read_until, require_memcached, Program, Server};
+use common::exchange::{auth_block, compare};
+use common::{free_port, read_until, require_memcached, Program, Server};
 
 /// How long memcached's side must stay silent before its reply counts as complete.
 const QUIET: Duration = Duration::from_millis(300);
@@ -102,97 +103,24 @@ impl Drop for Proxy {
     }
 }
 
-/// What a step got back.
-#[derive(Debug, PartialEq, Eq)]
-struct Reply {
-    text: String,
-    closed: bool,
-}
-
-/// Reads the proxy's reply to a step that memcached answered with `expected`: as many bytes
-/// as memcached sent (or the close), then anything extra.
-fn read_like(stream: &mut TcpStream, expected: &Reply) -> Reply {
-    let deadline = Instant::now() + LIMIT;
-    let mut bytes = Vec::new();
-    let mut closed = false;
-    let mut chunk = [0u8; 65536];
-    stream
-        .set_read_timeout(Some(Duration::from_millis(100)))
-        .expect("read timeout");
-    while bytes.len() < expected.text.len() && Instant::now() < deadline {
-        match stream.read(&mut chunk) {
-            Ok(0) => {
-                closed = true;
-                break;
-            }
-            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
-            Err(err)
-                if matches!(
-                    err.kind(),
-                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-                ) => {}
-            Err(_) => {
-                closed = true;
-                break;
-            }
-        }
-    }
-    if !closed {
-        let quiet = if expected.closed { LIMIT } else { QUIET };
-        let rest = drain(stream, quiet, LIMIT);
-        bytes.extend_from_slice(&rest.bytes);
-        closed = rest.closed;
-    }
-    Reply {
-        text: String::from_utf8_lossy(&bytes).into_owned(),
-        closed,
-    }
-}
-
-/// Sends every step to memcached and to the proxy, one fresh connection each; returns the
-/// mismatches.
-fn compare(memcached: &Server, proxy: &Proxy, name: &str, steps: &[&[u8]]) -> Vec<String> {
-    let mut mismatches = Vec::new();
-    let mut oracle = memcached.connect();
-    let mut subject = proxy.connect();
-    for (index, step) in steps.iter().enumerate() {
-        let sent_to_oracle = oracle.write_all(step).is_ok();
-        let sent_to_subject = subject.write_all(step).is_ok();
-        let drained = drain(&mut oracle, QUIET, LIMIT);
-        let expected = Reply {
-            text: String::from_utf8_lossy(&drained.bytes).into_owned(),
-            closed: drained.closed || !sent_to_oracle,
-        };
-        let mut got = read_like(&mut subject, &expected);
-        got.closed |= !sent_to_subject;
-        if got != expected {
-            let shown = String::from_utf8_lossy(&step[..step.len().min(60)]).into_owned();
-            mismatches.push(format!(
-                "{name} step {index} {shown:?}: memcached {expected:?}, proxy {got:?}"
-            ));
-        }
-        if expected.closed || got.closed {
-            break;
-        }
-    }
-    mismatches
-}
-
 fn assert_all_match(memcached: &Server, proxy: &Proxy, cases: &[(&str, Vec<&[u8]>)]) {
     let mut mismatches = Vec::new();
     for (name, steps) in cases {
-        mismatches.extend(compare(memcached, proxy, name, steps));
+        mismatches.extend(compare(
+            memcached.connect(),
+            proxy.connect(),
+            "proxy",
+            name,
+            steps,
+            QUIET,
+            LIMIT,
+        ));
     }
     assert!(
         mismatches.is_empty(),
         "the proxy differs from memcached -Y:\n{}",
         mismatches.join("\n")
     );
-}
-
-fn auth_block(user: &str, password: &str) -> Vec<u8> {
-    let data = format!("{user} {password}");
-    format!("set auth 0 0 {}\r\n{data}\r\n", data.len()).into_bytes()
 }
 
 /// memcached -Y, a plain memcached backend and a proxy -Y over it.

@@ -14,6 +14,8 @@
 
 #![allow(dead_code)]
 
+pub mod exchange;
+
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
