@@ -35,11 +35,9 @@ def server_command(port: int) -> list:
     return args + shlex.split(os.environ.get("TAILTRIM_SERVE_ARGS", ""))
 
 
-@pytest.fixture(scope="session")
-def server():
-    """(host, port) of a running server; killed at the end of the session."""
-    port = free_port()
-    proc = subprocess.Popen(server_command(port))
+def serving(command, port):
+    """Starts `command`, waits until it accepts on `port`, yields (host, port), kills it."""
+    proc = subprocess.Popen(command)
     deadline = time.monotonic() + 10
     while True:
         if proc.poll() is not None:
@@ -55,6 +53,13 @@ def server():
     yield ("127.0.0.1", port)
     proc.kill()
     proc.wait()
+
+
+@pytest.fixture(scope="session")
+def server():
+    """(host, port) of a running server; killed at the end of the session."""
+    port = free_port()
+    yield from serving(server_command(port), port)
 
 
 @pytest.fixture

@@ -9,16 +9,14 @@ Certificates are made for the run with the openssl CLI (scripts/setup-deps.sh in
 a CA, and a server certificate it signed for localhost and 127.0.0.1.
 """
 
-import os
 import socket
 import ssl
 import subprocess
-import time
 
 import pytest
 from pymemcache.client.base import Client
 
-from conftest import free_port, server_command
+from conftest import free_port, server_command, serving
 from test_pymemcache import *  # noqa: F401,F403 -- the suite, rerun here over TLS
 
 
@@ -46,22 +44,7 @@ def server(pki):
     """(host, port) of a server with TLS on its port; killed at the end of the module."""
     port = free_port()
     tls = ["-Z", "-o", f"ssl_chain_cert={pki / 'server.pem'},ssl_key={pki / 'server.key'}"]
-    proc = subprocess.Popen(server_command(port) + tls)
-    deadline = time.monotonic() + 10
-    while True:
-        if proc.poll() is not None:
-            pytest.fail(f"server exited early with status {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail("server did not accept connections within 10 s")
-            time.sleep(0.05)
-    yield ("127.0.0.1", port)
-    proc.kill()
-    proc.wait()
+    yield from serving(server_command(port) + tls, port)
 
 
 def tls_context(pki):
