@@ -81,6 +81,41 @@ pub fn free_port() -> u16 {
     listener.local_addr().expect("local addr").port()
 }
 
+/// The process that holds the listening TCP socket on 127.0.0.1:`port`, found through
+/// `/proc/net/tcp` (the socket's inode) and `/proc/<pid>/fd` (who holds that inode).
+pub fn listener_owner(port: u16) -> Option<u32> {
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let inode = table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let local = fields.get(1)?;
+        let state = fields.get(3)?;
+        let local_port = u16::from_str_radix(local.rsplit(':').next()?, 16).ok()?;
+        (local_port == port && *state == "0A")
+            .then(|| fields.get(9).map(|inode| inode.to_string()))?
+    })?;
+    let wanted = format!("socket:[{inode}]");
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            if std::fs::read_link(fd.path())
+                .is_ok_and(|target| target.as_os_str() == wanted.as_str())
+            {
+                return Some(pid);
+            }
+        }
+    }
+    None
+}
+
 /// A running server process on 127.0.0.1; killed when dropped.
 pub struct Server {
     child: Child,
@@ -100,6 +135,27 @@ impl Server {
     /// Like [`Server::start`], run through `wrapper` (e.g. `prlimit --nofile=20`), which
     /// must exec the program so that the process id stays the server's.
     pub fn start_wrapped(program: Program, flags: &[&str], wrapper: &[&str]) -> Server {
+        // The port is picked before the server binds it, so a test started at the same
+        // moment can be handed the same port. A server that loses that race exits (bind
+        // failure) or never owns the listener: start again on another port.
+        const ATTEMPTS: usize = 5;
+        for attempt in 1..=ATTEMPTS {
+            match Server::try_start(program, flags, wrapper) {
+                Ok(server) => return server,
+                Err(why) if attempt < ATTEMPTS => {
+                    eprintln!(
+                        "server start attempt {attempt} failed ({why}); retrying on another port"
+                    );
+                }
+                Err(why) => panic!("{why}"),
+            }
+        }
+        unreachable!("the last attempt panics")
+    }
+
+    /// One start on a freshly picked port; `Err` when the server exited early or another
+    /// process owns the listener on that port.
+    fn try_start(program: Program, flags: &[&str], wrapper: &[&str]) -> Result<Server, String> {
         let port = free_port();
         let port_text = port.to_string();
         let mut args: Vec<String> = Vec::new();
@@ -150,10 +206,22 @@ impl Server {
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             if let Ok(Some(status)) = server.child.try_wait() {
-                panic!("{} {:?} exited early: {status}", binary.display(), args);
+                return Err(format!(
+                    "{} {:?} exited early: {status}",
+                    binary.display(),
+                    args
+                ));
             }
             if TcpStream::connect_timeout(&server.addr(), Duration::from_millis(200)).is_ok() {
-                return server;
+                match listener_owner(port) {
+                    Some(owner) if owner == server.pid() => return Ok(server),
+                    // Another process listens there: ours cannot bind it (dropping kills it).
+                    Some(owner) => {
+                        return Err(format!("port {port} is held by process {owner}"));
+                    }
+                    // The listener went away between connect and lookup: look again.
+                    None => {}
+                }
             }
             if Instant::now() > deadline {
                 panic!("{} {:?} did not listen within 15 s", binary.display(), args);
