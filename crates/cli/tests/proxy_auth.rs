@@ -14,13 +14,14 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::exchange::{auth_block, compare};
-use common::{free_port, read_until, require_memcached, Program, Server};
+use common::proxy::Proxy;
+use common::{read_until, require_memcached, Program, Server};
 
 /// How long memcached's side must stay silent before its reply counts as complete.
 const QUIET: Duration = Duration::from_millis(300);
@@ -36,71 +37,6 @@ fn test_file(name: &str, text: &str) -> PathBuf {
     let path = dir.join(format!("{name}-{}.txt", std::process::id()));
     std::fs::write(&path, text).expect("write the test file");
     path
-}
-
-/// A running `tailtrim proxy`; killed (and reaped) when dropped.
-struct Proxy {
-    child: Child,
-    listen: SocketAddr,
-}
-
-impl Proxy {
-    /// Starts the proxy with `args` (listen address and `--admin off` added) and waits until
-    /// its client port accepts connections.
-    fn start(args: &[&str]) -> Proxy {
-        let listen = SocketAddr::from(([127, 0, 0, 1], free_port()));
-        let child = Command::new(env!("CARGO_BIN_EXE_tailtrim"))
-            .args(["proxy", "--listen", &listen.to_string(), "--admin", "off"])
-            .args(args)
-            .env_remove("TAILTRIM_ADMIN_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start tailtrim proxy");
-        let mut proxy = Proxy { child, listen };
-        let deadline = Instant::now() + LIMIT;
-        while TcpStream::connect_timeout(&proxy.listen, Duration::from_millis(200)).is_err() {
-            if let Ok(Some(status)) = proxy.child.try_wait() {
-                panic!("tailtrim proxy exited early: {status}: {}", proxy.stderr());
-            }
-            assert!(Instant::now() < deadline, "the proxy never accepted");
-            std::thread::sleep(Duration::from_millis(30));
-        }
-        proxy
-    }
-
-    fn connect(&self) -> TcpStream {
-        let stream = TcpStream::connect(self.listen).expect("connect to the proxy");
-        stream.set_nodelay(true).expect("nodelay");
-        stream
-    }
-
-    fn signal(&self, name: &str) {
-        let status = Command::new("kill")
-            .args([&format!("-{name}"), &self.child.id().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -{name} failed");
-    }
-
-    /// Stops the proxy and returns what it wrote to stderr.
-    fn stderr(&mut self) -> String {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let mut text = String::new();
-        if let Some(mut stderr) = self.child.stderr.take() {
-            let _ = stderr.read_to_string(&mut text);
-        }
-        text
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn assert_all_match(memcached: &Server, proxy: &Proxy, cases: &[(&str, Vec<&[u8]>)]) {

@@ -11,13 +11,14 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{free_port, require_memcached, Program, Server};
+use common::proxy::Proxy;
+use common::{require_memcached, Program, Server};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -78,64 +79,15 @@ fn secured_backends(pki: &Pki, ca: &str, users: &str) -> Vec<Server> {
         .collect()
 }
 
-/// A running `tailtrim proxy --config FILE`; killed (and reaped) when dropped.
-struct Proxy {
-    child: Child,
-    listen: SocketAddr,
-}
-
-impl Proxy {
-    /// Writes the config (`[proxy] listen` is added), starts the proxy and waits until its
-    /// port accepts connections.
-    fn start(pki: &Pki, name: &str, config: &str) -> Proxy {
-        let listen = SocketAddr::from(([127, 0, 0, 1], free_port()));
+/// Writes the config (`[proxy] listen` is added) and starts `tailtrim proxy --config FILE`.
+fn start_proxy(pki: &Pki, name: &str, config: &str) -> Proxy {
+    Proxy::launch(|listen| {
         let path = pki.write(
             name,
             &format!("[proxy]\nlisten = \"{listen}\"\nadmin_listen = \"\"\n{config}"),
         );
-        let child = Command::new(env!("CARGO_BIN_EXE_tailtrim"))
-            .args(["proxy", "--config", &path])
-            .env_remove("TAILTRIM_ADMIN_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start tailtrim proxy");
-        let mut proxy = Proxy { child, listen };
-        let deadline = Instant::now() + LIMIT;
-        while TcpStream::connect_timeout(&proxy.listen, Duration::from_millis(200)).is_err() {
-            if let Ok(Some(status)) = proxy.child.try_wait() {
-                panic!("tailtrim proxy exited early: {status}: {}", proxy.stderr());
-            }
-            assert!(Instant::now() < deadline, "the proxy never accepted");
-            std::thread::sleep(Duration::from_millis(30));
-        }
-        proxy
-    }
-
-    fn connect(&self) -> TcpStream {
-        let stream = TcpStream::connect(self.listen).expect("connect to the proxy");
-        stream.set_nodelay(true).expect("nodelay");
-        stream.set_read_timeout(Some(LIMIT)).expect("timeout");
-        stream
-    }
-
-    fn stderr(&mut self) -> String {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let mut text = String::new();
-        if let Some(mut stderr) = self.child.stderr.take() {
-            let _ = stderr.read_to_string(&mut text);
-        }
-        text
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+        vec!["--config".to_string(), path]
+    })
 }
 
 fn servers_line(backends: &[Server]) -> String {
@@ -206,7 +158,7 @@ fn a_tls_client_goes_through_the_proxy_to_three_tls_and_auth_backends() {
         servers_line(&backends),
         pki.path("good-ca.pem"),
     );
-    let proxy = Proxy::start(&pki, "through.toml", &config);
+    let proxy = start_proxy(&pki, "through.toml", &config);
     let mut client = tls_client(&proxy, &pki.path("good-ca.pem"));
     assert_eq!(
         exchange(&mut client, b"get a\r\n", b"\r\n"),
@@ -295,8 +247,8 @@ fn an_unknown_backend_ca_gives_a_clear_error_without_a_hang() {
             pki.path(&format!("{ca}-ca.pem")),
         )
     };
-    let mut rogue = Proxy::start(&pki, "rogue.toml", &pool("rogue"));
-    let trusted = Proxy::start(&pki, "trusted.toml", &pool("good"));
+    let mut rogue = start_proxy(&pki, "rogue.toml", &pool("rogue"));
+    let trusted = start_proxy(&pki, "trusted.toml", &pool("good"));
     let mut client = rogue.connect();
     let reply = exchange(&mut client, b"get a\r\n", b"\r\n");
     assert!(reply.starts_with("SERVER_ERROR "), "{reply:?}");

@@ -15,6 +15,7 @@
 #![allow(dead_code)]
 
 pub mod exchange;
+pub mod proxy;
 
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
