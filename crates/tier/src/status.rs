@@ -198,6 +198,11 @@ fn operations(role: Role, stats: &Stats) -> u64 {
     .sum()
 }
 
+/// Whether `operations` counted `proxy_requests`, which includes the `stats` that read it.
+fn stats_counted(stats: &Stats) -> bool {
+    stats.contains_key("proxy_requests")
+}
+
 /// The backends a proxy's `stats` lists.
 fn backends(stats: &Stats) -> Vec<BackendState> {
     stats
@@ -215,6 +220,8 @@ fn backends(stats: &Stats) -> Vec<BackendState> {
 
 /// Samples every target (and the servers only the proxies list) twice, `interval` apart.
 pub fn sample(name: &str, mut targets: Vec<Target>, interval: Duration) -> TierStatus {
+    // Servers first, then proxies, each in the order given.
+    targets.sort_by_key(|target| target.role == Role::Proxy);
     let mut first: Vec<Result<Stats, String>> = targets.iter().map(fetch).collect();
     let started = Instant::now();
     let mut discovered = Vec::new();
@@ -235,8 +242,14 @@ pub fn sample(name: &str, mut targets: Vec<Target>, interval: Duration) -> TierS
             }
         }
     }
-    first.extend(discovered.iter().map(fetch));
-    targets.extend(discovered);
+    // Servers only the proxies know go after the tier's servers, before the proxies.
+    let proxies_from = targets
+        .iter()
+        .position(|target| target.role == Role::Proxy)
+        .unwrap_or(targets.len());
+    let discovered_stats: Vec<Result<Stats, String>> = discovered.iter().map(fetch).collect();
+    first.splice(proxies_from..proxies_from, discovered_stats);
+    targets.splice(proxies_from..proxies_from, discovered);
     std::thread::sleep(interval.saturating_sub(started.elapsed()));
     let seconds = started.elapsed().as_secs_f64().max(1e-3);
     let nodes = targets
@@ -280,8 +293,12 @@ fn node_status(
     };
     let stats = match (first, second) {
         (Some(first), Ok(second)) => {
-            let done =
+            let mut done =
                 operations(target.role, &second).saturating_sub(operations(target.role, first));
+            if target.role == Role::Proxy && stats_counted(&second) {
+                // The second sample's own `stats` request is among the proxy's requests.
+                done = done.saturating_sub(1);
+            }
             status.ops_per_sec = Some(done as f64 / seconds);
             let hits = |stats: &Stats| number(stats, "get_hits").unwrap_or(0);
             let misses = |stats: &Stats| number(stats, "get_misses").unwrap_or(0);

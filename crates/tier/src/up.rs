@@ -526,6 +526,9 @@ pub fn reachable(address: &str) -> String {
 fn log_tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
+    if lines.is_empty() {
+        return "(the log is empty)".to_string();
+    }
     lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
 }
 
