@@ -52,7 +52,7 @@ struct UpArgs {
     /// client and admin ports); 0 picks a free port for each.
     #[arg(long, value_name = "N")]
     base_port: Option<u16>,
-    /// Run directory (default: the file's [tier] run_dir).
+    /// Run directory (default: the file's `[tier] run_dir`).
     #[arg(long, value_name = "DIR")]
     run_dir: Option<PathBuf>,
 }
@@ -95,17 +95,17 @@ struct ChangeArgs {
     #[command(flatten)]
     locate: Locate,
     /// Warm-up mode (add: cold, fallback, preemptive, preemptive+fallback; remove: drain,
-    /// cold). Default: the proxies' [warmup] mode / remove_mode.
+    /// cold). Default: the proxies' `[warmup] mode` / `remove_mode`.
     #[arg(long, value_name = "MODE")]
     warmup: Option<String>,
-    /// Share of the moved keys copied before the switch (default: [warmup] warm_share).
+    /// Share of the moved keys copied before the switch (default: `[warmup] warm_share`).
     #[arg(long, value_name = "F")]
     share: Option<f64>,
-    /// add: first start a server on NODE's port from the tier file's [server] template,
+    /// add: first start a server on NODE's port from the tier file's `[server]` template,
     /// as a child of the running `cluster up`.
     #[arg(long)]
     start: bool,
-    /// File holding the proxies' admin token (default: [proxy] admin_token_file of the
+    /// File holding the proxies' admin token (default: `[proxy] admin_token_file` of the
     /// tier file; the environment variable TAILTRIM_ADMIN_TOKEN gives the token itself).
     #[arg(long, value_name = "FILE")]
     admin_token_file: Option<PathBuf>,
