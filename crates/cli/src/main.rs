@@ -8,6 +8,7 @@
 //!   tailtrim proxy      -> tailtrim-proxy  (memcached-protocol proxy)
 //!   tailtrim sim        -> tailtrim-sim    (discrete-event simulator)
 //!   tailtrim experiment -> runners that combine the above
+//!   tailtrim cluster    -> tailtrim-tier   (a tier of servers and proxies from one file)
 //! ```
 //!
 //! Two hidden subcommands serve packaging: `tailtrim man [DIR]` writes the man pages and
@@ -19,6 +20,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand};
 
 mod bench;
+mod cluster;
 mod experiment;
 mod model;
 mod proxy;
@@ -47,6 +49,8 @@ enum Command {
     Experiment(experiment::Args),
     /// Discrete-event simulation of the dispatch policies at any core count.
     Sim(sim::Args),
+    /// A tier of servers and proxies from one TOML file: up, status, add, remove.
+    Cluster(cluster::Args),
     /// Write the man pages (tailtrim.1, tailtrim-serve.1, ...) into DIR.
     #[command(hide = true)]
     Man {
@@ -99,6 +103,7 @@ fn main() -> ExitCode {
         Command::Proxy(args) => proxy::run(*args),
         Command::Experiment(args) => experiment::run(args),
         Command::Sim(args) => sim::run(args),
+        Command::Cluster(args) => cluster::run(args),
         Command::Man { dir } => write_man_pages(&dir),
         Command::Completions { shell } => print_completions(shell),
     };

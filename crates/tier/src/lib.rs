@@ -1,0 +1,30 @@
+//! A tailtrim tier from one TOML file: cache servers and proxies started, watched and
+//! changed as one system (`tailtrim cluster up | status | add | remove`).
+//!
+//! ```text
+//!   tier.toml ──config::TierConfig──plan (ports)──> config::TierPlan
+//!                                                      │
+//!   cluster up ───────────────> up::up: servers, then proxies, as child processes;
+//!                               run dir: <proxy>.toml, logs/<node>.log, tier.json,
+//!                               control.sock; signals stop every node
+//!   cluster status ──────────> status::sample: two `stats` samples per node + GET /pool
+//!   cluster add|remove ──────> admin::Change::apply on every proxy's admin listener;
+//!                               `add --start` first asks up (control.sock) for a server
+//! ```
+//!
+//! The nodes are the project's own programs (`tailtrim serve`, `tailtrim proxy`, or stock
+//! memcached for a baseline tier) run as they would be by hand; this crate writes their
+//! command lines and configuration files, and reads what they expose (`stats`, the proxy's
+//! admin API). Deployment on several machines does not use it: see `docs/tier.md`.
+
+pub mod admin;
+pub mod config;
+pub mod error;
+pub mod state;
+pub mod status;
+pub mod table;
+pub mod up;
+
+pub use config::{PortChoice, TierConfig};
+pub use error::TierError;
+pub use state::TierState;
