@@ -82,6 +82,7 @@ def main():
         sat = {name: max((p["achieved_rps"] for p in points.get(name, {}).values()), default=0)
                for name in POLICIES}
         ratio_sat = sat["size-aware"] / sat["early-binding"] if sat["early-binding"] else None
+        ratio_steal = sat["size-aware"] / sat["stealing"] if sat["stealing"] else None
         if knee is None or knee not in size_aware:
             print(f"- {label}: no knee in the sweep")
         else:
@@ -94,6 +95,9 @@ def main():
         verdict = "met" if ratio_sat is not None and ratio_sat >= 0.95 else "NOT met"
         print(f"  - saturation (highest achieved rps): {sat_text}; size-aware / early binding "
               f"**{ratio_sat:.2f}x** (≥ 0.95x: {verdict})")
+        if ratio_steal is not None:
+            verdict = "met" if ratio_steal >= 0.95 else "NOT met"
+            print(f"  - size-aware / stealing **{ratio_steal:.2f}x** (≥ 0.95x: {verdict})")
 
 
 if __name__ == "__main__":
