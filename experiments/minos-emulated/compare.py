@@ -7,10 +7,14 @@ Reads results.json (tailtrim experiment minos --emulate-service ...) and sim/res
 markdown tables and acceptance checks of README.md.
 
     python3 experiments/minos-emulated/compare.py > experiments/minos-emulated/comparison.md
+
+An optional argument names another testbed file (e.g. a superseded run's results.json, relative
+to this folder or absolute) to set beside the same simulator runs.
 """
 
 import json
 import os
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 POLICIES = ["size-aware", "early-binding", "stealing", "late-binding"]
@@ -26,7 +30,7 @@ def ms(us):
 
 
 def main():
-    testbed = load("results.json")
+    testbed = load(sys.argv[1] if len(sys.argv) > 1 else "results.json")
     sim = load("sim", "results.json")["result"]
     late9 = load("sim", "late-binding-9-cores", "results.json")["result"]
     tb = {s["name"]: {p["target_rps"]: p for p in s["points"] if p["valid_repeats"] > 0}
