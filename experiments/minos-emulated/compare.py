@@ -7,10 +7,14 @@ Reads results.json (tailtrim experiment minos --emulate-service ...) and sim/res
 markdown tables and acceptance checks of README.md.
 
     python3 experiments/minos-emulated/compare.py > experiments/minos-emulated/comparison.md
+
+An optional argument names another testbed file (e.g. a superseded run's results.json, relative
+to this folder or absolute) to set beside the same simulator runs.
 """
 
 import json
 import os
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 POLICIES = ["size-aware", "early-binding", "stealing", "late-binding"]
@@ -26,7 +30,7 @@ def ms(us):
 
 
 def main():
-    testbed = load("results.json")
+    testbed = load(sys.argv[1] if len(sys.argv) > 1 else "results.json")
     sim = load("sim", "results.json")["result"]
     late9 = load("sim", "late-binding-9-cores", "results.json")["result"]
     tb = {s["name"]: {p["target_rps"]: p for p in s["points"] if p["valid_repeats"] > 0}
@@ -82,6 +86,7 @@ def main():
         sat = {name: max((p["achieved_rps"] for p in points.get(name, {}).values()), default=0)
                for name in POLICIES}
         ratio_sat = sat["size-aware"] / sat["early-binding"] if sat["early-binding"] else None
+        ratio_steal = sat["size-aware"] / sat["stealing"] if sat["stealing"] else None
         if knee is None or knee not in size_aware:
             print(f"- {label}: no knee in the sweep")
         else:
@@ -94,6 +99,9 @@ def main():
         verdict = "met" if ratio_sat is not None and ratio_sat >= 0.95 else "NOT met"
         print(f"  - saturation (highest achieved rps): {sat_text}; size-aware / early binding "
               f"**{ratio_sat:.2f}x** (≥ 0.95x: {verdict})")
+        if ratio_steal is not None:
+            verdict = "met" if ratio_steal >= 0.95 else "NOT met"
+            print(f"  - size-aware / stealing **{ratio_steal:.2f}x** (≥ 0.95x: {verdict})")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::workload::OpKind;
+use crate::op::OpKind;
 
 /// A class of requests with its own latency histogram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -167,7 +167,7 @@ impl ClassHistograms {
 #[cfg(test)]
 mod tests {
     use super::{Class, ClassHistograms, ClassSet};
-    use crate::workload::OpKind;
+    use crate::op::OpKind;
 
     #[test]
     fn classes_are_assigned_by_size_keys_and_kind() {

@@ -1,4 +1,6 @@
-//! The open-loop engine.
+//! The load engine: open loop (a schedule of send times that never looks at replies) or
+//! closed loop (YCSB's model: each connection is a client with one request outstanding,
+//! sending its next request a think time after the reply to its last).
 //!
 //! ```text
 //!  main thread: connect all sockets, split them over I/O threads,
@@ -17,8 +19,13 @@
 //!
 //! Latency is always measured from the scheduled send time, so a stalled
 //! server shows up as the queueing it causes (no coordinated omission).
+//!
+//! In a closed loop a client's send time is its previous reply's arrival plus the think
+//! time: a slow server lowers the offered load instead of queueing it (the coordination
+//! an open loop avoids is the model here), and latency is measured from that send time.
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};
@@ -31,7 +38,7 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 
 use crate::class::{new_histogram, Class, ClassHistograms, ClassSet};
-use crate::report::{ClassSummary, RunReport, SecondSample};
+use crate::report::{ClassSummary, ClosedLoopReport, RunReport, SecondSample};
 use crate::rng::Rng;
 use crate::schedule::Schedule;
 use crate::wire::{
@@ -75,7 +82,16 @@ impl Transport {
     }
 }
 
-/// Parameters of one open-loop run.
+/// Closed-loop load: every connection is a client that sends its next request `think_time`
+/// after the reply to its previous one (one request outstanding per client; `rate` and
+/// `max_in_flight` do not apply). TCP only.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClosedLoop {
+    /// Time between a reply and the client's next request.
+    pub think_time: Duration,
+}
+
+/// Parameters of one run.
 #[derive(Clone, Debug)]
 pub struct RunConfig {
     /// `host:port` of the server.
@@ -104,6 +120,8 @@ pub struct RunConfig {
     pub seed: u64,
     /// Whether to collect the per-second series.
     pub timeseries: bool,
+    /// Closed-loop load instead of the open-loop schedule (`None`: open loop).
+    pub closed_loop: Option<ClosedLoop>,
 }
 
 impl RunConfig {
@@ -124,12 +142,16 @@ impl RunConfig {
             udp_timeout: DEFAULT_UDP_TIMEOUT,
             seed: 1,
             timeseries: true,
+            closed_loop: None,
         }
     }
 
     fn validate(&self) -> Result<(), BenchError> {
         let fail = |message: &str| Err(BenchError::Config(message.to_string()));
-        if !(self.rate.is_finite() && self.rate > 0.0) {
+        if self.closed_loop.is_some() && self.transport != Transport::Tcp {
+            return fail("a closed loop runs over TCP only");
+        }
+        if self.closed_loop.is_none() && !(self.rate.is_finite() && self.rate > 0.0) {
             return fail("rate must be positive");
         }
         if self.duration.is_zero() {
@@ -613,7 +635,11 @@ impl Recorder {
             workload: workload.name.clone(),
             server: config.server.clone(),
             transport: config.transport.name().to_string(),
-            target_rps: config.rate,
+            target_rps: if config.closed_loop.is_some() {
+                0.0
+            } else {
+                config.rate
+            },
             achieved_rps: self.completed_in_window as f64 / duration_s,
             scheduled_rps: self.scheduled as f64 / duration_s,
             duration_s,
@@ -636,8 +662,27 @@ impl Recorder {
             classes,
             timeseries,
             floor: None,
+            closed_loop: config.closed_loop.map(|closed| ClosedLoopReport {
+                clients: config.connections,
+                think_time_us: closed.think_time.as_secs_f64() * 1e6,
+            }),
         }
     }
+}
+
+/// Where the next requests' send times come from.
+enum Arrivals {
+    /// The open-loop schedule, and its next send time while it is inside the window.
+    Open {
+        schedule: Schedule,
+        next: Option<Instant>,
+    },
+    /// Closed loop: each client's next send time (clients with a request outstanding have
+    /// none until its reply arrives).
+    Closed {
+        think_time: Duration,
+        due: BinaryHeap<Reverse<(Instant, usize)>>,
+    },
 }
 
 /// One I/O thread.
@@ -645,7 +690,7 @@ struct Worker<'a> {
     workload: Arc<WorkloadSpec>,
     config: &'a RunConfig,
     generator: RequestGenerator,
-    schedule: Schedule,
+    arrivals: Arrivals,
     picker: Rng,
     poll: Poll,
     timer: TimerFd,
@@ -722,9 +767,22 @@ impl<'a> Worker<'a> {
         let thread_rate = config.rate / config.threads as f64;
         let window_start = start + config.warmup;
         let window_end = window_start + config.duration;
+        let arrivals = match config.closed_loop {
+            None => {
+                let mut schedule = Schedule::new(&workload.arrival, thread_rate, rng.fork(2));
+                let next = Some(start + Duration::from_nanos(schedule.next_nanos()));
+                Arrivals::Open { schedule, next }
+            }
+            Some(closed) => Arrivals::Closed {
+                think_time: closed.think_time,
+                due: (0..connections.len())
+                    .map(|index| Reverse((start, index)))
+                    .collect(),
+            },
+        };
         Ok(Self {
             generator: RequestGenerator::new(Arc::clone(&workload), rng.fork(1)),
-            schedule: Schedule::new(&workload.arrival, thread_rate, rng.fork(2)),
+            arrivals,
             picker: rng.fork(3),
             workload,
             config,
@@ -744,18 +802,10 @@ impl<'a> Worker<'a> {
 
     fn run(mut self) -> Result<Recorder, BenchError> {
         let mut events = Events::with_capacity(1024);
-        let mut next_arrival = Some(self.start + Duration::from_nanos(self.schedule.next_nanos()));
         let mut next_udp_sweep = self.start;
         loop {
             let now = Instant::now();
-            while let Some(arrival) = next_arrival {
-                if arrival > now {
-                    break;
-                }
-                self.issue(arrival, now);
-                let following = self.start + Duration::from_nanos(self.schedule.next_nanos());
-                next_arrival = (following < self.window_end).then_some(following);
-            }
+            let next_arrival = self.issue_due(now);
             self.flush_all();
             if self.config.transport == Transport::Udp && now >= next_udp_sweep {
                 self.expire_udp(now);
@@ -807,17 +857,73 @@ impl<'a> Worker<'a> {
         Ok(self.recorder)
     }
 
+    /// Issues every request whose send time has come; returns the next send time inside the
+    /// window, if any.
+    fn issue_due(&mut self, now: Instant) -> Option<Instant> {
+        loop {
+            let window_end = self.window_end;
+            match &mut self.arrivals {
+                Arrivals::Open { schedule, next } => {
+                    let arrival = (*next)?;
+                    if arrival > now {
+                        return Some(arrival);
+                    }
+                    let following = self.start + Duration::from_nanos(schedule.next_nanos());
+                    *next = (following < window_end).then_some(following);
+                    self.issue(arrival, now);
+                }
+                Arrivals::Closed { due, .. } => {
+                    let Reverse((send_at, index)) = *due.peek()?;
+                    if send_at >= window_end {
+                        // The run is over for this client (and for every later one).
+                        due.clear();
+                        return None;
+                    }
+                    if send_at > now {
+                        return Some(send_at);
+                    }
+                    due.pop();
+                    self.issue_on(index, send_at, now);
+                }
+            }
+        }
+    }
+
+    /// A closed-loop client whose reply arrived at `received_at` sends again after its think
+    /// time.
+    fn client_ready(&mut self, index: usize, received_at: Instant) {
+        if let Arrivals::Closed { think_time, due } = &mut self.arrivals {
+            due.push(Reverse((received_at + *think_time, index)));
+        }
+    }
+
     fn in_window(&self, scheduled: Instant) -> bool {
         scheduled >= self.window_start && scheduled < self.window_end
     }
 
     fn issue(&mut self, scheduled: Instant, now: Instant) {
         let operation = self.generator.next_operation();
+        let index = self.picker.below(self.connections.len() as u64) as usize;
+        self.issue_operation(index, operation, scheduled, now);
+    }
+
+    /// A closed-loop client's next request, on its own connection.
+    fn issue_on(&mut self, index: usize, scheduled: Instant, now: Instant) {
+        let operation = self.generator.next_operation();
+        self.issue_operation(index, operation, scheduled, now);
+    }
+
+    fn issue_operation(
+        &mut self,
+        index: usize,
+        operation: Operation,
+        scheduled: Instant,
+        now: Instant,
+    ) {
         let measured = self.in_window(scheduled);
         if measured {
             self.recorder.scheduled += 1;
         }
-        let index = self.picker.below(self.connections.len() as u64) as usize;
         let cap = self.config.max_in_flight;
         let queued = Queued {
             scheduled,
@@ -1076,6 +1182,7 @@ impl<'a> Worker<'a> {
         let mut promote = finished.len();
         for (scheduled, classes, measured, outcome) in finished {
             self.complete(scheduled, classes, measured, outcome, received_at);
+            self.client_ready(index, received_at);
         }
         if invalid || closed {
             self.break_connection(index);

@@ -1,4 +1,4 @@
-//! tailtrim-bench: an open-loop load generator for memcached-protocol
+//! tailtrim-bench: an open- or closed-loop load generator for memcached-protocol
 //! servers, usable as a library (experiment runners call it in-process) and
 //! behind `tailtrim bench`.
 //!
@@ -9,7 +9,8 @@
 //!     ▼
 //!  preload ──> every key written once (pipelined, windowed)
 //!     ▼
-//!  engine::run ──> I/O threads: Schedule (open loop) ─> RequestGenerator
+//!  engine::run ──> I/O threads: Schedule (open loop) or clients (closed
+//!     │             loop: next request a think time after the reply) ─> RequestGenerator
 //!     │             ─> wire::compose ─> TCP | UDP ─> wire::parse
 //!     │             ─> ClassHistograms (latency from SCHEDULED time)
 //!     ▼
@@ -46,6 +47,7 @@ pub mod class;
 pub mod dist;
 pub mod engine;
 pub mod floor;
+pub mod op;
 pub mod plot;
 pub mod preload;
 pub mod report;
@@ -57,7 +59,7 @@ pub mod workload;
 
 pub use cacheaside::{run_cache_aside, CacheAsideConfig, CacheAsideReport, ScheduledEvent};
 pub use class::{Class, ClassSet};
-pub use engine::{run, run_detailed, Progress, RunConfig, RunOutput, Transport};
+pub use engine::{run, run_detailed, ClosedLoop, Progress, RunConfig, RunOutput, Transport};
 pub use floor::NullServer;
 pub use preload::{preload, PreloadReport};
 pub use report::{median, parse_rates, ClassSummary, RunReport, SecondSample, SweepReport};

@@ -93,7 +93,16 @@ pub struct SecondSample {
     pub errors: u64,
 }
 
-/// Result of one open-loop run: the `--json` document.
+/// The closed loop a run used.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClosedLoopReport {
+    /// Clients (connections), one request outstanding each.
+    pub clients: usize,
+    /// Time between a reply and the client's next request (µs).
+    pub think_time_us: f64,
+}
+
+/// Result of one run: the `--json` document.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunReport {
     /// Workload name.
@@ -102,7 +111,7 @@ pub struct RunReport {
     pub server: String,
     /// `tcp` or `udp`.
     pub transport: String,
-    /// Target request rate.
+    /// Target request rate (0 in a closed loop, which has none).
     pub target_rps: f64,
     /// Replies received during the measured window per second.
     pub achieved_rps: f64,
@@ -156,6 +165,10 @@ pub struct RunReport {
     /// floor of the bench's own path on this machine (when requested).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub floor: Option<Box<RunReport>>,
+    /// The closed loop of a closed-loop run; absent: open loop (the schedule at
+    /// `target_rps`, whatever the replies do).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed_loop: Option<ClosedLoopReport>,
 }
 
 impl RunReport {
@@ -169,27 +182,36 @@ impl RunReport {
     #[must_use]
     pub fn to_table(&self) -> String {
         let mut text = String::new();
+        let (load, offered) = match &self.closed_loop {
+            None => (
+                format!(
+                    "open loop, {} conns x {} in flight",
+                    self.connections, self.max_in_flight
+                ),
+                format!(
+                    "target {:.0} rps, achieved {:.0} rps ({:+.2}%)",
+                    self.target_rps,
+                    self.achieved_rps,
+                    (self.achieved_rps / self.target_rps.max(1e-9) - 1.0) * 100.0
+                ),
+            ),
+            Some(closed) => (
+                format!(
+                    "closed loop, {} clients x 1 in flight, think time {:.0} µs",
+                    closed.clients, closed.think_time_us
+                ),
+                format!("achieved {:.0} rps", self.achieved_rps),
+            ),
+        };
         let _ = writeln!(
             text,
-            "workload {} -> {} ({}), {} conns x {} in flight, {} threads",
-            self.workload,
-            self.server,
-            self.transport,
-            self.connections,
-            self.max_in_flight,
-            self.threads
+            "workload {} -> {} ({}), {load}, {} threads",
+            self.workload, self.server, self.transport, self.threads
         );
         let _ = writeln!(
             text,
-            "target {:.0} rps, achieved {:.0} rps ({:+.2}%), {:.1} s, errors {}, misses {} (hit ratio {:.4}), bench cpu {:.0}%",
-            self.target_rps,
-            self.achieved_rps,
-            (self.achieved_rps / self.target_rps.max(1e-9) - 1.0) * 100.0,
-            self.duration_s,
-            self.errors,
-            self.misses,
-            self.hit_ratio,
-            self.bench_cpu_percent
+            "{offered}, {:.1} s, errors {}, misses {} (hit ratio {:.4}), bench cpu {:.0}%",
+            self.duration_s, self.errors, self.misses, self.hit_ratio, self.bench_cpu_percent
         );
         if self.timeouts + self.unfinished + self.udp_oversize > 0 {
             let _ = writeln!(

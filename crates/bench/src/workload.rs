@@ -17,6 +17,10 @@ use crate::dist::{Distribution, Zipf};
 use crate::rng::{hash_unit, Rng};
 use crate::BenchError;
 
+/// The kind of an operation (defined beside the latency classes' inputs, in `op`; named
+/// here too, where workloads are described).
+pub use crate::op::OpKind;
+
 /// Longest key memcached accepts.
 pub const MAX_KEY_BYTES: usize = 250;
 /// Default largest value written (memcached's default item size limit is 1 MiB
@@ -32,16 +36,6 @@ pub const DEFAULT_KEYS: u64 = 100_000;
 
 /// Names of the built-in workloads.
 pub const PRESET_NAMES: [&str; 6] = ["etc", "minos", "chisel", "tailx", "tailx-large", "uniform"];
-
-/// Kind of a memcached operation issued by the bench.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OpKind {
-    /// `get` of one or more keys.
-    Get,
-    /// `set` of one key with its value size.
-    Set,
-}
 
 /// How keys are chosen inside a pool.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

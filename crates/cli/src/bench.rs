@@ -67,6 +67,14 @@ struct Flags {
     /// Requests in flight per connection before queueing client-side.
     #[arg(long, default_value_t = tailtrim_bench::engine::DEFAULT_MAX_IN_FLIGHT)]
     max_in_flight: usize,
+    /// Closed loop (YCSB's model) with N clients instead of the open-loop schedule: each
+    /// client is a connection with one request outstanding that sends its next request
+    /// `--think-time` after the reply (`--rate`, `-c` and `--max-in-flight` do not apply).
+    #[arg(long, value_name = "N", conflicts_with_all = ["rates", "udp", "cache_aside"])]
+    closed_loop: Option<usize>,
+    /// Closed loop: time between a reply and the client's next request, e.g. 500us, 2ms.
+    #[arg(long, value_name = "DURATION", requires = "closed_loop")]
+    think_time: Option<String>,
     /// Busy-poll margin before each send time, in microseconds (0: sleep on
     /// the timerfd until the send time; spinning costs CPU the server shares).
     #[arg(long, default_value_t = 0)]
@@ -343,6 +351,17 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     config.drain = Duration::from_millis(args.drain_ms);
     config.udp_timeout = Duration::from_millis(args.udp_timeout_ms);
     config.seed = args.seed;
+    if let Some(clients) = args.closed_loop {
+        let think_time = args
+            .think_time
+            .as_deref()
+            .map(tailtrim_bench::cacheaside::parse_duration)
+            .transpose()
+            .map_err(|error| format!("--think-time: {error}"))?
+            .unwrap_or_default();
+        config.connections = clients;
+        config.closed_loop = Some(tailtrim_bench::ClosedLoop { think_time });
+    }
 
     if !args.no_preload {
         let total = workload.total_keys();

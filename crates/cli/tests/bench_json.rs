@@ -151,3 +151,45 @@ fn a_cache_aside_run_keeps_the_histogram_of_its_percentiles() {
         check_percentile(&encoded, percentile, reported, key);
     }
 }
+
+#[test]
+fn a_closed_loop_run_says_so_and_keeps_its_histograms() {
+    let document = bench_json(&[
+        "--workload",
+        "minos",
+        "--keys",
+        "2000",
+        "--closed-loop",
+        "4",
+        "--think-time",
+        "1ms",
+        "-d",
+        "1",
+    ]);
+    check_classes(&document);
+    assert_eq!(document["closed_loop"]["clients"], 4, "{document}");
+    assert_eq!(document["closed_loop"]["think_time_us"], 1_000.0);
+    assert_eq!(document["connections"], 4);
+    assert_eq!(document["target_rps"], 0.0);
+    // Four clients, each waiting 1 ms after every reply, send at most 4 per millisecond.
+    let scheduled = document["scheduled"].as_u64().expect("scheduled");
+    assert!(
+        scheduled > 0 && scheduled <= 4 * 1_001,
+        "{scheduled} requests"
+    );
+}
+
+#[test]
+fn an_open_loop_run_has_no_closed_loop_member() {
+    let document = bench_json(&[
+        "--workload",
+        "minos",
+        "--keys",
+        "2000",
+        "-r",
+        "500",
+        "-d",
+        "0.5",
+    ]);
+    assert!(document.get("closed_loop").is_none(), "{document}");
+}

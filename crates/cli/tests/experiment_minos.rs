@@ -185,3 +185,114 @@ fn quick_minos_run_writes_results_with_counts() {
     );
     let _ = std::fs::remove_dir_all(&out);
 }
+
+#[test]
+fn min_large_adds_rounds_until_every_system_holds_enough_large_requests() {
+    let out = scratch_directory("minos-min-large");
+    let output = Command::new(env!("CARGO_BIN_EXE_tailtrim"))
+        .args([
+            "experiment",
+            "minos",
+            "--systems",
+            "size-aware,early-binding",
+            "--rates",
+            "2000",
+            "-d",
+            "0.3",
+            "--warmup",
+            "0.1",
+            "--drain",
+            "0.5",
+            "--prime",
+            "0",
+            "--repeats",
+            "1",
+            "--min-large",
+            "20",
+            "--max-repeats",
+            "12",
+            "--keys",
+            "2000",
+            "--large-keys",
+            "20",
+            "--large-share",
+            "0.02",
+            "--no-floor",
+            "-q",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap_or_else(|error| panic!("running tailtrim: {error}"));
+    assert!(
+        output.status.success(),
+        "tailtrim experiment minos failed ({:?}):\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("results.json"))
+            .unwrap_or_else(|error| panic!("reading results.json: {error}")),
+    )
+    .unwrap_or_else(|error| panic!("parsing results.json: {error}"));
+    assert_eq!(number(&json, "/settings/min_large"), 20.0);
+    assert_eq!(number(&json, "/settings/max_repeats"), 12.0);
+    let systems = json["systems"]
+        .as_array()
+        .unwrap_or_else(|| panic!("systems is not an array"));
+    let mut large = Vec::new();
+    let mut rounds = Vec::new();
+    for system in systems {
+        let point = &system["points"][0];
+        let repeats = number(point, "/valid_repeats");
+        let count = number(point, "/large_count");
+        // ~12 large requests a round (2000/s x 0.3 s x 2 %): one round is not enough.
+        assert!(
+            count >= 20.0 || repeats >= 12.0,
+            "{}: {count} large requests in {repeats} rounds",
+            system["name"]
+        );
+        rounds.push(point["samples"].as_array().map_or(0, Vec::len));
+        large.push(count);
+    }
+    // Every system runs in every round, so all have the same number of rounds, and the
+    // rounds stopped as soon as every system had enough: one fewer would leave one short.
+    assert!(rounds.iter().all(|count| *count == rounds[0]), "{rounds:?}");
+    assert!(rounds[0] >= 1);
+    if rounds[0] > 1 && rounds[0] < 12 {
+        let short_before_the_last_round = systems.iter().any(|system| {
+            let samples = system["points"][0]["samples"]
+                .as_array()
+                .unwrap_or_else(|| panic!("samples is not an array"));
+            let before: f64 = samples[..samples.len() - 1]
+                .iter()
+                .map(|sample| number(sample, "/large/count"))
+                .sum();
+            before < 20.0
+        });
+        assert!(short_before_the_last_round, "a round too many: {rounds:?}");
+    }
+    let ratios = json["summary"]["small_p99_ratios"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no small_p99_ratios in {}", json["summary"]));
+    assert_eq!(ratios.len(), 1);
+    let row = &ratios[0];
+    assert_eq!(row["system"], "early-binding");
+    assert_eq!(number(row, "/large"), large[1]);
+    assert_eq!(number(row, "/size_aware_large"), large[0]);
+    assert!(number(row, "/large_fewest") <= number(row, "/large"));
+    let (low, estimate, high) = (
+        number(row, "/ratio/low"),
+        number(row, "/ratio/estimate"),
+        number(row, "/ratio/high"),
+    );
+    assert!(low <= estimate && estimate <= high, "{row}");
+    assert!(
+        (estimate - number(row, "/small_p99_us") / number(row, "/size_aware_small_p99_us")).abs()
+            < 1e-9
+    );
+    let table = std::fs::read_to_string(out.join("results.md"))
+        .unwrap_or_else(|error| panic!("reading results.md: {error}"));
+    assert!(table.contains("Small p99 over size-aware's, repeats pooled"));
+    let _ = std::fs::remove_dir_all(&out);
+}

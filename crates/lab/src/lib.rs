@@ -17,6 +17,8 @@
 //!       bench run ──> tailtrim_bench::RunOutput
 //!       keep its histograms ───────────────> histogram::Encoded (HDR V2, base64)
 //!   point = median over repeats ───────────> stats::median (mean of the middle two)
+//!   quoted ratio + interval ───────────────> bootstrap::quantile_ratio, peak_median_ratio
+//!                                             (repeats, then requests, resampled; seeded)
 //!   results.json ──────────────────────────> results::write_json / read_json
 //!   figures (also `--replot`) ─────────────> plot::plot_latency_vs_throughput
 //!   noise floor ───────────────────────────> floor::NullServer (the bench's own)
@@ -25,6 +27,7 @@
 //! The harness holds no experiment's decisions: each experiment decides what to run and how
 //! to summarise it; the harness runs processes, keeps records and draws.
 
+pub mod bootstrap;
 pub mod histogram;
 pub mod meta;
 pub mod process;

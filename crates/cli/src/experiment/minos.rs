@@ -34,6 +34,7 @@ use tailtrim_bench::{
 };
 use tailtrim_policy::costspec::{CostSpec, Units};
 
+use tailtrim_lab::bootstrap::{peak_median_ratio, quantile_ratio, Interval, Plan, Repeats};
 use tailtrim_lab::floor::NullServer;
 use tailtrim_lab::histogram::Encoded;
 use tailtrim_lab::meta::{Recorder, RunMetadata};
@@ -94,6 +95,14 @@ pub struct Args {
     /// samples for a p99 without lengthening every point).
     #[arg(long)]
     min_requests: Option<u64>,
+    /// Large requests every system's point holds at least, its repeats pooled: after
+    /// `--repeats`, rounds are added until each system's large requests reach N (at most
+    /// `--max-repeats` rounds), so a ratio of small p99s rests on enough large requests.
+    #[arg(long)]
+    min_large: Option<u64>,
+    /// Most rounds per point when `--min-large` adds rounds.
+    #[arg(long, default_value_t = 30)]
+    max_repeats: usize,
     /// Connections that preload each server (one request in flight on each;
     /// under a dilated `--emulate-service` every set is held, so more
     /// connections keep more workers busy).
@@ -479,6 +488,13 @@ pub struct RunSettings {
     /// this many requests at its rate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_requests: Option<u64>,
+    /// Large requests every system's point holds at least, its repeats pooled (rounds added
+    /// after `repeats` until it does, at most `max_repeats`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_large: Option<u64>,
+    /// Most rounds per point when `min_large` adds rounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_repeats: Option<usize>,
     /// Warm-up seconds per point.
     pub warmup_s: f64,
     /// Unmeasured seconds at the lowest rate on every server before the sweep.
@@ -569,10 +585,58 @@ pub struct Summary {
     pub saturation_rps: BTreeMap<String, f64>,
     /// Size-aware saturation / early-binding saturation.
     pub saturation_ratio_size_aware_vs_early: Option<f64>,
+    /// Size-aware saturation / stealing saturation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saturation_ratio_size_aware_vs_stealing: Option<f64>,
+    /// Bootstrap interval of size-aware's saturation over early binding's (each point's
+    /// repeats resampled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saturation_interval_size_aware_vs_early: Option<Interval>,
+    /// Bootstrap interval of size-aware's saturation over stealing's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saturation_interval_size_aware_vs_stealing: Option<Interval>,
+    /// At every rate, every other system's pooled small p99 over size-aware's, with its
+    /// bootstrap interval and the large requests behind each side.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub small_p99_ratios: Vec<PooledRatio>,
     /// Noise floor: the stub's all-request p99 at the lowest rate (µs).
     pub floor_p99_us: Option<f64>,
     /// Small p99 of each system at the lowest rate, divided by the floor.
     pub small_p99_over_floor_at_lowest_rate: BTreeMap<String, f64>,
+}
+
+/// Large requests a point's ratio must rest on, each side's repeats pooled, to be read.
+pub const ENOUGH_LARGE: u64 = 50;
+
+/// One system's pooled small p99 over size-aware's at one rate.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PooledRatio {
+    /// Target rate.
+    pub target_rps: f64,
+    /// The system compared with size-aware.
+    pub system: String,
+    /// Its small p99, every valid repeat pooled (µs).
+    pub small_p99_us: f64,
+    /// Size-aware's small p99, every valid repeat pooled (µs).
+    pub size_aware_small_p99_us: f64,
+    /// The ratio with its bootstrap interval (repeats, then requests, resampled).
+    pub ratio: Interval,
+    /// The system's large requests, its valid repeats together.
+    pub large: u64,
+    /// The fewest large requests in one of its valid repeats.
+    pub large_fewest: u64,
+    /// Size-aware's large requests, its valid repeats together.
+    pub size_aware_large: u64,
+    /// The fewest large requests in one of size-aware's valid repeats.
+    pub size_aware_large_fewest: u64,
+}
+
+impl PooledRatio {
+    /// Whether both sides' pooled repeats hold at least [`ENOUGH_LARGE`] large requests.
+    #[must_use]
+    pub fn enough_large(&self) -> bool {
+        self.large >= ENOUGH_LARGE && self.size_aware_large >= ENOUGH_LARGE
+    }
 }
 
 /// The `results.json` document.
@@ -741,6 +805,11 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
             rates: rates.clone(),
             duration_s: duration.as_secs_f64(),
             min_requests: args.min_requests.filter(|_| !quick),
+            min_large: args.min_large.filter(|_| !quick),
+            max_repeats: args
+                .min_large
+                .filter(|_| !quick)
+                .map(|_| args.max_repeats.max(repeats)),
             warmup_s: warmup.as_secs_f64(),
             prime_s: if quick { 0.0 } else { args.prime.max(0.0) },
             drain_s: drain.as_secs_f64(),
@@ -867,7 +936,12 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
     for (rate_index, rate) in rates.iter().enumerate() {
         let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); participants];
         let mut pooled: Vec<ClassHistograms> = vec![ClassHistograms::default(); participants];
-        for round in 0..repeats {
+        let most_rounds = results.settings.max_repeats.unwrap_or(repeats);
+        let mut round = 0;
+        while round < repeats
+            || (round < most_rounds
+                && short_of_large(&pooled, &dead, servers.len(), results.settings.min_large))
+        {
             let seed = args
                 .seed
                 .wrapping_add((rate_index * 1_000 + round) as u64 * 7_919);
@@ -969,6 +1043,7 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
                 }
                 samples[participant].push(sample);
             }
+            round += 1;
         }
         for (participant, (participant_samples, histograms)) in
             samples.into_iter().zip(&pooled).enumerate()
@@ -1158,6 +1233,36 @@ fn summarize(results: &MinosResults) -> Summary {
             summary.saturation_ratio_size_aware_vs_early = Some(size_aware / early);
         }
     }
+    if let (Some(size_aware), Some(stealing)) = (
+        summary.saturation_rps.get("size-aware"),
+        summary.saturation_rps.get("stealing"),
+    ) {
+        if *stealing > 0.0 {
+            summary.saturation_ratio_size_aware_vs_stealing = Some(size_aware / stealing);
+        }
+    }
+    let achieved = |name: &str| -> Vec<Vec<f64>> {
+        system(results, name).map_or_else(Vec::new, |system| {
+            system
+                .points
+                .iter()
+                .map(|point| {
+                    point
+                        .samples
+                        .iter()
+                        .filter(|sample| sample.failure.is_none())
+                        .map(|sample| sample.achieved_rps)
+                        .collect()
+                })
+                .collect()
+        })
+    };
+    let plan = Plan::default();
+    summary.saturation_interval_size_aware_vs_early =
+        peak_median_ratio(&achieved("size-aware"), &achieved("early-binding"), &plan);
+    summary.saturation_interval_size_aware_vs_stealing =
+        peak_median_ratio(&achieved("size-aware"), &achieved("stealing"), &plan);
+    summary.small_p99_ratios = small_p99_ratios(results, &plan);
     if let Some(lowest) = results.settings.rates.first() {
         if let Some(floor_point) = system(results, FLOOR).and_then(|floor| point_at(floor, *lowest))
         {
@@ -1178,6 +1283,75 @@ fn summarize(results: &MinosResults) -> Summary {
         }
     }
     summary
+}
+
+/// Whether `--min-large` asks for another round: some live system's pooled large requests
+/// (the rounds run so far; the first `systems` entries of `pooled` are the servers, the floor
+/// is not counted) are still short of it.
+fn short_of_large(
+    pooled: &[ClassHistograms],
+    dead: &[Option<String>],
+    systems: usize,
+    min_large: Option<u64>,
+) -> bool {
+    let Some(min_large) = min_large else {
+        return false;
+    };
+    pooled
+        .iter()
+        .zip(dead)
+        .take(systems)
+        .any(|(histograms, dead)| dead.is_none() && histograms.get(Class::Large).len() < min_large)
+}
+
+/// At every rate, every other system's pooled small p99 over size-aware's, with bootstrap
+/// intervals and the large requests behind them (points whose repeats kept histograms).
+fn small_p99_ratios(results: &MinosResults, plan: &Plan) -> Vec<PooledRatio> {
+    let Some(size_aware) = system(results, "size-aware") else {
+        return Vec::new();
+    };
+    let repeats = |point: &Point, class: &str| {
+        Repeats::from_encoded(
+            point
+                .samples
+                .iter()
+                .filter(|sample| sample.failure.is_none())
+                .filter_map(|sample| sample.histograms.get(class)),
+        )
+    };
+    let mut ratios = Vec::new();
+    for rate in &results.settings.rates {
+        let Some(base) = point_at(size_aware, *rate) else {
+            continue;
+        };
+        let base_small = repeats(base, "small");
+        let base_large = repeats(base, "large");
+        for other in &results.systems {
+            if other.name == "size-aware" || other.name == FLOOR {
+                continue;
+            }
+            let Some(point) = point_at(other, *rate) else {
+                continue;
+            };
+            let small = repeats(point, "small");
+            let large = repeats(point, "large");
+            let Some(ratio) = quantile_ratio(&small, &base_small, 0.99, plan) else {
+                continue;
+            };
+            ratios.push(PooledRatio {
+                target_rps: *rate,
+                system: other.name.clone(),
+                small_p99_us: small.pooled_quantile(0.99).unwrap_or(0.0) / 1e3,
+                size_aware_small_p99_us: base_small.pooled_quantile(0.99).unwrap_or(0.0) / 1e3,
+                ratio,
+                large: large.total(),
+                large_fewest: large.fewest(),
+                size_aware_large: base_large.total(),
+                size_aware_large_fewest: base_large.fewest(),
+            });
+        }
+    }
+    ratios
 }
 
 /// In-server small p99 of each system that reports one, at `rate`.
@@ -1258,6 +1432,9 @@ fn markdown(results: &MinosResults) -> String {
         settings.duration_s,
         settings.min_requests.map_or_else(String::new, |requests| format!(
             " (longer where {requests} requests at the point's rate take longer)"
+        )) + &settings.min_large.map_or_else(String::new, |large| format!(
+            " (rounds added until every system's repeats hold {large} large requests pooled, at most {} rounds)",
+            settings.max_repeats.unwrap_or(settings.repeats)
         )),
         settings.warmup_s,
         settings.prime_s,
@@ -1293,6 +1470,19 @@ fn markdown(results: &MinosResults) -> String {
         saturation.join(", "),
         optional(summary.saturation_ratio_size_aware_vs_early, 2)
     );
+    let _ = writeln!(
+        text,
+        "- size-aware / stealing: {}; 95 % bootstrap intervals (each point's repeats resampled): size-aware / early binding {}, size-aware / stealing {}",
+        optional(summary.saturation_ratio_size_aware_vs_stealing, 2),
+        interval_text(summary.saturation_interval_size_aware_vs_early.as_ref()),
+        interval_text(summary.saturation_interval_size_aware_vs_stealing.as_ref())
+    );
+    if summary.knee_rate_rps.is_some() && summary.knee_rate_rps == settings.rates.first().copied() {
+        let _ = writeln!(
+            text,
+            "- early binding's small p99 is above the knee already at the lowest rate: the sweep does not start below its knee"
+        );
+    }
     let _ = writeln!(
         text,
         "- noise floor (stub, all-request p99 at the lowest rate): {} µs",
@@ -1349,6 +1539,45 @@ fn markdown(results: &MinosResults) -> String {
         }
         let _ = writeln!(text);
     }
+    if !summary.small_p99_ratios.is_empty() {
+        let _ = writeln!(
+            text,
+            "## Small p99 over size-aware's, repeats pooled, with 95 % bootstrap intervals\n"
+        );
+        let _ = writeln!(
+            text,
+            "Each system's small p99 of its valid repeats pooled (µs), over size-aware's at the same \
+             rate; the interval resamples repeats, then requests ({} draws). Large requests behind \
+             each side: pooled (fewest in one repeat). Rows with fewer than {ENOUGH_LARGE} large \
+             requests on either side, pooled, are marked *few*: their ratio rests on too few events \
+             to be read.\n",
+            summary.small_p99_ratios[0].ratio.resamples
+        );
+        let _ = writeln!(
+            text,
+            "| target rps | system | small p99 | size-aware small p99 | ratio | 95 % interval | large (fewest) | size-aware large (fewest) | |"
+        );
+        let _ = writeln!(text, "|---:|---|---:|---:|---:|---|---:|---:|---|");
+        for row in &summary.small_p99_ratios {
+            let _ = writeln!(
+                text,
+                "| {:.0} | {} | {:.0} | {:.0} | {:.2} | {:.2}–{:.2} | {} ({}) | {} ({}) | {} |",
+                row.target_rps,
+                row.system,
+                row.small_p99_us,
+                row.size_aware_small_p99_us,
+                row.ratio.estimate,
+                row.ratio.low,
+                row.ratio.high,
+                row.large,
+                row.large_fewest,
+                row.size_aware_large,
+                row.size_aware_large_fewest,
+                if row.enough_large() { "" } else { "*few*" }
+            );
+        }
+        let _ = writeln!(text);
+    }
     let _ = writeln!(
         text,
         "## Per rate (medians over repeats; latencies in µs)\n"
@@ -1400,6 +1629,18 @@ fn markdown(results: &MinosResults) -> String {
         }
     }
     text
+}
+
+fn interval_text(interval: Option<&Interval>) -> String {
+    interval.map_or_else(
+        || "n/a".to_string(),
+        |interval| {
+            format!(
+                "{:.2} ({:.2}–{:.2})",
+                interval.estimate, interval.low, interval.high
+            )
+        },
+    )
 }
 
 fn p99_list(p99s: &BTreeMap<String, f64>) -> String {
