@@ -98,3 +98,8 @@ def test_an_allowed_cycle_passes_and_a_stale_allowance_fails(tmp_path):
     problems, report = run(crate(tmp_path, files))
     assert problems == 1 and "no longer a cycle" in report
 
+
+
+def test_the_server_policy_and_sim_crates_have_no_cycle():
+    out = io.StringIO()
+    assert check_cycles.check(ROOT, {"server", "policy", "sim"}, out=out) == 0, out.getvalue()
