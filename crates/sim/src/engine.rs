@@ -1,7 +1,7 @@
 //! One simulated run: a trace, a policy, an offered rate → latencies, throughput, queues.
 //!
 //! ```text
-//!   Arrival(i) ──► route by policy ──► a queue ──► idle core? ──► start: Done(core) at now + cost
+//!   Arrival(i) ──► strategy.arrive ──► a queue ──► idle core? ──► start: Done(core) at now + cost
 //!                                                                   │
 //!   Done(core) ◄────────────────────────────────────────────────────┘
 //!      ├─ size-aware small core, request large: record size, hand off ─► the large queue
@@ -12,10 +12,12 @@
 //!   DispatchDone (late binding) ─► central queue ─► decide::shared_queue_taker(idle cores)
 //!   Epoch (size-aware) ─► merge cores' SizeHistograms ─► EpochDriver::tick
 //!                         ─► new threshold and split; idle cores re-check their role
-//!
-//! Every dispatch decision is a call in [`crate::decide`], the policy crate's code the server
-//! runs too.
 //! ```
+//!
+//! What differs by policy is a strategy ([`crate::strategies`], one file per policy): where an
+//! arrival goes, what an idle core takes next (`strategy.next_job`), the policy's own queues
+//! and controller. Every dispatch decision is a call in [`crate::decide`], the policy crate's
+//! code the server runs too.
 //!
 //! Events are ordered by `(time, seq)` ([`EventQueue`]); nothing reads a clock; every random
 //! choice was made when the trace was generated. Replies of a connection are delivered in

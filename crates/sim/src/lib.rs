@@ -15,6 +15,7 @@
 //!                 ▼  per (policy, rate): engine::run
 //!   ┌──────────────────────────── event loop: EventQueue<(time, seq)> ─────────────────────┐
 //!   │ Arrival ─► route ─► queue(s) ─► idle core starts job ─► Done ─► next job / hand-off  │
+//!   │   (per policy a strategy, strategies/*.rs: arrive, next_job, its own queues)         │
 //!   │   size-aware:   shared small queue ─► small core ─► large? ─► large queue ─► large   │
 //!   │                 core (the first idle large core takes it)                            │
 //!   │   early:        key hash ─► core queue        stealing: home core, idle cores steal  │
@@ -28,6 +29,10 @@
 //!                 ▼
 //!   sweep::run_sweep ─► curves per policy ─► summary (knee, ratio, saturation)
 //! ```
+//!
+//! Modules depend one way (no import cycle, `scripts/check-cycles.py`): `engine` →
+//! `strategies::*` → `strategies::host` → `settings`, `decide`, `workload`; the engine is the
+//! only place that names every policy (its factory in [`engine::run`]).
 //!
 //! Pure: no I/O, no clock, no threads. Time is [`Nanos`]; events are ordered by
 //! `(time, seq)`; every random stream is forked from the seed in the configuration, so the
