@@ -2,7 +2,8 @@
 # The project's one test command (README, .ci/run). Runs, in order:
 #   setup-deps -> cargo fmt --check -> clippy -D warnings -> release build -> cargo test (profile suite)
 #   -> cargo doc (-D warnings) -> pytest experiments/test_harness.py -> README figures
-#   (scripts/check-figures.py and its pytest) -> experiments/replot-all.sh
+#   (scripts/check-figures.py and its pytest) -> import cycles (scripts/check-cycles.py and its
+#   pytest) -> experiments/replot-all.sh
 #   (figures and tables redrawn as committed) -> pytest tests/python
 #   -> go test tests/go
 # against the release binary target/release/tailtrim, then prints `N passed, M failed`
@@ -120,6 +121,11 @@ run_pytest "experiments" experiments/test_harness.py
 # it names (scripts/check-figures.py); its tests plant mismatches.
 run_pytest "README figure check" experiments/test_check_figures.py
 check "README figures" python3 scripts/check-figures.py
+
+# No import cycle between the module files of a crate, unless the crate root's `//!` doc allows
+# it with a reason (scripts/check-cycles.py); its tests plant cycles.
+run_pytest "import cycle check" scripts/test_check_cycles.py
+check "import cycles" python3 scripts/check-cycles.py
 
 # Every figure, table and results file under experiments/ redrawn from the results kept
 # beside it (experiments/replot-all.sh, in a scratch copy so no kept file is touched) must come

@@ -18,7 +18,9 @@
 //! join a query to the same backend that is still being set up, up to `B` requests per query.
 
 use crate::health::{expected_cost, BackendLoad};
-use crate::planner::{Action, BatchPlanner, ClusterView, Fetch, PlanRequest, Planner, QueryShape};
+use crate::planner::base::{
+    Action, BatchPlanner, ClusterView, Fetch, PlanRequest, Planner, QueryShape,
+};
 
 /// Requests with more keys than this are elephants (the paper's mice have 1–10 keys, its
 /// elephants 100).
@@ -201,7 +203,7 @@ impl Planner for ChiselPlanner {
 mod tests {
     use super::*;
     use crate::health::Timestamp;
-    use crate::planner::tests::{view, TestView as View};
+    use crate::planner::base::tests::{view, TestView as View};
 
     fn keys(count: usize, prefix: &str) -> Vec<Vec<u8>> {
         (0..count)

@@ -19,7 +19,9 @@
 //! held back at the client (delays cannot reduce a FIFO server's queueing: the servers order
 //! the work instead), and the servers' ageing lets no class starve.
 
-use crate::planner::{group_by_backend, Action, ClusterView, Observation, PlanRequest, Planner};
+use crate::planner::base::{
+    group_by_backend, Action, ClusterView, Observation, PlanRequest, Planner,
+};
 use crate::rein::{class_of, sds_class};
 use crate::serverq::Discipline;
 use crate::tailx::{TailxPlanner, TailxSettings, DEFAULT_LARGE_COST_RATIO};
@@ -166,9 +168,9 @@ impl Planner for CostSbfPlanner {
 mod tests {
     use super::*;
     use crate::health::Timestamp;
-    use crate::planner::tests::{keys, view};
+    use crate::planner::base::tests::{keys, view};
 
-    fn fetches(actions: &[Action]) -> Vec<&crate::planner::Fetch> {
+    fn fetches(actions: &[Action]) -> Vec<&crate::planner::base::Fetch> {
         actions
             .iter()
             .filter_map(|a| match a {

@@ -23,7 +23,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::sizeaware::SizeAwareError;
+use crate::sizeaware::error::SizeAwareError;
 
 /// How requests reach workers: the server's `--dispatch` and the simulator's policies.
 #[derive(
@@ -105,7 +105,10 @@ impl FromStr for DispatchPolicy {
         DispatchPolicy::ALL
             .into_iter()
             .find(|policy| policy.name() == name)
-            .ok_or_else(|| SizeAwareError::UnknownDispatchPolicy(text.to_string()))
+            .ok_or_else(|| SizeAwareError::UnknownDispatchPolicy {
+                name: text.to_string(),
+                known: &DispatchPolicy::NAMES,
+            })
     }
 }
 
@@ -223,7 +226,7 @@ mod tests {
         early_binding_worker, idle_taker, key_hash, key_worker, place, steal_victim,
         DispatchPolicy, Placement,
     };
-    use crate::sizeaware::SizeAwareError;
+    use crate::sizeaware::error::SizeAwareError;
     use proptest::prelude::{prop_assert, prop_assert_eq, proptest};
 
     #[test]
@@ -243,7 +246,10 @@ mod tests {
         );
         assert_eq!(
             "minos".parse::<DispatchPolicy>(),
-            Err(SizeAwareError::UnknownDispatchPolicy("minos".to_string()))
+            Err(SizeAwareError::UnknownDispatchPolicy {
+                name: "minos".to_string(),
+                known: &DispatchPolicy::NAMES,
+            })
         );
         assert_eq!(DispatchPolicy::LateBinding.worker_cores(8), 7);
         assert_eq!(DispatchPolicy::SizeAware.worker_cores(8), 8);

@@ -13,8 +13,13 @@ pub enum PolicyError {
         name: String,
     },
     /// An unknown hash function name in a config.
-    #[error("unknown hash function {0:?} (known: {known})", known = crate::ring::HashFunction::NAMES.join(", "))]
-    UnknownHash(String),
+    #[error("unknown hash function {name:?} (known: {known})", known = known.join(", "))]
+    UnknownHash {
+        /// The name given.
+        name: String,
+        /// The names known.
+        known: &'static [&'static str],
+    },
     /// An unknown distribution name in a config.
     #[error("unknown distribution {0:?} (known: ketama, modula, jump)")]
     UnknownDistribution(String),
@@ -22,8 +27,13 @@ pub enum PolicyError {
     #[error("hash tag {0:?} must be exactly two characters, e.g. \"{{}}\"")]
     BadHashTag(String),
     /// An unknown planner name in a config.
-    #[error("unknown planner {0:?} (known: {known})", known = crate::planner::PLANNER_NAMES.join(", "))]
-    UnknownPlanner(String),
+    #[error("unknown planner {name:?} (known: {known})", known = known.join(", "))]
+    UnknownPlanner {
+        /// The name given.
+        name: String,
+        /// The names known.
+        known: &'static [&'static str],
+    },
     /// The replica count is 0 or larger than the number of servers.
     #[error("replicas = {replicas} must be between 1 and the number of servers ({servers})")]
     BadReplicaCount {

@@ -18,6 +18,12 @@
 //!                                      sizeaware (EpochDriver, PackedDecision) ──► same decisions
 //! ```
 //!
+//! Modules depend one way (no import cycle, `scripts/check-cycles.py`): the planner factory
+//! ([`planner::PlannerKind`]) sits above the planners (`chisel`, `rein`, `tailx`, `costsbf`),
+//! which sit above their contract ([`planner::base`]); `dispatch` and `sizeaware`'s parts use
+//! the size-aware vocabulary and error ([`sizeaware::class`], [`sizeaware::error`]), and
+//! [`error`] names no other module.
+//!
 //! Every module is deterministic: time comes in as [`health::Timestamp`], randomness (if any)
 //! from a seed in the caller's config. The runtime (`tailtrim-client`) and the simulator run the
 //! same code.

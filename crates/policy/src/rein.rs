@@ -18,7 +18,7 @@
 //! large request wait: they would finish early and then wait for the bottleneck anyway.
 
 use crate::drr::CLASSES;
-use crate::planner::{group_by_backend, Action, ClusterView, PlanRequest, Planner};
+use crate::planner::base::{group_by_backend, Action, ClusterView, PlanRequest, Planner};
 use crate::serverq::Discipline;
 
 /// Upper bounds (keys) of the classes 0..=3; larger opsets are class 4.
@@ -112,7 +112,7 @@ impl Planner for ReinPlanner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::planner::tests::{keys, plan_with, view};
+    use crate::planner::base::tests::{keys, plan_with, view};
 
     #[test]
     fn classes_have_geometric_bounds() {

@@ -77,7 +77,12 @@ impl HashFunction {
             "one_at_a_time" => HashFunction::OneAtATime,
             "crc32" => HashFunction::Crc32,
             "crc32a" => HashFunction::Crc32a,
-            other => return Err(PolicyError::UnknownHash(other.to_string())),
+            other => {
+                return Err(PolicyError::UnknownHash {
+                    name: other.to_string(),
+                    known: &HashFunction::NAMES,
+                })
+            }
         })
     }
 

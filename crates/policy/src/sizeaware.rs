@@ -57,10 +57,14 @@
 //! The baselines' decisions (early binding, stealing, late binding) and the one policy enum
 //! are in [`crate::dispatch`].
 
+pub mod class;
 pub mod controller;
 pub mod driver;
+pub mod error;
 pub mod histogram;
 pub mod packed;
+
+pub use class::{classify, packet_cost, Epoch, SizeClass, PACKET_BYTES};
 
 pub use controller::{
     small_workers_for_share, Decision, DecisionInputs, DecisionReason, HysteresisConfig, RoleBusy,
@@ -69,128 +73,6 @@ pub use controller::{
     DEFAULT_WINDOW_EPOCHS, DEFAULT_WORKERS,
 };
 pub use driver::EpochDriver;
+pub use error::SizeAwareError;
 pub use histogram::{CostSplit, SizeHistogram, SizeWindow};
 pub use packed::PackedDecision;
-
-/// Bytes of payload one packet carries in the cost model (an Ethernet MTU).
-pub const PACKET_BYTES: u64 = 1500;
-
-/// An epoch number: the controller's unit of time. The caller's clock decides when an epoch
-/// ends (the server's default is one second); the policy only compares epoch numbers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct Epoch(pub u64);
-
-impl Epoch {
-    /// The epoch after this one (saturating).
-    pub const fn next(self) -> Epoch {
-        Epoch(self.0.saturating_add(1))
-    }
-}
-
-/// The size class of a request under a threshold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SizeClass {
-    /// `size <= threshold`: served in place by the small worker that parsed it.
-    Small,
-    /// `size > threshold`: handed off to a large worker.
-    Large,
-}
-
-impl SizeClass {
-    /// `"small"` or `"large"`, for stats names.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            SizeClass::Small => "small",
-            SizeClass::Large => "large",
-        }
-    }
-}
-
-/// Classifies a request of `size_bytes` against `threshold_bytes`: large iff strictly above.
-pub const fn classify(size_bytes: u64, threshold_bytes: u64) -> SizeClass {
-    if size_bytes > threshold_bytes {
-        SizeClass::Large
-    } else {
-        SizeClass::Small
-    }
-}
-
-/// Cost of a request that moves `wire_bytes` bytes: ⌈wire_bytes / 1500⌉ packets, at least 1
-/// (an empty reply still costs a packet).
-pub const fn packet_cost(wire_bytes: u64) -> u64 {
-    if wire_bytes == 0 {
-        1
-    } else {
-        wire_bytes.div_ceil(PACKET_BYTES)
-    }
-}
-
-/// Why a size-aware configuration (or a dispatch policy name) was rejected.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum SizeAwareError {
-    /// The worker count is 0.
-    #[error("workers = 0; size-aware sharding needs at least one worker")]
-    NoWorkers,
-    /// The percentile is not a number in `0..=100`.
-    #[error("percentile {0} must be a number between 0 and 100")]
-    BadPercentile(f64),
-    /// The sliding window holds no epoch.
-    #[error("the size window must span at least one epoch (got 0)")]
-    ZeroWindow,
-    /// `consecutive_epochs` of the hysteresis is 0 (1 means "change at once").
-    #[error("hysteresis consecutive_epochs must be at least 1 (1 = no hysteresis), got 0")]
-    ZeroHysteresisEpochs,
-    /// The hysteresis share margin is negative or not a number.
-    #[error("hysteresis share margin {0} must be a number >= 0")]
-    BadShareMargin(f64),
-    /// A fixed split outside `1..=workers`.
-    #[error(
-        "a fixed split of {small} small workers must be between 1 and the worker count ({workers})"
-    )]
-    BadFixedSplit {
-        /// Requested small workers.
-        small: usize,
-        /// Total workers.
-        workers: usize,
-    },
-    /// An unknown `split_by` name.
-    #[error("unknown split rule {0:?} (known: packets, busy)")]
-    UnknownSplitBy(String),
-    /// An unknown `--dispatch` name.
-    #[error("unknown dispatch policy {0:?} (known: {known})", known = crate::dispatch::DispatchPolicy::NAMES.join(", "))]
-    UnknownDispatchPolicy(String),
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{classify, packet_cost, Epoch, SizeClass, PACKET_BYTES};
-
-    #[test]
-    fn packet_cost_rounds_up_and_is_at_least_one() {
-        assert_eq!(packet_cost(0), 1);
-        assert_eq!(packet_cost(1), 1);
-        assert_eq!(packet_cost(PACKET_BYTES), 1);
-        assert_eq!(packet_cost(PACKET_BYTES + 1), 2);
-        assert_eq!(packet_cost(1024 * 1024), 700); // 1 MiB / 1500 = 699.05
-        assert_eq!(packet_cost(u64::MAX), u64::MAX / PACKET_BYTES + 1);
-        for bytes in [1u64, 1499, 1500, 1501, 2999, 3000, 3001, 100_000] {
-            let cost = packet_cost(bytes);
-            assert!(cost * PACKET_BYTES >= bytes && (cost - 1) * PACKET_BYTES < bytes);
-        }
-    }
-
-    #[test]
-    fn classify_is_strictly_above_threshold() {
-        assert_eq!(classify(100, 100), SizeClass::Small);
-        assert_eq!(classify(101, 100), SizeClass::Large);
-        assert_eq!(classify(0, 0), SizeClass::Small);
-        assert_eq!(classify(u64::MAX, u64::MAX), SizeClass::Small);
-        assert_eq!(SizeClass::Large.as_str(), "large");
-    }
-
-    #[test]
-    fn epoch_next_saturates() {
-        assert_eq!(Epoch(3).next(), Epoch(4));
-        assert_eq!(Epoch(u64::MAX).next(), Epoch(u64::MAX));
-    }
-}

@@ -23,7 +23,9 @@
 
 use fastbloom::BloomFilter;
 
-use crate::planner::{group_by_backend, Action, ClusterView, Observation, PlanRequest, Planner};
+use crate::planner::base::{
+    group_by_backend, Action, ClusterView, Observation, PlanRequest, Planner,
+};
 
 /// Default keys per Bloom filter generation before it is rotated.
 pub const DEFAULT_FILTER_CAPACITY: usize = 100_000;
@@ -456,7 +458,7 @@ impl Planner for TailxPlanner {
 mod tests {
     use super::*;
     use crate::health::Timestamp;
-    use crate::planner::tests::{keys, view};
+    use crate::planner::base::tests::{keys, view};
 
     fn observation(keys: u32, latency_nanos: u64) -> Observation {
         Observation {

@@ -15,8 +15,9 @@ use tailtrim_store::{
     StoreRequest, StoreStatus, UnixSecs,
 };
 
-use crate::shared::Shared;
 use crate::stats::{add, bump, bump_class, WorkerCounters};
+
+pub use crate::context::ExecContext;
 
 /// What the connection should do after a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,18 +26,6 @@ pub enum Flow {
     Continue,
     /// Close the connection once the reply is written (`quit`).
     Close,
-}
-
-/// Everything a request needs besides itself.
-pub struct ExecContext<'a> {
-    /// Server-wide state (store, settings, connection counts).
-    pub shared: &'a Shared,
-    /// The executing worker's counters.
-    pub counters: &'a WorkerCounters,
-    /// The client's socket descriptor (`watch` lines name it `cfd`).
-    pub client_fd: i32,
-    /// The current second.
-    pub now: UnixSecs,
 }
 
 const NON_NUMERIC: &[u8] = b"CLIENT_ERROR cannot increment or decrement non-numeric value";

@@ -17,15 +17,19 @@
 //!   logger thread:  `watch` connections' log lines (watch.rs)
 //! ```
 //!
-//! Module dependencies run one way: `runtime` → `policies`, `session`,
-//! `exec` → `report` → `shared`; `shared` sees the runtime only through the
-//! [`shared::DispatchView`] trait. Lock order and invariants: see
+//! Module dependencies run one way (no import cycle between modules,
+//! `scripts/check-cycles.py`): `runtime` → `policies` → `policies::strategy` →
+//! `policies::host`, `session`; `runtime` → `exec` → `report` → `context` →
+//! `shared`. A policy drives the runtime only through the
+//! [`policies::WorkerHost`] trait, and `shared` sees the runtime only through
+//! the [`shared::DispatchView`] trait. Lock order and invariants: see
 //! `docs/server.md`.
 
 pub mod affinity;
 pub mod auth;
 pub mod buffers;
 pub mod config;
+pub mod context;
 pub mod emulate;
 pub mod epoll;
 pub mod exec;

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use tailtrim_proto::exposition::{Exposition, ExpositionError, SummaryValue};
 use tailtrim_proto::reply::{self, ReplyBuf};
 
-use crate::exec::ExecContext;
+use crate::context::ExecContext;
 use crate::shared::Shared;
 
 /// Process CPU time (user, system) as memcached prints it: seconds with six decimals, from

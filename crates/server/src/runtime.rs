@@ -45,10 +45,13 @@ use crate::config::DispatchPolicy;
 use crate::emulate::{set_min_timer_slack, Emulator};
 use crate::epoll::{wait_fd, Epoll, READABLE, WRITABLE};
 use crate::exec::{count_read, count_written, execute, unlink_too_large, ExecContext};
-use crate::policies::{EpollLayout, Executed, Placement, Policy};
+use crate::policies::{EpollLayout, Executed, Placement, Policy, WorkerHost};
 use crate::session::{Admit, Conn, Job, PendingJob, ReadSide};
 use crate::shared::{unix_now, DispatchView, Shared};
 use crate::stats::bump;
+
+pub use crate::policies::host::{Charge, FlushMode};
+pub use crate::transport::WriteOutcome;
 
 /// Stop reading a connection while this much output is pending.
 pub const OUTPUT_HIGH_WATER: usize = 4 * 1024 * 1024;
@@ -248,29 +251,6 @@ impl HoldStats {
     }
 }
 
-/// What a request costs in emulated service time: its units, from the
-/// instant the completing worker started on it.
-#[derive(Debug, Clone, Copy)]
-pub struct Charge {
-    /// Keys and bytes of the request.
-    pub units: Units,
-    /// When the worker that completes it started on it.
-    pub started: Instant,
-}
-
-impl Charge {
-    /// A request of `keys` keys and `bytes` bytes, started at `started`.
-    pub fn new(started: Instant, keys: usize, bytes: u64) -> Charge {
-        Charge {
-            units: Units {
-                keys: keys as u64,
-                bytes,
-            },
-            started,
-        }
-    }
-}
-
 /// Bytes a request moves over the network, for the emulated cost: the request of a store
 /// (`declared` is its value length), else the reply.
 fn wire_bytes(declared: Option<usize>, frame: &[u8], reply: &ReplyBuf) -> u64 {
@@ -315,29 +295,6 @@ enum Next {
     HandedOff,
     /// The connection is closing.
     Closed,
-}
-
-/// When the runtime writes a completed reply out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FlushMode {
-    /// Queue only: the reader flushes after its batch (pipelined replies
-    /// share one `writev`).
-    Deferred,
-    /// Write what the socket takes now.
-    NonBlocking,
-    /// Wait for the socket (large workers do the costly send).
-    Blocking,
-}
-
-/// How a write attempt ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WriteOutcome {
-    /// Everything was written.
-    Done,
-    /// The socket is full; the rest waits.
-    WouldBlock,
-    /// The peer is gone (an error, or a write that took nothing): close.
-    Failed,
 }
 
 /// Writes `out` to `sink` with vectored writes until it is empty or the
@@ -1456,6 +1413,42 @@ impl Runtime {
             out.extend(self.holds.stats());
         }
         out
+    }
+}
+
+impl WorkerHost for Runtime {
+    fn stopping(&self) -> bool {
+        Runtime::stopping(self)
+    }
+
+    fn poll_and_serve(
+        &self,
+        index: usize,
+        worker: usize,
+        tokens: &mut Vec<u64>,
+        timeout_ms: i32,
+    ) -> bool {
+        Runtime::poll_and_serve(self, index, worker, tokens, timeout_ms)
+    }
+
+    fn run_job(&self, job: Job, worker: usize) {
+        Runtime::run_job(self, job, worker)
+    }
+
+    fn complete(
+        &self,
+        conn: &Arc<Conn>,
+        seq: u64,
+        reply: ReplyBuf,
+        worker: usize,
+        mode: FlushMode,
+        charge: Option<Charge>,
+    ) {
+        Runtime::complete(self, conn, seq, reply, worker, mode, charge)
+    }
+
+    fn record_latency(&self, worker: usize, large: bool, since: Instant) {
+        Runtime::record_latency(self, worker, large, since)
     }
 }
 

@@ -23,8 +23,18 @@ use tailtrim_proto::reply::ReplyBuf;
 use tailtrim_tls::rustls::HandshakeKind;
 use tailtrim_tls::ServerConnection;
 
-use crate::runtime::WriteOutcome;
 use crate::shared::Shared;
+
+/// How a write attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// Everything was written.
+    Done,
+    /// The socket is full; the rest waits.
+    WouldBlock,
+    /// The peer is gone (an error, or a write that took nothing): close.
+    Failed,
+}
 
 /// A session's TLS state (behind the connection's `tls` lock, taken after `read` and
 /// `write`, never before them).

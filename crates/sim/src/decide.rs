@@ -1,6 +1,6 @@
 //! The simulator's dispatch decisions: each is a call into `tailtrim_policy` with the
 //! simulated state in the form the server has it, so a simulated core decides what a server
-//! worker would. The engine makes every decision through here; the server's
+//! worker would. The engine's strategies (`strategies/*.rs`) make every decision through here; the server's
 //! `policies::same_decisions` test feeds one event sequence to these and to the server's
 //! policy objects.
 //!

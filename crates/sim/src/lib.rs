@@ -15,6 +15,7 @@
 //!                 ▼  per (policy, rate): engine::run
 //!   ┌──────────────────────────── event loop: EventQueue<(time, seq)> ─────────────────────┐
 //!   │ Arrival ─► route ─► queue(s) ─► idle core starts job ─► Done ─► next job / hand-off  │
+//!   │   (per policy a strategy, strategies/*.rs: arrive, next_job, its own queues)         │
 //!   │   size-aware:   shared small queue ─► small core ─► large? ─► large queue ─► large   │
 //!   │                 core (the first idle large core takes it)                            │
 //!   │   early:        key hash ─► core queue        stealing: home core, idle cores steal  │
@@ -29,6 +30,10 @@
 //!   sweep::run_sweep ─► curves per policy ─► summary (knee, ratio, saturation)
 //! ```
 //!
+//! Modules depend one way (no import cycle, `scripts/check-cycles.py`): `engine` →
+//! `strategies::*` → `strategies::host` → `settings`, `decide`, `workload`; the engine is the
+//! only place that names every policy (its factory in [`engine::run`]).
+//!
 //! Pure: no I/O, no clock, no threads. Time is [`Nanos`]; events are ordered by
 //! `(time, seq)`; every random stream is forked from the seed in the configuration, so the
 //! same configuration always gives the same numbers. See `docs/sim.md` for the model and
@@ -41,7 +46,9 @@ pub mod decide;
 pub mod engine;
 pub mod events;
 pub mod policy;
+pub mod settings;
 pub mod stats;
+pub mod strategies;
 pub mod sweep;
 pub mod tailx;
 pub mod time;

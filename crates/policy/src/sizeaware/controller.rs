@@ -30,8 +30,9 @@
 use std::num::NonZeroUsize;
 use std::ops::Range;
 
+use super::class::{classify, Epoch, SizeClass};
+use super::error::SizeAwareError;
 use super::histogram::{CostSplit, SizeWindow};
-use super::{classify, Epoch, SizeAwareError, SizeClass};
 
 /// Default percentile of accessed sizes that becomes the threshold (Minos: the 99th).
 pub const DEFAULT_PERCENTILE: f64 = 99.0;
@@ -669,8 +670,9 @@ mod tests {
         small_workers_for, DecisionReason, HysteresisConfig, RoleBusy, SizeAwareConfig,
         SizeAwareController, SplitBy, DEFAULT_INITIAL_THRESHOLD_BYTES,
     };
+    use crate::sizeaware::class::{packet_cost, Epoch, SizeClass};
+    use crate::sizeaware::error::SizeAwareError;
     use crate::sizeaware::histogram::{CostSplit, SizeWindow};
-    use crate::sizeaware::{packet_cost, Epoch, SizeAwareError, SizeClass};
 
     fn controller(config: SizeAwareConfig) -> SizeAwareController {
         SizeAwareController::new(config).unwrap_or_else(|error| panic!("{error}"))

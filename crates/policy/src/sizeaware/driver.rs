@@ -8,10 +8,11 @@
 //!        ─► controller.on_epoch_with_busy ─► Decision ─► published(): one PackedDecision
 //! ```
 
+use super::class::Epoch;
 use super::controller::{Decision, RoleBusy, SizeAwareConfig, SizeAwareController};
+use super::error::SizeAwareError;
 use super::histogram::{SizeHistogram, SizeWindow};
 use super::packed::PackedDecision;
-use super::{Epoch, SizeAwareError};
 
 /// A controller, its window and the epoch count.
 #[derive(Debug, Clone)]
@@ -62,9 +63,10 @@ impl EpochDriver {
 #[cfg(test)]
 mod tests {
     use super::EpochDriver;
-    use crate::sizeaware::{
-        DecisionReason, RoleBusy, SizeAwareConfig, SizeHistogram, DEFAULT_INITIAL_THRESHOLD_BYTES,
+    use crate::sizeaware::controller::{
+        DecisionReason, RoleBusy, SizeAwareConfig, DEFAULT_INITIAL_THRESHOLD_BYTES,
     };
+    use crate::sizeaware::histogram::SizeHistogram;
 
     fn driver(workers: usize) -> EpochDriver {
         EpochDriver::new(SizeAwareConfig::with_workers(workers)).unwrap_or_else(|e| panic!("{e}"))

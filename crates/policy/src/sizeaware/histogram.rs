@@ -16,7 +16,8 @@
 
 use std::num::NonZeroUsize;
 
-use super::{packet_cost, Epoch, SizeAwareError};
+use super::class::{packet_cost, Epoch};
+use super::error::SizeAwareError;
 
 /// Sizes below this are bucketed linearly.
 pub const LINEAR_LIMIT_BYTES: u64 = 1024;
@@ -448,7 +449,8 @@ mod tests {
         bucket_bounds, bucket_index, max_overestimate, percentile_rank, SizeHistogram, SizeWindow,
         BUCKET_COUNT, TRACKED_LIMIT_BYTES,
     };
-    use crate::sizeaware::{packet_cost, Epoch, SizeAwareError};
+    use crate::sizeaware::class::{packet_cost, Epoch};
+    use crate::sizeaware::error::SizeAwareError;
     use proptest::collection::vec as prop_vec;
     use proptest::prelude::{
         prop_assert, prop_assert_eq, prop_oneof, proptest, Just, ProptestConfig, Strategy,

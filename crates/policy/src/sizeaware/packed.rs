@@ -7,8 +7,8 @@
 //!  worker w:     takes_large_queue(w, workers)? ─► serves the large queue (else its input)
 //! ```
 
+use super::class::SizeClass;
 use super::controller::Decision;
-use super::SizeClass;
 
 /// A size-aware decision as the workers read it: threshold and split packed into one `u64`,
 /// so a runtime publishes an epoch's decision with one atomic store and a worker never sees
@@ -114,7 +114,8 @@ mod tests {
         assert!((5..8).all(|worker| !decision.takes_small_input(worker, false)));
         assert!((0..8).all(|worker| decision.takes_small_input(worker, true)));
     }
-    use crate::sizeaware::{SizeAwareConfig, SizeAwareController, SizeClass};
+    use crate::sizeaware::class::SizeClass;
+    use crate::sizeaware::controller::{SizeAwareConfig, SizeAwareController};
 
     #[test]
     fn packed_decision_round_trips_threshold_and_split() {

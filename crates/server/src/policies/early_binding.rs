@@ -14,11 +14,11 @@
 //!                                                        └─► owner's ClassQueue + eventfd
 //! ```
 
-use super::{EpollLayout, Policy, IDLE_WAIT_MS, STATS_CLASS_THRESHOLD};
+use super::host::WorkerHost;
+use super::strategy::{EpollLayout, Policy, IDLE_WAIT_MS, STATS_CLASS_THRESHOLD};
 use crate::config::DispatchPolicy;
 use crate::epoll::EventFd;
 use crate::priority::ClassQueue;
-use crate::runtime::Runtime;
 use crate::session::Job;
 use tailtrim_policy::serverq::Discipline;
 
@@ -41,7 +41,7 @@ impl EarlyBinding {
     /// One turn of the worker's queue: the jobs queued when the turn starts,
     /// not those that arrive while it runs, so a stream of jobs from other
     /// readers cannot keep the worker from its own connections.
-    fn run_queued(&self, rt: &Runtime, worker: usize) {
+    fn run_queued(&self, rt: &dyn WorkerHost, worker: usize) {
         let queue = &self.jobs[worker].0;
         for _ in 0..queue.len() {
             let Some(job) = queue.try_pop() else { break };
@@ -67,13 +67,13 @@ impl Policy for EarlyBinding {
         self.workers
     }
 
-    fn release(&self, _rt: &Runtime, target: usize, job: Job) {
+    fn release(&self, _rt: &dyn WorkerHost, target: usize, job: Job) {
         let (queue, event) = &self.jobs[target];
         queue.push(job.class(), job);
         event.notify();
     }
 
-    fn worker_step(&self, rt: &Runtime, worker: usize, tokens: &mut Vec<u64>) {
+    fn worker_step(&self, rt: &dyn WorkerHost, worker: usize, tokens: &mut Vec<u64>) {
         self.run_queued(rt, worker);
         rt.poll_and_serve(worker, worker, tokens, IDLE_WAIT_MS);
     }
@@ -87,7 +87,7 @@ impl Policy for EarlyBinding {
     /// read. Running it here would give the worker two turns per wait (the
     /// step's and this one) and keep its own connections waiting twice as
     /// long as the simulator's loop, which alternates one turn with one wait.
-    fn on_wake(&self, _rt: &Runtime, index: usize, _worker: usize) {
+    fn on_wake(&self, _rt: &dyn WorkerHost, index: usize, _worker: usize) {
         self.jobs[index].1.drain();
     }
 

@@ -11,10 +11,10 @@
 
 use std::time::Duration;
 
-use super::{EpollLayout, Policy, IDLE_WAIT_MS, STATS_CLASS_THRESHOLD};
+use super::host::WorkerHost;
+use super::strategy::{EpollLayout, Policy, IDLE_WAIT_MS, STATS_CLASS_THRESHOLD};
 use crate::config::DispatchPolicy;
 use crate::priority::ClassQueue;
-use crate::runtime::Runtime;
 use crate::session::Job;
 use tailtrim_policy::serverq::Discipline;
 
@@ -57,11 +57,11 @@ impl Policy for LateBinding {
         true
     }
 
-    fn release(&self, _rt: &Runtime, _target: usize, job: Job) {
+    fn release(&self, _rt: &dyn WorkerHost, _target: usize, job: Job) {
         self.queue.push(job.class(), job);
     }
 
-    fn worker_step(&self, rt: &Runtime, worker: usize, _tokens: &mut Vec<u64>) {
+    fn worker_step(&self, rt: &dyn WorkerHost, worker: usize, _tokens: &mut Vec<u64>) {
         if let Some(job) = self
             .queue
             .pop_timeout(Duration::from_millis(IDLE_WAIT_MS as u64))
@@ -76,7 +76,7 @@ impl Policy for LateBinding {
 
     /// The dispatcher reads and parses every connection (its counters live
     /// in worker 0's block).
-    fn run_helper(&self, rt: &Runtime) {
+    fn run_helper(&self, rt: &dyn WorkerHost) {
         let mut tokens = Vec::with_capacity(16);
         while !rt.stopping() {
             rt.poll_and_serve(0, 0, &mut tokens, IDLE_WAIT_MS);

@@ -5,9 +5,9 @@
 //!   accept ─► home worker's epoll ─► that worker: read ─► parse ─► execute ─► writev
 //! ```
 
-use super::{EpollLayout, Policy, IDLE_WAIT_MS, STATS_CLASS_THRESHOLD};
+use super::host::WorkerHost;
+use super::strategy::{EpollLayout, Policy, IDLE_WAIT_MS, STATS_CLASS_THRESHOLD};
 use crate::config::DispatchPolicy;
-use crate::runtime::Runtime;
 
 /// The pinned policy (no state of its own but the worker count).
 pub struct Pinned {
@@ -36,7 +36,7 @@ impl Policy for Pinned {
         self.workers
     }
 
-    fn worker_step(&self, rt: &Runtime, worker: usize, tokens: &mut Vec<u64>) {
+    fn worker_step(&self, rt: &dyn WorkerHost, worker: usize, tokens: &mut Vec<u64>) {
         rt.poll_and_serve(worker, worker, tokens, IDLE_WAIT_MS * 20);
     }
 

@@ -7,8 +7,9 @@ use tailtrim_policy::dispatch::key_hash;
 use tailtrim_policy::sizeaware::{EpochDriver, PackedDecision, RoleBusy, SizeHistogram};
 use tailtrim_sim::{decide, CostModel, Policy as SimPolicy, RunConfig};
 
+use super::build;
 use super::size_aware::SizeAware;
-use super::{build, Policy};
+use super::strategy::Policy;
 use crate::config::{DispatchPolicy, ServerConfig};
 
 const WORKERS: usize = 4;

@@ -27,10 +27,10 @@ use tailtrim_policy::sizeaware::{EpochDriver, PackedDecision, SizeClass, SplitBy
 use tailtrim_proto::reply::ReplyBuf;
 use tailtrim_proto::request::declared_total;
 
+use super::host::{FlushMode, WorkerHost};
 use super::measure::EpochMeasure;
-use super::{EpollLayout, Executed, Policy, PolicyStats, IDLE_WAIT_MS};
+use super::strategy::{EpollLayout, Executed, Policy, PolicyStats, IDLE_WAIT_MS};
 use crate::config::{DispatchPolicy, ServerConfig};
-use crate::runtime::{FlushMode, Runtime};
 use crate::session::{Conn, Job, ReadSide};
 use crate::stats::bump;
 
@@ -132,11 +132,11 @@ impl Policy for SizeAware {
         self.decision().takes_large_queue(worker, self.workers)
     }
 
-    fn release(&self, _rt: &Runtime, _target: usize, job: Job) {
+    fn release(&self, _rt: &dyn WorkerHost, _target: usize, job: Job) {
         let _ = self.queue.0.send(job);
     }
 
-    fn worker_step(&self, rt: &Runtime, worker: usize, tokens: &mut Vec<u64>) {
+    fn worker_step(&self, rt: &dyn WorkerHost, worker: usize, tokens: &mut Vec<u64>) {
         let decision = self.decision();
         let small = worker < decision.small_workers();
         if self.split_by == SplitBy::Busy {
@@ -187,7 +187,7 @@ impl Policy for SizeAware {
 
     /// The controller: every epoch merges the workers' samples and publishes
     /// the new threshold and split.
-    fn run_helper(&self, rt: &Runtime) {
+    fn run_helper(&self, rt: &dyn WorkerHost) {
         let mut slept = Duration::ZERO;
         let tick = Duration::from_millis(20).min(self.epoch);
         while !rt.stopping() {
@@ -210,7 +210,7 @@ impl Policy for SizeAware {
         }
     }
 
-    fn hand_off_receive(&self, _rt: &Runtime, conn: &Arc<Conn>) {
+    fn hand_off_receive(&self, _rt: &dyn WorkerHost, conn: &Arc<Conn>) {
         bump(&self.handoffs);
         let _ = self.queue.0.send(Job::Receive {
             conn: Arc::clone(conn),
@@ -223,7 +223,7 @@ impl Policy for SizeAware {
 
     fn finish_inline(
         &self,
-        rt: &Runtime,
+        rt: &dyn WorkerHost,
         conn: &Arc<Conn>,
         seq: u64,
         reply: ReplyBuf,

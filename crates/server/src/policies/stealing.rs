@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tailtrim_policy::dispatch::steal_victim;
 
-use super::{EpollLayout, Policy, PolicyStats, STATS_CLASS_THRESHOLD};
+use super::host::WorkerHost;
+use super::strategy::{EpollLayout, Policy, PolicyStats, STATS_CLASS_THRESHOLD};
 use crate::config::DispatchPolicy;
-use crate::runtime::Runtime;
 use crate::stats::bump;
 
 /// The stealing policy.
@@ -51,7 +51,7 @@ impl Policy for Stealing {
         steal_victim(thief, self.workers, ready)
     }
 
-    fn worker_step(&self, rt: &Runtime, worker: usize, tokens: &mut Vec<u64>) {
+    fn worker_step(&self, rt: &dyn WorkerHost, worker: usize, tokens: &mut Vec<u64>) {
         // Own connections first; when idle, take a ready one from another worker (the probe
         // serves what it finds).
         if rt.poll_and_serve(worker, worker, tokens, 0) {
