@@ -372,11 +372,42 @@ fn helper_expm1_ratio(x: f64) -> f64 {
     }
 }
 
+/// Facebook ETC key size: GEV(30.7984, 8.20449, 0.078688).
+#[must_use]
+pub fn etc_key_size() -> Distribution {
+    Distribution::Gev {
+        location: 30.7984,
+        scale: 8.20449,
+        shape: 0.078688,
+    }
+}
+
+/// Facebook ETC value size as mutilate models it: sizes 0–14 from a table,
+/// otherwise generalized Pareto(15, 214.476, 0.348238).
+#[must_use]
+pub fn etc_value_size() -> Distribution {
+    let table = [
+        0.00536, 0.00047, 0.17820, 0.09239, 0.00018, 0.02740, 0.00065, 0.00606, 0.00023, 0.00837,
+        0.00837, 0.08989, 0.00092, 0.00326, 0.01980,
+    ];
+    Distribution::Table {
+        entries: table
+            .iter()
+            .enumerate()
+            .map(|(size, probability)| (size as f64, *probability))
+            .collect(),
+        tail: Some(Box::new(Distribution::Gpd {
+            location: 15.0,
+            scale: 214.476,
+            shape: 0.348238,
+        })),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{gamma, Distribution, Zipf};
+    use super::{etc_key_size, etc_value_size, gamma, Distribution, Zipf};
     use crate::rng::Rng;
-    use crate::workload::{etc_key_size, etc_value_size};
 
     fn sorted_samples(distribution: &Distribution, count: usize, seed: u64) -> Vec<f64> {
         let mut rng = Rng::new(seed);
