@@ -31,7 +31,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use tailtrim_client::{ChangeReport, ServerSpec};
-use tailtrim_proto::exposition::CONTENT_TYPE;
+use tailtrim_metrics::exposition::CONTENT_TYPE;
 
 use crate::config::ProxySection;
 use crate::error::ProxyError;

@@ -12,8 +12,8 @@ use bytes::Bytes;
 use tailtrim_client::backend::{Backend, Priorities};
 use tailtrim_client::stats::LatencyHistogram;
 use tailtrim_client::{Pool, ReplyShape};
+use tailtrim_metrics::exposition::{Exposition, ExpositionError, SummaryValue};
 use tailtrim_policy::drr::CLASSES;
-use tailtrim_proto::exposition::{Exposition, ExpositionError, SummaryValue};
 
 use crate::frontend::Shared;
 

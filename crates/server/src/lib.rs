@@ -624,7 +624,7 @@ fn admin_response<E: std::fmt::Display>(
             Ok(body) => http_response(
                 "200 OK",
                 &[],
-                tailtrim_proto::exposition::CONTENT_TYPE,
+                tailtrim_metrics::exposition::CONTENT_TYPE,
                 body.as_bytes(),
                 method == b"GET",
             ),

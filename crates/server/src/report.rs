@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
-use tailtrim_proto::exposition::{Exposition, ExpositionError, SummaryValue};
+use tailtrim_metrics::exposition::{Exposition, ExpositionError, SummaryValue};
 use tailtrim_proto::reply::{self, ReplyBuf};
 
 use crate::exec::ExecContext;
