@@ -41,7 +41,8 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 
 pub use config::ProxyConfig;
 pub use error::ProxyError;
-use frontend::{FrontendStats, Shared};
+use frontend::Shared;
+use metrics::FrontendStats;
 
 /// A bound, not yet serving, proxy.
 pub struct Proxy {
