@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::{bearer_token, parse_query, Access, Admin, Reply};
+use super::{bearer_token, parse_query, Access, Admin, Reply, MAX_HEAD};
 
 /// Sends `request` as written and reads the answer until the server closes.
 async fn exchange(addr: SocketAddr, request: &str) -> String {
@@ -143,6 +143,18 @@ async fn change_routes_follow_the_access_policy() {
     )
     .await;
     assert!(reply.starts_with("HTTP/1.1 200 OK\r\n"), "{reply}");
+}
+
+#[tokio::test]
+async fn a_head_past_the_buffer_is_refused() {
+    let addr = listening(component(Access::Loopback)).await;
+    let filler = "x".repeat(2 * MAX_HEAD);
+    let reply = exchange(
+        addr,
+        &format!("GET /metrics HTTP/1.1\r\nX-Filler: {filler}\r\n\r\n"),
+    )
+    .await;
+    assert!(reply.starts_with("HTTP/1.1 431 "), "{reply}");
 }
 
 #[tokio::test]
