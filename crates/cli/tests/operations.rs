@@ -428,7 +428,7 @@ impl Drop for Memcached {
 fn admin_request(admin: std::net::SocketAddr, head: &str) -> String {
     let mut stream = TcpStream::connect(admin).expect("connect admin");
     stream
-        .write_all(format!("{head} HTTP/1.0\r\n\r\n").as_bytes())
+        .write_all(format!("{head} HTTP/1.1\r\n\r\n").as_bytes())
         .expect("send");
     read_while(&mut stream, |_| false)
 }

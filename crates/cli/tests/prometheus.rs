@@ -135,13 +135,18 @@ fn traffic(proxy: SocketAddr, keys: usize, misses: usize) {
     exchange(format!("get {}\r\n", all.join(" ")), b"END\r\n");
 }
 
-/// A plain HTTP/1.0 request; returns the status line, the headers and the body.
+/// A plain HTTP/1.1 request that asks the server to close the connection after answering;
+/// returns the status line, the headers and the body.
 fn http(addr: SocketAddr, method: &str, path: &str) -> (String, String, String) {
     let mut stream = TcpStream::connect(addr).expect("connect to the admin listener");
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .expect("read timeout");
-    write!(stream, "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("send request");
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send request");
     let mut response = Vec::new();
     stream.read_to_end(&mut response).expect("read response");
     let response = String::from_utf8(response).expect("utf-8 response");

@@ -1,5 +1,4 @@
-//! The memcached text and meta protocols, and the Prometheus text exposition that admin
-//! endpoints serve, as pure data transformations.
+//! The memcached text and meta protocols, as pure data transformations.
 //!
 //! No I/O happens here: callers hand in the bytes they have buffered and get
 //! back either a decoded message and how many bytes it used, a signal that
@@ -15,7 +14,6 @@
 //!   Request ──► (server executes on store) ──► reply::* ──► ReplyBuf (Bytes chunks, zero-copy values)
 //!   key listings (lru_crawler metadump, stats cachedump) ──► dump::parse_dump_line ──► DumpLine
 //!   UDP: udp::FrameHeader on each datagram; udp::split_reply cuts replies into ≤ 1400-byte datagrams
-//!   metrics ──► exposition::Exposition ──► Prometheus text (format 0.0.4) for an admin `/metrics`
 //!   `-Y` authentication: auth::Credentials (the file's users), auth::AuthState (the exchange
 //!   of an unauthenticated connection), auth::login_request (what a client sends)
 //! ```
@@ -30,7 +28,6 @@ pub mod auth;
 pub mod compose;
 pub mod dump;
 pub mod error;
-pub mod exposition;
 pub mod meta;
 pub mod number;
 pub mod reply;
@@ -38,7 +35,7 @@ pub mod request;
 pub mod response;
 pub mod udp;
 
-pub use error::{ExpositionError, ProtoError};
+pub use error::ProtoError;
 pub use meta::{MetaFlag, MetaFlags};
 pub use reply::ReplyBuf;
 pub use request::{

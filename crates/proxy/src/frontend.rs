@@ -19,7 +19,7 @@
 //! requests read or executed while its replies wait); no complete command for
 //! `idle_timeout_secs` closes it. Connections past `max_connections` are refused at accept.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,7 +38,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
 use crate::auth::ClientAuth;
-use crate::metrics;
+use crate::metrics::{self, FrontendStats, MetricsView};
 
 /// Appended after requests whose reply is suppressed (`noreply`, quiet meta), so the backend
 /// answers *something* and the connection stays in step.
@@ -60,47 +60,6 @@ pub const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
 /// Version string returned by `version`.
 pub const VERSION_LINE: &str =
     concat!("VERSION tailtrim-proxy-", env!("CARGO_PKG_VERSION"), "\r\n");
-
-/// Front-end counters (`proxy_*`).
-#[derive(Debug, Default)]
-pub struct FrontendStats {
-    /// `proxy_curr_connections`
-    pub curr_connections: AtomicU64,
-    /// `proxy_total_connections`
-    pub total_connections: AtomicU64,
-    /// `proxy_requests`: requests parsed.
-    pub requests: AtomicU64,
-    /// `proxy_client_errors`: invalid requests answered locally.
-    pub client_errors: AtomicU64,
-    /// `proxy_server_errors`: requests answered with SERVER_ERROR for backend failures.
-    pub server_errors: AtomicU64,
-    /// `rejected_connections`: connections refused past `max_connections`.
-    pub rejected_connections: AtomicU64,
-    /// `idle_kicks`: connections closed by the idle timeout.
-    pub idle_kicks: AtomicU64,
-    /// `auth_cmds`: credentials checked (`-Y`), as memcached counts them.
-    pub auth_cmds: AtomicU64,
-    /// `auth_errors`: credentials refused (`-Y`).
-    pub auth_errors: AtomicU64,
-    /// `ssl_handshake_errors`: TLS handshakes that failed or did not finish in time.
-    pub ssl_handshake_errors: AtomicU64,
-}
-
-impl FrontendStats {
-    /// `stats reset`: clears the cumulative counters (open connections stay counted).
-    pub fn reset(&self) {
-        for counter in [
-            &self.total_connections,
-            &self.requests,
-            &self.client_errors,
-            &self.server_errors,
-            &self.auth_cmds,
-            &self.auth_errors,
-        ] {
-            counter.store(0, Ordering::Relaxed);
-        }
-    }
-}
 
 /// State shared by every connection.
 pub struct Shared {
@@ -127,6 +86,16 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// What the metrics (`stats`, `/metrics`) read.
+    pub fn metrics_view(&self) -> MetricsView<'_> {
+        MetricsView {
+            front: &self.stats,
+            cluster: &self.pool,
+            started: self.started,
+            threads: self.threads,
+        }
+    }
+
     /// Counts a newly accepted connection, or refuses it past `max_connections` (the caller
     /// then answers [`TOO_MANY_CONNECTIONS`] and closes it). Returns true if admitted; an
     /// admitted connection must be served with [`serve_connection`].
@@ -678,7 +647,9 @@ async fn execute(shared: &Shared, request: Request, raw: Bytes) -> Bytes {
                 Bytes::from([reply, b"\r\n"].concat())
             }
         }
-        Request::Stats { args } => Bytes::from(metrics::stats_reply(shared, &args).await),
+        Request::Stats { args } => {
+            Bytes::from(metrics::stats_reply(shared.metrics_view(), &args).await)
+        }
         Request::Quit => Bytes::new(),
         // A backend's item dump and log stream have no meaning across a pool.
         Request::Metadump { .. } | Request::Watch { .. } => Bytes::from_static(b"ERROR\r\n"),

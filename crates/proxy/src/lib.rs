@@ -10,7 +10,8 @@
 //!                                              ▼
 //!                                   memcached or `tailtrim serve` backends
 //!                                   (TLS and the -Y login per [pool], tailtrim_client::dial)
-//!  Prometheus ──HTTP──► admin listener ──► metrics::prometheus_text
+//!  Prometheus ──HTTP──► admin listener (tailtrim-admin: /metrics, /health, /pool…) ──► metrics::prometheus_text
+//!                       frontend ──stats──► metrics::stats_reply (both read a metrics::MetricsView)
 //!  operator ──HTTP POST/DELETE /pool/servers, or SIGHUP (reload) ──► Cluster::change
 //!           SIGHUP also re-reads the -Y auth file
 //!  SIGINT/SIGTERM: exit; SIGTTIN/SIGTTOU: log level up/down (nutcracker's); logs via `tracing`
@@ -41,7 +42,8 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 
 pub use config::ProxyConfig;
 pub use error::ProxyError;
-use frontend::{FrontendStats, Shared};
+use frontend::Shared;
+use metrics::FrontendStats;
 
 /// A bound, not yet serving, proxy.
 pub struct Proxy {

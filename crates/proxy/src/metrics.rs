@@ -1,364 +1,355 @@
-//! `stats` replies and Prometheus text, both rendered from the same counters.
+//! `stats` replies and Prometheus text, both rendered from the same declared metrics
+//! ([`tailtrim_metrics`]): the constants below are the whole list, each with its name, help,
+//! type and unit.
 //!
-//! Names: `proxy_*` (front end), `pool_*` (per pool), `backend_*` (per backend, labelled by
-//! address). Latencies are histograms in microseconds: `stats` shows quantiles in
-//! microseconds, `/metrics` summaries in seconds (quantiles, `_sum`, `_count`); counters get
-//! `_total` there, and every family its `# HELP` and `# TYPE`.
+//! Names: `proxy_*` (front end), `pool_*` (per pool), `chisel_*` (the chisel planner),
+//! `cluster_*` (membership), `backend_*` (per backend, labelled by address). Latencies are
+//! histograms in microseconds: `stats` shows quantiles in microseconds, `/metrics` summaries
+//! in seconds (quantiles, `_sum`, `_count`); counters get `_total` there, and every family
+//! its `# HELP` and `# TYPE`.
+//!
+//! ```text
+//!   FrontendStats (counted by frontend) ─┐
+//!   Cluster / Pool / Backend stats ──────┴─► samples(MetricsView) ─► Samples ─┬─► stats_reply
+//!                                                                              └─► prometheus_text
+//! ```
+//!
+//! This module reads a [`MetricsView`] and knows nothing of the front end's connection
+//! handling, which calls it for `stats`.
 
 use std::fmt::Write as _;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use bytes::Bytes;
 use tailtrim_client::backend::{Backend, Priorities};
 use tailtrim_client::stats::LatencyHistogram;
-use tailtrim_client::{Pool, ReplyShape};
+use tailtrim_client::{Cluster, Pool, ReplyShape};
+use tailtrim_metrics::samples::QUANTILES;
+use tailtrim_metrics::{Distribution, Exposition, ExpositionError, Labels, Samples};
 use tailtrim_policy::drr::CLASSES;
-use tailtrim_proto::exposition::{Exposition, ExpositionError, SummaryValue};
 
-use crate::frontend::Shared;
-
-const QUANTILES: [f64; 4] = [0.5, 0.9, 0.99, 0.999];
-const QUANTILE_NAMES: [&str; 4] = ["p50", "p90", "p99", "p999"];
-
-/// Whether a sample only goes up (a counter) or goes up and down (a gauge).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum SampleKind {
-    Counter,
-    Gauge,
+/// Front-end counters (`proxy_*`).
+#[derive(Debug, Default)]
+pub struct FrontendStats {
+    /// `proxy_curr_connections`
+    pub curr_connections: AtomicU64,
+    /// `proxy_total_connections`
+    pub total_connections: AtomicU64,
+    /// `proxy_requests`: requests parsed.
+    pub requests: AtomicU64,
+    /// `proxy_client_errors`: invalid requests answered locally.
+    pub client_errors: AtomicU64,
+    /// `proxy_server_errors`: requests answered with SERVER_ERROR for backend failures.
+    pub server_errors: AtomicU64,
+    /// `rejected_connections`: connections refused past `max_connections`.
+    pub rejected_connections: AtomicU64,
+    /// `idle_kicks`: connections closed by the idle timeout.
+    pub idle_kicks: AtomicU64,
+    /// `auth_cmds`: credentials checked (`-Y`), as memcached counts them.
+    pub auth_cmds: AtomicU64,
+    /// `auth_errors`: credentials refused (`-Y`).
+    pub auth_errors: AtomicU64,
+    /// `ssl_handshake_errors`: TLS handshakes that failed or did not finish in time.
+    pub ssl_handshake_errors: AtomicU64,
 }
 
-/// One named value. `stats` shows it under its name; `/metrics` under
-/// [`prometheus_name_and_scale`] of that name.
-struct Sample {
-    name: String,
-    help: &'static str,
-    labels: Vec<(&'static str, String)>,
-    kind: SampleKind,
-    value: u64,
-}
-
-/// The samples of one `stats` or `/metrics` rendering, in order.
-#[derive(Default)]
-struct Samples(Vec<Sample>);
-
-impl Samples {
-    fn counter(&mut self, name: &str, help: &'static str, labels: Labels, value: u64) {
-        self.add(name, help, labels, SampleKind::Counter, value);
-    }
-
-    fn gauge(&mut self, name: &str, help: &'static str, labels: Labels, value: u64) {
-        self.add(name, help, labels, SampleKind::Gauge, value);
-    }
-
-    fn add(
-        &mut self,
-        name: &str,
-        help: &'static str,
-        labels: Labels,
-        kind: SampleKind,
-        value: u64,
-    ) {
-        self.0.push(Sample {
-            name: name.to_string(),
-            help,
-            labels,
-            kind,
-            value,
-        });
+impl FrontendStats {
+    /// `stats reset`: clears the cumulative counters (open connections stay counted).
+    pub fn reset(&self) {
+        for counter in [
+            &self.total_connections,
+            &self.requests,
+            &self.client_errors,
+            &self.server_errors,
+            &self.auth_cmds,
+            &self.auth_errors,
+        ] {
+            counter.store(0, Ordering::Relaxed);
+        }
     }
 }
 
-fn counters(shared: &Shared) -> Vec<Sample> {
-    let mut samples = Samples::default();
-    let front = &shared.stats;
-    samples.gauge(
-        "proxy_curr_connections",
-        "Open client connections.",
+/// What the proxy's metrics read: the front end's counters and the pool.
+#[derive(Clone, Copy)]
+pub struct MetricsView<'a> {
+    /// Front-end counters.
+    pub front: &'a FrontendStats,
+    /// The backend pool and its membership.
+    pub cluster: &'a Cluster,
+    /// When the proxy started.
+    pub started: Instant,
+    /// Runtime worker threads.
+    pub threads: usize,
+}
+
+tailtrim_metrics::metrics! {
+    /// Every declared metric (for the declarations' check).
+    pub list DECLARED;
+    /// Open client connections.
+    pub gauge PROXY_CURR_CONNECTIONS = "proxy_curr_connections";
+    /// Client connections accepted.
+    pub counter PROXY_CONNECTIONS = "proxy_connections";
+    /// Client requests parsed.
+    pub counter PROXY_REQUESTS = "proxy_requests";
+    /// Invalid client requests answered by the proxy.
+    pub counter PROXY_CLIENT_ERRORS = "proxy_client_errors";
+    /// Client connections refused past max_connections.
+    pub counter PROXY_REJECTED_CONNECTIONS = "proxy_rejected_connections";
+    /// Client connections closed by the idle timeout.
+    pub counter PROXY_IDLE_KICKS = "proxy_idle_kicks";
+    /// Credentials checked on the client listener (-Y).
+    pub counter PROXY_AUTH_CMDS = "proxy_auth_cmds";
+    /// Credentials refused on the client listener (-Y).
+    pub counter PROXY_AUTH_ERRORS = "proxy_auth_errors";
+    /// Requests answered SERVER_ERROR because backends failed.
+    pub counter PROXY_SERVER_ERRORS = "proxy_server_errors";
+    /// Single-key reads.
+    pub counter POOL_READS = "pool_reads";
+    /// Single-key writes (to every replica).
+    pub counter POOL_WRITES = "pool_writes";
+    /// Multi-key reads.
+    pub counter POOL_MULTIGETS = "pool_multigets";
+    /// Keys in multi-key reads.
+    pub counter POOL_MULTIGET_KEYS = "pool_multiget_keys";
+    /// Backend fetches issued by the planner.
+    pub counter POOL_FETCHES = "pool_fetches";
+    /// Reads retried on another replica.
+    pub counter POOL_FAILOVERS = "pool_failovers";
+    /// Requests failed because no replica could serve.
+    pub counter POOL_UNAVAILABLE = "pool_unavailable";
+    /// Backend queries sent for multi-key reads (after splitting and merging).
+    pub counter POOL_QUERIES = "pool_queries";
+    /// Keys in those backend queries.
+    pub counter POOL_QUERY_KEYS = "pool_query_keys";
+    /// Opsets waiting in the delay queue (tailx).
+    pub gauge POOL_DELAY_QUEUE_LENGTH = "pool_delay_queue_length";
+    /// Opsets that waited in the delay queue (tailx).
+    pub counter POOL_DELAY_QUEUED = "pool_delay_queued";
+    /// Requests in flight per backend before the proxy queues by priority (0: no bound).
+    pub gauge POOL_BACKEND_WINDOW = "pool_backend_window";
+    /// Planner state (see docs/proxy.md).
+    pub gauge POOL_PLANNER_STATE = "pool_planner";
+    /// Current merge level B (mice per backend query).
+    pub gauge CHISEL_MERGE_LEVEL = "chisel_merge_level";
+    /// Current chunk size L in keys (0: elephants are not split).
+    pub gauge CHISEL_CHUNK_SIZE = "chisel_chunk_size";
+    /// Backend queries that carried more than one request.
+    pub counter CHISEL_MERGED_QUERIES = "chisel_merged_queries";
+    /// Requests that rode in another request's backend query.
+    pub counter CHISEL_MERGED_REQUESTS = "chisel_merged_requests";
+    /// Analyzer epochs run.
+    pub counter CHISEL_EPOCHS = "chisel_epochs";
+    /// Epochs that fell back to batching (thin or poor fit, no stable plan).
+    pub counter CHISEL_FALLBACKS = "chisel_fallbacks";
+    /// 1 when the last epoch fell back to batching.
+    pub gauge CHISEL_FALLBACK = "chisel_fallback";
+    /// Observed mean latency of batching epochs that a plan must not exceed by the guard margin, µs.
+    pub gauge CHISEL_BATCH_BASELINE = "chisel_batch_baseline_us" in Microseconds;
+    /// Share of the fitted round trip the model counts as backend processing (measured unless configured), in thousandths.
+    pub gauge CHISEL_PROCESSING_SHARE = "chisel_processing_share_permille" in Permille;
+    /// Fitted round trip T(K) = fixed + per_key * K: fixed part, ns.
+    pub gauge CHISEL_FIT_FIXED = "chisel_fit_fixed_ns" in Nanoseconds;
+    /// Fitted round trip: per-key part, ns.
+    pub gauge CHISEL_FIT_PER_KEY = "chisel_fit_per_key_ns" in Nanoseconds;
+    /// R squared of the fit, in thousandths.
+    pub gauge CHISEL_FIT_R2 = "chisel_fit_r2_permille" in Permille;
+    /// Mean latency measured in the last epoch, µs.
+    pub gauge CHISEL_OBSERVED_MEAN = "chisel_observed_mean_us" in Microseconds;
+    /// 95th percentile measured in the last epoch, µs.
+    pub gauge CHISEL_OBSERVED_P95 = "chisel_observed_p95_us" in Microseconds;
+    /// Mean latency the model predicts for the current (B, L), µs.
+    pub gauge CHISEL_PREDICTED_MEAN = "chisel_predicted_mean_us" in Microseconds;
+    /// 95th percentile the model predicts for the current (B, L), µs.
+    pub gauge CHISEL_PREDICTED_P95 = "chisel_predicted_p95_us" in Microseconds;
+    /// Membership version (1 at start, +1 per installed view).
+    pub gauge CLUSTER_VERSION = "cluster_version";
+    /// Memory held by the hot-key trackers.
+    pub gauge CLUSTER_TRACKER_BYTES = "cluster_tracker_bytes";
+    /// Membership changes applied.
+    pub counter CLUSTER_CHANGES = "cluster_changes";
+    /// Keys copied to their new owner before a switch.
+    pub counter CLUSTER_COPIES = "cluster_copies";
+    /// Planned copies whose key was gone at the old owner.
+    pub counter CLUSTER_COPY_MISSES = "cluster_copy_misses";
+    /// Misses at a new owner read from the previous owner.
+    pub counter CLUSTER_FALLBACK_READS = "cluster_fallback_reads";
+    /// Fallback reads found and added at the new owner.
+    pub counter CLUSTER_FALLBACK_HITS = "cluster_fallback_hits";
+    /// Writes to moved keys during a change.
+    pub counter CLUSTER_FENCED_WRITES = "cluster_fenced_writes";
+    /// Steady-state writes that also deleted the key at its former owners.
+    pub counter CLUSTER_FORMER_OWNER_DELETES = "cluster_former_owner_deletes";
+    /// Keys deleted at members that held them without owning them (history start-over).
+    pub counter CLUSTER_LEFTOVERS_DELETED = "cluster_leftovers_deleted";
+    /// Changes that forgot the oldest pool without a complete purge of leftovers.
+    pub counter CLUSTER_HISTORY_GAPS = "cluster_history_gaps";
+    /// Requests sent to the backend.
+    pub counter BACKEND_REQUESTS = "backend_requests";
+    /// Connection errors and malformed replies.
+    pub counter BACKEND_ERRORS = "backend_errors";
+    /// Requests that timed out.
+    pub counter BACKEND_TIMEOUTS = "backend_timeouts";
+    /// Requests refused while the backend was down.
+    pub counter BACKEND_FAIL_FAST = "backend_fail_fast";
+    /// Times the backend was marked down.
+    pub counter BACKEND_MARKED_DOWN = "backend_marked_down";
+    /// Times the backend came back.
+    pub counter BACKEND_REVIVED = "backend_revived";
+    /// Connections opened.
+    pub counter BACKEND_CONNECTS = "backend_connects";
+    /// Requests in flight.
+    pub gauge BACKEND_OUTSTANDING = "backend_outstanding";
+    /// Requests queued in the proxy for a slot in the backend's window.
+    pub gauge BACKEND_GATE_WAITING = "backend_gate_waiting";
+    /// Requests admitted to the backend by priority class.
+    pub counter BACKEND_GATE_ADMITTED = "backend_gate_admitted";
+    /// Requests that waited in the proxy's priority queue, by class.
+    pub counter BACKEND_GATE_QUEUED = "backend_gate_queued";
+    /// 1 when the backend announced that it serves priority classes itself (priorities drr).
+    pub gauge BACKEND_SERVES_PRIORITIES = "backend_serves_priorities";
+    /// 1 when the backend is up.
+    pub gauge BACKEND_UP = "backend_up";
+    /// Latency in seconds (quantiles from an HDR histogram).
+    pub summary POOL_LATENCY = "pool_latency_us" in Microseconds;
+    /// Latency in seconds (quantiles from an HDR histogram).
+    pub summary POOL_MULTIGET_LATENCY = "pool_multiget_latency_us" in Microseconds;
+    /// Latency in seconds (quantiles from an HDR histogram).
+    pub summary POOL_MICE_LATENCY = "pool_mice_latency_us" in Microseconds;
+    /// Latency in seconds (quantiles from an HDR histogram).
+    pub summary POOL_ELEPHANT_LATENCY = "pool_elephant_latency_us" in Microseconds;
+    /// Latency in seconds (quantiles from an HDR histogram).
+    pub summary POOL_DELAY_GRANTED = "pool_delay_granted_us" in Microseconds;
+    /// Latency in seconds (quantiles from an HDR histogram).
+    pub summary POOL_MULTIGET_CLASS_LATENCY = "pool_multiget_class_latency_us" in Microseconds;
+    /// Latency in seconds (quantiles from an HDR histogram).
+    pub summary POOL_FETCH_PRIORITY_LATENCY = "pool_fetch_priority_latency_us" in Microseconds;
+    /// Latency in seconds (quantiles from an HDR histogram).
+    pub summary BACKEND_LATENCY = "backend_latency_us" in Microseconds;
+}
+
+/// One reading of every metric, in the order `stats` and `/metrics` show them: front end,
+/// pool, chisel, cluster, backends, the planner's gauges, then the latency histograms.
+fn samples(view: MetricsView<'_>) -> Samples {
+    let mut samples = Samples::new();
+    let front = view.front;
+    let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    samples.count(
+        &PROXY_CURR_CONNECTIONS,
         vec![],
-        front.curr_connections.load(Ordering::Relaxed),
+        load(&front.curr_connections),
     );
-    samples.counter(
-        "proxy_connections",
-        "Client connections accepted.",
-        vec![],
-        front.total_connections.load(Ordering::Relaxed),
-    );
-    samples.counter(
-        "proxy_requests",
-        "Client requests parsed.",
-        vec![],
-        front.requests.load(Ordering::Relaxed),
-    );
-    samples.counter(
-        "proxy_client_errors",
-        "Invalid client requests answered by the proxy.",
-        vec![],
-        front.client_errors.load(Ordering::Relaxed),
-    );
-    samples.counter(
-        "proxy_rejected_connections",
-        "Client connections refused past max_connections.",
-        vec![],
-        front.rejected_connections.load(Ordering::Relaxed),
-    );
-    samples.counter(
-        "proxy_idle_kicks",
-        "Client connections closed by the idle timeout.",
-        vec![],
-        front.idle_kicks.load(Ordering::Relaxed),
-    );
-    samples.counter(
-        "proxy_auth_cmds",
-        "Credentials checked on the client listener (-Y).",
-        vec![],
-        front.auth_cmds.load(Ordering::Relaxed),
-    );
-    samples.counter(
-        "proxy_auth_errors",
-        "Credentials refused on the client listener (-Y).",
-        vec![],
-        front.auth_errors.load(Ordering::Relaxed),
-    );
-    samples.counter(
-        "proxy_server_errors",
-        "Requests answered SERVER_ERROR because backends failed.",
-        vec![],
-        front.server_errors.load(Ordering::Relaxed),
-    );
-    let pool = shared.pool.current();
-    let pool_label = vec![("pool", pool.config().name.clone())];
+    for (metric, counter) in [
+        (&PROXY_CONNECTIONS, &front.total_connections),
+        (&PROXY_REQUESTS, &front.requests),
+        (&PROXY_CLIENT_ERRORS, &front.client_errors),
+        (&PROXY_REJECTED_CONNECTIONS, &front.rejected_connections),
+        (&PROXY_IDLE_KICKS, &front.idle_kicks),
+        (&PROXY_AUTH_CMDS, &front.auth_cmds),
+        (&PROXY_AUTH_ERRORS, &front.auth_errors),
+        (&PROXY_SERVER_ERRORS, &front.server_errors),
+    ] {
+        samples.count(metric, vec![], load(counter));
+    }
+    let pool = view.cluster.current();
+    let pool_label: Labels = vec![("pool", pool.config().name.clone())];
     let stats = pool.stats();
-    samples.counter(
-        "pool_reads",
-        "Single-key reads.",
-        pool_label.clone(),
-        stats.reads.get(),
-    );
-    samples.counter(
-        "pool_writes",
-        "Single-key writes (to every replica).",
-        pool_label.clone(),
-        stats.writes.get(),
-    );
-    samples.counter(
-        "pool_multigets",
-        "Multi-key reads.",
-        pool_label.clone(),
-        stats.multigets.get(),
-    );
-    samples.counter(
-        "pool_multiget_keys",
-        "Keys in multi-key reads.",
-        pool_label.clone(),
-        stats.multiget_keys.get(),
-    );
-    samples.counter(
-        "pool_fetches",
-        "Backend fetches issued by the planner.",
-        pool_label.clone(),
-        stats.fetches.get(),
-    );
-    samples.counter(
-        "pool_failovers",
-        "Reads retried on another replica.",
-        pool_label.clone(),
-        stats.failovers.get(),
-    );
-    samples.counter(
-        "pool_unavailable",
-        "Requests failed because no replica could serve.",
-        pool_label.clone(),
-        stats.unavailable.get(),
-    );
-    samples.counter(
-        "pool_queries",
-        "Backend queries sent for multi-key reads (after splitting and merging).",
-        pool_label.clone(),
-        stats.queries.get(),
-    );
-    samples.counter(
-        "pool_query_keys",
-        "Keys in those backend queries.",
-        pool_label.clone(),
-        stats.query_keys.get(),
-    );
-    samples.gauge(
-        "pool_delay_queue_length",
-        "Opsets waiting in the delay queue (tailx).",
-        pool_label.clone(),
-        pool.delay_queue().len(),
-    );
-    samples.counter(
-        "pool_delay_queued",
-        "Opsets that waited in the delay queue (tailx).",
-        pool_label.clone(),
-        pool.delay_queue().delayed.get(),
-    );
-    samples.gauge(
-        "pool_backend_window",
-        "Requests in flight per backend before the proxy queues by priority (0: no bound).",
-        pool_label.clone(),
-        pool.config().effective_window() as u64,
-    );
-    chisel_samples(&pool, &pool_label, &mut samples);
-    let cluster = shared.pool.stats();
-    samples.gauge(
-        "cluster_version",
-        "Membership version (1 at start, +1 per installed view).",
-        pool_label.clone(),
-        shared.pool.version(),
-    );
-    samples.gauge(
-        "cluster_tracker_bytes",
-        "Memory held by the hot-key trackers.",
-        pool_label.clone(),
-        shared.pool.tracker_memory() as u64,
-    );
-    for (name, help, value) in [
+    for (metric, value) in [
+        (&POOL_READS, stats.reads.get()),
+        (&POOL_WRITES, stats.writes.get()),
+        (&POOL_MULTIGETS, stats.multigets.get()),
+        (&POOL_MULTIGET_KEYS, stats.multiget_keys.get()),
+        (&POOL_FETCHES, stats.fetches.get()),
+        (&POOL_FAILOVERS, stats.failovers.get()),
+        (&POOL_UNAVAILABLE, stats.unavailable.get()),
+        (&POOL_QUERIES, stats.queries.get()),
+        (&POOL_QUERY_KEYS, stats.query_keys.get()),
+        (&POOL_DELAY_QUEUE_LENGTH, pool.delay_queue().len()),
+        (&POOL_DELAY_QUEUED, pool.delay_queue().delayed.get()),
         (
-            "cluster_changes",
-            "Membership changes applied.",
-            cluster.changes.get(),
-        ),
-        (
-            "cluster_copies",
-            "Keys copied to their new owner before a switch.",
-            cluster.copies.get(),
-        ),
-        (
-            "cluster_copy_misses",
-            "Planned copies whose key was gone at the old owner.",
-            cluster.copy_misses.get(),
-        ),
-        (
-            "cluster_fallback_reads",
-            "Misses at a new owner read from the previous owner.",
-            cluster.fallback_reads.get(),
-        ),
-        (
-            "cluster_fallback_hits",
-            "Fallback reads found and added at the new owner.",
-            cluster.fallback_hits.get(),
-        ),
-        (
-            "cluster_fenced_writes",
-            "Writes to moved keys during a change.",
-            cluster.fenced_writes.get(),
-        ),
-        (
-            "cluster_former_owner_deletes",
-            "Steady-state writes that also deleted the key at its former owners.",
-            cluster.former_owner_deletes.get(),
-        ),
-        (
-            "cluster_leftovers_deleted",
-            "Keys deleted at members that held them without owning them (history start-over).",
-            cluster.leftovers_deleted.get(),
-        ),
-        (
-            "cluster_history_gaps",
-            "Changes that forgot the oldest pool without a complete purge of leftovers.",
-            cluster.history_gaps.get(),
+            &POOL_BACKEND_WINDOW,
+            pool.config().effective_window() as u64,
         ),
     ] {
-        samples.counter(name, help, pool_label.clone(), value);
+        samples.count(metric, pool_label.clone(), value);
+    }
+    chisel_samples(&pool, &pool_label, &mut samples);
+    let cluster = view.cluster.stats();
+    for (metric, value) in [
+        (&CLUSTER_VERSION, view.cluster.version()),
+        (&CLUSTER_TRACKER_BYTES, view.cluster.tracker_memory() as u64),
+        (&CLUSTER_CHANGES, cluster.changes.get()),
+        (&CLUSTER_COPIES, cluster.copies.get()),
+        (&CLUSTER_COPY_MISSES, cluster.copy_misses.get()),
+        (&CLUSTER_FALLBACK_READS, cluster.fallback_reads.get()),
+        (&CLUSTER_FALLBACK_HITS, cluster.fallback_hits.get()),
+        (&CLUSTER_FENCED_WRITES, cluster.fenced_writes.get()),
+        (
+            &CLUSTER_FORMER_OWNER_DELETES,
+            cluster.former_owner_deletes.get(),
+        ),
+        (&CLUSTER_LEFTOVERS_DELETED, cluster.leftovers_deleted.get()),
+        (&CLUSTER_HISTORY_GAPS, cluster.history_gaps.get()),
+    ] {
+        samples.count(metric, pool_label.clone(), value);
     }
     for backend in pool.backends() {
-        let labels = vec![
-            ("pool", pool.config().name.clone()),
-            ("backend", backend.address().to_string()),
-        ];
-        let stats = backend.stats();
-        samples.counter(
-            "backend_requests",
-            "Requests sent to the backend.",
-            labels.clone(),
-            stats.requests.get(),
-        );
-        samples.counter(
-            "backend_errors",
-            "Connection errors and malformed replies.",
-            labels.clone(),
-            stats.errors.get(),
-        );
-        samples.counter(
-            "backend_timeouts",
-            "Requests that timed out.",
-            labels.clone(),
-            stats.timeouts.get(),
-        );
-        samples.counter(
-            "backend_fail_fast",
-            "Requests refused while the backend was down.",
-            labels.clone(),
-            stats.fail_fast.get(),
-        );
-        samples.counter(
-            "backend_marked_down",
-            "Times the backend was marked down.",
-            labels.clone(),
-            stats.marked_down.get(),
-        );
-        samples.counter(
-            "backend_revived",
-            "Times the backend came back.",
-            labels.clone(),
-            stats.revived.get(),
-        );
-        samples.counter(
-            "backend_connects",
-            "Connections opened.",
-            labels.clone(),
-            stats.connects.get(),
-        );
-        samples.gauge(
-            "backend_outstanding",
-            "Requests in flight.",
-            labels.clone(),
-            u64::from(backend.outstanding()),
-        );
-        if let Some(gate) = backend.gate() {
-            samples.gauge(
-                "backend_gate_waiting",
-                "Requests queued in the proxy for a slot in the backend's window.",
-                labels.clone(),
-                gate.waiting() as u64,
-            );
-            for class in 0..CLASSES {
-                let mut class_labels = labels.clone();
-                class_labels.push(("class", class.to_string()));
-                samples.counter(
-                    "backend_gate_admitted",
-                    "Requests admitted to the backend by priority class.",
-                    class_labels.clone(),
-                    gate.admitted[class].get(),
-                );
-                samples.counter(
-                    "backend_gate_queued",
-                    "Requests that waited in the proxy's priority queue, by class.",
-                    class_labels,
-                    gate.queued[class].get(),
-                );
-            }
-        }
-        samples.gauge(
-            "backend_serves_priorities",
-            "1 when the backend announced that it serves priority classes itself (priorities drr).",
-            labels.clone(),
-            u64::from(backend.priorities() == Priorities::Backend),
-        );
-        samples.gauge(
-            "backend_up",
-            "1 when the backend is up.",
-            labels,
-            u64::from(backend.is_up()),
+        backend_samples(&pool, backend, &mut samples);
+    }
+    let planner_labels: Labels = vec![
+        ("pool", pool.config().name.clone()),
+        ("planner", pool.planner_name().to_string()),
+    ];
+    for (name, value) in pool.planner_gauges() {
+        samples.real_named(
+            format!("pool_{name}"),
+            &POOL_PLANNER_STATE,
+            planner_labels.clone(),
+            value,
         );
     }
-    samples.0
+    latency_samples(&pool, &mut samples);
+    samples
 }
 
-/// Metric labels as (name, value) pairs.
-type Labels = Vec<(&'static str, String)>;
+fn backend_samples(pool: &Pool, backend: &Backend, samples: &mut Samples) {
+    let labels: Labels = vec![
+        ("pool", pool.config().name.clone()),
+        ("backend", backend.address().to_string()),
+    ];
+    let stats = backend.stats();
+    for (metric, value) in [
+        (&BACKEND_REQUESTS, stats.requests.get()),
+        (&BACKEND_ERRORS, stats.errors.get()),
+        (&BACKEND_TIMEOUTS, stats.timeouts.get()),
+        (&BACKEND_FAIL_FAST, stats.fail_fast.get()),
+        (&BACKEND_MARKED_DOWN, stats.marked_down.get()),
+        (&BACKEND_REVIVED, stats.revived.get()),
+        (&BACKEND_CONNECTS, stats.connects.get()),
+        (&BACKEND_OUTSTANDING, u64::from(backend.outstanding())),
+    ] {
+        samples.count(metric, labels.clone(), value);
+    }
+    if let Some(gate) = backend.gate() {
+        samples.count(&BACKEND_GATE_WAITING, labels.clone(), gate.waiting() as u64);
+        for class in 0..CLASSES {
+            let mut class_labels = labels.clone();
+            class_labels.push(("class", class.to_string()));
+            samples.count(
+                &BACKEND_GATE_ADMITTED,
+                class_labels.clone(),
+                gate.admitted[class].get(),
+            );
+            samples.count(&BACKEND_GATE_QUEUED, class_labels, gate.queued[class].get());
+        }
+    }
+    samples.count(
+        &BACKEND_SERVES_PRIORITIES,
+        labels.clone(),
+        u64::from(backend.priorities() == Priorities::Backend),
+    );
+    samples.count(&BACKEND_UP, labels, u64::from(backend.is_up()));
+}
 
 /// Microseconds as an integer sample (rounded; negative or NaN as 0).
 fn micros(value: f64) -> u64 {
@@ -374,85 +365,50 @@ fn chisel_samples(pool: &Pool, labels: &Labels, samples: &mut Samples) {
         return;
     };
     let shaper = pool.shaper();
-    samples.gauge(
-        "chisel_merge_level",
-        "Current merge level B (mice per backend query).",
-        labels.clone(),
-        u64::from(shape.merge_level),
-    );
-    samples.gauge(
-        "chisel_chunk_size",
-        "Current chunk size L in keys (0: elephants are not split).",
-        labels.clone(),
-        if shape.chunk_size == u32::MAX {
-            0
-        } else {
-            u64::from(shape.chunk_size)
-        },
-    );
-    samples.counter(
-        "chisel_merged_queries",
-        "Backend queries that carried more than one request.",
-        labels.clone(),
-        shaper.merged_queries.get(),
-    );
-    samples.counter(
-        "chisel_merged_requests",
-        "Requests that rode in another request's backend query.",
-        labels.clone(),
-        shaper.merged_requests.get(),
-    );
-    samples.counter(
-        "chisel_epochs",
-        "Analyzer epochs run.",
-        labels.clone(),
-        shaper.epochs.get(),
-    );
-    samples.counter(
-        "chisel_fallbacks",
-        "Epochs that fell back to batching (thin or poor fit, no stable plan).",
-        labels.clone(),
-        shaper.fallbacks(),
-    );
+    let chunk_size = if shape.chunk_size == u32::MAX {
+        0
+    } else {
+        u64::from(shape.chunk_size)
+    };
+    for (metric, value) in [
+        (&CHISEL_MERGE_LEVEL, u64::from(shape.merge_level)),
+        (&CHISEL_CHUNK_SIZE, chunk_size),
+        (&CHISEL_MERGED_QUERIES, shaper.merged_queries.get()),
+        (&CHISEL_MERGED_REQUESTS, shaper.merged_requests.get()),
+        (&CHISEL_EPOCHS, shaper.epochs.get()),
+        (&CHISEL_FALLBACKS, shaper.fallbacks()),
+    ] {
+        samples.count(metric, labels.clone(), value);
+    }
     let Some((decision, observed)) = shaper.last_decision() else {
         return;
     };
-    samples.gauge(
-        "chisel_fallback",
-        "1 when the last epoch fell back to batching.",
+    samples.count(
+        &CHISEL_FALLBACK,
         labels.clone(),
         u64::from(decision.fallback.is_some()),
     );
     if let Some(baseline) = decision.batch_baseline {
-        samples.gauge(
-            "chisel_batch_baseline_us",
-            "Observed mean latency of batching epochs that a plan must not exceed by the guard margin, µs.",
+        samples.count(
+            &CHISEL_BATCH_BASELINE,
             labels.clone(),
             micros(baseline.as_micros()),
         );
     }
-    samples.gauge(
-        "chisel_processing_share_permille",
-        "Share of the fitted round trip the model counts as backend processing (measured unless configured), in thousandths.",
+    samples.count(
+        &CHISEL_PROCESSING_SHARE,
         labels.clone(),
         micros(decision.processing_share * 1000.0),
     );
     if let Some(fit) = decision.fit {
-        samples.gauge(
-            "chisel_fit_fixed_ns",
-            "Fitted round trip T(K) = fixed + per_key * K: fixed part, ns.",
-            labels.clone(),
-            micros(fit.fixed * 1e9),
-        );
-        samples.gauge(
-            "chisel_fit_per_key_ns",
-            "Fitted round trip: per-key part, ns.",
+        samples.count(&CHISEL_FIT_FIXED, labels.clone(), micros(fit.fixed * 1e9));
+        samples.count(
+            &CHISEL_FIT_PER_KEY,
             labels.clone(),
             micros(fit.per_key * 1e9),
         );
-        samples.gauge(
-            "chisel_fit_r2_permille",
-            "R squared of the fit, in thousandths.",
+        samples.count(
+            &CHISEL_FIT_R2,
             labels.clone(),
             micros(fit.r_squared * 1000.0),
         );
@@ -468,33 +424,21 @@ fn chisel_samples(pool: &Pool, labels: &Labels, samples: &mut Samples) {
     for (class, mean, p95) in classes {
         let mut class_labels = labels.clone();
         class_labels.push(("class", class.to_string()));
-        samples.gauge(
-            "chisel_observed_mean_us",
-            "Mean latency measured in the last epoch, µs.",
-            class_labels.clone(),
-            micros(mean),
-        );
-        samples.gauge(
-            "chisel_observed_p95_us",
-            "95th percentile measured in the last epoch, µs.",
-            class_labels.clone(),
-            micros(p95),
-        );
+        samples.count(&CHISEL_OBSERVED_MEAN, class_labels.clone(), micros(mean));
+        samples.count(&CHISEL_OBSERVED_P95, class_labels.clone(), micros(p95));
         if let Some(prediction) = &decision.prediction {
             let predicted = if class == "mice" {
                 prediction.mice
             } else {
                 prediction.elephant
             };
-            samples.gauge(
-                "chisel_predicted_mean_us",
-                "Mean latency the model predicts for the current (B, L), µs.",
+            samples.count(
+                &CHISEL_PREDICTED_MEAN,
                 class_labels.clone(),
                 micros(predicted.mean.as_micros()),
             );
-            samples.gauge(
-                "chisel_predicted_p95_us",
-                "95th percentile the model predicts for the current (B, L), µs.",
+            samples.count(
+                &CHISEL_PREDICTED_P95,
                 class_labels,
                 micros(predicted.p95.as_micros()),
             );
@@ -502,71 +446,65 @@ fn chisel_samples(pool: &Pool, labels: &Labels, samples: &mut Samples) {
     }
 }
 
-fn histograms(pool: &Pool) -> Vec<(String, Labels, &LatencyHistogram)> {
-    let mut out = vec![
-        (
-            "pool_latency_us".to_string(),
-            vec![("pool", pool.config().name.clone())],
-            &pool.stats().latency,
-        ),
-        (
-            "pool_multiget_latency_us".to_string(),
-            vec![
-                ("pool", pool.config().name.clone()),
-                ("planner", pool.planner_name().to_string()),
-            ],
-            &pool.stats().multiget_latency,
-        ),
-        (
-            "pool_mice_latency_us".to_string(),
-            vec![
-                ("pool", pool.config().name.clone()),
-                ("planner", pool.planner_name().to_string()),
-            ],
-            &pool.stats().mice_latency,
-        ),
-        (
-            "pool_elephant_latency_us".to_string(),
-            vec![
-                ("pool", pool.config().name.clone()),
-                ("planner", pool.planner_name().to_string()),
-            ],
-            &pool.stats().elephant_latency,
-        ),
-    ];
-    out.push((
-        "pool_delay_granted_us".to_string(),
-        vec![("pool", pool.config().name.clone())],
-        &pool.delay_queue().granted,
-    ));
+/// A latency histogram read once, for both renderings.
+fn distribution(histogram: &LatencyHistogram) -> Distribution {
+    let quantiles: Vec<f64> = QUANTILES.iter().map(|(quantile, _)| *quantile).collect();
+    let snapshot = histogram.snapshot(&quantiles);
+    Distribution {
+        count: snapshot.count,
+        quantiles: snapshot.quantiles,
+        max: snapshot.max,
+        sum: snapshot.sum_micros,
+    }
+}
+
+fn latency_samples(pool: &Pool, samples: &mut Samples) {
+    let name = pool.config().name.clone();
+    let planner = pool.planner_name().to_string();
+    let pool_label: Labels = vec![("pool", name.clone())];
+    let planner_labels: Labels = vec![("pool", name.clone()), ("planner", planner.clone())];
+    let stats = pool.stats();
+    samples.distribution(
+        &POOL_LATENCY,
+        pool_label.clone(),
+        distribution(&stats.latency),
+    );
+    for (metric, histogram) in [
+        (&POOL_MULTIGET_LATENCY, &stats.multiget_latency),
+        (&POOL_MICE_LATENCY, &stats.mice_latency),
+        (&POOL_ELEPHANT_LATENCY, &stats.elephant_latency),
+    ] {
+        samples.distribution(metric, planner_labels.clone(), distribution(histogram));
+    }
+    samples.distribution(
+        &POOL_DELAY_GRANTED,
+        pool_label,
+        distribution(&pool.delay_queue().granted),
+    );
     for class in 0..CLASSES {
-        let labels = vec![
-            ("pool", pool.config().name.clone()),
-            ("planner", pool.planner_name().to_string()),
-            ("class", class.to_string()),
-        ];
-        out.push((
-            "pool_multiget_class_latency_us".to_string(),
+        let mut labels = planner_labels.clone();
+        labels.push(("class", class.to_string()));
+        samples.distribution(
+            &POOL_MULTIGET_CLASS_LATENCY,
             labels.clone(),
-            &pool.stats().multiget_class_latency[class],
-        ));
-        out.push((
-            "pool_fetch_priority_latency_us".to_string(),
+            distribution(&stats.multiget_class_latency[class]),
+        );
+        samples.distribution(
+            &POOL_FETCH_PRIORITY_LATENCY,
             labels,
-            &pool.stats().fetch_class_latency[class],
-        ));
+            distribution(&stats.fetch_class_latency[class]),
+        );
     }
     for backend in pool.backends() {
-        out.push((
-            "backend_latency_us".to_string(),
+        samples.distribution(
+            &BACKEND_LATENCY,
             vec![
-                ("pool", pool.config().name.clone()),
+                ("pool", name.clone()),
                 ("backend", backend.address().to_string()),
             ],
-            &backend.stats().latency,
-        ));
+            distribution(&backend.stats().latency),
+        );
     }
-    out
 }
 
 /// memcached `stats` fields that are summed over the reachable backends (item counts, memory,
@@ -605,9 +543,8 @@ pub const SUMMED_BACKEND_STATS: [&str; 29] = [
 
 /// Sums [`SUMMED_BACKEND_STATS`] over the backends' `stats` replies; returns the sums and how
 /// many backends did not answer.
-async fn backend_totals(shared: &Shared) -> (Vec<u64>, usize) {
-    let replies = shared
-        .pool
+async fn backend_totals(cluster: &Cluster) -> (Vec<u64>, usize) {
+    let replies = cluster
         .current()
         .broadcast(Bytes::from_static(b"stats\r\n"), ReplyShape::UntilEnd)
         .await;
@@ -652,17 +589,17 @@ async fn backend_totals(shared: &Shared) -> (Vec<u64>, usize) {
 /// clears the front end's counters (`RESET`; the pool's and backends' counters and latency
 /// histograms are cumulative, as Prometheus counters must be), `detail` is answered as by a
 /// memcached with no prefixes recorded, and any other group `ERROR`.
-pub async fn stats_reply(shared: &Shared, args: &[Bytes]) -> Vec<u8> {
+pub async fn stats_reply(view: MetricsView<'_>, args: &[Bytes]) -> Vec<u8> {
     let mut out = String::new();
     match args.first().map(|arg| arg.as_ref()) {
         None => {}
         Some(b"settings") => {
-            settings_reply(shared, &mut out);
+            settings_reply(view, &mut out);
             out.push_str("END\r\n");
             return out.into_bytes();
         }
         Some(b"reset") => {
-            shared.stats.reset();
+            view.front.reset();
             return b"RESET\r\n".to_vec();
         }
         Some(b"detail") => {
@@ -672,12 +609,12 @@ pub async fn stats_reply(shared: &Shared, args: &[Bytes]) -> Vec<u8> {
         Some(_) => return b"ERROR\r\n".to_vec(),
     }
     {
-        let uptime = shared.started.elapsed().as_secs();
+        let uptime = view.started.elapsed().as_secs();
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
-        let front = &shared.stats;
+        let front = view.front;
         let _ = write!(out, "STAT pid {}\r\n", std::process::id());
         let _ = write!(out, "STAT uptime {uptime}\r\n");
         let _ = write!(out, "STAT time {now}\r\n");
@@ -705,13 +642,13 @@ pub async fn stats_reply(shared: &Shared, args: &[Bytes]) -> Vec<u8> {
         ] {
             let _ = write!(out, "STAT {name} {}\r\n", counter.load(Ordering::Relaxed));
         }
-        let _ = write!(out, "STAT threads {}\r\n", shared.threads);
-        let (totals, unreachable) = backend_totals(shared).await;
+        let _ = write!(out, "STAT threads {}\r\n", view.threads);
+        let (totals, unreachable) = backend_totals(view.cluster).await;
         for (name, total) in SUMMED_BACKEND_STATS.iter().zip(totals) {
             let _ = write!(out, "STAT {name} {total}\r\n");
         }
         let _ = write!(out, "STAT backends_unreachable {unreachable}\r\n");
-        let pool = shared.pool.current();
+        let pool = view.cluster.current();
         let _ = write!(out, "STAT pool_planner {}\r\n", pool.planner_name());
         if let Some((decision, _)) = pool.shaper().last_decision() {
             let state = match decision.fallback {
@@ -730,30 +667,15 @@ pub async fn stats_reply(shared: &Shared, args: &[Bytes]) -> Vec<u8> {
                 backend_priorities_mode(&pool, backend)
             );
         }
-        for sample in counters(shared) {
-            let suffix = stat_suffix(&sample.labels);
-            let _ = write!(out, "STAT {}{suffix} {}\r\n", sample.name, sample.value);
-        }
-        for (name, value) in pool.planner_gauges() {
-            let _ = write!(out, "STAT pool_{name} {}\r\n", gauge_text(value));
-        }
-        for (name, labels, histogram) in histograms(&pool) {
-            let (count, values, max) = histogram.summary(&QUANTILES);
-            let backend = stat_suffix(&labels);
-            let _ = write!(out, "STAT {name}_count{backend} {count}\r\n");
-            for (quantile, value) in QUANTILE_NAMES.iter().zip(values) {
-                let _ = write!(out, "STAT {name}_{quantile}{backend} {value}\r\n");
-            }
-            let _ = write!(out, "STAT {name}_max{backend} {max}\r\n");
-        }
+        samples(view).stats_lines(&mut out);
     }
     out.push_str("END\r\n");
     out.into_bytes()
 }
 
 /// `stats settings`: how the proxy routes, as `STAT name value` lines.
-fn settings_reply(shared: &Shared, out: &mut String) {
-    let pool = shared.pool.current();
+fn settings_reply(view: MetricsView<'_>, out: &mut String) {
+    let pool = view.cluster.current();
     let config = pool.config();
     let servers: Vec<String> = pool
         .backends()
@@ -779,7 +701,7 @@ fn settings_reply(shared: &Shared, out: &mut String) {
             config.connections_per_backend.to_string(),
         ),
         ("queue_limit", config.queue_limit.to_string()),
-        ("num_threads", shared.threads.to_string()),
+        ("num_threads", view.threads.to_string()),
     ];
     for (name, value) in settings {
         let value = if value.is_empty() { "none" } else { &value };
@@ -787,30 +709,10 @@ fn settings_reply(shared: &Shared, out: &mut String) {
     }
 }
 
-/// `:backend` and `:classN` (priority) or `:mice`-like (named class) suffixes of a `stats` line (pool and planner are implied).
-fn stat_suffix(labels: &[(&'static str, String)]) -> String {
-    let mut suffix = String::new();
-    for (name, value) in labels {
-        match *name {
-            "backend" => {
-                let _ = write!(suffix, ":{value}");
-            }
-            "class" if value.bytes().all(|b| b.is_ascii_digit()) => {
-                let _ = write!(suffix, ":class{value}");
-            }
-            "class" => {
-                let _ = write!(suffix, ":{value}");
-            }
-            _ => {}
-        }
-    }
-    suffix
-}
-
 /// Where the planner's priorities are applied: `proxy-drr` when the proxy queues requests
 /// by class behind a bounded window (stock memcached backends serve a connection in order),
 /// `proxy-fifo` when it bounds the window without priorities, `none` otherwise.
-fn priorities_mode(pool: &tailtrim_client::Pool) -> &'static str {
+fn priorities_mode(pool: &Pool) -> &'static str {
     match (
         pool.config().effective_window() > 0,
         pool.config().planner.uses_priorities(),
@@ -833,82 +735,25 @@ fn backend_priorities_mode(pool: &Pool, backend: &Backend) -> &'static str {
     }
 }
 
-/// A gauge as text: integers without a fraction, others with up to 6 significant decimals.
-fn gauge_text(value: f64) -> String {
-    if value.fract() == 0.0 && value.abs() < 1e15 {
-        format!("{}", value as i64)
-    } else {
-        format!("{value:.6}")
-    }
-}
-
-/// The `/metrics` name and scale of a sample named `name` in `stats`: latencies and times
-/// kept in micro- or nanoseconds (`_us`, `_ns`, `_nanos`) become seconds, thousandths
-/// (`_permille`) plain fractions; the value is divided by the scale.
-fn prometheus_name_and_scale(name: &str) -> (String, f64) {
-    for (suffix, replacement, scale) in [
-        ("_us", "_seconds", 1e6),
-        ("_ns", "_seconds", 1e9),
-        ("_nanos", "_seconds", 1e9),
-        ("_permille", "", 1e3),
-    ] {
-        if let Some(stem) = name.strip_suffix(suffix) {
-            return (format!("{stem}{replacement}"), scale);
-        }
-    }
-    (name.to_string(), 1.0)
-}
-
-/// Quantiles, sum and count of a latency histogram, in seconds.
-fn seconds_summary(histogram: &LatencyHistogram) -> SummaryValue {
-    let snapshot = histogram.snapshot(&QUANTILES);
-    SummaryValue {
-        quantiles: QUANTILES
-            .iter()
-            .zip(snapshot.quantiles)
-            .map(|(&quantile, micros)| (quantile, micros as f64 / 1e6))
-            .collect(),
-        sum: snapshot.sum_micros / 1e6,
-        count: snapshot.count,
-    }
-}
-
-/// Prometheus text exposition (format 0.0.4): the `stats` samples as `tailtrim_<name>_total`
-/// counters and `tailtrim_<name>` gauges, the planner's gauges, and the latency histograms
-/// as summaries in seconds. The exposition refuses names that break Prometheus' rules, so a
+/// Prometheus text exposition (format 0.0.4): the declared metrics as
+/// `tailtrim_<name>_total` counters, `tailtrim_<name>` gauges and the latency histograms as
+/// summaries in seconds. The exposition refuses names that break Prometheus' rules, so a
 /// mistake here is an error, not a page a scraper half-reads.
-pub fn prometheus_text(shared: &Shared) -> Result<String, ExpositionError> {
+pub fn prometheus_text(view: MetricsView<'_>) -> Result<String, ExpositionError> {
     let mut page = Exposition::new("tailtrim");
-    for sample in counters(shared) {
-        let (name, scale) = prometheus_name_and_scale(&sample.name);
-        let value = sample.value as f64 / scale;
-        match sample.kind {
-            SampleKind::Counter => page.counter(&name, sample.help, &sample.labels, value),
-            SampleKind::Gauge => page.gauge(&name, sample.help, &sample.labels, value),
-        }
-    }
-    let pool = shared.pool.current();
-    let pool_labels = [
-        ("pool", pool.config().name.clone()),
-        ("planner", pool.planner_name().to_string()),
-    ];
-    for (name, value) in pool.planner_gauges() {
-        let (name, scale) = prometheus_name_and_scale(name);
-        page.gauge(
-            &format!("pool_{name}"),
-            "Planner state (see docs/proxy.md).",
-            &pool_labels,
-            value / scale,
-        );
-    }
-    for (name, labels, histogram) in histograms(&pool) {
-        let (name, _) = prometheus_name_and_scale(&name);
-        page.summary(
-            &name,
-            "Latency in seconds (quantiles from an HDR histogram).",
-            &labels,
-            &seconds_summary(histogram),
-        );
-    }
+    samples(view).expose(&mut page);
     page.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn declarations_name_their_units_once() {
+        assert_eq!(
+            tailtrim_metrics::declare::check_declarations(DECLARED),
+            Ok(())
+        );
+    }
 }

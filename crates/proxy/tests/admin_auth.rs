@@ -108,7 +108,10 @@ fn changes_need_the_token(harness: &Harness, joining: &ChildGuard, token: &str) 
                 reply.head
             );
             assert!(
-                reply.head.contains("\r\nWWW-Authenticate: Bearer"),
+                reply
+                    .head
+                    .to_ascii_lowercase()
+                    .contains("\r\nwww-authenticate: bearer"),
                 "{}",
                 reply.head
             );

@@ -204,7 +204,7 @@ fn stats_and_prometheus_report_per_backend_counters() {
     }
     let admin = harness.admin.expect("admin listener");
     let mut http = connect(admin);
-    http.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+    http.write_all(b"GET /metrics HTTP/1.1\r\n\r\n")
         .expect("write");
     let mut body = String::new();
     http.read_to_string(&mut body).expect("read");
@@ -218,7 +218,7 @@ fn stats_and_prometheus_report_per_backend_counters() {
     assert!(body.contains("tailtrim_backend_latency_seconds{pool=\"default\",backend=\"127.0.0.1:"));
     let mut missing = connect(admin);
     missing
-        .write_all(b"GET /nope HTTP/1.0\r\n\r\n")
+        .write_all(b"GET /nope HTTP/1.1\r\n\r\n")
         .expect("write");
     let mut body = String::new();
     missing.read_to_string(&mut body).expect("read");

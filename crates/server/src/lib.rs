@@ -13,7 +13,7 @@
 //!                                            └──────────────────────┬──────────────────────────────┘
 //!                                                                   │ Arc<Shared>
 //!   crawler thread: store.crawl_expired every interval              ▼
-//!   admin thread:   GET /metrics on --admin-listen:--admin-port   store (sharded locks), counters
+//!   admin thread:   /metrics, /health (tailtrim-admin, tokio)     store (sharded locks), counters
 //!   logger thread:  `watch` connections' log lines (watch.rs)
 //! ```
 //!
@@ -47,7 +47,7 @@ pub mod transport;
 pub mod udp;
 pub mod watch;
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -337,7 +337,7 @@ pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         threads.push(
             std::thread::Builder::new()
                 .name("admin".into())
-                .spawn(move || admin_loop(admin, &shared))?,
+                .spawn(move || admin_thread(admin, shared))?,
         );
     }
     Ok(ServerHandle {
@@ -560,118 +560,43 @@ fn bind_admin(address: &str, port: u16) -> Result<TcpListener, ServerError> {
     Ok(listener)
 }
 
-/// Largest admin request head read; the request line must fit in it.
-const ADMIN_HEAD_MAX: usize = 8192;
-/// An admin client gets this long to send its request head (and to take the answer).
-const ADMIN_IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// The body of an admin `404`: what the listener answers.
+const ADMIN_NOT_FOUND: &str = "not found; tailtrim admin: GET /metrics, GET /health\n";
 
-/// The admin thread: answers one HTTP request per connection, in turn.
-fn admin_loop(listener: TcpListener, shared: &Shared) {
-    while !shared.stopping() {
-        match listener.accept() {
-            Ok((stream, _)) => answer_admin(stream, shared),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+/// The admin thread: the admin component shared with the proxy ([`tailtrim_admin`], hyper)
+/// on a current-thread tokio runtime of its own, until the server stops. The workers' epoll
+/// runtime is not involved; docs/server.md ("Admin listener") says why this thread runs
+/// tokio.
+fn admin_thread(listener: TcpListener, shared: Arc<Shared>) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            tracing::error!("tailtrim: admin listener not started: {error}");
+            return;
         }
-    }
-}
-
-fn answer_admin(mut stream: std::net::TcpStream, shared: &Shared) {
-    let _ = stream.set_nonblocking(false);
-    let _ = stream.set_read_timeout(Some(ADMIN_IO_TIMEOUT));
-    let _ = stream.set_write_timeout(Some(ADMIN_IO_TIMEOUT));
-    let mut head = Vec::with_capacity(512);
-    let mut chunk = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < ADMIN_HEAD_MAX {
-        match stream.read(&mut chunk) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => head.extend_from_slice(&chunk[..n]),
-        }
-    }
-    let response = admin_response(&head, || {
-        report::prometheus(shared, shared::unix_now().0).inspect_err(|error| {
-            tracing::error!("tailtrim: /metrics not rendered: {error}");
-        })
-    });
-    let _ = stream.write_all(&response);
-}
-
-/// The admin HTTP answer to a request head: `GET` or `HEAD /metrics` gets the Prometheus
-/// text (500 if it cannot be rendered), another method on `/metrics` 405, any other path
-/// 404, a head without a request line 400.
-fn admin_response<E: std::fmt::Display>(
-    head: &[u8],
-    metrics: impl FnOnce() -> Result<String, E>,
-) -> Vec<u8> {
-    let request_line = head.split(|&b| b == b'\n').next().unwrap_or_default();
-    let request_line = request_line.strip_suffix(b"\r").unwrap_or(request_line);
-    let words: Vec<&[u8]> = request_line.split(|&b| b == b' ').collect();
-    let (method, target) = match words.as_slice() {
-        [method, target, version] if version.starts_with(b"HTTP/") => (*method, *target),
-        _ => return http_response("400 Bad Request", &[], "text/plain", b"bad request\n", true),
     };
-    let path = target.split(|&b| b == b'?').next().unwrap_or_default();
-    if path != b"/metrics" {
-        let with_body = method != b"HEAD";
-        return http_response(
-            "404 Not Found",
-            &[],
-            "text/plain",
-            b"not found\n",
-            with_body,
-        );
-    }
-    match method {
-        b"GET" | b"HEAD" => match metrics() {
-            Ok(body) => http_response(
-                "200 OK",
-                &[],
-                tailtrim_proto::exposition::CONTENT_TYPE,
-                body.as_bytes(),
-                method == b"GET",
-            ),
-            Err(error) => http_response(
-                "500 Internal Server Error",
-                &[],
-                "text/plain",
-                format!("{error}\n").as_bytes(),
-                method == b"GET",
-            ),
-        },
-        _ => http_response(
-            "405 Method Not Allowed",
-            &[("Allow", "GET, HEAD")],
-            "text/plain",
-            b"method not allowed\n",
-            true,
-        ),
-    }
-}
-
-/// An HTTP/1.1 response that closes the connection; `with_body` false (for `HEAD`) keeps the
-/// headers, `Content-Length` included, and drops the body.
-fn http_response(
-    status: &str,
-    headers: &[(&str, &str)],
-    content_type: &str,
-    body: &[u8],
-    with_body: bool,
-) -> Vec<u8> {
-    let mut response = format!("HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n");
-    for (name, value) in headers {
-        response.push_str(&format!("{name}: {value}\r\n"));
-    }
-    response.push_str(&format!(
-        "Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    ));
-    let mut bytes = response.into_bytes();
-    if with_body {
-        bytes.extend_from_slice(body);
-    }
-    bytes
+    runtime.block_on(async move {
+        let listener = match tailtrim_admin::adopt(listener) {
+            Ok(listener) => listener,
+            Err(error) => {
+                tracing::error!("tailtrim: {error}");
+                return;
+            }
+        };
+        let page = Arc::clone(&shared);
+        let admin = tailtrim_admin::Admin::new(ADMIN_NOT_FOUND)
+            .with_metrics(move || report::prometheus(&page, shared::unix_now().0));
+        let stopped = async {
+            while !shared.stopping() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        Arc::new(admin).serve_until(listener, stopped).await;
+    });
 }
 
 /// Runs a server until SIGINT, SIGTERM or SIGUSR1, then shuts it down gracefully (stops
@@ -733,64 +658,4 @@ pub fn run_until_signal(config: ServerConfig) -> Result<(), ServerError> {
     }
     handle.shutdown();
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn answer(head: &str) -> String {
-        let response = admin_response(head.as_bytes(), || {
-            Ok::<_, String>("tailtrim_server_up 1\n".to_string())
-        });
-        String::from_utf8(response).expect("utf-8")
-    }
-
-    #[test]
-    fn metrics_answers_get_and_head() {
-        let get = answer("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
-        assert!(get.starts_with("HTTP/1.1 200 OK\r\n"), "{get}");
-        assert!(get.contains("Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"));
-        assert!(get.ends_with("\r\n\r\ntailtrim_server_up 1\n"), "{get}");
-        let head = answer("HEAD /metrics?x=1 HTTP/1.0\r\n\r\n");
-        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
-        assert!(head.contains("Content-Length: 21\r\n"), "{head}");
-        assert!(head.ends_with("\r\n\r\n"), "{head}");
-    }
-
-    #[test]
-    fn other_paths_methods_and_garbage_are_refused() {
-        for path in ["/", "/metricsx", "/stats", "*"] {
-            let reply = answer(&format!("GET {path} HTTP/1.1\r\n\r\n"));
-            assert!(
-                reply.starts_with("HTTP/1.1 404 Not Found\r\n"),
-                "{path}: {reply}"
-            );
-        }
-        for method in ["POST", "PUT", "DELETE", "OPTIONS"] {
-            let reply = answer(&format!("{method} /metrics HTTP/1.1\r\n\r\n"));
-            assert!(reply.starts_with("HTTP/1.1 405 "), "{method}: {reply}");
-            assert!(reply.contains("Allow: GET, HEAD\r\n"), "{reply}");
-        }
-        for garbage in [
-            "",
-            "\r\n\r\n",
-            "GET\r\n\r\n",
-            "stats\r\n",
-            "GET /metrics\r\n\r\n",
-        ] {
-            let reply = answer(garbage);
-            assert!(reply.starts_with("HTTP/1.1 400 "), "{garbage:?}: {reply}");
-        }
-    }
-
-    #[test]
-    fn a_page_that_breaks_a_rule_is_a_server_error() {
-        let response = admin_response(b"GET /metrics HTTP/1.1\r\n\r\n", || {
-            Err::<String, _>("metric name x: rule")
-        });
-        let text = String::from_utf8(response).expect("utf-8");
-        assert!(text.starts_with("HTTP/1.1 500 "), "{text}");
-        assert!(text.ends_with("metric name x: rule\n"), "{text}");
-    }
 }

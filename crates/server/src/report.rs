@@ -3,7 +3,8 @@
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
-use tailtrim_proto::exposition::{Exposition, ExpositionError, SummaryValue};
+use tailtrim_metrics::samples::QUANTILES;
+use tailtrim_metrics::{Distribution, Exposition, ExpositionError, Samples};
 use tailtrim_proto::reply::{self, ReplyBuf};
 
 use crate::context::ExecContext;
@@ -684,223 +685,174 @@ fn encoded_histogram(histogram: &hdrhistogram::Histogram<u64>) -> String {
     }
 }
 
-/// Quantiles of the latency summaries on `/metrics`.
-const PROMETHEUS_QUANTILES: [f64; 4] = [0.5, 0.9, 0.99, 0.999];
-
-/// The Prometheus name of a memcached counter: `server_<memcached name>` (with `_total` added
-/// by the exposition), but byte counters end in their unit as Prometheus names do.
-fn counter_metric_name(memcached: &str) -> String {
-    match memcached {
-        "bytes_read" => "server_read_bytes".to_string(),
-        "bytes_written" => "server_written_bytes".to_string(),
-        other => format!("server_{other}"),
-    }
+tailtrim_metrics::metrics! {
+    /// The server's `/metrics` families besides the worker counters
+    /// ([`crate::stats::WORKER_COUNTER_METRICS`]), in page order.
+    pub list SERVER_METRICS;
+    /// Constant 1, labelled with the server version and dispatch policy.
+    pub gauge SERVER_INFO = "server_info";
+    /// Seconds since the server started.
+    pub gauge SERVER_UPTIME = "server_uptime_seconds";
+    /// User CPU time of the process, seconds.
+    pub counter PROCESS_CPU_USER = "process_cpu_user_seconds";
+    /// System CPU time of the process, seconds.
+    pub counter PROCESS_CPU_SYSTEM = "process_cpu_system_seconds";
+    /// Simultaneous client connections allowed (-c).
+    pub gauge SERVER_MAX_CONNECTIONS = "server_max_connections";
+    /// Open client connections.
+    pub gauge SERVER_CURR_CONNECTIONS = "server_curr_connections";
+    /// Client connections accepted.
+    pub counter SERVER_CONNECTIONS = "server_connections";
+    /// Client connections refused past max_connections.
+    pub counter SERVER_REJECTED_CONNECTIONS = "server_rejected_connections";
+    /// Client connections closed by the idle timeout.
+    pub counter SERVER_IDLE_KICKS = "server_idle_kicks";
+    /// Times accepting failed (no descriptor left) and the acceptor backed off.
+    pub counter SERVER_LISTEN_DISABLED = "server_listen_disabled";
+    /// Worker threads (-t).
+    pub gauge SERVER_THREADS = "server_threads";
+    /// mg requests executed, by priority class (p0 the highest).
+    pub counter SERVER_PRIORITY_REQUESTS = "server_priority_requests";
+    /// Memory limit for items (-m).
+    pub gauge STORE_LIMIT = "store_limit_bytes";
+    /// Largest item accepted (-I).
+    pub gauge STORE_ITEM_SIZE_MAX = "store_item_size_max_bytes";
+    /// Bytes held by items.
+    pub gauge STORE_BYTES = "store_bytes";
+    /// Items held, including expired ones not yet reclaimed.
+    pub gauge STORE_CURR_ITEMS = "store_curr_items";
+    /// Items ever stored.
+    pub counter STORE_ITEMS = "store_items";
+    /// Live items removed to make room.
+    pub counter STORE_EVICTIONS = "store_evictions";
+    /// Evicted items that were never read.
+    pub counter STORE_EVICTED_UNFETCHED = "store_evicted_unfetched";
+    /// Expired or flushed items removed that were never read.
+    pub counter STORE_EXPIRED_UNFETCHED = "store_expired_unfetched";
+    /// Expired or flushed items whose memory was reused.
+    pub counter STORE_RECLAIMED = "store_reclaimed";
+    /// Workers that read requests (size-aware: the small workers).
+    pub gauge DISPATCH_SMALL_WORKERS = "dispatch_small_workers";
+    /// Workers that serve only handed-off requests (size-aware: the large workers).
+    pub gauge DISPATCH_LARGE_WORKERS = "dispatch_large_workers";
+    /// Size-aware threshold between small and large requests.
+    pub gauge DISPATCH_THRESHOLD = "dispatch_threshold_bytes";
+    /// Requests handed from a small to a large worker.
+    pub counter DISPATCH_HANDOFFS = "dispatch_handoffs";
+    /// Connections taken from another worker's epoll.
+    pub counter DISPATCH_STEALS = "dispatch_steals";
+    /// Size-aware controller epochs run.
+    pub counter DISPATCH_EPOCHS = "dispatch_epochs";
+    /// Server-side latency from the kernel's receipt of a request to its reply queued, by size class.
+    pub summary DISPATCH_REQUEST_LATENCY = "dispatch_request_latency_us" in Microseconds;
 }
 
-/// An HDR histogram in microseconds as a summary in seconds (the sum is the histogram's
-/// estimate: its mean times its count).
-fn seconds_summary(histogram: &hdrhistogram::Histogram<u64>) -> SummaryValue {
-    let seconds = |micros: f64| micros / 1e6;
-    SummaryValue {
-        quantiles: PROMETHEUS_QUANTILES
-            .iter()
-            .map(|&q| (q, seconds(histogram.value_at_quantile(q) as f64)))
-            .collect(),
-        sum: seconds(histogram.mean() * histogram.len() as f64),
+/// An HDR histogram in microseconds, read at the summaries' quantiles (the sum is the
+/// histogram's estimate: its mean times its count).
+fn distribution(histogram: &hdrhistogram::Histogram<u64>) -> Distribution {
+    Distribution {
         count: histogram.len(),
+        quantiles: QUANTILES
+            .iter()
+            .map(|(quantile, _)| histogram.value_at_quantile(*quantile))
+            .collect(),
+        max: histogram.max(),
+        sum: histogram.mean() * histogram.len() as f64,
     }
 }
 
 /// Prometheus text exposition (format 0.0.4) of the server: the memcached counters as
 /// `tailtrim_server_<name>_total`, connections, store and dispatch gauges, and the
-/// per-class latency as summaries in seconds. `stats` keeps memcached's names; this page
+/// per-class latency as summaries in seconds, all declared metrics ([`SERVER_METRICS`],
+/// [`crate::stats::WORKER_COUNTER_METRICS`]). `stats` keeps memcached's names; this page
 /// follows Prometheus' rules (see `docs/server.md`, section Metrics).
 pub fn prometheus(shared: &Shared, now: u64) -> Result<String, ExpositionError> {
-    const NONE: &[(&str, &str)] = &[];
-    let mut page = Exposition::new("tailtrim");
-    page.gauge(
-        "server_info",
-        "Constant 1, labelled with the server version and dispatch policy.",
-        &[
-            ("version", shared.version.as_str()),
-            ("dispatch", shared.config.workers.dispatch.name()),
+    let mut samples = Samples::new();
+    samples.count(
+        &SERVER_INFO,
+        vec![
+            ("version", shared.version.clone()),
+            (
+                "dispatch",
+                shared.config.workers.dispatch.name().to_string(),
+            ),
         ],
-        1.0,
+        1,
     );
-    page.gauge(
-        "server_uptime_seconds",
-        "Seconds since the server started.",
-        NONE,
-        now.saturating_sub(shared.started) as f64,
-    );
+    samples.count(&SERVER_UPTIME, vec![], now.saturating_sub(shared.started));
     let (user, system) = rusage_seconds();
-    page.counter(
-        "process_cpu_user_seconds",
-        "User CPU time of the process, seconds.",
-        NONE,
-        user,
-    );
-    page.counter(
-        "process_cpu_system_seconds",
-        "System CPU time of the process, seconds.",
-        NONE,
-        system,
-    );
-    let load = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed) as f64;
-    page.gauge(
-        "server_max_connections",
-        "Simultaneous client connections allowed (-c).",
-        NONE,
-        shared.config.server.max_connections as f64,
-    );
-    page.gauge(
-        "server_curr_connections",
-        "Open client connections.",
-        NONE,
-        load(&shared.curr_connections),
-    );
-    page.counter(
-        "server_connections",
-        "Client connections accepted.",
-        NONE,
-        load(&shared.total_connections),
-    );
-    page.counter(
-        "server_rejected_connections",
-        "Client connections refused past max_connections.",
-        NONE,
-        load(&shared.rejected_connections),
-    );
-    page.counter(
-        "server_idle_kicks",
-        "Client connections closed by the idle timeout.",
-        NONE,
-        load(&shared.idle_kicks),
-    );
-    page.counter(
-        "server_listen_disabled",
-        "Times accepting failed (no descriptor left) and the acceptor backed off.",
-        NONE,
-        load(&shared.listen_disabled_num),
-    );
-    page.gauge(
-        "server_threads",
-        "Worker threads (-t).",
-        NONE,
-        shared.config.workers.threads as f64,
-    );
-    for (name, help, value) in shared.counter_snapshot().described() {
-        match name
+    samples.real(&PROCESS_CPU_USER, vec![], user);
+    samples.real(&PROCESS_CPU_SYSTEM, vec![], system);
+    let load = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
+    for (metric, value) in [
+        (
+            &SERVER_MAX_CONNECTIONS,
+            shared.config.server.max_connections as u64,
+        ),
+        (&SERVER_CURR_CONNECTIONS, load(&shared.curr_connections)),
+        (&SERVER_CONNECTIONS, load(&shared.total_connections)),
+        (
+            &SERVER_REJECTED_CONNECTIONS,
+            load(&shared.rejected_connections),
+        ),
+        (&SERVER_IDLE_KICKS, load(&shared.idle_kicks)),
+        (&SERVER_LISTEN_DISABLED, load(&shared.listen_disabled_num)),
+        (&SERVER_THREADS, shared.config.workers.threads as u64),
+    ] {
+        samples.count(metric, vec![], value);
+    }
+    for (metric, value) in shared.counter_snapshot().declared() {
+        match metric
+            .name
             .strip_prefix("priority_class")
             .and_then(|rest| rest.strip_suffix("_requests"))
         {
-            Some(class) => page.counter(
-                "server_priority_requests",
-                "mg requests executed, by priority class (p0 the highest).",
-                &[("class", class)],
-                value as f64,
+            Some(class) => samples.count(
+                &SERVER_PRIORITY_REQUESTS,
+                vec![("class", class.to_string())],
+                value,
             ),
-            None => page.counter(&counter_metric_name(name), help, NONE, value as f64),
+            None => samples.count(metric, vec![], value),
         }
     }
     let store = shared.store.stats();
-    for (name, help, value) in [
-        (
-            "store_limit_bytes",
-            "Memory limit for items (-m).",
-            store.limit_maxbytes,
-        ),
-        (
-            "store_item_size_max_bytes",
-            "Largest item accepted (-I).",
-            store.item_size_max,
-        ),
-        ("store_bytes", "Bytes held by items.", store.bytes),
-        (
-            "store_curr_items",
-            "Items held, including expired ones not yet reclaimed.",
-            store.curr_items,
-        ),
+    for (metric, value) in [
+        (&STORE_LIMIT, store.limit_maxbytes),
+        (&STORE_ITEM_SIZE_MAX, store.item_size_max),
+        (&STORE_BYTES, store.bytes),
+        (&STORE_CURR_ITEMS, store.curr_items),
+        (&STORE_ITEMS, store.total_items),
+        (&STORE_EVICTIONS, store.evictions),
+        (&STORE_EVICTED_UNFETCHED, store.evicted_unfetched),
+        (&STORE_EXPIRED_UNFETCHED, store.expired_unfetched),
+        (&STORE_RECLAIMED, store.reclaimed),
     ] {
-        page.gauge(name, help, NONE, value as f64);
-    }
-    for (name, help, value) in [
-        ("store_items", "Items ever stored.", store.total_items),
-        (
-            "store_evictions",
-            "Live items removed to make room.",
-            store.evictions,
-        ),
-        (
-            "store_evicted_unfetched",
-            "Evicted items that were never read.",
-            store.evicted_unfetched,
-        ),
-        (
-            "store_expired_unfetched",
-            "Expired or flushed items removed that were never read.",
-            store.expired_unfetched,
-        ),
-        (
-            "store_reclaimed",
-            "Expired or flushed items whose memory was reused.",
-            store.reclaimed,
-        ),
-    ] {
-        page.counter(name, help, NONE, value as f64);
+        samples.count(metric, vec![], value);
     }
     if let Some(runtime) = shared.dispatch_view() {
-        dispatch_metrics(&mut page, runtime.as_ref());
+        dispatch_samples(&mut samples, runtime.as_ref());
     }
+    let mut page = Exposition::new("tailtrim");
+    samples.expose(&mut page);
     page.finish()
 }
 
 /// The dispatch policy's gauges and counters and the per-class latency summaries.
-fn dispatch_metrics(page: &mut Exposition, runtime: &dyn crate::shared::DispatchView) {
-    const NONE: &[(&str, &str)] = &[];
+fn dispatch_samples(samples: &mut Samples, runtime: &dyn crate::shared::DispatchView) {
     for (name, value) in runtime.stats() {
         let Ok(value) = value.parse::<f64>() else {
             continue;
         };
-        match name.as_str() {
-            "small_workers" => page.gauge(
-                "dispatch_small_workers",
-                "Workers that read requests (size-aware: the small workers).",
-                NONE,
-                value,
-            ),
-            "large_workers" => page.gauge(
-                "dispatch_large_workers",
-                "Workers that serve only handed-off requests (size-aware: the large workers).",
-                NONE,
-                value,
-            ),
-            "threshold_bytes" => page.gauge(
-                "dispatch_threshold_bytes",
-                "Size-aware threshold between small and large requests.",
-                NONE,
-                value,
-            ),
-            "handoffs" => page.counter(
-                "dispatch_handoffs",
-                "Requests handed from a small to a large worker.",
-                NONE,
-                value,
-            ),
-            "steals" => page.counter(
-                "dispatch_steals",
-                "Connections taken from another worker's epoll.",
-                NONE,
-                value,
-            ),
-            "epochs" => page.counter(
-                "dispatch_epochs",
-                "Size-aware controller epochs run.",
-                NONE,
-                value,
-            ),
-            _ => {}
-        }
+        let metric = match name.as_str() {
+            "small_workers" => &DISPATCH_SMALL_WORKERS,
+            "large_workers" => &DISPATCH_LARGE_WORKERS,
+            "threshold_bytes" => &DISPATCH_THRESHOLD,
+            "handoffs" => &DISPATCH_HANDOFFS,
+            "steals" => &DISPATCH_STEALS,
+            "epochs" => &DISPATCH_EPOCHS,
+            _ => continue,
+        };
+        samples.real(metric, vec![], value);
     }
     for (name, histogram) in runtime.histograms() {
         let class = match name.as_str() {
@@ -908,11 +860,22 @@ fn dispatch_metrics(page: &mut Exposition, runtime: &dyn crate::shared::Dispatch
             "large_latency_us" => "large",
             _ => continue,
         };
-        page.summary(
-            "dispatch_request_latency_seconds",
-            "Server-side latency from the kernel's receipt of a request to its reply queued, by size class.",
-            &[("class", class)],
-            &seconds_summary(&histogram),
+        samples.distribution(
+            &DISPATCH_REQUEST_LATENCY,
+            vec![("class", class.to_string())],
+            distribution(&histogram),
         );
+    }
+}
+
+#[cfg(test)]
+mod metric_tests {
+    use super::*;
+
+    #[test]
+    fn declarations_name_their_units_once() {
+        let mut all = SERVER_METRICS.to_vec();
+        all.extend_from_slice(crate::stats::WORKER_COUNTER_METRICS);
+        assert_eq!(tailtrim_metrics::declare::check_declarations(&all), Ok(()));
     }
 }

@@ -1,5 +1,6 @@
 //! Server counters, declared once (name and description) and rendered both as
-//! memcached `STAT` lines and as Prometheus text.
+//! memcached `STAT` lines and as Prometheus text: each counter is also a declared
+//! [`Metric`] ([`WORKER_COUNTER_METRICS`], `server_<name>` on `/metrics`).
 //!
 //! Each worker owns a [`WorkerCounters`] block that only it increments
 //! (relaxed atomics, no contention); readers sum the blocks. Per size class
@@ -7,10 +8,30 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use tailtrim_metrics::Metric;
 use tailtrim_store::SIZE_CLASS_LIMIT;
 
+/// The `/metrics` name of a worker counter: `server_<name>`, or the one declared with `as`.
+macro_rules! exposed_counter_name {
+    ($name:ident) => {
+        concat!("server_", stringify!($name))
+    };
+    ($name:ident $exposed:literal) => {
+        $exposed
+    };
+}
+
 macro_rules! counters {
-    ($( #[doc = $doc:literal] $name:ident ),* $(,)?) => {
+    ($( #[doc = $doc:literal] $name:ident $(as $exposed:literal)? ),* $(,)?) => {
+        /// The worker counters as declared metrics, in declaration order: memcached's name
+        /// in `stats`, `server_<name>` (`_total` added) on `/metrics`.
+        pub const WORKER_COUNTER_METRICS: &[Metric] = &[
+            $(
+                Metric::counter(stringify!($name), $doc.trim_ascii())
+                    .exposed_as(exposed_counter_name!($name $($exposed)?)),
+            )*
+        ];
+
         /// Per-worker request counters (memcached names).
         #[derive(Debug, Default)]
         pub struct WorkerCounters {
@@ -36,9 +57,13 @@ macro_rules! counters {
                 vec![ $( (stringify!($name), self.$name), )* ]
             }
 
-            /// Name, description (the field's doc line) and value, in declaration order.
-            pub fn described(&self) -> Vec<(&'static str, &'static str, u64)> {
-                vec![ $( (stringify!($name), $doc.trim(), self.$name), )* ]
+            /// Each counter's declaration ([`WORKER_COUNTER_METRICS`]) and value, in
+            /// declaration order.
+            pub fn declared(&self) -> Vec<(&'static Metric, u64)> {
+                WORKER_COUNTER_METRICS
+                    .iter()
+                    .zip([ $( self.$name, )* ])
+                    .collect()
             }
         }
 
@@ -94,9 +119,9 @@ counters! {
     /// Authentications that failed.
     auth_errors,
     /// Bytes read from clients.
-    bytes_read,
+    bytes_read as "server_read_bytes",
     /// Bytes written to clients.
-    bytes_written,
+    bytes_written as "server_written_bytes",
     /// Storage commands refused because the item is over `-I`.
     store_too_large,
     /// Storage commands refused for lack of memory (`-M`, or nothing left to evict).
@@ -223,11 +248,17 @@ mod tests {
         assert_eq!(snap.cmd_get, 5);
         assert_eq!(snap.get_hits, 1);
         assert!(snap.pairs().iter().any(|(n, v)| *n == "cmd_get" && *v == 5));
-        let described = snap.described();
-        assert_eq!(described.len(), snap.pairs().len());
-        assert!(described.iter().any(|(n, help, v)| *n == "get_hits"
-            && *help == "Lookups that found a live item."
+        let declared = snap.declared();
+        assert_eq!(declared.len(), snap.pairs().len());
+        assert!(declared.iter().any(|(metric, v)| metric.name == "get_hits"
+            && metric.help == "Lookups that found a live item."
+            && metric.exposed_name() == "server_get_hits"
             && *v == 1));
+        assert!(declared
+            .iter()
+            .any(|(metric, v)| metric.name == "bytes_read"
+                && metric.exposed_name() == "server_read_bytes"
+                && *v == 0));
         b.reset();
         let mut again = CounterSnapshot::default();
         again.add(&b);
