@@ -17,13 +17,7 @@
 
 use std::process::ExitCode;
 
-mod chisel;
-mod chisel_testbed;
-mod common;
-mod minos;
-mod tailx;
-mod tailx_testbed;
-mod warmup;
+use tailtrim_lab::experiments::{chisel, minos, tailx, warmup};
 
 /// Arguments of `tailtrim experiment`.
 #[derive(clap::Args, Debug)]

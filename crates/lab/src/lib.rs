@@ -25,6 +25,7 @@
 //! The harness holds no experiment's decisions: each experiment decides what to run and how
 //! to summarise it; the harness runs processes, keeps records and draws.
 
+pub mod experiments;
 pub mod histogram;
 pub mod meta;
 pub mod process;

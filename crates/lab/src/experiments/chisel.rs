@@ -26,9 +26,9 @@ use tailtrim_sim::chisel::{
     paper_grid, run_point_reusing, summarize, GridPoint, Outcome, PointResult, Setup, Summary,
 };
 
-use tailtrim_lab::histogram::Encoded;
-use tailtrim_lab::meta::{Recorder, RunMetadata};
-use tailtrim_lab::results::{read_json, write_json};
+use crate::histogram::Encoded;
+use crate::meta::{Recorder, RunMetadata};
+use crate::results::{read_json, write_json};
 
 use super::chisel_testbed;
 use super::common::progress_bar;

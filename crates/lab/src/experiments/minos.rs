@@ -34,15 +34,13 @@ use tailtrim_bench::{
 };
 use tailtrim_policy::costspec::{CostSpec, Units};
 
-use tailtrim_lab::floor::NullServer;
-use tailtrim_lab::histogram::Encoded;
-use tailtrim_lab::meta::{Recorder, RunMetadata};
-use tailtrim_lab::plot::{plot_latency_vs_throughput, Curve, LatencyThroughput};
-use tailtrim_lab::process::{
-    fetch_stats, program_version, send_command, Process, Program, ServerShape,
-};
-use tailtrim_lab::results::{read_json, write_json, write_text};
-use tailtrim_lab::stats::{interleaved_order, median};
+use crate::floor::NullServer;
+use crate::histogram::Encoded;
+use crate::meta::{Recorder, RunMetadata};
+use crate::plot::{plot_latency_vs_throughput, Curve, LatencyThroughput};
+use crate::process::{fetch_stats, program_version, send_command, Process, Program, ServerShape};
+use crate::results::{read_json, write_json, write_text};
+use crate::stats::{interleaved_order, median};
 
 use super::common::{
     parse_cpu_list, pin_current_thread, pin_process, progress_bar, set_nice, tailtrim_binary,

@@ -26,17 +26,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::histogram::Encoded;
+use crate::meta::{load_average, Recorder, RunMetadata};
+use crate::process::{fetch_stats, Launch, Process, ServerShape};
+use crate::results::{read_json, write_json, write_text};
+use crate::stats::{interleaved_order, median};
 use plotters::prelude::{
     ChartBuilder, Circle, Color, IntoDrawingArea, LineSeries, PathElement, SVGBackend, BLACK, WHITE,
 };
 use serde::{Deserialize, Serialize};
 use tailtrim_bench::workload::WorkloadOverrides;
 use tailtrim_bench::{preload, run_detailed, Class, ClassSummary, RunConfig, WorkloadSpec};
-use tailtrim_lab::histogram::Encoded;
-use tailtrim_lab::meta::{load_average, Recorder, RunMetadata};
-use tailtrim_lab::process::{fetch_stats, Launch, Process, ServerShape};
-use tailtrim_lab::results::{read_json, write_json, write_text};
-use tailtrim_lab::stats::{interleaved_order, median};
 use tailtrim_policy::costspec::CostSpec;
 use tailtrim_sim::chisel::{gain, run_point, GridPoint, PointResult, Setup, ELEPHANT_KEYS};
 

@@ -42,11 +42,11 @@ use tailtrim_bench::{run_cache_aside, CacheAsideConfig, ScheduledEvent, Workload
 use tailtrim_client::ServerSpec;
 use tailtrim_policy::ring::{HashFunction, Ring, RingOptions};
 
-use tailtrim_lab::histogram::Encoded;
-use tailtrim_lab::meta::{load_average, utc_timestamp, Recorder, RunMetadata};
-use tailtrim_lab::process::{program_version, Process, Program, ServerShape};
-use tailtrim_lab::results::{read_json, write_json, write_text};
-use tailtrim_lab::stats::{interleaved_order, median};
+use crate::histogram::Encoded;
+use crate::meta::{load_average, utc_timestamp, Recorder, RunMetadata};
+use crate::process::{program_version, Process, Program, ServerShape};
+use crate::results::{read_json, write_json, write_text};
+use crate::stats::{interleaved_order, median};
 
 use super::common::{progress_bar, tailtrim_binary};
 
@@ -434,7 +434,7 @@ fn run_one(
         )?);
     }
     let addresses: Vec<String> = servers.iter().map(Process::address).collect();
-    let proxy = Process::start(tailtrim_lab::process::Launch::tailtrim_proxy(
+    let proxy = Process::start(crate::process::Launch::tailtrim_proxy(
         "proxy",
         &tailtrim,
         &addresses[..spec.servers],

@@ -26,9 +26,9 @@ use tailtrim_sim::tailx::{
 };
 
 use super::chisel::{draw_bars, fail};
-use tailtrim_lab::histogram::Encoded;
-use tailtrim_lab::meta::{Recorder, RunMetadata};
-use tailtrim_lab::results::{read_json, write_json, write_text};
+use crate::histogram::Encoded;
+use crate::meta::{Recorder, RunMetadata};
+use crate::results::{read_json, write_json, write_text};
 
 /// Arguments of `tailtrim experiment tailx`.
 #[derive(clap::Args, Debug)]
