@@ -26,16 +26,16 @@
 //! to summarise it; the harness runs processes, keeps records and draws.
 
 pub mod experiments;
+pub mod figures;
 pub mod histogram;
 pub mod meta;
 pub mod process;
 pub mod results;
 pub mod stats;
 
-/// Figures: the one latency-versus-throughput routine (the bench's, which its sweeps use
-/// too).
+/// The latency-versus-throughput routine under its earlier path (`figures` holds it).
 pub mod plot {
-    pub use tailtrim_bench::plot::{plot_latency_vs_throughput, Curve, LatencyThroughput};
+    pub use crate::figures::{plot_latency_vs_throughput, Curve, LatencyThroughput};
 }
 
 /// The noise-floor server every experiment measures beside real systems: the bench's own.
@@ -63,6 +63,9 @@ pub enum LabError {
     /// A results file could not be written or read.
     #[error("{0}")]
     Results(String),
+    /// Drawing a figure failed.
+    #[error("plot: {0}")]
+    Plot(String),
 }
 
 impl LabError {

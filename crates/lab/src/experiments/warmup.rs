@@ -33,10 +33,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::figures::{plot_panels, request_index_at, Line, Panel};
 use serde::{Deserialize, Serialize};
 use tailtrim_bench::cacheaside::{parse_duration, CacheAsideReport, WindowSample};
 use tailtrim_bench::dist::Distribution;
-use tailtrim_bench::plot::{plot_panels, request_index_at, Line, Panel};
 use tailtrim_bench::workload::{KeyRef, OpKind, OperationSpec, Popularity};
 use tailtrim_bench::{run_cache_aside, CacheAsideConfig, ScheduledEvent, WorkloadSpec};
 use tailtrim_client::ServerSpec;

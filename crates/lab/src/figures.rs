@@ -23,14 +23,15 @@ use plotters::prelude::{
 use plotters::style::RGBColor;
 use plotters_backend::{BackendCoord, DrawingErrorKind};
 
-use crate::class::Class;
-use crate::report::{RunReport, SweepReport};
-use crate::BenchError;
+use tailtrim_bench::class::Class;
+use tailtrim_bench::report::{RunReport, SweepReport};
+
+use crate::LabError;
 
 const SIZE: (u32, u32) = (900, 600);
 
-fn plot_error(error: impl std::fmt::Display) -> BenchError {
-    BenchError::Plot(error.to_string())
+fn plot_error(error: impl std::fmt::Display) -> LabError {
+    LabError::Plot(error.to_string())
 }
 
 /// Series colors (Tableau 10: dark enough to read on white).
@@ -453,7 +454,7 @@ fn draw_styled_series<'a, DB, X, Y>(
     points: &[(f64, f64)],
     style: SeriesStyle,
     with_markers: bool,
-) -> Result<(), BenchError>
+) -> Result<(), LabError>
 where
     DB: DrawingBackend + 'a,
     X: plotters::coord::ranged1d::Ranged<ValueType = f64>,
@@ -490,10 +491,10 @@ fn write_both(
     directory: &Path,
     name: &str,
     size: (u32, u32),
-    draw_svg: impl Fn(DrawingArea<SVGBackend<'_>, Shift>) -> Result<(), BenchError>,
-    draw_png: impl Fn(DrawingArea<BitMapBackend<'_>, Shift>) -> Result<(), BenchError>,
-) -> Result<Vec<PathBuf>, BenchError> {
-    std::fs::create_dir_all(directory).map_err(|source| BenchError::Io {
+    draw_svg: impl Fn(DrawingArea<SVGBackend<'_>, Shift>) -> Result<(), LabError>,
+    draw_png: impl Fn(DrawingArea<BitMapBackend<'_>, Shift>) -> Result<(), LabError>,
+) -> Result<Vec<PathBuf>, LabError> {
+    std::fs::create_dir_all(directory).map_err(|source| LabError::Io {
         context: format!("creating {}", directory.display()),
         source,
     })?;
@@ -505,7 +506,7 @@ fn write_both(
 }
 
 /// Writes the plots of one run (`percentiles`, `timeseries`) into `directory`.
-pub fn plot_run(report: &RunReport, directory: &Path) -> Result<Vec<PathBuf>, BenchError> {
+pub fn plot_run(report: &RunReport, directory: &Path) -> Result<Vec<PathBuf>, LabError> {
     let mut written = write_both(
         directory,
         "percentiles",
@@ -526,8 +527,8 @@ pub fn plot_run(report: &RunReport, directory: &Path) -> Result<Vec<PathBuf>, Be
 }
 
 /// Writes the latency-versus-throughput plot of a sweep (`sweep`) into `directory`.
-pub fn plot_sweep(sweep: &SweepReport, directory: &Path) -> Result<Vec<PathBuf>, BenchError> {
-    type Pick = fn(&crate::report::CurvePoint) -> f64;
+pub fn plot_sweep(sweep: &SweepReport, directory: &Path) -> Result<Vec<PathBuf>, LabError> {
+    type Pick = fn(&tailtrim_bench::report::CurvePoint) -> f64;
     let series: [(&str, Pick); 5] = [
         ("p50 all", |point| point.p50_us),
         ("p99 all", |point| point.p99_us),
@@ -622,7 +623,7 @@ fn percentiles_size(report: &RunReport) -> (u32, u32) {
 fn draw_percentiles<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     report: &RunReport,
-) -> Result<(), BenchError> {
+) -> Result<(), LabError> {
     root.fill(&WHITE).map_err(plot_error)?;
     let classes = class_curves(report);
     let latency = log_axis(
@@ -716,7 +717,7 @@ fn trim_percent(value: f64) -> String {
 fn draw_timeseries<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     report: &RunReport,
-) -> Result<(), BenchError> {
+) -> Result<(), LabError> {
     root.fill(&WHITE).map_err(plot_error)?;
     let (top, bottom) = root.split_vertically(SIZE.1 / 2);
     let seconds = report.timeseries.len().max(1) as f64;
@@ -823,7 +824,7 @@ pub fn plot_latency_vs_throughput(
     directory: &Path,
     stem: &str,
     plot: &LatencyThroughput,
-) -> Result<Vec<PathBuf>, BenchError> {
+) -> Result<Vec<PathBuf>, LabError> {
     write_both(
         directory,
         stem,
@@ -836,7 +837,7 @@ pub fn plot_latency_vs_throughput(
 fn draw_latency_vs_throughput<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     plot: &LatencyThroughput,
-) -> Result<(), BenchError> {
+) -> Result<(), LabError> {
     root.fill(&WHITE).map_err(plot_error)?;
     type Drawn = (String, SeriesStyle, Vec<(f64, f64)>);
     let curves: Vec<Drawn> = plot
@@ -932,7 +933,7 @@ pub fn plot_panels(
     directory: &Path,
     name: &str,
     panels: &[Panel],
-) -> Result<Vec<PathBuf>, BenchError> {
+) -> Result<Vec<PathBuf>, LabError> {
     write_both(
         directory,
         name,
@@ -945,7 +946,7 @@ pub fn plot_panels(
 fn draw_panels<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     panels: &[Panel],
-) -> Result<(), BenchError> {
+) -> Result<(), LabError> {
     root.fill(&WHITE).map_err(plot_error)?;
     let areas = root.split_evenly((panels.len().max(1), 1));
     for (area, panel) in areas.iter().zip(panels) {
@@ -1021,7 +1022,7 @@ fn draw_event_markers<'a, DB, X, Y>(
     >,
     markers: &[f64],
     vertical: &Range<f64>,
-) -> Result<(), BenchError>
+) -> Result<(), LabError>
 where
     DB: DrawingBackend + 'a,
     X: plotters::coord::ranged1d::Ranged<ValueType = f64>,
@@ -1048,7 +1049,7 @@ fn draw_lines<'a, DB, X, Y>(
         plotters::coord::cartesian::Cartesian2d<X, Y>,
     >,
     lines: &[Line],
-) -> Result<(), BenchError>
+) -> Result<(), LabError>
 where
     DB: DrawingBackend + 'a,
     X: plotters::coord::ranged1d::Ranged<ValueType = f64>,
@@ -1082,7 +1083,7 @@ where
 
 /// The (fractional) request index scheduled at `time_s`, interpolated between windows.
 #[must_use]
-pub fn request_index_at(windows: &[crate::cacheaside::WindowSample], time_s: f64) -> u64 {
+pub fn request_index_at(windows: &[tailtrim_bench::cacheaside::WindowSample], time_s: f64) -> u64 {
     let Some(at) = windows.iter().rposition(|w| w.time_s <= time_s) else {
         return 0;
     };
@@ -1098,9 +1099,9 @@ pub fn request_index_at(windows: &[crate::cacheaside::WindowSample], time_s: f64
 /// Writes the plot of a cache-aside run (`cacheaside`): hit ratio, mean and p99 latency per
 /// window of requests, with the events marked.
 pub fn plot_cache_aside(
-    report: &crate::cacheaside::CacheAsideReport,
+    report: &tailtrim_bench::cacheaside::CacheAsideReport,
     directory: &Path,
-) -> Result<Vec<PathBuf>, BenchError> {
+) -> Result<Vec<PathBuf>, LabError> {
     let thousands = |start: u64| start as f64 / 1e3;
     let windows = &report.per_request;
     let markers: Vec<f64> = report
@@ -1164,9 +1165,9 @@ pub fn plot_cache_aside(
 #[cfg(test)]
 mod tests {
     use super::{latency_label, plot_run, plot_sweep};
-    use crate::class::{Class, ClassHistograms, ClassSet};
-    use crate::report::{ClassSummary, RunReport, SecondSample, SweepReport};
-    use crate::workload::OpKind;
+    use tailtrim_bench::class::{Class, ClassHistograms, ClassSet};
+    use tailtrim_bench::report::{ClassSummary, RunReport, SecondSample, SweepReport};
+    use tailtrim_bench::workload::OpKind;
 
     fn synthetic_report(rate: f64) -> RunReport {
         let mut histograms = ClassHistograms::default();
