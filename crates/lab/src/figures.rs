@@ -1,7 +1,19 @@
-//! Plots as SVG and PNG: percentile curves (one panel per class), per-second throughput
-//! and p99, overlay panels, and latency versus throughput
-//! ([`plot_latency_vs_throughput`], the one routine every sweep, experiment and
-//! simulator figure of that kind is drawn with).
+//! Figures, the one place the project draws: every experiment, the bench and the simulator
+//! draw through it, as SVG (and PNG where the bench writes both).
+//!
+//! ```text
+//!   line charts on labelled axes          (this file)
+//!     plot_latency_vs_throughput(dir, stem, &LatencyThroughput { curves: [Curve] })
+//!     plot_panels(dir, name, &[Panel { lines: [Line], markers }])   stacked panels
+//!     plot_run / plot_sweep / plot_cache_aside                      the bench's reports
+//!   bar charts                            bars::draw_bars(area, title, x, groups, labels, y)
+//!   what a series is drawn as             series::{PALETTE, system_color, LatencyClass}
+//!   a failed drawing as an error message  drawing_failed(&error)
+//! ```
+//!
+//! [`plot_latency_vs_throughput`] is the one routine every sweep, experiment and simulator
+//! figure of that kind is drawn with; a system keeps its colour across figures through
+//! [`system_color`].
 //!
 //! Every axis is labelled at ticks chosen from the data (not left to plotters): the lowest
 //! label is at most the smallest value drawn and the highest at least the largest, on log
@@ -28,28 +40,25 @@ use tailtrim_bench::report::{RunReport, SweepReport};
 
 use crate::LabError;
 
+pub mod bars;
+pub mod series;
+
+pub use bars::draw_bars;
+pub use series::{system_color, LatencyClass, PALETTE};
+
 const SIZE: (u32, u32) = (900, 600);
 
 fn plot_error(error: impl std::fmt::Display) -> LabError {
     LabError::Plot(error.to_string())
 }
 
-/// Series colors (Tableau 10: dark enough to read on white).
-const COLORS: [(u8, u8, u8); 10] = [
-    (31, 119, 180),
-    (255, 127, 14),
-    (44, 160, 44),
-    (214, 39, 40),
-    (148, 103, 189),
-    (140, 86, 75),
-    (227, 119, 194),
-    (127, 127, 127),
-    (188, 189, 34),
-    (23, 190, 207),
-];
+/// A failed drawing as the message the experiments report (`plot: ...`).
+pub fn drawing_failed(error: &dyn std::fmt::Display) -> String {
+    format!("plot: {error}")
+}
 
 fn color(index: usize) -> RGBColor {
-    let (red, green, blue) = COLORS[index % COLORS.len()];
+    let (red, green, blue) = PALETTE[index % PALETTE.len()];
     RGBColor(red, green, blue)
 }
 

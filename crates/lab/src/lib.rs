@@ -32,6 +32,7 @@ pub mod meta;
 pub mod process;
 pub mod results;
 pub mod stats;
+pub mod tables;
 
 /// The latency-versus-throughput routine under its earlier path (`figures` holds it).
 pub mod plot {

@@ -18,14 +18,15 @@ use std::sync::Mutex;
 
 use plotters::coord::Shift;
 use plotters::prelude::{
-    ChartBuilder, Color, DrawingArea, DrawingBackend, IntoDrawingArea, IntoSegmentedCoord,
-    LineSeries, PathElement, RGBColor, Rectangle, SVGBackend, SegmentValue, BLACK, WHITE,
+    ChartBuilder, Color, DrawingArea, DrawingBackend, IntoDrawingArea, LineSeries, PathElement,
+    RGBColor, SVGBackend, BLACK, WHITE,
 };
 use serde::{Deserialize, Serialize};
 use tailtrim_sim::chisel::{
     paper_grid, run_point_reusing, summarize, GridPoint, Outcome, PointResult, Setup, Summary,
 };
 
+use crate::figures::{draw_bars, drawing_failed};
 use crate::histogram::Encoded;
 use crate::meta::{Recorder, RunMetadata};
 use crate::results::{read_json, write_json};
@@ -423,10 +424,6 @@ fn shape_l(chunk_size: u32) -> String {
 const MEAN_COLOR: RGBColor = RGBColor(31, 119, 180);
 const P95_COLOR: RGBColor = RGBColor(214, 39, 40);
 
-pub(super) fn fail(error: &dyn std::fmt::Display) -> String {
-    format!("plot: {error}")
-}
-
 fn plot_all(out: &Path, results: &[PointResult], summary: &Summary) -> Result<(), String> {
     let path = |name: &str| out.join(name);
     let (ccdf_path, conditions, sizes, optimality) = (
@@ -471,7 +468,7 @@ fn draw_ccdf<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     results: &[PointResult],
 ) -> Result<(), String> {
-    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    root.fill(&WHITE).map_err(|e| drawing_failed(&e))?;
     let mean = ccdf(results.iter().map(|r| r.gain_mean_pct).collect());
     let p95 = ccdf(results.iter().map(|r| r.gain_p95_pct).collect());
     let low = mean
@@ -492,17 +489,17 @@ fn draw_ccdf<DB: DrawingBackend>(
         .x_label_area_size(45)
         .y_label_area_size(60)
         .build_cartesian_2d(low..100.0, 0.0..1.02)
-        .map_err(|e| fail(&e))?;
+        .map_err(|e| drawing_failed(&e))?;
     chart
         .configure_mesh()
         .x_desc("gain over batch (%)")
         .y_desc("share of scenarios with at least this gain")
         .draw()
-        .map_err(|e| fail(&e))?;
+        .map_err(|e| drawing_failed(&e))?;
     for (label, points, color) in [("mean", mean, MEAN_COLOR), ("p95", p95, P95_COLOR)] {
         chart
             .draw_series(LineSeries::new(points, color.stroke_width(2)))
-            .map_err(|e| fail(&e))?
+            .map_err(|e| drawing_failed(&e))?
             .label(label)
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
@@ -513,90 +510,21 @@ fn draw_ccdf<DB: DrawingBackend>(
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
-        .map_err(|e| fail(&e))?;
-    root.present().map_err(|e| fail(&e))
-}
-
-/// Grouped bars (mean, p95) over categories.
-pub(super) fn draw_bars<DB: DrawingBackend>(
-    area: &DrawingArea<DB, Shift>,
-    title: &str,
-    x_desc: &str,
-    groups: &[(String, Vec<f64>)],
-    labels: &[(&str, RGBColor)],
-    y_desc: &str,
-) -> Result<(), String> {
-    let values = groups.iter().flat_map(|g| g.1.iter().copied());
-    let (low, high) = values.fold((0.0f64, 0.0f64), |(l, h), v| (l.min(v), h.max(v)));
-    let (low, high) = (low * 1.1, (high * 1.1).max(1.0));
-    let series = labels.len() as i32;
-    let slots = groups.len() as i32 * (series + 1);
-    let mut chart = ChartBuilder::on(area)
-        .caption(title, ("sans-serif", 18))
-        .margin(10)
-        .x_label_area_size(40)
-        .y_label_area_size(55)
-        .build_cartesian_2d((0..slots).into_segmented(), low..high)
-        .map_err(|e| fail(&e))?;
-    let names: Vec<String> = groups.iter().map(|g| g.0.clone()).collect();
-    let step = series + 1;
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_desc(x_desc)
-        .y_desc(y_desc)
-        .x_labels(slots as usize)
-        .x_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(i) if i % step == (series - 1) / 2 => {
-                names.get((i / step) as usize).cloned().unwrap_or_default()
-            }
-            _ => String::new(),
-        })
-        .draw()
-        .map_err(|e| fail(&e))?;
-    for (s, (label, color)) in labels.iter().enumerate() {
-        let color = *color;
-        chart
-            .draw_series(groups.iter().enumerate().map(|(g, group)| {
-                let x = g as i32 * step + s as i32;
-                let value = group.1.get(s).copied().unwrap_or(0.0);
-                let (bottom, top) = if value >= 0.0 {
-                    (0.0, value)
-                } else {
-                    (value, 0.0)
-                };
-                Rectangle::new(
-                    [
-                        (SegmentValue::Exact(x), bottom),
-                        (SegmentValue::Exact(x + 1), top),
-                    ],
-                    color.filled(),
-                )
-            }))
-            .map_err(|e| fail(&e))?
-            .label(*label)
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], color.filled()));
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| fail(&e))?;
-    Ok(())
+        .map_err(|e| drawing_failed(&e))?;
+    root.present().map_err(|e| drawing_failed(&e))
 }
 
 fn draw_conditions<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     summary: &Summary,
 ) -> Result<(), String> {
-    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    root.fill(&WHITE).map_err(|e| drawing_failed(&e))?;
     let root = root
         .titled(
             "SIMULATED: mean gain of Chisel over batch by condition",
             ("sans-serif", 22),
         )
-        .map_err(|e| fail(&e))?;
+        .map_err(|e| drawing_failed(&e))?;
     let panels = root.split_evenly((2, 2));
     let conditions = [
         ("mice keys", "(a) mice request size (keys)"),
@@ -625,7 +553,7 @@ fn draw_conditions<DB: DrawingBackend>(
             "gain (%)",
         )?;
     }
-    root.present().map_err(|e| fail(&e))
+    root.present().map_err(|e| drawing_failed(&e))
 }
 
 /// Fig. 9: mean keys per backend query, batch vs chisel, at A = 120 and 1000 µs (overhead 0).
@@ -633,13 +561,13 @@ fn draw_query_size<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     results: &[PointResult],
 ) -> Result<(), String> {
-    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    root.fill(&WHITE).map_err(|e| drawing_failed(&e))?;
     let root = root
         .titled(
             "SIMULATED: mean keys per backend query, no injected overhead",
             ("sans-serif", 22),
         )
-        .map_err(|e| fail(&e))?;
+        .map_err(|e| drawing_failed(&e))?;
     let panels = root.split_evenly((1, 2));
     for (panel, a) in panels.iter().zip([120.0, 1000.0]) {
         let groups: Vec<(String, Vec<f64>)> = results
@@ -664,7 +592,7 @@ fn draw_query_size<DB: DrawingBackend>(
             "keys per query",
         )?;
     }
-    root.present().map_err(|e| fail(&e))
+    root.present().map_err(|e| drawing_failed(&e))
 }
 
 /// Fig. 7d: CDF of the optimality ratio (best fixed (B, L) / online), mean and p95.
@@ -672,7 +600,7 @@ fn draw_optimality<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     results: &[PointResult],
 ) -> Result<(), String> {
-    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    root.fill(&WHITE).map_err(|e| drawing_failed(&e))?;
     let cdf = |values: Vec<f64>| -> Vec<(f64, f64)> {
         ccdf(values)
             .into_iter()
@@ -697,17 +625,17 @@ fn draw_optimality<DB: DrawingBackend>(
         .x_label_area_size(45)
         .y_label_area_size(60)
         .build_cartesian_2d(low..high, 0.0..1.02)
-        .map_err(|e| fail(&e))?;
+        .map_err(|e| drawing_failed(&e))?;
     chart
         .configure_mesh()
         .x_desc("optimality ratio (1: as good as the best fixed shape)")
         .y_desc("share of scenarios at or below")
         .draw()
-        .map_err(|e| fail(&e))?;
+        .map_err(|e| drawing_failed(&e))?;
     for (label, points, color) in [("mean", mean, MEAN_COLOR), ("p95", p95, P95_COLOR)] {
         chart
             .draw_series(LineSeries::new(points, color.stroke_width(2)))
-            .map_err(|e| fail(&e))?
+            .map_err(|e| drawing_failed(&e))?
             .label(label)
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
@@ -719,8 +647,8 @@ fn draw_optimality<DB: DrawingBackend>(
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
-        .map_err(|e| fail(&e))?;
-    root.present().map_err(|e| fail(&e))
+        .map_err(|e| drawing_failed(&e))?;
+    root.present().map_err(|e| drawing_failed(&e))
 }
 
 #[cfg(test)]

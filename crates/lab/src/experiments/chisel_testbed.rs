@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::figures::{draw_bars, drawing_failed};
 use crate::histogram::Encoded;
 use crate::meta::{load_average, Recorder, RunMetadata};
 use crate::process::{fetch_stats, Launch, Process, ServerShape};
@@ -40,7 +41,6 @@ use tailtrim_bench::{preload, run_detailed, Class, ClassSummary, RunConfig, Work
 use tailtrim_policy::costspec::CostSpec;
 use tailtrim_sim::chisel::{gain, run_point, GridPoint, PointResult, Setup, ELEPHANT_KEYS};
 
-use super::chisel::{draw_bars, fail};
 use super::common::{progress_bar, tailtrim_binary};
 
 /// The paper's `P_S = 3.3 + 0.6·K` µs, as (fixed, per key) µs.
@@ -1023,7 +1023,7 @@ fn write_outputs(out: &Path, report: &Report) -> Result<(), String> {
 
 fn plot_gains(path: &Path, report: &Report) -> Result<(), String> {
     let root = SVGBackend::new(path, (900, 700)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    root.fill(&WHITE).map_err(|e| drawing_failed(&e))?;
     let points = |pick: fn(&ScenarioResult) -> (f64, f64)| -> Vec<(f64, f64)> {
         report.results.iter().map(pick).collect()
     };
@@ -1050,13 +1050,13 @@ fn plot_gains(path: &Path, report: &Report) -> Result<(), String> {
         .x_label_area_size(45)
         .y_label_area_size(60)
         .build_cartesian_2d(low..high, low..high)
-        .map_err(|e| fail(&e))?;
+        .map_err(|e| drawing_failed(&e))?;
     chart
         .configure_mesh()
         .x_desc("simulator gain (%)")
         .y_desc("testbed gain (%)")
         .draw()
-        .map_err(|e| fail(&e))?;
+        .map_err(|e| drawing_failed(&e))?;
     for (offset, label) in [
         (0.0, "equal"),
         (WITHIN_POINTS, "±10 points"),
@@ -1069,7 +1069,7 @@ fn plot_gains(path: &Path, report: &Report) -> Result<(), String> {
                     .mix(if offset == 0.0 { 0.6 } else { 0.3 })
                     .stroke_width(1),
             ))
-            .map_err(|e| fail(&e))?;
+            .map_err(|e| drawing_failed(&e))?;
         if !label.is_empty() {
             series
                 .label(label)
@@ -1086,7 +1086,7 @@ fn plot_gains(path: &Path, report: &Report) -> Result<(), String> {
                     .into_iter()
                     .map(|p| Circle::new(p, 4, color.filled())),
             )
-            .map_err(|e| fail(&e))?
+            .map_err(|e| drawing_failed(&e))?
             .label(label)
             .legend(move |(x, y)| Circle::new((x + 10, y), 4, color.filled()));
     }
@@ -1096,19 +1096,19 @@ fn plot_gains(path: &Path, report: &Report) -> Result<(), String> {
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
-        .map_err(|e| fail(&e))?;
-    root.present().map_err(|e| fail(&e))
+        .map_err(|e| drawing_failed(&e))?;
+    root.present().map_err(|e| drawing_failed(&e))
 }
 
 fn plot_classes(path: &Path, report: &Report) -> Result<(), String> {
     let root = SVGBackend::new(path, (1400, 700)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    root.fill(&WHITE).map_err(|e| drawing_failed(&e))?;
     let root = root
         .titled(
             "Mean latency per class: EMULATED testbed ÷ D vs SIMULATED (µs of the modelled system)",
             ("sans-serif", 20),
         )
-        .map_err(|e| fail(&e))?;
+        .map_err(|e| drawing_failed(&e))?;
     let panels = root.split_evenly((1, 2));
     let d = report.settings.dilation;
     let colors = [
@@ -1142,7 +1142,7 @@ fn plot_classes(path: &Path, report: &Report) -> Result<(), String> {
             .collect();
         draw_bars(panel, title, "scenario", &groups, &colors, "mean µs")?;
     }
-    root.present().map_err(|e| fail(&e))
+    root.present().map_err(|e| drawing_failed(&e))
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use tailtrim_sim::tailx::{
     Calibration, Experiment, PlannerOutcome, Reduction, Setup, BASELINE, PLANNERS,
 };
 
-use super::chisel::{draw_bars, fail};
+use crate::figures::{draw_bars, drawing_failed};
 use crate::histogram::Encoded;
 use crate::meta::{Recorder, RunMetadata};
 use crate::results::{read_json, write_json, write_text};
@@ -551,7 +551,7 @@ const COLORS: [(&str, RGBColor); 3] = [
 fn plot(out: &std::path::Path, result: &ExperimentResult) -> Result<(), String> {
     let path = out.join(format!("{}.svg", result.experiment.name));
     let root = SVGBackend::new(&path, (900, 550)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    root.fill(&WHITE).map_err(|e| drawing_failed(&e))?;
     let groups: Vec<(String, Vec<f64>)> = result
         .outcomes
         .iter()
@@ -578,5 +578,5 @@ fn plot(out: &std::path::Path, result: &ExperimentResult) -> Result<(), String> 
         &COLORS,
         "latency (ms)",
     )?;
-    root.present().map_err(|e| fail(&e))
+    root.present().map_err(|e| drawing_failed(&e))
 }
