@@ -25,6 +25,7 @@
 //! The harness holds no experiment's decisions: each experiment decides what to run and how
 //! to summarise it; the harness runs processes, keeps records and draws.
 
+pub mod experiment;
 pub mod experiments;
 pub mod figures;
 pub mod histogram;

@@ -26,10 +26,11 @@ use tailtrim_sim::chisel::{
     paper_grid, run_point_reusing, summarize, GridPoint, Outcome, PointResult, Setup, Summary,
 };
 
+use crate::experiment::{keep_run, replot, Experiment, Progress, ProgressFn};
 use crate::figures::{draw_bars, drawing_failed};
 use crate::histogram::Encoded;
 use crate::meta::{Recorder, RunMetadata};
-use crate::results::{read_json, write_json};
+use crate::results::read_json;
 
 use super::chisel_testbed;
 use super::common::progress_bar;
@@ -108,8 +109,9 @@ struct Metadata {
     note: String,
 }
 
+/// What a run of the simulated experiment keeps (`results.json`).
 #[derive(Serialize, Deserialize)]
-struct Report {
+pub struct Report {
     metadata: Metadata,
     setup: Setup,
     summary: Summary,
@@ -229,18 +231,78 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         .clone()
         .unwrap_or_else(|| PathBuf::from("experiments/chisel/sim"));
     if args.replot {
-        let report: Report = read_json(&out)?;
-        let checked = check_histograms(&report)?;
+        let (report, checked) = replot::<ChiselSim>(&out)?;
         eprintln!("{checked} scenarios' p95s equal their histograms'");
-        plot_all(&out, &report.results, &report.summary)?;
-        print_summary(
-            &report.summary,
-            &report.results,
-            report.metadata.run.wall_seconds,
-        );
+        print!("{}", ChiselSim::summarise(&report));
         println!("redrew {} from its results.json", out.display());
         return Ok(ExitCode::SUCCESS);
     }
+    let bar = progress_bar(
+        std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        0,
+        "chisel (simulated)",
+    );
+    let tell = |progress: Progress<'_>| {
+        if let Some(bar) = &bar {
+            bar.set_length(progress.total.max(1));
+            bar.set_position(progress.done);
+        }
+    };
+    let report = keep_run(
+        &ChiselSim {
+            args: &args,
+            out: &out,
+        },
+        &out,
+        &tell,
+    )?;
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    print!("{}", ChiselSim::summarise(&report));
+    println!("wrote {}", out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Chisel against batch in the cluster simulator: the paper's grid (or `--only`), each
+/// scenario simulated once per planner.
+pub struct ChiselSim<'a> {
+    /// The command's arguments.
+    pub args: &'a Args,
+    /// Where the results are kept (`--reuse-fixed` reads the previous run there).
+    pub out: &'a Path,
+}
+
+impl Experiment for ChiselSim<'_> {
+    type Results = Report;
+
+    fn run(&self, progress: ProgressFn<'_>) -> Result<Report, String> {
+        simulate(self.args, self.out, progress)
+    }
+
+    fn check(report: &Report) -> Result<usize, String> {
+        check_histograms(report)
+    }
+
+    fn render(report: &Report, out: &Path) -> Result<(), String> {
+        plot_all(out, &report.results, &report.summary)
+    }
+
+    fn summarise(report: &Report) -> String {
+        summary_text(
+            &report.summary,
+            &report.results,
+            report.metadata.run.wall_seconds,
+        )
+    }
+}
+
+/// Simulates the grid of `args` (reusing the fixed planners' outcomes kept in `out` with
+/// `--reuse-fixed`).
+fn simulate(args: &Args, out: &Path, progress: ProgressFn<'_>) -> Result<Report, String> {
+    let grid = || -> Result<Vec<GridPoint>, String> {
+        args.only.iter().map(|text| parse_point(text)).collect()
+    };
     let setup = Setup {
         requests: args.requests,
         seed: args.seed,
@@ -257,7 +319,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     };
     // --reuse-fixed: the stored batch and sweep per scenario, and the run they came from.
     let (reused, reused_from) = if args.reuse_fixed {
-        let previous: Report = read_json(&out)?;
+        let previous: Report = read_json(out)?;
         let comparable = Setup {
             analyzer: setup.analyzer,
             ..previous.setup.clone()
@@ -300,11 +362,8 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     };
     // The tree as the run starts: the code that produces the numbers.
     let recorder = Recorder::start();
-    let bar = progress_bar(
-        std::io::IsTerminal::is_terminal(&std::io::stderr()),
-        grid.len() as u64,
-        "chisel (simulated)",
-    );
+    let total = grid.len() as u64;
+    let finished = AtomicUsize::new(0);
     let next = AtomicUsize::new(0);
     let slots: Mutex<Vec<Option<Result<PointResult, String>>>> = Mutex::new(vec![None; grid.len()]);
     std::thread::scope(|scope| {
@@ -321,15 +380,15 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
                 if let Ok(mut slots) = slots.lock() {
                     slots[index] = Some(outcome);
                 }
-                if let Some(bar) = &bar {
-                    bar.inc(1);
-                }
+                let done = finished.fetch_add(1, Ordering::Relaxed) + 1;
+                progress(Progress {
+                    stage: "chisel (simulated)",
+                    done: done as u64,
+                    total,
+                });
             });
         }
     });
-    if let Some(bar) = &bar {
-        bar.finish_and_clear();
-    }
     let results: Vec<PointResult> = slots
         .into_inner()
         .map_err(|_| "a simulation thread panicked".to_string())?
@@ -337,7 +396,6 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         .map(|slot| slot.unwrap_or_else(|| Err("scenario not run".to_string())))
         .collect::<Result<_, _>>()?;
     let metadata = recorder.finish();
-    let wall_secs = metadata.wall_seconds;
     let summary = summarize(&results);
     let histograms = results
         .iter()
@@ -355,7 +413,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
             })
         })
         .collect::<Result<Vec<_>, String>>()?;
-    let report = Report {
+    Ok(Report {
         metadata: Metadata {
             run: metadata,
             seed: args.seed,
@@ -365,16 +423,16 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         summary,
         results,
         histograms,
-    };
-    write_json(&out, &report)?;
-    plot_all(&out, &report.results, &report.summary)?;
-    print_summary(&report.summary, &report.results, wall_secs);
-    println!("wrote {}", out.display());
-    Ok(ExitCode::SUCCESS)
+    })
 }
 
-fn print_summary(summary: &Summary, results: &[PointResult], wall_secs: f64) {
-    println!(
+/// The run's summary: gains over batch, the optimality ratio and, for a small grid, every
+/// scenario.
+fn summary_text(summary: &Summary, results: &[PointResult], wall_secs: f64) -> String {
+    use std::fmt::Write as _;
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
         "SIMULATED, {} scenarios in {wall_secs:.0} s: mean gain on the mean {:.1} %, on the p95 {:.1} % \
          (median {:.1} %), worst p95 gain {:.1} % ({}), {} scenario(s) worse than batch by > 5 % on p95",
         summary.scenarios,
@@ -386,18 +444,21 @@ fn print_summary(summary: &Summary, results: &[PointResult], wall_secs: f64) {
         summary.worse_than_batch_p95.len()
     );
     if let Some(ratio) = summary.median_optimality_mean {
-        println!(
+        let _ = writeln!(
+            text,
             "optimality ratio (best fixed (B, L) / online), median: mean {ratio:.3}, p95 {:.3}",
             summary.median_optimality_p95.unwrap_or(0.0)
         );
     }
     if results.len() <= 24 {
-        println!(
+        let _ = writeln!(
+            text,
             "{:<22} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7}  (B, L)",
             "scenario", "batch µs", "chisel", "gain", "batch p95", "chisel", "gain"
         );
         for r in results {
-            println!(
+            let _ = writeln!(
+                text,
                 "{:<22} {:>9.0} {:>9.0} {:>6.1}% {:>9.0} {:>9.0} {:>6.1}%  ({}, {})",
                 r.point.name(),
                 r.batch.mean_us,
@@ -411,6 +472,7 @@ fn print_summary(summary: &Summary, results: &[PointResult], wall_secs: f64) {
             );
         }
     }
+    text
 }
 
 fn shape_l(chunk_size: u32) -> String {

@@ -12,7 +12,7 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Mutex;
 use std::time::Instant;
@@ -25,10 +25,13 @@ use tailtrim_sim::tailx::{
     Calibration, Experiment, PlannerOutcome, Reduction, Setup, BASELINE, PLANNERS,
 };
 
+use crate::experiment::{
+    self, keep_run, no_progress, replot, Experiment as _, Progress, ProgressFn,
+};
 use crate::figures::{draw_bars, drawing_failed};
 use crate::histogram::Encoded;
 use crate::meta::{Recorder, RunMetadata};
-use crate::results::{read_json, write_json, write_text};
+use crate::results::write_text;
 
 /// Arguments of `tailtrim experiment tailx`.
 #[derive(clap::Args, Debug)]
@@ -236,8 +239,9 @@ struct Metadata {
     note: String,
 }
 
+/// What a run of the simulated experiment keeps (`results.json`).
 #[derive(Serialize, Deserialize)]
-struct Report {
+pub struct Report {
     metadata: Metadata,
     setup: Setup,
     experiments: Vec<ExperimentResult>,
@@ -291,16 +295,57 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         .clone()
         .unwrap_or_else(|| PathBuf::from("experiments/tailx/sim"));
     if args.replot {
-        let report: Report = read_json(&out)?;
-        let checked = check_histograms(&report.experiments)?;
-        let markdown = render(&report.experiments, &out)?;
-        print!("{markdown}");
+        let (report, checked) = replot::<TailxSim>(&out)?;
+        print!("{}", TailxSim::summarise(&report));
         println!(
             "redrew {} from its results.json ({checked} runs' p99s equal their histograms')",
             out.display()
         );
         return Ok(ExitCode::SUCCESS);
     }
+    let report = keep_run(&TailxSim { args: &args }, &out, &no_progress)?;
+    print!("{}", TailxSim::summarise(&report));
+    println!(
+        "wrote {} ({:.0} s)",
+        out.display(),
+        report.metadata.run.wall_seconds
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// TailX, Rein and batch in the cluster simulator: the paper's experiments (or `--only`),
+/// every planner on each.
+pub struct TailxSim<'a> {
+    /// The command's arguments.
+    pub args: &'a Args,
+}
+
+impl experiment::Experiment for TailxSim<'_> {
+    type Results = Report;
+
+    fn run(&self, progress: ProgressFn<'_>) -> Result<Report, String> {
+        simulate(self.args, progress)
+    }
+
+    fn check(report: &Report) -> Result<usize, String> {
+        check_histograms(&report.experiments)
+    }
+
+    fn render(report: &Report, out: &Path) -> Result<(), String> {
+        write_text(out, "results.md", &render_markdown(&report.experiments))?;
+        for result in &report.experiments {
+            plot(out, result)?;
+        }
+        Ok(())
+    }
+
+    fn summarise(report: &Report) -> String {
+        render_markdown(&report.experiments)
+    }
+}
+
+/// Simulates every selected experiment with every selected planner.
+fn simulate(args: &Args, progress: ProgressFn<'_>) -> Result<Report, String> {
     let server_queue = match args.server_queue.as_str() {
         "planner" => ServerQueue::Planner,
         "strict" => ServerQueue::Strict,
@@ -359,7 +404,8 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     }
     let recorder = Recorder::start();
     let mut results = Vec::new();
-    for experiment in &experiments {
+    let total = (experiments.len() * planners.len()) as u64;
+    for (round, experiment) in experiments.iter().enumerate() {
         let calibration = calibrate(&setup, experiment).map_err(|e| e.to_string())?;
         eprintln!(
             "{}: capacity {:.0} req/s, offered {:.0} req/s, {} requests per planner",
@@ -416,6 +462,11 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
             .into_iter()
             .map(|slot| slot.unwrap_or_else(|| Err("planner not run".to_string())))
             .collect::<Result<_, _>>()?;
+        progress(Progress {
+            stage: "tailx (simulated)",
+            done: ((round + 1) * planners.len()) as u64,
+            total,
+        });
         let plain: Vec<PlannerOutcome> = outcomes.iter().map(|t| t.outcome.clone()).collect();
         for timed in &outcomes {
             eprintln!(
@@ -436,8 +487,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         });
     }
     let metadata = recorder.finish();
-    let wall_secs = metadata.wall_seconds;
-    let report = Report {
+    Ok(Report {
         metadata: Metadata {
             run: metadata,
             seed: args.seed,
@@ -452,22 +502,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         },
         setup,
         experiments: results,
-    };
-    write_json(&out, &report)?;
-    let markdown = render(&report.experiments, &out)?;
-    print!("{markdown}");
-    println!("wrote {} ({wall_secs:.0} s)", out.display());
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Writes results.md and one figure per experiment; returns the markdown.
-fn render(results: &[ExperimentResult], out: &std::path::Path) -> Result<String, String> {
-    let markdown = render_markdown(results);
-    write_text(out, "results.md", &markdown)?;
-    for result in results {
-        plot(out, result)?;
-    }
-    Ok(markdown)
+    })
 }
 
 fn render_markdown(results: &[ExperimentResult]) -> String {
