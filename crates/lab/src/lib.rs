@@ -1,8 +1,14 @@
-//! The experiment harness every `tailtrim experiment` runs on.
+//! The experiments and the harness they run on: every `tailtrim experiment` is a module of
+//! this crate, and the harness owns processes, metadata, histograms, results files, figures
+//! and tables. The `tailtrim` binary parses flags, calls one function per subcommand and
+//! prints.
 //!
 //! ```text
-//!   experiment (cli parses flags, prints)            lab
-//!   ─────────────────────────────────────    ───────────────────────────────────────────
+//!   experiments::{minos, warmup, chisel, chisel_testbed, tailx, tailx_testbed}
+//!     what to run, how to read it ──> experiment::Experiment (run with a progress
+//!                                      callback, check, render, summarise)
+//!                                      experiment::keep_run / experiment::replot
+//!   ──────────────────────────────────────────────────────────────────────────────────
 //!   start systems ─────────────────────────> process::Process::start(Launch)
 //!                                             tailtrim serve | memcached | nutcracker |
 //!                                             tailtrim proxy: spawn on a free port,
@@ -18,12 +24,16 @@
 //!       keep its histograms ───────────────> histogram::Encoded (HDR V2, base64)
 //!   point = median over repeats ───────────> stats::median (mean of the middle two)
 //!   results.json ──────────────────────────> results::write_json / read_json
-//!   figures (also `--replot`) ─────────────> plot::plot_latency_vs_throughput
+//!   tables (results.md) ───────────────────> tables::Table (markdown)
+//!   figures (also `--replot`) ─────────────> figures: line charts (latency vs throughput,
+//!                                             panels, the bench's reports), bars,
+//!                                             one colour map and latency class
 //!   noise floor ───────────────────────────> floor::NullServer (the bench's own)
 //! ```
 //!
-//! The harness holds no experiment's decisions: each experiment decides what to run and how
-//! to summarise it; the harness runs processes, keeps records and draws.
+//! Dependencies run one way: the experiments use the harness, the simulator, the bench and
+//! the server's CPU-affinity helpers; the harness uses none of the experiments. The bench
+//! produces data only; drawing it is `figures`.
 
 pub mod experiment;
 pub mod experiments;

@@ -32,6 +32,7 @@ use crate::figures::{draw_bars, drawing_failed};
 use crate::histogram::Encoded;
 use crate::meta::{Recorder, RunMetadata};
 use crate::results::write_text;
+use crate::tables::{Align, Table};
 
 /// Arguments of `tailtrim experiment tailx`.
 #[derive(clap::Args, Debug)]
@@ -534,9 +535,7 @@ fn render_markdown(results: &[ExperimentResult]) -> String {
         out.push_str(&format!(
             "\n## {} ({} requests per planner, offered {:.0} req/s = load × capacity {:.0} req/s)\n\n\
              Unloaded (batch at {:.0} req/s): p50 {:.0} µs, p99 {:.0} µs. Busiest server's \
-             utilisation in the calibration's loaded batch run: {:.2}.\n\n\
-             | planner | p50 | p95 | p99 | p99.9 | p50 / batch | p99 / batch | p99 red. vs rein-sbf | mice p50 | mice p99 | elephants p50 | elephants p99 | small p50 | small p99 | large p50 | large p99 | queueing p50 | queueing p99 | busiest server util. | achieved req/s | wall s |\n\
-             |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+             utilisation in the calibration's loaded batch run: {:.2}.\n\n",
             result.experiment.name,
             short_count(result.experiment.requests),
             c.rate_rps,
@@ -546,18 +545,18 @@ fn render_markdown(results: &[ExperimentResult]) -> String {
             c.unloaded_p99_us,
             c.loaded_busiest_utilization,
         ));
+        let mut table = Table::aligned(PLANNER_COLUMNS, Align::Left);
         for (timed, reduction) in result.outcomes.iter().zip(&result.reductions_vs_rein_sbf) {
             let o = &timed.outcome;
-            out.push_str(&format!(
-                "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {:.1} % | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {:.2} | {:.0} | {:.1} |\n",
-                o.planner,
-                o.p50_us,
-                o.p95_us,
-                o.p99_us,
-                o.p999_us,
+            table.push([
+                o.planner.clone(),
+                format!("{:.0}", o.p50_us),
+                format!("{:.0}", o.p95_us),
+                format!("{:.0}", o.p99_us),
+                format!("{:.0}", o.p999_us),
                 ratio(o.p50_us, batch.as_ref().map(|b| b.p50_us)),
                 ratio(o.p99_us, batch.as_ref().map(|b| b.p99_us)),
-                reduction.p99_pct,
+                format!("{:.1} %", reduction.p99_pct),
                 cell(o.mice_p50_us),
                 cell(o.mice_p99_us),
                 cell(o.elephant_p50_us),
@@ -566,16 +565,42 @@ fn render_markdown(results: &[ExperimentResult]) -> String {
                 cell(o.small_p99_us),
                 cell(o.large_p50_us),
                 cell(o.large_p99_us),
-                o.p50_us - c.unloaded_p50_us,
-                o.p99_us - c.unloaded_p99_us,
-                o.max_utilization,
-                o.achieved_rps,
-                timed.wall_secs
-            ));
+                format!("{:.0}", o.p50_us - c.unloaded_p50_us),
+                format!("{:.0}", o.p99_us - c.unloaded_p99_us),
+                format!("{:.2}", o.max_utilization),
+                format!("{:.0}", o.achieved_rps),
+                format!("{:.1}", timed.wall_secs),
+            ]);
         }
+        out.push_str(&table.render());
     }
     out
 }
+
+/// The columns of an experiment's table: one row per planner.
+const PLANNER_COLUMNS: [&str; 21] = [
+    "planner",
+    "p50",
+    "p95",
+    "p99",
+    "p99.9",
+    "p50 / batch",
+    "p99 / batch",
+    "p99 red. vs rein-sbf",
+    "mice p50",
+    "mice p99",
+    "elephants p50",
+    "elephants p99",
+    "small p50",
+    "small p99",
+    "large p50",
+    "large p99",
+    "queueing p50",
+    "queueing p99",
+    "busiest server util.",
+    "achieved req/s",
+    "wall s",
+];
 
 const COLORS: [(&str, RGBColor); 3] = [
     ("p50", RGBColor(31, 119, 180)),
