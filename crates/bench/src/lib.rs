@@ -14,7 +14,7 @@
 //!     │             ─> wire::compose ─> TCP | UDP ─> wire::parse
 //!     │             ─> ClassHistograms (latency from SCHEDULED time)
 //!     ▼
-//!  RunReport / SweepReport ──> table, JSON, plot (SVG + PNG)
+//!  RunReport / SweepReport ──> table, JSON (figures: tailtrim_lab::figures)
 //! ```
 //!
 //! In-process use (what the experiment runners do):
@@ -48,7 +48,6 @@ pub mod dist;
 pub mod engine;
 pub mod floor;
 pub mod op;
-pub mod plot;
 pub mod preload;
 pub mod report;
 pub mod rng;
@@ -84,9 +83,6 @@ pub enum BenchError {
     /// The server sent something that is not a memcached reply.
     #[error("protocol: {0}")]
     Protocol(String),
-    /// Drawing a plot failed.
-    #[error("plot: {0}")]
-    Plot(String),
     /// Reading or writing JSON failed.
     #[error("json: {0}")]
     Json(#[from] serde_json::Error),

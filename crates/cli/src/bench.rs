@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use tailtrim_bench::cacheaside::parse_duration;
-use tailtrim_bench::plot::{plot_cache_aside, plot_run, plot_sweep};
 use tailtrim_bench::workload::{etc_arrival, Arrival, Popularity};
 use tailtrim_bench::{
     parse_rates, preload, run_cache_aside, sweep, CacheAsideConfig, NullServer, RunConfig,
     ScheduledEvent, Transport, WorkloadOverrides, WorkloadSpec,
 };
+use tailtrim_lab::figures::{plot_cache_aside, plot_run, plot_sweep};
 
 /// Arguments of `tailtrim bench`.
 #[derive(clap::Args, Debug)]

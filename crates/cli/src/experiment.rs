@@ -1,29 +1,19 @@
-//! `tailtrim experiment NAME`: one command reproduces one of the project's
-//! figures. Each experiment lives in its own module under `experiment/`;
-//! what they share (processes, interleaving, medians, metadata, histograms,
-//! the noise floor) is the harness, `tailtrim_lab`; CPU pinning and the
-//! progress bar are in `experiment/common.rs`.
+//! `tailtrim experiment NAME`: one command reproduces one of the project's figures. The
+//! experiments are the library `tailtrim_lab::experiments`, one module each; this module
+//! only dispatches the subcommand to it.
 //!
 //! ```text
 //!   tailtrim experiment minos [flags]
-//!        │
-//!        ├─ tailtrim_lab::process::Process::start  (tailtrim serve --dispatch X | memcached)
-//!        ├─ tailtrim_bench::preload       (in-process, once per server)
-//!        ├─ for rate: for repeat: for system (interleaved)
-//!        │     tailtrim_bench::run_detailed  ──> RunReport
-//!        ├─ tailtrim_lab::stats::median over repeats; histograms and metadata kept
-//!        └─ experiments/<name>/: results.json, results.md, plots (SVG + PNG)
+//!        └─ tailtrim_lab::experiments::minos::run(args)
+//!              ├─ tailtrim_lab::process::Process::start  (tailtrim serve --dispatch X | memcached)
+//!              ├─ tailtrim_bench::preload, run_detailed (interleaved, repeated)
+//!              ├─ tailtrim_lab::stats::median over repeats; histograms and metadata kept
+//!              └─ experiments/<name>/: results.json, results.md, figures (lab::figures)
 //! ```
 
 use std::process::ExitCode;
 
-mod chisel;
-mod chisel_testbed;
-mod common;
-mod minos;
-mod tailx;
-mod tailx_testbed;
-mod warmup;
+use tailtrim_lab::experiments::{chisel, minos, tailx, warmup};
 
 /// Arguments of `tailtrim experiment`.
 #[derive(clap::Args, Debug)]

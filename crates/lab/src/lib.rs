@@ -1,8 +1,14 @@
-//! The experiment harness every `tailtrim experiment` runs on.
+//! The experiments and the harness they run on: every `tailtrim experiment` is a module of
+//! this crate, and the harness owns processes, metadata, histograms, results files, figures
+//! and tables. The `tailtrim` binary parses flags, calls one function per subcommand and
+//! prints.
 //!
 //! ```text
-//!   experiment (cli parses flags, prints)            lab
-//!   ─────────────────────────────────────    ───────────────────────────────────────────
+//!   experiments::{minos, warmup, chisel, chisel_testbed, tailx, tailx_testbed}
+//!     what to run, how to read it ──> experiment::Experiment (run with a progress
+//!                                      callback, check, render, summarise)
+//!                                      experiment::keep_run / experiment::replot
+//!   ──────────────────────────────────────────────────────────────────────────────────
 //!   start systems ─────────────────────────> process::Process::start(Launch)
 //!                                             tailtrim serve | memcached | nutcracker |
 //!                                             tailtrim proxy: spawn on a free port,
@@ -20,24 +26,31 @@
 //!   quoted ratio + interval ───────────────> bootstrap::quantile_ratio, peak_median_ratio
 //!                                             (repeats, then requests, resampled; seeded)
 //!   results.json ──────────────────────────> results::write_json / read_json
-//!   figures (also `--replot`) ─────────────> plot::plot_latency_vs_throughput
+//!   tables (results.md) ───────────────────> tables::Table (markdown)
+//!   figures (also `--replot`) ─────────────> figures: line charts (latency vs throughput,
+//!                                             panels, the bench's reports), bars,
+//!                                             one colour map and latency class
 //!   noise floor ───────────────────────────> floor::NullServer (the bench's own)
 //! ```
 //!
-//! The harness holds no experiment's decisions: each experiment decides what to run and how
-//! to summarise it; the harness runs processes, keeps records and draws.
+//! Dependencies run one way: the experiments use the harness, the simulator, the bench and
+//! the server's CPU-affinity helpers; the harness uses none of the experiments. The bench
+//! produces data only; drawing it is `figures`.
 
 pub mod bootstrap;
+pub mod experiment;
+pub mod experiments;
+pub mod figures;
 pub mod histogram;
 pub mod meta;
 pub mod process;
 pub mod results;
 pub mod stats;
+pub mod tables;
 
-/// Figures: the one latency-versus-throughput routine (the bench's, which its sweeps use
-/// too).
+/// The latency-versus-throughput routine under its earlier path (`figures` holds it).
 pub mod plot {
-    pub use tailtrim_bench::plot::{plot_latency_vs_throughput, Curve, LatencyThroughput};
+    pub use crate::figures::{plot_latency_vs_throughput, Curve, LatencyThroughput};
 }
 
 /// The noise-floor server every experiment measures beside real systems: the bench's own.
@@ -65,6 +78,9 @@ pub enum LabError {
     /// A results file could not be written or read.
     #[error("{0}")]
     Results(String),
+    /// Drawing a figure failed.
+    #[error("plot: {0}")]
+    Plot(String),
 }
 
 impl LabError {

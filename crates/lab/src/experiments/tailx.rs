@@ -12,7 +12,7 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Mutex;
 use std::time::Instant;
@@ -25,10 +25,14 @@ use tailtrim_sim::tailx::{
     Calibration, Experiment, PlannerOutcome, Reduction, Setup, BASELINE, PLANNERS,
 };
 
-use super::chisel::{draw_bars, fail};
-use tailtrim_lab::histogram::Encoded;
-use tailtrim_lab::meta::{Recorder, RunMetadata};
-use tailtrim_lab::results::{read_json, write_json, write_text};
+use crate::experiment::{
+    self, keep_run, no_progress, replot, Experiment as _, Progress, ProgressFn,
+};
+use crate::figures::{draw_bars, drawing_failed};
+use crate::histogram::Encoded;
+use crate::meta::{Recorder, RunMetadata};
+use crate::results::write_text;
+use crate::tables::{Align, Table};
 
 /// Arguments of `tailtrim experiment tailx`.
 #[derive(clap::Args, Debug)]
@@ -236,8 +240,9 @@ struct Metadata {
     note: String,
 }
 
+/// What a run of the simulated experiment keeps (`results.json`).
 #[derive(Serialize, Deserialize)]
-struct Report {
+pub struct Report {
     metadata: Metadata,
     setup: Setup,
     experiments: Vec<ExperimentResult>,
@@ -291,16 +296,57 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         .clone()
         .unwrap_or_else(|| PathBuf::from("experiments/tailx/sim"));
     if args.replot {
-        let report: Report = read_json(&out)?;
-        let checked = check_histograms(&report.experiments)?;
-        let markdown = render(&report.experiments, &out)?;
-        print!("{markdown}");
+        let (report, checked) = replot::<TailxSim>(&out)?;
+        print!("{}", TailxSim::summarise(&report));
         println!(
             "redrew {} from its results.json ({checked} runs' p99s equal their histograms')",
             out.display()
         );
         return Ok(ExitCode::SUCCESS);
     }
+    let report = keep_run(&TailxSim { args: &args }, &out, &no_progress)?;
+    print!("{}", TailxSim::summarise(&report));
+    println!(
+        "wrote {} ({:.0} s)",
+        out.display(),
+        report.metadata.run.wall_seconds
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// TailX, Rein and batch in the cluster simulator: the paper's experiments (or `--only`),
+/// every planner on each.
+pub struct TailxSim<'a> {
+    /// The command's arguments.
+    pub args: &'a Args,
+}
+
+impl experiment::Experiment for TailxSim<'_> {
+    type Results = Report;
+
+    fn run(&self, progress: ProgressFn<'_>) -> Result<Report, String> {
+        simulate(self.args, progress)
+    }
+
+    fn check(report: &Report) -> Result<usize, String> {
+        check_histograms(&report.experiments)
+    }
+
+    fn render(report: &Report, out: &Path) -> Result<(), String> {
+        write_text(out, "results.md", &render_markdown(&report.experiments))?;
+        for result in &report.experiments {
+            plot(out, result)?;
+        }
+        Ok(())
+    }
+
+    fn summarise(report: &Report) -> String {
+        render_markdown(&report.experiments)
+    }
+}
+
+/// Simulates every selected experiment with every selected planner.
+fn simulate(args: &Args, progress: ProgressFn<'_>) -> Result<Report, String> {
     let server_queue = match args.server_queue.as_str() {
         "planner" => ServerQueue::Planner,
         "strict" => ServerQueue::Strict,
@@ -359,7 +405,8 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     }
     let recorder = Recorder::start();
     let mut results = Vec::new();
-    for experiment in &experiments {
+    let total = (experiments.len() * planners.len()) as u64;
+    for (round, experiment) in experiments.iter().enumerate() {
         let calibration = calibrate(&setup, experiment).map_err(|e| e.to_string())?;
         eprintln!(
             "{}: capacity {:.0} req/s, offered {:.0} req/s, {} requests per planner",
@@ -416,6 +463,11 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
             .into_iter()
             .map(|slot| slot.unwrap_or_else(|| Err("planner not run".to_string())))
             .collect::<Result<_, _>>()?;
+        progress(Progress {
+            stage: "tailx (simulated)",
+            done: ((round + 1) * planners.len()) as u64,
+            total,
+        });
         let plain: Vec<PlannerOutcome> = outcomes.iter().map(|t| t.outcome.clone()).collect();
         for timed in &outcomes {
             eprintln!(
@@ -436,8 +488,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         });
     }
     let metadata = recorder.finish();
-    let wall_secs = metadata.wall_seconds;
-    let report = Report {
+    Ok(Report {
         metadata: Metadata {
             run: metadata,
             seed: args.seed,
@@ -452,22 +503,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         },
         setup,
         experiments: results,
-    };
-    write_json(&out, &report)?;
-    let markdown = render(&report.experiments, &out)?;
-    print!("{markdown}");
-    println!("wrote {} ({wall_secs:.0} s)", out.display());
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Writes results.md and one figure per experiment; returns the markdown.
-fn render(results: &[ExperimentResult], out: &std::path::Path) -> Result<String, String> {
-    let markdown = render_markdown(results);
-    write_text(out, "results.md", &markdown)?;
-    for result in results {
-        plot(out, result)?;
-    }
-    Ok(markdown)
+    })
 }
 
 fn render_markdown(results: &[ExperimentResult]) -> String {
@@ -499,9 +535,7 @@ fn render_markdown(results: &[ExperimentResult]) -> String {
         out.push_str(&format!(
             "\n## {} ({} requests per planner, offered {:.0} req/s = load × capacity {:.0} req/s)\n\n\
              Unloaded (batch at {:.0} req/s): p50 {:.0} µs, p99 {:.0} µs. Busiest server's \
-             utilisation in the calibration's loaded batch run: {:.2}.\n\n\
-             | planner | p50 | p95 | p99 | p99.9 | p50 / batch | p99 / batch | p99 red. vs rein-sbf | mice p50 | mice p99 | elephants p50 | elephants p99 | small p50 | small p99 | large p50 | large p99 | queueing p50 | queueing p99 | busiest server util. | achieved req/s | wall s |\n\
-             |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+             utilisation in the calibration's loaded batch run: {:.2}.\n\n",
             result.experiment.name,
             short_count(result.experiment.requests),
             c.rate_rps,
@@ -511,18 +545,18 @@ fn render_markdown(results: &[ExperimentResult]) -> String {
             c.unloaded_p99_us,
             c.loaded_busiest_utilization,
         ));
+        let mut table = Table::aligned(PLANNER_COLUMNS, Align::Left);
         for (timed, reduction) in result.outcomes.iter().zip(&result.reductions_vs_rein_sbf) {
             let o = &timed.outcome;
-            out.push_str(&format!(
-                "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {:.1} % | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {:.2} | {:.0} | {:.1} |\n",
-                o.planner,
-                o.p50_us,
-                o.p95_us,
-                o.p99_us,
-                o.p999_us,
+            table.push([
+                o.planner.clone(),
+                format!("{:.0}", o.p50_us),
+                format!("{:.0}", o.p95_us),
+                format!("{:.0}", o.p99_us),
+                format!("{:.0}", o.p999_us),
                 ratio(o.p50_us, batch.as_ref().map(|b| b.p50_us)),
                 ratio(o.p99_us, batch.as_ref().map(|b| b.p99_us)),
-                reduction.p99_pct,
+                format!("{:.1} %", reduction.p99_pct),
                 cell(o.mice_p50_us),
                 cell(o.mice_p99_us),
                 cell(o.elephant_p50_us),
@@ -531,16 +565,42 @@ fn render_markdown(results: &[ExperimentResult]) -> String {
                 cell(o.small_p99_us),
                 cell(o.large_p50_us),
                 cell(o.large_p99_us),
-                o.p50_us - c.unloaded_p50_us,
-                o.p99_us - c.unloaded_p99_us,
-                o.max_utilization,
-                o.achieved_rps,
-                timed.wall_secs
-            ));
+                format!("{:.0}", o.p50_us - c.unloaded_p50_us),
+                format!("{:.0}", o.p99_us - c.unloaded_p99_us),
+                format!("{:.2}", o.max_utilization),
+                format!("{:.0}", o.achieved_rps),
+                format!("{:.1}", timed.wall_secs),
+            ]);
         }
+        out.push_str(&table.render());
     }
     out
 }
+
+/// The columns of an experiment's table: one row per planner.
+const PLANNER_COLUMNS: [&str; 21] = [
+    "planner",
+    "p50",
+    "p95",
+    "p99",
+    "p99.9",
+    "p50 / batch",
+    "p99 / batch",
+    "p99 red. vs rein-sbf",
+    "mice p50",
+    "mice p99",
+    "elephants p50",
+    "elephants p99",
+    "small p50",
+    "small p99",
+    "large p50",
+    "large p99",
+    "queueing p50",
+    "queueing p99",
+    "busiest server util.",
+    "achieved req/s",
+    "wall s",
+];
 
 const COLORS: [(&str, RGBColor); 3] = [
     ("p50", RGBColor(31, 119, 180)),
@@ -551,7 +611,7 @@ const COLORS: [(&str, RGBColor); 3] = [
 fn plot(out: &std::path::Path, result: &ExperimentResult) -> Result<(), String> {
     let path = out.join(format!("{}.svg", result.experiment.name));
     let root = SVGBackend::new(&path, (900, 550)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    root.fill(&WHITE).map_err(|e| drawing_failed(&e))?;
     let groups: Vec<(String, Vec<f64>)> = result
         .outcomes
         .iter()
@@ -578,5 +638,5 @@ fn plot(out: &std::path::Path, result: &ExperimentResult) -> Result<(), String> 
         &COLORS,
         "latency (ms)",
     )?;
-    root.present().map_err(|e| fail(&e))
+    root.present().map_err(|e| drawing_failed(&e))
 }

@@ -1,6 +1,6 @@
-//! What the experiments need beyond the harness (`tailtrim_lab`): the tailtrim executable to
-//! start servers from, CPU pinning and nice values (the server crate's affinity helpers), and
-//! a progress bar.
+//! What the experiments need beyond the harness (the rest of this crate): the tailtrim
+//! executable to start servers from, CPU pinning and nice values (the server crate's affinity
+//! helpers), and a progress bar.
 
 use std::path::PathBuf;
 

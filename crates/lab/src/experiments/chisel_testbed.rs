@@ -26,21 +26,22 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::figures::{draw_bars, drawing_failed};
+use crate::histogram::Encoded;
+use crate::meta::{load_average, Recorder, RunMetadata};
+use crate::process::{fetch_stats, Launch, Process, ServerShape};
+use crate::results::{read_json, write_json, write_text};
+use crate::stats::{interleaved_order, median};
+use crate::tables::{Align, Table};
 use plotters::prelude::{
     ChartBuilder, Circle, Color, IntoDrawingArea, LineSeries, PathElement, SVGBackend, BLACK, WHITE,
 };
 use serde::{Deserialize, Serialize};
 use tailtrim_bench::workload::WorkloadOverrides;
 use tailtrim_bench::{preload, run_detailed, Class, ClassSummary, RunConfig, WorkloadSpec};
-use tailtrim_lab::histogram::Encoded;
-use tailtrim_lab::meta::{load_average, Recorder, RunMetadata};
-use tailtrim_lab::process::{fetch_stats, Launch, Process, ServerShape};
-use tailtrim_lab::results::{read_json, write_json, write_text};
-use tailtrim_lab::stats::{interleaved_order, median};
 use tailtrim_policy::costspec::CostSpec;
 use tailtrim_sim::chisel::{gain, run_point, GridPoint, PointResult, Setup, ELEPHANT_KEYS};
 
-use super::chisel::{draw_bars, fail};
 use super::common::{progress_bar, tailtrim_binary};
 
 /// The paper's `P_S = 3.3 + 0.6·K` µs, as (fixed, per key) µs.
@@ -904,11 +905,24 @@ fn markdown(report: &Report) -> String {
         report.metadata.run.load_average_max,
         report.metadata.run.steal_percent,
     ));
-    text.push_str(
-        "| scenario | batch mean | chisel mean | gain | sim gain | batch p95 | chisel p95 | gain | \
-         sim gain | within 10 | chisel (B, L) end | sim main (B, L) | fallback epochs | fit fixed + per key µs (R²) | proxy CPU µs/req b / c |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|---|---:|\n",
-    );
+    let (left, right) = (Align::Left, Align::Right);
+    let mut scenarios = Table::new([
+        ("scenario", left),
+        ("batch mean", right),
+        ("chisel mean", right),
+        ("gain", right),
+        ("sim gain", right),
+        ("batch p95", right),
+        ("chisel p95", right),
+        ("gain", right),
+        ("sim gain", right),
+        ("within 10", left),
+        ("chisel (B, L) end", left),
+        ("sim main (B, L)", left),
+        ("fallback epochs", right),
+        ("fit fixed + per key µs (R²)", left),
+        ("proxy CPU µs/req b / c", right),
+    ]);
     for r in &report.results {
         let last = r
             .chisel
@@ -939,56 +953,68 @@ fn markdown(report: &Report) -> String {
                     .collect::<Vec<_>>(),
             )
         };
-        text.push_str(&format!(
-            "| {} | {:.0} | {:.0} | {:.1} % | {:.1} % | {:.0} | {:.0} | {:.1} % | {:.1} % | {} | {} | {} | {}/{} | {} | {:.0} / {:.0} |\n",
-            r.name,
-            r.batch.mean_us,
-            r.chisel.mean_us,
-            r.gain_mean_pct,
-            r.sim.gain_mean_pct,
-            r.batch.p95_us,
-            r.chisel.p95_us,
-            r.gain_p95_pct,
-            r.sim.gain_p95_pct,
-            if r.within { "yes" } else { "**no**" },
+        scenarios.push([
+            r.name.clone(),
+            format!("{:.0}", r.batch.mean_us),
+            format!("{:.0}", r.chisel.mean_us),
+            format!("{:.1} %", r.gain_mean_pct),
+            format!("{:.1} %", r.sim.gain_mean_pct),
+            format!("{:.0}", r.batch.p95_us),
+            format!("{:.0}", r.chisel.p95_us),
+            format!("{:.1} %", r.gain_p95_pct),
+            format!("{:.1} %", r.sim.gain_p95_pct),
+            (if r.within { "yes" } else { "**no**" }).to_string(),
             last.map_or("-".to_string(), |a| shape_text(a.shape)),
             shape_text(r.sim.main_shape),
-            fallbacks,
-            epochs,
-            last.map_or("-".to_string(), |a| format!(
-                "{:.0} + {:.1}·K ({:.3})",
-                a.fit_fixed_us, a.fit_per_key_us, a.fit_r2
-            )),
-            cpu(&r.batch),
-            cpu(&r.chisel),
-        ));
+            format!("{fallbacks}/{epochs}"),
+            last.map_or("-".to_string(), |a| {
+                format!(
+                    "{:.0} + {:.1}·K ({:.3})",
+                    a.fit_fixed_us, a.fit_per_key_us, a.fit_r2
+                )
+            }),
+            format!("{:.0} / {:.0}", cpu(&r.batch), cpu(&r.chisel)),
+        ]);
     }
+    text.push_str(&scenarios.render());
     text.push_str(
-        "\nPer class, testbed ÷ D beside the simulator (µs of the modelled system; mean):\n\n\
-         | scenario | batch mice tb/sim | batch eleph. tb/sim | chisel mice tb/sim | chisel eleph. tb/sim |\n\
-         |---|---|---|---|---|\n",
+        "\nPer class, testbed ÷ D beside the simulator (µs of the modelled system; mean):\n\n",
     );
     let d = s.dilation;
+    let mut classes = Table::aligned(
+        [
+            "scenario",
+            "batch mice tb/sim",
+            "batch eleph. tb/sim",
+            "chisel mice tb/sim",
+            "chisel eleph. tb/sim",
+        ],
+        left,
+    );
     for r in &report.results {
-        text.push_str(&format!(
-            "| {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} |\n",
-            r.name,
-            r.batch.mice_mean_us / d,
-            r.sim.batch.mice_mean_us,
-            r.batch.elephant_mean_us / d,
-            r.sim.batch.elephant_mean_us,
-            r.chisel.mice_mean_us / d,
-            r.sim.chisel.mice_mean_us,
-            r.chisel.elephant_mean_us / d,
-            r.sim.chisel.elephant_mean_us,
-        ));
+        let pair = |testbed: f64, sim: f64| format!("{:.0} / {sim:.0}", testbed / d);
+        classes.push([
+            r.name.clone(),
+            pair(r.batch.mice_mean_us, r.sim.batch.mice_mean_us),
+            pair(r.batch.elephant_mean_us, r.sim.batch.elephant_mean_us),
+            pair(r.chisel.mice_mean_us, r.sim.chisel.mice_mean_us),
+            pair(r.chisel.elephant_mean_us, r.sim.chisel.elephant_mean_us),
+        ]);
     }
+    text.push_str(&classes.render());
     text.push_str(
         "\nModel validation, chisel runs (µs of the modelled system, mean per class): the online \
          analyzer's prediction at the end of the last round (`model::chisel` with its fitted \
-         inputs, ÷ D), the simulator, and the testbed (median of rounds, ÷ D).\n\n\
-         | scenario | (B, L) | mice: model / sim / testbed | elephants: model / sim / testbed |\n\
-         |---|---|---|---|\n",
+         inputs, ÷ D), the simulator, and the testbed (median of rounds, ÷ D).\n\n",
+    );
+    let mut model = Table::aligned(
+        [
+            "scenario",
+            "(B, L)",
+            "mice: model / sim / testbed",
+            "elephants: model / sim / testbed",
+        ],
+        left,
     );
     for r in &report.results {
         let Some(last) = r
@@ -1000,18 +1026,25 @@ fn markdown(report: &Report) -> String {
         else {
             continue;
         };
-        text.push_str(&format!(
-            "| {} | {} | {:.0} / {:.0} / {:.0} | {:.0} / {:.0} / {:.0} |\n",
-            r.name,
+        let triple = |model: f64, sim: f64, testbed: f64| {
+            format!("{:.0} / {sim:.0} / {:.0}", model / d, testbed / d)
+        };
+        model.push([
+            r.name.clone(),
             shape_text(last.shape),
-            last.predicted_us[0] / d,
-            r.sim.chisel.mice_mean_us,
-            r.chisel.mice_mean_us / d,
-            last.predicted_us[2] / d,
-            r.sim.chisel.elephant_mean_us,
-            r.chisel.elephant_mean_us / d,
-        ));
+            triple(
+                last.predicted_us[0],
+                r.sim.chisel.mice_mean_us,
+                r.chisel.mice_mean_us,
+            ),
+            triple(
+                last.predicted_us[2],
+                r.sim.chisel.elephant_mean_us,
+                r.chisel.elephant_mean_us,
+            ),
+        ]);
     }
+    text.push_str(&model.render());
     text
 }
 
@@ -1023,7 +1056,7 @@ fn write_outputs(out: &Path, report: &Report) -> Result<(), String> {
 
 fn plot_gains(path: &Path, report: &Report) -> Result<(), String> {
     let root = SVGBackend::new(path, (900, 700)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    root.fill(&WHITE).map_err(|e| drawing_failed(&e))?;
     let points = |pick: fn(&ScenarioResult) -> (f64, f64)| -> Vec<(f64, f64)> {
         report.results.iter().map(pick).collect()
     };
@@ -1050,13 +1083,13 @@ fn plot_gains(path: &Path, report: &Report) -> Result<(), String> {
         .x_label_area_size(45)
         .y_label_area_size(60)
         .build_cartesian_2d(low..high, low..high)
-        .map_err(|e| fail(&e))?;
+        .map_err(|e| drawing_failed(&e))?;
     chart
         .configure_mesh()
         .x_desc("simulator gain (%)")
         .y_desc("testbed gain (%)")
         .draw()
-        .map_err(|e| fail(&e))?;
+        .map_err(|e| drawing_failed(&e))?;
     for (offset, label) in [
         (0.0, "equal"),
         (WITHIN_POINTS, "±10 points"),
@@ -1069,7 +1102,7 @@ fn plot_gains(path: &Path, report: &Report) -> Result<(), String> {
                     .mix(if offset == 0.0 { 0.6 } else { 0.3 })
                     .stroke_width(1),
             ))
-            .map_err(|e| fail(&e))?;
+            .map_err(|e| drawing_failed(&e))?;
         if !label.is_empty() {
             series
                 .label(label)
@@ -1086,7 +1119,7 @@ fn plot_gains(path: &Path, report: &Report) -> Result<(), String> {
                     .into_iter()
                     .map(|p| Circle::new(p, 4, color.filled())),
             )
-            .map_err(|e| fail(&e))?
+            .map_err(|e| drawing_failed(&e))?
             .label(label)
             .legend(move |(x, y)| Circle::new((x + 10, y), 4, color.filled()));
     }
@@ -1096,19 +1129,19 @@ fn plot_gains(path: &Path, report: &Report) -> Result<(), String> {
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
-        .map_err(|e| fail(&e))?;
-    root.present().map_err(|e| fail(&e))
+        .map_err(|e| drawing_failed(&e))?;
+    root.present().map_err(|e| drawing_failed(&e))
 }
 
 fn plot_classes(path: &Path, report: &Report) -> Result<(), String> {
     let root = SVGBackend::new(path, (1400, 700)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    root.fill(&WHITE).map_err(|e| drawing_failed(&e))?;
     let root = root
         .titled(
             "Mean latency per class: EMULATED testbed ÷ D vs SIMULATED (µs of the modelled system)",
             ("sans-serif", 20),
         )
-        .map_err(|e| fail(&e))?;
+        .map_err(|e| drawing_failed(&e))?;
     let panels = root.split_evenly((1, 2));
     let d = report.settings.dilation;
     let colors = [
@@ -1142,7 +1175,7 @@ fn plot_classes(path: &Path, report: &Report) -> Result<(), String> {
             .collect();
         draw_bars(panel, title, "scenario", &groups, &colors, "mean µs")?;
     }
-    root.present().map_err(|e| fail(&e))
+    root.present().map_err(|e| drawing_failed(&e))
 }
 
 #[cfg(test)]

@@ -34,16 +34,16 @@ use tailtrim_bench::{
 };
 use tailtrim_policy::costspec::{CostSpec, Units};
 
-use tailtrim_lab::bootstrap::{peak_median_ratio, quantile_ratio, Interval, Plan, Repeats};
-use tailtrim_lab::floor::NullServer;
-use tailtrim_lab::histogram::Encoded;
-use tailtrim_lab::meta::{Recorder, RunMetadata};
-use tailtrim_lab::plot::{plot_latency_vs_throughput, Curve, LatencyThroughput};
-use tailtrim_lab::process::{
-    fetch_stats, program_version, send_command, Process, Program, ServerShape,
+use crate::bootstrap::{peak_median_ratio, quantile_ratio, Interval, Plan, Repeats};
+use crate::figures::{
+    plot_latency_vs_throughput, system_color, Curve, LatencyClass, LatencyThroughput,
 };
-use tailtrim_lab::results::{read_json, write_json, write_text};
-use tailtrim_lab::stats::{interleaved_order, median};
+use crate::floor::NullServer;
+use crate::histogram::Encoded;
+use crate::meta::{Recorder, RunMetadata};
+use crate::process::{fetch_stats, program_version, send_command, Process, Program, ServerShape};
+use crate::results::{read_json, write_json, write_text};
+use crate::stats::{interleaved_order, median};
 
 use super::common::{
     parse_cpu_list, pin_current_thread, pin_process, progress_bar, set_nice, tailtrim_binary,
@@ -1661,43 +1661,6 @@ fn cpu_text(cpus: &[usize]) -> String {
     }
 }
 
-/// Which latency a plot shows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum LatencyClass {
-    Small,
-    Large,
-}
-
-impl LatencyClass {
-    fn file_stem(self) -> &'static str {
-        match self {
-            LatencyClass::Small => "small_p99",
-            LatencyClass::Large => "large_p99",
-        }
-    }
-
-    fn pick(self, point: &Point) -> f64 {
-        match self {
-            LatencyClass::Small => point.small_p99_us,
-            LatencyClass::Large => point.large_p99_us,
-        }
-    }
-}
-
-/// Fixed colors per system, so both plots agree.
-fn system_color(name: &str) -> (u8, u8, u8) {
-    match name {
-        "size-aware" => (214, 39, 40),
-        "size-aware-help" => (227, 119, 194),
-        "early-binding" => (31, 119, 180),
-        "stealing" => (44, 160, 44),
-        "late-binding" => (148, 103, 189),
-        "memcached" => (255, 127, 14),
-        "pinned" => (140, 86, 75),
-        _ => (127, 127, 127),
-    }
-}
-
 fn plot_latency(results: &MinosResults, out: &Path, class: LatencyClass) -> Result<(), String> {
     let curves: Vec<Curve> = results
         .systems
@@ -1714,7 +1677,12 @@ fn plot_latency(results: &MinosResults, out: &Path, class: LatencyClass) -> Resu
                 .points
                 .iter()
                 .filter(|point| point.valid_repeats > 0)
-                .map(|point| (point.achieved_rps, class.pick(point)))
+                .map(|point| {
+                    (
+                        point.achieved_rps,
+                        class.pick(point.small_p99_us, point.large_p99_us),
+                    )
+                })
                 .collect(),
         })
         .collect();
@@ -1740,7 +1708,7 @@ fn plot_latency(results: &MinosResults, out: &Path, class: LatencyClass) -> Resu
         x_max: results.settings.rates.iter().copied().fold(1.0, f64::max),
         curves,
     };
-    plot_latency_vs_throughput(out, class.file_stem(), &plot)
+    plot_latency_vs_throughput(out, class.p99_stem(), &plot)
         .map(|_| ())
         .map_err(|error| error.to_string())
 }

@@ -5,12 +5,12 @@
 use std::path::{Path, PathBuf};
 
 use tailtrim_bench::cacheaside::{CacheAsideReport, WindowSample};
-use tailtrim_bench::plot::{
+use tailtrim_bench::report::{CurvePoint, CURVE_PERCENTILES};
+use tailtrim_bench::{ClassSummary, RunReport, SecondSample, SweepReport};
+use tailtrim_lab::figures::{
     plot_cache_aside, plot_latency_vs_throughput, plot_panels, plot_run, plot_sweep, Curve,
     LatencyThroughput, Line, Panel,
 };
-use tailtrim_bench::report::{CurvePoint, CURVE_PERCENTILES};
-use tailtrim_bench::{ClassSummary, RunReport, SecondSample, SweepReport};
 
 /// A text element of an SVG: its anchor, vertical offset and content.
 #[derive(Debug)]

@@ -1,7 +1,19 @@
-//! Plots as SVG and PNG: percentile curves (one panel per class), per-second throughput
-//! and p99, overlay panels, and latency versus throughput
-//! ([`plot_latency_vs_throughput`], the one routine every sweep, experiment and
-//! simulator figure of that kind is drawn with).
+//! Figures, the one place the project draws: every experiment, the bench and the simulator
+//! draw through it, as SVG (and PNG where the bench writes both).
+//!
+//! ```text
+//!   line charts on labelled axes          (this file)
+//!     plot_latency_vs_throughput(dir, stem, &LatencyThroughput { curves: [Curve] })
+//!     plot_panels(dir, name, &[Panel { lines: [Line], markers }])   stacked panels
+//!     plot_run / plot_sweep / plot_cache_aside                      the bench's reports
+//!   bar charts                            bars::draw_bars(area, title, x, groups, labels, y)
+//!   what a series is drawn as             series::{PALETTE, system_color, LatencyClass}
+//!   a failed drawing as an error message  drawing_failed(&error)
+//! ```
+//!
+//! [`plot_latency_vs_throughput`] is the one routine every sweep, experiment and simulator
+//! figure of that kind is drawn with; a system keeps its colour across figures through
+//! [`system_color`].
 //!
 //! Every axis is labelled at ticks chosen from the data (not left to plotters): the lowest
 //! label is at most the smallest value drawn and the highest at least the largest, on log
@@ -23,32 +35,25 @@ use plotters::prelude::{
 use plotters::style::RGBColor;
 use plotters_backend::{BackendCoord, DrawingErrorKind};
 
-use crate::class::Class;
-use crate::report::{RunReport, SweepReport};
-use crate::BenchError;
+use tailtrim_bench::class::Class;
+use tailtrim_bench::report::{RunReport, SweepReport};
+
+use crate::LabError;
+
+pub mod bars;
+pub mod series;
+
+pub use bars::draw_bars;
+pub use series::{drawing_failed, system_color, LatencyClass, PALETTE};
 
 const SIZE: (u32, u32) = (900, 600);
 
-fn plot_error(error: impl std::fmt::Display) -> BenchError {
-    BenchError::Plot(error.to_string())
+fn plot_error(error: impl std::fmt::Display) -> LabError {
+    LabError::Plot(error.to_string())
 }
 
-/// Series colors (Tableau 10: dark enough to read on white).
-const COLORS: [(u8, u8, u8); 10] = [
-    (31, 119, 180),
-    (255, 127, 14),
-    (44, 160, 44),
-    (214, 39, 40),
-    (148, 103, 189),
-    (140, 86, 75),
-    (227, 119, 194),
-    (127, 127, 127),
-    (188, 189, 34),
-    (23, 190, 207),
-];
-
 fn color(index: usize) -> RGBColor {
-    let (red, green, blue) = COLORS[index % COLORS.len()];
+    let (red, green, blue) = PALETTE[index % PALETTE.len()];
     RGBColor(red, green, blue)
 }
 
@@ -453,7 +458,7 @@ fn draw_styled_series<'a, DB, X, Y>(
     points: &[(f64, f64)],
     style: SeriesStyle,
     with_markers: bool,
-) -> Result<(), BenchError>
+) -> Result<(), LabError>
 where
     DB: DrawingBackend + 'a,
     X: plotters::coord::ranged1d::Ranged<ValueType = f64>,
@@ -490,10 +495,10 @@ fn write_both(
     directory: &Path,
     name: &str,
     size: (u32, u32),
-    draw_svg: impl Fn(DrawingArea<SVGBackend<'_>, Shift>) -> Result<(), BenchError>,
-    draw_png: impl Fn(DrawingArea<BitMapBackend<'_>, Shift>) -> Result<(), BenchError>,
-) -> Result<Vec<PathBuf>, BenchError> {
-    std::fs::create_dir_all(directory).map_err(|source| BenchError::Io {
+    draw_svg: impl Fn(DrawingArea<SVGBackend<'_>, Shift>) -> Result<(), LabError>,
+    draw_png: impl Fn(DrawingArea<BitMapBackend<'_>, Shift>) -> Result<(), LabError>,
+) -> Result<Vec<PathBuf>, LabError> {
+    std::fs::create_dir_all(directory).map_err(|source| LabError::Io {
         context: format!("creating {}", directory.display()),
         source,
     })?;
@@ -505,7 +510,7 @@ fn write_both(
 }
 
 /// Writes the plots of one run (`percentiles`, `timeseries`) into `directory`.
-pub fn plot_run(report: &RunReport, directory: &Path) -> Result<Vec<PathBuf>, BenchError> {
+pub fn plot_run(report: &RunReport, directory: &Path) -> Result<Vec<PathBuf>, LabError> {
     let mut written = write_both(
         directory,
         "percentiles",
@@ -526,8 +531,8 @@ pub fn plot_run(report: &RunReport, directory: &Path) -> Result<Vec<PathBuf>, Be
 }
 
 /// Writes the latency-versus-throughput plot of a sweep (`sweep`) into `directory`.
-pub fn plot_sweep(sweep: &SweepReport, directory: &Path) -> Result<Vec<PathBuf>, BenchError> {
-    type Pick = fn(&crate::report::CurvePoint) -> f64;
+pub fn plot_sweep(sweep: &SweepReport, directory: &Path) -> Result<Vec<PathBuf>, LabError> {
+    type Pick = fn(&tailtrim_bench::report::CurvePoint) -> f64;
     let series: [(&str, Pick); 5] = [
         ("p50 all", |point| point.p50_us),
         ("p99 all", |point| point.p99_us),
@@ -622,7 +627,7 @@ fn percentiles_size(report: &RunReport) -> (u32, u32) {
 fn draw_percentiles<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     report: &RunReport,
-) -> Result<(), BenchError> {
+) -> Result<(), LabError> {
     root.fill(&WHITE).map_err(plot_error)?;
     let classes = class_curves(report);
     let latency = log_axis(
@@ -716,7 +721,7 @@ fn trim_percent(value: f64) -> String {
 fn draw_timeseries<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     report: &RunReport,
-) -> Result<(), BenchError> {
+) -> Result<(), LabError> {
     root.fill(&WHITE).map_err(plot_error)?;
     let (top, bottom) = root.split_vertically(SIZE.1 / 2);
     let seconds = report.timeseries.len().max(1) as f64;
@@ -823,7 +828,7 @@ pub fn plot_latency_vs_throughput(
     directory: &Path,
     stem: &str,
     plot: &LatencyThroughput,
-) -> Result<Vec<PathBuf>, BenchError> {
+) -> Result<Vec<PathBuf>, LabError> {
     write_both(
         directory,
         stem,
@@ -836,7 +841,7 @@ pub fn plot_latency_vs_throughput(
 fn draw_latency_vs_throughput<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     plot: &LatencyThroughput,
-) -> Result<(), BenchError> {
+) -> Result<(), LabError> {
     root.fill(&WHITE).map_err(plot_error)?;
     type Drawn = (String, SeriesStyle, Vec<(f64, f64)>);
     let curves: Vec<Drawn> = plot
@@ -932,7 +937,7 @@ pub fn plot_panels(
     directory: &Path,
     name: &str,
     panels: &[Panel],
-) -> Result<Vec<PathBuf>, BenchError> {
+) -> Result<Vec<PathBuf>, LabError> {
     write_both(
         directory,
         name,
@@ -945,7 +950,7 @@ pub fn plot_panels(
 fn draw_panels<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     panels: &[Panel],
-) -> Result<(), BenchError> {
+) -> Result<(), LabError> {
     root.fill(&WHITE).map_err(plot_error)?;
     let areas = root.split_evenly((panels.len().max(1), 1));
     for (area, panel) in areas.iter().zip(panels) {
@@ -1021,7 +1026,7 @@ fn draw_event_markers<'a, DB, X, Y>(
     >,
     markers: &[f64],
     vertical: &Range<f64>,
-) -> Result<(), BenchError>
+) -> Result<(), LabError>
 where
     DB: DrawingBackend + 'a,
     X: plotters::coord::ranged1d::Ranged<ValueType = f64>,
@@ -1048,7 +1053,7 @@ fn draw_lines<'a, DB, X, Y>(
         plotters::coord::cartesian::Cartesian2d<X, Y>,
     >,
     lines: &[Line],
-) -> Result<(), BenchError>
+) -> Result<(), LabError>
 where
     DB: DrawingBackend + 'a,
     X: plotters::coord::ranged1d::Ranged<ValueType = f64>,
@@ -1082,7 +1087,7 @@ where
 
 /// The (fractional) request index scheduled at `time_s`, interpolated between windows.
 #[must_use]
-pub fn request_index_at(windows: &[crate::cacheaside::WindowSample], time_s: f64) -> u64 {
+pub fn request_index_at(windows: &[tailtrim_bench::cacheaside::WindowSample], time_s: f64) -> u64 {
     let Some(at) = windows.iter().rposition(|w| w.time_s <= time_s) else {
         return 0;
     };
@@ -1098,9 +1103,9 @@ pub fn request_index_at(windows: &[crate::cacheaside::WindowSample], time_s: f64
 /// Writes the plot of a cache-aside run (`cacheaside`): hit ratio, mean and p99 latency per
 /// window of requests, with the events marked.
 pub fn plot_cache_aside(
-    report: &crate::cacheaside::CacheAsideReport,
+    report: &tailtrim_bench::cacheaside::CacheAsideReport,
     directory: &Path,
-) -> Result<Vec<PathBuf>, BenchError> {
+) -> Result<Vec<PathBuf>, LabError> {
     let thousands = |start: u64| start as f64 / 1e3;
     let windows = &report.per_request;
     let markers: Vec<f64> = report
@@ -1164,9 +1169,9 @@ pub fn plot_cache_aside(
 #[cfg(test)]
 mod tests {
     use super::{latency_label, plot_run, plot_sweep};
-    use crate::class::{Class, ClassHistograms, ClassSet};
-    use crate::report::{ClassSummary, RunReport, SecondSample, SweepReport};
-    use crate::workload::OpKind;
+    use tailtrim_bench::class::{Class, ClassHistograms, ClassSet};
+    use tailtrim_bench::report::{ClassSummary, RunReport, SecondSample, SweepReport};
+    use tailtrim_bench::workload::OpKind;
 
     fn synthetic_report(rate: f64) -> RunReport {
         let mut histograms = ClassHistograms::default();

@@ -30,6 +30,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::histogram::{pooled, Encoded};
+use crate::meta::{load_average, Recorder, RunMetadata};
+use crate::process::{fetch_stats, Launch, Process, ServerShape};
+use crate::results::{read_json, write_json, write_text};
+use crate::stats::{interleaved_order, median};
 use serde::{Deserialize, Serialize};
 use tailtrim_bench::class::Class;
 use tailtrim_bench::dist::Distribution;
@@ -37,11 +42,6 @@ use tailtrim_bench::workload::{
     Arrival, OpKind, OperationSpec, PoolSpec, Popularity, WorkloadSpec,
 };
 use tailtrim_bench::{preload, run_detailed, RunConfig};
-use tailtrim_lab::histogram::{pooled, Encoded};
-use tailtrim_lab::meta::{load_average, Recorder, RunMetadata};
-use tailtrim_lab::process::{fetch_stats, Launch, Process, ServerShape};
-use tailtrim_lab::results::{read_json, write_json, write_text};
-use tailtrim_lab::stats::{interleaved_order, median};
 use tailtrim_sim::cluster::run_cluster_with;
 use tailtrim_sim::tailx::{
     calibrate, paper_experiments, planner, reductions, scenario, Calibration, Experiment, Mix,
@@ -603,7 +603,7 @@ pub fn run(options: &Options) -> Result<ExitCode, String> {
         ));
     }
     let mut metadata = recorder.finish();
-    metadata.command = tailtrim_lab::meta::command_line();
+    metadata.command = crate::meta::command_line();
     let report = Report {
         metadata: Metadata {
             run: metadata,

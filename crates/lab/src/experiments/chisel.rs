@@ -18,17 +18,19 @@ use std::sync::Mutex;
 
 use plotters::coord::Shift;
 use plotters::prelude::{
-    ChartBuilder, Color, DrawingArea, DrawingBackend, IntoDrawingArea, IntoSegmentedCoord,
-    LineSeries, PathElement, RGBColor, Rectangle, SVGBackend, SegmentValue, BLACK, WHITE,
+    ChartBuilder, Color, DrawingArea, DrawingBackend, IntoDrawingArea, LineSeries, PathElement,
+    RGBColor, SVGBackend, BLACK, WHITE,
 };
 use serde::{Deserialize, Serialize};
 use tailtrim_sim::chisel::{
     paper_grid, run_point_reusing, summarize, GridPoint, Outcome, PointResult, Setup, Summary,
 };
 
-use tailtrim_lab::histogram::Encoded;
-use tailtrim_lab::meta::{Recorder, RunMetadata};
-use tailtrim_lab::results::{read_json, write_json};
+use crate::experiment::{keep_run, replot, Experiment, Progress, ProgressFn};
+use crate::figures::{draw_bars, drawing_failed};
+use crate::histogram::Encoded;
+use crate::meta::{Recorder, RunMetadata};
+use crate::results::read_json;
 
 use super::chisel_testbed;
 use super::common::progress_bar;
@@ -107,8 +109,9 @@ struct Metadata {
     note: String,
 }
 
+/// What a run of the simulated experiment keeps (`results.json`).
 #[derive(Serialize, Deserialize)]
-struct Report {
+pub struct Report {
     metadata: Metadata,
     setup: Setup,
     summary: Summary,
@@ -228,18 +231,78 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         .clone()
         .unwrap_or_else(|| PathBuf::from("experiments/chisel/sim"));
     if args.replot {
-        let report: Report = read_json(&out)?;
-        let checked = check_histograms(&report)?;
+        let (report, checked) = replot::<ChiselSim>(&out)?;
         eprintln!("{checked} scenarios' p95s equal their histograms'");
-        plot_all(&out, &report.results, &report.summary)?;
-        print_summary(
-            &report.summary,
-            &report.results,
-            report.metadata.run.wall_seconds,
-        );
+        print!("{}", ChiselSim::summarise(&report));
         println!("redrew {} from its results.json", out.display());
         return Ok(ExitCode::SUCCESS);
     }
+    let bar = progress_bar(
+        std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        0,
+        "chisel (simulated)",
+    );
+    let tell = |progress: Progress<'_>| {
+        if let Some(bar) = &bar {
+            bar.set_length(progress.total.max(1));
+            bar.set_position(progress.done);
+        }
+    };
+    let report = keep_run(
+        &ChiselSim {
+            args: &args,
+            out: &out,
+        },
+        &out,
+        &tell,
+    )?;
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    print!("{}", ChiselSim::summarise(&report));
+    println!("wrote {}", out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Chisel against batch in the cluster simulator: the paper's grid (or `--only`), each
+/// scenario simulated once per planner.
+pub struct ChiselSim<'a> {
+    /// The command's arguments.
+    pub args: &'a Args,
+    /// Where the results are kept (`--reuse-fixed` reads the previous run there).
+    pub out: &'a Path,
+}
+
+impl Experiment for ChiselSim<'_> {
+    type Results = Report;
+
+    fn run(&self, progress: ProgressFn<'_>) -> Result<Report, String> {
+        simulate(self.args, self.out, progress)
+    }
+
+    fn check(report: &Report) -> Result<usize, String> {
+        check_histograms(report)
+    }
+
+    fn render(report: &Report, out: &Path) -> Result<(), String> {
+        plot_all(out, &report.results, &report.summary)
+    }
+
+    fn summarise(report: &Report) -> String {
+        summary_text(
+            &report.summary,
+            &report.results,
+            report.metadata.run.wall_seconds,
+        )
+    }
+}
+
+/// Simulates the grid of `args` (reusing the fixed planners' outcomes kept in `out` with
+/// `--reuse-fixed`).
+fn simulate(args: &Args, out: &Path, progress: ProgressFn<'_>) -> Result<Report, String> {
+    let grid = || -> Result<Vec<GridPoint>, String> {
+        args.only.iter().map(|text| parse_point(text)).collect()
+    };
     let setup = Setup {
         requests: args.requests,
         seed: args.seed,
@@ -256,7 +319,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     };
     // --reuse-fixed: the stored batch and sweep per scenario, and the run they came from.
     let (reused, reused_from) = if args.reuse_fixed {
-        let previous: Report = read_json(&out)?;
+        let previous: Report = read_json(out)?;
         let comparable = Setup {
             analyzer: setup.analyzer,
             ..previous.setup.clone()
@@ -299,11 +362,8 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     };
     // The tree as the run starts: the code that produces the numbers.
     let recorder = Recorder::start();
-    let bar = progress_bar(
-        std::io::IsTerminal::is_terminal(&std::io::stderr()),
-        grid.len() as u64,
-        "chisel (simulated)",
-    );
+    let total = grid.len() as u64;
+    let finished = AtomicUsize::new(0);
     let next = AtomicUsize::new(0);
     let slots: Mutex<Vec<Option<Result<PointResult, String>>>> = Mutex::new(vec![None; grid.len()]);
     std::thread::scope(|scope| {
@@ -320,15 +380,15 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
                 if let Ok(mut slots) = slots.lock() {
                     slots[index] = Some(outcome);
                 }
-                if let Some(bar) = &bar {
-                    bar.inc(1);
-                }
+                let done = finished.fetch_add(1, Ordering::Relaxed) + 1;
+                progress(Progress {
+                    stage: "chisel (simulated)",
+                    done: done as u64,
+                    total,
+                });
             });
         }
     });
-    if let Some(bar) = &bar {
-        bar.finish_and_clear();
-    }
     let results: Vec<PointResult> = slots
         .into_inner()
         .map_err(|_| "a simulation thread panicked".to_string())?
@@ -336,7 +396,6 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         .map(|slot| slot.unwrap_or_else(|| Err("scenario not run".to_string())))
         .collect::<Result<_, _>>()?;
     let metadata = recorder.finish();
-    let wall_secs = metadata.wall_seconds;
     let summary = summarize(&results);
     let histograms = results
         .iter()
@@ -354,7 +413,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
             })
         })
         .collect::<Result<Vec<_>, String>>()?;
-    let report = Report {
+    Ok(Report {
         metadata: Metadata {
             run: metadata,
             seed: args.seed,
@@ -364,16 +423,16 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         summary,
         results,
         histograms,
-    };
-    write_json(&out, &report)?;
-    plot_all(&out, &report.results, &report.summary)?;
-    print_summary(&report.summary, &report.results, wall_secs);
-    println!("wrote {}", out.display());
-    Ok(ExitCode::SUCCESS)
+    })
 }
 
-fn print_summary(summary: &Summary, results: &[PointResult], wall_secs: f64) {
-    println!(
+/// The run's summary: gains over batch, the optimality ratio and, for a small grid, every
+/// scenario.
+fn summary_text(summary: &Summary, results: &[PointResult], wall_secs: f64) -> String {
+    use std::fmt::Write as _;
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
         "SIMULATED, {} scenarios in {wall_secs:.0} s: mean gain on the mean {:.1} %, on the p95 {:.1} % \
          (median {:.1} %), worst p95 gain {:.1} % ({}), {} scenario(s) worse than batch by > 5 % on p95",
         summary.scenarios,
@@ -385,18 +444,21 @@ fn print_summary(summary: &Summary, results: &[PointResult], wall_secs: f64) {
         summary.worse_than_batch_p95.len()
     );
     if let Some(ratio) = summary.median_optimality_mean {
-        println!(
+        let _ = writeln!(
+            text,
             "optimality ratio (best fixed (B, L) / online), median: mean {ratio:.3}, p95 {:.3}",
             summary.median_optimality_p95.unwrap_or(0.0)
         );
     }
     if results.len() <= 24 {
-        println!(
+        let _ = writeln!(
+            text,
             "{:<22} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7}  (B, L)",
             "scenario", "batch µs", "chisel", "gain", "batch p95", "chisel", "gain"
         );
         for r in results {
-            println!(
+            let _ = writeln!(
+                text,
                 "{:<22} {:>9.0} {:>9.0} {:>6.1}% {:>9.0} {:>9.0} {:>6.1}%  ({}, {})",
                 r.point.name(),
                 r.batch.mean_us,
@@ -410,6 +472,7 @@ fn print_summary(summary: &Summary, results: &[PointResult], wall_secs: f64) {
             );
         }
     }
+    text
 }
 
 fn shape_l(chunk_size: u32) -> String {
@@ -422,10 +485,6 @@ fn shape_l(chunk_size: u32) -> String {
 
 const MEAN_COLOR: RGBColor = RGBColor(31, 119, 180);
 const P95_COLOR: RGBColor = RGBColor(214, 39, 40);
-
-pub(super) fn fail(error: &dyn std::fmt::Display) -> String {
-    format!("plot: {error}")
-}
 
 fn plot_all(out: &Path, results: &[PointResult], summary: &Summary) -> Result<(), String> {
     let path = |name: &str| out.join(name);
@@ -471,7 +530,7 @@ fn draw_ccdf<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     results: &[PointResult],
 ) -> Result<(), String> {
-    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    root.fill(&WHITE).map_err(|e| drawing_failed(&e))?;
     let mean = ccdf(results.iter().map(|r| r.gain_mean_pct).collect());
     let p95 = ccdf(results.iter().map(|r| r.gain_p95_pct).collect());
     let low = mean
@@ -492,17 +551,17 @@ fn draw_ccdf<DB: DrawingBackend>(
         .x_label_area_size(45)
         .y_label_area_size(60)
         .build_cartesian_2d(low..100.0, 0.0..1.02)
-        .map_err(|e| fail(&e))?;
+        .map_err(|e| drawing_failed(&e))?;
     chart
         .configure_mesh()
         .x_desc("gain over batch (%)")
         .y_desc("share of scenarios with at least this gain")
         .draw()
-        .map_err(|e| fail(&e))?;
+        .map_err(|e| drawing_failed(&e))?;
     for (label, points, color) in [("mean", mean, MEAN_COLOR), ("p95", p95, P95_COLOR)] {
         chart
             .draw_series(LineSeries::new(points, color.stroke_width(2)))
-            .map_err(|e| fail(&e))?
+            .map_err(|e| drawing_failed(&e))?
             .label(label)
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
@@ -513,90 +572,21 @@ fn draw_ccdf<DB: DrawingBackend>(
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
-        .map_err(|e| fail(&e))?;
-    root.present().map_err(|e| fail(&e))
-}
-
-/// Grouped bars (mean, p95) over categories.
-pub(super) fn draw_bars<DB: DrawingBackend>(
-    area: &DrawingArea<DB, Shift>,
-    title: &str,
-    x_desc: &str,
-    groups: &[(String, Vec<f64>)],
-    labels: &[(&str, RGBColor)],
-    y_desc: &str,
-) -> Result<(), String> {
-    let values = groups.iter().flat_map(|g| g.1.iter().copied());
-    let (low, high) = values.fold((0.0f64, 0.0f64), |(l, h), v| (l.min(v), h.max(v)));
-    let (low, high) = (low * 1.1, (high * 1.1).max(1.0));
-    let series = labels.len() as i32;
-    let slots = groups.len() as i32 * (series + 1);
-    let mut chart = ChartBuilder::on(area)
-        .caption(title, ("sans-serif", 18))
-        .margin(10)
-        .x_label_area_size(40)
-        .y_label_area_size(55)
-        .build_cartesian_2d((0..slots).into_segmented(), low..high)
-        .map_err(|e| fail(&e))?;
-    let names: Vec<String> = groups.iter().map(|g| g.0.clone()).collect();
-    let step = series + 1;
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_desc(x_desc)
-        .y_desc(y_desc)
-        .x_labels(slots as usize)
-        .x_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(i) if i % step == (series - 1) / 2 => {
-                names.get((i / step) as usize).cloned().unwrap_or_default()
-            }
-            _ => String::new(),
-        })
-        .draw()
-        .map_err(|e| fail(&e))?;
-    for (s, (label, color)) in labels.iter().enumerate() {
-        let color = *color;
-        chart
-            .draw_series(groups.iter().enumerate().map(|(g, group)| {
-                let x = g as i32 * step + s as i32;
-                let value = group.1.get(s).copied().unwrap_or(0.0);
-                let (bottom, top) = if value >= 0.0 {
-                    (0.0, value)
-                } else {
-                    (value, 0.0)
-                };
-                Rectangle::new(
-                    [
-                        (SegmentValue::Exact(x), bottom),
-                        (SegmentValue::Exact(x + 1), top),
-                    ],
-                    color.filled(),
-                )
-            }))
-            .map_err(|e| fail(&e))?
-            .label(*label)
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], color.filled()));
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| fail(&e))?;
-    Ok(())
+        .map_err(|e| drawing_failed(&e))?;
+    root.present().map_err(|e| drawing_failed(&e))
 }
 
 fn draw_conditions<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     summary: &Summary,
 ) -> Result<(), String> {
-    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    root.fill(&WHITE).map_err(|e| drawing_failed(&e))?;
     let root = root
         .titled(
             "SIMULATED: mean gain of Chisel over batch by condition",
             ("sans-serif", 22),
         )
-        .map_err(|e| fail(&e))?;
+        .map_err(|e| drawing_failed(&e))?;
     let panels = root.split_evenly((2, 2));
     let conditions = [
         ("mice keys", "(a) mice request size (keys)"),
@@ -625,7 +615,7 @@ fn draw_conditions<DB: DrawingBackend>(
             "gain (%)",
         )?;
     }
-    root.present().map_err(|e| fail(&e))
+    root.present().map_err(|e| drawing_failed(&e))
 }
 
 /// Fig. 9: mean keys per backend query, batch vs chisel, at A = 120 and 1000 µs (overhead 0).
@@ -633,13 +623,13 @@ fn draw_query_size<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     results: &[PointResult],
 ) -> Result<(), String> {
-    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    root.fill(&WHITE).map_err(|e| drawing_failed(&e))?;
     let root = root
         .titled(
             "SIMULATED: mean keys per backend query, no injected overhead",
             ("sans-serif", 22),
         )
-        .map_err(|e| fail(&e))?;
+        .map_err(|e| drawing_failed(&e))?;
     let panels = root.split_evenly((1, 2));
     for (panel, a) in panels.iter().zip([120.0, 1000.0]) {
         let groups: Vec<(String, Vec<f64>)> = results
@@ -664,7 +654,7 @@ fn draw_query_size<DB: DrawingBackend>(
             "keys per query",
         )?;
     }
-    root.present().map_err(|e| fail(&e))
+    root.present().map_err(|e| drawing_failed(&e))
 }
 
 /// Fig. 7d: CDF of the optimality ratio (best fixed (B, L) / online), mean and p95.
@@ -672,7 +662,7 @@ fn draw_optimality<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     results: &[PointResult],
 ) -> Result<(), String> {
-    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    root.fill(&WHITE).map_err(|e| drawing_failed(&e))?;
     let cdf = |values: Vec<f64>| -> Vec<(f64, f64)> {
         ccdf(values)
             .into_iter()
@@ -697,17 +687,17 @@ fn draw_optimality<DB: DrawingBackend>(
         .x_label_area_size(45)
         .y_label_area_size(60)
         .build_cartesian_2d(low..high, 0.0..1.02)
-        .map_err(|e| fail(&e))?;
+        .map_err(|e| drawing_failed(&e))?;
     chart
         .configure_mesh()
         .x_desc("optimality ratio (1: as good as the best fixed shape)")
         .y_desc("share of scenarios at or below")
         .draw()
-        .map_err(|e| fail(&e))?;
+        .map_err(|e| drawing_failed(&e))?;
     for (label, points, color) in [("mean", mean, MEAN_COLOR), ("p95", p95, P95_COLOR)] {
         chart
             .draw_series(LineSeries::new(points, color.stroke_width(2)))
-            .map_err(|e| fail(&e))?
+            .map_err(|e| drawing_failed(&e))?
             .label(label)
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
@@ -719,8 +709,8 @@ fn draw_optimality<DB: DrawingBackend>(
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
-        .map_err(|e| fail(&e))?;
-    root.present().map_err(|e| fail(&e))
+        .map_err(|e| drawing_failed(&e))?;
+    root.present().map_err(|e| drawing_failed(&e))
 }
 
 #[cfg(test)]

@@ -33,20 +33,21 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::figures::{plot_panels, request_index_at, Line, Panel};
 use serde::{Deserialize, Serialize};
 use tailtrim_bench::cacheaside::{parse_duration, CacheAsideReport, WindowSample};
 use tailtrim_bench::dist::Distribution;
-use tailtrim_bench::plot::{plot_panels, request_index_at, Line, Panel};
 use tailtrim_bench::workload::{KeyRef, OpKind, OperationSpec, Popularity};
 use tailtrim_bench::{run_cache_aside, CacheAsideConfig, ScheduledEvent, WorkloadSpec};
 use tailtrim_client::ServerSpec;
 use tailtrim_policy::ring::{HashFunction, Ring, RingOptions};
 
-use tailtrim_lab::histogram::Encoded;
-use tailtrim_lab::meta::{load_average, utc_timestamp, Recorder, RunMetadata};
-use tailtrim_lab::process::{program_version, Process, Program, ServerShape};
-use tailtrim_lab::results::{read_json, write_json, write_text};
-use tailtrim_lab::stats::{interleaved_order, median};
+use crate::experiment::{keep_run, no_progress, replot, Experiment, Progress, ProgressFn};
+use crate::histogram::Encoded;
+use crate::meta::{load_average, utc_timestamp, Recorder, RunMetadata};
+use crate::process::{program_version, Process, Program, ServerShape};
+use crate::results::{write_json, write_text};
+use crate::stats::{interleaved_order, median};
 
 use super::common::{progress_bar, tailtrim_binary};
 
@@ -434,7 +435,7 @@ fn run_one(
         )?);
     }
     let addresses: Vec<String> = servers.iter().map(Process::address).collect();
-    let proxy = Process::start(tailtrim_lab::process::Launch::tailtrim_proxy(
+    let proxy = Process::start(crate::process::Launch::tailtrim_proxy(
         "proxy",
         &tailtrim,
         &addresses[..spec.servers],
@@ -1297,10 +1298,7 @@ fn resolve(args: &mut Args) {
 /// Runs `tailtrim experiment warmup`.
 pub fn run(mut args: Args) -> Result<std::process::ExitCode, String> {
     if args.replot {
-        let results: Results = read_json(&args.out)?;
-        let checked = check_percentiles(&results)?;
-        write_text(&args.out, "results.md", &markdown(&results))?;
-        plot(&results, &args.out)?;
+        let (_, checked) = replot::<Warmup>(&args.out)?;
         println!(
             "redrew {} from its results.json ({checked} runs' p50 and p99 recomputed from \
              their histograms)",
@@ -1309,6 +1307,41 @@ pub fn run(mut args: Args) -> Result<std::process::ExitCode, String> {
         return Ok(std::process::ExitCode::SUCCESS);
     }
     resolve(&mut args);
+    let results = keep_run(&Warmup { args: &args }, &args.out, &no_progress)?;
+    print!("{}", Warmup::summarise(&results));
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// Scale-out and scale-in under cache-aside load: every program, seed and run of `args`
+/// (resolved), interleaved; the results so far are kept after every run.
+pub struct Warmup<'a> {
+    /// The command's arguments, `--quick` and `--paper` resolved.
+    pub args: &'a Args,
+}
+
+impl Experiment for Warmup<'_> {
+    type Results = Results;
+
+    fn run(&self, progress: ProgressFn<'_>) -> Result<Results, String> {
+        run_all(self.args, progress)
+    }
+
+    fn check(results: &Results) -> Result<usize, String> {
+        check_percentiles(results)
+    }
+
+    fn render(results: &Results, out: &Path) -> Result<(), String> {
+        write_text(out, "results.md", &markdown(results))?;
+        plot(results, out)
+    }
+
+    fn summarise(results: &Results) -> String {
+        markdown(results)
+    }
+}
+
+/// Runs every program, seed and run, keeping the results so far after each.
+fn run_all(args: &Args, progress: ProgressFn<'_>) -> Result<Results, String> {
     let names: Vec<String> = args
         .programs
         .as_deref()
@@ -1324,12 +1357,12 @@ pub fn run(mut args: Args) -> Result<std::process::ExitCode, String> {
         .as_deref()
         .unwrap_or(DEFAULT_RUNS)
         .split(',')
-        .map(|name| run_spec(name.trim(), &args))
+        .map(|name| run_spec(name.trim(), args))
         .collect::<Result<_, _>>()?;
     if args.seeds.is_empty() {
         return Err("--seeds: at least one seed".into());
     }
-    let workload = workload(&args);
+    let workload = workload(args);
     let interactive = std::io::stderr().is_terminal();
     let data_mb = data_bytes(&workload) as f64 / 1e6;
     let mut recorder = Recorder::start();
@@ -1371,6 +1404,7 @@ pub fn run(mut args: Args) -> Result<std::process::ExitCode, String> {
     };
     // Baselines by (program, seed, name), to compare the runs after them with.
     let mut baselines: BTreeMap<(String, u64, String), CacheAsideReport> = BTreeMap::new();
+    let total = (args.seeds.len() * names.len() * specs.len()) as u64;
     for (round, &seed) in args.seeds.iter().enumerate() {
         for which in interleaved_order(names.len(), round) {
             let program_name = &names[which];
@@ -1387,7 +1421,7 @@ pub fn run(mut args: Args) -> Result<std::process::ExitCode, String> {
                     spec.seed,
                     load_average()
                 );
-                let mut result = run_one(&spec, &args, &workload, interactive)?;
+                let mut result = run_one(&spec, args, &workload, interactive)?;
                 let key = |name: &str| (spec.program.clone(), spec.seed, name.to_string());
                 if let Some(baseline) = baselines.get(&key(&spec.baseline)) {
                     result.metrics = metrics(&result.report, baseline, REPORT_CACHE_READ_MS);
@@ -1406,14 +1440,17 @@ pub fn run(mut args: Args) -> Result<std::process::ExitCode, String> {
                 results.summary = summary(&results.runs);
                 results.metadata = recorder.snapshot();
                 write(&results, &args.out)?;
+                progress(Progress {
+                    stage: "warmup",
+                    done: results.runs.len() as u64,
+                    total,
+                });
             }
         }
     }
     results.complete = true;
     results.metadata = recorder.finish();
-    write(&results, &args.out)?;
-    print!("{}", markdown(&results));
-    Ok(std::process::ExitCode::SUCCESS)
+    Ok(results)
 }
 #[cfg(test)]
 mod tests {
