@@ -28,6 +28,10 @@
 pub mod histogram;
 pub mod meta;
 pub mod process;
+/// Reports of the simulator and the analytic models: results, markdown, figures.
+pub mod report {
+    pub mod sim;
+}
 pub mod results;
 pub mod stats;
 

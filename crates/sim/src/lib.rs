@@ -40,6 +40,7 @@ pub mod cost;
 pub mod decide;
 pub mod engine;
 pub mod events;
+pub mod options;
 pub mod policy;
 pub mod stats;
 pub mod sweep;
@@ -65,4 +66,7 @@ pub enum SimError {
     /// An inconsistent or out-of-range setting.
     #[error("invalid simulation setting: {0}")]
     Config(String),
+    /// A user's setting (`options::SweepOptions`) that does not parse or is out of range.
+    #[error("{0}")]
+    Option(String),
 }
