@@ -30,6 +30,7 @@ pub mod meta;
 pub mod process;
 /// Reports of the simulator and the analytic models: results, markdown, figures.
 pub mod report {
+    pub mod model;
     pub mod sim;
 }
 pub mod results;
