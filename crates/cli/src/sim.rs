@@ -1,14 +1,15 @@
-//! `tailtrim sim`: the discrete-event simulator (`tailtrim-sim`) from the command line.
+//! `tailtrim sim`: the discrete-event simulator (`tailtrim-sim`) from the command line. The
+//! flags are parsed here; the work is the libraries'.
 //!
 //! ```text
-//!   tailtrim sim minos     trace (bench's minos workload) ─► tailtrim_sim::run_sweep
-//!                          (5 policies × rates, 8 cores by default) ─► table / JSON /
-//!                          results.json + results.md + small_p99 / large_p99 (SVG, PNG)
-//!   tailtrim sim profile   real server code in-process (proto parse → server exec → store →
-//!                          reply written to a loopback socket drained by a thread), sizes
+//!   tailtrim sim minos     flags ─► tailtrim_sim::options::SweepOptions ─► run_sweep (5 policies
+//!                          × rates, 8 cores by default) ─► tailtrim_lab::report::sim::SweepReport
+//!                          ─► table / JSON / results.json + results.md + small_p99 / large_p99
+//!   tailtrim sim profile   tailtrim_server::profile::Profiler: the real server code in-process
+//!                          (parse → execute → store → reply written to a loopback socket), sizes
 //!                          swept, a + b·bytes fitted ─► profile JSON (`--profile` input)
-//!   tailtrim sim validate  the real experiment's results.json ─► the same sweep at its core
-//!                          count, connections and rates ─► side-by-side comparison
+//!   tailtrim sim validate  the real experiment's results.json (report::sim::RealResults) ─► the
+//!                          same sweep at its core count, connections and rates ─► Validation
 //!   tailtrim sim cluster   N servers, client threads, network, a multiget planner
 //!                          (tailtrim_sim::cluster) ─► p50/p99 per rate (table or JSON)
 //!   tailtrim sim sleep-accuracy   requested vs achieved sleeps (tailtrim_server::emulate)

@@ -691,7 +691,7 @@ fn stat_median(samples: &[serde_json::Value], name: &str) -> Option<f64> {
 }
 
 /// `sim validate`'s default real results, relative to the repository's root.
-const DEFAULT_REAL_RESULTS: &str = "experiments/minos/results.json";
+pub const DEFAULT_REAL_RESULTS: &str = "experiments/minos/results.json";
 
 /// The workspace root holding `relative`: the first directory with a `Cargo.toml` and
 /// `relative` in it, going up from the working directory, then from the running binary (a
