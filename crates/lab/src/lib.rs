@@ -28,8 +28,9 @@
 pub mod histogram;
 pub mod meta;
 pub mod process;
-/// Reports of the simulator and the analytic models: results, markdown, figures.
+/// Reports of the bench, the simulator and the analytic models: results, markdown, figures.
 pub mod report {
+    pub mod bench;
     pub mod model;
     pub mod sim;
 }
