@@ -1,6 +1,6 @@
-//! `tailtrim sim minos` and `sim validate` reports: the sweep's `results.json` with its
-//! settings, metadata and every point's histograms, its markdown and figures; the
-//! simulator beside the real experiment's results.
+//! `tailtrim sim minos`, `sim validate` and `sim cluster` reports: the sweep's
+//! `results.json` with its settings, metadata and every point's histograms, its markdown and
+//! figures; the simulator beside the real experiment's results; the cluster's table.
 //!
 //! ```text
 //!   SweepConfig + SweepResult ──► SweepReport::new ──► results.json (histograms kept)
@@ -8,6 +8,7 @@
 //!   results.json ──► SweepReport::read ──► check_histograms (percentiles = histograms')
 //!   experiments/minos/results.json ──► RealResults::sweep_config ──► (the caller simulates)
 //!                                  ──► Validation::compare ──► validation.json / .md
+//!   ClusterScenario + ClusterResult per rate ──► cluster_table / cluster_json (sim cluster)
 //! ```
 
 use std::collections::BTreeMap;
@@ -18,7 +19,7 @@ use tailtrim_bench::workload::WorkloadSpec;
 use tailtrim_sim::cost::Profile;
 use tailtrim_sim::options::{steering_name, SweepOptions};
 use tailtrim_sim::sweep::{self, SweepConfig, SweepResult};
-use tailtrim_sim::{Policy, RunResult, SimError};
+use tailtrim_sim::{ClusterResult, ClusterScenario, Policy, RunResult, SimError};
 
 use crate::histogram::Encoded;
 use crate::meta::RunMetadata;
@@ -970,6 +971,85 @@ fn validation_markdown(validation: &Validation, profile: &Profile) -> String {
         optional(sim.small_p99_ratio, "x"),
         optional(sim.saturation_ratio_size_aware_vs_early, "x")
     ));
+    text
+}
+
+// ───────────────────────────── sim cluster ─────────────────────────────
+
+/// `sim cluster --json`: the scenario and one result per rate.
+#[derive(Serialize)]
+struct ClusterReport<'a> {
+    scenario: &'a ClusterScenario,
+    results: &'a [ClusterResult],
+}
+
+/// `sim cluster --json`: the scenario and one result per rate, pretty JSON.
+pub fn cluster_json(
+    scenario: &ClusterScenario,
+    results: &[ClusterResult],
+) -> Result<String, LabError> {
+    serde_json::to_string_pretty(&ClusterReport { scenario, results })
+        .map_err(|error| LabError::Results(error.to_string()))
+}
+
+/// `sim cluster`'s table: the scenario (its key count and value size distributions as
+/// given, `keys` and `value_bytes`), then per rate the latency percentiles, fetches per
+/// request and the busiest server's utilization.
+pub fn cluster_table(
+    scenario: &ClusterScenario,
+    results: &[ClusterResult],
+    keys: &str,
+    value_bytes: &str,
+) -> String {
+    let mut text = String::new();
+    let mut line = |content: String| {
+        text.push_str(&content);
+        text.push('\n');
+    };
+    line(format!(
+        "cluster: {} servers × {} workers, {} replicas, planner {}, keys {}, values {} B",
+        scenario.servers,
+        scenario.workers_per_server,
+        scenario.replicas,
+        scenario.planner,
+        keys,
+        value_bytes
+    ));
+    line(format!(
+        "service {}  network {}  client send {}  recv {}",
+        scenario.service, scenario.network, scenario.client_send, scenario.client_recv
+    ));
+    line(format!(
+        "{:>10} {:>10} {:>9} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8}",
+        "offered",
+        "achieved",
+        "p50 µs",
+        "p99 µs",
+        "p99.9 µs",
+        "small p99",
+        "large p99",
+        "fetch/r",
+        "max util"
+    ));
+    for result in results {
+        let max_util = result
+            .server_utilization
+            .iter()
+            .copied()
+            .fold(0.0, f64::max);
+        line(format!(
+            "{:>10.0} {:>10.0} {:>9.1} {:>9.1} {:>9.1} {:>10.1} {:>10.1} {:>8.2} {:>8.2}",
+            result.offered_rps,
+            result.achieved_rps,
+            result.overall.summary.p50_us,
+            result.overall.summary.p99_us,
+            result.overall.summary.p999_us,
+            result.small.summary.p99_us,
+            result.large.summary.p99_us,
+            result.fetches as f64 / result.requests as f64,
+            max_util
+        ));
+    }
     text
 }
 
