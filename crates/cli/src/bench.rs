@@ -16,6 +16,7 @@ use tailtrim_bench::{
     ScheduledEvent, Transport, WorkloadOverrides, WorkloadSpec,
 };
 use tailtrim_lab::figures::{plot_cache_aside, plot_run, plot_sweep};
+use tailtrim_lab::report::bench::{cache_aside_json, run_json, sweep_json};
 
 /// Arguments of `tailtrim bench`.
 #[derive(clap::Args, Debug)]
@@ -498,73 +499,6 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Each class's latency histogram (nanoseconds, hdrhistogram's V2 serialization in base64;
-/// classes with no request left out), as a JSON object by class name.
-fn encoded_classes(
-    histograms: &tailtrim_bench::class::ClassHistograms,
-) -> Result<serde_json::Value, String> {
-    let mut encoded = serde_json::Map::new();
-    for class in tailtrim_bench::Class::ALL {
-        let histogram = histograms.get(class);
-        if !histogram.is_empty() {
-            let value = tailtrim_lab::histogram::Encoded::encode(histogram)
-                .map_err(|error| error.to_string())?;
-            encoded.insert(class.name().to_string(), serde_json::Value::String(value.0));
-        }
-    }
-    Ok(serde_json::Value::Object(encoded))
-}
-
-/// `report` as JSON with the run's metadata (commit, machine, load) beside it.
-fn with_metadata(
-    report: &impl serde::Serialize,
-    metadata: tailtrim_lab::meta::RunMetadata,
-) -> Result<serde_json::Value, String> {
-    let mut document = serde_json::to_value(report).map_err(|error| error.to_string())?;
-    if let Some(object) = document.as_object_mut() {
-        object.insert(
-            "metadata".to_string(),
-            serde_json::to_value(metadata).map_err(|error| error.to_string())?,
-        );
-    }
-    Ok(document)
-}
-
-/// One run's `--json` document: the report, the run's metadata and each class's latency
-/// histogram ([`encoded_classes`]), so any percentile can be recomputed.
-fn run_json(
-    report: &tailtrim_bench::RunReport,
-    histograms: &tailtrim_bench::class::ClassHistograms,
-    metadata: tailtrim_lab::meta::RunMetadata,
-) -> Result<String, String> {
-    let mut document = with_metadata(report, metadata)?;
-    if let Some(object) = document.as_object_mut() {
-        object.insert("histograms".to_string(), encoded_classes(histograms)?);
-    }
-    serde_json::to_string_pretty(&document).map_err(|error| error.to_string())
-}
-
-/// A sweep's `--json` document: the sweep report with the metadata of the whole sweep, and
-/// each point (`points[i]`) with its classes' histograms ([`encoded_classes`]).
-fn sweep_json(
-    report: &tailtrim_bench::SweepReport,
-    histograms: &[tailtrim_bench::class::ClassHistograms],
-    metadata: tailtrim_lab::meta::RunMetadata,
-) -> Result<String, String> {
-    let mut document = with_metadata(report, metadata)?;
-    if let Some(points) = document
-        .get_mut("points")
-        .and_then(serde_json::Value::as_array_mut)
-    {
-        for (point, histograms) in points.iter_mut().zip(histograms) {
-            if let Some(object) = point.as_object_mut() {
-                object.insert("histograms".to_string(), encoded_classes(histograms)?);
-            }
-        }
-    }
-    serde_json::to_string_pretty(&document).map_err(|error| error.to_string())
-}
-
 /// `tailtrim bench --cache-aside`.
 fn cache_aside(
     args: &Flags,
@@ -614,16 +548,7 @@ fn cache_aside(
     if let Some(output) = json_output {
         // The report, the run's metadata and every request's latency (`latency_ns`, the
         // histogram its p50 and p99 come from).
-        let mut document = with_metadata(&report, recorder.finish())?;
-        if let (Some(object), Some(histogram)) = (document.as_object_mut(), &report.latency_ns) {
-            let encoded = tailtrim_lab::histogram::Encoded::encode(histogram)
-                .map_err(|error| error.to_string())?;
-            object.insert(
-                "latency_ns".to_string(),
-                serde_json::Value::String(encoded.0),
-            );
-        }
-        let json = serde_json::to_string_pretty(&document).map_err(|error| error.to_string())?;
+        let json = cache_aside_json(&report, recorder.finish())?;
         output.write(&(json + "\n"))?;
     }
     if report.clean() {

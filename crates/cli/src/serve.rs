@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use tailtrim_policy::costspec::CostSpec;
 use tailtrim_server::config::{parse_size, DispatchPolicy, ServerConfig};
 use tailtrim_server::logging;
+use tailtrim_server::process::{memcached_conf_lines, tune_allocator};
 
 /// Arguments of `tailtrim serve`.
 #[derive(clap::Args, Debug)]
@@ -450,34 +451,6 @@ fn apply_process_flags(args: &Args, config: &mut ServerConfig) {
     }
 }
 
-/// The command-line flags a Debian `/etc/memcached.conf` stands for, as its start script reads
-/// it, with the line number each came from: blank lines and `#` comments skipped,
-/// `logfile PATH` becomes `--log-file PATH`, every other line must hold flags (`-m 64`), split
-/// on white space.
-pub fn memcached_conf_lines(text: &str) -> Result<Vec<(usize, Vec<String>)>, String> {
-    let mut lines = Vec::new();
-    for (index, line) in text.lines().enumerate() {
-        let number = index + 1;
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        if let Some(path) = line.strip_prefix("logfile") {
-            lines.push((number, vec!["--log-file".into(), path.trim().to_string()]));
-        } else if line.starts_with('-') {
-            lines.push((
-                number,
-                line.split_whitespace().map(str::to_string).collect(),
-            ));
-        } else {
-            return Err(format!(
-                "{number}: {line:?} is neither a flag nor `logfile PATH`"
-            ));
-        }
-    }
-    Ok(lines)
-}
-
 /// The flags of one `memcached.conf` line, checked alone: parsed as `serve` parses them and
 /// applied to a default configuration. An error names the flag and says what is wrong.
 fn check_conf_line(flags: &[String]) -> Result<(), String> {
@@ -536,24 +509,6 @@ pub fn expand_memcached_conf(argv: Vec<String>) -> Result<Vec<String>, String> {
         }
     }
     Ok(out)
-}
-
-/// glibc keeps freed memory of large values in its arenas unless told to
-/// return it; with values up to 1 MB churned through the LRU that doubled the
-/// resident size over `-m`. Serve large allocations with mmap and trim
-/// eagerly, so RSS tracks the item memory (tests/memory.rs holds the bound).
-fn tune_allocator() {
-    // Values above 32 KiB get their own mapping, returned to the kernel when
-    // the item is evicted; a fixed threshold also stops glibc from raising it
-    // dynamically after the first large free.
-    const MMAP_THRESHOLD: libc::c_int = 32 * 1024;
-    const TRIM_THRESHOLD: libc::c_int = 128 * 1024;
-    // SAFETY: mallopt only adjusts allocator parameters; called before the
-    // server's threads start.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD);
-    }
 }
 
 /// Runs `tailtrim serve`.

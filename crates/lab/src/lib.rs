@@ -44,14 +44,15 @@ pub mod figures;
 pub mod histogram;
 pub mod meta;
 pub mod process;
+/// Reports of the bench, the simulator and the analytic models: results, markdown, figures.
+pub mod report {
+    pub mod bench;
+    pub mod model;
+    pub mod sim;
+}
 pub mod results;
 pub mod stats;
 pub mod tables;
-
-/// The latency-versus-throughput routine under its earlier path (`figures` holds it).
-pub mod plot {
-    pub use crate::figures::{plot_latency_vs_throughput, Curve, LatencyThroughput};
-}
 
 /// The noise-floor server every experiment measures beside real systems: the bench's own.
 pub mod floor {

@@ -43,6 +43,7 @@ pub mod cheng;
 pub mod chisel;
 pub mod chisel_online;
 pub mod cliff;
+pub mod evaluate;
 pub mod pareto;
 
 pub use error::ModelError;

@@ -37,6 +37,7 @@ pub mod logging;
 pub mod policies;
 pub mod priority;
 pub mod process;
+pub mod profile;
 pub mod report;
 pub mod runtime;
 pub mod rxtime;

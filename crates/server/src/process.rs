@@ -11,6 +11,8 @@
 //!     lock_mem  -> mlockall(current | future), warning on failure
 //!   PidFile dropped on a clean exit -> file removed
 //!   reopen_log_file on SIGHUP   -> stdout/stderr point at the (new) log file again
+//!   memcached_conf_lines        -> the flags a Debian /etc/memcached.conf stands for
+//!   tune_allocator              -> glibc returns large values' memory (RSS tracks -m)
 //! ```
 
 use std::ffi::CString;
@@ -175,4 +177,50 @@ pub fn prepare(process: &ProcessSection) -> Result<(PidFile, Vec<String>), Strin
         }
     }
     Ok((pid_file, warnings))
+}
+
+/// The command-line flags a Debian `/etc/memcached.conf` stands for, as its start script reads
+/// it, with the line number each came from: blank lines and `#` comments skipped,
+/// `logfile PATH` becomes `--log-file PATH`, every other line must hold flags (`-m 64`), split
+/// on white space.
+pub fn memcached_conf_lines(text: &str) -> Result<Vec<(usize, Vec<String>)>, String> {
+    let mut lines = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        let number = index + 1;
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some(path) = line.strip_prefix("logfile") {
+            lines.push((number, vec!["--log-file".into(), path.trim().to_string()]));
+        } else if line.starts_with('-') {
+            lines.push((
+                number,
+                line.split_whitespace().map(str::to_string).collect(),
+            ));
+        } else {
+            return Err(format!(
+                "{number}: {line:?} is neither a flag nor `logfile PATH`"
+            ));
+        }
+    }
+    Ok(lines)
+}
+
+/// glibc keeps freed memory of large values in its arenas unless told to
+/// return it; with values up to 1 MB churned through the LRU that doubled the
+/// resident size over `-m`. Serve large allocations with mmap and trim
+/// eagerly, so RSS tracks the item memory (the CLI's tests/memory.rs holds the bound).
+pub fn tune_allocator() {
+    // Values above 32 KiB get their own mapping, returned to the kernel when
+    // the item is evicted; a fixed threshold also stops glibc from raising it
+    // dynamically after the first large free.
+    const MMAP_THRESHOLD: libc::c_int = 32 * 1024;
+    const TRIM_THRESHOLD: libc::c_int = 128 * 1024;
+    // SAFETY: mallopt only adjusts allocator parameters; called before the
+    // server's threads start.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD);
+    }
 }

@@ -330,7 +330,10 @@ pub fn write_out(
 
 impl Runtime {
     /// Builds the runtime (no threads yet).
-    pub fn new(shared: Arc<Shared>, udp: Vec<mio::net::UdpSocket>) -> io::Result<Arc<Runtime>> {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        udp: Vec<mio::net::UdpSocket>,
+    ) -> io::Result<Arc<Runtime>> {
         let config = &shared.config;
         let workers = config.workers.threads;
         let policy = crate::policies::build(config)?;
@@ -416,7 +419,7 @@ impl Runtime {
 
     /// Takes ownership of an accepted plain connection (a std stream; the caller
     /// has counted it in `curr_connections`).
-    pub fn adopt_std(&self, stream: TcpStream, peer: SocketAddr) {
+    pub(crate) fn adopt_std(&self, stream: TcpStream, peer: SocketAddr) {
         self.adopt_session(stream, peer, false);
     }
 
@@ -761,7 +764,7 @@ impl Runtime {
     /// One worker turn on worker `worker`'s home epoll, for a caller that
     /// drives the runtime without its threads (the profiler): waits up to
     /// `timeout_ms` and serves what is ready. True if it served something.
-    pub fn serve_ready(&self, worker: usize, timeout_ms: i32) -> bool {
+    pub(crate) fn serve_ready(&self, worker: usize, timeout_ms: i32) -> bool {
         let mut tokens = Vec::with_capacity(16);
         let index = worker % self.epolls.len();
         self.poll_and_serve(index, worker, &mut tokens, timeout_ms)

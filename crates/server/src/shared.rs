@@ -26,7 +26,7 @@ pub struct Shared {
     /// Unix second the server started.
     pub started: u64,
     /// One counter block per worker, indexed by worker id.
-    pub counters: Vec<WorkerCounters>,
+    pub(crate) counters: Vec<WorkerCounters>,
     /// Open client connections.
     pub curr_connections: AtomicU64,
     /// Connections accepted since start.

@@ -45,6 +45,7 @@ pub mod cost;
 pub mod decide;
 pub mod engine;
 pub mod events;
+pub mod options;
 pub mod policy;
 pub mod settings;
 pub mod stats;
@@ -72,4 +73,7 @@ pub enum SimError {
     /// An inconsistent or out-of-range setting.
     #[error("invalid simulation setting: {0}")]
     Config(String),
+    /// A user's setting (`options::SweepOptions`) that does not parse or is out of range.
+    #[error("{0}")]
+    Option(String),
 }

@@ -7,11 +7,11 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use serde::Serialize;
 use tailtrim_bench::workload::Popularity;
+use tailtrim_lab::report::sim::{cluster_json, cluster_table};
 use tailtrim_policy::costspec::CostSpec;
 use tailtrim_sim::cluster::{
-    parse_distribution, sweep_cluster, ArrivalProcess, ClosedLoop, ClusterResult, ClusterScenario,
+    parse_distribution, sweep_cluster, ArrivalProcess, ClosedLoop, ClusterScenario,
     ClusterWorkload, ServerQueue, DEFAULT_LARGE_VALUE_BYTES, DEFAULT_WARMUP_FRACTION,
 };
 
@@ -102,12 +102,6 @@ pub struct ClusterArgs {
     json: bool,
 }
 
-#[derive(Serialize)]
-struct Report<'a> {
-    scenario: &'a ClusterScenario,
-    results: &'a [ClusterResult],
-}
-
 fn spec(text: &str) -> Result<CostSpec, String> {
     CostSpec::parse(text).map_err(|e| e.to_string())
 }
@@ -163,60 +157,13 @@ pub fn run(args: ClusterArgs) -> Result<ExitCode, String> {
     let results = sweep_cluster(&scenario, &args.rates).map_err(|e| e.to_string())?;
     let wall = started.elapsed().as_secs_f64();
     if args.json {
-        let report = Report {
-            scenario: &scenario,
-            results: &results,
-        };
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
-        );
+        println!("{}", cluster_json(&scenario, &results)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
-        "cluster: {} servers × {} workers, {} replicas, planner {}, keys {}, values {} B",
-        scenario.servers,
-        scenario.workers_per_server,
-        scenario.replicas,
-        scenario.planner,
-        args.keys,
-        args.value_bytes
+    print!(
+        "{}",
+        cluster_table(&scenario, &results, &args.keys, &args.value_bytes)
     );
-    println!(
-        "service {}  network {}  client send {}  recv {}",
-        scenario.service, scenario.network, scenario.client_send, scenario.client_recv
-    );
-    println!(
-        "{:>10} {:>10} {:>9} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8}",
-        "offered",
-        "achieved",
-        "p50 µs",
-        "p99 µs",
-        "p99.9 µs",
-        "small p99",
-        "large p99",
-        "fetch/r",
-        "max util"
-    );
-    for result in &results {
-        let max_util = result
-            .server_utilization
-            .iter()
-            .copied()
-            .fold(0.0, f64::max);
-        println!(
-            "{:>10.0} {:>10.0} {:>9.1} {:>9.1} {:>9.1} {:>10.1} {:>10.1} {:>8.2} {:>8.2}",
-            result.offered_rps,
-            result.achieved_rps,
-            result.overall.summary.p50_us,
-            result.overall.summary.p99_us,
-            result.overall.summary.p999_us,
-            result.small.summary.p99_us,
-            result.large.summary.p99_us,
-            result.fetches as f64 / result.requests as f64,
-            max_util
-        );
-    }
     eprintln!(
         "{} requests × {} rates simulated in {wall:.1} s",
         scenario.requests,
