@@ -7,14 +7,16 @@
 //!        ▼
 //!   Backend::call_in(class) ─► Gate::admit(class)
 //!        in flight < window and nobody queued ─► go at once
-//!        else ─► Drr queue (5 classes, weights 5..1) ─► granted when a request in flight ends
+//!        else ─► policy::serverq::PriorityQueue (strict by default; aged or drr as configured)
+//!                ─► granted when a request in flight ends
 //!        ▼
 //!   connection (pipelined) ─► backend
 //! ```
 //!
 //! The gate is how Rein's priorities are honoured in front of stock memcached, which serves a
 //! connection's requests in order: with at most `window` requests in flight per backend, the
-//! queue forms in the client, where deficit round robin decides who goes next. A waiter that
+//! queue forms in the client, where the same queue discipline `tailtrim serve` uses decides who
+//! goes next (strict priority unless configured otherwise). A waiter that
 //! gives up (its caller timed out or went away) leaves the queue; if it had already been
 //! granted, its slot is passed on.
 
@@ -22,15 +24,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tailtrim_policy::drr::{Drr, CLASSES};
+use tailtrim_policy::drr::CLASSES;
+use tailtrim_policy::serverq::{Discipline, PriorityQueue};
 use tokio::sync::oneshot;
 
 use crate::stats::{Counter, LatencyHistogram};
 
-/// A bounded in-flight window per backend with a deficit-round-robin queue behind it.
+/// A bounded in-flight window per backend with a priority queue behind it.
 #[derive(Debug)]
 pub struct Gate {
     window: usize,
+    discipline: Discipline,
     state: Mutex<GateState>,
     /// `backend_gate_admitted`: requests admitted, per class.
     pub admitted: [Counter; CLASSES],
@@ -38,10 +42,10 @@ pub struct Gate {
     pub queued: [Counter; CLASSES],
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct GateState {
     in_flight: usize,
-    waiting: Drr<oneshot::Sender<()>>,
+    waiting: PriorityQueue<oneshot::Sender<()>>,
 }
 
 /// A slot in the window; dropping it frees the slot for the next waiter.
@@ -74,11 +78,16 @@ impl Drop for Waiting<'_> {
 }
 
 impl Gate {
-    /// A gate letting `window` (at least 1) requests through at a time.
-    pub fn new(window: usize) -> Self {
+    /// A gate letting `window` (at least 1) requests through at a time; waiters are served
+    /// in the order of `discipline`.
+    pub fn new(window: usize, discipline: Discipline) -> Self {
         Gate {
             window: window.max(1),
-            state: Mutex::new(GateState::default()),
+            discipline,
+            state: Mutex::new(GateState {
+                in_flight: 0,
+                waiting: PriorityQueue::new(discipline),
+            }),
             admitted: Default::default(),
             queued: Default::default(),
         }
@@ -89,6 +98,11 @@ impl Gate {
         self.window
     }
 
+    /// The order in which waiters are served.
+    pub fn discipline(&self) -> Discipline {
+        self.discipline
+    }
+
     /// Requests waiting.
     pub fn waiting(&self) -> usize {
         self.state.lock().waiting.len()
@@ -96,7 +110,13 @@ impl Gate {
 
     /// Requests waiting in `class`.
     pub fn waiting_in(&self, class: usize) -> usize {
-        self.state.lock().waiting.class_len(class)
+        self.state
+            .lock()
+            .waiting
+            .class_lens()
+            .get(class)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Requests holding a slot.
@@ -115,7 +135,7 @@ impl Gate {
                 return Permit { gate: self };
             }
             let (sender, receiver) = oneshot::channel();
-            state.waiting.push(class, 1, sender);
+            state.waiting.push(class as u8, sender);
             receiver
         };
         self.queued[class].incr();
@@ -144,7 +164,7 @@ impl Gate {
         let mut state = self.state.lock();
         state.in_flight = state.in_flight.saturating_sub(1);
         while state.in_flight < self.window {
-            let Some((_, next)) = state.waiting.pop() else {
+            let Some(next) = state.waiting.pop() else {
                 break;
             };
             if next.send(()).is_ok() {
@@ -234,8 +254,9 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn gate_serves_classes_by_weight_and_a_high_priority_request_overtakes_the_backlog() {
-        let gate = Arc::new(Gate::new(1));
+    async fn a_drr_gate_serves_classes_by_weight_and_a_high_priority_request_overtakes_the_backlog()
+    {
+        let gate = Arc::new(Gate::new(1, Discipline::Drr));
         let blocker = gate.admit(0).await;
         let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
         let mut tasks = Vec::new();
@@ -277,9 +298,47 @@ mod tests {
         assert_eq!(gate.in_flight(), 0);
     }
 
+    /// The order in which a backlog queued low classes first (10 per class) leaves a gate of
+    /// one slot.
+    async fn served_order(discipline: Discipline) -> Vec<usize> {
+        let gate = Arc::new(Gate::new(1, discipline));
+        let blocker = gate.admit(0).await;
+        let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+        for class in (0..CLASSES).rev() {
+            for _ in 0..10 {
+                let gate = gate.clone();
+                let done = done_tx.clone();
+                tokio::spawn(async move {
+                    let _permit = gate.admit(class).await;
+                    let _ = done.send(class);
+                    tokio::time::sleep(Duration::from_micros(10)).await;
+                });
+                tokio::task::yield_now().await;
+            }
+        }
+        assert_eq!(gate.waiting(), 10 * CLASSES);
+        assert_eq!(gate.waiting_in(4), 10);
+        drop(blocker);
+        drop(done_tx);
+        let mut order = Vec::new();
+        while let Some(class) = done_rx.recv().await {
+            order.push(class);
+        }
+        order
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_strict_gate_serves_every_higher_class_first() {
+        let order = served_order(Discipline::Strict).await;
+        let expected: Vec<usize> = (0..CLASSES).flat_map(|class| [class; 10]).collect();
+        assert_eq!(order, expected);
+        // Deficit round robin interleaves the classes instead.
+        assert_ne!(served_order(Discipline::Drr).await, expected);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_waiter_that_gives_up_leaves_no_slot_behind() {
-        let gate = Gate::new(1);
+        let gate = Gate::new(1, Discipline::Strict);
         let permit = gate.admit(4).await;
         let gave_up = tokio::time::timeout(Duration::from_millis(1), gate.admit(4)).await;
         assert!(gave_up.is_err());

@@ -19,6 +19,7 @@ use tailtrim_policy::health::HealthSettings;
 use tailtrim_policy::hotkeys::TrackerConfig;
 use tailtrim_policy::planner::PlannerKind;
 use tailtrim_policy::ring::{parse_hash_tag, Distribution, HashFunction, RingOptions};
+use tailtrim_policy::serverq::Discipline;
 use tailtrim_policy::tailx::TailxSettings;
 use tailtrim_policy::warmup::{WarmupMode, WarmupSettings};
 use tailtrim_tls::{ClientTlsOptions, ServerTlsOptions};
@@ -308,11 +309,18 @@ pub struct PoolSection {
     pub replicas: usize,
     /// Multiget planner: batch, chisel, rein-sbf, rein-sds or tailx.
     pub planner: String,
-    /// Requests in flight per backend; more wait in the proxy, served by priority class
-    /// (deficit round robin, weights 5..1). Unset: 2 for rein-sbf/rein-sds, else no bound;
+    /// Requests in flight per backend; more wait in the proxy, served by priority class in
+    /// `priority_order`. Unset: 2 for the planners that set priorities, else no bound;
     /// 0: no bound.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backend_window: Option<usize>,
+    /// The order in which requests waiting for a backend's window are served: `strict`
+    /// (strict priority, first come first served inside a class, as `tailtrim serve` orders
+    /// its job queue) or `drr` (deficit round robin over the classes, weights 5..1). Unset:
+    /// the planner's own (strict for rein-sbf and rein-sds, drr for rein-drr, aged for
+    /// cost-sbf).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub priority_order: Option<String>,
     /// TailX: values larger than this many bytes are large (0: learned from value sizes).
     pub tailx_large_threshold: u64,
     /// TailX: keys per Bloom filter generation.
@@ -388,6 +396,7 @@ impl Default for PoolSection {
             replicas: 1,
             planner: DEFAULT_PLANNER.to_string(),
             backend_window: None,
+            priority_order: None,
             tailx_large_threshold: DEFAULT_TAILX_LARGE_THRESHOLD,
             tailx_filter_capacity: DEFAULT_TAILX_FILTER_CAPACITY,
             tailx_filter_generations: DEFAULT_TAILX_FILTER_GENERATIONS,
@@ -525,6 +534,16 @@ impl ProxyConfig {
         config.replicas = pool.replicas;
         config.planner = planner;
         config.window = pool.backend_window;
+        config.priority_order = match pool.priority_order.as_deref() {
+            None => None,
+            Some("strict") => Some(Discipline::Strict),
+            Some("drr") => Some(Discipline::Drr),
+            Some(other) => {
+                return Err(bad(format!(
+                    "priority_order = {other:?}: expected \"strict\" or \"drr\""
+                )))
+            }
+        };
         config.planner_settings.tailx = TailxSettings {
             large_threshold_bytes: (pool.tailx_large_threshold > 0)
                 .then_some(pool.tailx_large_threshold),

@@ -13,6 +13,7 @@ use tailtrim_client::backend::{Backend, Priorities};
 use tailtrim_client::stats::LatencyHistogram;
 use tailtrim_client::{Pool, ReplyShape};
 use tailtrim_policy::drr::CLASSES;
+use tailtrim_policy::serverq::Discipline;
 use tailtrim_proto::exposition::{Exposition, ExpositionError, SummaryValue};
 
 use crate::frontend::Shared;
@@ -343,7 +344,7 @@ fn counters(shared: &Shared) -> Vec<Sample> {
         }
         samples.gauge(
             "backend_serves_priorities",
-            "1 when the backend announced that it serves priority classes itself (priorities drr).",
+            "1 when the backend announced that it serves priority classes itself (priorities strict or drr).",
             labels.clone(),
             u64::from(backend.priorities() == Priorities::Backend),
         );
@@ -807,15 +808,20 @@ fn stat_suffix(labels: &[(&'static str, String)]) -> String {
     suffix
 }
 
-/// Where the planner's priorities are applied: `proxy-drr` when the proxy queues requests
-/// by class behind a bounded window (stock memcached backends serve a connection in order),
-/// `proxy-fifo` when it bounds the window without priorities, `none` otherwise.
+/// Where the planner's priorities are applied: `proxy-strict` (or `proxy-drr`, `proxy-aged`:
+/// the gate's order) when the proxy queues requests by class behind a bounded window (stock
+/// memcached backends serve a connection in order), `proxy-fifo` when it bounds the window
+/// without priorities, `none` otherwise.
 fn priorities_mode(pool: &tailtrim_client::Pool) -> &'static str {
     match (
         pool.config().effective_window() > 0,
         pool.config().planner.uses_priorities(),
     ) {
-        (true, true) => "proxy-drr",
+        (true, true) => match pool.config().gate_order() {
+            Discipline::Strict => "proxy-strict",
+            Discipline::Aged { .. } => "proxy-aged",
+            Discipline::Drr => "proxy-drr",
+        },
         (true, false) => "proxy-fifo",
         (false, _) => "none",
     }
