@@ -35,6 +35,7 @@ pub mod dial;
 pub mod dump;
 pub mod error;
 pub mod pool;
+pub mod routes;
 pub mod sched;
 pub mod shaping;
 pub mod stats;
