@@ -119,12 +119,10 @@ fn served_order(priority_order: Option<&str>) -> Vec<&'static str> {
         match key.split_once('_') {
             _ if key == "first" => order.push("first"),
             _ if key.starts_with('h') => order.push("h"),
-            Some((request, _)) if key.starts_with('l') => {
-                // One entry per request: its 30 keys are looked up together.
-                if last_low != Some(request.to_string()) {
-                    order.push("l");
-                    last_low = Some(request.to_string());
-                }
+            // One entry per request: its 30 keys are looked up together.
+            Some((request, _)) if key.starts_with('l') && last_low.as_deref() != Some(request) => {
+                order.push("l");
+                last_low = Some(request.to_string());
             }
             _ => {}
         }
