@@ -228,7 +228,7 @@ impl Cluster {
         results
     }
 
-    /// Reads many keys ([`Pool::multiget`]) on the current view.
+    /// Reads many keys ([`crate::Pool::multiget`]) on the current view.
     pub async fn multiget(
         &self,
         keys: &[Bytes],
@@ -237,7 +237,7 @@ impl Cluster {
         self.multiget_each(keys, kind).await.into_iter().collect()
     }
 
-    /// Per-key outcomes ([`Pool::multiget_each`]) on the current view, with fallback for the
+    /// Per-key outcomes ([`crate::Pool::multiget_each`]) on the current view, with fallback for the
     /// missed moved keys during a fallback warm-up.
     pub async fn multiget_each(&self, keys: &[Bytes], kind: MultigetKind) -> Vec<KeyResult> {
         let ticket = self.enter();
