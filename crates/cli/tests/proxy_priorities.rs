@@ -7,8 +7,8 @@
 //!
 //! ```text
 //!   client ──set / get k0..k89 (rein-sbf)──► proxy ──► serve --dispatch late-binding  (backend-drr)
-//!                                                  ├──► serve (pinned)                 (proxy-drr)
-//!                                                  └──► memcached                      (proxy-drr)
+//!                                                  ├──► serve (pinned)                 (proxy-strict)
+//!                                                  └──► memcached                      (proxy-strict)
 //! ```
 
 mod common;
@@ -135,8 +135,8 @@ fn the_proxy_sends_classes_only_to_backends_that_serve_them() {
             .unwrap_or_else(|| panic!("no backend_priorities for {}: {stats:?}", server.port))
     };
     assert_eq!(mode(&drr), "backend-drr");
-    assert_eq!(mode(&fifo), "proxy-drr");
-    assert_eq!(mode(&memcached), "proxy-drr");
+    assert_eq!(mode(&fifo), "proxy-strict");
+    assert_eq!(mode(&memcached), "proxy-strict");
     assert!(
         classed_requests(&drr) > 0,
         "the late-binding backend saw no class flag"

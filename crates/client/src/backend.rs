@@ -3,7 +3,7 @@
 //! ```text
 //!   call_in(bytes, shape, class) / call_with(shape, class, started, write)
 //!     ├─ health.try_acquire(now)? ── no ──► Err(BackendDown)          (fail fast)
-//!     ├─ window set: gate.admit(class) ≤ timeout (DRR queue, see sched) ─ else Err(Overloaded)
+//!     ├─ window set: gate.admit(class) ≤ timeout (strict/aged/DRR, see sched) ─ else Err(Overloaded)
 //!     │     (skipped when the backend serves the classes itself: `priorities strict|drr`)
 //!     ├─ slot = next round-robin connection, or the class's own connection when the backend
 //!     │  serves the classes; connect lazily (connect_timeout; TLS and the `-Y` login when the
@@ -58,6 +58,8 @@ pub struct BackendSettings {
     /// Requests in flight at most, queued by priority class beyond that (0: no bound, no
     /// queue in the client).
     pub window: usize,
+    /// The order in which the window's queue serves the classes.
+    pub gate_order: tailtrim_policy::serverq::Discipline,
     /// Ask each new connection whether the server serves priority classes itself (`stats
     /// settings`: `priorities strict` or `drr`); set when the planner assigns classes.
     pub detect_priorities: bool,
@@ -76,6 +78,7 @@ impl BackendSettings {
             health: config.health,
             ewma_alpha: config.ewma_alpha,
             window: config.effective_window(),
+            gate_order: config.gate_order(),
             detect_priorities: config.planner.uses_priorities(),
             dialer: Arc::new(config.dialer.clone()),
         }
@@ -168,7 +171,7 @@ impl Backend {
             health: Mutex::new(HealthTracker::new(settings.health)),
             ewma: Mutex::new((Ewma::new(settings.ewma_alpha), None)),
             outstanding: AtomicU32::new(0),
-            gate: (settings.window > 0).then(|| Gate::new(settings.window)),
+            gate: (settings.window > 0).then(|| Gate::new(settings.window, settings.gate_order)),
             priorities: AtomicU8::new(0),
             stats: BackendStats::default(),
             settings,

@@ -22,6 +22,9 @@
 //!   same fence, so a copy is entirely before or entirely after any write of its key.
 //! ```
 //!
+//! The request path over the views (tracking, fences, shadow deletes, fallback reads) is the
+//! `warmup` route, `crate::routes::warmup`; this module owns the views and the changes.
+//!
 //! Only one change runs at a time. A change starting while a previous warm-up still runs ends
 //! that warm-up first. Fences and the shadow deletes exist only during a change, so steady-state
 //! requests pay one in-flight increment and one sampled-tracker check.
@@ -41,10 +44,10 @@ use tailtrim_proto::{compose, parse_response, Parsed, Response};
 use crate::backend::{Backend, BackendSettings};
 use crate::clock::Clock;
 use crate::config::{PoolConfig, ServerSpec};
-use crate::connection::{RawReply, ReplyShape, ValueItem};
+use crate::connection::ReplyShape;
 use crate::dump::list_keys;
 use crate::error::ClientError;
-use crate::pool::{KeyResult, MultigetKind, Pool};
+use crate::pool::Pool;
 use crate::stats::{Counter, PoolStats};
 
 /// Stripes of the per-key write/copy fence.
@@ -67,7 +70,7 @@ const RELATIVE_TTL_MAX: i64 = 60 * 60 * 24 * 30;
 
 /// The other pool of a view during a change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ShadowRole {
+pub(crate) enum ShadowRole {
     /// The pool about to be switched to (preemptive copying): writes also delete there.
     Next,
     /// The pool switched from: writes also delete there; misses may fall back to it.
@@ -77,21 +80,21 @@ enum ShadowRole {
     },
 }
 
-struct Shadow {
-    pool: Arc<Pool>,
-    role: ShadowRole,
-    progress: Option<Mutex<WarmupProgress>>,
+pub(crate) struct Shadow {
+    pub(crate) pool: Arc<Pool>,
+    pub(crate) role: ShadowRole,
+    pub(crate) progress: Option<Mutex<WarmupProgress>>,
 }
 
 /// One version of the membership.
 pub struct View {
     version: u64,
-    pool: Arc<Pool>,
-    shadow: Option<Shadow>,
+    pub(crate) pool: Arc<Pool>,
+    pub(crate) shadow: Option<Shadow>,
     in_flight: AtomicUsize,
     /// The hot-key tracker of each routing backend (by index), looked up in
     /// [`Cluster::trackers`] (by address) the first time the view samples a key it owns.
-    trackers: Vec<std::sync::OnceLock<Arc<Tracked>>>,
+    pub(crate) trackers: Vec<std::sync::OnceLock<Arc<Tracked>>>,
 }
 
 impl View {
@@ -116,7 +119,7 @@ impl View {
     }
 
     /// The shadow pool's backends that hold `key` there but not in the routing pool.
-    fn shadow_owners(&self, key: &[u8]) -> Vec<Arc<Backend>> {
+    pub(crate) fn shadow_owners(&self, key: &[u8]) -> Vec<Arc<Backend>> {
         match &self.shadow {
             Some(shadow) => owners_elsewhere(&self.pool, &shadow.pool, key),
             None => Vec::new(),
@@ -125,7 +128,7 @@ impl View {
 
     /// Members of the routing pool that owned `key` in an earlier pool of `history` but do
     /// not own it now: they may still hold a value of it that later writes did not reach.
-    fn former_owners(&self, history: &[Arc<Pool>], key: &[u8]) -> Vec<Arc<Backend>> {
+    pub(crate) fn former_owners(&self, history: &[Arc<Pool>], key: &[u8]) -> Vec<Arc<Backend>> {
         let mut owners: Vec<Arc<Backend>> = Vec::new();
         for pool in history {
             for former in owners_elsewhere(&self.pool, pool, key) {
@@ -144,13 +147,13 @@ impl View {
         owners
     }
 
-    fn owner(&self, key: &[u8]) -> &Arc<Backend> {
+    pub(crate) fn owner(&self, key: &[u8]) -> &Arc<Backend> {
         &self.pool.backends()[self.pool.ring().server_for(key)]
     }
 }
 
 /// A request's hold on the view it entered: the view stays "busy" until this drops.
-struct Ticket(Arc<View>);
+pub(crate) struct Ticket(pub(crate) Arc<View>);
 
 impl Drop for Ticket {
     fn drop(&mut self) {
@@ -227,8 +230,8 @@ pub struct ClusterStatus {
     pub last_change: Option<ChangeReport>,
 }
 
-struct Tracked {
-    tracker: Mutex<HotKeyTracker>,
+pub(crate) struct Tracked {
+    pub(crate) tracker: Mutex<HotKeyTracker>,
 }
 
 /// Backends of `other` that hold `key` there but are not among its owners in `routing`.
@@ -260,14 +263,14 @@ pub struct Cluster {
     clock: Clock,
     versions: AtomicU64,
     fences: Vec<tokio::sync::Mutex<()>>,
-    sampler: Sampler,
-    tracker_config: TrackerConfig,
-    trackers: RwLock<HashMap<String, Arc<Tracked>>>,
-    stats: ClusterStats,
+    pub(crate) sampler: Sampler,
+    pub(crate) tracker_config: TrackerConfig,
+    pub(crate) trackers: RwLock<HashMap<String, Arc<Tracked>>>,
+    pub(crate) stats: ClusterStats,
     last_change: Mutex<Option<ChangeReport>>,
     monitor: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// The routing pools before the current one, newest first (at most [`HISTORY`]).
-    history: RwLock<Arc<Vec<Arc<Pool>>>>,
+    pub(crate) history: RwLock<Arc<Vec<Arc<Pool>>>>,
 }
 
 impl Cluster {
@@ -360,13 +363,13 @@ impl Cluster {
             .sum()
     }
 
-    fn enter(&self) -> Ticket {
+    pub(crate) fn enter(&self) -> Ticket {
         let guard = self.view.read();
         guard.in_flight.fetch_add(1, Ordering::AcqRel);
         Ticket(guard.clone())
     }
 
-    fn fence(&self, key: &[u8]) -> &tokio::sync::Mutex<()> {
+    pub(crate) fn fence(&self, key: &[u8]) -> &tokio::sync::Mutex<()> {
         // FNV-1a: any hash spreading keys over stripes will do.
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
         for &byte in key {
@@ -374,205 +377,6 @@ impl Cluster {
             hash = hash.wrapping_mul(0x0100_0000_01b3);
         }
         &self.fences[(hash % FENCE_STRIPES as u64) as usize]
-    }
-
-    fn track(&self, view: &View, key: &[u8]) {
-        if !self.sampler.sampled() {
-            return;
-        }
-        let owner = view.pool.ring().server_for(key);
-        let tracked = view.trackers[owner].get_or_init(|| {
-            let address = view.pool.backends()[owner].address();
-            let known = self.trackers.read().get(address).cloned();
-            known.unwrap_or_else(|| {
-                self.trackers
-                    .write()
-                    .entry(address.to_string())
-                    .or_insert_with(|| {
-                        Arc::new(Tracked {
-                            tracker: Mutex::new(HotKeyTracker::new(self.tracker_config)),
-                        })
-                    })
-                    .clone()
-            })
-        });
-        tracked.tracker.lock().record(key, self.sampler.weight());
-    }
-
-    fn observe(&self, view: &View, key: &[u8], hit: bool) {
-        if let Some(shadow) = &view.shadow {
-            if let Some(progress) = &shadow.progress {
-                let moved = shadow.pool.backends()[shadow.pool.ring().server_for(key)].address()
-                    != view.owner(key).address();
-                progress.lock().observe(moved, hit);
-            }
-        }
-    }
-
-    /// A single-key read on the current view; during a fallback warm-up a miss of a moved key
-    /// is filled from its previous owner and the read repeated.
-    pub async fn read(
-        &self,
-        key: &[u8],
-        bytes: Bytes,
-        shape: ReplyShape,
-    ) -> Result<RawReply, ClientError> {
-        let ticket = self.enter();
-        let view = &ticket.0;
-        self.track(view, key);
-        if view.shadow.is_none() {
-            // Steady state: no fallback, so no copy of the request kept for a second read.
-            return view.pool.read(key, bytes, shape).await;
-        }
-        let reply = view.pool.read(key, bytes.clone(), shape).await?;
-        let Some(shadow) = &view.shadow else {
-            return Ok(reply);
-        };
-        let miss = is_miss(&reply, shape);
-        if shape == ReplyShape::UntilEnd && !reply.error_line {
-            self.observe(view, key, !miss);
-        }
-        if !miss || shadow.role != (ShadowRole::Previous { fallback: true }) {
-            return Ok(reply);
-        }
-        let previous = view.shadow_owners(key);
-        let Some(from) = previous.first() else {
-            return Ok(reply);
-        };
-        if self.fallback_copy(key, from, view.owner(key)).await {
-            return view.pool.read(key, bytes, shape).await;
-        }
-        Ok(reply)
-    }
-
-    async fn fallback_copy(&self, key: &[u8], from: &Backend, to: &Backend) -> bool {
-        self.stats.fallback_reads.incr();
-        let _fence = self.fence(key).lock().await;
-        let copied = matches!(copy_key(key, from, to, CopyMode::Add).await, Ok(true));
-        if copied {
-            self.stats.fallback_hits.incr();
-        }
-        copied
-    }
-
-    /// A single-key write on the current view; during a change a write to a moved key is
-    /// fenced and also deletes the key at its shadow owner. Any time, it also deletes the key
-    /// at members that owned it in one of the last `HISTORY` (8) routing pools: when a server
-    /// leaves, its keys go back to their former owners, which must not answer with what they
-    /// held before the keys moved away.
-    pub async fn write(
-        &self,
-        key: &[u8],
-        bytes: Bytes,
-        shape: ReplyShape,
-    ) -> Result<RawReply, ClientError> {
-        let ticket = self.enter();
-        let view = &ticket.0;
-        let mut others = view.shadow_owners(key);
-        let history = self.history.read().clone();
-        for former in view.former_owners(&history, key) {
-            if !others.iter().any(|b| b.address() == former.address()) {
-                others.push(former);
-            }
-        }
-        if others.is_empty() {
-            return view.pool.write(key, bytes, shape).await;
-        }
-        let mut delete = Vec::with_capacity(key.len() + 10);
-        compose::delete(&mut delete, key, false);
-        let delete = Bytes::from(delete);
-        if view.shadow.is_none() {
-            // Steady state: nothing copies or falls back, so no fence; the former owners only
-            // lose a copy that would be stale if the key came back to them.
-            self.stats.former_owner_deletes.incr();
-            let result = view.pool.write(key, bytes, shape).await;
-            for other in others {
-                let _ = other.call(delete.clone(), ReplyShape::Single).await;
-            }
-            return result;
-        }
-        self.stats.fenced_writes.incr();
-        let _fence = self.fence(key).lock().await;
-        let result = view.pool.write(key, bytes, shape).await;
-        for other in others {
-            // Best effort: a failed delete leaves a copy only the shadow pool could return,
-            // and every path to it (fallback, copies) takes this key's fence and uses `add`.
-            let _ = other.call(delete.clone(), ReplyShape::Single).await;
-        }
-        result
-    }
-
-    /// The same request to every backend of the current view (and of its shadow).
-    pub async fn broadcast(
-        &self,
-        bytes: Bytes,
-        shape: ReplyShape,
-    ) -> Vec<Result<RawReply, ClientError>> {
-        let ticket = self.enter();
-        let view = &ticket.0;
-        let mut results = view.pool.broadcast(bytes.clone(), shape).await;
-        if let Some(shadow) = &view.shadow {
-            let routing: Vec<&str> = view.pool.backends().iter().map(|b| b.address()).collect();
-            let extra = shadow
-                .pool
-                .backends()
-                .iter()
-                .filter(|backend| !routing.contains(&backend.address()));
-            results.extend(join_all(extra.map(|backend| backend.call(bytes.clone(), shape))).await);
-        }
-        results
-    }
-
-    /// Reads many keys ([`Pool::multiget`]) on the current view.
-    pub async fn multiget(
-        &self,
-        keys: &[Bytes],
-        kind: MultigetKind,
-    ) -> Result<Vec<Option<ValueItem>>, ClientError> {
-        self.multiget_each(keys, kind).await.into_iter().collect()
-    }
-
-    /// Per-key outcomes ([`Pool::multiget_each`]) on the current view, with fallback for the
-    /// missed moved keys during a fallback warm-up.
-    pub async fn multiget_each(&self, keys: &[Bytes], kind: MultigetKind) -> Vec<KeyResult> {
-        let ticket = self.enter();
-        let view = &ticket.0;
-        for key in keys {
-            self.track(view, key);
-        }
-        let mut results = view.pool.multiget_each(keys, kind).await;
-        let Some(shadow) = &view.shadow else {
-            return results;
-        };
-        for (key, result) in keys.iter().zip(&results) {
-            if let Ok(item) = result {
-                self.observe(view, key, item.is_some());
-            }
-        }
-        if shadow.role != (ShadowRole::Previous { fallback: true }) {
-            return results;
-        }
-        let mut refetch: Vec<usize> = Vec::new();
-        for (index, key) in keys.iter().enumerate() {
-            if !matches!(results[index], Ok(None)) {
-                continue;
-            }
-            let previous = view.shadow_owners(key);
-            if let Some(from) = previous.first() {
-                if self.fallback_copy(key, from, view.owner(key)).await {
-                    refetch.push(index);
-                }
-            }
-        }
-        if refetch.is_empty() {
-            return results;
-        }
-        let again: Vec<Bytes> = refetch.iter().map(|&i| keys[i].clone()).collect();
-        let fresh = view.pool.multiget_each(&again, kind).await;
-        for (index, result) in refetch.into_iter().zip(fresh) {
-            results[index] = result;
-        }
-        results
     }
 
     fn install(&self, pool: Arc<Pool>, shadow: Option<Shadow>) -> Arc<View> {
@@ -973,20 +777,8 @@ fn names(pool: &Pool) -> Vec<String> {
         .collect()
 }
 
-/// True when a read reply found nothing.
-fn is_miss(reply: &RawReply, shape: ReplyShape) -> bool {
-    if reply.error_line {
-        return false;
-    }
-    match shape {
-        ReplyShape::UntilEnd => reply.values.is_empty(),
-        ReplyShape::Single => reply.bytes.starts_with(b"EN\r\n"),
-        ReplyShape::UntilMetaNoop => reply.bytes.is_empty(),
-    }
-}
-
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum CopyMode {
+pub(crate) enum CopyMode {
     /// Before the switch: the old owner is the authority, overwrite.
     Set,
     /// After the switch: the new owner is the authority, never overwrite.
@@ -994,7 +786,7 @@ enum CopyMode {
 }
 
 /// Copies `key` with its flags and remaining TTL; true when a value was found and stored.
-async fn copy_key(
+pub(crate) async fn copy_key(
     key: &[u8],
     from: &Backend,
     to: &Backend,

@@ -5,6 +5,7 @@ use std::time::Duration;
 use tailtrim_policy::health::{HealthSettings, DEFAULT_FAILURE_LIMIT, DEFAULT_RETRY_AFTER_NANOS};
 use tailtrim_policy::planner::{PlannerKind, PlannerSettings};
 use tailtrim_policy::ring::{ketama_name, RingOptions, RingServer};
+use tailtrim_policy::serverq::Discipline;
 
 use crate::error::ClientError;
 
@@ -155,6 +156,11 @@ pub struct PoolConfig {
     /// `None` picks [`DEFAULT_PRIORITY_WINDOW`] for planners that set priorities and no bound
     /// otherwise; `Some(0)` is no bound.
     pub window: Option<usize>,
+    /// The order in which the window's queue serves the priority classes: `None` is the
+    /// planner's own ([`tailtrim_policy::planner::Planner::discipline`]: strict priority for
+    /// Rein, as `tailtrim serve` orders its job queue), `Some` overrides it (`Drr` for the
+    /// deficit round robin the proxy used before).
+    pub priority_order: Option<Discipline>,
     /// How backend connections are opened: TLS toward the backends and memcached's `-Y`
     /// login, each when set (default: plain TCP, no login).
     pub dialer: crate::dial::Dialer,
@@ -197,8 +203,15 @@ impl PoolConfig {
                 ..tailtrim_model::chisel_online::AnalyzerConfig::default()
             },
             window: None,
+            priority_order: None,
             dialer: crate::dial::Dialer::default(),
         }
+    }
+
+    /// The order of the backends' priority gates ([`PoolConfig::priority_order`]).
+    pub fn gate_order(&self) -> Discipline {
+        self.priority_order
+            .unwrap_or_else(|| self.planner.discipline(&self.planner_settings))
     }
 
     /// The in-flight window the backends apply (0: none).

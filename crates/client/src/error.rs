@@ -81,6 +81,12 @@ pub enum ClientError {
         line: String,
     },
     /// Invalid configuration.
+    /// A whole request outlived the `timeout` route's bound.
+    #[error("request timed out after {after_ms} ms")]
+    RouteTimeout {
+        /// The bound, ms.
+        after_ms: u64,
+    },
     #[error("config: {0}")]
     Config(String),
 }

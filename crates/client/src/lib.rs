@@ -4,17 +4,22 @@
 //!  application / tailtrim-proxy
 //!        │ read(key) · write(key) · multiget(keys) · broadcast
 //!        ▼
-//!  cluster::Cluster ── versioned view (add/remove/re-weight at runtime) · hot-key trackers
-//!        │            · warm-up: preemptive copies, fallback reads, write fences
+//!  routes::Route tree ── configured routes (logging, timeout …), outermost first
+//!        ▼
+//!  cluster::Cluster ── the tree's leaf (routes::warmup) · versioned view (add/remove/re-weight
+//!        │            at runtime) · hot-key trackers · warm-up: preemptive copies, fallback
+//!        │            reads, write fences
 //!        ▼
 //!  pool::Pool ── ring (policy::ring) ── planner (policy::planner) ── health (policy::health)
+//!        │ single keys: routes::failover (replica choice, failover); multigets: routes::planner
 //!        │ multiget fetches: shaping (query slots, injected setup, Chisel's merging of mice,
 //!        │                   the online analyzer retuning B and L: model::chisel_online)
 //!        │ one per server
 //!        ▼
 //!        │ tailx: not_before ─► sched::DelayQueue (runtime timer) ─┐
 //!        ▼                                                           ▼
-//!  backend::Backend ── TKO tracker · EWMA · outstanding · stats · sched::Gate (window + DRR)
+//!  backend::Backend ── TKO tracker · EWMA · outstanding · stats · routes::gate (window +
+//!        │             policy::serverq: strict by default, drr as configured)
 //!        │ round-robin over N lazily opened connections (dial: connect, then the `-Y`
 //!        ▼  login when the pool has credentials)
 //!  connection::Connection ── writer task ─► socket ─► reader task (replies in order)
@@ -35,6 +40,7 @@ pub mod dial;
 pub mod dump;
 pub mod error;
 pub mod pool;
+pub mod routes;
 pub mod sched;
 pub mod shaping;
 pub mod stats;
@@ -47,3 +53,4 @@ pub use connection::{RawReply, ReplyShape, ValueItem};
 pub use dial::{BackendLogin, BackendTls, Dialer};
 pub use error::ClientError;
 pub use pool::{KeyResult, MultigetKind, Pool, Value};
+pub use routes::{build_tree, Route, RouteSpec};

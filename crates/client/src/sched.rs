@@ -1,158 +1,20 @@
-//! Where the client holds requests back: the per-backend priority gate and the delay queue.
+//! Where the client holds requests back: the delay queue, then the per-backend priority gate
+//! (`crate::routes::gate`, re-exported here).
 //!
 //! ```text
 //!   fetch{not_before} ─► DelayQueue::hold(wait) ── tokio timer (the runtime's timer wheel;
 //!                                                   one sleeping future per opset, no thread)
 //!        │ at not_before
 //!        ▼
-//!   Backend::call_in(class) ─► Gate::admit(class)
-//!        in flight < window and nobody queued ─► go at once
-//!        else ─► Drr queue (5 classes, weights 5..1) ─► granted when a request in flight ends
-//!        ▼
-//!   connection (pipelined) ─► backend
+//!   Backend::call_in(class) ─► Gate::admit(class) ─► connection (pipelined) ─► backend
 //! ```
-//!
-//! The gate is how Rein's priorities are honoured in front of stock memcached, which serves a
-//! connection's requests in order: with at most `window` requests in flight per backend, the
-//! queue forms in the client, where deficit round robin decides who goes next. A waiter that
-//! gives up (its caller timed out or went away) leaves the queue; if it had already been
-//! granted, its slot is passed on.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use parking_lot::Mutex;
-use tailtrim_policy::drr::{Drr, CLASSES};
-use tokio::sync::oneshot;
-
 use crate::stats::{Counter, LatencyHistogram};
 
-/// A bounded in-flight window per backend with a deficit-round-robin queue behind it.
-#[derive(Debug)]
-pub struct Gate {
-    window: usize,
-    state: Mutex<GateState>,
-    /// `backend_gate_admitted`: requests admitted, per class.
-    pub admitted: [Counter; CLASSES],
-    /// `backend_gate_queued`: requests that had to wait, per class.
-    pub queued: [Counter; CLASSES],
-}
-
-#[derive(Debug, Default)]
-struct GateState {
-    in_flight: usize,
-    waiting: Drr<oneshot::Sender<()>>,
-}
-
-/// A slot in the window; dropping it frees the slot for the next waiter.
-#[derive(Debug)]
-pub struct Permit<'a> {
-    gate: &'a Gate,
-}
-
-impl Drop for Permit<'_> {
-    fn drop(&mut self) {
-        self.gate.release();
-    }
-}
-
-/// A queued request: on drop, if the slot was granted but not taken, passes it on.
-struct Waiting<'a> {
-    gate: &'a Gate,
-    receiver: Option<oneshot::Receiver<()>>,
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        if let Some(mut receiver) = self.receiver.take() {
-            receiver.close();
-            if receiver.try_recv().is_ok() {
-                self.gate.release();
-            }
-        }
-    }
-}
-
-impl Gate {
-    /// A gate letting `window` (at least 1) requests through at a time.
-    pub fn new(window: usize) -> Self {
-        Gate {
-            window: window.max(1),
-            state: Mutex::new(GateState::default()),
-            admitted: Default::default(),
-            queued: Default::default(),
-        }
-    }
-
-    /// The window.
-    pub fn window(&self) -> usize {
-        self.window
-    }
-
-    /// Requests waiting.
-    pub fn waiting(&self) -> usize {
-        self.state.lock().waiting.len()
-    }
-
-    /// Requests waiting in `class`.
-    pub fn waiting_in(&self, class: usize) -> usize {
-        self.state.lock().waiting.class_len(class)
-    }
-
-    /// Requests holding a slot.
-    pub fn in_flight(&self) -> usize {
-        self.state.lock().in_flight
-    }
-
-    /// Waits for a slot; `class` 0 is the highest priority (larger values are the lowest).
-    pub async fn admit(&self, class: usize) -> Permit<'_> {
-        let class = class.min(CLASSES - 1);
-        let receiver = {
-            let mut state = self.state.lock();
-            if state.in_flight < self.window && state.waiting.is_empty() {
-                state.in_flight += 1;
-                self.admitted[class].incr();
-                return Permit { gate: self };
-            }
-            let (sender, receiver) = oneshot::channel();
-            state.waiting.push(class, 1, sender);
-            receiver
-        };
-        self.queued[class].incr();
-        let mut waiting = Waiting {
-            gate: self,
-            receiver: Some(receiver),
-        };
-        if let Some(receiver) = waiting.receiver.as_mut() {
-            // The sender is only dropped unsent by `release` skipping a waiter that went away,
-            // which is not us; either way we hold a slot only if we got the grant.
-            if receiver.await.is_ok() {
-                waiting.receiver = None;
-                self.admitted[class].incr();
-                return Permit { gate: self };
-            }
-        }
-        // Unreachable in practice (the gate never drops a live waiter's sender); take a slot
-        // the ordinary way rather than fail.
-        waiting.receiver = None;
-        drop(waiting);
-        self.state.lock().in_flight += 1;
-        Permit { gate: self }
-    }
-
-    fn release(&self) {
-        let mut state = self.state.lock();
-        state.in_flight = state.in_flight.saturating_sub(1);
-        while state.in_flight < self.window {
-            let Some((_, next)) = state.waiting.pop() else {
-                break;
-            };
-            if next.send(()).is_ok() {
-                state.in_flight += 1;
-            }
-        }
-    }
-}
+pub use crate::routes::gate::{Gate, Permit};
 
 /// TailX's delay queue: opsets wait here until their `not_before`. Each waiting opset is a
 /// sleeping future on the runtime's timer (a hierarchical timer wheel of 1 ms slots), so the
@@ -231,61 +93,5 @@ mod tests {
         assert!(queue.is_empty());
         assert_eq!(queue.delayed.get(), 3);
         assert_eq!(queue.granted.summary(&[1.0]).0, 3);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn gate_serves_classes_by_weight_and_a_high_priority_request_overtakes_the_backlog() {
-        let gate = Arc::new(Gate::new(1));
-        let blocker = gate.admit(0).await;
-        let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut tasks = Vec::new();
-        // A backlog: 30 requests in each class, queued low classes first.
-        for class in (0..CLASSES).rev() {
-            for i in 0..30 {
-                let gate = gate.clone();
-                let done = done_tx.clone();
-                tasks.push(tokio::spawn(async move {
-                    let _permit = gate.admit(class).await;
-                    let _ = done.send((class, i));
-                    tokio::time::sleep(Duration::from_micros(10)).await;
-                }));
-                tokio::task::yield_now().await;
-            }
-        }
-        assert_eq!(gate.waiting(), 150);
-        drop(blocker);
-        drop(done_tx);
-        let mut order = Vec::new();
-        while let Some(item) = done_rx.recv().await {
-            order.push(item);
-        }
-        // The first 15 served follow the weights 5:4:3:2:1 although class 0 queued last.
-        let mut first = [0usize; CLASSES];
-        for (class, _) in &order[..15] {
-            first[*class] += 1;
-        }
-        assert_eq!(first, [5, 4, 3, 2, 1]);
-        // Within a class, FIFO.
-        for class in 0..CLASSES {
-            let seq: Vec<usize> = order
-                .iter()
-                .filter(|(c, _)| *c == class)
-                .map(|x| x.1)
-                .collect();
-            assert_eq!(seq, (0..30).collect::<Vec<_>>());
-        }
-        assert_eq!(gate.in_flight(), 0);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_waiter_that_gives_up_leaves_no_slot_behind() {
-        let gate = Gate::new(1);
-        let permit = gate.admit(4).await;
-        let gave_up = tokio::time::timeout(Duration::from_millis(1), gate.admit(4)).await;
-        assert!(gave_up.is_err());
-        drop(permit);
-        assert_eq!(gate.in_flight(), 0);
-        let _again = gate.admit(0).await;
-        assert_eq!(gate.in_flight(), 1);
     }
 }

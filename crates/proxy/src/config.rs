@@ -14,11 +14,12 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tailtrim_client::{BackendLogin, BackendTls, PoolConfig, ServerSpec};
+use tailtrim_client::{BackendLogin, BackendTls, PoolConfig, RouteSpec, ServerSpec};
 use tailtrim_policy::health::HealthSettings;
 use tailtrim_policy::hotkeys::TrackerConfig;
 use tailtrim_policy::planner::PlannerKind;
 use tailtrim_policy::ring::{parse_hash_tag, Distribution, HashFunction, RingOptions};
+use tailtrim_policy::serverq::Discipline;
 use tailtrim_policy::tailx::TailxSettings;
 use tailtrim_policy::warmup::{WarmupMode, WarmupSettings};
 use tailtrim_tls::{ClientTlsOptions, ServerTlsOptions};
@@ -105,11 +106,28 @@ pub struct ProxyConfig {
     pub pool: PoolSection,
     /// `[warmup]`: hot-key tracking and warm-up of membership changes.
     pub warmup: WarmupSection,
+    /// `[[routes]]`: routes in front of the pool, outermost first (none by default: requests
+    /// go straight to the pool's membership view). See `docs/routes.md`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<RouteSection>,
     /// `[tls]`: TLS on the client listener, memcached's `-Z` and `ssl_*` options with the
     /// same names without the `ssl_` prefix (`enabled`, `chain_cert`, `key`, `ca_cert`,
     /// `verify_mode`, `min_version`, …). Not printed by `--print-config`.
     #[serde(skip_serializing)]
     pub tls: ServerTlsOptions,
+}
+
+/// One `[[routes]]` entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RouteSection {
+    /// The route: `logging` (each request's route decision at debug level) or `timeout` (a
+    /// bound on a whole request, `timeout_ms`).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `timeout`: the bound on a whole request, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
 }
 
 /// `[warmup]`
@@ -308,11 +326,18 @@ pub struct PoolSection {
     pub replicas: usize,
     /// Multiget planner: batch, chisel, rein-sbf, rein-sds or tailx.
     pub planner: String,
-    /// Requests in flight per backend; more wait in the proxy, served by priority class
-    /// (deficit round robin, weights 5..1). Unset: 2 for rein-sbf/rein-sds, else no bound;
+    /// Requests in flight per backend; more wait in the proxy, served by priority class in
+    /// `priority_order`. Unset: 2 for the planners that set priorities, else no bound;
     /// 0: no bound.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backend_window: Option<usize>,
+    /// The order in which requests waiting for a backend's window are served: `strict`
+    /// (strict priority, first come first served inside a class, as `tailtrim serve` orders
+    /// its job queue) or `drr` (deficit round robin over the classes, weights 5..1). Unset:
+    /// the planner's own (strict for rein-sbf and rein-sds, drr for rein-drr, aged for
+    /// cost-sbf).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub priority_order: Option<String>,
     /// TailX: values larger than this many bytes are large (0: learned from value sizes).
     pub tailx_large_threshold: u64,
     /// TailX: keys per Bloom filter generation.
@@ -388,6 +413,7 @@ impl Default for PoolSection {
             replicas: 1,
             planner: DEFAULT_PLANNER.to_string(),
             backend_window: None,
+            priority_order: None,
             tailx_large_threshold: DEFAULT_TAILX_LARGE_THRESHOLD,
             tailx_filter_capacity: DEFAULT_TAILX_FILTER_CAPACITY,
             tailx_filter_generations: DEFAULT_TAILX_FILTER_GENERATIONS,
@@ -482,6 +508,18 @@ impl ProxyConfig {
         toml::to_string_pretty(self).map_err(|error| ProxyError::Config(error.to_string()))
     }
 
+    /// The `[[routes]]` as the client's route specs (checked when the tree is built).
+    pub fn route_specs(&self) -> Result<Vec<RouteSpec>, ProxyError> {
+        Ok(self
+            .routes
+            .iter()
+            .map(|route| RouteSpec {
+                kind: route.kind.clone(),
+                timeout: route.timeout_ms.map(Duration::from_millis),
+            })
+            .collect())
+    }
+
     /// Validates the `[pool]` section and turns it into the client's pool config.
     pub fn pool_config(&self) -> Result<PoolConfig, ProxyError> {
         let pool = &self.pool;
@@ -525,6 +563,16 @@ impl ProxyConfig {
         config.replicas = pool.replicas;
         config.planner = planner;
         config.window = pool.backend_window;
+        config.priority_order = match pool.priority_order.as_deref() {
+            None => None,
+            Some("strict") => Some(Discipline::Strict),
+            Some("drr") => Some(Discipline::Drr),
+            Some(other) => {
+                return Err(bad(format!(
+                    "priority_order = {other:?}: expected \"strict\" or \"drr\""
+                )))
+            }
+        };
         config.planner_settings.tailx = TailxSettings {
             large_threshold_bytes: (pool.tailx_large_threshold > 0)
                 .then_some(pool.tailx_large_threshold),
@@ -606,6 +654,34 @@ mod tests {
         // Round trip through --print-config output.
         let printed = config.to_toml().expect("print");
         assert_eq!(ProxyConfig::from_toml(&printed).expect("reparse"), config);
+    }
+
+    #[test]
+    fn the_routes_example_parses_builds_its_tree_and_prints_back() {
+        let text = include_str!("../../../config/proxy.routes.example.toml");
+        let config = ProxyConfig::from_toml(text).expect("routes example parses");
+        let pool = config.pool_config().expect("routes example validates");
+        assert_eq!(pool.priority_order, Some(Discipline::Strict));
+        let specs = config.route_specs().expect("specs");
+        let kinds: Vec<&str> = specs.iter().map(|spec| spec.kind.as_str()).collect();
+        assert_eq!(kinds, ["logging", "timeout"]);
+        assert_eq!(specs[1].timeout, Some(Duration::from_millis(1500)));
+        let cluster =
+            tailtrim_client::Cluster::new(pool, config.warmup.tracker()).expect("cluster");
+        let tree = tailtrim_client::build_tree(&cluster, &specs).expect("tree");
+        assert_eq!(tree.name(), "logging");
+        let printed = config.to_toml().expect("print");
+        assert_eq!(ProxyConfig::from_toml(&printed).expect("reparse"), config);
+        // A route entry takes only its own keys, and the order only its two names.
+        assert!(ProxyConfig::from_toml("[[routes]]\ntype = \"logging\"\nms = 1\n").is_err());
+        let mut drr = config.clone();
+        drr.pool.priority_order = Some("drr".to_string());
+        assert_eq!(
+            drr.pool_config().unwrap().priority_order,
+            Some(Discipline::Drr)
+        );
+        drr.pool.priority_order = Some("fair".to_string());
+        assert!(drr.pool_config().is_err());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! concurrently, replies written in request order.
 //!
 //! ```text
-//!   socket ─► BytesMut ─► parse_request_frame ─┬─ Complete ─► route (pool.read / write / multiget / broadcast)
+//!   socket ─► BytesMut ─► parse_request_frame ─┬─ Complete ─► routes.read / write / multiget / broadcast
 //!                    (frame split off,         ├─ Invalid  ─► memcached's error reply (never forwarded)
 //!                     keys cut from it)        └─ Incomplete ─► read more
 //!   the batch of requests parsed from one read runs in rounds of at most MAX_KEYS_PER_ROUND
@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use futures_util::future::join_all;
 use tailtrim_client::{
-    ClientError, Cluster, KeyResult, MultigetKind, RawReply, ReplyShape, ValueItem,
+    ClientError, Cluster, KeyResult, MultigetKind, RawReply, ReplyShape, Route, ValueItem,
 };
 use tailtrim_proto::auth::{AuthState, Outcome, Step};
 use tailtrim_proto::{parse_request_frame, FrameScratch, Limits, Parsed, ProtoError, Request};
@@ -65,6 +65,8 @@ pub const VERSION_LINE: &str =
 pub struct Shared {
     /// The backend pool, whose membership can change at runtime.
     pub pool: Arc<Cluster>,
+    /// The route tree requests take (`[[routes]]`, ending in `pool`).
+    pub routes: Arc<dyn Route>,
     /// The client listener's auth file (`-Y`): clients authenticate before anything else.
     pub auth: Option<ClientAuth>,
     /// TLS on the client listener (`-Z`, `[tls]`): every connection starts with a handshake.
@@ -477,8 +479,8 @@ async fn run_concurrently(shared: &Shared, mut works: Vec<Work>) -> Vec<Bytes> {
     let merged_reads = async {
         // Per-key outcomes: a backend failure only fails the requests that needed it.
         let outcomes = shared
-            .pool
-            .multiget_each(&merged_keys, MultigetKind::Get)
+            .routes
+            .multiget(&merged_keys, MultigetKind::Get)
             .await;
         merged
             .iter()
@@ -543,9 +545,11 @@ fn with_noop(raw: Bytes, quiet: bool) -> (Bytes, ReplyShape) {
 }
 
 async fn execute(shared: &Shared, request: Request, raw: Bytes) -> Bytes {
-    let pool = &shared.pool;
+    let pool = &shared.routes;
     match request {
-        Request::Get { keys, .. } if keys.len() == 1 && !pool.current().plans_each_read() => {
+        Request::Get { keys, .. }
+            if keys.len() == 1 && !shared.pool.current().plans_each_read() =>
+        {
             // One key: forward the client's own bytes to the chosen replica, no planning.
             let key = &keys[0];
             match pool.read(key, raw, ReplyShape::UntilEnd).await {
@@ -657,7 +661,7 @@ async fn execute(shared: &Shared, request: Request, raw: Bytes) -> Bytes {
 }
 
 async fn multiget(shared: &Shared, keys: &[Bytes], kind: MultigetKind) -> Bytes {
-    outcomes_reply(shared, &shared.pool.multiget_each(keys, kind).await)
+    outcomes_reply(shared, &shared.routes.multiget(keys, kind).await)
 }
 
 /// The reply to a multiget from its keys' outcomes: the first failure's `SERVER_ERROR …` (a

@@ -5,6 +5,8 @@
 //!                      (with -Z: TLS handshake)│ with -Y: memcached's ASCII auth first (auth)
 //!                                              │ parse (tailtrim-proto), bad input answered here
 //!                                              ▼
+//!                          tailtrim_client::routes ── [[routes]] (logging, timeout …) ─► warmup
+//!                                              ▼
 //!                                    tailtrim_client::Pool ── ring / planner / health (policy)
 //!                                              │ pipelined connections
 //!                                              ▼
@@ -59,6 +61,8 @@ impl Proxy {
         config.warmup.settings("")?;
         let pool = Cluster::new(pool_config, config.warmup.tracker())
             .map_err(|error| ProxyError::Config(error.to_string()))?;
+        let routes = tailtrim_client::build_tree(&pool, &config.route_specs()?)
+            .map_err(|error| ProxyError::Config(format!("[[routes]] {error}")))?;
         let listener = TcpListener::bind(&config.proxy.listen)
             .await
             .map_err(|source| ProxyError::Io {
@@ -94,6 +98,7 @@ impl Proxy {
         };
         let shared = Arc::new(Shared {
             pool,
+            routes,
             auth,
             tls,
             warmup: config.warmup.clone(),

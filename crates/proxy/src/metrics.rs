@@ -28,6 +28,7 @@ use tailtrim_client::{Cluster, Pool, ReplyShape};
 use tailtrim_metrics::samples::QUANTILES;
 use tailtrim_metrics::{Distribution, Exposition, ExpositionError, Labels, Samples};
 use tailtrim_policy::drr::CLASSES;
+use tailtrim_policy::serverq::Discipline;
 
 /// Front-end counters (`proxy_*`).
 #[derive(Debug, Default)]
@@ -206,7 +207,7 @@ tailtrim_metrics::metrics! {
     pub counter BACKEND_GATE_ADMITTED = "backend_gate_admitted";
     /// Requests that waited in the proxy's priority queue, by class.
     pub counter BACKEND_GATE_QUEUED = "backend_gate_queued";
-    /// 1 when the backend announced that it serves priority classes itself (priorities drr).
+    /// 1 when the backend announced that it serves priority classes itself (priorities strict or drr).
     pub gauge BACKEND_SERVES_PRIORITIES = "backend_serves_priorities";
     /// 1 when the backend is up.
     pub gauge BACKEND_UP = "backend_up";
@@ -709,15 +710,20 @@ fn settings_reply(view: MetricsView<'_>, out: &mut String) {
     }
 }
 
-/// Where the planner's priorities are applied: `proxy-drr` when the proxy queues requests
-/// by class behind a bounded window (stock memcached backends serve a connection in order),
-/// `proxy-fifo` when it bounds the window without priorities, `none` otherwise.
+/// Where the planner's priorities are applied: `proxy-strict` (or `proxy-drr`, `proxy-aged`:
+/// the gate's order) when the proxy queues requests by class behind a bounded window (stock
+/// memcached backends serve a connection in order), `proxy-fifo` when it bounds the window
+/// without priorities, `none` otherwise.
 fn priorities_mode(pool: &Pool) -> &'static str {
     match (
         pool.config().effective_window() > 0,
         pool.config().planner.uses_priorities(),
     ) {
-        (true, true) => "proxy-drr",
+        (true, true) => match pool.config().gate_order() {
+            Discipline::Strict => "proxy-strict",
+            Discipline::Aged { .. } => "proxy-aged",
+            Discipline::Drr => "proxy-drr",
+        },
         (true, false) => "proxy-fifo",
         (false, _) => "none",
     }
