@@ -13,7 +13,7 @@ use crate::cluster::Cluster;
 use crate::connection::{RawReply, ReplyShape};
 use crate::error::ClientError;
 use crate::pool::{KeyResult, MultigetKind};
-use crate::routes::{BuildContext, Route};
+use crate::routes::route::{BuildContext, Route};
 
 /// Logs, then hands the request to `next`.
 pub struct LoggingRoute {

@@ -15,7 +15,7 @@ use futures_util::FutureExt;
 use crate::connection::{RawReply, ReplyShape};
 use crate::error::ClientError;
 use crate::pool::{KeyResult, MultigetKind};
-use crate::routes::{BuildContext, Route};
+use crate::routes::route::{BuildContext, Route};
 
 /// Bounds every request handed to `next` by `limit`.
 pub struct TimeoutRoute {

@@ -26,7 +26,7 @@ use crate::cluster::{copy_key, Cluster, CopyMode, ShadowRole, Tracked, View};
 use crate::connection::{RawReply, ReplyShape, ValueItem};
 use crate::error::ClientError;
 use crate::pool::{KeyResult, MultigetKind};
-use crate::routes::Route;
+use crate::routes::route::Route;
 
 /// Requests on the cluster's current view.
 pub struct WarmupRoute {
