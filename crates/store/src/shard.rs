@@ -111,6 +111,44 @@ fn split_location(location: u64) -> (usize, usize) {
     ((location >> 32) as usize, (location & 0xffff_ffff) as usize)
 }
 
+/// Length of the record `item` under `key` takes: header, key and inline value.
+fn record_len_of(key: &[u8], item: &Item) -> usize {
+    let inline_len = if item.value.len() >= EXTERNAL_VALUE_MIN {
+        0
+    } else {
+        item.value.len()
+    };
+    INLINE_HEADER_BYTES + key.len().min(usize::from(u8::MAX)) + inline_len
+}
+
+/// Writes the record of `item` under `key` for `slot` into `data` (exactly
+/// [`record_len_of`] bytes), with unset links; a long value is returned apart, copied into
+/// an allocation of its own.
+fn write_record(data: &mut [u8], key: &[u8], item: &Item, slot: u32) -> Option<Bytes> {
+    let external = item.value.len() >= EXTERNAL_VALUE_MIN;
+    let inline_len = if external { 0 } else { item.value.len() };
+    let key_len = u8::try_from(key.len()).unwrap_or(u8::MAX);
+    let key = &key[..usize::from(key_len)];
+    data[OFFSET_KEY_LEN] = key_len;
+    let external_bit = if external { STATE_EXTERNAL_VALUE } else { 0 };
+    data[OFFSET_STATE] = (item.state & !STATE_EXTERNAL_VALUE) | external_bit;
+    write_u32(data, OFFSET_FLAGS, item.flags);
+    write_u64(data, OFFSET_CAS, item.cas);
+    write_u64(data, OFFSET_EXPIRY, encode_expiry(item.expiry));
+    write_u64(data, OFFSET_ACCESS, item.last_access.0);
+    write_u32(data, OFFSET_NEWER, NIL);
+    write_u32(data, OFFSET_OLDER, NIL);
+    write_u32(data, OFFSET_VALUE_LEN, inline_len as u32);
+    write_u32(data, OFFSET_SLOT, slot);
+    data[INLINE_HEADER_BYTES..INLINE_HEADER_BYTES + key.len()].copy_from_slice(key);
+    if external {
+        Some(external_copy(&item.value))
+    } else {
+        data[INLINE_HEADER_BYTES + key.len()..].copy_from_slice(&item.value);
+        None
+    }
+}
+
 /// The record of the item in `slot`, if the slot is occupied.
 fn record<'a>(slots: &[u64], segments: &'a [Option<Segment>], slot: u32) -> Option<&'a [u8]> {
     let location = *slots.get(slot as usize)?;
@@ -508,35 +546,14 @@ impl ShardState {
     /// Appends the record of `item` under `key` for `slot`, with unset links; a long value
     /// is returned apart, copied into an allocation of its own.
     fn append_record(&mut self, key: &[u8], item: &Item, slot: u32) -> (u64, Option<Bytes>) {
-        let external = item.value.len() >= EXTERNAL_VALUE_MIN;
-        let inline_len = if external { 0 } else { item.value.len() };
-        let key_len = u8::try_from(key.len()).unwrap_or(u8::MAX);
-        let key = &key[..usize::from(key_len)];
-        let len = INLINE_HEADER_BYTES + key.len() + inline_len;
+        let len = record_len_of(key, item);
         let number = self.open_segment_with_room(len);
         self.segment_used += len;
         let Some(Some(segment)) = self.segments.get_mut(number) else {
             unreachable!("segment {number} was just opened");
         };
         let (offset, data) = segment.append(len);
-        data[OFFSET_KEY_LEN] = key_len;
-        let external_bit = if external { STATE_EXTERNAL_VALUE } else { 0 };
-        data[OFFSET_STATE] = (item.state & !STATE_EXTERNAL_VALUE) | external_bit;
-        write_u32(data, OFFSET_FLAGS, item.flags);
-        write_u64(data, OFFSET_CAS, item.cas);
-        write_u64(data, OFFSET_EXPIRY, encode_expiry(item.expiry));
-        write_u64(data, OFFSET_ACCESS, item.last_access.0);
-        write_u32(data, OFFSET_NEWER, NIL);
-        write_u32(data, OFFSET_OLDER, NIL);
-        write_u32(data, OFFSET_VALUE_LEN, inline_len as u32);
-        write_u32(data, OFFSET_SLOT, slot);
-        data[INLINE_HEADER_BYTES..INLINE_HEADER_BYTES + key.len()].copy_from_slice(key);
-        let value = if external {
-            Some(external_copy(&item.value))
-        } else {
-            data[INLINE_HEADER_BYTES + key.len()..].copy_from_slice(&item.value);
-            None
-        };
+        let value = write_record(data, key, item, slot);
         (location(number, offset), value)
     }
 
@@ -672,11 +689,18 @@ impl ShardState {
         let key_len = self.key(slot).len();
         key[..key_len].copy_from_slice(self.key(slot));
         let old_location = self.slots[slot as usize];
-        let (new_location, value) = self.append_record(&key[..key_len], item, slot);
-        self.slots[slot as usize] = new_location;
+        let value = if record_len_of(&key[..key_len], item) == self.data(slot).len() {
+            // Same length (an overwrite with a value as long as the old one): in place,
+            // leaving no dead record behind.
+            write_record(self.data_mut(slot), &key[..key_len], item, slot)
+        } else {
+            let (new_location, value) = self.append_record(&key[..key_len], item, slot);
+            self.slots[slot as usize] = new_location;
+            self.bury(old_location);
+            value
+        };
         self.set_link(slot, OFFSET_NEWER, newer);
         self.set_link(slot, OFFSET_OLDER, older);
-        self.bury(old_location);
         match value {
             Some(value) => {
                 self.external.insert(slot, value);

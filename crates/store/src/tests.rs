@@ -1175,10 +1175,17 @@ fn segments_give_back_the_memory_of_removed_and_resized_items() {
         after_resize <= live_records(96) * 16 / 15 + slack,
         "after the resize the segments hold {after_resize} bytes"
     );
+    // An overwrite with a value of the same length is made in place: nothing is appended.
+    let same_length = "M".repeat(96);
+    for index in (0..20_000).step_by(4) {
+        set(&s, &format!("k{index}"), &same_length, 0, now);
+    }
+    s.check_invariants();
+    assert_eq!(s.segment_bytes_held(), after_resize);
     for index in (0..20_000).step_by(4) {
         assert_eq!(
             value_of(&s, &format!("k{index}"), now).as_deref(),
-            Some(&large[..])
+            Some(&same_length[..])
         );
     }
     s.flush_all(None, now);
