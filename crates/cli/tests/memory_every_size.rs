@@ -4,6 +4,11 @@
 //! resident set (VmRSS of /proc/<pid>/status) must stay within 1.1 × `-m` + 16 MiB: the store
 //! counts what its items really cost, not only memcached's accounted item size.
 //!
+//! A second server, `serve -m 24`, takes a mix whose sizes shift (8/32/100 B, then
+//! 32 B–1 KB, then 8/32 B): memory freed by one size must be reused by the others rather
+//! than stay resident between live items (a store that leaves freed small items to malloc
+//! reaches 50 MiB here, over its bound of 42.4 MiB).
+//!
 //! ```text
 //!   writer ──pipelined sets, twice -m of accounted bytes per phase──> serve -m 8
 //!      └── after each phase: VmRSS ≤ 1.1·m + 16 MiB, bytes ≤ limit_maxbytes
@@ -20,8 +25,14 @@ use std::time::Duration;
 use common::{read_until, value_for, Program, Server};
 
 const LIMIT_MIB: u64 = 8;
+/// `-m` of the shifting-mix test: large enough that memory left resident between live items
+/// by a shift of sizes shows over the bound's 16 MiB of slack.
+const SHIFTING_LIMIT_MIB: u64 = 24;
+
 /// 1.1 × `-m` + 16 MiB, in KiB.
-const RSS_BOUND_KIB: u64 = LIMIT_MIB * 1024 * 11 / 10 + 16 * 1024;
+fn rss_bound_kib(limit_mib: u64) -> u64 {
+    limit_mib * 1024 * 11 / 10 + 16 * 1024
+}
 /// memcached's accounted item size: 59 bytes of header + key + value (flags are 0 here).
 const ITEM_HEADER_BYTES: u64 = 59;
 /// Sets per pipelined batch, at most.
@@ -32,8 +43,13 @@ const BATCH_VALUE_BYTES: usize = 256 * 1024;
 
 /// Writes items of the sizes `size_of` gives until their accounted bytes add up to twice the
 /// limit; every set must be stored. Keys are `<phase>:<n>`.
-fn fill(conn: &mut TcpStream, phase: &str, size_of: impl Fn(usize) -> usize) -> usize {
-    let target = 2 * LIMIT_MIB * 1024 * 1024;
+fn fill(
+    conn: &mut TcpStream,
+    limit_mib: u64,
+    phase: &str,
+    size_of: impl Fn(usize) -> usize,
+) -> usize {
+    let target = 2 * limit_mib * 1024 * 1024;
     let mut accounted = 0u64;
     let mut index = 0usize;
     while accounted < target {
@@ -62,7 +78,8 @@ fn fill(conn: &mut TcpStream, phase: &str, size_of: impl Fn(usize) -> usize) -> 
     index
 }
 
-fn check_bound(server: &Server, phase: &str, items_written: usize) {
+fn check_bound(server: &Server, limit_mib: u64, phase: &str, items_written: usize) {
+    let bound = rss_bound_kib(limit_mib);
     let rss = server.rss_kib();
     let stats = server.stats();
     let number = |name: &str| -> u64 {
@@ -73,7 +90,7 @@ fn check_bound(server: &Server, phase: &str, items_written: usize) {
     };
     eprintln!(
         "memory_every_size: after {phase} ({items_written} sets): RSS {rss} KiB \
-         (bound {RSS_BOUND_KIB} KiB), curr_items {}, bytes {}",
+         (bound {bound} KiB), curr_items {}, bytes {}",
         number("curr_items"),
         number("bytes")
     );
@@ -86,8 +103,8 @@ fn check_bound(server: &Server, phase: &str, items_written: usize) {
         );
     }
     assert!(
-        rss <= RSS_BOUND_KIB,
-        "after {phase}: RSS {rss} KiB is over 1.1 x -m + 16 MiB = {RSS_BOUND_KIB} KiB"
+        rss <= bound,
+        "after {phase}: RSS {rss} KiB is over 1.1 x -m + 16 MiB = {bound} KiB"
     );
 }
 
@@ -96,12 +113,12 @@ fn rss_stays_within_the_limit_for_every_value_size_and_after_flush_all() {
     let limit_text = LIMIT_MIB.to_string();
     let server = Server::start_under_test(&["-m", &limit_text, "-I", "1m", "-t", "2"]);
     let mut conn = server.connect();
-    check_bound(&server, "start", 0);
+    check_bound(&server, LIMIT_MIB, "start", 0);
 
     for size in [8usize, 32, 100, 1_000, 100_000] {
         let phase = format!("size{size}");
-        let written = fill(&mut conn, &phase, |_| size);
-        check_bound(&server, &phase, written);
+        let written = fill(&mut conn, LIMIT_MIB, &phase, |_| size);
+        check_bound(&server, LIMIT_MIB, &phase, written);
     }
 
     // A mix whose proportions shift as it runs: small values first, larger ones later.
@@ -112,8 +129,8 @@ fn rss_stays_within_the_limit_for_every_value_size_and_after_flush_all() {
     ];
     for (round, mix) in mixes.iter().enumerate() {
         let phase = format!("mix{round}");
-        let written = fill(&mut conn, &phase, |index| mix[index % mix.len()]);
-        check_bound(&server, &phase, written);
+        let written = fill(&mut conn, LIMIT_MIB, &phase, |index| mix[index % mix.len()]);
+        check_bound(&server, LIMIT_MIB, &phase, written);
     }
 
     conn.write_all(b"flush_all\r\n").expect("send flush_all");
@@ -121,7 +138,22 @@ fn rss_stays_within_the_limit_for_every_value_size_and_after_flush_all() {
     assert_eq!(reply, b"OK\r\n");
     for size in [32usize, 8] {
         let phase = format!("refill{size}");
-        let written = fill(&mut conn, &phase, |_| size);
-        check_bound(&server, &phase, written);
+        let written = fill(&mut conn, LIMIT_MIB, &phase, |_| size);
+        check_bound(&server, LIMIT_MIB, &phase, written);
+    }
+}
+
+#[test]
+fn rss_stays_within_the_limit_when_the_size_mix_shifts() {
+    let limit_text = SHIFTING_LIMIT_MIB.to_string();
+    let server = Server::start_under_test(&["-m", &limit_text, "-I", "1m", "-t", "2"]);
+    let mut conn = server.connect();
+    let mixes: [&[usize]; 3] = [&[8, 32, 100], &[32, 100, 1_000, 8], &[8, 32]];
+    for (round, mix) in mixes.iter().enumerate() {
+        let phase = format!("shift{round}");
+        let written = fill(&mut conn, SHIFTING_LIMIT_MIB, &phase, |index| {
+            mix[index % mix.len()]
+        });
+        check_bound(&server, SHIFTING_LIMIT_MIB, &phase, written);
     }
 }

@@ -46,14 +46,15 @@ pub(crate) const STATE_EXTERNAL_VALUE: u8 = 16;
 /// with readers; shorter ones are stored inline after the key and copied out on a read.
 pub const EXTERNAL_VALUE_MIN: usize = 4096;
 
-/// Bytes of the inline header the store keeps in front of each item's key: key length,
-/// state bits, flags, CAS, expiry, last access and the two LRU links.
-pub const INLINE_HEADER_BYTES: usize = 38;
+/// Bytes of the header the store keeps in front of each item's key in its segment: key
+/// length, state bits, flags, CAS, expiry, last access, the two LRU links, the inline
+/// value's length and the item's slot number.
+pub const INLINE_HEADER_BYTES: usize = 46;
 
-/// Bytes charged per item for its entries outside its allocation: the 16-byte slot that
-/// owns it, a free-list entry when the slot is vacated, and its share of the key index
-/// (5 bytes per bucket at up to 7/8 load).
-pub const ITEM_BOOKKEEPING_BYTES: u64 = 28;
+/// Bytes charged per item for its entries outside its segment: the 8-byte slot that locates
+/// it, a free-list entry when the slot is vacated, and its share of the key index (5 bytes
+/// per bucket at up to 7/8 load).
+pub const ITEM_BOOKKEEPING_BYTES: u64 = 20;
 
 /// Extra bytes charged for a value kept in its own allocation: the shared handle a
 /// reader's clone allocates and the entry of the shard's external value table.
@@ -76,24 +77,21 @@ pub fn malloc_chunk(bytes: usize) -> u64 {
 }
 
 /// The memory an item really costs the store, what counts against the memory limit
-/// (`-m`): its allocation (inline header, key and, below [`EXTERNAL_VALUE_MIN`], value,
-/// as the allocator rounds it), the value's own allocation above that (whole pages from
-/// [`MAPPED_VALUE_MIN`] on), and
-/// [`ITEM_BOOKKEEPING_BYTES`]. It is larger than [`item_size`] for small items (32-byte
-/// values with 16-byte keys cost 124 bytes, account 107), smaller for large ones.
+/// (`-m`): its record in a segment (header, key and, below [`EXTERNAL_VALUE_MIN`], value,
+/// byte for byte), the value's own allocation above that (as the allocator rounds it;
+/// whole pages from [`MAPPED_VALUE_MIN`] on), and [`ITEM_BOOKKEEPING_BYTES`]. It is larger
+/// than [`item_size`] for small items (32-byte values with 16-byte keys cost 114 bytes,
+/// account 107), smaller for large ones.
 pub fn item_footprint(key_len: usize, value_len: usize) -> u64 {
+    let record = (INLINE_HEADER_BYTES + key_len) as u64 + ITEM_BOOKKEEPING_BYTES;
     if value_len >= MAPPED_VALUE_MIN {
-        malloc_chunk(INLINE_HEADER_BYTES + key_len)
+        record
             + (value_len.div_ceil(PAGE_BYTES) * PAGE_BYTES) as u64
-            + ITEM_BOOKKEEPING_BYTES
             + EXTERNAL_VALUE_BOOKKEEPING_BYTES
     } else if value_len >= EXTERNAL_VALUE_MIN {
-        malloc_chunk(INLINE_HEADER_BYTES + key_len)
-            + malloc_chunk(value_len)
-            + ITEM_BOOKKEEPING_BYTES
-            + EXTERNAL_VALUE_BOOKKEEPING_BYTES
+        record + malloc_chunk(value_len) + EXTERNAL_VALUE_BOOKKEEPING_BYTES
     } else {
-        malloc_chunk(INLINE_HEADER_BYTES + key_len + value_len) + ITEM_BOOKKEEPING_BYTES
+        record + value_len as u64
     }
 }
 

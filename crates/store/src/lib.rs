@@ -5,7 +5,8 @@
 //!   worker 1 ─┐                     Arc<Store>
 //!   worker 2 ─┼─ key ─ hash ─▶ shard i = hash % N ─▶ Mutex<ShardState>
 //!   worker N ─┘                                       ├ HashTable<slot> (key compared in the item)
-//!                                                     ├ slots: one allocation per item
+//!                                                     ├ slots: item number → segment, offset
+//!                                                     ├ segments: items appended inline
 //!                                                     │  (header + LRU links + key + short value)
 //!                                                     ├ long values: own allocation / mapping
 //!                                                     └ counters
@@ -32,18 +33,23 @@
 //! # Memory limit and eviction
 //!
 //! Each item is charged its [`item_footprint`]: the memory it really costs
-//! (its allocation as glibc's malloc rounds it, a long value's own allocation,
-//! and its slot and index entries), not memcached's accounted [`item_size`]
+//! (its record in a segment, a long value's own allocation as the allocator
+//! rounds it, and its slot and index entries), not memcached's accounted [`item_size`]
 //! (key + value + 59 bytes of header, +4 for non-zero flags), which the
 //! `bytes` statistic and the `-I` check keep using. `used_bytes` is a single
 //! global counter of footprints, only ever increased by a compare-and-swap that
 //! keeps it `<= max_bytes`, so the items **never** take more memory than the
 //! limit, and any item up to `-I` can be stored whichever shard it hashes to
 //! (shards share the global budget; they have no quotas of their own). Freed
-//! memory is handed back: each time items worth an eighth of the limit have
-//! been freed the store asks glibc to return free pages (`malloc_trim`), and a
-//! shard's slot table and index shrink once a quarter full, so a shift of item
-//! sizes does not leave the old items' memory resident.
+//! memory is handed back: a shard appends its items (header, key and a value
+//! shorter than [`EXTERNAL_VALUE_MIN`]) to segments of its own (anonymous
+//! mappings of 16 KiB to 1 MiB, sized from the limit), unmaps a segment once
+//! none of its items is stored, and compacts (moves the live items of the
+//! segment with the most dead bytes, then unmaps it) once dead bytes pass a
+//! sixteenth of its segments, so a shift of item sizes does not leave the old
+//! items' memory resident. For long values, each time items worth an eighth
+//! of the limit have been freed the store asks glibc to return free pages
+//! (`malloc_trim`); a shard's slot table and index shrink once a quarter full.
 //!
 //! A store decides under its shard lock, then claims from the budget only
 //! the bytes it adds (new footprint minus the footprint of the item it
@@ -122,6 +128,7 @@ mod class;
 mod error;
 mod item;
 mod ops;
+mod segment;
 mod shard;
 mod store;
 mod time;

@@ -16,6 +16,7 @@ use crate::ops::{
     DeleteRequest, DumpedItem, ItemMeta, MetaGetHit, MetaGetRequest, StoreMode, StoreOutcome,
     StoreRequest, StoreStats, StoreStatus,
 };
+use crate::segment::{SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN};
 use crate::shard::{is_live, FlushMark, ShardState};
 use crate::time::{Expiry, UnixSecs};
 
@@ -37,6 +38,22 @@ pub const CRAWL_SLICE: usize = 64;
 const TRIM_EVERY_FRACTION_OF_LIMIT: u64 = 8;
 /// … but not more often than every this many freed bytes.
 const TRIM_EVERY_MIN: u64 = 512 * 1024;
+
+/// Segments per shard the segment size aims at: enough that compacting or freeing one
+/// moves a small share of a shard, few enough that segments stay large.
+const SEGMENTS_PER_SHARD: u64 = 16;
+
+/// The size of a segment for a store of `max_bytes` over `shards`: a power of two near a
+/// sixteenth of a shard's share of the limit, within [`SEGMENT_BYTES_MIN`] and
+/// [`SEGMENT_BYTES_MAX`] (16 KiB at `-m 8`, 64 KiB at `-m 64`, 1 MiB from `-m 1024`, with
+/// 64 shards).
+fn segment_bytes_for(max_bytes: u64, shards: usize) -> usize {
+    let share = max_bytes / (shards as u64).max(1) / SEGMENTS_PER_SHARD;
+    let share = usize::try_from(share).unwrap_or(SEGMENT_BYTES_MAX);
+    share
+        .next_power_of_two()
+        .clamp(SEGMENT_BYTES_MIN, SEGMENT_BYTES_MAX)
+}
 
 /// Store configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -283,14 +300,18 @@ impl Store {
         }
         let seed = config.hash_seed;
         let shard_hasher = ahash::RandomState::with_seeds(seed, seed ^ 0x5555, seed ^ 0xaaaa, 1);
+        let segment_bytes = segment_bytes_for(config.max_bytes, config.shards);
         let shards = (0..config.shards)
             .map(|index| Shard {
-                state: Mutex::new(ShardState::new(ahash::RandomState::with_seeds(
-                    seed.rotate_left(17),
-                    seed ^ 0x0f0f_0f0f,
-                    seed.wrapping_add(index as u64),
-                    2,
-                ))),
+                state: Mutex::new(ShardState::new(
+                    ahash::RandomState::with_seeds(
+                        seed.rotate_left(17),
+                        seed ^ 0x0f0f_0f0f,
+                        seed.wrapping_add(index as u64),
+                        2,
+                    ),
+                    segment_bytes,
+                )),
                 oldest_access: AtomicU64::new(u64::MAX),
             })
             .collect();
@@ -1357,5 +1378,14 @@ impl Store {
         assert!(bytes <= footprint);
         assert!(footprint <= self.max_bytes);
         assert_eq!(footprint, self.used_bytes());
+    }
+
+    /// Bytes appended to the shards' segments and not yet given back (tests only).
+    #[cfg(test)]
+    pub(crate) fn segment_bytes_held(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| shard.state.lock().segment_used())
+            .sum()
     }
 }

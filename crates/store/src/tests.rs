@@ -8,7 +8,7 @@ use proptest::prelude::{prop, prop_assert, prop_assert_eq, proptest, ProptestCon
 use crate::{
     item_footprint, item_size, size_class, ArithDirection, ArithOutcome, ArithRequest, ArithVivify,
     DeleteOutcome, DeleteRequest, Expiry, MetaGetRequest, Store, StoreConfig, StoreError,
-    StoreMode, StoreRequest, StoreStatus, UnixSecs, RELATIVE_EXPTIME_MAX,
+    StoreMode, StoreRequest, StoreStatus, UnixSecs, INLINE_HEADER_BYTES, RELATIVE_EXPTIME_MAX,
 };
 
 const T0: UnixSecs = UnixSecs(1_700_000_000);
@@ -1135,4 +1135,61 @@ fn the_budget_counts_footprints_and_expired_memory_is_reused() {
         (20, 0, 20)
     );
     s.check_invariants();
+}
+
+#[test]
+fn segments_give_back_the_memory_of_removed_and_resized_items() {
+    // One shard, so its segments are what is measured; the limit is not reached.
+    // 4 MiB over one shard: 256 KiB segments, compaction from 128 KiB of dead records.
+    let s = store_with(4 * 1024 * 1024, 1);
+    let slack = 128 * 1024;
+    let now = at(0);
+    let small = "s".repeat(32);
+    for index in 0..20_000 {
+        set(&s, &format!("k{index}"), &small, 0, now);
+    }
+    s.check_invariants();
+    let filled = s.segment_bytes_held();
+    // Three of every four items deleted, the rest rewritten with values three times as
+    // long: the dead records are compacted away or their segments unmapped, so what the
+    // segments hold follows the live items, not the history.
+    for index in 0..20_000 {
+        if index % 4 != 0 {
+            assert!(s.delete(format!("k{index}").as_bytes(), now));
+        }
+    }
+    s.check_invariants();
+    let after_deletes = s.segment_bytes_held();
+    let live_records = |value_len: usize| 5_000 * (INLINE_HEADER_BYTES + 6 + value_len);
+    assert!(
+        after_deletes <= live_records(32) * 16 / 15 + slack,
+        "after deletes the segments hold {after_deletes} of {filled} bytes"
+    );
+    let large = "L".repeat(96);
+    for index in (0..20_000).step_by(4) {
+        set(&s, &format!("k{index}"), &large, 0, now);
+    }
+    s.check_invariants();
+    let after_resize = s.segment_bytes_held();
+    assert!(
+        after_resize <= live_records(96) * 16 / 15 + slack,
+        "after the resize the segments hold {after_resize} bytes"
+    );
+    // An overwrite with a value of the same length is made in place: nothing is appended.
+    let same_length = "M".repeat(96);
+    for index in (0..20_000).step_by(4) {
+        set(&s, &format!("k{index}"), &same_length, 0, now);
+    }
+    s.check_invariants();
+    assert_eq!(s.segment_bytes_held(), after_resize);
+    for index in (0..20_000).step_by(4) {
+        assert_eq!(
+            value_of(&s, &format!("k{index}"), now).as_deref(),
+            Some(&same_length[..])
+        );
+    }
+    s.flush_all(None, now);
+    assert_eq!(s.crawl_expired(at(1), 100_000).reclaimed, 5_000);
+    s.check_invariants();
+    assert_eq!(s.segment_bytes_held(), 0);
 }

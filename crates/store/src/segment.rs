@@ -1,0 +1,146 @@
+//! Segments: fixed-size regions of memory a shard appends its items to. A segment is
+//! mapped once (an anonymous private mapping, so untouched pages cost nothing and unmapping
+//! returns every page at once) and given back whole, never piecemeal: the memory of freed
+//! items is reused by moving a segment's live items out and unmapping it, not by an
+//! allocator that keeps freed chunks resident between live ones.
+
+use std::ptr::NonNull;
+
+/// Smallest segment: room for the longest inline item (header, 250-byte key, a value just
+/// under [`crate::EXTERNAL_VALUE_MIN`]) several times over.
+pub const SEGMENT_BYTES_MIN: usize = 16 * 1024;
+/// Largest segment.
+pub const SEGMENT_BYTES_MAX: usize = 1024 * 1024;
+
+/// The memory of one segment: a mapping of its own, or (if the kernel refuses one) a heap
+/// allocation.
+enum SegmentMemory {
+    Mapped { start: NonNull<u8>, len: usize },
+    Heap(Box<[u8]>),
+}
+
+// SAFETY: the mapping is owned exclusively by this value (no other pointer into it exists
+// outside borrows of it), so moving it to another thread is sound.
+unsafe impl Send for SegmentMemory {}
+
+impl SegmentMemory {
+    fn new(len: usize) -> SegmentMemory {
+        if len == 0 {
+            return SegmentMemory::Heap(Box::default());
+        }
+        // SAFETY: an anonymous private mapping at an address the kernel chooses; the result
+        // is checked for MAP_FAILED before use.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        match NonNull::new(raw.cast::<u8>()) {
+            Some(start) if raw != libc::MAP_FAILED => SegmentMemory::Mapped { start, len },
+            _ => SegmentMemory::Heap(vec![0u8; len].into_boxed_slice()),
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            // SAFETY: `start` points at `len` readable, zero-initialised (anonymous mapping)
+            // bytes for the life of `self`.
+            SegmentMemory::Mapped { start, len } => unsafe {
+                std::slice::from_raw_parts(start.as_ptr(), *len)
+            },
+            SegmentMemory::Heap(bytes) => bytes,
+        }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            // SAFETY: as in `bytes`; `&mut self` guarantees exclusive access.
+            SegmentMemory::Mapped { start, len } => unsafe {
+                std::slice::from_raw_parts_mut(start.as_ptr(), *len)
+            },
+            SegmentMemory::Heap(bytes) => bytes,
+        }
+    }
+}
+
+impl Drop for SegmentMemory {
+    fn drop(&mut self) {
+        if let SegmentMemory::Mapped { start, len } = self {
+            // SAFETY: the range is exactly the mapping made in `new`, and no reference into
+            // it outlives `self`.
+            unsafe {
+                libc::munmap(start.as_ptr().cast(), *len);
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for SegmentMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SegmentMemory::Mapped { len, .. } => write!(f, "Mapped({len} bytes)"),
+            SegmentMemory::Heap(bytes) => write!(f, "Heap({} bytes)", bytes.len()),
+        }
+    }
+}
+
+/// One segment: items appended one after the other from offset 0 up to `used`; `dead` of
+/// those bytes belong to items removed or replaced since.
+#[derive(Debug)]
+pub(crate) struct Segment {
+    memory: SegmentMemory,
+    /// Bytes appended so far (the next item goes here).
+    pub used: usize,
+    /// Bytes of items no longer stored.
+    pub dead: usize,
+}
+
+impl Segment {
+    /// A new, empty segment of `capacity` bytes.
+    pub fn new(capacity: usize) -> Segment {
+        Segment {
+            memory: SegmentMemory::new(capacity),
+            used: 0,
+            dead: 0,
+        }
+    }
+
+    /// A segment without memory, holding a segment number while its items are moved.
+    pub fn placeholder() -> Segment {
+        Segment::new(0)
+    }
+
+    /// Bytes still free at the end.
+    pub fn room(&self) -> usize {
+        self.memory.bytes().len() - self.used
+    }
+
+    /// Bytes of items still stored here.
+    pub fn live(&self) -> usize {
+        self.used - self.dead
+    }
+
+    /// The appended bytes from `offset` on.
+    pub fn records_at(&self, offset: usize) -> &[u8] {
+        &self.memory.bytes()[offset..self.used]
+    }
+
+    /// The appended bytes from `offset` on, writable.
+    pub fn records_at_mut(&mut self, offset: usize) -> &mut [u8] {
+        let used = self.used;
+        &mut self.memory.bytes_mut()[offset..used]
+    }
+
+    /// Claims `len` bytes at the end and returns them with their offset; the caller checked
+    /// [`Segment::room`].
+    pub fn append(&mut self, len: usize) -> (usize, &mut [u8]) {
+        let offset = self.used;
+        self.used += len;
+        (offset, &mut self.memory.bytes_mut()[offset..offset + len])
+    }
+}
