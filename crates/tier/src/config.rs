@@ -18,7 +18,7 @@
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use tailtrim_proxy::config::{PoolSection, ProxyConfig, ProxySection, WarmupSection};
+use tailtrim_proxy::config::{PoolSection, ProxyConfig, ProxySection, RouteSection, WarmupSection};
 
 use crate::error::TierError;
 
@@ -62,6 +62,10 @@ pub struct TierConfig {
     pub pool: PoolSection,
     /// `[warmup]`: how a joining or leaving server is warmed up.
     pub warmup: WarmupSection,
+    /// `[[routes]]`: the proxies' routes in front of the pool, outermost first (none by
+    /// default; `docs/routes.md`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<RouteSection>,
 }
 
 /// `[tier]`
@@ -448,6 +452,7 @@ impl TierConfig {
                     pool,
                     warmup: self.warmup.clone(),
                     tls: Default::default(),
+                    routes: self.routes.clone(),
                 },
             });
         }
