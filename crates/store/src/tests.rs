@@ -1263,3 +1263,29 @@ fn items_read_since_written_survive_eviction_with_every_field() {
     }
     s.check_invariants();
 }
+
+#[test]
+fn replacing_expired_items_with_same_size_ones_does_not_grow_the_segments() {
+    // Below the limit, so nothing is evicted: the expiry crawler reclaims the expired
+    // items, their segments are unmapped or compacted, and the new items reuse the memory.
+    let s = store_with(4 * 1024 * 1024, 1);
+    let value = "e".repeat(100);
+    for index in 0..10_000 {
+        set(&s, &format!("old{index:05}"), &value, 5, T0);
+    }
+    let filled = s.segment_bytes_held();
+    for round in 1..=3u64 {
+        let now = at(10 * round);
+        s.crawl_expired(now, 100_000);
+        for index in 0..10_000 {
+            set(&s, &format!("r{round}k{index:05}"), &value, 5, now);
+        }
+        assert!(
+            s.segment_bytes_held() <= filled + 256 * 1024,
+            "round {round}: {} bytes held, {filled} after the first fill",
+            s.segment_bytes_held()
+        );
+    }
+    assert_eq!(s.stats().evictions, 0);
+    s.check_invariants();
+}
