@@ -47,18 +47,22 @@ pub(crate) const STATE_EXTERNAL_VALUE: u8 = 16;
 pub const EXTERNAL_VALUE_MIN: usize = 4096;
 
 /// Bytes of the header the store keeps in front of each item's key in its segment: key
-/// length, state bits, flags, CAS, expiry, last access, the two LRU links, the inline
-/// value's length and the item's slot number.
-pub const INLINE_HEADER_BYTES: usize = 46;
+/// length, state bits, the inline value's length (u16), expiry and last access (u32 Unix
+/// seconds), CAS (u64) and client flags (u32).
+pub const INLINE_HEADER_BYTES: usize = 24;
 
-/// Bytes charged per item for its entries outside its segment: the 8-byte slot that locates
-/// it, a free-list entry when the slot is vacated, and its share of the key index (5 bytes
-/// per bucket at up to 7/8 load).
-pub const ITEM_BOOKKEEPING_BYTES: u64 = 20;
+/// Bytes charged per item for its entry outside its segment: its share of the key index
+/// (a 4-byte location and hashbrown's control byte per bucket, at up to 7/8 load).
+pub const ITEM_BOOKKEEPING_BYTES: u64 = 6;
+
+/// Bytes a value kept in its own allocation takes in its record: the id of its entry in
+/// the shard's table of such values.
+const EXTERNAL_ID_BYTES: u64 = 4;
 
 /// Extra bytes charged for a value kept in its own allocation: the shared handle a
-/// reader's clone allocates and the entry of the shard's external value table.
-pub const EXTERNAL_VALUE_BOOKKEEPING_BYTES: u64 = 96;
+/// reader's clone allocates, the entry of the shard's external value table and the id in
+/// the record.
+pub const EXTERNAL_VALUE_BOOKKEEPING_BYTES: u64 = 96 + EXTERNAL_ID_BYTES;
 
 /// Requests this large are served by glibc's malloc with a mapping of their own.
 const MALLOC_MMAP_THRESHOLD: usize = 128 * 1024;
@@ -79,9 +83,9 @@ pub fn malloc_chunk(bytes: usize) -> u64 {
 /// The memory an item really costs the store, what counts against the memory limit
 /// (`-m`): its record in a segment (header, key and, below [`EXTERNAL_VALUE_MIN`], value,
 /// byte for byte), the value's own allocation above that (as the allocator rounds it;
-/// whole pages from [`MAPPED_VALUE_MIN`] on), and [`ITEM_BOOKKEEPING_BYTES`]. It is larger
-/// than [`item_size`] for small items (32-byte values with 16-byte keys cost 114 bytes,
-/// account 107), smaller for large ones.
+/// whole pages from [`MAPPED_VALUE_MIN`] on), and [`ITEM_BOOKKEEPING_BYTES`]. It is smaller
+/// than [`item_size`] for every inline item (a 32-byte value under a 16-byte key costs 78
+/// bytes and accounts 107), so `bytes` can pass `limit_maxbytes`.
 pub fn item_footprint(key_len: usize, value_len: usize) -> u64 {
     let record = (INLINE_HEADER_BYTES + key_len) as u64 + ITEM_BOOKKEEPING_BYTES;
     if value_len >= MAPPED_VALUE_MIN {

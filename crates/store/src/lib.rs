@@ -4,10 +4,10 @@
 //! ```text
 //!   worker 1 ─┐                     Arc<Store>
 //!   worker 2 ─┼─ key ─ hash ─▶ shard i = hash % N ─▶ Mutex<ShardState>
-//!   worker N ─┘                                       ├ HashTable<slot> (key compared in the item)
-//!                                                     ├ slots: item number → segment, offset
-//!                                                     ├ segments: items appended inline
-//!                                                     │  (header + LRU links + key + short value)
+//!   worker N ─┘                                       ├ HashTable<u32 location> (key compared in
+//!                                                     │  the record)
+//!                                                     ├ segments, oldest first: items appended
+//!                                                     │  inline (24-byte header + key + short value)
 //!                                                     ├ long values: own allocation / mapping
 //!                                                     └ counters
 //!   global atomics: used_bytes (≤ max_bytes) · CAS counter · flush watermark
@@ -34,7 +34,7 @@
 //!
 //! Each item is charged its [`item_footprint`]: the memory it really costs
 //! (its record in a segment, a long value's own allocation as the allocator
-//! rounds it, and its slot and index entries), not memcached's accounted [`item_size`]
+//! rounds it, and its index entry), not memcached's accounted [`item_size`]
 //! (key + value + 59 bytes of header, +4 for non-zero flags), which the
 //! `bytes` statistic and the `-I` check keep using. `used_bytes` is a single
 //! global counter of footprints, only ever increased by a compare-and-swap that
@@ -49,20 +49,23 @@
 //! sixteenth of its segments, so a shift of item sizes does not leave the old
 //! items' memory resident. For long values, each time items worth an eighth
 //! of the limit have been freed the store asks glibc to return free pages
-//! (`malloc_trim`); a shard's slot table and index shrink once a quarter full.
+//! (`malloc_trim`); a shard's index shrinks once a quarter full.
 //!
 //! A store decides under its shard lock, then claims from the budget only
 //! the bytes it adds (new footprint minus the footprint of the item it
 //! replaces, so an overwrite of equal size never evicts). If the claim does not fit, it
 //! drops the lock and evicts one item at a time until it does (holding the
 //! claimed bytes so concurrent writers cannot take them), then re-takes the
-//! lock and re-runs the decision on the possibly changed item. The victim
-//! shard is the one whose LRU tail was accessed longest ago (each shard
-//! publishes its tail's last-access second in an atomic; ties rotate over the
-//! shards), so eviction approximates a global LRU. Within the
-//! victim shard it looks at the 5 oldest items for an expired/flushed one to
-//! *reclaim* first, else it *evicts* the LRU tail. Eviction takes only the
-//! victim's lock, never while holding another.
+//! lock and re-runs the decision on the possibly changed item. Eviction
+//! follows the segments' order (FIFO) with a second chance: within a shard it
+//! walks the oldest segment from its start, looks at the next 5 items for an
+//! expired/flushed one to *reclaim* first, else moves each item read since it
+//! was written (or last moved) to the open segment with its accessed bit
+//! cleared and *evicts* the first one not read. The victim shard is the one
+//! whose next victim was accessed longest ago (each shard publishes that
+//! second in an atomic; ties rotate over the shards), so eviction approximates
+//! a global order. Eviction takes only the victim's lock, never while holding
+//! another.
 //!
 //! # Semantics (memcached 1.6)
 //!
@@ -72,8 +75,8 @@
 //! * CAS uniques come from one global counter (1, 2, 3, …), or from the
 //!   caller (`ms … E`).
 //! * Every read ([`Store::get`], [`Store::meta_get`] without `u`) marks the
-//!   item fetched and moves it to the LRU head; `add` on an existing item
-//!   moves it to the head without marking it fetched.
+//!   item fetched and accessed (a second chance at eviction); `add` on an
+//!   existing item marks it accessed without marking it fetched.
 //! * incr wraps at 2^64, decr floors at 0, results shorter than the old
 //!   value are space-padded (memcached's in-place update).
 //!

@@ -9,7 +9,7 @@ pub enum StoreMode {
     /// `set` / `ms` (default mode `MS`): store unconditionally.
     Set,
     /// `add` / `ms … ME`: store only if the key holds no live item. On an
-    /// existing item it is `NotStored` and the item is moved to the LRU head.
+    /// existing item it is `NotStored` and the item is marked accessed (a second chance at eviction).
     Add,
     /// `replace` / `ms … MR`: store only if the key holds a live item.
     Replace,
@@ -98,7 +98,7 @@ pub struct MetaGetRequest {
     /// `R<ttl>` converted with [`Expiry::from_protocol`]: if the item expires
     /// before this point and no token was handed out yet, this caller wins.
     pub recache_before: Option<Expiry>,
-    /// `u`: do not bump the item in the LRU nor mark it fetched.
+    /// `u`: do not mark the item accessed nor fetched.
     pub no_bump: bool,
 }
 

@@ -110,11 +110,6 @@ impl Segment {
         }
     }
 
-    /// A segment without memory, holding a segment number while its items are moved.
-    pub fn placeholder() -> Segment {
-        Segment::new(0)
-    }
-
     /// Bytes still free at the end.
     pub fn room(&self) -> usize {
         self.memory.bytes().len() - self.used

@@ -1,28 +1,30 @@
 //! One shard: items appended inline (header, key and short value together) to the shard's
-//! segments, found through a slot table and a compact hash index of slot numbers, and
-//! threaded on an intrusive doubly linked LRU list whose links live in the items' headers.
-//! Everything here runs under the shard's mutex.
+//! segments, found through a compact hash index of the records' locations, and evicted in
+//! the segments' order (FIFO) with a second chance for the items read since they were
+//! written. Everything here runs under the shard's mutex.
 //!
 //! ```text
-//!   index: HashTable<u32 slot>   (the key is compared in the item itself)
-//!   slots: [u64]                 segment number << 32 | offset of the item's record
-//!   segments: [Segment]          records appended one after the other:
-//!          key_len u8 · state u8 · flags u32 · cas u64 · expiry u64 · last_access u64
-//!          · newer u32 · older u32 · value_len u32 · slot u32
-//!          · key · value (inline below EXTERNAL_VALUE_MIN)
-//!   external: slot → Bytes       long values, in allocations of their own
+//!   index: HashTable<u32>    segment number << offset bits | offset of the item's record
+//!                            (the key is compared in the record itself)
+//!   segments: [Segment]      records appended one after the other, oldest segment first
+//!                            in `fifo`:
+//!          key_len u8 · state u8 · inline_len u16 · expiry u32 · last_access u32
+//!          · cas u64 · flags u32 · key · value (or a 4-byte external id)
+//!   external: [Bytes]        values of EXTERNAL_VALUE_MIN bytes or more, by id
 //! ```
 //!
-//! A removed or replaced item leaves its record dead where it is. A segment whose items are
-//! all dead is unmapped at once; when the dead bytes pass a sixteenth of the shard's
-//! segments (and half a segment), the segment with the most dead bytes is compacted: its
-//! live records are appended to the open segment (their slots repointed; the index and the
-//! LRU links hold slot numbers, so nothing else moves) and it is unmapped. Memory freed by
-//! one item size is so reused by any other, and the process never keeps more than about a
-//! sixteenth more than the live items' records.
+//! A removed or replaced item leaves its record dead where it is (its `STATE_DEAD` bit set).
+//! A segment whose items are all dead is unmapped at once; when the dead bytes outside the
+//! oldest segment pass a sixteenth of the shard's segments (and half a segment), the
+//! segment with the most dead bytes is compacted: its live records are appended to the open
+//! segment, their index entries repointed, and it is unmapped.
+//!
+//! Eviction walks the oldest segment from its start: an item read since it was written
+//! (`STATE_ACCESSED`) is moved to the open segment with the bit cleared (reinserted), the
+//! first one that was not is evicted; the oldest segment so empties record by record and
+//! is unmapped when nothing in it is stored any more.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::VecDeque;
 
 use bytes::Bytes;
 use hashbrown::HashTable;
@@ -36,25 +38,36 @@ use crate::ops::ClassStats;
 use crate::segment::Segment;
 use crate::time::{Expiry, UnixSecs};
 
-const NIL: u32 = u32::MAX;
-/// A slot that holds no item.
-const VACANT: u64 = u64::MAX;
+/// Record state bit: read (or refreshed) since written or since its last reinsertion.
+const STATE_ACCESSED: u8 = 32;
+/// Record state bit: the record is no longer stored (removed, replaced or moved).
+const STATE_DEAD: u8 = 64;
+/// The state bits an [`Item`] carries; the others belong to the record.
+const ITEM_STATE_BITS: u8 = !(STATE_EXTERNAL_VALUE | STATE_ACCESSED | STATE_DEAD);
 
+// The header's fields, each after the one before: u8, u8, u16, u32, u32, u64, u32.
 const OFFSET_KEY_LEN: usize = 0;
-const OFFSET_STATE: usize = 1;
-const OFFSET_FLAGS: usize = 2;
-const OFFSET_CAS: usize = 6;
-const OFFSET_EXPIRY: usize = 14;
-const OFFSET_ACCESS: usize = 22;
-const OFFSET_NEWER: usize = 30;
-const OFFSET_OLDER: usize = 34;
-const OFFSET_VALUE_LEN: usize = 38;
-const OFFSET_SLOT: usize = 42;
-/// The stored expiry of an item that never expires ([`Expiry::from_protocol`] never
-/// produces this second).
-const EXPIRY_NEVER: u64 = u64::MAX;
+const OFFSET_STATE: usize = OFFSET_KEY_LEN + 1;
+const OFFSET_INLINE_LEN: usize = OFFSET_STATE + 1;
+const OFFSET_EXPIRY: usize = OFFSET_INLINE_LEN + 2;
+const OFFSET_ACCESS: usize = OFFSET_EXPIRY + 4;
+const OFFSET_CAS: usize = OFFSET_ACCESS + 4;
+const OFFSET_FLAGS: usize = OFFSET_CAS + 8;
+const _: () = assert!(OFFSET_FLAGS + 4 == INLINE_HEADER_BYTES);
+/// Bytes of an external value's id in its record.
+const EXTERNAL_ID_BYTES: usize = 4;
+/// The stored expiry of an item that never expires.
+const EXPIRY_NEVER: u32 = u32::MAX;
 /// Compaction starts once dead bytes are more than this fraction of the appended bytes.
 const DEAD_FRACTION_DIVISOR: usize = 16;
+/// Records [`ShardState::oldest_access`] looks at for one that eviction would take.
+const AGE_SCAN_RECORDS: usize = 8;
+/// Bits of a location: 32, the segment number above the offset.
+const LOCATION_BITS: u32 = 32;
+
+fn read_u16(data: &[u8], offset: usize) -> u16 {
+    u16::from_le_bytes([data[offset], data[offset + 1]])
+}
 
 fn read_u32(data: &[u8], offset: usize) -> u32 {
     let mut raw = [0u8; 4];
@@ -76,18 +89,23 @@ fn write_u64(data: &mut [u8], offset: usize, value: u64) {
     data[offset..offset + 8].copy_from_slice(&value.to_le_bytes());
 }
 
-fn encode_expiry(expiry: Expiry) -> u64 {
+/// Whole Unix seconds as stored in a record: u32, saturating (until 2106).
+fn encode_secs(secs: UnixSecs) -> u32 {
+    u32::try_from(secs.0).unwrap_or(EXPIRY_NEVER - 1)
+}
+
+fn encode_expiry(expiry: Expiry) -> u32 {
     match expiry {
         Expiry::Never => EXPIRY_NEVER,
-        Expiry::At(at) => at.0.min(EXPIRY_NEVER - 1),
+        Expiry::At(at) => encode_secs(at).min(EXPIRY_NEVER - 1),
     }
 }
 
-fn decode_expiry(raw: u64) -> Expiry {
+fn decode_expiry(raw: u32) -> Expiry {
     if raw == EXPIRY_NEVER {
         Expiry::Never
     } else {
-        Expiry::At(UnixSecs(raw))
+        Expiry::At(UnixSecs(u64::from(raw)))
     }
 }
 
@@ -100,64 +118,53 @@ fn key_of(data: &[u8]) -> &[u8] {
 fn record_len(data: &[u8]) -> usize {
     INLINE_HEADER_BYTES
         + usize::from(data[OFFSET_KEY_LEN])
-        + read_u32(data, OFFSET_VALUE_LEN) as usize
+        + usize::from(read_u16(data, OFFSET_INLINE_LEN))
 }
 
-fn location(segment: usize, offset: usize) -> u64 {
-    ((segment as u64) << 32) | offset as u64
-}
-
-fn split_location(location: u64) -> (usize, usize) {
-    ((location >> 32) as usize, (location & 0xffff_ffff) as usize)
+/// Bytes a value of `value_len` takes in its record: itself, or an external value's id.
+fn inline_len(value_len: usize) -> usize {
+    if value_len >= EXTERNAL_VALUE_MIN {
+        EXTERNAL_ID_BYTES
+    } else {
+        value_len
+    }
 }
 
 /// Length of the record `item` under `key` takes: header, key and inline value.
 fn record_len_of(key: &[u8], item: &Item) -> usize {
-    let inline_len = if item.value.len() >= EXTERNAL_VALUE_MIN {
-        0
-    } else {
-        item.value.len()
-    };
-    INLINE_HEADER_BYTES + key.len().min(usize::from(u8::MAX)) + inline_len
+    INLINE_HEADER_BYTES + key.len().min(usize::from(u8::MAX)) + inline_len(item.value.len())
 }
 
-/// Writes the record of `item` under `key` for `slot` into `data` (exactly
-/// [`record_len_of`] bytes), with unset links; a long value is returned apart, copied into
-/// an allocation of its own.
-fn write_record(data: &mut [u8], key: &[u8], item: &Item, slot: u32) -> Option<Bytes> {
+/// Writes the record of `item` under `key` into `data` (exactly [`record_len_of`] bytes),
+/// with `record_bits` of the record's own state; an external value's id is `external_id`.
+fn write_record(data: &mut [u8], key: &[u8], item: &Item, record_bits: u8, external_id: u32) {
     let external = item.value.len() >= EXTERNAL_VALUE_MIN;
-    let inline_len = if external { 0 } else { item.value.len() };
     let key_len = u8::try_from(key.len()).unwrap_or(u8::MAX);
     let key = &key[..usize::from(key_len)];
     data[OFFSET_KEY_LEN] = key_len;
     let external_bit = if external { STATE_EXTERNAL_VALUE } else { 0 };
-    data[OFFSET_STATE] = (item.state & !STATE_EXTERNAL_VALUE) | external_bit;
-    write_u32(data, OFFSET_FLAGS, item.flags);
+    data[OFFSET_STATE] = (item.state & ITEM_STATE_BITS) | external_bit | record_bits;
+    let inline = inline_len(item.value.len());
+    data[OFFSET_INLINE_LEN..OFFSET_INLINE_LEN + 2].copy_from_slice(&(inline as u16).to_le_bytes());
+    write_u32(data, OFFSET_EXPIRY, encode_expiry(item.expiry));
+    write_u32(data, OFFSET_ACCESS, encode_secs(item.last_access));
     write_u64(data, OFFSET_CAS, item.cas);
-    write_u64(data, OFFSET_EXPIRY, encode_expiry(item.expiry));
-    write_u64(data, OFFSET_ACCESS, item.last_access.0);
-    write_u32(data, OFFSET_NEWER, NIL);
-    write_u32(data, OFFSET_OLDER, NIL);
-    write_u32(data, OFFSET_VALUE_LEN, inline_len as u32);
-    write_u32(data, OFFSET_SLOT, slot);
-    data[INLINE_HEADER_BYTES..INLINE_HEADER_BYTES + key.len()].copy_from_slice(key);
+    write_u32(data, OFFSET_FLAGS, item.flags);
+    let value_start = INLINE_HEADER_BYTES + key.len();
+    data[INLINE_HEADER_BYTES..value_start].copy_from_slice(key);
     if external {
-        Some(external_copy(&item.value))
+        write_u32(data, value_start, external_id);
     } else {
-        data[INLINE_HEADER_BYTES + key.len()..].copy_from_slice(&item.value);
-        None
+        data[value_start..].copy_from_slice(&item.value);
     }
 }
 
-/// The record of the item in `slot`, if the slot is occupied.
-fn record<'a>(slots: &[u64], segments: &'a [Option<Segment>], slot: u32) -> Option<&'a [u8]> {
-    let location = *slots.get(slot as usize)?;
-    if location == VACANT {
-        return None;
-    }
-    let (segment, offset) = split_location(location);
-    let data = segments.get(segment)?.as_ref()?.records_at(offset);
-    Some(&data[..record_len(data)])
+/// The external value id in the record `data` (whose `STATE_EXTERNAL_VALUE` bit is set).
+fn external_id_of(data: &[u8]) -> u32 {
+    read_u32(
+        data,
+        INLINE_HEADER_BYTES + usize::from(data[OFFSET_KEY_LEN]),
+    )
 }
 
 /// An item's header fields without its value (what the crawler, eviction and the dumps
@@ -228,30 +235,46 @@ pub(crate) fn is_live(header: &Header, now: UnixSecs, flush: &FlushMark) -> bool
     !header.expiry.is_expired(now) && !flush.flushes(header.last_access, header.cas, now)
 }
 
+/// The record at `location` in `segments` (locations split at `offset_bits`), if its
+/// segment is mapped.
+fn record_in(segments: &[Option<Segment>], offset_bits: u32, location: u32) -> Option<&[u8]> {
+    let number = (location >> offset_bits) as usize;
+    let offset = (location & ((1 << offset_bits) - 1)) as usize;
+    let data = segments.get(number)?.as_ref()?.records_at(offset);
+    Some(&data[..record_len(data)])
+}
+
 #[derive(Debug)]
 pub(crate) struct ShardState {
     hasher: ahash::RandomState,
+    /// Locations of the stored records (segment number above `offset_bits`, offset below).
     index: HashTable<u32>,
-    /// Where each slot's record is ([`location`]), [`VACANT`] for a free slot.
-    slots: Vec<u64>,
-    /// Vacated slots, lowest first so that items gather at the front and the table's
-    /// free tail can be cut off. An entry may be stale (its slot reused or cut off):
-    /// it is checked when taken.
-    free: BinaryHeap<Reverse<u32>>,
     /// The segments, by number; `None` for a number free for reuse.
     segments: Vec<Option<Segment>>,
+    /// Numbers of the mapped segments, oldest first (the open one last).
+    fifo: VecDeque<usize>,
     /// The segment new records are appended to.
     open: Option<usize>,
-    /// Size of a new segment.
+    /// Size of every segment (a power of two).
     segment_bytes: usize,
+    /// Bits of a location that hold the offset in its segment.
+    offset_bits: u32,
     /// Bytes appended over all segments.
     segment_used: usize,
     /// Of those, bytes of records no longer stored.
     segment_dead: usize,
-    /// Values of [`EXTERNAL_VALUE_MIN`] bytes or more, by slot.
-    external: HashMap<u32, Bytes, ahash::RandomState>,
-    head: u32,
-    tail: u32,
+    /// Values of [`EXTERNAL_VALUE_MIN`] bytes or more, by the id their record holds.
+    external: Vec<Option<Bytes>>,
+    /// Ids of `external` free for reuse.
+    external_free: Vec<u32>,
+    /// Where eviction resumes: segment number and offset in the oldest segment; every
+    /// record before it there is dead.
+    evict_cursor: (usize, usize),
+    /// Eviction has taken items from the oldest segment (it is not compacted then: it is
+    /// being emptied anyway).
+    front_evicting: bool,
+    /// Where the expiry crawler resumes: segment number and offset.
+    crawl_cursor: (usize, usize),
     /// Sum of `item_size` over the items in this shard.
     pub bytes: u64,
     /// Sum of `item_footprint` over the items in this shard.
@@ -259,32 +282,32 @@ pub(crate) struct ShardState {
     pub counters: ShardCounters,
     /// Per size class ([`size_class`]) figures, indexed by class id.
     pub classes: [ClassStats; SIZE_CLASS_LIMIT],
-    /// Next slot the expiry crawler looks at.
-    pub crawl_cursor: usize,
 }
 
 impl ShardState {
-    /// An empty shard whose segments are `segment_bytes` long (they must hold the longest
-    /// inline item).
+    /// An empty shard whose segments are `segment_bytes` long: a power of two, large
+    /// enough for the longest inline item.
     pub fn new(hasher: ahash::RandomState, segment_bytes: usize) -> ShardState {
+        let segment_bytes = segment_bytes.next_power_of_two();
         ShardState {
-            external: HashMap::with_hasher(hasher.clone()),
             hasher,
             index: HashTable::new(),
-            slots: Vec::new(),
-            free: BinaryHeap::new(),
             segments: Vec::new(),
+            fifo: VecDeque::new(),
             open: None,
             segment_bytes,
+            offset_bits: segment_bytes.trailing_zeros(),
             segment_used: 0,
             segment_dead: 0,
-            head: NIL,
-            tail: NIL,
+            external: Vec::new(),
+            external_free: Vec::new(),
+            evict_cursor: (usize::MAX, 0),
+            front_evicting: false,
+            crawl_cursor: (0, 0),
             bytes: 0,
             footprint: 0,
             counters: ShardCounters::default(),
             classes: [ClassStats::default(); SIZE_CLASS_LIMIT],
-            crawl_cursor: 0,
         }
     }
 
@@ -304,74 +327,98 @@ impl ShardState {
         self.segment_used
     }
 
+    fn location(&self, segment: usize, offset: usize) -> u32 {
+        ((segment as u32) << self.offset_bits) | offset as u32
+    }
+
+    fn split(&self, location: u32) -> (usize, usize) {
+        let mask = (1u32 << self.offset_bits) - 1;
+        (
+            (location >> self.offset_bits) as usize,
+            (location & mask) as usize,
+        )
+    }
+
+    /// How many segment numbers a location can name.
+    fn segment_number_limit(&self) -> usize {
+        1usize << (LOCATION_BITS - self.offset_bits)
+    }
+
+    fn key_hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
     pub fn lookup(&self, key: &[u8]) -> Option<u32> {
-        let hash = self.hasher.hash_one(key);
-        let (slots, segments) = (&self.slots, &self.segments);
+        let hash = self.key_hash(key);
+        let (segments, bits) = (&self.segments, self.offset_bits);
         self.index
-            .find(hash, |&slot| match record(slots, segments, slot) {
-                Some(data) => key_of(data) == key,
-                None => false,
+            .find(hash, |&location| {
+                record_in(segments, bits, location).is_some_and(|data| key_of(data) == key)
             })
             .copied()
     }
 
-    fn data(&self, slot: u32) -> &[u8] {
-        match record(&self.slots, &self.segments, slot) {
+    fn data(&self, location: u32) -> &[u8] {
+        match record_in(&self.segments, self.offset_bits, location) {
             Some(data) => data,
-            // Slots come only from the index or the list, which point at
-            // occupied slots; anything else is a bug in this module.
-            None => unreachable!("shard slot {slot} is not occupied"),
+            // Locations come only from the index or a walk over the segments, which name
+            // mapped records; anything else is a bug in this module.
+            None => unreachable!("no record at location {location:#x}"),
         }
     }
 
-    fn data_mut(&mut self, slot: u32) -> &mut [u8] {
-        let location = self.slots.get(slot as usize).copied().unwrap_or(VACANT);
-        let (segment, offset) = split_location(location);
-        match self.segments.get_mut(segment) {
-            Some(Some(segment)) if location != VACANT => {
+    fn data_mut(&mut self, location: u32) -> &mut [u8] {
+        let (number, offset) = self.split(location);
+        match self.segments.get_mut(number) {
+            Some(Some(segment)) => {
                 let data = segment.records_at_mut(offset);
                 let len = record_len(data);
                 &mut data[..len]
             }
-            _ => unreachable!("shard slot {slot} is not occupied"),
+            _ => unreachable!("no record at location {location:#x}"),
         }
     }
 
-    /// The key of the item in `slot`.
-    pub fn key(&self, slot: u32) -> &[u8] {
-        key_of(self.data(slot))
+    /// The key of the item at `location`.
+    pub fn key(&self, location: u32) -> &[u8] {
+        key_of(self.data(location))
     }
 
-    /// The header fields of the item in `slot`.
-    pub fn header(&self, slot: u32) -> Header {
-        let data = self.data(slot);
-        let key_len = usize::from(data[OFFSET_KEY_LEN]);
+    fn external_value(&self, data: &[u8]) -> Option<&Bytes> {
+        self.external
+            .get(external_id_of(data) as usize)
+            .and_then(Option::as_ref)
+    }
+
+    /// The header fields of the item at `location`.
+    pub fn header(&self, location: u32) -> Header {
+        let data = self.data(location);
         let state = data[OFFSET_STATE];
         let value_len = if state & STATE_EXTERNAL_VALUE != 0 {
-            self.external.get(&slot).map_or(0, Bytes::len)
+            self.external_value(data).map_or(0, Bytes::len)
         } else {
-            read_u32(data, OFFSET_VALUE_LEN) as usize
+            usize::from(read_u16(data, OFFSET_INLINE_LEN))
         };
         Header {
-            key_len,
+            key_len: usize::from(data[OFFSET_KEY_LEN]),
             value_len,
             flags: read_u32(data, OFFSET_FLAGS),
-            expiry: decode_expiry(read_u64(data, OFFSET_EXPIRY)),
+            expiry: decode_expiry(read_u32(data, OFFSET_EXPIRY)),
             cas: read_u64(data, OFFSET_CAS),
-            last_access: UnixSecs(read_u64(data, OFFSET_ACCESS)),
-            state,
+            last_access: UnixSecs(u64::from(read_u32(data, OFFSET_ACCESS))),
+            state: state & ITEM_STATE_BITS,
         }
     }
 
-    /// The item in `slot` with its value: a copy of an inline value, a shared handle on an
-    /// external one.
-    pub fn item(&self, slot: u32) -> Item {
-        let header = self.header(slot);
-        let value = if header.has(STATE_EXTERNAL_VALUE) {
-            self.external.get(&slot).cloned().unwrap_or_default()
+    /// The item at `location` with its value: a copy of an inline value, a shared handle on
+    /// an external one.
+    pub fn item(&self, location: u32) -> Item {
+        let header = self.header(location);
+        let data = self.data(location);
+        let value = if data[OFFSET_STATE] & STATE_EXTERNAL_VALUE != 0 {
+            self.external_value(data).cloned().unwrap_or_default()
         } else {
-            let start = INLINE_HEADER_BYTES + header.key_len;
-            Bytes::copy_from_slice(&self.data(slot)[start..])
+            Bytes::copy_from_slice(&data[INLINE_HEADER_BYTES + header.key_len..])
         };
         Item {
             key_len: header.key_len,
@@ -380,251 +427,407 @@ impl ShardState {
             expiry: header.expiry,
             cas: header.cas,
             last_access: header.last_access,
-            state: header.state & !STATE_EXTERNAL_VALUE,
+            state: header.state,
         }
     }
 
-    fn link(&self, slot: u32, offset: usize) -> u32 {
-        read_u32(self.data(slot), offset)
-    }
-
-    fn set_link(&mut self, slot: u32, offset: usize, to: u32) {
-        write_u32(self.data_mut(slot), offset, to);
-    }
-
-    /// Most recently used slot, if any.
-    pub fn head(&self) -> Option<u32> {
-        (self.head != NIL).then_some(self.head)
-    }
-
-    /// The slot just less recently used than `slot`.
-    pub fn older_than(&self, slot: u32) -> Option<u32> {
-        let older = self.link(slot, OFFSET_OLDER);
-        (older != NIL).then_some(older)
-    }
-
-    /// Least recently used slot, if any.
-    pub fn tail(&self) -> Option<u32> {
-        (self.tail != NIL).then_some(self.tail)
-    }
-
-    /// The slot just more recently used than `slot`.
-    pub fn newer_than(&self, slot: u32) -> Option<u32> {
-        let newer = self.link(slot, OFFSET_NEWER);
-        (newer != NIL).then_some(newer)
-    }
-
-    /// Last access second of the LRU tail, `u64::MAX` when empty. Published
-    /// to other threads so eviction can pick the shard with the oldest tail.
+    /// Last access second of the item eviction would take next — the first not accessed
+    /// since written among the next [`AGE_SCAN_RECORDS`] (accessed ones get a second
+    /// chance), else the first — `u64::MAX` when empty. Published to other threads so
+    /// eviction can pick the shard whose oldest item is oldest.
     pub fn oldest_access(&self) -> u64 {
-        match self.tail() {
-            Some(slot) => read_u64(self.data(slot), OFFSET_ACCESS),
-            None => u64::MAX,
-        }
-    }
-
-    fn detach(&mut self, slot: u32) {
-        let newer = self.link(slot, OFFSET_NEWER);
-        let older = self.link(slot, OFFSET_OLDER);
-        if newer != NIL {
-            self.set_link(newer, OFFSET_OLDER, older);
-        } else {
-            self.head = older;
-        }
-        if older != NIL {
-            self.set_link(older, OFFSET_NEWER, newer);
-        } else {
-            self.tail = newer;
-        }
-        self.set_link(slot, OFFSET_NEWER, NIL);
-        self.set_link(slot, OFFSET_OLDER, NIL);
-    }
-
-    fn attach_head(&mut self, slot: u32) {
-        let old_head = self.head;
-        self.set_link(slot, OFFSET_NEWER, NIL);
-        self.set_link(slot, OFFSET_OLDER, old_head);
-        if old_head != NIL {
-            self.set_link(old_head, OFFSET_NEWER, slot);
-        } else {
-            self.tail = slot;
-        }
-        self.head = slot;
-    }
-
-    /// Marks the item read at `now` and moves it to the LRU head.
-    pub fn bump(&mut self, slot: u32, now: UnixSecs) {
-        let data = self.data_mut(slot);
-        data[OFFSET_STATE] |= STATE_FETCHED;
-        write_u64(data, OFFSET_ACCESS, now.0);
-        self.relink_head(slot);
-    }
-
-    /// Moves the item to the LRU head and updates its last access without
-    /// marking it fetched (memcached's `do_item_update`, e.g. a failed add).
-    pub fn refresh(&mut self, slot: u32, now: UnixSecs) {
-        write_u64(self.data_mut(slot), OFFSET_ACCESS, now.0);
-        self.relink_head(slot);
-    }
-
-    fn relink_head(&mut self, slot: u32) {
-        if self.head != slot {
-            self.detach(slot);
-            self.attach_head(slot);
-        }
-    }
-
-    /// Writes `item`'s header fields (not its links) and, if it changed without changing
-    /// length, its value back into `slot`: an in-place update (meta flags, touch, an incr
-    /// whose result fits).
-    pub fn write_back(&mut self, slot: u32, item: &Item) {
-        let external = self.data(slot)[OFFSET_STATE] & STATE_EXTERNAL_VALUE;
-        if external != 0 {
-            if let Some(value) = self.external.get_mut(&slot) {
-                if value.as_ptr() != item.value.as_ptr() && value.len() == item.value.len() {
-                    *value = external_copy(&item.value);
+        let (mut first, mut unaccessed) = (None, None);
+        self.walk_from_evict_cursor(
+            |shard, location| {
+                let data = shard.data(location);
+                let access = u64::from(read_u32(data, OFFSET_ACCESS));
+                first.get_or_insert(access);
+                if data[OFFSET_STATE] & STATE_ACCESSED == 0 {
+                    unaccessed = Some(access);
                 }
-            }
-        }
-        let data = self.data_mut(slot);
-        data[OFFSET_STATE] = (item.state & !STATE_EXTERNAL_VALUE) | external;
-        write_u32(data, OFFSET_FLAGS, item.flags);
-        write_u64(data, OFFSET_CAS, item.cas);
-        write_u64(data, OFFSET_EXPIRY, encode_expiry(item.expiry));
-        write_u64(data, OFFSET_ACCESS, item.last_access.0);
-        if external == 0 {
-            let start = INLINE_HEADER_BYTES + item.key_len;
-            if data.len() - start == item.value.len() && data[start..] != item.value[..] {
-                data[start..].copy_from_slice(&item.value);
-            }
-        }
+                unaccessed.is_none()
+            },
+            AGE_SCAN_RECORDS,
+        );
+        unaccessed.or(first).unwrap_or(u64::MAX)
     }
 
-    /// A segment with room for `len` more bytes, becoming the open one if it is new.
-    fn open_segment_with_room(&mut self, len: usize) -> usize {
-        if let Some(open) = self.open {
-            if let Some(Some(segment)) = self.segments.get(open) {
-                if segment.room() >= len {
-                    return open;
-                }
+    /// Marks the item read at `now`: fetched, and accessed (it gets a second chance when
+    /// eviction reaches it).
+    pub fn bump(&mut self, location: u32, now: UnixSecs) {
+        let data = self.data_mut(location);
+        data[OFFSET_STATE] |= STATE_FETCHED | STATE_ACCESSED;
+        write_u32(data, OFFSET_ACCESS, encode_secs(now));
+    }
+
+    /// Updates the item's last access and gives it a second chance without marking it
+    /// fetched (memcached's `do_item_update`, e.g. a failed add).
+    pub fn refresh(&mut self, location: u32, now: UnixSecs) {
+        let data = self.data_mut(location);
+        data[OFFSET_STATE] |= STATE_ACCESSED;
+        write_u32(data, OFFSET_ACCESS, encode_secs(now));
+    }
+
+    /// Writes `item` (same key) back over the item at `location`: in place when its record
+    /// keeps its length (meta flags, touch, an incr whose result fits), else appended anew.
+    /// Returns the item's location afterwards.
+    pub fn write_back(&mut self, location: u32, item: &Item) -> u32 {
+        self.place(Some(location), None, item, true)
+            .unwrap_or(location)
+    }
+
+    /// Writes the record of `item` — over the record at `replacing` when it has the same
+    /// length and form, else appended to the open segment (the record at `replacing`, if
+    /// any, then buried and its index entry repointed). `key` is the new item's key (the
+    /// replaced record's when `None`). `keep_accessed` carries the replaced record's
+    /// accessed bit over; an in-place overwrite always sets it (the item was written, as
+    /// good as moved to the head). `None` if no segment can be had.
+    fn place(
+        &mut self,
+        replacing: Option<u32>,
+        key: Option<&[u8]>,
+        item: &Item,
+        keep_accessed: bool,
+    ) -> Option<u32> {
+        let mut key_buffer = [0u8; u8::MAX as usize];
+        let key = match (key, replacing) {
+            (Some(key), _) => key,
+            (None, Some(location)) => {
+                let stored = self.key(location);
+                key_buffer[..stored.len()].copy_from_slice(stored);
+                &key_buffer[..stored.len()]
             }
-        }
-        let number = match self.segments.iter().position(Option::is_none) {
-            Some(number) => number,
-            None => {
-                self.segments.push(None);
-                self.segments.len() - 1
-            }
+            (None, None) => return None,
         };
-        self.segments[number] = Some(Segment::new(self.segment_bytes.max(len)));
-        let previous = self.open.replace(number);
-        if let Some(previous) = previous {
-            self.free_segment_if_dead(previous);
-        }
-        number
-    }
-
-    /// Unmaps segment `number` if none of its records is stored any more.
-    fn free_segment_if_dead(&mut self, number: usize) {
-        let Some(Some(segment)) = self.segments.get(number) else {
-            return;
-        };
-        if segment.live() > 0 {
-            return;
-        }
-        if self.open == Some(number) {
-            self.open = None;
-        }
-        self.segment_used -= segment.used;
-        self.segment_dead -= segment.dead;
-        self.segments[number] = None;
-        while matches!(self.segments.last(), Some(None)) {
-            self.segments.pop();
-        }
-    }
-
-    /// Appends the record of `item` under `key` for `slot`, with unset links; a long value
-    /// is returned apart, copied into an allocation of its own.
-    fn append_record(&mut self, key: &[u8], item: &Item, slot: u32) -> (u64, Option<Bytes>) {
         let len = record_len_of(key, item);
-        let number = self.open_segment_with_room(len);
+        let external = item.value.len() >= EXTERNAL_VALUE_MIN;
+        let old = replacing.map(|location| {
+            let data = self.data(location);
+            let old_external = data[OFFSET_STATE] & STATE_EXTERNAL_VALUE != 0;
+            let old_id = old_external.then(|| external_id_of(data));
+            (
+                location,
+                data.len(),
+                old_id,
+                data[OFFSET_STATE] & STATE_ACCESSED,
+            )
+        });
+        if let Some((location, old_len, old_id, accessed)) = old {
+            if old_len == len && old_id.is_some() == external {
+                let id = old_id.unwrap_or(0);
+                if let Some(slot) = self.external.get_mut(id as usize) {
+                    if external
+                        && slot.as_ref().map(|value| value.as_ptr()) != Some(item.value.as_ptr())
+                    {
+                        *slot = Some(external_copy(&item.value));
+                    }
+                }
+                let bits = if keep_accessed {
+                    accessed
+                } else {
+                    STATE_ACCESSED
+                };
+                write_record(self.data_mut(location), key, item, bits, id);
+                return Some(location);
+            }
+        }
+        let number = self.open_segment_with_room(len)?;
+        let id = if external {
+            let value = Some(external_copy(&item.value));
+            match old.and_then(|(_, _, old_id, _)| old_id) {
+                Some(id) => {
+                    self.external[id as usize] = value;
+                    id
+                }
+                None => self.new_external(value),
+            }
+        } else {
+            0
+        };
+        let bits = match old {
+            Some((_, _, _, accessed)) if keep_accessed => accessed,
+            _ => 0,
+        };
         self.segment_used += len;
         let Some(Some(segment)) = self.segments.get_mut(number) else {
             unreachable!("segment {number} was just opened");
         };
         let (offset, data) = segment.append(len);
-        let value = write_record(data, key, item, slot);
-        (location(number, offset), value)
+        write_record(data, key, item, bits, id);
+        let new_location = self.location(number, offset);
+        if let Some((location, _, old_id, _)) = old {
+            if external && old_id.is_some() {
+                // The id moved to the new record: the old one must not free it.
+                self.data_mut(location)[OFFSET_STATE] &= !STATE_EXTERNAL_VALUE;
+            }
+            self.repoint(self.key_hash(key), location, new_location);
+            self.bury(location);
+        }
+        Some(new_location)
     }
 
-    /// Marks the record at `location` dead and frees its segment if nothing in it is
-    /// stored any more.
-    fn bury(&mut self, location: u64) {
-        let (number, offset) = split_location(location);
+    fn new_external(&mut self, value: Option<Bytes>) -> u32 {
+        match self.external_free.pop() {
+            Some(id) => {
+                self.external[id as usize] = value;
+                id
+            }
+            None => {
+                self.external.push(value);
+                (self.external.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Points the index entry for the key of hash `hash` at `to` instead of `from`.
+    fn repoint(&mut self, hash: u64, from: u32, to: u32) {
+        if let Ok(mut entry) = self.index.find_entry(hash, |&location| location == from) {
+            *entry.get_mut() = to;
+        }
+    }
+
+    /// A segment with room for `len` more bytes, becoming the open one if it is new;
+    /// `None` when every segment number a location can name is taken.
+    fn open_segment_with_room(&mut self, len: usize) -> Option<usize> {
+        if let Some(open) = self.open {
+            if let Some(Some(segment)) = self.segments.get(open) {
+                if segment.room() >= len {
+                    return Some(open);
+                }
+            }
+        }
+        let number = match self.segments.iter().position(Option::is_none) {
+            Some(number) => number,
+            None if self.segments.len() < self.segment_number_limit() => {
+                self.segments.push(None);
+                self.segments.len() - 1
+            }
+            None => return None,
+        };
+        self.segments[number] = Some(Segment::new(self.segment_bytes));
+        self.fifo.push_back(number);
+        let previous = self.open.replace(number);
+        if let Some(previous) = previous {
+            self.free_segment_if_dead(previous);
+        }
+        self.settle_evict_cursor();
+        Some(number)
+    }
+
+    /// Unmaps segment `number` if none of its records is stored any more.
+    fn free_segment_if_dead(&mut self, number: usize) {
+        match self.segments.get(number) {
+            Some(Some(segment)) if segment.live() == 0 => self.drop_segment(number),
+            _ => {}
+        }
+    }
+
+    /// Unmaps segment `number` (whose records are dead or moved).
+    fn drop_segment(&mut self, number: usize) {
+        let Some(segment) = self.segments.get_mut(number).and_then(Option::take) else {
+            return;
+        };
+        self.segment_used -= segment.used;
+        self.segment_dead -= segment.dead;
+        while matches!(self.segments.last(), Some(None)) {
+            self.segments.pop();
+        }
+        if self.fifo.front() == Some(&number) {
+            self.front_evicting = false;
+        }
+        self.fifo.retain(|&other| other != number);
+        if self.open == Some(number) {
+            self.open = None;
+        }
+        if self.crawl_cursor.0 == number {
+            self.crawl_cursor = (number + 1, 0);
+        }
+        self.settle_evict_cursor();
+    }
+
+    /// Moves the eviction cursor to the first stored record of the oldest segment.
+    fn settle_evict_cursor(&mut self) {
+        loop {
+            let Some(&front) = self.fifo.front() else {
+                self.evict_cursor = (usize::MAX, 0);
+                return;
+            };
+            if self.evict_cursor.0 != front {
+                self.evict_cursor = (front, 0);
+            }
+            let Some(Some(segment)) = self.segments.get(front) else {
+                return;
+            };
+            let offset = self.evict_cursor.1;
+            if offset >= segment.used {
+                return;
+            }
+            let data = segment.records_at(offset);
+            if data[OFFSET_STATE] & STATE_DEAD == 0 {
+                return;
+            }
+            self.evict_cursor.1 += record_len(data);
+        }
+    }
+
+    /// Marks the record at `location` dead (freeing its external value) and frees its
+    /// segment if nothing in it is stored any more.
+    fn bury(&mut self, location: u32) {
+        let (number, offset) = self.split(location);
         let Some(Some(segment)) = self.segments.get_mut(number) else {
             return;
         };
-        let len = record_len(segment.records_at(offset));
+        let data = segment.records_at_mut(offset);
+        if data[OFFSET_STATE] & STATE_DEAD != 0 {
+            return;
+        }
+        data[OFFSET_STATE] |= STATE_DEAD;
+        let len = record_len(data);
+        let external_id =
+            (data[OFFSET_STATE] & STATE_EXTERNAL_VALUE != 0).then(|| external_id_of(data));
         segment.dead += len;
         self.segment_dead += len;
+        if let Some(id) = external_id {
+            if let Some(value) = self.external.get_mut(id as usize) {
+                *value = None;
+                self.external_free.push(id);
+            }
+        }
         self.free_segment_if_dead(number);
+        if self.evict_cursor == (number, offset) {
+            self.settle_evict_cursor();
+        }
+    }
+
+    /// Dead bytes compaction may reclaim: all but those of an oldest segment that eviction
+    /// is emptying.
+    fn compactable_dead(&self) -> usize {
+        let evicting = if self.front_evicting {
+            self.fifo
+                .front()
+                .and_then(|&front| self.segments.get(front)?.as_ref())
+                .map_or(0, |segment| segment.dead)
+        } else {
+            0
+        };
+        self.segment_dead - evicting
     }
 
     /// Compacts segments while their dead bytes are more than a sixteenth of what has been
     /// appended (and at least half a segment): the segment with the most dead bytes has its
     /// live records moved to the open segment and is unmapped.
     fn compact_if_due(&mut self) {
-        while self.segment_dead >= self.segment_bytes / 2
-            && self.segment_dead * DEAD_FRACTION_DIVISOR > self.segment_used
+        while self.compactable_dead() >= self.segment_bytes / 2
+            && self.compactable_dead() * DEAD_FRACTION_DIVISOR > self.segment_used
         {
+            let skip_front = if self.front_evicting {
+                self.fifo.front().copied()
+            } else {
+                None
+            };
             let victim = self
                 .segments
                 .iter()
                 .enumerate()
-                .filter(|&(number, _)| Some(number) != self.open)
+                .filter(|&(number, _)| Some(number) != self.open && Some(number) != skip_front)
                 .filter_map(|(number, segment)| Some((number, segment.as_ref()?.dead)))
                 .max_by_key(|&(_, dead)| dead);
             match victim {
-                Some((number, dead)) if dead > 0 => self.compact(number),
+                Some((number, dead)) if dead > 0 => {
+                    if !self.compact(number) {
+                        break;
+                    }
+                }
                 _ => break,
             }
         }
     }
 
-    /// Moves the live records of segment `number` to the open segment and unmaps it.
-    fn compact(&mut self, number: usize) {
-        // A placeholder keeps the number taken while the records move, so that no record
-        // is appended under a location a stale record of this segment still names.
-        let Some(segment) = self
-            .segments
-            .get_mut(number)
-            .and_then(|entry| entry.replace(Segment::placeholder()))
-        else {
-            return;
+    /// Moves the live records of segment `number` to the open segment and unmaps it; false
+    /// (nothing moved) if no segment could be opened for them.
+    fn compact(&mut self, number: usize) -> bool {
+        let free_number = self.segments.iter().any(Option::is_none)
+            || self.segments.len() < self.segment_number_limit();
+        let Some(Some(segment)) = self.segments.get(number) else {
+            return false;
         };
-        self.segment_used -= segment.used;
-        self.segment_dead -= segment.dead;
+        let open_room = self
+            .open
+            .and_then(|open| self.segments.get(open)?.as_ref())
+            .map_or(0, Segment::room);
+        if !free_number && open_room < segment.live() {
+            return false;
+        }
         let mut offset = 0;
-        while offset < segment.used {
-            let data = segment.records_at(offset);
-            let len = record_len(data);
-            let record = &data[..len];
-            let slot = read_u32(record, OFFSET_SLOT);
-            if self.slots.get(slot as usize) == Some(&location(number, offset)) {
-                let target = self.open_segment_with_room(len);
-                self.segment_used += len;
-                if let Some(Some(open)) = self.segments.get_mut(target) {
-                    let (new_offset, destination) = open.append(len);
-                    destination.copy_from_slice(record);
-                    self.slots[slot as usize] = location(target, new_offset);
-                }
+        while let Some(location) = self.next_live_in(number, &mut offset) {
+            if self.move_record(location, false).is_none() {
+                return false;
             }
-            offset += len;
         }
-        self.segments[number] = None;
-        while matches!(self.segments.last(), Some(None)) {
-            self.segments.pop();
+        self.drop_segment(number);
+        true
+    }
+
+    /// The location of the first stored record of segment `number` at or after `*offset`,
+    /// which is moved past it.
+    fn next_live_in(&self, number: usize, offset: &mut usize) -> Option<u32> {
+        let segment = self.segments.get(number)?.as_ref()?;
+        while *offset < segment.used {
+            let data = segment.records_at(*offset);
+            let at = *offset;
+            *offset += record_len(data);
+            if data[OFFSET_STATE] & STATE_DEAD == 0 {
+                return Some(self.location(number, at));
+            }
         }
+        None
+    }
+
+    /// Copies the record at `location` to the open segment (its accessed bit cleared when
+    /// `clear_accessed`), repoints its index entry and buries the old copy. `None` (nothing
+    /// moved) if no segment can be had.
+    fn move_record(&mut self, location: u32, clear_accessed: bool) -> Option<u32> {
+        let len = self.data(location).len();
+        let number = self.open_segment_with_room(len)?;
+        let (from_number, from_offset) = self.split(location);
+        if number == from_number {
+            // Appending to the segment being read: copy within it.
+            let segment = self.segments[number].as_mut()?;
+            let (offset, _) = segment.append(len);
+            let all = segment.records_at_mut(0);
+            all.copy_within(from_offset..from_offset + len, offset);
+            self.finish_move(location, number, offset, len, clear_accessed);
+            return Some(self.location(number, offset));
+        }
+        let source = self.segments[from_number].take()?;
+        let record = &source.records_at(from_offset)[..len];
+        let open = self.segments[number].as_mut()?;
+        let (offset, destination) = open.append(len);
+        destination.copy_from_slice(record);
+        self.segments[from_number] = Some(source);
+        self.finish_move(location, number, offset, len, clear_accessed);
+        Some(self.location(number, offset))
+    }
+
+    /// Bookkeeping of a record copied from `from` to `number`/`offset`: the copy's state,
+    /// the index entry, and the old copy buried (its external value now the copy's).
+    fn finish_move(
+        &mut self,
+        from: u32,
+        number: usize,
+        offset: usize,
+        len: usize,
+        clear_accessed: bool,
+    ) {
+        self.segment_used += len;
+        let to = self.location(number, offset);
+        if clear_accessed {
+            self.data_mut(to)[OFFSET_STATE] &= !STATE_ACCESSED;
+        }
+        self.data_mut(from)[OFFSET_STATE] &= !STATE_EXTERNAL_VALUE;
+        let hash = self.key_hash(self.key(to));
+        self.repoint(hash, from, to);
+        self.bury(from);
     }
 
     fn account_added(&mut self, size: u64, footprint: u64) {
@@ -644,127 +847,201 @@ impl ShardState {
         class.mem_requested -= size;
     }
 
-    /// Inserts a new item under `key` at the LRU head. The key must not be present.
-    pub fn insert(&mut self, key: &[u8], item: &Item) -> u32 {
+    /// Inserts a new item under `key` (which must not be present) at the end of the open
+    /// segment. False (nothing stored) if no segment can be had.
+    pub fn insert(&mut self, key: &[u8], item: &Item) -> bool {
+        let Some(location) = self.place(None, Some(key), item, false) else {
+            return false;
+        };
         self.account_added(item.size(), item.footprint());
         self.counters.total_items += 1;
-        let slot = match self.take_free_slot() {
-            Some(slot) => slot,
-            None => {
-                if self.slots.len() == self.slots.capacity() {
-                    // Grow by a quarter, not double: the table's slack is memory the
-                    // limit does not see.
-                    self.slots.reserve_exact(self.slots.len() / 4 + 16);
-                }
-                self.slots.push(VACANT);
-                (self.slots.len() - 1) as u32
-            }
-        };
-        let (location, value) = self.append_record(key, item, slot);
-        self.slots[slot as usize] = location;
-        if let Some(value) = value {
-            self.external.insert(slot, value);
-        }
-        let hash = self.hasher.hash_one(key);
-        let (hasher, slots, segments) = (&self.hasher, &self.slots, &self.segments);
-        self.index
-            .insert_unique(hash, slot, |&other| match record(slots, segments, other) {
-                Some(data) => hasher.hash_one(key_of(data)),
-                None => 0,
-            });
-        self.attach_head(slot);
-        slot
+        let hash = self.key_hash(key);
+        let (hasher, segments, bits) = (&self.hasher, &self.segments, self.offset_bits);
+        self.index.insert_unique(hash, location, |&other| {
+            record_in(segments, bits, other).map_or(0, |data| hasher.hash_one(key_of(data)))
+        });
+        true
     }
 
-    /// Replaces the item in `slot` (same key) and moves it to the LRU head.
-    /// Returns the old item's header.
-    pub fn replace(&mut self, slot: u32, item: &Item) -> Header {
-        let old = self.header(slot);
+    /// Replaces the item at `location` (same key). Returns the old item's header, or
+    /// `None` (nothing changed) if no segment can be had for the new record.
+    pub fn replace(&mut self, location: u32, item: &Item) -> Option<Header> {
+        let old = self.header(location);
+        self.place(Some(location), None, item, false)?;
         self.account_added(item.size(), item.footprint());
         self.counters.total_items += 1;
         self.account_removed(&old);
-        let newer = self.link(slot, OFFSET_NEWER);
-        let older = self.link(slot, OFFSET_OLDER);
-        let mut key = [0u8; u8::MAX as usize];
-        let key_len = self.key(slot).len();
-        key[..key_len].copy_from_slice(self.key(slot));
-        let old_location = self.slots[slot as usize];
-        let value = if record_len_of(&key[..key_len], item) == self.data(slot).len() {
-            // Same length (an overwrite with a value as long as the old one): in place,
-            // leaving no dead record behind.
-            write_record(self.data_mut(slot), &key[..key_len], item, slot)
-        } else {
-            let (new_location, value) = self.append_record(&key[..key_len], item, slot);
-            self.slots[slot as usize] = new_location;
-            self.bury(old_location);
-            value
-        };
-        self.set_link(slot, OFFSET_NEWER, newer);
-        self.set_link(slot, OFFSET_OLDER, older);
-        match value {
-            Some(value) => {
-                self.external.insert(slot, value);
-            }
-            None => {
-                self.external.remove(&slot);
-            }
-        }
-        self.relink_head(slot);
         self.compact_if_due();
-        old
+        Some(old)
     }
 
-    /// Unlinks the item in `slot`, frees it and returns its header.
-    pub fn remove(&mut self, slot: u32) -> Header {
-        let header = self.header(slot);
-        self.detach(slot);
-        let hash = self.hasher.hash_one(self.key(slot));
-        if let Ok(entry) = self.index.find_entry(hash, |&other| other == slot) {
-            entry.remove();
-        }
-        let location = std::mem::replace(&mut self.slots[slot as usize], VACANT);
-        self.bury(location);
-        if header.has(STATE_EXTERNAL_VALUE) {
-            self.external.remove(&slot);
-        }
-        self.free.push(Reverse(slot));
-        self.account_removed(&header);
+    /// Removes the item at `location` and returns its header.
+    pub fn remove(&mut self, location: u32) -> Header {
+        let header = self.remove_uncompacted(location);
         self.shrink_if_sparse();
         self.compact_if_due();
         header
     }
 
-    /// The lowest vacated slot still inside the table, if any.
-    fn take_free_slot(&mut self) -> Option<u32> {
-        while let Some(Reverse(slot)) = self.free.pop() {
-            if self.slots.get(slot as usize) == Some(&VACANT) {
-                return Some(slot);
-            }
+    fn remove_uncompacted(&mut self, location: u32) -> Header {
+        let header = self.header(location);
+        let hash = self.key_hash(self.key(location));
+        if let Ok(entry) = self.index.find_entry(hash, |&other| other == location) {
+            entry.remove();
         }
-        None
+        self.bury(location);
+        self.account_removed(&header);
+        header
     }
 
-    /// Gives back the memory of a table that holds far fewer items than it once did (a
-    /// fill with small items followed by large ones): the slot table loses its vacant
-    /// tail, and both it and the key index shrink once a quarter full.
-    fn shrink_if_sparse(&mut self) {
-        while self.slots.last() == Some(&VACANT) {
-            self.slots.pop();
-        }
-        if self.slots.capacity() > 64 && self.slots.len() < self.slots.capacity() / 4 {
-            self.slots.shrink_to(self.slots.len() * 2);
-            let live = self.slots.len();
-            self.free.retain(|&Reverse(slot)| (slot as usize) < live);
-            self.free.shrink_to_fit();
-        }
-        if self.index.capacity() > 64 && self.index.len() < self.index.capacity() / 4 {
-            let (hasher, slots, segments) = (&self.hasher, &self.slots, &self.segments);
-            self.index.shrink_to(self.index.len() * 2, |&other| {
-                match record(slots, segments, other) {
-                    Some(data) => hasher.hash_one(key_of(data)),
-                    None => 0,
+    /// Takes the next item out for eviction: first an item among the next `search` that
+    /// eviction would reach that is no longer live (`true` with its header: reclaimed);
+    /// else, when `evict_live`, the first of them not accessed since it was written or
+    /// reinserted (`false`: evicted), the accessed ones before it being reinserted at the
+    /// end with the bit cleared. `None` if the shard is empty or nothing may be taken.
+    pub fn evict_next(
+        &mut self,
+        now: UnixSecs,
+        flush: &FlushMark,
+        search: usize,
+        evict_live: bool,
+    ) -> Option<(Header, bool)> {
+        let mut dead = None;
+        self.walk_from_evict_cursor(
+            |shard, location| {
+                if !is_live(&shard.header(location), now, flush) {
+                    dead = Some(location);
                 }
+                dead.is_none()
+            },
+            search,
+        );
+        if let Some(location) = dead {
+            let header = self.remove_uncompacted(location);
+            self.compact_if_due();
+            return Some((header, true));
+        }
+        if !evict_live {
+            return None;
+        }
+        // At most one pass of reinsertions: then every bit met has been cleared.
+        let mut second_chances = self.len();
+        loop {
+            let (number, offset) = self.evict_cursor;
+            let segment = self.segments.get(number)?.as_ref()?;
+            if offset >= segment.used {
+                return None;
+            }
+            self.front_evicting = true;
+            let location = self.location(number, offset);
+            let accessed = self.data(location)[OFFSET_STATE] & STATE_ACCESSED != 0;
+            if accessed && second_chances > 0 {
+                second_chances -= 1;
+                if self.move_record(location, true).is_some() {
+                    continue;
+                }
+            }
+            let header = self.remove_uncompacted(location);
+            self.compact_if_due();
+            return Some((header, false));
+        }
+    }
+
+    /// Calls `visit` on up to `limit` stored records from the eviction cursor on, in the
+    /// order eviction reaches them, while it returns true.
+    fn walk_from_evict_cursor(
+        &self,
+        mut visit: impl FnMut(&ShardState, u32) -> bool,
+        limit: usize,
+    ) {
+        let mut seen = 0;
+        let mut first = true;
+        for &number in &self.fifo {
+            let mut offset = if first && self.evict_cursor.0 == number {
+                self.evict_cursor.1
+            } else {
+                0
+            };
+            first = false;
+            while let Some(location) = self.next_live_in(number, &mut offset) {
+                if seen >= limit || !visit(self, location) {
+                    return;
+                }
+                seen += 1;
+            }
+        }
+    }
+
+    /// Calls `visit` on the locations of the stored items, oldest segment first, in the
+    /// order written, while it returns true.
+    pub fn visit_oldest_first(&self, mut visit: impl FnMut(u32) -> bool) {
+        for &number in &self.fifo {
+            let mut offset = 0;
+            while let Some(location) = self.next_live_in(number, &mut offset) {
+                if !visit(location) {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The locations of the stored items, most recently accessed first (ties: the most
+    /// recently written first): the order of memcached's LRU dumps, as near as the
+    /// records' last access seconds tell it.
+    pub fn locations_most_recent_first(&self) -> Vec<u32> {
+        let mut locations = Vec::with_capacity(self.len());
+        self.visit_oldest_first(|location| {
+            locations.push(location);
+            true
+        });
+        locations.reverse();
+        locations.sort_by_key(|&location| {
+            std::cmp::Reverse(read_u32(self.data(location), OFFSET_ACCESS))
+        });
+        locations
+    }
+
+    /// The next stored record for the expiry crawler, resuming where it stopped (over the
+    /// segments by number, wrapping once); `None` when there is none.
+    pub fn crawl_next(&mut self) -> Option<u32> {
+        let mut wrapped = false;
+        loop {
+            let (number, mut offset) = self.crawl_cursor;
+            if number >= self.segments.len() {
+                if wrapped || self.segments.is_empty() {
+                    return None;
+                }
+                wrapped = true;
+                self.crawl_cursor = (0, 0);
+                continue;
+            }
+            match self.next_live_in(number, &mut offset) {
+                Some(location) => {
+                    self.crawl_cursor = (number, offset);
+                    return Some(location);
+                }
+                None => self.crawl_cursor = (number + 1, 0),
+            }
+        }
+    }
+
+    /// Gives back the memory of an index that holds far fewer items than it once did (a
+    /// fill with small items followed by large ones): it shrinks once a quarter full.
+    fn shrink_if_sparse(&mut self) {
+        if self.index.capacity() > 64 && self.index.len() < self.index.capacity() / 4 {
+            let (hasher, segments, bits) = (&self.hasher, &self.segments, self.offset_bits);
+            self.index.shrink_to(self.index.len() * 2, |&other| {
+                record_in(segments, bits, other).map_or(0, |data| hasher.hash_one(key_of(data)))
             });
+        }
+        if self.external.len() > 64 && self.external_free.len() > self.external.len() / 2 {
+            while matches!(self.external.last(), Some(None)) {
+                self.external.pop();
+            }
+            let live = self.external.len() as u32;
+            self.external_free.retain(|&id| id < live);
+            self.external.shrink_to_fit();
+            self.external_free.shrink_to_fit();
         }
     }
 
@@ -785,83 +1062,56 @@ impl ShardState {
         }
     }
 
-    /// Number of slots (occupied or free), the crawler's range.
-    pub fn slot_count(&self) -> usize {
-        self.slots.len()
-    }
-
-    /// The header of the item in `slot` if the slot is occupied.
-    pub fn slot_header(&self, slot: usize) -> Option<Header> {
-        match self.slots.get(slot) {
-            Some(&location) if location != VACANT => Some(self.header(slot as u32)),
-            _ => None,
-        }
-    }
-
-    /// Checks the list and index agree (tests only).
+    /// Checks the segments, the index and the totals agree (tests only).
     #[cfg(test)]
     pub fn check_invariants(&self) {
-        let mut count = 0usize;
-        let mut bytes = 0u64;
-        let mut footprint = 0u64;
-        let mut slot = self.head;
-        let mut newer = NIL;
-        while slot != NIL {
-            assert_eq!(self.link(slot, OFFSET_NEWER), newer, "broken back link");
-            assert_eq!(self.lookup(self.key(slot)), Some(slot));
-            let header = self.header(slot);
-            assert_eq!(
-                header.has(STATE_EXTERNAL_VALUE),
-                self.external.contains_key(&slot)
-            );
-            count += 1;
-            bytes += header.size();
-            footprint += header.footprint();
-            newer = slot;
-            slot = self.link(slot, OFFSET_OLDER);
-        }
-        assert_eq!(self.tail, newer);
-        assert_eq!(count, self.index.len());
-        let vacant = self.slots.iter().filter(|&&slot| slot == VACANT).count();
-        assert_eq!(count + vacant, self.slots.len());
-        assert_eq!(self.external.len(), {
-            let mut external = 0;
-            for index in 0..self.slots.len() {
-                if let Some(header) = self.slot_header(index) {
-                    external += usize::from(header.has(STATE_EXTERNAL_VALUE));
-                }
-            }
-            external
-        });
-        assert_eq!(bytes, self.bytes);
-        assert_eq!(footprint, self.footprint);
-        // Segments: the live records are exactly the ones the slots point at, and the
-        // running totals match.
-        let (mut used, mut dead, mut live_records) = (0usize, 0usize, 0usize);
-        for (number, segment) in self.segments.iter().enumerate() {
-            let Some(segment) = segment else { continue };
+        let (mut count, mut bytes, mut footprint, mut external) = (0usize, 0u64, 0u64, 0usize);
+        let (mut used, mut dead) = (0usize, 0usize);
+        let mapped = self
+            .segments
+            .iter()
+            .filter(|segment| segment.is_some())
+            .count();
+        assert_eq!(mapped, self.fifo.len(), "fifo lists every mapped segment");
+        for &number in &self.fifo {
+            let segment = self.segments[number]
+                .as_ref()
+                .expect("fifo names mapped segments");
             assert!(
                 segment.live() > 0 || self.open == Some(number),
                 "dead segment kept"
             );
             used += segment.used;
             dead += segment.dead;
-            let mut offset = 0;
-            let mut live_bytes = 0;
+            let (mut offset, mut live_bytes) = (0, 0);
             while offset < segment.used {
                 let data = segment.records_at(offset);
                 let len = record_len(data);
-                let slot = read_u32(data, OFFSET_SLOT) as usize;
-                if self.slots.get(slot) == Some(&location(number, offset)) {
-                    live_records += 1;
+                if data[OFFSET_STATE] & STATE_DEAD == 0 {
+                    let location = self.location(number, offset);
+                    assert_eq!(self.lookup(key_of(data)), Some(location));
+                    let header = self.header(location);
+                    count += 1;
                     live_bytes += len;
+                    bytes += header.size();
+                    footprint += header.footprint();
+                    if data[OFFSET_STATE] & STATE_EXTERNAL_VALUE != 0 {
+                        external += 1;
+                        assert!(self.external_value(data).is_some());
+                    }
                 }
                 offset += len;
             }
             assert_eq!(offset, segment.used);
             assert_eq!(live_bytes, segment.live());
         }
-        assert_eq!(live_records, count);
+        assert_eq!(count, self.index.len());
+        assert_eq!(
+            external,
+            self.external.iter().filter(|value| value.is_some()).count()
+        );
+        assert_eq!(bytes, self.bytes);
+        assert_eq!(footprint, self.footprint);
         assert_eq!((used, dead), (self.segment_used, self.segment_dead));
     }
 }

@@ -28,8 +28,8 @@ pub const DEFAULT_ITEM_SIZE_MAX: u64 = 1024 * 1024;
 pub const DEFAULT_SHARDS: usize = 64;
 /// Default seed of the key hashers (fixed so runs are reproducible).
 pub const DEFAULT_HASH_SEED: u64 = 0x7a11_7a11_5eed_0001;
-/// How many items from an LRU tail eviction inspects for a dead one to
-/// reclaim before evicting the live tail (memcached looks at 5).
+/// How many items eviction inspects, from where it would take the next, for a
+/// dead one to reclaim before evicting a live one (memcached looks at 5 of its LRU tail).
 pub const EVICTION_TAIL_SEARCH: usize = 5;
 /// Slots the crawler inspects per shard lock hold.
 pub const CRAWL_SLICE: usize = 64;
@@ -88,9 +88,9 @@ impl Default for StoreConfig {
 #[repr(align(128))]
 struct Shard {
     state: Mutex<ShardState>,
-    /// Last-access second of this shard's LRU tail (`u64::MAX` if empty),
-    /// readable without the lock; eviction evicts from the shard whose tail
-    /// is oldest.
+    /// Last-access second of the item this shard would evict next (`u64::MAX`
+    /// if empty), readable without the lock; eviction evicts from the shard
+    /// whose next victim is oldest.
     oldest_access: AtomicU64,
 }
 
@@ -153,7 +153,7 @@ impl Drop for Reservation<'_> {
 /// What a mutation decided, under the shard lock.
 enum Plan<R> {
     /// Leave the index as is (the closure may have changed the item in
-    /// place); optionally move the item in the LRU.
+    /// place); optionally mark the item accessed (its second chance at eviction).
     Keep { result: R, lru: LruMove },
     /// Insert or replace the item with this one.
     Put { item: Item, result: R },
@@ -418,8 +418,8 @@ impl Store {
         None
     }
 
-    /// Evicts (or reclaims) one item from the shard whose LRU tail is the
-    /// oldest; ties (tails last used in the same second) go round robin, so that
+    /// Evicts (or reclaims) one item from the shard whose next victim is the
+    /// oldest; ties (victims last used in the same second) go round robin, so that
     /// the shards give up their oldest items in turn. Takes exactly one shard lock
     /// and no other. Returns false if every shard looked empty.
     fn evict_one(&self, now: UnixSecs) -> bool {
@@ -441,26 +441,8 @@ impl Store {
         let shard = &self.shards[victim];
         let mut state = shard.state.lock();
         let flush = self.flush_mark();
-        let mut chosen = None;
-        let mut cursor = state.tail();
-        for _ in 0..EVICTION_TAIL_SEARCH {
-            let Some(slot) = cursor else { break };
-            if !is_live(&state.header(slot), now, &flush) {
-                chosen = Some((slot, true));
-                break;
-            }
-            cursor = state.newer_than(slot);
-        }
-        let chosen = if self.evict_to_free {
-            chosen.or_else(|| state.tail().map(|slot| (slot, false)))
-        } else if chosen.is_none() {
-            // `-M`: nothing dead at the tail and live items are not evicted.
-            return false;
-        } else {
-            chosen
-        };
-        if let Some((slot, dead)) = chosen {
-            let item = state.remove(slot);
+        let taken = state.evict_next(now, &flush, EVICTION_TAIL_SEARCH, self.evict_to_free);
+        if let Some((item, dead)) = taken {
             let unfetched = !item.has(STATE_FETCHED);
             if dead {
                 state.counters.reclaimed += 1;
@@ -485,7 +467,8 @@ impl Store {
             self.release(item.footprint());
         }
         shard.publish(&state);
-        true
+        // `-M`: nothing dead where eviction looks and live items are not evicted.
+        taken.is_some() || self.evict_to_free
     }
 
     /// Grows `reservation` to `target` bytes, evicting as needed. Must be
@@ -555,7 +538,7 @@ impl Store {
             let result = match decision {
                 Plan::Keep { result, lru } => {
                     if let (Some(slot), Some(current)) = (slot, current.as_ref()) {
-                        state.write_back(slot, current);
+                        let slot = state.write_back(slot, current);
                         match lru {
                             LruMove::None => {}
                             LruMove::Read => state.bump(slot, now),
@@ -593,14 +576,20 @@ impl Store {
                     reservation.consume(extra);
                     match slot {
                         Some(slot) => {
-                            state.replace(slot, &item);
+                            if state.replace(slot, &item).is_none() {
+                                self.release(extra);
+                                return Err(StoreError::OutOfMemory { size: need });
+                            }
                             self.freed_since_trim.fetch_add(old_size, Ordering::Relaxed);
                             if old_size > need {
                                 self.used_bytes.fetch_sub(old_size - need, Ordering::AcqRel);
                             }
                         }
                         None => {
-                            state.insert(key, &item);
+                            if !state.insert(key, &item) {
+                                self.release(extra);
+                                return Err(StoreError::OutOfMemory { size: need });
+                            }
                         }
                     }
                     result
@@ -633,7 +622,7 @@ impl Store {
 
     // ----- reads -------------------------------------------------------
 
-    /// `get`/`gets`: the live item, bumped to the LRU head and marked fetched.
+    /// `get`/`gets`: the live item, marked fetched and accessed.
     /// An invalid key is simply a miss.
     pub fn get(&self, key: &[u8], now: UnixSecs) -> Option<ItemView> {
         if validate_key(key).is_err() {
@@ -682,7 +671,7 @@ impl Store {
         let found = self.live_slot(&mut state, key, now, &flush).map(|slot| {
             let mut item = state.item(slot);
             item.expiry = expiry;
-            state.write_back(slot, &item);
+            let slot = state.write_back(slot, &item);
             state.bump(slot, now);
             item.view()
         });
@@ -1183,23 +1172,21 @@ impl Store {
             let shard = &self.shards[index];
             let mut state = shard.state.lock();
             let flush = self.flush_mark();
-            let slots = state.slot_count();
-            let take = remaining.min(CRAWL_SLICE).min(slots).max(1);
+            let items = state.len();
+            let take = remaining.min(CRAWL_SLICE).min(items).max(1);
             remaining -= take;
-            if slots == 0 {
+            if items == 0 {
                 continue;
             }
             for _ in 0..take {
-                let slot = state.crawl_cursor % slots;
-                state.crawl_cursor = (slot + 1) % slots;
+                let Some(location) = state.crawl_next() else {
+                    break;
+                };
                 report.inspected += 1;
                 state.counters.crawler_items_checked += 1;
-                let dead = match state.slot_header(slot) {
-                    Some(header) => !is_live(&header, now, &flush),
-                    None => false,
-                };
+                let dead = !is_live(&state.header(location), now, &flush);
                 if dead {
-                    let item = state.remove(slot as u32);
+                    let item = state.remove(location);
                     state.counters.crawler_reclaimed += 1;
                     state.class_of(item.size()).crawler_reclaimed += 1;
                     if !item.has(STATE_FETCHED) {
@@ -1226,8 +1213,7 @@ impl Store {
         for shard in &self.shards {
             let state = shard.state.lock();
             let flush = self.flush_mark();
-            let mut slot = state.head();
-            while let Some(current) = slot {
+            for current in state.locations_most_recent_first() {
                 if items.len() >= limit || bytes >= key_bytes {
                     return items;
                 }
@@ -1240,7 +1226,6 @@ impl Store {
                         expiry: item.expiry,
                     });
                 }
-                slot = state.older_than(current);
             }
         }
         items
@@ -1261,8 +1246,7 @@ impl Store {
         let state = shard.state.lock();
         let flush = self.flush_mark();
         let mut metas = Vec::new();
-        let mut slot = state.head();
-        while let Some(current) = slot {
+        for current in state.locations_most_recent_first() {
             let item = state.header(current);
             if is_live(&item, now, &flush) {
                 metas.push(ItemMeta {
@@ -1274,7 +1258,6 @@ impl Store {
                     size: item.size(),
                 });
             }
-            slot = state.older_than(current);
         }
         metas
     }
@@ -1313,7 +1296,7 @@ impl Store {
     }
 
     /// Figures per size class ([`size_class`]), indexed by class id (0 is unused), summed
-    /// over shards. `age` walks each shard's LRU from its tail until every class the shard
+    /// over shards. `age` walks each shard's segments from the oldest until every class the shard
     /// holds has been seen.
     pub fn class_stats(&self, now: UnixSecs) -> Vec<ClassStats> {
         let mut classes = vec![ClassStats::default(); SIZE_CLASS_LIMIT];
@@ -1336,12 +1319,11 @@ impl Store {
                 }
             }
             let mut seen = [false; SIZE_CLASS_LIMIT];
-            let mut cursor = state.tail();
-            while let Some(slot) = cursor {
+            state.visit_oldest_first(|location| {
                 if unseen == 0 {
-                    break;
+                    return false;
                 }
-                let item = state.header(slot);
+                let item = state.header(location);
                 let id = size_class(item.size());
                 if !seen[id] {
                     seen[id] = true;
@@ -1349,8 +1331,8 @@ impl Store {
                     let age = now.0.saturating_sub(item.last_access.0);
                     classes[id].age = classes[id].age.max(age);
                 }
-                cursor = state.newer_than(slot);
-            }
+                true
+            });
         }
         classes
     }
@@ -1367,15 +1349,12 @@ impl Store {
     /// Checks every shard's internal consistency (tests only).
     #[cfg(test)]
     pub(crate) fn check_invariants(&self) {
-        let mut bytes = 0;
         let mut footprint = 0;
         for shard in self.shards.iter() {
             let state = shard.state.lock();
             state.check_invariants();
-            bytes += state.bytes;
             footprint += state.footprint;
         }
-        assert!(bytes <= footprint);
         assert!(footprint <= self.max_bytes);
         assert_eq!(footprint, self.used_bytes());
     }
