@@ -148,6 +148,9 @@ def main():
     parser.add_argument("--requests", type=int, default=2_000_000)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--max-value-bytes", type=int, default=100_000)
+    parser.add_argument("--reference-from", default=None, metavar="RESULTS",
+                        help="take memcached's runs from an earlier results file (same trace) "
+                        "instead of running memcached again")
     parser.add_argument("--out", default=os.path.join(HERE, "results.json"))
     args = parser.parse_args()
     targets = [("memcached", [memcached_path()])]
@@ -161,6 +164,14 @@ def main():
     limits = {int(m) for m in args.limits.split(",")}
     reference_limits = {int(m) for m in args.reference_limits.split(",")}
     runs = []
+    if args.reference_from:
+        with open(args.reference_from) as earlier:
+            earlier = json.load(earlier)
+        trace = {key: getattr(args, key) for key in earlier["trace"]}
+        if trace != earlier["trace"]:
+            sys.exit(f"{args.reference_from} replayed another trace: {earlier['trace']}")
+        runs = [run for run in earlier["runs"] if run["target"] == "memcached"]
+        reference_limits = set()
     for limit in sorted(limits | reference_limits):
         for name, command in targets:
             if limit not in (reference_limits if name == "memcached" else limits):
