@@ -15,6 +15,9 @@
 //!     │             ─> ClassHistograms (latency from SCHEDULED time)
 //!     ▼
 //!  RunReport / SweepReport ──> table, JSON (figures: tailtrim_lab::figures)
+//!
+//!  trace::Trace (seeded zipf keys, ETC sizes) ──> replay::replay_trace (one connection,
+//!     cache-aside: get, on a miss set) ──> ReplayReport (miss ratio; `tailtrim-trace-replay`)
 //! ```
 //!
 //! In-process use (what the experiment runners do):
@@ -49,10 +52,12 @@ pub mod engine;
 pub mod floor;
 pub mod op;
 pub mod preload;
+pub mod replay;
 pub mod report;
 pub mod rng;
 pub mod schedule;
 pub mod sweep;
+pub mod trace;
 pub mod wire;
 pub mod workload;
 

@@ -8,6 +8,9 @@
 //! name with its unit converted to a base unit (`_us`, `_ns` and `_nanos` become `_seconds`,
 //! `_permille` is dropped; [`Unit`]), unless the declaration gives another with
 //! [`Metric::exposed_as`]. The exposition adds the namespace and a counter's `_total`.
+//! A metric that only one rendering shows is declared so ([`Metric::stats_only`], e.g.
+//! memcached's constant fields; [`Metric::page_only`], e.g. an info gauge): its samples are
+//! skipped by the other.
 
 use std::borrow::Cow;
 
@@ -68,6 +71,10 @@ pub struct Metric {
     pub unit: Unit,
     /// The `/metrics` name when it is not derived from `name`.
     pub exposed: Option<&'static str>,
+    /// Whether `stats` shows it.
+    pub in_stats: bool,
+    /// Whether `/metrics` shows it.
+    pub on_page: bool,
 }
 
 impl Metric {
@@ -93,6 +100,8 @@ impl Metric {
             kind,
             unit: Unit::Base,
             exposed: None,
+            in_stats: true,
+            on_page: true,
         }
     }
 
@@ -105,6 +114,22 @@ impl Metric {
     pub const fn exposed_as(self, name: &'static str) -> Metric {
         Metric {
             exposed: Some(name),
+            ..self
+        }
+    }
+
+    /// The same metric shown by `stats` only (not on `/metrics`).
+    pub const fn stats_only(self) -> Metric {
+        Metric {
+            on_page: false,
+            ..self
+        }
+    }
+
+    /// The same metric shown on `/metrics` only (not by `stats`).
+    pub const fn page_only(self) -> Metric {
+        Metric {
+            in_stats: false,
             ..self
         }
     }
@@ -164,15 +189,19 @@ pub fn check_declarations(metrics: &[Metric]) -> Result<(), String> {
 ///     pub gauge OBSERVED_MEAN = "observed_mean_us" in Microseconds;
 ///     /// Bytes read from clients.
 ///     pub counter BYTES_READ = "bytes_read" as "server_read_bytes";
+///     /// The process id.
+///     pub gauge PID = "pid", stats_only;
 /// }
 /// assert_eq!(PROXY_REQUESTS.help, "Client requests parsed.");
 /// assert_eq!(OBSERVED_MEAN.exposed_name(), "observed_mean_seconds");
 /// assert_eq!(BYTES_READ.exposed_name(), "server_read_bytes");
-/// assert_eq!(DECLARED.len(), 3);
+/// assert!(PID.in_stats && !PID.on_page);
+/// assert_eq!(DECLARED.len(), 4);
 /// ```
 ///
 /// The kinds are `counter`, `gauge` and `summary`; `in <Unit>` gives the unit the value is
-/// kept in ([`Unit`]), `as "<name>"` another `/metrics` name.
+/// kept in ([`Unit`]), `as "<name>"` another `/metrics` name, a last `, stats_only` or
+/// `, page_only` the one rendering that shows it ([`Metric::stats_only`], [`Metric::page_only`]).
 #[macro_export]
 macro_rules! metrics {
     (
@@ -181,7 +210,7 @@ macro_rules! metrics {
         $(
             #[doc = $help:literal]
             $vis:vis $kind:ident $const_name:ident = $name:literal
-            $(in $unit:ident)? $(as $exposed:literal)?;
+            $(in $unit:ident)? $(as $exposed:literal)? $(, $shown_in:ident)?;
         )*
     ) => {
         $(
@@ -189,7 +218,8 @@ macro_rules! metrics {
             $vis const $const_name: $crate::Metric =
                 $crate::Metric::$kind($name, $help.trim_ascii())
                 $(.in_unit($crate::Unit::$unit))?
-                $(.exposed_as($exposed))?;
+                $(.exposed_as($exposed))?
+                $(.$shown_in())?;
         )*
         $(#[doc = $list_doc])+
         $list_vis const $list: &[$crate::Metric] = &[$($const_name),*];

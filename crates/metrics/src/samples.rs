@@ -5,7 +5,12 @@
 //!        ├──► stats_lines  STAT <name><:label…> <value>     (kept unit; a distribution as
 //!        │                 <name>_count, _p50, _p90, _p99, _p999, _max)
 //!        └──► expose       Exposition: counter / gauge / summary in base units
+//!   Samples::shown(&DECLARED, labels, text, number)   the text in `stats`, the number
+//!                                                    (if any) on the page
 //! ```
+//!
+//! Each rendering skips the samples of metrics declared for the other only
+//! ([`Metric::stats_only`], [`Metric::page_only`]).
 //!
 //! In a `stats` name a label shows as `:<value>`, a numeric `class` as `:class<N>`; the
 //! `pool` and `planner` labels are implied there (one pool, one planner per process).
@@ -46,6 +51,9 @@ enum Value {
     Real(f64),
     /// A latency histogram.
     Distribution(Distribution),
+    /// A value `stats` shows as this text (a version, a policy's name, memcached's fixed
+    /// formats); `/metrics` shows the number, or nothing without one.
+    Shown(String, Option<f64>),
 }
 
 #[derive(Debug, Clone)]
@@ -93,6 +101,16 @@ impl Samples {
         self.push(Cow::Owned(name), &metric, labels, Value::Real(value));
     }
 
+    /// A sample `stats` shows as `text` and `/metrics` as `number` (skipped when `None`).
+    pub fn shown(&mut self, metric: &Metric, labels: Labels, text: String, number: Option<f64>) {
+        self.push(
+            Cow::Borrowed(metric.name),
+            metric,
+            labels,
+            Value::Shown(text, number),
+        );
+    }
+
     /// A latency histogram of a summary metric.
     pub fn distribution(&mut self, metric: &Metric, labels: Labels, value: Distribution) {
         self.push(
@@ -114,7 +132,7 @@ impl Samples {
 
     /// The samples as memcached `STAT name value\r\n` lines, appended to `out`.
     pub fn stats_lines(&self, out: &mut String) {
-        for sample in &self.0 {
+        for sample in self.0.iter().filter(|sample| sample.metric.in_stats) {
             let suffix = stat_suffix(&sample.labels);
             let name = &sample.name;
             match &sample.value {
@@ -123,6 +141,9 @@ impl Samples {
                 }
                 Value::Real(value) => {
                     let _ = write!(out, "STAT {name}{suffix} {}\r\n", real_text(*value));
+                }
+                Value::Shown(text, _) => {
+                    let _ = write!(out, "STAT {name}{suffix} {text}\r\n");
                 }
                 Value::Distribution(value) => {
                     let _ = write!(out, "STAT {name}_count{suffix} {}\r\n", value.count);
@@ -137,7 +158,7 @@ impl Samples {
 
     /// The samples added to a Prometheus page, in base units.
     pub fn expose(&self, page: &mut Exposition) {
-        for sample in &self.0 {
+        for sample in self.0.iter().filter(|sample| sample.metric.on_page) {
             let metric = &sample.metric;
             let name = match metric.exposed {
                 Some(exposed) => Cow::Borrowed(exposed),
@@ -158,11 +179,12 @@ impl Samples {
                     };
                     page.summary(&name, metric.help, labels, &summary);
                 }
+                (Value::Shown(_, None), _) => {}
                 (value, kind) => {
                     let value = match value {
                         Value::Count(value) => *value as f64,
-                        Value::Real(value) => *value,
-                        Value::Distribution(_) => 0.0,
+                        Value::Real(value) | Value::Shown(_, Some(value)) => *value,
+                        Value::Distribution(_) | Value::Shown(_, None) => 0.0,
                     } / scale;
                     match kind {
                         MetricKind::Counter => page.counter(&name, metric.help, labels, value),
@@ -292,6 +314,28 @@ mod tests {
                 "{line} missing from\n{text}"
             );
         }
+    }
+
+    #[test]
+    fn each_rendering_skips_the_others_metrics_and_shown_text_stays_as_given() {
+        let mut samples = Samples::new();
+        let version = Metric::gauge("version", "The version.").stats_only();
+        samples.shown(&version, vec![], "1.6.18".to_string(), None);
+        let cpu = Metric::counter("rusage_user", "CPU.").exposed_as("cpu_user_seconds");
+        samples.shown(&cpu, vec![], "0.500000".to_string(), Some(0.5));
+        samples.count(&Metric::gauge("info", "Info.").page_only(), vec![], 1);
+        let mut text = String::new();
+        samples.stats_lines(&mut text);
+        assert_eq!(text, "STAT version 1.6.18\r\nSTAT rusage_user 0.500000\r\n");
+        let mut page = Exposition::new("t");
+        samples.expose(&mut page);
+        let page = page.finish().expect("valid page");
+        assert!(!page.contains("version"), "{page}");
+        assert!(
+            page.lines().any(|l| l == "t_cpu_user_seconds_total 0.5"),
+            "{page}"
+        );
+        assert!(page.lines().any(|l| l == "t_info 1"), "{page}");
     }
 
     #[test]

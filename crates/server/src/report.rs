@@ -4,15 +4,15 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use tailtrim_metrics::samples::QUANTILES;
-use tailtrim_metrics::{Distribution, Exposition, ExpositionError, Samples};
+use tailtrim_metrics::{Distribution, Exposition, ExpositionError, Labels, Metric, Samples};
 use tailtrim_proto::reply::{self, ReplyBuf};
 
 use crate::context::ExecContext;
 use crate::shared::Shared;
+use crate::stats::CounterSnapshot;
 
-/// Process CPU time (user, system) as memcached prints it: seconds with six decimals, from
-/// `getrusage`'s whole microseconds.
-/// The process's user and system CPU time as (seconds, microseconds) pairs.
+/// The process's user and system CPU time as (seconds, microseconds) pairs (memcached prints
+/// them as seconds with six decimals).
 fn rusage_timevals() -> ((i64, i64), (i64, i64)) {
     // SAFETY: getrusage only writes into the struct we pass.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -25,18 +25,6 @@ fn rusage_timevals() -> ((i64, i64), (i64, i64)) {
     (pair(usage.ru_utime), pair(usage.ru_stime))
 }
 
-/// `rusage_user`/`rusage_system` as memcached prints them: seconds with six decimals.
-fn rusage() -> (String, String) {
-    let ((us, uu), (ss, su)) = rusage_timevals();
-    (format!("{us}.{uu:06}"), format!("{ss}.{su:06}"))
-}
-
-/// The process's user and system CPU time in seconds, for Prometheus.
-fn rusage_seconds() -> (f64, f64) {
-    let ((us, uu), (ss, su)) = rusage_timevals();
-    (us as f64 + uu as f64 / 1e6, ss as f64 + su as f64 / 1e6)
-}
-
 /// Bytes of one entry of a shard's key index (hashbrown: the key, the slot, a control byte).
 const HASH_ENTRY_BYTES: u64 = (std::mem::size_of::<(Bytes, u32)>() + 1) as u64;
 
@@ -46,218 +34,333 @@ fn hash_power_level(buckets: u64) -> u32 {
     buckets.max(1).next_power_of_two().trailing_zeros()
 }
 
-/// General statistics as (name, value) pairs: every field of memcached 1.6.18's `stats`, in
-/// its order, then tailtrim's own. docs/server.md says which memcached fields are constants
-/// here and why.
-pub fn general_stats(shared: &Shared, now: u64) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = Vec::new();
-    let mut push = |name: &str, value: String| out.push((name.to_string(), value));
-    let (user, system) = rusage();
-    let load = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed).to_string();
-    let zero = || "0".to_string();
-    let counters = shared.counter_snapshot();
-    let store = shared.store.stats();
-    let listeners = shared.listeners.get().map_or(0, Vec::len) as u64;
-    push("pid", std::process::id().to_string());
-    push("uptime", now.saturating_sub(shared.started).to_string());
-    push("time", now.to_string());
-    push("version", shared.version.clone());
-    push("libevent", "none".into());
-    push(
-        "pointer_size",
-        (8 * std::mem::size_of::<usize>()).to_string(),
-    );
-    push("rusage_user", user);
-    push("rusage_system", system);
-    push(
-        "max_connections",
-        shared.config.server.max_connections.to_string(),
-    );
-    push("curr_connections", load(&shared.curr_connections));
-    push("total_connections", load(&shared.total_connections));
-    push("rejected_connections", load(&shared.rejected_connections));
-    push(
-        "connection_structures",
-        (listeners + shared.peak_connections.load(Ordering::Relaxed)).to_string(),
-    );
-    for name in [
-        "response_obj_oom",
-        "response_obj_count",
-        "response_obj_bytes",
-        "read_buf_count",
-        "read_buf_bytes",
-        "read_buf_bytes_free",
-        "read_buf_oom",
-        "reserved_fds",
-    ] {
-        push(name, zero());
-    }
-    let c = &counters;
-    for (name, value) in [
-        ("cmd_get", c.cmd_get),
-        ("cmd_set", c.cmd_set),
-        ("cmd_flush", c.cmd_flush),
-        ("cmd_touch", c.cmd_touch),
-        ("cmd_meta", c.cmd_meta),
-        ("get_hits", c.get_hits),
-        ("get_misses", c.get_misses),
-        ("get_expired", store.get_expired),
-        ("get_flushed", store.get_flushed),
-        ("delete_misses", c.delete_misses),
-        ("delete_hits", c.delete_hits),
-        ("incr_misses", c.incr_misses),
-        ("incr_hits", c.incr_hits),
-        ("decr_misses", c.decr_misses),
-        ("decr_hits", c.decr_hits),
-        ("cas_misses", c.cas_misses),
-        ("cas_hits", c.cas_hits),
-        ("cas_badval", c.cas_badval),
-        ("touch_hits", c.touch_hits),
-        ("touch_misses", c.touch_misses),
-        ("store_too_large", c.store_too_large),
-        ("store_no_memory", c.store_no_memory),
-        ("auth_cmds", c.auth_cmds),
-        ("auth_errors", c.auth_errors),
-        ("bytes_read", c.bytes_read),
-        ("bytes_written", c.bytes_written),
-        ("limit_maxbytes", store.limit_maxbytes),
-        (
-            "accepting_conns",
-            u64::from(shared.accepting_conns.load(Ordering::Relaxed)),
-        ),
-    ] {
-        push(name, value.to_string());
-    }
-    push("listen_disabled_num", load(&shared.listen_disabled_num));
-    push(
-        "time_in_listen_disabled_us",
-        load(&shared.time_in_listen_disabled_us),
-    );
-    push("threads", shared.config.workers.threads.to_string());
-    push("conn_yields", zero());
-    push(
-        "hash_power_level",
-        hash_power_level(store.hash_buckets).to_string(),
-    );
-    push(
-        "hash_bytes",
-        (store.hash_buckets * HASH_ENTRY_BYTES).to_string(),
-    );
-    push("hash_is_expanding", zero());
-    for name in [
-        "slab_reassign_rescues",
-        "slab_reassign_chunk_rescues",
-        "slab_reassign_evictions_nomem",
-        "slab_reassign_inline_reclaim",
-        "slab_reassign_busy_items",
-        "slab_reassign_busy_deletes",
-        "slab_reassign_running",
-        "slabs_moved",
-        "lru_crawler_running",
-    ] {
-        push(name, zero());
-    }
-    push("lru_crawler_starts", load(&shared.crawler_starts));
-    for name in [
-        "lru_maintainer_juggles",
-        "malloc_fails",
-        "log_worker_dropped",
-        "log_worker_written",
-        "log_watcher_skipped",
-        "log_watcher_sent",
-        "log_watchers",
-    ] {
-        push(name, zero());
-    }
-    if let Some(tls) = &shared.tls {
-        if tls.options().session_cache {
-            push("ssl_new_sessions", load(&shared.ssl_new_sessions));
-        }
-        push("ssl_handshake_errors", load(&shared.ssl_handshake_errors));
-        push(
-            "time_since_server_cert_refresh",
-            tls.seconds_since_load().to_string(),
-        );
-    }
-    for name in ["unexpected_napi_ids", "round_robin_fallback"] {
-        push(name, zero());
-    }
-    push("bytes", store.bytes.to_string());
-    push("curr_items", store.curr_items.to_string());
-    push("total_items", store.total_items.to_string());
-    push("slab_global_page_pool", zero());
-    push("expired_unfetched", store.expired_unfetched.to_string());
-    push("evicted_unfetched", store.evicted_unfetched.to_string());
-    push("evicted_active", zero());
-    push("evictions", store.evictions.to_string());
-    push("reclaimed", store.reclaimed.to_string());
-    push("crawler_reclaimed", store.crawler_reclaimed.to_string());
-    push(
-        "crawler_items_checked",
-        store.crawler_items_checked.to_string(),
-    );
-    for name in [
-        "lrutail_reflocked",
-        "moves_to_cold",
-        "moves_to_warm",
-        "moves_within_lru",
-    ] {
-        push(name, zero());
-    }
-    // Every eviction and reclaim happens in the thread that needs the memory.
-    push(
-        "direct_reclaims",
-        (store.evictions + store.reclaimed).to_string(),
-    );
-    push("lru_bumps_dropped", zero());
-    // tailtrim's own.
-    push("idle_kicks", load(&shared.idle_kicks));
-    push("item_size_max", store.item_size_max.to_string());
-    for (name, value) in [
-        ("priority_class0_requests", c.priority_class0_requests),
-        ("priority_class1_requests", c.priority_class1_requests),
-        ("priority_class2_requests", c.priority_class2_requests),
-        ("priority_class3_requests", c.priority_class3_requests),
-        ("priority_class4_requests", c.priority_class4_requests),
-    ] {
-        push(name, value.to_string());
-    }
-    // The dispatch policy's live state (the full set is `stats sizeaware`).
-    match shared.dispatch_view() {
-        Some(runtime) => {
-            for (name, value) in runtime.stats() {
-                if GENERAL_DISPATCH_STATS.contains(&name.as_str()) {
-                    let name = if name == "dispatch" {
-                        name
-                    } else {
-                        format!("dispatch_{name}")
-                    };
-                    out.push((name, value));
-                }
-            }
-        }
-        None => out.push((
-            "dispatch".to_string(),
-            shared.config.workers.dispatch.name().to_string(),
-        )),
-    }
-    out
+/// What one `stats` reply or `/metrics` page reads of the server, once.
+struct Reading<'a> {
+    shared: &'a Shared,
+    now: u64,
+    counters: CounterSnapshot,
+    store: tailtrim_store::StoreStats,
+    /// User and system CPU time as (seconds, microseconds).
+    rusage: ((i64, i64), (i64, i64)),
 }
 
-/// `stats sizeaware` entries repeated in the general `stats` (prefixed
-/// `dispatch_`) and so in the Prometheus text.
-const GENERAL_DISPATCH_STATS: &[&str] = &[
-    "dispatch",
-    "small_workers",
-    "large_workers",
-    "threshold_bytes",
-    "handoffs",
-    "steals",
-    "small_requests",
-    "large_requests",
-    "small_p99_us",
-    "large_p99_us",
+/// A general field's value.
+enum Value {
+    /// An integer, the same in `stats` and on `/metrics`.
+    Count(u64),
+    /// Text (a version, a name): `stats` only.
+    Text(String),
+    /// CPU seconds as (seconds, microseconds): six decimals in `stats`, a number on the page.
+    Seconds((i64, i64)),
+    /// An integer with labels on `/metrics` (a page-only info gauge).
+    Labelled(Labels, u64),
+}
+
+/// One entry of the general `stats` and of `/metrics`, in reply order.
+#[derive(Clone, Copy)]
+enum Field {
+    /// A worker counter: its declaration is in [`crate::stats::WORKER_COUNTER_METRICS`], found by name.
+    Worker(&'static str),
+    /// A declared metric and how to read it (`None`: the field is left out).
+    Read(&'static Metric, fn(&Reading<'_>) -> Option<Value>),
+    /// One of memcached's fields for a mechanism tailtrim does not have: 0, `stats` only.
+    Zero(&'static str),
+    /// The dispatch policy's figures ([`DISPATCH_FIGURES`]) and latency summaries.
+    Dispatch,
+}
+
+/// The help of the [`Field::Zero`] fields.
+const ZERO_HELP: &str = "memcached's field for a mechanism tailtrim does not have: always 0.";
+
+fn count(value: u64) -> Option<Value> {
+    Some(Value::Count(value))
+}
+
+fn text(value: impl ToString) -> Option<Value> {
+    Some(Value::Text(value.to_string()))
+}
+
+fn load(counter: &std::sync::atomic::AtomicU64) -> Option<Value> {
+    count(counter.load(Ordering::Relaxed))
+}
+
+/// The general `stats` fields (every field of memcached 1.6.18's `stats`, in its order, then
+/// tailtrim's own) and the `/metrics` families, declared once: each [`Field`]'s declaration
+/// names its `stats` line and its Prometheus series. docs/server.md says which memcached
+/// fields are constants here and why.
+const GENERAL_FIELDS: &[Field] = &[
+    Field::Read(&SERVER_INFO, |r| {
+        let config = &r.shared.config;
+        let labels = vec![
+            ("version", r.shared.version.clone()),
+            ("dispatch", config.workers.dispatch.name().to_string()),
+        ];
+        Some(Value::Labelled(labels, 1))
+    }),
+    Field::Read(&PID, |_| count(u64::from(std::process::id()))),
+    Field::Read(&UPTIME, |r| count(r.now.saturating_sub(r.shared.started))),
+    Field::Read(&TIME, |r| count(r.now)),
+    Field::Read(&VERSION, |r| text(&r.shared.version)),
+    Field::Read(&LIBEVENT, |_| text("none")),
+    Field::Read(&POINTER_SIZE, |_| {
+        count(8 * std::mem::size_of::<usize>() as u64)
+    }),
+    Field::Read(&RUSAGE_USER, |r| Some(Value::Seconds(r.rusage.0))),
+    Field::Read(&RUSAGE_SYSTEM, |r| Some(Value::Seconds(r.rusage.1))),
+    Field::Read(&MAX_CONNECTIONS, |r| {
+        count(r.shared.config.server.max_connections as u64)
+    }),
+    Field::Read(&CURR_CONNECTIONS, |r| load(&r.shared.curr_connections)),
+    Field::Read(&TOTAL_CONNECTIONS, |r| load(&r.shared.total_connections)),
+    Field::Read(&REJECTED_CONNECTIONS, |r| {
+        load(&r.shared.rejected_connections)
+    }),
+    Field::Read(&CONNECTION_STRUCTURES, |r| {
+        let listeners = r.shared.listeners.get().map_or(0, Vec::len) as u64;
+        count(listeners + r.shared.peak_connections.load(Ordering::Relaxed))
+    }),
+    Field::Zero("response_obj_oom"),
+    Field::Zero("response_obj_count"),
+    Field::Zero("response_obj_bytes"),
+    Field::Zero("read_buf_count"),
+    Field::Zero("read_buf_bytes"),
+    Field::Zero("read_buf_bytes_free"),
+    Field::Zero("read_buf_oom"),
+    Field::Zero("reserved_fds"),
+    Field::Worker("cmd_get"),
+    Field::Worker("cmd_set"),
+    Field::Worker("cmd_flush"),
+    Field::Worker("cmd_touch"),
+    Field::Worker("cmd_meta"),
+    Field::Worker("get_hits"),
+    Field::Worker("get_misses"),
+    Field::Read(&GET_EXPIRED, |r| count(r.store.get_expired)),
+    Field::Read(&GET_FLUSHED, |r| count(r.store.get_flushed)),
+    Field::Worker("delete_misses"),
+    Field::Worker("delete_hits"),
+    Field::Worker("incr_misses"),
+    Field::Worker("incr_hits"),
+    Field::Worker("decr_misses"),
+    Field::Worker("decr_hits"),
+    Field::Worker("cas_misses"),
+    Field::Worker("cas_hits"),
+    Field::Worker("cas_badval"),
+    Field::Worker("touch_hits"),
+    Field::Worker("touch_misses"),
+    Field::Worker("store_too_large"),
+    Field::Worker("store_no_memory"),
+    Field::Worker("auth_cmds"),
+    Field::Worker("auth_errors"),
+    Field::Worker("bytes_read"),
+    Field::Worker("bytes_written"),
+    Field::Read(&LIMIT_MAXBYTES, |r| count(r.store.limit_maxbytes)),
+    Field::Read(&ACCEPTING_CONNS, |r| {
+        count(u64::from(r.shared.accepting_conns.load(Ordering::Relaxed)))
+    }),
+    Field::Read(&LISTEN_DISABLED_NUM, |r| {
+        load(&r.shared.listen_disabled_num)
+    }),
+    Field::Read(&TIME_IN_LISTEN_DISABLED, |r| {
+        load(&r.shared.time_in_listen_disabled_us)
+    }),
+    Field::Read(&THREADS, |r| count(r.shared.config.workers.threads as u64)),
+    Field::Zero("conn_yields"),
+    Field::Read(&HASH_POWER_LEVEL, |r| {
+        count(u64::from(hash_power_level(r.store.hash_buckets)))
+    }),
+    Field::Read(&HASH_BYTES, |r| {
+        count(r.store.hash_buckets * HASH_ENTRY_BYTES)
+    }),
+    Field::Zero("hash_is_expanding"),
+    Field::Zero("slab_reassign_rescues"),
+    Field::Zero("slab_reassign_chunk_rescues"),
+    Field::Zero("slab_reassign_evictions_nomem"),
+    Field::Zero("slab_reassign_inline_reclaim"),
+    Field::Zero("slab_reassign_busy_items"),
+    Field::Zero("slab_reassign_busy_deletes"),
+    Field::Zero("slab_reassign_running"),
+    Field::Zero("slabs_moved"),
+    Field::Zero("lru_crawler_running"),
+    Field::Read(&LRU_CRAWLER_STARTS, |r| load(&r.shared.crawler_starts)),
+    Field::Zero("lru_maintainer_juggles"),
+    Field::Zero("malloc_fails"),
+    Field::Zero("log_worker_dropped"),
+    Field::Zero("log_worker_written"),
+    Field::Zero("log_watcher_skipped"),
+    Field::Zero("log_watcher_sent"),
+    Field::Zero("log_watchers"),
+    Field::Read(&SSL_NEW_SESSIONS, |r| {
+        let tls = r.shared.tls.as_ref()?;
+        tls.options()
+            .session_cache
+            .then(|| Value::Count(r.shared.ssl_new_sessions.load(Ordering::Relaxed)))
+    }),
+    Field::Read(&SSL_HANDSHAKE_ERRORS, |r| {
+        r.shared.tls.as_ref()?;
+        load(&r.shared.ssl_handshake_errors)
+    }),
+    Field::Read(&TIME_SINCE_SERVER_CERT_REFRESH, |r| {
+        count(r.shared.tls.as_ref()?.seconds_since_load())
+    }),
+    Field::Zero("unexpected_napi_ids"),
+    Field::Zero("round_robin_fallback"),
+    Field::Read(&BYTES, |r| count(r.store.bytes)),
+    Field::Read(&CURR_ITEMS, |r| count(r.store.curr_items)),
+    Field::Read(&TOTAL_ITEMS, |r| count(r.store.total_items)),
+    Field::Zero("slab_global_page_pool"),
+    Field::Read(&EXPIRED_UNFETCHED, |r| count(r.store.expired_unfetched)),
+    Field::Read(&EVICTED_UNFETCHED, |r| count(r.store.evicted_unfetched)),
+    Field::Zero("evicted_active"),
+    Field::Read(&EVICTIONS, |r| count(r.store.evictions)),
+    Field::Read(&RECLAIMED, |r| count(r.store.reclaimed)),
+    Field::Read(&CRAWLER_RECLAIMED, |r| count(r.store.crawler_reclaimed)),
+    Field::Read(&CRAWLER_ITEMS_CHECKED, |r| {
+        count(r.store.crawler_items_checked)
+    }),
+    Field::Zero("lrutail_reflocked"),
+    Field::Zero("moves_to_cold"),
+    Field::Zero("moves_to_warm"),
+    Field::Zero("moves_within_lru"),
+    // Every eviction and reclaim happens in the thread that needs the memory.
+    Field::Read(&DIRECT_RECLAIMS, |r| {
+        count(r.store.evictions + r.store.reclaimed)
+    }),
+    Field::Zero("lru_bumps_dropped"),
+    // tailtrim's own.
+    Field::Read(&IDLE_KICKS, |r| load(&r.shared.idle_kicks)),
+    Field::Read(&ITEM_SIZE_MAX, |r| count(r.store.item_size_max)),
+    Field::Worker("priority_class0_requests"),
+    Field::Worker("priority_class1_requests"),
+    Field::Worker("priority_class2_requests"),
+    Field::Worker("priority_class3_requests"),
+    Field::Worker("priority_class4_requests"),
+    Field::Dispatch,
 ];
+
+/// The dispatch policy's figures ([`crate::shared::DispatchView::stats`] names, in the
+/// order the policies list them) in the general `stats` (as `dispatch_<name>`, except `dispatch`) and on `/metrics`, by their
+/// declarations; the policy's other figures are only in `stats sizeaware`.
+const DISPATCH_FIGURES: &[(&str, &Metric)] = &[
+    ("dispatch", &DISPATCH),
+    ("small_workers", &DISPATCH_SMALL_WORKERS),
+    ("large_workers", &DISPATCH_LARGE_WORKERS),
+    ("threshold_bytes", &DISPATCH_THRESHOLD),
+    ("handoffs", &DISPATCH_HANDOFFS),
+    ("steals", &DISPATCH_STEALS),
+    ("small_requests", &DISPATCH_SMALL_REQUESTS),
+    ("small_p99_us", &DISPATCH_SMALL_P99),
+    ("large_requests", &DISPATCH_LARGE_REQUESTS),
+    ("large_p99_us", &DISPATCH_LARGE_P99),
+    ("epochs", &DISPATCH_EPOCHS),
+];
+
+/// The `stats` names of the general fields in reply order, as declared: the TLS fields
+/// appear only with TLS on, the dispatch figures after `dispatch` only under a dispatch
+/// policy that reports them.
+pub fn general_stat_names() -> Vec<&'static str> {
+    let mut names = Vec::new();
+    for field in GENERAL_FIELDS {
+        match field {
+            Field::Worker(name) | Field::Zero(name) => names.push(*name),
+            Field::Read(metric, _) if metric.in_stats => names.push(metric.name),
+            Field::Read(..) => {}
+            Field::Dispatch => names.extend(
+                DISPATCH_FIGURES
+                    .iter()
+                    .filter(|(_, metric)| metric.in_stats)
+                    .map(|(_, metric)| metric.name),
+            ),
+        }
+    }
+    names
+}
+
+/// The general fields read now, as samples: `stats` writes their lines, `/metrics` their
+/// series.
+fn general_samples(shared: &Shared, now: u64) -> Samples {
+    let reading = Reading {
+        shared,
+        now,
+        counters: shared.counter_snapshot(),
+        store: shared.store.stats(),
+        rusage: rusage_timevals(),
+    };
+    let workers = reading.counters.declared();
+    let mut samples = Samples::new();
+    for field in GENERAL_FIELDS {
+        match field {
+            Field::Worker(name) => {
+                if let Some((metric, value)) = workers.iter().find(|(m, _)| m.name == *name) {
+                    worker_sample(&mut samples, metric, *value);
+                }
+            }
+            Field::Read(metric, read) => match read(&reading) {
+                Some(Value::Count(value)) => samples.count(metric, vec![], value),
+                Some(Value::Text(text)) => samples.shown(metric, vec![], text, None),
+                Some(Value::Seconds((seconds, micros))) => samples.shown(
+                    metric,
+                    vec![],
+                    format!("{seconds}.{micros:06}"),
+                    Some(seconds as f64 + micros as f64 / 1e6),
+                ),
+                Some(Value::Labelled(labels, value)) => samples.count(metric, labels, value),
+                None => {}
+            },
+            Field::Zero(name) => {
+                samples.count(&Metric::gauge(name, ZERO_HELP).stats_only(), vec![], 0)
+            }
+            Field::Dispatch => dispatch_samples(&mut samples, shared),
+        }
+    }
+    samples
+}
+
+/// A worker counter's sample; a priority class's counter is, on `/metrics`, the class's
+/// series of [`SERVER_PRIORITY_REQUESTS`].
+fn worker_sample(samples: &mut Samples, metric: &Metric, value: u64) {
+    let class = metric
+        .name
+        .strip_prefix("priority_class")
+        .and_then(|rest| rest.strip_suffix("_requests"));
+    match class {
+        Some(class) => {
+            samples.count(&metric.stats_only(), vec![], value);
+            samples.count(
+                &SERVER_PRIORITY_REQUESTS,
+                vec![("class", class.to_string())],
+                value,
+            );
+        }
+        None => samples.count(metric, vec![], value),
+    }
+}
+
+/// The dispatch policy's figures ([`DISPATCH_FIGURES`]) in the policy's order and its
+/// per-class latency summaries; without a policy runtime, its name.
+fn dispatch_samples(samples: &mut Samples, shared: &Shared) {
+    let Some(runtime) = shared.dispatch_view() else {
+        let name = shared.config.workers.dispatch.name().to_string();
+        return samples.shown(&DISPATCH, vec![], name, None);
+    };
+    for (name, value) in runtime.stats() {
+        if let Some((_, metric)) = DISPATCH_FIGURES.iter().find(|(figure, _)| *figure == name) {
+            let number = value.parse::<f64>().ok();
+            samples.shown(metric, vec![], value, number);
+        }
+    }
+    for (name, histogram) in runtime.histograms() {
+        let class = match name.as_str() {
+            "small_latency_us" => "small",
+            "large_latency_us" => "large",
+            _ => continue,
+        };
+        samples.distribution(
+            &DISPATCH_REQUEST_LATENCY,
+            vec![("class", class.to_string())],
+            distribution(&histogram),
+        );
+    }
+}
 
 /// `stats settings` pairs: every setting memcached 1.6.18 lists, in its order, with
 /// tailtrim's value (memcached's default where tailtrim has no such mechanism; see
@@ -524,7 +627,12 @@ pub const DEFAULT_HOTKEYS_SHOWN: usize = 20;
 /// Executes a `stats` command.
 pub fn stats_command(args: &[Bytes], ctx: &ExecContext<'_>, out: &mut ReplyBuf) {
     let pairs = match args.first().map(|a| a.as_ref()) {
-        None => general_stats(ctx.shared, ctx.now.0),
+        None => {
+            let mut lines = String::new();
+            general_samples(ctx.shared, ctx.now.0).stats_lines(&mut lines);
+            out.push(lines.as_bytes());
+            return reply::line(out, b"END");
+        }
         Some(b"settings") => settings_stats(ctx.shared),
         Some(b"items") => items_stats(ctx.shared, ctx.now.0),
         Some(b"slabs") => slabs_stats(ctx.shared, ctx.now.0),
@@ -686,51 +794,92 @@ fn encoded_histogram(histogram: &hdrhistogram::Histogram<u64>) -> String {
 }
 
 tailtrim_metrics::metrics! {
-    /// The server's `/metrics` families besides the worker counters
-    /// ([`crate::stats::WORKER_COUNTER_METRICS`]), in page order.
+    /// The declarations of the general `stats` fields and `/metrics` families besides the
+    /// worker counters ([`crate::stats::WORKER_COUNTER_METRICS`]) and memcached's constant
+    /// fields ([`Field::Zero`]).
     pub list SERVER_METRICS;
     /// Constant 1, labelled with the server version and dispatch policy.
-    pub gauge SERVER_INFO = "server_info";
+    pub gauge SERVER_INFO = "server_info", page_only;
+    /// The server's process id.
+    pub gauge PID = "pid", stats_only;
     /// Seconds since the server started.
-    pub gauge SERVER_UPTIME = "server_uptime_seconds";
+    pub gauge UPTIME = "uptime" as "server_uptime_seconds";
+    /// The server's clock, Unix seconds.
+    pub gauge TIME = "time", stats_only;
+    /// The server's version.
+    pub gauge VERSION = "version", stats_only;
+    /// memcached's libevent version: `none` (tailtrim has its own event loop).
+    pub gauge LIBEVENT = "libevent", stats_only;
+    /// Bits of a pointer.
+    pub gauge POINTER_SIZE = "pointer_size", stats_only;
     /// User CPU time of the process, seconds.
-    pub counter PROCESS_CPU_USER = "process_cpu_user_seconds";
+    pub counter RUSAGE_USER = "rusage_user" as "process_cpu_user_seconds";
     /// System CPU time of the process, seconds.
-    pub counter PROCESS_CPU_SYSTEM = "process_cpu_system_seconds";
+    pub counter RUSAGE_SYSTEM = "rusage_system" as "process_cpu_system_seconds";
     /// Simultaneous client connections allowed (-c).
-    pub gauge SERVER_MAX_CONNECTIONS = "server_max_connections";
+    pub gauge MAX_CONNECTIONS = "max_connections" as "server_max_connections";
     /// Open client connections.
-    pub gauge SERVER_CURR_CONNECTIONS = "server_curr_connections";
+    pub gauge CURR_CONNECTIONS = "curr_connections" as "server_curr_connections";
     /// Client connections accepted.
-    pub counter SERVER_CONNECTIONS = "server_connections";
+    pub counter TOTAL_CONNECTIONS = "total_connections" as "server_connections";
     /// Client connections refused past max_connections.
-    pub counter SERVER_REJECTED_CONNECTIONS = "server_rejected_connections";
-    /// Client connections closed by the idle timeout.
-    pub counter SERVER_IDLE_KICKS = "server_idle_kicks";
-    /// Times accepting failed (no descriptor left) and the acceptor backed off.
-    pub counter SERVER_LISTEN_DISABLED = "server_listen_disabled";
-    /// Worker threads (-t).
-    pub gauge SERVER_THREADS = "server_threads";
-    /// mg requests executed, by priority class (p0 the highest).
-    pub counter SERVER_PRIORITY_REQUESTS = "server_priority_requests";
+    pub counter REJECTED_CONNECTIONS = "rejected_connections" as "server_rejected_connections";
+    /// Listeners plus the most client connections open at once.
+    pub gauge CONNECTION_STRUCTURES = "connection_structures", stats_only;
+    /// Lookups that found an expired item.
+    pub counter GET_EXPIRED = "get_expired", stats_only;
+    /// Lookups that found an item invalidated by flush_all.
+    pub counter GET_FLUSHED = "get_flushed", stats_only;
     /// Memory limit for items (-m).
-    pub gauge STORE_LIMIT = "store_limit_bytes";
-    /// Largest item accepted (-I).
-    pub gauge STORE_ITEM_SIZE_MAX = "store_item_size_max_bytes";
+    pub gauge LIMIT_MAXBYTES = "limit_maxbytes" as "store_limit_bytes";
+    /// 1 while the server accepts connections.
+    pub gauge ACCEPTING_CONNS = "accepting_conns", stats_only;
+    /// Times accepting failed (no descriptor left) and the acceptor backed off.
+    pub counter LISTEN_DISABLED_NUM = "listen_disabled_num" as "server_listen_disabled";
+    /// Time spent with accepting backed off, µs.
+    pub counter TIME_IN_LISTEN_DISABLED = "time_in_listen_disabled_us" in Microseconds, stats_only;
+    /// Worker threads (-t).
+    pub gauge THREADS = "threads" as "server_threads";
+    /// The power of two that holds the key index's entries.
+    pub gauge HASH_POWER_LEVEL = "hash_power_level", stats_only;
+    /// Bytes of the key index.
+    pub gauge HASH_BYTES = "hash_bytes", stats_only;
+    /// Expiry crawls started.
+    pub counter LRU_CRAWLER_STARTS = "lru_crawler_starts", stats_only;
+    /// TLS sessions created (with the session cache on).
+    pub counter SSL_NEW_SESSIONS = "ssl_new_sessions", stats_only;
+    /// TLS handshakes that failed.
+    pub counter SSL_HANDSHAKE_ERRORS = "ssl_handshake_errors", stats_only;
+    /// Seconds since the certificate was (re)loaded.
+    pub gauge TIME_SINCE_SERVER_CERT_REFRESH = "time_since_server_cert_refresh", stats_only;
     /// Bytes held by items.
-    pub gauge STORE_BYTES = "store_bytes";
+    pub gauge BYTES = "bytes" as "store_bytes";
     /// Items held, including expired ones not yet reclaimed.
-    pub gauge STORE_CURR_ITEMS = "store_curr_items";
+    pub gauge CURR_ITEMS = "curr_items" as "store_curr_items";
     /// Items ever stored.
-    pub counter STORE_ITEMS = "store_items";
-    /// Live items removed to make room.
-    pub counter STORE_EVICTIONS = "store_evictions";
-    /// Evicted items that were never read.
-    pub counter STORE_EVICTED_UNFETCHED = "store_evicted_unfetched";
+    pub counter TOTAL_ITEMS = "total_items" as "store_items";
     /// Expired or flushed items removed that were never read.
-    pub counter STORE_EXPIRED_UNFETCHED = "store_expired_unfetched";
+    pub counter EXPIRED_UNFETCHED = "expired_unfetched" as "store_expired_unfetched";
+    /// Evicted items that were never read.
+    pub counter EVICTED_UNFETCHED = "evicted_unfetched" as "store_evicted_unfetched";
+    /// Live items removed to make room.
+    pub counter EVICTIONS = "evictions" as "store_evictions";
     /// Expired or flushed items whose memory was reused.
-    pub counter STORE_RECLAIMED = "store_reclaimed";
+    pub counter RECLAIMED = "reclaimed" as "store_reclaimed";
+    /// Expired items the crawler removed.
+    pub counter CRAWLER_RECLAIMED = "crawler_reclaimed", stats_only;
+    /// Items the crawler looked at.
+    pub counter CRAWLER_ITEMS_CHECKED = "crawler_items_checked", stats_only;
+    /// Evictions and reclaims done by the thread that needed the memory (all of them).
+    pub counter DIRECT_RECLAIMS = "direct_reclaims", stats_only;
+    /// Client connections closed by the idle timeout.
+    pub counter IDLE_KICKS = "idle_kicks" as "server_idle_kicks";
+    /// Largest item accepted (-I).
+    pub gauge ITEM_SIZE_MAX = "item_size_max" as "store_item_size_max_bytes";
+    /// mg requests executed, by priority class (p0 the highest).
+    pub counter SERVER_PRIORITY_REQUESTS = "server_priority_requests", page_only;
+    /// The dispatch policy.
+    pub gauge DISPATCH = "dispatch", stats_only;
     /// Workers that read requests (size-aware: the small workers).
     pub gauge DISPATCH_SMALL_WORKERS = "dispatch_small_workers";
     /// Workers that serve only handed-off requests (size-aware: the large workers).
@@ -741,10 +890,18 @@ tailtrim_metrics::metrics! {
     pub counter DISPATCH_HANDOFFS = "dispatch_handoffs";
     /// Connections taken from another worker's epoll.
     pub counter DISPATCH_STEALS = "dispatch_steals";
+    /// Small requests served (their latency is the small class's summary on `/metrics`).
+    pub counter DISPATCH_SMALL_REQUESTS = "dispatch_small_requests", stats_only;
+    /// Large requests served (their latency is the large class's summary on `/metrics`).
+    pub counter DISPATCH_LARGE_REQUESTS = "dispatch_large_requests", stats_only;
+    /// 99th percentile latency of small requests, µs.
+    pub gauge DISPATCH_SMALL_P99 = "dispatch_small_p99_us" in Microseconds, stats_only;
+    /// 99th percentile latency of large requests, µs.
+    pub gauge DISPATCH_LARGE_P99 = "dispatch_large_p99_us" in Microseconds, stats_only;
     /// Size-aware controller epochs run.
-    pub counter DISPATCH_EPOCHS = "dispatch_epochs";
+    pub counter DISPATCH_EPOCHS = "dispatch_epochs", page_only;
     /// Server-side latency from the kernel's receipt of a request to its reply queued, by size class.
-    pub summary DISPATCH_REQUEST_LATENCY = "dispatch_request_latency_us" in Microseconds;
+    pub summary DISPATCH_REQUEST_LATENCY = "dispatch_request_latency_us" in Microseconds, page_only;
 }
 
 /// An HDR histogram in microseconds, read at the summaries' quantiles (the sum is the
@@ -761,111 +918,15 @@ fn distribution(histogram: &hdrhistogram::Histogram<u64>) -> Distribution {
     }
 }
 
-/// Prometheus text exposition (format 0.0.4) of the server: the memcached counters as
-/// `tailtrim_server_<name>_total`, connections, store and dispatch gauges, and the
-/// per-class latency as summaries in seconds, all declared metrics ([`SERVER_METRICS`],
-/// [`crate::stats::WORKER_COUNTER_METRICS`]). `stats` keeps memcached's names; this page
-/// follows Prometheus' rules (see `docs/server.md`, section Metrics).
+/// Prometheus text exposition (format 0.0.4) of the server: the general `stats` fields'
+/// declarations (`GENERAL_FIELDS`) that are shown on the page, as
+/// `tailtrim_<exposed name>` (`_total` for counters), the per-class latency as summaries in
+/// seconds. `stats` keeps memcached's names; this page follows Prometheus' rules (see
+/// `docs/server.md`, section Metrics).
 pub fn prometheus(shared: &Shared, now: u64) -> Result<String, ExpositionError> {
-    let mut samples = Samples::new();
-    samples.count(
-        &SERVER_INFO,
-        vec![
-            ("version", shared.version.clone()),
-            (
-                "dispatch",
-                shared.config.workers.dispatch.name().to_string(),
-            ),
-        ],
-        1,
-    );
-    samples.count(&SERVER_UPTIME, vec![], now.saturating_sub(shared.started));
-    let (user, system) = rusage_seconds();
-    samples.real(&PROCESS_CPU_USER, vec![], user);
-    samples.real(&PROCESS_CPU_SYSTEM, vec![], system);
-    let load = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
-    for (metric, value) in [
-        (
-            &SERVER_MAX_CONNECTIONS,
-            shared.config.server.max_connections as u64,
-        ),
-        (&SERVER_CURR_CONNECTIONS, load(&shared.curr_connections)),
-        (&SERVER_CONNECTIONS, load(&shared.total_connections)),
-        (
-            &SERVER_REJECTED_CONNECTIONS,
-            load(&shared.rejected_connections),
-        ),
-        (&SERVER_IDLE_KICKS, load(&shared.idle_kicks)),
-        (&SERVER_LISTEN_DISABLED, load(&shared.listen_disabled_num)),
-        (&SERVER_THREADS, shared.config.workers.threads as u64),
-    ] {
-        samples.count(metric, vec![], value);
-    }
-    for (metric, value) in shared.counter_snapshot().declared() {
-        match metric
-            .name
-            .strip_prefix("priority_class")
-            .and_then(|rest| rest.strip_suffix("_requests"))
-        {
-            Some(class) => samples.count(
-                &SERVER_PRIORITY_REQUESTS,
-                vec![("class", class.to_string())],
-                value,
-            ),
-            None => samples.count(metric, vec![], value),
-        }
-    }
-    let store = shared.store.stats();
-    for (metric, value) in [
-        (&STORE_LIMIT, store.limit_maxbytes),
-        (&STORE_ITEM_SIZE_MAX, store.item_size_max),
-        (&STORE_BYTES, store.bytes),
-        (&STORE_CURR_ITEMS, store.curr_items),
-        (&STORE_ITEMS, store.total_items),
-        (&STORE_EVICTIONS, store.evictions),
-        (&STORE_EVICTED_UNFETCHED, store.evicted_unfetched),
-        (&STORE_EXPIRED_UNFETCHED, store.expired_unfetched),
-        (&STORE_RECLAIMED, store.reclaimed),
-    ] {
-        samples.count(metric, vec![], value);
-    }
-    if let Some(runtime) = shared.dispatch_view() {
-        dispatch_samples(&mut samples, runtime.as_ref());
-    }
     let mut page = Exposition::new("tailtrim");
-    samples.expose(&mut page);
+    general_samples(shared, now).expose(&mut page);
     page.finish()
-}
-
-/// The dispatch policy's gauges and counters and the per-class latency summaries.
-fn dispatch_samples(samples: &mut Samples, runtime: &dyn crate::shared::DispatchView) {
-    for (name, value) in runtime.stats() {
-        let Ok(value) = value.parse::<f64>() else {
-            continue;
-        };
-        let metric = match name.as_str() {
-            "small_workers" => &DISPATCH_SMALL_WORKERS,
-            "large_workers" => &DISPATCH_LARGE_WORKERS,
-            "threshold_bytes" => &DISPATCH_THRESHOLD,
-            "handoffs" => &DISPATCH_HANDOFFS,
-            "steals" => &DISPATCH_STEALS,
-            "epochs" => &DISPATCH_EPOCHS,
-            _ => continue,
-        };
-        samples.real(metric, vec![], value);
-    }
-    for (name, histogram) in runtime.histograms() {
-        let class = match name.as_str() {
-            "small_latency_us" => "small",
-            "large_latency_us" => "large",
-            _ => continue,
-        };
-        samples.distribution(
-            &DISPATCH_REQUEST_LATENCY,
-            vec![("class", class.to_string())],
-            distribution(&histogram),
-        );
-    }
 }
 
 #[cfg(test)]
@@ -877,5 +938,22 @@ mod metric_tests {
         let mut all = SERVER_METRICS.to_vec();
         all.extend_from_slice(crate::stats::WORKER_COUNTER_METRICS);
         assert_eq!(tailtrim_metrics::declare::check_declarations(&all), Ok(()));
+    }
+
+    #[test]
+    fn every_worker_counter_is_a_general_field_once() {
+        let names = general_stat_names();
+        for metric in crate::stats::WORKER_COUNTER_METRICS {
+            let times = names.iter().filter(|name| **name == metric.name).count();
+            assert_eq!(times, 1, "{} is listed {times} times", metric.name);
+        }
+        let mut distinct = names.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(
+            distinct.len(),
+            names.len(),
+            "a general field is listed twice"
+        );
     }
 }
