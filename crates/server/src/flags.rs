@@ -1,5 +1,13 @@
-//! `tailtrim serve`: the cache server. Flags follow memcached's where the
-//! meaning is the same; a TOML file (`--config`) sets anything, flags win.
+//! The flags of `tailtrim serve` and what they do to a [`ServerConfig`]. Flags follow
+//! memcached's where the meaning is the same; a TOML file (`--config`) sets anything, flags
+//! win. The clap definition lives here, beside the configuration it overrides, so that a
+//! `memcached.conf` line is checked by the same parser and the same rules as the command line.
+//!
+//! ```text
+//!   argv ──expand_memcached_conf──> argv (the file's lines, each checked) ──clap──> ServeArgs
+//!   ServeArgs ──load──> --config file (or defaults) → flags → -o options → validate
+//!                       (warnings of flags accepted without effect to the caller)
+//! ```
 //!
 //! Every flag of `memcached -h` (1.6) is accepted: implemented where tailtrim has the
 //! mechanism, otherwise accepted with a one-line warning that it has no effect here. Flags
@@ -7,12 +15,10 @@
 //! network) stop the server with an error naming the flag instead of running without it.
 //! TLS (`-Z`, `-o ssl_*`, `-l notls:…`) is served as memcached serves it.
 
-use std::process::ExitCode;
-
 use tailtrim_policy::costspec::CostSpec;
-use tailtrim_server::config::{parse_size, DispatchPolicy, ServerConfig};
-use tailtrim_server::logging;
-use tailtrim_server::process::{memcached_conf_lines, tune_allocator};
+
+use crate::config::{parse_size, DispatchPolicy, PriorityOrder, ServerConfig};
+use crate::process::memcached_conf_lines;
 
 /// Arguments of `tailtrim serve`.
 #[derive(clap::Args, Debug)]
@@ -20,7 +26,7 @@ use tailtrim_server::process::{memcached_conf_lines, tune_allocator};
     about = "Run the memcached-compatible cache server",
     args_override_self = true
 )]
-pub struct Args {
+pub struct ServeArgs {
     /// Read memcached flags from a Debian-style `/etc/memcached.conf` (one flag per line,
     /// `#` comments, `logfile PATH`); flags given after it on the command line win.
     #[arg(long, value_name = "FILE")]
@@ -55,7 +61,7 @@ pub struct Args {
     config: Option<std::path::PathBuf>,
     /// Print the effective configuration as TOML and exit.
     #[arg(long)]
-    print_config: bool,
+    pub print_config: bool,
     /// TCP port to listen on (default 11211; 0 picks a free port).
     #[arg(short = 'p', long = "port")]
     port: Option<u16>,
@@ -84,10 +90,10 @@ pub struct Args {
     verbose: u8,
     /// Print the version and exit (memcached's `-V`).
     #[arg(short = 'V', long = "version")]
-    print_version: bool,
+    pub print_version: bool,
     /// Print the license and exit (memcached's `-i`).
     #[arg(short = 'i', long = "license")]
-    print_license: bool,
+    pub print_license: bool,
     /// Enable the ASCII `shutdown` command (memcached's `-A`).
     #[arg(short = 'A', long = "enable-shutdown")]
     enable_shutdown: bool,
@@ -171,7 +177,7 @@ pub struct Args {
     /// (Rein as published: a class runs only when no higher one waits) or drr (deficit round
     /// robin, weights 5..1). Default strict.
     #[arg(long, value_name = "ORDER")]
-    priority_order: Option<tailtrim_server::config::PriorityOrder>,
+    priority_order: Option<PriorityOrder>,
     /// size-aware: fixed size threshold in bytes instead of the learned one.
     #[arg(long, value_name = "BYTES")]
     size_threshold: Option<String>,
@@ -217,9 +223,10 @@ fn dispatch_parser() -> impl clap::builder::TypedValueParser<Value = DispatchPol
         .try_map(|name| name.parse::<DispatchPolicy>())
 }
 
-/// The effective configuration: the `--config` file (or the defaults), then the flags; the
-/// warnings of flags accepted without effect are printed.
-fn load(args: &Args) -> Result<ServerConfig, String> {
+/// The effective configuration: the `--config` file (or the defaults), then the flags,
+/// validated. Each warning of a flag accepted without effect goes to `warn` before the
+/// configuration is validated.
+pub fn load(args: &ServeArgs, warn: &mut dyn FnMut(String)) -> Result<ServerConfig, String> {
     let mut config = match &args.config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -229,14 +236,14 @@ fn load(args: &Args) -> Result<ServerConfig, String> {
         None => ServerConfig::default(),
     };
     for warning in apply_flags(args, &mut config)? {
-        eprintln!("tailtrim: warning: {warning}");
+        warn(warning);
     }
     config.validate()?;
     Ok(config)
 }
 
 /// Refuses the flags that ask for protection tailtrim does not have.
-fn refuse_unprotected(args: &Args) -> Result<(), String> {
+fn refuse_unprotected(args: &ServeArgs) -> Result<(), String> {
     if args.enable_sasl {
         return Err(
             "SASL is not supported: -S/--enable-sasl (for ASCII authentication \
@@ -271,7 +278,7 @@ fn refuse_unprotected(args: &Args) -> Result<(), String> {
 }
 
 /// One line each for the memcached flags given that have no effect in tailtrim.
-fn no_effect_warnings(args: &Args) -> Vec<String> {
+fn no_effect_warnings(args: &ServeArgs) -> Vec<String> {
     let ignored = |flag: &str, why: &str| format!("{flag}: no effect in tailtrim ({why})");
     let mut warnings = Vec::new();
     if args.protocol.as_deref() == Some("auto") {
@@ -312,7 +319,7 @@ fn no_effect_warnings(args: &Args) -> Vec<String> {
 
 /// Applies the flags of `args` to `config` (not validated) and returns the warnings of the
 /// flags accepted without effect.
-fn apply_flags(args: &Args, config: &mut ServerConfig) -> Result<Vec<String>, String> {
+fn apply_flags(args: &ServeArgs, config: &mut ServerConfig) -> Result<Vec<String>, String> {
     refuse_unprotected(args)?;
     let mut warnings = no_effect_warnings(args);
     if let Some(port) = args.port {
@@ -362,7 +369,7 @@ fn apply_flags(args: &Args, config: &mut ServerConfig) -> Result<Vec<String>, St
         config.server.admin_listen = address.clone();
     }
     if let Some(list) = &args.pin_cpus {
-        config.workers.pin_cpus = tailtrim_server::affinity::parse_cpu_list(list)?;
+        config.workers.pin_cpus = crate::affinity::parse_cpu_list(list)?;
     }
     if let Some(policy) = args.dispatch {
         config.workers.dispatch = policy;
@@ -432,7 +439,7 @@ fn apply_flags(args: &Args, config: &mut ServerConfig) -> Result<Vec<String>, St
     Ok(warnings)
 }
 
-fn apply_process_flags(args: &Args, config: &mut ServerConfig) {
+fn apply_process_flags(args: &ServeArgs, config: &mut ServerConfig) {
     let process = &mut config.process;
     process.daemonize |= args.daemon;
     process.lock_memory |= args.lock_memory;
@@ -458,7 +465,7 @@ fn check_conf_line(flags: &[String]) -> Result<(), String> {
     #[command(name = "serve", no_binary_name = true)]
     struct Line {
         #[command(flatten)]
-        args: Args,
+        args: ServeArgs,
     }
     let first = flags.first().map_or("", String::as_str);
     let line = <Line as clap::Parser>::try_parse_from(flags).map_err(|error| {
@@ -511,45 +518,6 @@ pub fn expand_memcached_conf(argv: Vec<String>) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
-/// Runs `tailtrim serve`.
-pub fn run(args: Args) -> Result<ExitCode, String> {
-    if args.print_version {
-        println!("tailtrim {}", tailtrim_lab::meta::VERSION);
-        return Ok(ExitCode::SUCCESS);
-    }
-    if args.print_license {
-        println!(
-            "tailtrim is licensed under {} (see the repository's license files).",
-            env!("CARGO_PKG_LICENSE")
-        );
-        return Ok(ExitCode::SUCCESS);
-    }
-    let config = load(&args)?;
-    if args.print_config {
-        print!("{}", config.to_toml());
-        return Ok(ExitCode::SUCCESS);
-    }
-    let (_pid_file, warnings) = tailtrim_server::process::prepare(&config.process)?;
-    // After `prepare`: stderr is the log file by now, when one is set.
-    let _ = logging::init(logging::level_of(config.server.verbose));
-    for warning in warnings {
-        tracing::warn!("tailtrim: {warning}");
-    }
-    tune_allocator();
-    let (service, network) = (
-        config.emulation.service_spec()?,
-        config.emulation.network_spec()?,
-    );
-    if !service.is_zero() || !network.is_zero() {
-        tracing::warn!(
-            "tailtrim: EXPERIMENTAL emulated time on (service {service}, network {network}): \
-             latencies are emulated, not this machine's"
-        );
-    }
-    tailtrim_server::run_until_signal(config).map_err(|e| e.to_string())?;
-    Ok(ExitCode::SUCCESS)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -558,7 +526,12 @@ mod tests {
     #[derive(Parser)]
     struct Cli {
         #[command(flatten)]
-        args: Args,
+        args: ServeArgs,
+    }
+
+    /// The configuration `args` give; the warnings of flags without effect are dropped.
+    fn load_quietly(args: &ServeArgs) -> Result<ServerConfig, String> {
+        load(args, &mut |_| {})
     }
 
     /// Debian's `/etc/memcached.conf`, verbatim, maps to memcached's flags and every one of
@@ -578,7 +551,7 @@ mod tests {
         );
         let argv = std::iter::once("serve".to_string()).chain(flags);
         let cli = Cli::try_parse_from(argv).expect("every flag is accepted");
-        let config = load(&cli.args).expect("valid configuration");
+        let config = load_quietly(&cli.args).expect("valid configuration");
         let process = &config.process;
         assert!(process.daemonize);
         assert_eq!(process.user, "memcache");
@@ -609,7 +582,7 @@ mod tests {
             "2",
         ];
         let cli = Cli::try_parse_from(argv).expect("accepted");
-        let config = load(&cli.args).expect("valid");
+        let config = load_quietly(&cli.args).expect("valid");
         assert!(!config.storage.evict_to_free);
         assert!(config.process.lock_memory && config.process.max_core_file);
         assert_eq!(config.storage.crawl_interval_ms, 0);
@@ -621,7 +594,7 @@ mod tests {
     fn emulation_flags_are_checked_and_override_the_file() {
         let parse = |argv: &[&str]| {
             let cli = Cli::try_parse_from(argv).expect("accepted by clap");
-            load(&cli.args)
+            load_quietly(&cli.args)
         };
         let config = parse(&["serve", "--emulate-service", "const=2ms,dist=exp"]).expect("valid");
         assert_eq!(config.emulation.service, "const=2ms,dist=exp");
