@@ -1,17 +1,23 @@
-//! `tailtrim proxy`: a memcached-protocol proxy over a pool of backends.
+//! The flags of `tailtrim proxy` and the effective configuration they give: `--config FILE`
+//! (TOML, see `config/proxy.example.toml`) or `--twemproxy FILE.yml`, else the defaults, then
+//! the flags override it. The clap definition lives here, beside the configuration sections
+//! it overrides (`[proxy]`, `[pool]`, `[tls]`).
 //!
-//! Configuration comes from `--config FILE` (TOML, see `config/proxy.example.toml`), then the
-//! flags below override it; `--print-config` prints the effective configuration and exits.
+//! ```text
+//!   ProxyArgs ──effective_config──> file (TOML | twemproxy YAML | defaults)
+//!                                   → flags → admin token (flag, else environment)
+//!                                   → -o ssl_* → ProxyConfig (warnings to the caller)
+//! ```
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 
-use tailtrim_proxy::ProxyConfig;
-use tailtrim_server::config::parse_size;
+use tailtrim_proto::size::parse_size;
+
+use crate::ProxyConfig;
 
 /// Arguments of `tailtrim proxy`.
 #[derive(clap::Args, Debug)]
-pub struct Args {
+pub struct ProxyArgs {
     /// TOML configuration file (sections `[proxy]` and `[pool]`). `-c` is the configuration
     /// file as in nutcracker (twemproxy); in `tailtrim serve` and memcached, `-c` is the
     /// connection limit, here `--conn-limit`.
@@ -97,6 +103,11 @@ pub struct Args {
     /// (0: no bound; default 2 for rein-sbf/rein-sds, else no bound).
     #[arg(long = "backend-window")]
     pub backend_window: Option<usize>,
+    /// Order in which requests waiting for a backend's window are served: strict (strict
+    /// priority by class) or drr (deficit round robin over the classes). Overrides `[pool]
+    /// priority_order`; default: the planner's own.
+    #[arg(long = "priority-order", value_name = "ORDER", value_parser = ["strict", "drr"])]
+    pub priority_order: Option<String>,
     /// Backend request timeout in milliseconds.
     #[arg(long = "timeout-ms")]
     pub timeout_ms: Option<u64>,
@@ -140,18 +151,22 @@ pub struct Args {
 pub const ADMIN_TOKEN_VARIABLE: &str = "TAILTRIM_ADMIN_TOKEN";
 
 /// Builds the effective configuration: file (or defaults), then flags (the admin token from
-/// `--admin-token-file`, else from the environment).
-fn effective_config(args: &Args) -> Result<ProxyConfig, String> {
+/// `--admin-token-file`, else from the environment). Warnings (keys of a twemproxy file
+/// mapped with a caveat, TLS options) go to `warn`.
+pub fn effective_config(
+    args: &ProxyArgs,
+    warn: &mut dyn FnMut(String),
+) -> Result<ProxyConfig, String> {
     let mut config = match (&args.config, &args.twemproxy) {
         (Some(path), _) => ProxyConfig::from_file(path).map_err(|error| error.to_string())?,
         (None, Some(path)) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
             let (config, warnings) =
-                tailtrim_proxy::twemproxy::from_yaml(&text, args.twemproxy_pool.as_deref())
+                crate::twemproxy::from_yaml(&text, args.twemproxy_pool.as_deref())
                     .map_err(|error| format!("{}: {error}", path.display()))?;
             for warning in warnings {
-                eprintln!("tailtrim: warning: {warning}");
+                warn(warning);
             }
             config
         }
@@ -196,9 +211,7 @@ fn effective_config(args: &Args) -> Result<ProxyConfig, String> {
                 .map_err(|error| format!("-o {item}: {error}"))?
             {
                 tailtrim_tls::Applied::Taken => {}
-                tailtrim_tls::Applied::TakenWithWarning(warning) => {
-                    eprintln!("tailtrim: warning: {warning}");
-                }
+                tailtrim_tls::Applied::TakenWithWarning(warning) => warn(warning),
                 tailtrim_tls::Applied::NotTls => {
                     return Err(format!(
                         "-o {item}: the proxy takes memcached's ssl_* options only"
@@ -256,6 +269,9 @@ fn effective_config(args: &Args) -> Result<ProxyConfig, String> {
     if let Some(window) = args.backend_window {
         config.pool.backend_window = Some(window);
     }
+    if let Some(order) = &args.priority_order {
+        config.pool.priority_order = Some(order.clone());
+    }
     if let Some(timeout) = args.timeout_ms {
         config.pool.timeout_ms = timeout;
     }
@@ -271,37 +287,77 @@ fn effective_config(args: &Args) -> Result<ProxyConfig, String> {
     Ok(config)
 }
 
-/// Runs `tailtrim proxy`.
-pub fn run(args: Args) -> Result<ExitCode, String> {
-    let config = effective_config(&args)?;
-    if args.print_config {
-        print!("{}", config.to_toml().map_err(|error| error.to_string())?);
-        return Ok(ExitCode::SUCCESS);
-    }
-    let hooks = log_hooks(&args)?;
-    tailtrim_proxy::run_blocking(&config, args.config.as_deref(), hooks)
-        .map_err(|error| error.to_string())?;
-    Ok(ExitCode::SUCCESS)
-}
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use tailtrim_policy::serverq::Discipline;
 
-/// Points stderr at `--log-file`, installs the log subscriber (INFO, one step more per `-v`)
-/// and hands the proxy what its signals need to reopen the file and step the level.
-fn log_hooks(args: &Args) -> Result<tailtrim_proxy::LogHooks, String> {
-    use tailtrim_server::logging;
-    if let Some(path) = &args.log_file {
-        tailtrim_server::process::reopen_log_file(path)?;
+    use super::{effective_config, ProxyArgs};
+    use crate::ProxyConfig;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ProxyArgs,
     }
-    let mut hooks = tailtrim_proxy::LogHooks::default();
-    if let Some(level) = logging::init(logging::level_of(args.verbose.saturating_add(1))) {
-        hooks.step_level = Some(Box::new(move |up| {
-            let level = if up { level.raise() } else { level.lower() };
-            level.to_string()
-        }));
+
+    fn parse(argv: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("proxy").chain(argv.iter().copied()))
     }
-    if let Some(path) = args.log_file.clone() {
-        hooks.reopen_log = Some(Box::new(move || {
-            tailtrim_server::process::reopen_log_file(&path)
-        }));
+
+    fn config(argv: &[&str]) -> Result<ProxyConfig, String> {
+        let cli = parse(argv).map_err(|error| error.to_string())?;
+        effective_config(&cli.args, &mut |_| {})
     }
-    Ok(hooks)
+
+    /// `--priority-order` overrides `[pool] priority_order` and reaches the pool's discipline.
+    #[test]
+    fn priority_order_flag_overrides_the_pool_key() {
+        let directory =
+            std::env::temp_dir().join(format!("tailtrim-effective-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).expect("temporary directory");
+        let file = directory.join("proxy.toml");
+        std::fs::write(&file, "[pool]\npriority_order = \"strict\"\n").expect("config file");
+        let file = file.to_string_lossy().to_string();
+        let from_file = config(&["-c", &file]).expect("valid");
+        let overridden =
+            config(&["-c", &file, "-s", "127.0.0.1:1", "--priority-order", "drr"]).expect("valid");
+        let _ = std::fs::remove_dir_all(&directory);
+        assert_eq!(from_file.pool.priority_order.as_deref(), Some("strict"));
+        assert_eq!(overridden.pool.priority_order.as_deref(), Some("drr"));
+        let pool = overridden.pool_config().expect("pool");
+        assert_eq!(pool.priority_order, Some(Discipline::Drr));
+        assert_eq!(config(&[]).expect("valid").pool.priority_order, None);
+        assert!(parse(&["--priority-order", "fair"]).is_err());
+    }
+
+    #[test]
+    fn flags_override_the_defaults() {
+        let config = config(&[
+            "-l",
+            "127.0.0.1:1",
+            "--admin",
+            "off",
+            "-s",
+            "127.0.0.1:2, 127.0.0.1:3",
+            "-I",
+            "2m",
+            "--backend-window",
+            "0",
+        ])
+        .expect("valid");
+        assert_eq!(config.proxy.listen, "127.0.0.1:1");
+        assert!(config.proxy.admin_listen.is_empty());
+        assert_eq!(config.pool.servers, ["127.0.0.1:2", "127.0.0.1:3"]);
+        assert_eq!(config.proxy.item_size_max, 2 * 1024 * 1024);
+        assert_eq!(config.pool.backend_window, Some(0));
+    }
+
+    #[test]
+    fn bad_values_name_their_flag() {
+        let error = config(&["-I", "lots"]).unwrap_err();
+        assert!(error.starts_with("-I: invalid size"), "{error}");
+        let error = config(&["-o", "idle_timeout=5"]).unwrap_err();
+        assert!(error.contains("ssl_* options only"), "{error}");
+    }
 }
