@@ -50,6 +50,8 @@ pub mod report {
     pub mod model;
     pub mod model_run;
     pub mod sim;
+    pub mod sim_cluster;
+    pub mod sim_run;
 }
 pub mod results;
 pub mod stats;
