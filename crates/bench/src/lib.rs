@@ -50,6 +50,7 @@ pub mod class;
 pub mod dist;
 pub mod engine;
 pub mod floor;
+pub mod from_args;
 pub mod op;
 pub mod preload;
 pub mod replay;

@@ -1,4 +1,4 @@
-//! `tailtrim bench`: flags -> [`tailtrim_bench`] (preload, run or sweep),
+//! `tailtrim bench`: flags ([`tailtrim_bench::from_args`]) -> [`tailtrim_bench`] (preload, run or sweep),
 //! then a table on stdout, optional JSON and plots, and a progress bar on a TTY. The output
 //! paths (`--json`, `--plot`) are opened before any load is sent, so a bad one fails at once.
 
@@ -6,15 +6,10 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use tailtrim_bench::cacheaside::parse_duration;
-use tailtrim_bench::workload::{etc_arrival, Arrival, Popularity};
-use tailtrim_bench::{
-    parse_rates, preload, run_cache_aside, sweep, CacheAsideConfig, NullServer, RunConfig,
-    ScheduledEvent, Transport, WorkloadOverrides, WorkloadSpec,
-};
+use tailtrim_bench::from_args::BenchArgs;
+use tailtrim_bench::{parse_rates, preload, run_cache_aside, sweep, NullServer, WorkloadSpec};
 use tailtrim_lab::figures::{plot_cache_aside, plot_run, plot_sweep};
 use tailtrim_lab::report::bench::{cache_aside_json, run_json, sweep_json};
 
@@ -26,215 +21,7 @@ use tailtrim_lab::report::bench::{cache_aside_json, run_json, sweep_json};
 )]
 pub struct Args {
     #[command(flatten)]
-    flags: Box<Flags>,
-}
-
-/// The flags behind [`Args`] (boxed to keep the subcommand enum small).
-#[derive(clap::Args, Debug)]
-struct Flags {
-    /// Server to load, host:port.
-    #[arg(short = 's', long, default_value = "127.0.0.1:11211")]
-    server: String,
-    /// Use UDP (memcached's 8-byte frame header) instead of TCP.
-    #[arg(long)]
-    udp: bool,
-    /// Built-in workload.
-    #[arg(short = 'w', long, default_value = "etc")]
-    workload: String,
-    /// Workload TOML file (overrides --workload).
-    #[arg(long, value_name = "PATH")]
-    workload_file: Option<PathBuf>,
-    /// Print the resolved workload as TOML and exit.
-    #[arg(long)]
-    print_workload: bool,
-    /// Target rate in requests per second.
-    #[arg(short = 'r', long, default_value_t = 10_000.0)]
-    rate: f64,
-    /// Sweep: `a,b,c` or `start:end:step` (overrides --rate).
-    #[arg(long, value_name = "LIST")]
-    rates: Option<String>,
-    /// Measured seconds per run.
-    #[arg(short = 'd', long, default_value_t = 10.0)]
-    duration: f64,
-    /// Warm-up seconds before each measured window.
-    #[arg(long, default_value_t = 1.0)]
-    warmup: f64,
-    /// Connections (UDP sockets with --udp).
-    #[arg(short = 'c', long, default_value_t = tailtrim_bench::engine::DEFAULT_CONNECTIONS)]
-    connections: usize,
-    /// I/O threads (each runs rate/threads of the schedule).
-    #[arg(short = 't', long, default_value_t = 1)]
-    threads: usize,
-    /// Requests in flight per connection before queueing client-side.
-    #[arg(long, default_value_t = tailtrim_bench::engine::DEFAULT_MAX_IN_FLIGHT)]
-    max_in_flight: usize,
-    /// Closed loop (YCSB's model) with N clients instead of the open-loop schedule: each
-    /// client is a connection with one request outstanding that sends its next request
-    /// `--think-time` after the reply (`--rate`, `-c` and `--max-in-flight` do not apply).
-    #[arg(long, value_name = "N", conflicts_with_all = ["rates", "udp", "cache_aside"])]
-    closed_loop: Option<usize>,
-    /// Closed loop: time between a reply and the client's next request, e.g. 500us, 2ms.
-    #[arg(long, value_name = "DURATION", requires = "closed_loop")]
-    think_time: Option<String>,
-    /// Busy-poll margin before each send time, in microseconds (0: sleep on
-    /// the timerfd until the send time; spinning costs CPU the server shares).
-    #[arg(long, default_value_t = 0)]
-    spin_us: u64,
-    /// Time allowed for outstanding replies after the schedule, in milliseconds.
-    #[arg(long, default_value_t = 2000)]
-    drain_ms: u64,
-    /// UDP loss timeout in milliseconds.
-    #[arg(long, default_value_t = 500)]
-    udp_timeout_ms: u64,
-    /// Seed of the schedule and key choices.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Skip the preload phase.
-    #[arg(long)]
-    no_preload: bool,
-    /// Only preload, no measured run.
-    #[arg(long)]
-    preload_only: bool,
-    /// Where to preload over TCP (default: --server; set it when --udp
-    /// targets a UDP port that has no TCP listener).
-    #[arg(long, value_name = "HOST:PORT")]
-    preload_server: Option<String>,
-    /// Connections used by the preload.
-    #[arg(long, default_value_t = 4)]
-    preload_connections: usize,
-    /// Before the run, apply the same load to a built-in null server (END /
-    /// STORED, no storage) and report it as `floor`: the bench's own path.
-    #[arg(long)]
-    floor: bool,
-    /// Write the results as JSON.
-    #[arg(long, value_name = "PATH")]
-    json: Option<PathBuf>,
-    /// Do not run: read a JSON written by --json (one run or a sweep) and
-    /// redraw its plots into --plot DIR.
-    #[arg(long, value_name = "PATH", requires = "plot")]
-    from_json: Option<PathBuf>,
-    /// Write SVG and PNG plots into this directory.
-    #[arg(long, value_name = "DIR")]
-    plot: Option<PathBuf>,
-    /// No progress bar, no table.
-    #[arg(short = 'q', long)]
-    quiet: bool,
-    /// Keys in the main pool.
-    #[arg(long)]
-    keys: Option<u64>,
-    /// Key popularity: uniform, zipf (0.99) or zipf:S.
-    #[arg(long)]
-    popularity: Option<String>,
-    /// Arrival process: poisson or etc (generalized Pareto of the ETC trace).
-    #[arg(long)]
-    arrival: Option<String>,
-    /// Share of keys drawn from the large pool (minos, tailx-large).
-    #[arg(long)]
-    large_share: Option<f64>,
-    /// Keys in the large pool.
-    #[arg(long)]
-    large_keys: Option<u64>,
-    /// Multiplier on large value sizes (e.g. 0.5 for 1 MB instead of 2 MB items).
-    #[arg(long)]
-    large_scale: Option<f64>,
-    /// Keys per mice multiget.
-    #[arg(long)]
-    mice_keys: Option<u32>,
-    /// Keys per elephant multiget.
-    #[arg(long)]
-    elephant_keys: Option<u32>,
-    /// Mice requests per elephant (e.g. 9 or 5).
-    #[arg(long)]
-    mice_per_elephant: Option<f64>,
-    /// Fixed key size of the main pool.
-    #[arg(long)]
-    key_size: Option<u32>,
-    /// Fixed value size of the main pool.
-    #[arg(long)]
-    value_size: Option<u32>,
-    /// Share of SETs in the mix.
-    #[arg(long)]
-    set_share: Option<f64>,
-    /// Values above this many bytes make a request `large`.
-    #[arg(long)]
-    large_threshold: Option<u64>,
-    /// Requests with at least this many keys are `elephant`.
-    #[arg(long)]
-    elephant_min_keys: Option<u32>,
-    /// Cache-aside load: on a miss, wait for a simulated database (`--db-latency`) and add
-    /// the value; SETs are database writes followed by a cache set. Every value read is
-    /// checked against the database (key and version). Worker threads, one connection each.
-    #[arg(long)]
-    cache_aside: bool,
-    /// Simulated database latency per read or write (cache-aside), e.g. 8ms.
-    #[arg(long, default_value = "8ms", value_name = "DURATION")]
-    db_latency: String,
-    /// The proxy's admin listener (HOST:PORT), needed by `--at`.
-    #[arg(long, value_name = "ADDR")]
-    admin: Option<String>,
-    /// A membership change during the measured window (cache-aside), repeatable:
-    /// `60s:add=HOST:PORT[,warmup=MODE][,share=F]` or `90s:remove=HOST:PORT[,warmup=drain]`.
-    #[arg(long = "at", value_name = "EVENT")]
-    at: Vec<String>,
-    /// Cache-aside worker threads (requests in progress at most).
-    #[arg(long, default_value_t = tailtrim_bench::cacheaside::DEFAULT_WORKERS)]
-    workers: usize,
-    /// Requests per window of the cache-aside per-request series.
-    #[arg(long, default_value_t = tailtrim_bench::cacheaside::DEFAULT_WINDOW_REQUESTS)]
-    window_requests: usize,
-    /// Cache-aside: before the run, write every key at version 0, coldest first.
-    #[arg(long)]
-    prefill: bool,
-    /// Cache-aside: the version every key starts at (runs back to back against one cache give
-    /// each run a base above the versions earlier runs wrote; see scripts/soak.sh).
-    #[arg(long, default_value_t = 0)]
-    first_version: u32,
-}
-
-fn workload_from(args: &Flags) -> Result<WorkloadSpec, String> {
-    let mut spec = match &args.workload_file {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|error| format!("reading {}: {error}", path.display()))?;
-            WorkloadSpec::from_toml(&text).map_err(|error| error.to_string())?
-        }
-        None => WorkloadSpec::preset(&args.workload).map_err(|error| error.to_string())?,
-    };
-    let popularity = args
-        .popularity
-        .as_deref()
-        .map(str::parse::<Popularity>)
-        .transpose()
-        .map_err(|error| error.to_string())?;
-    let arrival = match args.arrival.as_deref() {
-        None => None,
-        Some("poisson") => Some(Arrival::Poisson),
-        Some("etc") | Some("gpd") => Some(etc_arrival()),
-        Some(other) => return Err(format!("--arrival must be poisson or etc, got {other:?}")),
-    };
-    spec.apply(&WorkloadOverrides {
-        keys: args.keys,
-        popularity,
-        large_share: args.large_share,
-        large_keys: args.large_keys,
-        large_scale: args.large_scale,
-        mice_keys: args.mice_keys,
-        elephant_keys: args.elephant_keys,
-        mice_per_elephant: args.mice_per_elephant,
-        key_size: args.key_size,
-        value_size: args.value_size,
-        set_share: args.set_share,
-        arrival,
-        large_threshold_bytes: args.large_threshold,
-        elephant_min_keys: args.elephant_min_keys,
-    })
-    .map_err(|error| error.to_string())?;
-    Ok(spec)
-}
-
-fn seconds(value: f64, name: &str) -> Result<Duration, String> {
-    Duration::try_from_secs_f64(value)
-        .map_err(|_| format!("--{name} must be a non-negative number"))
+    flags: Box<BenchArgs>,
 }
 
 fn progress_bar(enabled: bool, length: u64, label: &str) -> Option<ProgressBar> {
@@ -314,7 +101,7 @@ fn check_plot_directory(directory: &std::path::Path) -> Result<(), String> {
 }
 
 /// Opens every output the run will write (`--json`, `--plot`) before any load is sent.
-fn open_outputs(args: &Flags) -> Result<Option<OutputFile>, String> {
+fn open_outputs(args: &BenchArgs) -> Result<Option<OutputFile>, String> {
     if let Some(directory) = &args.plot {
         check_plot_directory(directory)?;
     }
@@ -327,7 +114,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     if let (Some(path), Some(directory)) = (&args.from_json, &args.plot) {
         return replot(path, directory);
     }
-    let spec = workload_from(&args)?;
+    let spec = args.workload()?;
     if args.print_workload {
         print!("{}", spec.to_toml().map_err(|error| error.to_string())?);
         return Ok(ExitCode::SUCCESS);
@@ -338,31 +125,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     if args.cache_aside {
         return cache_aside(&args, &workload, interactive, json_output);
     }
-    let mut config = RunConfig::new(&args.server, args.rate, seconds(args.duration, "duration")?);
-    config.transport = if args.udp {
-        Transport::Udp
-    } else {
-        Transport::Tcp
-    };
-    config.warmup = seconds(args.warmup, "warmup")?;
-    config.connections = args.connections;
-    config.threads = args.threads;
-    config.max_in_flight = args.max_in_flight;
-    config.spin = Duration::from_micros(args.spin_us);
-    config.drain = Duration::from_millis(args.drain_ms);
-    config.udp_timeout = Duration::from_millis(args.udp_timeout_ms);
-    config.seed = args.seed;
-    if let Some(clients) = args.closed_loop {
-        let think_time = args
-            .think_time
-            .as_deref()
-            .map(tailtrim_bench::cacheaside::parse_duration)
-            .transpose()
-            .map_err(|error| format!("--think-time: {error}"))?
-            .unwrap_or_default();
-        config.connections = clients;
-        config.closed_loop = Some(tailtrim_bench::ClosedLoop { think_time });
-    }
+    let config = args.run_config()?;
 
     if !args.no_preload {
         let total = workload.total_keys();
@@ -501,27 +264,12 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
 
 /// `tailtrim bench --cache-aside`.
 fn cache_aside(
-    args: &Flags,
+    args: &BenchArgs,
     workload: &Arc<WorkloadSpec>,
     interactive: bool,
     json_output: Option<OutputFile>,
 ) -> Result<ExitCode, String> {
-    let mut config =
-        CacheAsideConfig::new(&args.server, args.rate, seconds(args.duration, "duration")?);
-    config.warmup = seconds(args.warmup, "warmup")?;
-    config.db_latency = parse_duration(&args.db_latency).map_err(|error| error.to_string())?;
-    config.admin = args.admin.clone();
-    config.events = args
-        .at
-        .iter()
-        .map(|text| text.parse::<ScheduledEvent>())
-        .collect::<Result<_, _>>()
-        .map_err(|error| error.to_string())?;
-    config.workers = args.workers;
-    config.window_requests = args.window_requests;
-    config.prefill = args.prefill;
-    config.first_version = args.first_version;
-    config.seed = args.seed;
+    let config = args.cache_aside_config()?;
     let total_ms = (config.warmup + config.duration).as_millis() as u64;
     let bar = progress_bar(
         interactive,

@@ -7,21 +7,21 @@
 //!   cluster remove NODE [TIER.toml] [--warmup drain|cold]
 //! ```
 //!
-//! `status`, `add` and `remove` find the tier in its run directory's state file (written by
-//! `up`); without one they use the addresses the tier file gives (a tier deployed on other
-//! machines), or `--proxy`/`--admin`.
+//! `status`, `add` and `remove` find the tier with [`tailtrim_tier::locate::Locate`] (the run
+//! directory's state file written by `up`, else the tier file's addresses, or
+//! `--proxy`/`--admin`); the add/remove flow is [`tailtrim_tier::membership`].
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use tailtrim_tier::config::{TierPlan, DEFAULT_RUN_DIR};
-use tailtrim_tier::state::Role;
-use tailtrim_tier::status::{sample, targets_from_plan, targets_from_state, Target};
+use tailtrim_tier::locate::Locate;
+use tailtrim_tier::membership::{admin_token, proxies_to_change, summary};
+use tailtrim_tier::status::sample;
 use tailtrim_tier::up::{request_start_server, stop_on_signals, up, UpOptions};
-use tailtrim_tier::{admin, PortChoice, TierConfig, TierState};
+use tailtrim_tier::{admin, PortChoice, TierConfig};
 
 /// Arguments of `tailtrim cluster`.
 #[derive(Parser)]
@@ -55,22 +55,6 @@ struct UpArgs {
     /// Run directory (default: the file's `[tier] run_dir`).
     #[arg(long, value_name = "DIR")]
     run_dir: Option<PathBuf>,
-}
-
-/// Where `status`, `add` and `remove` find the tier.
-#[derive(clap::Args)]
-struct Locate {
-    /// The tier file; its run directory's state file gives the running addresses.
-    tier: Option<PathBuf>,
-    /// Run directory of the tier (default: the tier file's, else `tier-run`).
-    #[arg(long, value_name = "DIR")]
-    run_dir: Option<PathBuf>,
-    /// A proxy's client address, instead of a tier (its backends are listed from its stats).
-    #[arg(long, value_name = "ADDR")]
-    proxy: Option<String>,
-    /// A proxy's admin address (with --proxy for status; alone for add/remove).
-    #[arg(long, value_name = "ADDR")]
-    admin: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -143,66 +127,6 @@ fn run_up(args: UpArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The tier file (when given) and the run directory to look in.
-fn locate(locate: &Locate) -> Result<(Option<TierConfig>, PathBuf), String> {
-    let config = match &locate.tier {
-        Some(path) => Some(TierConfig::read(path).map_err(|error| error.to_string())?),
-        None => None,
-    };
-    let run_dir = locate.run_dir.clone().unwrap_or_else(|| {
-        PathBuf::from(
-            config
-                .as_ref()
-                .map_or(DEFAULT_RUN_DIR, |config| config.tier.run_dir.as_str()),
-        )
-    });
-    Ok((config, run_dir))
-}
-
-/// The running tier's state, if `run_dir` holds one.
-fn running_state(run_dir: &Path) -> Option<TierState> {
-    TierState::read_running(run_dir).ok()
-}
-
-/// The tier file's nodes at the addresses it gives.
-fn written_plan(config: &TierConfig) -> Result<TierPlan, String> {
-    config
-        .plan(PortChoice::AsWritten, || {
-            Err(tailtrim_tier::TierError::Config(
-                "no free ports here".into(),
-            ))
-        })
-        .map_err(|error| error.to_string())
-}
-
-fn status_targets(locate_args: &Locate) -> Result<(String, Vec<Target>), String> {
-    if let Some(proxy) = &locate_args.proxy {
-        let target = Target {
-            role: Role::Proxy,
-            name: proxy.clone(),
-            address: proxy.clone(),
-            admin: locate_args.admin.clone(),
-            pid: None,
-            exited: None,
-        };
-        return Ok((String::new(), vec![target]));
-    }
-    let (config, run_dir) = locate(locate_args)?;
-    if let Some(state) = running_state(&run_dir) {
-        return Ok((state.name.clone(), targets_from_state(&state)));
-    }
-    match config {
-        Some(config) => {
-            let plan = written_plan(&config)?;
-            Ok((plan.name.clone(), targets_from_plan(&plan)))
-        }
-        None => Err(format!(
-            "no running tier in {} (give the tier file, --run-dir or --proxy)",
-            run_dir.display()
-        )),
-    }
-}
-
 fn run_status(args: StatusArgs) -> Result<ExitCode, String> {
     let interval = Duration::from_millis(args.interval_ms.max(1));
     let stop = if args.watch {
@@ -211,7 +135,7 @@ fn run_status(args: StatusArgs) -> Result<ExitCode, String> {
         None
     };
     loop {
-        let (name, targets) = status_targets(&args.locate)?;
+        let (name, targets) = args.locate.status_targets().map_err(|e| e.to_string())?;
         let status = sample(&name, targets, interval);
         let text = if args.json {
             serde_json::to_string_pretty(&status).map_err(|error| error.to_string())?
@@ -233,55 +157,12 @@ fn run_status(args: StatusArgs) -> Result<ExitCode, String> {
     }
 }
 
-/// The admin token: `--admin-token-file`, else TAILTRIM_ADMIN_TOKEN, else the tier file's.
-fn admin_token(args: &ChangeArgs, config: Option<&TierConfig>) -> Result<Option<String>, String> {
-    if let Some(path) = &args.admin_token_file {
-        let text = std::fs::read_to_string(path)
-            .map_err(|error| format!("reading {}: {error}", path.display()))?;
-        return Ok(Some(text.trim().to_string()));
-    }
-    if let Ok(token) = std::env::var("TAILTRIM_ADMIN_TOKEN") {
-        if !token.trim().is_empty() {
-            return Ok(Some(token.trim().to_string()));
-        }
-    }
-    match config {
-        Some(config) => config
-            .proxy
-            .admin_token()
-            .map_err(|error| error.to_string()),
-        None => Ok(None),
-    }
-}
-
 fn run_change(args: ChangeArgs, adding: bool) -> Result<ExitCode, String> {
-    let (config, run_dir) = locate(&args.locate)?;
-    let token = admin_token(&args, config.as_ref())?;
-    let state = running_state(&run_dir);
-    // The proxies to change: --admin, else the running tier's, else the tier file's.
-    let proxies: Vec<(String, String)> = if let Some(admin) = &args.locate.admin {
-        vec![(admin.clone(), admin.clone())]
-    } else if let Some(state) = &state {
-        state
-            .proxies()
-            .filter(|proxy| proxy.exited.is_none())
-            .filter_map(|proxy| Some((proxy.name.clone(), proxy.admin.clone()?)))
-            .collect()
-    } else if let Some(config) = &config {
-        written_plan(config)?
-            .proxies
-            .into_iter()
-            .map(|proxy| (proxy.name, proxy.admin_listen))
-            .collect()
-    } else {
-        return Err(format!(
-            "no running tier in {} (give the tier file, --run-dir or --admin)",
-            run_dir.display()
-        ));
-    };
-    if proxies.is_empty() {
-        return Err("the tier has no running proxy to change".to_string());
-    }
+    let (config, run_dir) = args.locate.find().map_err(|e| e.to_string())?;
+    let token = admin_token(args.admin_token_file.as_deref(), config.as_ref())
+        .map_err(|e| e.to_string())?;
+    let proxies =
+        proxies_to_change(&args.locate, config.as_ref(), &run_dir).map_err(|e| e.to_string())?;
     if args.start {
         if !adding {
             return Err("--start goes with `cluster add` only".to_string());
@@ -308,16 +189,7 @@ fn run_change(args: ChangeArgs, adding: bool) -> Result<ExitCode, String> {
     for (name, admin_address) in &proxies {
         match change.apply(admin_address, token.as_deref()) {
             Ok(report) if args.json => println!("{report}"),
-            Ok(report) => println!(
-                "{name}: {} {} (warm-up {}): pool version {}, servers {} -> {}, {} keys copied",
-                if adding { "added" } else { "removed" },
-                args.node,
-                report["mode"].as_str().unwrap_or("?"),
-                report["version"],
-                list(&report["before"]),
-                list(&report["after"]),
-                report["copied"]
-            ),
+            Ok(report) => println!("{}", summary(name, &change, &report)),
             Err(error) => {
                 failures += 1;
                 eprintln!("tailtrim cluster: {name}: {error}");
@@ -329,18 +201,4 @@ fn run_change(args: ChangeArgs, adding: bool) -> Result<ExitCode, String> {
     } else {
         ExitCode::FAILURE
     })
-}
-
-/// A JSON array of strings as `a,b,c`.
-fn list(value: &serde_json::Value) -> String {
-    value
-        .as_array()
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(serde_json::Value::as_str)
-                .collect::<Vec<_>>()
-                .join(",")
-        })
-        .unwrap_or_default()
 }

@@ -48,7 +48,10 @@ pub mod process;
 pub mod report {
     pub mod bench;
     pub mod model;
+    pub mod model_run;
     pub mod sim;
+    pub mod sim_cluster;
+    pub mod sim_run;
 }
 pub mod results;
 pub mod stats;

@@ -16,6 +16,7 @@
 //!   UDP: udp::FrameHeader on each datagram; udp::split_reply cuts replies into ≤ 1400-byte datagrams
 //!   `-Y` authentication: auth::Credentials (the file's users), auth::AuthState (the exchange
 //!   of an unauthenticated connection), auth::login_request (what a client sends)
+//!   `-I` sizes (`1m`, `512k`): size::parse_size
 //! ```
 //!
 //! Parsers keep offsets, never pointers: a storage command reports where its
@@ -33,6 +34,7 @@ pub mod number;
 pub mod reply;
 pub mod request;
 pub mod response;
+pub mod size;
 pub mod udp;
 
 pub use error::ProtoError;

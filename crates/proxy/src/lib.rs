@@ -27,6 +27,7 @@
 pub mod admin;
 pub mod auth;
 pub mod config;
+pub mod effective;
 pub mod error;
 pub mod frontend;
 pub mod metrics;

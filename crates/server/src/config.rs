@@ -640,19 +640,7 @@ pub fn parse_listen(list: &str, default_port: u16) -> Result<Vec<ListenAddr>, St
     Ok(addrs)
 }
 
-/// Parses memcached's size syntax for `-I`: a number of bytes, optionally
-/// followed by `k` or `m` (`1m`, `512k`, `2097152`).
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let (digits, multiplier) = match text.chars().last() {
-        Some('k' | 'K') => (&text[..text.len() - 1], 1024),
-        Some('m' | 'M') => (&text[..text.len() - 1], 1024 * 1024),
-        _ => (text, 1),
-    };
-    let invalid = || format!("invalid size '{text}' (use bytes, or a k/m suffix)");
-    let value: u64 = digits.parse().map_err(|_| invalid())?;
-    value.checked_mul(multiplier).ok_or_else(invalid)
-}
+pub use tailtrim_proto::size::parse_size;
 
 #[cfg(test)]
 mod tests {
@@ -683,15 +671,6 @@ mod tests {
         assert_eq!(partial.server.port, 22122);
         assert_eq!(partial.workers.threads, DEFAULT_THREADS);
         assert!(ServerConfig::from_toml("[server]\nbogus = 1\n").is_err());
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("1m").unwrap(), 1024 * 1024);
-        assert_eq!(parse_size("512k").unwrap(), 512 * 1024);
-        assert_eq!(parse_size("2000").unwrap(), 2000);
-        assert!(parse_size("lots").is_err());
-        assert!(parse_size("99999999999999999m").is_err());
     }
 
     #[test]

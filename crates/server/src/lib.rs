@@ -33,6 +33,7 @@ pub mod context;
 pub mod emulate;
 pub mod epoll;
 pub mod exec;
+pub mod flags;
 pub mod logging;
 pub mod policies;
 pub mod priority;

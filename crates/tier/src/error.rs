@@ -38,6 +38,9 @@ pub enum TierError {
         /// What went wrong.
         message: String,
     },
+    /// A proxy setting of the tier file could not be used (e.g. its admin token file).
+    #[error(transparent)]
+    Proxy(#[from] tailtrim_proxy::ProxyError),
     /// No running tier where one was expected.
     #[error("{0}")]
     NotRunning(String),

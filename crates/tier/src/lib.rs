@@ -10,6 +10,8 @@
 //!   cluster status ──────────> status::sample: two `stats` samples per node + GET /pool
 //!   cluster add|remove ──────> admin::Change::apply on every proxy's admin listener;
 //!                               `add --start` first asks up (control.sock) for a server
+//!   status, add, remove find the tier with locate::Locate (state file, tier file or
+//!   addresses); membership: the proxies to change, the admin token, a line per report
 //! ```
 //!
 //! The nodes are the project's own programs (`tailtrim serve`, `tailtrim proxy`, or stock
@@ -20,6 +22,8 @@
 pub mod admin;
 pub mod config;
 pub mod error;
+pub mod locate;
+pub mod membership;
 pub mod state;
 pub mod status;
 pub mod table;

@@ -1,0 +1,439 @@
+//! What `tailtrim model` computes and prints: its subcommands' flags, the parameters they
+//! give the analytic models and the whole text (tables or JSON) each prints.
+//!
+//! ```text
+//!   ModelCommand::Cheng  ──cheng_params──> tailtrim_model::cheng::predict | cheng_sweep
+//!                                          ──> cheng_table | sweep_table (+ plot_sweep) | JSON
+//!   ModelCommand::Chisel ──chisel_params──> ChiselReport::evaluate ──> chisel_table | JSON
+//!   ModelCommand::Cliff  ──> tailtrim_model::cliff::cliff_table ──> cliff_table | JSON
+//! ```
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+use tailtrim_model::cheng::{self, ChengParams};
+use tailtrim_model::chisel::{ChiselParams, LinearCost, Objective, PlanGrid};
+use tailtrim_model::cliff::{self, DEFAULT_KNEE_SLOPE, DEFAULT_LEVEL_DELTA, PAPER_TABLE_4};
+use tailtrim_model::evaluate::{cheng_sweep, ChiselReport};
+use tailtrim_model::Seconds;
+
+use crate::report::model::{
+    cheng_table, chisel_table, cliff_table, plot_sweep, sweep_table, ChiselInputs,
+};
+
+/// The subcommands of `tailtrim model`.
+#[derive(clap::Subcommand, Debug)]
+pub enum ModelCommand {
+    /// Cheng et al. Theorem 1: network, memcached (GI^X/M/1) and database latency of an N-key request.
+    Cheng(Box<ChengArgs>),
+    /// Chisel's layered model: mice/elephant latency for merge level B and chunk size L, and the best (B, L).
+    Chisel(Box<ChiselArgs>),
+    /// The latency-cliff utilization per burst degree ξ, next to the paper's Table 4.
+    Cliff(CliffArgs),
+}
+
+/// Flags of `tailtrim model cheng` (defaults: the paper's validation point, Section 5.1).
+#[derive(clap::Args, Debug)]
+pub struct ChengArgs {
+    /// λ: key arrival rate at the most loaded server, keys/s.
+    #[arg(long, default_value_t = 62_500.0)]
+    pub lambda: f64,
+    /// Λ: total key rate over all servers, keys/s (sets λ = p1·Λ; overrides --lambda).
+    #[arg(long)]
+    pub total_rate: Option<f64>,
+    /// ξ: burst degree of the generalized-Pareto inter-arrival gaps (0 = Poisson), in [0, 1).
+    #[arg(long, default_value_t = 0.15)]
+    pub xi: f64,
+    /// q: probability that keys arrive concurrently (geometric batches), in [0, 1).
+    #[arg(long, default_value_t = 0.1)]
+    pub q: f64,
+    /// μ_S: service rate of one memcached server, keys/s.
+    #[arg(long, default_value_t = 80_000.0)]
+    pub mu_s: f64,
+    /// N: keys per end-user request.
+    #[arg(short = 'n', long, default_value_t = 150)]
+    pub keys: u64,
+    /// M: number of memcached servers.
+    #[arg(long, default_value_t = 4)]
+    pub servers: u32,
+    /// p1: largest share of a request's keys on one server (default 1/M: balanced).
+    #[arg(long)]
+    p1: Option<f64>,
+    /// r: cache miss ratio.
+    #[arg(short = 'r', long, default_value_t = 0.01)]
+    pub miss_ratio: f64,
+    /// 1/μ_D: database service time per missed key, milliseconds.
+    #[arg(long, default_value_t = 1.0)]
+    pub db_ms: f64,
+    /// T_N: network latency, microseconds (Table 3 uses 20).
+    #[arg(long, default_value_t = 20.0)]
+    pub network_us: f64,
+    /// Sweep λ as `start:end:step` (keys/s) and print E[T_S(N)] bounds per point.
+    #[arg(long, value_name = "A:B:STEP")]
+    pub sweep_lambda: Option<String>,
+    /// Burst degrees to sweep (comma separated; default: --xi only).
+    #[arg(long, value_name = "LIST")]
+    pub sweep_xi: Option<String>,
+    /// Write the sweep as a plot, SVG (or PNG if the name ends in .png): E[T_S(N)] vs λ, like the paper's Fig. 7/8.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Flags of `tailtrim model chisel` (defaults: the paper's testbed profile).
+#[derive(clap::Args, Debug)]
+pub struct ChiselArgs {
+    /// Mean inter-arrival time of user requests, µs (Poisson arrivals).
+    #[arg(long, default_value_t = 200.0)]
+    pub interarrival_us: f64,
+    /// Mice per elephant in the mix (9 → 9:1).
+    #[arg(long, default_value_t = 9.0)]
+    pub mice_per_elephant: f64,
+    /// Keys in a mouse request.
+    #[arg(long, default_value_t = 10)]
+    pub mouse_keys: u32,
+    /// Keys in an elephant request.
+    #[arg(long, default_value_t = 100)]
+    pub elephant_keys: u32,
+    /// Client query threads.
+    #[arg(long, default_value_t = 16)]
+    pub client_threads: u32,
+    /// Memcached worker threads in the pool (servers × threads each).
+    #[arg(long, default_value_t = 16)]
+    pub server_threads: u32,
+    /// P_S = a + b·K: constant part a, µs.
+    #[arg(long, default_value_t = 3.3)]
+    pub ps_a_us: f64,
+    /// P_S = a + b·K: per-key part b, µs.
+    #[arg(long, default_value_t = 0.6)]
+    pub ps_b_us: f64,
+    /// N_S = c + d·K: constant part c, µs.
+    #[arg(long, default_value_t = 85.0)]
+    pub ns_c_us: f64,
+    /// N_S = c + d·K: per-key part d, µs.
+    #[arg(long, default_value_t = 6.5)]
+    pub ns_d_us: f64,
+    /// Client overhead per query (setup, library), µs.
+    #[arg(long, default_value_t = 0.0)]
+    pub overhead_us: f64,
+    /// Evaluate this merge level B (with --chunk).
+    #[arg(long)]
+    pub merge: Option<u32>,
+    /// Evaluate this chunk size L (with --merge).
+    #[arg(long)]
+    pub chunk: Option<u32>,
+    /// Largest merge level in the grid search.
+    #[arg(long, default_value_t = 8)]
+    pub max_merge: u32,
+    /// Skip merge levels whose mean accumulation time exceeds the client overhead (Chisel's rule).
+    #[arg(long)]
+    pub merge_within_overhead: bool,
+    /// What the grid search minimizes: mean or p95.
+    #[arg(long, default_value = "mean", value_parser = ["mean", "p95"])]
+    pub objective: String,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Flags of `tailtrim model cliff`.
+#[derive(clap::Args, Debug)]
+pub struct CliffArgs {
+    /// κ: knee = first ρ where d ln E[T_S(N)]/dρ ≥ κ (default 1/(1−0.77), M/M/1's slope at 77%).
+    #[arg(long, default_value_t = DEFAULT_KNEE_SLOPE)]
+    pub knee_slope: f64,
+    /// δ*: level = the ρ where δ(ξ, ρ) = δ* (latency at 1/(1−δ*) times its zero-load value).
+    #[arg(long, default_value_t = DEFAULT_LEVEL_DELTA)]
+    pub level_delta: f64,
+    /// Burst degrees (comma separated; default: Table 4's 0, 0.05, …, 0.95).
+    #[arg(long, value_name = "LIST")]
+    pub xi: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Computes the subcommand's whole output (and writes its plot, if asked).
+pub fn render(command: &ModelCommand) -> Result<String, String> {
+    let mut out = String::new();
+    match command {
+        ModelCommand::Cheng(flags) => run_cheng(&mut out, flags),
+        ModelCommand::Chisel(flags) => run_chisel(&mut out, flags),
+        ModelCommand::Cliff(flags) => run_cliff(&mut out, flags),
+    }?;
+    Ok(out)
+}
+
+/// `value` as pretty JSON and a newline.
+fn to_json<T: Serialize>(value: &T) -> Result<String, String> {
+    serde_json::to_string_pretty(value)
+        .map(|text| text + "\n")
+        .map_err(|error| format!("json: {error}"))
+}
+
+fn parse_list(text: &str) -> Result<Vec<f64>, String> {
+    text.split(',')
+        .map(|item| {
+            item.trim()
+                .parse::<f64>()
+                .map_err(|error| format!("bad number {item:?}: {error}"))
+        })
+        .collect()
+}
+
+fn parse_range(text: &str) -> Result<Vec<f64>, String> {
+    let parts = parse_list(&text.replace(':', ","))?;
+    let [start, end, step] = parts[..] else {
+        return Err(format!("expected start:end:step, got {text:?}"));
+    };
+    if step.is_nan() || step <= 0.0 || end < start {
+        return Err(format!(
+            "bad range {text:?}: need step > 0 and end >= start"
+        ));
+    }
+    let count = ((end - start) / step + 1e-9).floor() as usize;
+    Ok((0..=count)
+        .map(|index| start + step * index as f64)
+        .collect())
+}
+
+// ---------------------------------------------------------------------------
+// cheng
+// ---------------------------------------------------------------------------
+
+fn cheng_params(flags: &ChengArgs) -> ChengParams {
+    let heaviest_share = flags.p1.unwrap_or(1.0 / f64::from(flags.servers.max(1)));
+    ChengParams {
+        key_rate: flags
+            .total_rate
+            .map_or(flags.lambda, |total| total * heaviest_share),
+        burst_degree: flags.xi,
+        concurrency: flags.q,
+        service_rate: flags.mu_s,
+        keys_per_request: flags.keys,
+        servers: flags.servers,
+        heaviest_share,
+        miss_ratio: flags.miss_ratio,
+        database_service_time: Seconds::from_millis(flags.db_ms),
+        network_latency: Seconds::from_micros(flags.network_us),
+    }
+}
+
+fn run_cheng(out: &mut String, flags: &ChengArgs) -> Result<(), String> {
+    let params = cheng_params(flags);
+    if let Some(range) = &flags.sweep_lambda {
+        return run_cheng_sweep(out, flags, &params, range);
+    }
+    let prediction = cheng::predict(&params).map_err(|error| error.to_string())?;
+    if flags.json {
+        out.push_str(&to_json(&prediction)?);
+    } else {
+        out.push_str(&cheng_table(&prediction));
+    }
+    Ok(())
+}
+
+fn run_cheng_sweep(
+    out: &mut String,
+    flags: &ChengArgs,
+    base: &ChengParams,
+    range: &str,
+) -> Result<(), String> {
+    let lambdas = parse_range(range)?;
+    let burst_degrees = match &flags.sweep_xi {
+        Some(list) => parse_list(list)?,
+        None => vec![base.burst_degree],
+    };
+    let points = cheng_sweep(base, &lambdas, &burst_degrees);
+    if let Some(path) = &flags.plot {
+        plot_sweep(path, &points, &burst_degrees, base)?;
+    }
+    if flags.json {
+        out.push_str(&to_json(&points)?);
+        return Ok(());
+    }
+    out.push_str(&sweep_table(&points, base, flags.plot.as_deref()));
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// chisel
+// ---------------------------------------------------------------------------
+
+fn chisel_params(flags: &ChiselArgs) -> Result<ChiselParams, String> {
+    let valid = flags.interarrival_us.is_finite()
+        && flags.interarrival_us > 0.0
+        && flags.mice_per_elephant.is_finite()
+        && flags.mice_per_elephant >= 0.0;
+    if !valid {
+        return Err("--interarrival-us must be > 0 and --mice-per-elephant >= 0".to_string());
+    }
+    Ok(ChiselParams {
+        arrival_rate: 1e6 / flags.interarrival_us,
+        elephant_fraction: 1.0 / (1.0 + flags.mice_per_elephant),
+        mouse_keys: flags.mouse_keys,
+        elephant_keys: flags.elephant_keys,
+        client_threads: flags.client_threads,
+        server_threads: flags.server_threads,
+        processing: LinearCost {
+            fixed: Seconds::from_micros(flags.ps_a_us),
+            per_key: Seconds::from_micros(flags.ps_b_us),
+        },
+        network: LinearCost {
+            fixed: Seconds::from_micros(flags.ns_c_us),
+            per_key: Seconds::from_micros(flags.ns_d_us),
+        },
+        client_overhead: Seconds::from_micros(flags.overhead_us),
+    })
+}
+
+fn run_chisel(out: &mut String, flags: &ChiselArgs) -> Result<(), String> {
+    let params = chisel_params(flags)?;
+    let objective = if flags.objective == "p95" {
+        Objective::P95
+    } else {
+        Objective::Mean
+    };
+    let mut grid = PlanGrid::default_for(&params);
+    grid.merge_levels = (1..=flags.max_merge.max(1)).collect();
+    grid.objective = objective;
+    if flags.merge_within_overhead {
+        grid.max_merge_wait = Some(params.client_overhead);
+    }
+    let requested = match (flags.merge, flags.chunk) {
+        (Some(merge), Some(chunk)) => Some((merge, chunk)),
+        (None, None) => None,
+        _ => return Err("--merge and --chunk go together".to_string()),
+    };
+    let report =
+        ChiselReport::evaluate(params, &grid, requested).map_err(|error| error.to_string())?;
+    if flags.json {
+        out.push_str(&to_json(&report)?);
+        return Ok(());
+    }
+    let inputs = ChiselInputs {
+        interarrival_us: flags.interarrival_us,
+        mice_per_elephant: flags.mice_per_elephant,
+        ps_a_us: flags.ps_a_us,
+        ps_b_us: flags.ps_b_us,
+        ns_c_us: flags.ns_c_us,
+        ns_d_us: flags.ns_d_us,
+        overhead_us: flags.overhead_us,
+        objective: &flags.objective,
+    };
+    out.push_str(&chisel_table(&report, &inputs));
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// cliff
+// ---------------------------------------------------------------------------
+
+fn run_cliff(out: &mut String, flags: &CliffArgs) -> Result<(), String> {
+    let burst_degrees = match &flags.xi {
+        Some(list) => parse_list(list)?,
+        None => PAPER_TABLE_4.iter().map(|(xi, _)| *xi).collect(),
+    };
+    let rows = cliff::cliff_table(&burst_degrees, flags.knee_slope, flags.level_delta)
+        .map_err(|error| error.to_string())?;
+    if flags.json {
+        out.push_str(&to_json(&rows)?);
+        return Ok(());
+    }
+    out.push_str(&cliff_table(&rows, flags.knee_slope, flags.level_delta));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{parse_range, render, ModelCommand};
+
+    #[derive(Parser)]
+    struct TestCli {
+        #[command(subcommand)]
+        command: ModelCommand,
+    }
+
+    fn output(arguments: &[&str]) -> Result<String, String> {
+        let cli =
+            TestCli::try_parse_from(std::iter::once("model").chain(arguments.iter().copied()))
+                .map_err(|error| error.to_string())?;
+        render(&cli.command)
+    }
+
+    fn json(arguments: &[&str]) -> serde_json::Value {
+        let text = output(arguments).unwrap_or_else(|error| panic!("{error}"));
+        serde_json::from_str(&text).unwrap_or_else(|error| panic!("{error}: {text}"))
+    }
+
+    #[test]
+    fn ranges_include_the_end_and_reject_nonsense() {
+        assert_eq!(parse_range("10:20:5"), Ok(vec![10.0, 15.0, 20.0]));
+        assert!(parse_range("20:10:5").is_err());
+        assert!(parse_range("10:20:0").is_err());
+        assert!(parse_range("10:20").is_err());
+    }
+
+    #[test]
+    fn total_rate_and_p1_set_the_heaviest_server_rate() {
+        let value = json(&["cheng", "--total-rate", "80000", "--p1", "0.5", "--json"]);
+        assert_eq!(value["params"]["key_rate"], 40_000.0);
+        assert_eq!(value["params"]["heaviest_share"], 0.5);
+        assert_eq!(value["utilization"], 0.5);
+        let lower = value["server"]["lower"].as_f64().unwrap_or(f64::NAN);
+        let upper = value["server"]["upper"].as_f64().unwrap_or(f64::NAN);
+        assert!(lower < upper, "{lower} {upper}");
+    }
+
+    #[test]
+    fn default_table_shows_the_validation_point() {
+        let table = output(&["cheng"]).unwrap_or_else(|error| panic!("{error}"));
+        assert!(table.contains("E[T_S(N)] memcached"), "{table}");
+        assert!(table.contains("ρ_S=0.7812"), "{table}");
+        let saturated = output(&["cheng", "--lambda", "90000"]);
+        assert!(saturated.is_err_and(|error| error.contains("unstable")));
+    }
+
+    #[test]
+    fn cliff_and_chisel_flags() {
+        let rows = json(&["cliff", "--xi", "0,0.5", "--json"]);
+        assert_eq!(rows.as_array().map(Vec::len), Some(2));
+        assert!(output(&["chisel", "--merge", "2"]).is_err());
+        let report = json(&["chisel", "--merge", "2", "--chunk", "25", "--json"]);
+        assert_eq!(report["requested"]["chunks"], 4);
+        assert_eq!(report["batching"]["chunks"], 1);
+    }
+
+    #[test]
+    fn sweep_writes_an_svg_plot() {
+        let directory =
+            std::env::temp_dir().join(format!("tailtrim-model-test-{}", std::process::id()));
+        let path = directory.join("sweep.svg");
+        let path_text = path.to_string_lossy().to_string();
+        let table = output(&[
+            "cheng",
+            "--sweep-lambda",
+            "10000:70000:20000",
+            "--sweep-xi",
+            "0,0.6",
+            "--plot",
+            &path_text,
+        ])
+        .unwrap_or_else(|error| panic!("{error}"));
+        assert_eq!(
+            table.lines().filter(|line| line.contains("0000 ")).count(),
+            8,
+            "{table}"
+        );
+        let svg = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            svg.starts_with("<svg") && svg.contains("upper bound"),
+            "no plot at {path_text}"
+        );
+        let _ = std::fs::remove_dir_all(&directory);
+    }
+}
