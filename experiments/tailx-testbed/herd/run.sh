@@ -42,13 +42,13 @@ for name in batch chisel-a chisel-b; do
     planner=batch
     [[ $name == chisel-* ]] && planner=chisel
     "$bin" proxy -l "127.0.0.1:${proxy_port[$name]}" --admin off -s "$servers" -r 4 \
-        --planner "$planner" -t 1 --query-threads 16 --server-connections 16 \
+        --planner "$planner" -t 1 --query-threads 0 --server-connections 64 \
         --timeout-ms 60000 --server-failure-limit 1000000000 >"$out/proxy-$name.log" 2>&1 &
     pids+=($!)
 done
 sleep 2
 workload=(-w chisel --mice-keys 1 --elephant-keys 100 --mice-per-elephant 9 --keys 10000
-    --key-size 24 --value-size 100 -c 128 --max-in-flight 1 --drain-ms 60000 -q)
+    --key-size 24 --value-size 100 -c 512 --max-in-flight 1 --drain-ms 60000 -q)
 "$bin" bench -s "127.0.0.1:${proxy_port[batch]}" "${workload[@]}" --preload-only --preload-connections 16
 
 sample() { # proxy name, file: its stats every 2 s until killed
