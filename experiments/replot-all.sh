@@ -12,6 +12,7 @@
 #   tailtrim experiment minos ...                  tailtrim experiment minos --replot --out DIR
 #   tailtrim sim minos ...                         tailtrim sim minos --replot DIR
 #   tailtrim experiment chisel|tailx [--testbed]   the same with --replot --out DIR
+#   tailtrim experiment tailx-testbed ...          the same with --replot --out DIR
 #   tailtrim experiment warmup ...                 tailtrim experiment warmup --replot --out DIR
 #   experiments/{proxy,throughput}/run.py ...      python3 experiments/X/run.py --replot --out FILE
 #   experiments/chisel/run.sh ...                  python3 experiments/chisel/summarize.py DIR
@@ -60,6 +61,7 @@ RULES = (
     (r"\bsim minos\b", "sim-minos"),
     (r"\bexperiment chisel\b.*--testbed", "chisel-testbed"),
     (r"\bexperiment chisel\b", "chisel"),
+    (r"\bexperiment tailx-testbed\b", "tailx-testbed-served"),
     (r"\bexperiment tailx\b.*--testbed", "tailx-testbed"),
     (r"\bexperiment tailx\b", "tailx"),
     (r"\bexperiment warmup\b", "warmup"),
@@ -96,6 +98,7 @@ while read -r kind path; do
         chisel-testbed) run "$T" experiment chisel --testbed --replot --out "$dir" ;;
         tailx) run "$T" experiment tailx --replot --out "$dir" ;;
         tailx-testbed) run "$T" experiment tailx --testbed --replot --out "$dir" ;;
+        tailx-testbed-served) run "$T" experiment tailx-testbed --replot --out "$dir" ;;
         warmup) run "$T" experiment warmup --replot --out "$dir" ;;
         proxy-run) run python3 experiments/proxy/run.py --replot --out "$path" ;;
         throughput-run) run python3 experiments/throughput/run.py --replot --out "$path" ;;

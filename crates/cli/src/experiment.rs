@@ -13,7 +13,7 @@
 
 use std::process::ExitCode;
 
-use tailtrim_lab::experiments::{chisel, minos, tailx, warmup};
+use tailtrim_lab::experiments::{chisel, minos, tailx, tailx_testbed, warmup};
 
 /// Arguments of `tailtrim experiment`.
 #[derive(clap::Args, Debug)]
@@ -43,6 +43,9 @@ enum Experiment {
     /// key-count mix at 1M and 10M requests, 10/20/50 % large values; with --testbed, on the
     /// emulated testbed (real serve and proxy processes) beside the simulator (EMULATED).
     Tailx(Box<tailx::Args>),
+    /// Batch vs strict Rein-SBF vs cost-sbf on the emulated testbed with the priorities
+    /// enforced by the backends, an A/A gauge and the simulator's order beside it (EMULATED).
+    TailxTestbed(Box<tailx_testbed::Args>),
 }
 
 /// Runs `tailtrim experiment`.
@@ -52,5 +55,6 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         Experiment::Warmup(warmup_args) => warmup::run(*warmup_args),
         Experiment::Chisel(chisel_args) => chisel::run(*chisel_args),
         Experiment::Tailx(tailx_args) => tailx::run(*tailx_args),
+        Experiment::TailxTestbed(testbed_args) => tailx_testbed::run_served(*testbed_args),
     }
 }

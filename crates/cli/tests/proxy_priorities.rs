@@ -143,3 +143,73 @@ fn the_proxy_sends_classes_only_to_backends_that_serve_them() {
     );
     assert_eq!(classed_requests(&fifo), 0, "a fifo backend was sent flags");
 }
+
+/// The `mg` lines a backend that serves classes (`-vv`, logged to a file) received from a
+/// proxy running `planner` for one multiget of 30 stored keys.
+fn mg_lines_received_from(planner: &str) -> Vec<String> {
+    let log = std::env::temp_dir().join(format!(
+        "tailtrim-proxy-priorities-{}-{planner}.log",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&log);
+    let log_arg = log.display().to_string();
+    let backend = Server::start(
+        Program::Tailtrim,
+        &[
+            "-t",
+            "1",
+            "--dispatch",
+            "late-binding",
+            "-vv",
+            "--log-file",
+            &log_arg,
+        ],
+    );
+    let proxy = start_proxy(&[&backend], planner);
+    let mut client = TcpStream::connect(proxy.addr).expect("connect");
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let keys: Vec<String> = (0..30).map(|i| format!("k{i}")).collect();
+    for key in &keys {
+        let request = format!("set {key} 0 0 1\r\nv\r\n");
+        assert_eq!(
+            exchange(&mut client, request.as_bytes(), b"\r\n"),
+            "STORED\r\n"
+        );
+    }
+    let reply = exchange(
+        &mut client,
+        format!("get {}\r\n", keys.join(" ")).as_bytes(),
+        b"END\r\n",
+    );
+    assert_eq!(reply.matches("VALUE ").count(), keys.len(), "{reply}");
+    drop(proxy);
+    drop(backend);
+    let text = std::fs::read_to_string(&log).expect("the backend's log");
+    let _ = std::fs::remove_file(&log);
+    text.lines()
+        .filter(|line| line.contains(" mg k"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// cost-sbf's order reaches the backend: every `mg` carries its class and the servers' ageing
+/// (`p<class>a<overtakes>`), so `tailtrim serve` ages them as the simulator's servers do;
+/// Rein's carry the class alone (strict priority, as published).
+#[test]
+fn cost_sbf_sends_its_ageing_with_the_class_and_rein_does_not() {
+    let aged = format!("a{}", tailtrim_policy::costsbf::DEFAULT_OVERTAKES);
+    let cost_sbf = mg_lines_received_from("cost-sbf");
+    assert_eq!(cost_sbf.len(), 30, "{cost_sbf:?}");
+    // 30 keys on one backend: Rein's class of a 30-key bottleneck (≤ 125 keys: class 3).
+    assert!(
+        cost_sbf
+            .iter()
+            .all(|line| line.ends_with(&format!(" q p3{aged}"))),
+        "{cost_sbf:?}"
+    );
+    let rein = mg_lines_received_from("rein-sbf");
+    assert_eq!(rein.len(), 30, "{rein:?}");
+    assert!(rein.iter().all(|line| line.ends_with(" q p3")), "{rein:?}");
+}

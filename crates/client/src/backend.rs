@@ -247,6 +247,17 @@ impl Backend {
         Reservation { backend: self }
     }
 
+    /// The ageing a classed request carries to this backend (`mg … p<class>a<overtakes>`):
+    /// the overtakes of the planner's order when it is aged (`cost-sbf`), so that the server
+    /// runs the order the simulator's servers run; `None` for strict and DRR orders.
+    pub fn ageing(&self) -> Option<u64> {
+        match self.settings.gate_order {
+            tailtrim_policy::serverq::Discipline::Aged { overtakes } => Some(overtakes),
+            tailtrim_policy::serverq::Discipline::Strict
+            | tailtrim_policy::serverq::Discipline::Drr => None,
+        }
+    }
+
     /// Who serves this backend's priority classes.
     pub fn priorities(&self) -> Priorities {
         Priorities::from_u8(self.priorities.load(Ordering::Relaxed))

@@ -20,6 +20,7 @@ use tailtrim_policy::health::{settle_estimates, BackendLoad, LatencyEstimate, Ti
 use tailtrim_policy::planner::{Action, ClusterView, PlanRequest, Planner, QueryShape};
 use tailtrim_policy::ring::Ring;
 use tailtrim_proto::compose;
+use tailtrim_proto::meta::Priority;
 
 use crate::backend::{Backend, BackendSettings, Reservation};
 use crate::clock::Clock;
@@ -48,17 +49,26 @@ pub enum MultigetKind {
 }
 
 impl MultigetKind {
-    /// Appends the query as quiet `mg` requests carrying `class`, for a backend that serves
-    /// classes.
-    pub(crate) fn compose_classed(self, out: &mut Vec<u8>, keys: &[&[u8]], class: usize) {
+    /// Appends the query as quiet `mg` requests carrying `class` (and `ageing`, the overtakes
+    /// of an aged order such as `cost-sbf`'s), for a backend that serves classes.
+    pub(crate) fn compose_classed(
+        self,
+        out: &mut Vec<u8>,
+        keys: &[&[u8]],
+        class: usize,
+        ageing: Option<u64>,
+    ) {
         let (with_cas, touch) = match self {
             MultigetKind::Get => (false, None),
             MultigetKind::Gets => (true, None),
             MultigetKind::Gat(exptime) => (false, Some(exptime)),
             MultigetKind::Gats(exptime) => (true, Some(exptime)),
         };
-        let class = u8::try_from(class.min(CLASSES - 1)).unwrap_or(0);
-        compose::meta_multiget(out, keys, with_cas, touch, class);
+        let priority = Priority {
+            class: u8::try_from(class.min(CLASSES - 1)).unwrap_or(0),
+            overtakes: ageing,
+        };
+        compose::meta_multiget(out, keys, with_cas, touch, priority);
     }
 
     /// Appends the query.

@@ -3,9 +3,12 @@
 //! and the proxy.
 //!
 //! ```text
-//!   push(priority, now, item) ─► Strict: (priority, arrival seq)           lowest first
-//!                                Aged{k}: arrival seq + k × priority       lowest first
-//!                                Drr: class = priority (≤ 4), weights 5..1 (see `drr`)
+//!   push(priority, item) ─► Strict: (priority, arrival seq)           lowest first
+//!                           Aged{k}: arrival seq + k × priority       lowest first
+//!                           Drr: class = priority (≤ 4), weights 5..1 (see `drr`)
+//!   push_aged(priority, k, item) ─► Aged{k} for this item (the ageing a request carries,
+//!                                   `mg … p<class>a<k>`), whatever the queue's own order
+//!                                   unless it is Drr
 //!   pop() ─► the next item (work-conserving: never idle while anything waits)
 //! ```
 //!
@@ -16,11 +19,21 @@
 //! it, so no item waits for more than `k × p` later arrivals (no priority starves), and with a
 //! `k` far above the arrivals of a busy period it orders as `Strict` does. `Drr` is deficit
 //! round robin over Rein's five classes, the option kept as `rein-drr`.
+//!
+//! Strict priority is ageing with an overtaking window no queue reaches
+//! ([`STRICT_OVERTAKES`]), so one heap holds both: an item that carries its own ageing
+//! ([`PriorityQueue::push_aged`], how `cost-sbf`'s servers learn their order from the wire) is
+//! keyed `seq + k × priority` beside the strict items' `seq + STRICT_OVERTAKES × priority`. A
+//! queue whose items share one order serves them exactly as that discipline does.
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
 use crate::drr::{Drr, CLASSES};
+
+/// The ageing of strict priority: later arrivals that may overtake an item per step of
+/// priority, beyond any queue's arrivals (2^40), so that `Strict` is `Aged` with this window.
+pub const STRICT_OVERTAKES: u64 = 1 << 40;
 
 /// How prioritized items are ordered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -51,6 +64,7 @@ impl Discipline {
 struct Entry<T> {
     key: u64,
     seq: u64,
+    priority: u8,
     item: T,
 }
 
@@ -123,25 +137,44 @@ impl<T> PriorityQueue<T> {
         self.len() == 0
     }
 
-    /// Queues `item` of `priority` (0 highest).
+    /// Queues `item` of `priority` (0 highest) in the queue's own order.
     pub fn push(&mut self, priority: u8, item: T) {
-        self.seq += 1;
-        let key = match self.discipline {
-            Discipline::Strict => u64::from(priority),
-            Discipline::Aged { overtakes } => self
-                .seq
-                .saturating_add(u64::from(priority).saturating_mul(overtakes)),
-            Discipline::Drr => {
-                self.drr
-                    .push(usize::from(priority).min(CLASSES - 1), 1, item);
-                return;
+        match self.discipline {
+            Discipline::Strict => self.push_keyed(priority, STRICT_OVERTAKES, item),
+            Discipline::Aged { overtakes } => self.push_keyed(priority, overtakes, item),
+            Discipline::Drr => self.push_drr(priority, item),
+        }
+    }
+
+    /// Queues `item` of `priority` aged by `overtakes` later arrivals per step of priority
+    /// ([`Discipline::Aged`] for this item), whether the queue is strict or aged; a `Drr`
+    /// queue serves it by its class as [`PriorityQueue::push`] does.
+    pub fn push_aged(&mut self, priority: u8, overtakes: u64, item: T) {
+        match self.discipline {
+            Discipline::Strict | Discipline::Aged { .. } => {
+                self.push_keyed(priority, overtakes.min(STRICT_OVERTAKES), item)
             }
-        };
+            Discipline::Drr => self.push_drr(priority, item),
+        }
+    }
+
+    fn push_keyed(&mut self, priority: u8, overtakes: u64, item: T) {
+        self.seq += 1;
+        let key = self
+            .seq
+            .saturating_add(u64::from(priority).saturating_mul(overtakes));
         self.heap.push(Reverse(Entry {
             key,
             seq: self.seq,
+            priority,
             item,
         }));
+    }
+
+    fn push_drr(&mut self, priority: u8, item: T) {
+        self.seq += 1;
+        self.drr
+            .push(usize::from(priority).min(CLASSES - 1), 1, item);
     }
 
     /// The next item to serve, or `None`.
@@ -161,11 +194,7 @@ impl<T> PriorityQueue<T> {
             Discipline::Strict | Discipline::Aged { .. } => {
                 let mut lens = [0; CLASSES];
                 for Reverse(entry) in self.heap.iter() {
-                    let class = match self.discipline {
-                        Discipline::Strict => entry.key as usize,
-                        _ => 0,
-                    };
-                    lens[class.min(CLASSES - 1)] += 1;
+                    lens[usize::from(entry.priority).min(CLASSES - 1)] += 1;
                 }
                 lens
             }
@@ -252,6 +281,68 @@ mod tests {
             pops_until_a_low_item_is_served(Discipline::Strict, 100_000),
             None
         );
+    }
+
+    /// The order in which `queue` serves a fixed interleaving of pushes and pops of mixed
+    /// priorities, each pushed by `push`.
+    fn served_order(
+        mut queue: PriorityQueue<u32>,
+        push: impl Fn(&mut PriorityQueue<u32>, u8, u32),
+    ) -> Vec<u32> {
+        let mut order = Vec::new();
+        for i in 0..600u32 {
+            // Priorities 0..=4 in a scrambled pattern, two pushes per pop: a backlog grows.
+            push(&mut queue, ((i * 7 + i / 5) % 5) as u8, i);
+            if i % 2 == 1 {
+                order.extend(queue.pop());
+            }
+        }
+        order.extend(std::iter::from_fn(|| queue.pop()));
+        order
+    }
+
+    #[test]
+    fn items_carrying_their_ageing_are_served_as_the_aged_discipline_serves_them() {
+        let own_order = |discipline| {
+            served_order(PriorityQueue::new(discipline), |queue, priority, item| {
+                queue.push(priority, item)
+            })
+        };
+        let carrying = |discipline, overtakes| {
+            served_order(PriorityQueue::new(discipline), |queue, priority, item| {
+                queue.push_aged(priority, overtakes, item)
+            })
+        };
+        let overtakes = 20;
+        // A server whose own order is strict, every request carrying cost-sbf's ageing.
+        let carried = carrying(Discipline::Strict, overtakes);
+        assert_eq!(carried, own_order(Discipline::Aged { overtakes }));
+        // And it is not the strict order (the ageing changed something).
+        let strict = own_order(Discipline::Strict);
+        assert_ne!(carried, strict);
+        // Strict is ageing with the window no queue reaches.
+        assert_eq!(carrying(Discipline::Strict, STRICT_OVERTAKES), strict);
+        // Deficit round robin ignores a carried ageing: it orders by class.
+        assert_eq!(
+            carrying(Discipline::Drr, overtakes),
+            own_order(Discipline::Drr)
+        );
+    }
+
+    #[test]
+    fn class_lens_count_every_discipline_by_priority() {
+        for discipline in [
+            Discipline::Strict,
+            Discipline::Aged { overtakes: 7 },
+            Discipline::Drr,
+        ] {
+            let mut queue = PriorityQueue::new(discipline);
+            queue.push(0, ());
+            queue.push(3, ());
+            queue.push_aged(3, 5, ());
+            queue.push(9, ());
+            assert_eq!(queue.class_lens(), [1, 0, 0, 2, 1], "{discipline:?}");
+        }
     }
 
     #[test]

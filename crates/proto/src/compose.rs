@@ -82,16 +82,17 @@ pub fn touch(out: &mut Vec<u8>, key: &[u8], exptime: i64, noreply: bool) {
     simple_keyed(out, b"touch", key, Some(exptime.to_string()), noreply);
 }
 
-/// Appends a multiget as quiet `mg` requests that carry priority class `class` (tailtrim's
-/// `p` flag, [`crate::meta::CLASS_FLAG`]; only for servers that announce it), closed by `mn`:
-/// `mg <key> v f k [c] [T<exptime>] q p<class>\r\n` per key, then `mn\r\n`. Hits come back as
-/// `VA <len> f<flags> k<key> [c<cas>]` items, misses say nothing, `MN` ends the reply.
+/// Appends a multiget as quiet `mg` requests that carry `priority` (tailtrim's `p` flag,
+/// [`crate::meta::CLASS_FLAG`]; only for servers that announce it), closed by `mn`:
+/// `mg <key> v f k [c] [T<exptime>] q p<class>[a<overtakes>]\r\n` per key, then `mn\r\n`. Hits
+/// come back as `VA <len> f<flags> k<key> [c<cas>]` items, misses say nothing, `MN` ends the
+/// reply.
 pub fn meta_multiget<K: AsRef<[u8]>>(
     out: &mut Vec<u8>,
     keys: &[K],
     with_cas: bool,
     touch: Option<i32>,
-    class: u8,
+    priority: crate::meta::Priority,
 ) {
     for key in keys {
         out.extend_from_slice(b"mg ");
@@ -105,7 +106,11 @@ pub fn meta_multiget<K: AsRef<[u8]>>(
             push_num(out, exptime);
         }
         out.extend_from_slice(b" q p");
-        push_num(out, class);
+        push_num(out, priority.class);
+        if let Some(overtakes) = priority.overtakes {
+            out.push(crate::meta::AGEING_MARK);
+            push_num(out, overtakes);
+        }
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"mn\r\n");
@@ -128,16 +133,32 @@ fn simple_keyed(out: &mut Vec<u8>, word: &[u8], key: &[u8], arg: Option<String>,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::meta::Priority;
     use crate::{parse_request, Limits, Parsed, Request};
 
     #[test]
     fn a_classed_meta_multiget_parses_back_as_quiet_mgs_and_a_noop() {
         let mut out = Vec::new();
-        meta_multiget(&mut out, &[b"a".as_slice(), b"b"], true, Some(30), 3);
+        let class = |class| Priority {
+            class,
+            overtakes: None,
+        };
+        meta_multiget(&mut out, &[b"a".as_slice(), b"b"], true, Some(30), class(3));
         assert_eq!(
             out,
             b"mg a v f k c T30 q p3\r\nmg b v f k c T30 q p3\r\nmn\r\n".to_vec()
         );
+        let mut aged = Vec::new();
+        let priority = Priority {
+            class: 2,
+            overtakes: Some(2000),
+        };
+        meta_multiget(&mut aged, &[b"a".as_slice()], false, None, priority);
+        assert_eq!(aged, b"mg a v f k q p2a2000\r\nmn\r\n".to_vec());
+        assert!(matches!(
+            parse_request(&aged, &Limits::default()),
+            Parsed::Complete { value, .. } if value.priority() == Some(priority)
+        ));
         let limits = Limits::default();
         let mut rest = &out[..];
         let mut got = Vec::new();

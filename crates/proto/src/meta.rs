@@ -6,7 +6,10 @@
 //! ([`CLASS_FLAG`], `0..`[`PRIORITY_CLASSES`], 0 the highest). Stock memcached answers it with
 //! `CLIENT_ERROR invalid flag`, so a client sends it only to a server that announced support
 //! (`stats settings`: `priorities`); a class out of range gets
-//! `CLIENT_ERROR bad token in command line format`, as any bad numeric token does.
+//! `CLIENT_ERROR bad token in command line format`, as any bad numeric token does. The class
+//! may carry the ageing of the order it is served in, `p<class>a<overtakes>` ([`Priority`]):
+//! a request of class `c` may be overtaken by a higher class only within `overtakes × c` later
+//! arrivals (`cost-sbf`'s servers; without it the server's own order applies).
 
 use bytes::Bytes;
 
@@ -17,6 +20,19 @@ use crate::number::{parse_i32, parse_u32, parse_u64};
 pub const CLASS_FLAG: u8 = b'p';
 /// Number of priority classes `p` accepts (`p0` highest .. `p4` lowest): Rein's five.
 pub const PRIORITY_CLASSES: u8 = 5;
+
+/// What a `p` flag carries: the class, and the ageing of its order if given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Priority {
+    /// `0..`[`PRIORITY_CLASSES`], 0 the highest.
+    pub class: u8,
+    /// `a<overtakes>`: later arrivals that may overtake the request per class between them
+    /// (`tailtrim_policy::serverq::Discipline::Aged`); `None`: the server's own order.
+    pub overtakes: Option<u64>,
+}
+
+/// The letter inside a `p` token that introduces the ageing (`p3a2000`).
+pub const AGEING_MARK: u8 = b'a';
 
 /// One flag of a meta command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,7 +153,7 @@ impl MetaFlags {
             let number_ok = match kind.numeric(letter) {
                 Some(true) => parse_i32(rest).is_some(),
                 Some(false) => parse_u64(rest).is_some(),
-                None if letter == CLASS_FLAG => parse_class(rest).is_some(),
+                None if letter == CLASS_FLAG => parse_priority(rest).is_some(),
                 None => true,
             };
             if !number_ok {
@@ -195,7 +211,12 @@ impl MetaFlags {
 
     /// The priority class of the `p` flag, if given (validated when parsed).
     pub fn class(&self) -> Option<u8> {
-        self.token(CLASS_FLAG).and_then(|t| parse_class(t))
+        self.priority().map(|priority| priority.class)
+    }
+
+    /// The class and ageing of the `p` flag, if given (validated when parsed).
+    pub fn priority(&self) -> Option<Priority> {
+        self.token(CLASS_FLAG).and_then(|t| parse_priority(t))
     }
 
     /// `q`: quiet mode.
@@ -204,10 +225,24 @@ impl MetaFlags {
     }
 }
 
-/// A class token: one decimal digit below [`PRIORITY_CLASSES`].
-fn parse_class(token: &[u8]) -> Option<u8> {
+/// A class token: one decimal digit below [`PRIORITY_CLASSES`], then optionally
+/// [`AGEING_MARK`] and a decimal count of overtakes.
+fn parse_priority(token: &[u8]) -> Option<Priority> {
     match token {
-        [digit @ b'0'..=b'9'] if digit - b'0' < PRIORITY_CLASSES => Some(digit - b'0'),
+        [digit @ b'0'..=b'9'] if digit - b'0' < PRIORITY_CLASSES => Some(Priority {
+            class: digit - b'0',
+            overtakes: None,
+        }),
+        [digit @ b'0'..=b'9', AGEING_MARK, overtakes @ ..]
+            if digit - b'0' < PRIORITY_CLASSES
+                && !overtakes.is_empty()
+                && overtakes.iter().all(u8::is_ascii_digit) =>
+        {
+            Some(Priority {
+                class: digit - b'0',
+                overtakes: Some(parse_u64(overtakes)?),
+            })
+        }
         _ => None,
     }
 }
@@ -327,8 +362,30 @@ mod tests {
             assert_eq!(flags.class(), Some(class));
         }
         assert_eq!(parse(MetaKind::Get, &[b"v"]).unwrap().class(), None);
+        let aged = parse(MetaKind::Get, &[b"p3a2000"]).unwrap();
+        assert_eq!(
+            aged.priority(),
+            Some(Priority {
+                class: 3,
+                overtakes: Some(2000)
+            })
+        );
+        assert_eq!(aged.class(), Some(3));
+        assert_eq!(
+            parse(MetaKind::Get, &[b"p0"]).unwrap().priority(),
+            Some(Priority::default())
+        );
         for bad in [
-            &b"p"[..],
+            &b"p3a"[..],
+            b"p3a-1",
+            b"p3a+1",
+            b"p3a 1",
+            b"p3ax",
+            b"p3b5",
+            b"p5a10",
+            b"pa10",
+            b"p3a99999999999999999999",
+            b"p",
             b"p5",
             b"p9",
             b"p-1",

@@ -237,8 +237,14 @@ impl Request {
 
     /// The priority class the request carries (`mg … p<class>`), if any.
     pub fn priority_class(&self) -> Option<u8> {
+        self.priority().map(|priority| priority.class)
+    }
+
+    /// The priority class and ageing the request carries (`mg … p<class>[a<overtakes>]`), if
+    /// any.
+    pub fn priority(&self) -> Option<crate::meta::Priority> {
         match self {
-            Request::MetaGet { flags, .. } => flags.class(),
+            Request::MetaGet { flags, .. } => flags.priority(),
             _ => None,
         }
     }

@@ -13,7 +13,11 @@
 //!
 //! A request's class is its `mg … p<class>` flag ([`tailtrim_proto::meta::CLASS_FLAG`]);
 //! requests without one are class 0, so a server that never sees the flag serves its queue
-//! first come, first served, as before. The queue holds jobs that may run now: a connection's
+//! first come, first served, as before. A request whose flag carries an ageing
+//! (`p<class>a<overtakes>`, `cost-sbf`'s order) is queued aged by it
+//! ([`PriorityQueue::push_aged`]): a strict server serves those requests exactly as the
+//! simulator's `Discipline::Aged` servers do (arrivals counted in requests, each key of a
+//! multiget one); a `drr` server orders them by class only. The queue holds jobs that may run now: a connection's
 //! own order is kept before its requests get here (its [`crate::session::ExecQueue`]), and
 //! replies are sequenced per connection whatever order jobs complete in.
 
@@ -22,6 +26,7 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 use tailtrim_policy::drr::CLASSES;
 use tailtrim_policy::serverq::{Discipline, PriorityQueue};
+use tailtrim_proto::meta::Priority;
 
 // The wire flag and the scheduler must agree on the number of classes.
 const _: () = assert!(CLASSES == tailtrim_proto::meta::PRIORITY_CLASSES as usize);
@@ -55,12 +60,29 @@ impl<J> ClassQueue<J> {
     /// Queues `job` in `class` (0 highest; larger values are the lowest) and wakes one waiting
     /// worker.
     pub fn push(&self, class: usize, job: J) {
-        let class = if self.classes {
-            class.min(CLASSES - 1) as u8
-        } else {
-            0
-        };
-        self.queue.lock().push(class, job);
+        let class = u8::try_from(class.min(CLASSES - 1)).unwrap_or(u8::MAX);
+        self.push_request(
+            Priority {
+                class,
+                overtakes: None,
+            },
+            job,
+        );
+    }
+
+    /// Queues `job` of a request's `priority`: its class, aged by the overtakes it carries if
+    /// any (else in the queue's own order), and wakes one waiting worker. With classes off,
+    /// every job is class 0, first come, first served.
+    pub fn push_request(&self, priority: Priority, job: J) {
+        let class = priority.class.min(CLASSES as u8 - 1);
+        {
+            let mut queue = self.queue.lock();
+            match (self.classes, priority.overtakes) {
+                (false, _) => queue.push(0, job),
+                (true, None) => queue.push(class, job),
+                (true, Some(overtakes)) => queue.push_aged(class, overtakes, job),
+            }
+        }
         self.ready.notify_one();
     }
 
@@ -149,6 +171,27 @@ mod tests {
         queue.push(0, 2);
         assert_eq!(queue.try_pop(), Some(1));
         assert_eq!(queue.try_pop(), Some(2));
+    }
+
+    #[test]
+    fn a_request_carrying_its_ageing_is_overtaken_only_within_its_window() {
+        let queue = ClassQueue::default();
+        let aged = |class| Priority {
+            class,
+            overtakes: Some(2),
+        };
+        queue.push_request(aged(4), "low");
+        for _ in 0..20 {
+            queue.push_request(aged(0), "high");
+        }
+        let order: Vec<&str> = std::iter::from_fn(|| queue.try_pop()).collect();
+        // Class 4 with 2 overtakes per class: at most 8 later arrivals go first.
+        assert_eq!(order.iter().position(|&job| job == "low"), Some(8));
+        // Classes off: first come, first served whatever the flag carried.
+        let fifo = ClassQueue::new(None);
+        fifo.push_request(aged(4), 1);
+        fifo.push_request(aged(0), 2);
+        assert_eq!(fifo.try_pop(), Some(1));
     }
 
     #[test]

@@ -827,7 +827,7 @@ impl Runtime {
                 request,
                 frame,
                 arrived_at,
-                class: _,
+                priority: _,
             } => {
                 let started = Instant::now();
                 let frame_bytes = frame.len();
@@ -1260,7 +1260,7 @@ impl Runtime {
             let job = Job::Execute {
                 conn: Arc::clone(conn),
                 seq,
-                class: request.priority_class().unwrap_or(0),
+                priority: request.priority().unwrap_or_default(),
                 request,
                 frame,
                 arrived_at,

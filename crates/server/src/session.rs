@@ -22,6 +22,7 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
+use tailtrim_proto::meta::Priority;
 use tailtrim_proto::reply::ReplyBuf;
 use tailtrim_proto::{ProtoError, Request};
 
@@ -401,8 +402,9 @@ pub enum Job {
         frame: Bytes,
         /// When its bytes reached the kernel.
         arrived_at: Instant,
-        /// Its priority class (`mg … p<class>`; 0 without the flag).
-        class: u8,
+        /// Its priority class and ageing (`mg … p<class>[a<overtakes>]`; class 0 without the
+        /// flag).
+        priority: Priority,
     },
     /// Send an already composed large reply (size-aware).
     Send {
@@ -434,12 +436,12 @@ pub enum Job {
 }
 
 impl Job {
-    /// The priority class a job waits in ([`crate::priority::ClassQueue`]): a request's own,
-    /// 0 for everything else.
-    pub(crate) fn class(&self) -> usize {
+    /// The priority a job waits in ([`crate::priority::ClassQueue`]): a request's own, class 0
+    /// in the server's own order for everything else.
+    pub(crate) fn priority(&self) -> Priority {
         match self {
-            Job::Execute { class, .. } => usize::from(*class),
-            _ => 0,
+            Job::Execute { priority, .. } => *priority,
+            _ => Priority::default(),
         }
     }
 }

@@ -273,3 +273,48 @@ fn backlogged_classes_are_served_in_strict_order_by_default() {
         drain(conn, EACH);
     }
 }
+
+/// Class-0 requests executed before a class-4 request carrying `low_priority` (a `p` token)
+/// was answered, queued behind a steady stream of class-0 requests carrying `high_priority`
+/// on `STREAMS` connections (one worker, late binding, 2 ms each; every connection keeps one
+/// request queued until its `STREAM_EACH` are done).
+fn class0_before_the_low_request(high_priority: &str, low_priority: &str) -> u64 {
+    const STREAMS: usize = 12;
+    const STREAM_EACH: usize = 10;
+    let handle = server(DispatchPolicy::LateBinding, "const=2ms");
+    let mut high: Vec<TcpStream> = (0..STREAMS).map(|_| connect(&handle)).collect();
+    let mut low = connect(&handle);
+    let mut observer = connect(&handle);
+    for (n, conn) in high.iter_mut().enumerate() {
+        let mut bytes = Vec::new();
+        for i in 0..STREAM_EACH {
+            bytes.extend_from_slice(format!("mg h{n}-{i} v {high_priority}\r\n").as_bytes());
+        }
+        conn.write_all(&bytes).expect("write");
+    }
+    low.write_all(format!("mg low v {low_priority}\r\n").as_bytes())
+        .expect("write");
+    assert_eq!(read_until(&mut low, b"\r\n"), b"EN\r\n");
+    let class0 = executed(&mut observer)[0];
+    for conn in &mut high {
+        drain(conn, STREAM_EACH);
+    }
+    assert_eq!(executed(&mut observer)[0], (STREAMS * STREAM_EACH) as u64);
+    class0
+}
+
+/// `cost-sbf`'s order on the wire: requests carry their class and the ageing of the order
+/// (`p<class>a<overtakes>`), and a server whose own order is strict ages them as the
+/// simulator's servers do: a class-4 request is overtaken by at most 4 × 2 later class-0
+/// arrivals (plus the stream's requests queued before it and those that ran before the
+/// observer's `stats` did), where without the ageing the whole stream of 120 goes first.
+#[test]
+fn requests_carrying_an_ageing_are_served_in_the_aged_order() {
+    let aged = class0_before_the_low_request("p0a2", "p4a2");
+    assert!(
+        aged <= 12 + 4 * 2 + 12 + 2,
+        "{aged} class-0 requests ran before the aged class-4 one was answered"
+    );
+    let strict = class0_before_the_low_request("p0", "p4");
+    assert_eq!(strict, 120, "strict priority serves the whole stream first");
+}

@@ -159,7 +159,8 @@ impl Pool {
         self.stats.query_keys.add(keys.len() as u64);
         let sent = Instant::now();
         let (reply, elapsed) = if classed {
-            let write = |out: &mut Vec<u8>| kind.compose_classed(out, keys, class);
+            let ageing = self.backends[backend].ageing();
+            let write = |out: &mut Vec<u8>| kind.compose_classed(out, keys, class, ageing);
             let call = self.backends[backend].call_reserved(
                 reservation,
                 ReplyShape::UntilMetaNoop,

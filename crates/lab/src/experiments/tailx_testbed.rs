@@ -18,11 +18,25 @@
 //! ```
 //!
 //! The backends serve first come, first served (`--no-priorities`): Rein's classes are
-//! ordered by each proxy's own per-backend deficit-round-robin queue behind a window of `W`
-//! requests in flight (every planner gets the same window). The backends that serve classes
-//! themselves take one quiet `mg` per key, and the emulated service time charges each `mg`
-//! its fixed cost, so Rein would pay that cost once per key instead of once per opset: not
-//! comparable, not used here.
+//! ordered by each proxy's own per-backend queue behind a window of `W` requests in flight
+//! (every planner gets the same window).
+//!
+//! `tailtrim experiment tailx-testbed` ([`run_served`], [`ServedPriorities`]) runs the other
+//! way: the backends serve the classes themselves (strict priority; cost-sbf's requests carry
+//! their ageing, `mg … p<class>a<overtakes>`), the proxies keep no window, and a second batch
+//! proxy ([`AA_GAUGE`]) measures the host's noise:
+//!
+//! ```text
+//!   N × serve --dispatch late-binding --emulate-service key=…,dilation=D   (strict classes)
+//!   batch, batch-aa, rein-sbf, cost-sbf proxies -r 1 --backend-window 0
+//!   same rounds as above ─► per planner p50/p99, mice and elephants p50/p99
+//!   verdict: g = |p99(batch-aa)/p99(batch) − 1|; rein-sbf/batch < 1 − g?; each pair of
+//!            batch, rein-sbf, cost-sbf apart by more than g ordered as simulated?
+//! ```
+//!
+//! A backend that serves classes takes one quiet `mg` per key, so its emulated service time
+//! is charged per key only there (`key=25us` by default): a fixed cost per command would be
+//! paid once per key by Rein and once per `get` by batch.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -30,11 +44,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::experiment::{keep_run, no_progress, Experiment as _, Progress, ProgressFn};
 use crate::histogram::{pooled, Encoded};
 use crate::meta::{load_average, Recorder, RunMetadata};
 use crate::process::{fetch_stats, Launch, Process, ServerShape};
 use crate::results::{read_json, write_json, write_text};
 use crate::stats::{interleaved_order, median};
+use crate::tables::{Align, Table};
 use serde::{Deserialize, Serialize};
 use tailtrim_bench::class::Class;
 use tailtrim_bench::dist::Distribution;
@@ -44,8 +60,8 @@ use tailtrim_bench::workload::{
 use tailtrim_bench::{preload, run_detailed, RunConfig};
 use tailtrim_sim::cluster::run_cluster_with;
 use tailtrim_sim::tailx::{
-    calibrate, paper_experiments, planner, reductions, scenario, Calibration, Experiment, Mix,
-    PlannerOutcome, Reduction, Setup, BASELINE, PLANNERS,
+    calibrate, extra_experiments, paper_experiments, planner, reductions, scenario, Calibration,
+    Experiment, Mix, PlannerOutcome, Reduction, Setup, BASELINE, PLANNERS,
 };
 
 use super::common::tailtrim_binary;
@@ -114,6 +130,9 @@ struct Run {
     large_histogram: Encoded,
     /// Requests of at least 50 keys, ns.
     elephant_histogram: Encoded,
+    /// Requests of fewer than 50 keys, ns (files written before it: empty).
+    #[serde(default)]
+    mice_histogram: Encoded,
 }
 
 /// A planner's pooled result over the rounds.
@@ -128,6 +147,13 @@ struct Pooled {
     p99_us: f64,
     large_p99_us: f64,
     elephant_p99_us: f64,
+    /// Mice (fewer than 50 keys) and elephants, p50 and p99 (files written before: 0).
+    #[serde(default)]
+    mice_p50_us: f64,
+    #[serde(default)]
+    mice_p99_us: f64,
+    #[serde(default)]
+    elephant_p50_us: f64,
     /// Median over rounds of each round's p99.
     median_round_p99_us: f64,
     /// Each round's p99, in round order.
@@ -192,10 +218,15 @@ struct Settings {
     #[serde(default)]
     server_connections: usize,
     sim_requests: u64,
+    /// The backends served the classes themselves (`mg … p<class>`), strict priority, and
+    /// the proxies had no window; false: `--no-priorities` backends and the proxies' gates.
+    #[serde(default)]
+    server_priorities: bool,
 }
 
+/// What a run keeps (`results.json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Report {
+pub struct Report {
     metadata: Metadata,
     settings: Settings,
     experiments: Vec<ExperimentResult>,
@@ -332,17 +363,23 @@ fn simulate(
 ) -> Result<Vec<PlannerOutcome>, String> {
     planners
         .iter()
-        .map(|name| {
-            let scenario = scenario(setup, experiment, name, rate, experiment.requests)
+        .map(|&name| {
+            let simulated = proxy_planner(name);
+            let scenario = scenario(setup, experiment, simulated, rate, experiment.requests)
                 .map_err(|e| e.to_string())?;
-            let result =
-                run_cluster_with(&scenario, planner(setup, name).map_err(|e| e.to_string())?)
-                    .map_err(|e| e.to_string())?;
-            Ok(PlannerOutcome::of(
-                &result,
-                setup.workers_per_server,
-                experiment.mix.mice_max_keys(),
-            ))
+            let result = run_cluster_with(
+                &scenario,
+                planner(setup, simulated).map_err(|e| e.to_string())?,
+            )
+            .map_err(|e| e.to_string())?;
+            Ok(PlannerOutcome {
+                planner: name.to_string(),
+                ..PlannerOutcome::of(
+                    &result,
+                    setup.workers_per_server,
+                    experiment.mix.mice_max_keys(),
+                )
+            })
         })
         .collect()
 }
@@ -381,20 +418,27 @@ fn quantile_us(histogram: &hdrhistogram::Histogram<u64>, q: f64) -> f64 {
 /// a backend only as Rein's five, and rein-drr's order is the proxy gate's anyway).
 pub const TESTBED_PLANNERS: [&str; 4] = ["batch", "rein-sbf", "rein-sds", "tailx"];
 
-/// The planners `options` selects, in [`PLANNERS`]' order.
+/// A second batch proxy, measured like the others: the A/A noise gauge (its difference from
+/// `batch` is what the host's noise alone makes).
+pub const AA_GAUGE: &str = "batch-aa";
+
+/// The planners `options` selects, in [`PLANNERS`]' order (the A/A gauge right after batch).
 fn selected_planners(options: &Options) -> Result<Vec<&'static str>, String> {
     if let Some(unknown) = options
         .planners
         .iter()
-        .find(|p| !PLANNERS.contains(&p.as_str()))
+        .find(|p| !PLANNERS.contains(&p.as_str()) && p.as_str() != AA_GAUGE)
     {
         return Err(format!(
-            "unknown planner {unknown:?} (one of {})",
+            "unknown planner {unknown:?} (one of {}, {AA_GAUGE})",
             PLANNERS.join(", ")
         ));
     }
-    Ok(PLANNERS
-        .into_iter()
+    let gauged = PLANNERS.iter().flat_map(|&p| {
+        let gauge = (p == "batch").then_some(AA_GAUGE);
+        std::iter::once(p).chain(gauge)
+    });
+    Ok(gauged
         .filter(|p| {
             if options.planners.is_empty() {
                 TESTBED_PLANNERS.contains(p)
@@ -405,25 +449,74 @@ fn selected_planners(options: &Options) -> Result<Vec<&'static str>, String> {
         .collect())
 }
 
-/// Runs the testbed experiment.
-pub fn run(options: &Options) -> Result<ExitCode, String> {
-    let setup = setup_of(options);
-    let planners = selected_planners(options)?;
-    let loads = if options.loads.is_empty() {
-        vec![options.load]
-    } else {
-        options.loads.clone()
-    };
+/// What one testbed run sets up: the knobs of [`Options`], the model both sides run and how
+/// the classes are served.
+struct Bed {
+    options: Options,
+    /// The model of the simulator twin and of the backends' emulation.
+    setup: Setup,
+    experiments: Vec<Experiment>,
+    planners: Vec<&'static str>,
+    /// The backends' `--emulate-network` (`None`: no emulated network time).
+    network: Option<String>,
+    /// The backends serve the classes (strict priority), the proxies keep no window.
+    server_priorities: bool,
+}
+
+/// The old `--testbed` run: the paper's experiments over `--no-priorities` backends, the
+/// classes ordered by the proxies' gates.
+fn gated_bed(options: &Options) -> Result<Bed, String> {
     let experiments: Vec<Experiment> =
         paper_experiments(&[options.sim_requests], options.sim_requests)
             .into_iter()
             .filter(|e| options.only.is_empty() || options.only.contains(&e.name))
             .collect();
-    if experiments.is_empty() {
+    Ok(Bed {
+        setup: setup_of(options),
+        experiments,
+        planners: selected_planners(options)?,
+        network: Some(emulated_network(options)),
+        server_priorities: false,
+        options: options.clone(),
+    })
+}
+
+/// The planner a proxy runs for a testbed name (the A/A gauge's second batch is batch).
+fn proxy_planner(name: &str) -> &str {
+    if name == AA_GAUGE {
+        "batch"
+    } else {
+        name
+    }
+}
+
+/// Runs the testbed experiment (`experiment tailx --testbed`).
+pub fn run(options: &Options) -> Result<ExitCode, String> {
+    let report = measure(&gated_bed(options)?, &no_progress)?;
+    write_json(&options.out, &report)?;
+    let markdown = render_markdown(&report);
+    write_text(&options.out, "results.md", &markdown)?;
+    print!("{markdown}");
+    println!("wrote {}", options.out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Starts the backends and proxies of `bed`, runs every experiment and planner interleaved,
+/// and stops them.
+fn measure(bed: &Bed, progress: ProgressFn<'_>) -> Result<Report, String> {
+    let options = &bed.options;
+    let setup = bed.setup.clone();
+    let planners = &bed.planners;
+    let loads = if options.loads.is_empty() {
+        vec![options.load]
+    } else {
+        options.loads.clone()
+    };
+    if bed.experiments.is_empty() {
         return Err("no experiment selected".to_string());
     }
     let service = setup.service.clone();
-    let network = emulated_network(options);
+    let network = bed.network.clone().unwrap_or_else(|| "off".to_string());
     let recorder = Recorder::start();
     let binary = tailtrim_binary()?;
     let shape = ServerShape {
@@ -432,18 +525,16 @@ pub fn run(options: &Options) -> Result<ExitCode, String> {
     };
     let mut servers = Vec::new();
     for index in 0..options.servers {
-        let extra: Vec<String> = [
-            "--dispatch",
-            "late-binding",
-            "--no-priorities",
-            "--emulate-service",
-            &service,
-            "--emulate-network",
-            &network,
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let mut extra: Vec<String> = ["--dispatch", "late-binding", "--emulate-service", &service]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        if !bed.server_priorities {
+            extra.push("--no-priorities".to_string());
+        }
+        if let Some(network) = &bed.network {
+            extra.extend(["--emulate-network".to_string(), network.clone()]);
+        }
         servers.push(Process::start(Launch::tailtrim_serve(
             &format!("backend{index}"),
             &binary,
@@ -453,14 +544,14 @@ pub fn run(options: &Options) -> Result<ExitCode, String> {
     }
     let backends: Vec<String> = servers.iter().map(Process::address).collect();
     let mut proxies = Vec::new();
-    for &name in &planners {
+    for &name in planners {
         let extra: Vec<String> = [
             "--admin",
             "off",
             "-r",
             &setup.replicas.min(options.servers).to_string(),
             "--planner",
-            name,
+            proxy_planner(name),
             "-t",
             "1",
             "--backend-window",
@@ -510,7 +601,11 @@ pub fn run(options: &Options) -> Result<ExitCode, String> {
     );
 
     let mut results = Vec::new();
-    for (experiment, &load) in experiments
+    let total_runs =
+        (bed.experiments.len() * loads.len() * options.repeats * planners.len()) as u64;
+    let mut done_runs = 0;
+    for (experiment, &load) in bed
+        .experiments
         .iter()
         .flat_map(|e| loads.iter().map(move |l| (e, l)))
     {
@@ -519,7 +614,7 @@ pub fn run(options: &Options) -> Result<ExitCode, String> {
             ..setup.clone()
         };
         let calibration = calibrate(&setup, experiment).map_err(|e| e.to_string())?;
-        let simulated = simulate(&setup, experiment, &planners, calibration.rate_rps)?;
+        let simulated = simulate(&setup, experiment, planners, calibration.rate_rps)?;
         let simulated_order = order_by(
             &simulated
                 .iter()
@@ -573,6 +668,7 @@ pub fn run(options: &Options) -> Result<ExitCode, String> {
                     histogram: Encoded::encode(all)?,
                     large_histogram: Encoded::encode(output.histograms.get(Class::Large))?,
                     elephant_histogram: Encoded::encode(output.histograms.get(Class::Elephant))?,
+                    mice_histogram: Encoded::encode(output.histograms.get(Class::Mice))?,
                 };
                 eprintln!(
                     "  round {round} {name:<9} {:>6.0} rps  p50 {:>8.0} µs  p99 {:>8.0}  \
@@ -585,6 +681,12 @@ pub fn run(options: &Options) -> Result<ExitCode, String> {
                     run.load_average_before
                 );
                 runs.push(run);
+                done_runs += 1;
+                progress(Progress {
+                    stage: "tailx testbed (EMULATED)",
+                    done: done_runs,
+                    total: total_runs,
+                });
             }
         }
         let emulated: Vec<Pooled> = planners
@@ -623,18 +725,406 @@ pub fn run(options: &Options) -> Result<ExitCode, String> {
             connections: options.connections,
             server_connections: options.server_connections,
             sim_requests: options.sim_requests,
+            server_priorities: bed.server_priorities,
         },
         experiments: results,
     };
     for process in proxies.into_iter().chain(servers) {
         let _ = process.stop();
     }
-    write_json(&options.out, &report)?;
-    let markdown = render_markdown(&report);
-    write_text(&options.out, "results.md", &markdown)?;
-    print!("{markdown}");
-    println!("wrote {}", options.out.display());
+    Ok(report)
+}
+
+/// Arguments of `tailtrim experiment tailx-testbed`.
+#[derive(clap::Args, Debug, Clone)]
+#[command(
+    about = "Batch vs strict Rein-SBF vs cost-sbf on the EMULATED testbed with the priorities \
+             enforced by the backends (tailtrim serve), an A/A gauge (a second batch proxy) and \
+             the simulator twin's order beside it"
+)]
+pub struct Args {
+    /// Output directory.
+    #[arg(long, default_value = "experiments/tailx-testbed/rare-elephant")]
+    pub out: PathBuf,
+    /// The simulator's experiment (mix) to run: rare-elephant, or one of the paper's
+    /// (a-…, b-…pct).
+    #[arg(long, default_value = "rare-elephant")]
+    pub experiment: String,
+    /// Backends.
+    #[arg(long, default_value_t = 16)]
+    pub servers: usize,
+    /// Workers per backend.
+    #[arg(long, default_value_t = 4)]
+    pub workers: usize,
+    /// Offered load, share of the simulator twin's calibrated capacity.
+    #[arg(long, default_value_t = 0.9)]
+    pub load: f64,
+    /// Dilation of the service time (the host's own time per request stays small beside it).
+    #[arg(long, default_value_t = 400.0)]
+    pub dilation: f64,
+    /// Service time per fetch before dilation (cost spec). Per key only by default: a backend
+    /// that serves classes takes one `mg` per key, so a fixed cost per command would charge
+    /// Rein once per key and batch once per `get`.
+    #[arg(long, default_value = "key=25us")]
+    pub service: String,
+    /// Copies of each key.
+    #[arg(long, default_value_t = 1)]
+    pub replicas: usize,
+    /// Zipf exponent of key popularity (0: uniform).
+    #[arg(long, default_value_t = 0.0)]
+    pub zipf: f64,
+    /// Keys with small values.
+    #[arg(long, default_value_t = 100_000)]
+    pub keys: u64,
+    /// Planners, `batch-aa` being a second batch proxy (the A/A gauge).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "batch,batch-aa,rein-sbf,cost-sbf"
+    )]
+    pub planners: Vec<String>,
+    /// Measured seconds per run.
+    #[arg(long, default_value_t = 40.0)]
+    pub duration: f64,
+    /// Unmeasured seconds before each run.
+    #[arg(long, default_value_t = 5.0)]
+    pub warmup: f64,
+    /// Rounds (each planner once per round, rotated order).
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
+    /// Bench connections (one request in flight each): more than the load keeps in flight,
+    /// or requests queue in the bench.
+    #[arg(long, default_value_t = 512)]
+    pub connections: usize,
+    /// Connections from each proxy to each backend. Many: a backend runs one request of a
+    /// connection at a time, so a batch mouse that shares a connection with an elephant's
+    /// opset waits for it (Rein's classes have their own, `n / 5` each).
+    #[arg(long, default_value_t = 64)]
+    pub server_connections: usize,
+    /// Requests of each simulator twin run.
+    #[arg(long, default_value_t = 200_000)]
+    pub sim_requests: u64,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Only redraw results.md from `--out`'s results.json.
+    #[arg(long)]
+    pub replot: bool,
+}
+
+/// The bed of `experiment tailx-testbed`: the simulator's model with the given knobs, no
+/// network time, backends that serve the classes, proxies without a window.
+fn served_bed(args: &Args) -> Result<Bed, String> {
+    let options = Options {
+        out: args.out.clone(),
+        only: vec![args.experiment.clone()],
+        servers: args.servers,
+        workers: args.workers,
+        load: args.load,
+        dilation: args.dilation,
+        keys: args.keys,
+        large_keys: 10,
+        large_value_bytes: Setup::default().large_value_bytes,
+        duration: args.duration,
+        warmup: args.warmup,
+        repeats: args.repeats,
+        window: 0,
+        sim_requests: args.sim_requests,
+        connections: args.connections,
+        server_connections: args.server_connections,
+        planners: args.planners.clone(),
+        loads: Vec::new(),
+        seed: args.seed,
+    };
+    let experiments: Vec<Experiment> = paper_experiments(&[args.sim_requests], args.sim_requests)
+        .into_iter()
+        .chain(extra_experiments(args.sim_requests))
+        .filter(|e| e.name == args.experiment)
+        .collect();
+    if experiments.is_empty() {
+        return Err(format!("unknown experiment {:?}", args.experiment));
+    }
+    let setup = Setup {
+        replicas: args.replicas,
+        zipf: args.zipf,
+        service: format!("{},dilation={}", args.service, args.dilation),
+        network: "off".to_string(),
+        ..setup_of(&options)
+    };
+    Ok(Bed {
+        planners: selected_planners(&options)?,
+        setup,
+        experiments,
+        network: None,
+        server_priorities: true,
+        options,
+    })
+}
+
+/// `experiment tailx-testbed`: batch, its A/A gauge, Rein-SBF and cost-sbf with the
+/// priorities enforced by the backends.
+pub struct ServedPriorities<'a> {
+    args: &'a Args,
+}
+
+impl crate::experiment::Experiment for ServedPriorities<'_> {
+    type Results = Report;
+
+    fn run(&self, progress: ProgressFn<'_>) -> Result<Report, String> {
+        measure(&served_bed(self.args)?, progress)
+    }
+
+    fn check(results: &Report) -> Result<usize, String> {
+        let mut checked = 0;
+        for result in &results.experiments {
+            for kept in &result.emulated {
+                let again = pool_runs(&kept.planner, &result.runs, kept.proxy_stats.clone());
+                let pairs = [
+                    (kept.p99_us, again.p99_us),
+                    (kept.p50_us, again.p50_us),
+                    (kept.mice_p99_us, again.mice_p99_us),
+                    (kept.elephant_p99_us, again.elephant_p99_us),
+                ];
+                if let Some((got, want)) = pairs.iter().find(|(got, want)| got != want) {
+                    return Err(format!(
+                        "{} {}: a kept percentile {got} differs from its histograms' {want}",
+                        result.experiment.name, kept.planner
+                    ));
+                }
+                checked += pairs.len();
+            }
+        }
+        Ok(checked)
+    }
+
+    fn render(results: &Report, out: &Path) -> Result<(), String> {
+        write_text(out, "results.md", &render_served(results))?;
+        Ok(())
+    }
+
+    fn summarise(results: &Report) -> String {
+        results
+            .experiments
+            .iter()
+            .map(verdict)
+            .collect::<Vec<_>>()
+            .join("\n")
+            + "\n"
+    }
+}
+
+/// Runs `tailtrim experiment tailx-testbed` (or redraws it with `--replot`).
+pub fn run_served(args: Args) -> Result<ExitCode, String> {
+    if args.replot {
+        let (report, checked) = crate::experiment::replot::<ServedPriorities<'_>>(&args.out)?;
+        print!("{}", ServedPriorities::summarise(&report));
+        println!(
+            "redrew {} from its results.json ({checked} percentiles equal their histograms')",
+            args.out.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let report = keep_run(&ServedPriorities { args: &args }, &args.out, &no_progress)?;
+    print!("{}", ServedPriorities::summarise(&report));
+    println!("wrote {}", args.out.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// The pooled p99 of `planner` in `result`.
+fn pooled_p99(result: &ExperimentResult, planner: &str) -> Option<f64> {
+    result
+        .emulated
+        .iter()
+        .find(|p| p.planner == planner)
+        .map(|p| p.p99_us)
+}
+
+/// The acceptance reading of one experiment: the A/A gauge `|p99(batch-aa) / p99(batch) − 1|`,
+/// Rein-SBF against batch beyond it, and the simulator's order of the planners on the pairs the
+/// testbed resolves.
+fn verdict(result: &ExperimentResult) -> String {
+    let name = &result.experiment.name;
+    let (Some(batch), Some(aa)) = (pooled_p99(result, "batch"), pooled_p99(result, AA_GAUGE))
+    else {
+        return format!("{name}: no A/A gauge (batch and {AA_GAUGE} both needed)");
+    };
+    let gauge = (aa / batch - 1.0).abs();
+    let mut lines = vec![format!(
+        "{name} (EMULATED): A/A gauge |p99({AA_GAUGE}) / p99(batch) − 1| = {:.3}",
+        gauge
+    )];
+    if let Some(rein) = pooled_p99(result, "rein-sbf") {
+        let ratio = rein / batch;
+        lines.push(format!(
+            "rein-sbf p99 / batch = {ratio:.3}: {} (below batch beyond the gauge: < {:.3})",
+            if ratio < 1.0 - gauge {
+                "met"
+            } else {
+                "not met"
+            },
+            1.0 - gauge
+        ));
+    }
+    let simulated = |planner: &str| {
+        result
+            .simulated
+            .iter()
+            .find(|o| o.planner == planner)
+            .map(|o| o.p99_us)
+    };
+    let compared: Vec<&str> = ["batch", "rein-sbf", "cost-sbf"]
+        .into_iter()
+        .filter(|p| pooled_p99(result, p).is_some() && simulated(p).is_some())
+        .collect();
+    for (i, &x) in compared.iter().enumerate() {
+        for &y in &compared[i + 1..] {
+            let (Some(ex), Some(ey), Some(sx), Some(sy)) = (
+                pooled_p99(result, x),
+                pooled_p99(result, y),
+                simulated(x),
+                simulated(y),
+            ) else {
+                continue;
+            };
+            let reading = if (ex / ey - 1.0).abs() <= gauge {
+                "not resolved by the testbed (within the gauge)".to_string()
+            } else if sx == sy {
+                "the simulator ties them (same decisions), the testbed does not".to_string()
+            } else if (ex < ey) == (sx < sy) {
+                "same order as simulated".to_string()
+            } else {
+                "order differs from the simulator's".to_string()
+            };
+            lines.push(format!(
+                "{x} vs {y}: testbed p99 {ex:.0} vs {ey:.0} µs ({:.3}), simulated {sx:.0} vs \
+                 {sy:.0} µs: {reading}",
+                ex / ey
+            ));
+        }
+    }
+    lines.join("\n")
+}
+
+/// The heading of one experiment's table.
+fn heading(result: &ExperimentResult) -> String {
+    format!(
+        "\n## {} at load {} (offered {:.0} req/s = {} × simulated capacity {:.0} req/s)\n\n",
+        result.experiment.name,
+        result.load,
+        result.calibration.rate_rps,
+        result.load,
+        result.calibration.capacity_rps,
+    )
+}
+
+/// The load average over the run and the commit it ran at.
+fn stamp(m: &RunMetadata) -> String {
+    format!(
+        "Load average {} at the start, {} at the end (highest {:.1}); commit {}{}",
+        m.load_average_start,
+        m.load_average_end,
+        m.load_average_max,
+        m.commit,
+        if m.dirty { " (dirty)" } else { "" },
+    )
+}
+
+fn render_served(report: &Report) -> String {
+    let s = &report.settings;
+    let m = &report.metadata.run;
+    let mut out = format!(
+        "# EMULATED: priorities enforced in tailtrim serve — batch vs strict Rein-SBF vs \
+         cost-sbf (tailtrim experiment tailx-testbed)\n\n\
+         {} backends × {} workers (`tailtrim serve --dispatch late-binding --emulate-service \
+         {}`, emulated network {}; the backends serve `mg … p<class>` in strict priority, \
+         cost-sbf's `p<class>a<overtakes>` aged), one `tailtrim proxy -r {}` per planner (no \
+         window; {} connections per backend; `{AA_GAUGE}` is a second batch proxy, the A/A \
+         gauge), open-loop Poisson load from `tailtrim bench` ({} connections, one request in \
+         flight each), {} keys of {} B (zipf {}).",
+        s.setup.servers,
+        s.setup.workers_per_server,
+        s.emulate_service,
+        s.emulate_network,
+        s.setup.replicas,
+        s.server_connections,
+        s.connections,
+        s.setup.keyspace,
+        s.setup.small_value_bytes,
+        s.setup.zipf,
+    );
+    out.push_str(&format!(
+        " Latencies pooled over {} interleaved round(s) of {} s (+{} s warm-up) per planner, \
+         emulated µs (divide by the dilation {} for the modelled system). Simulated columns: \
+         the cluster simulator, same cost model, {} requests per planner. Host: {} ({} CPUs), \
+         kernel {}; {}.\n",
+        s.repeats,
+        s.duration_s,
+        s.warmup_s,
+        s.dilation,
+        s.sim_requests,
+        m.cpu_model,
+        m.cores,
+        m.kernel,
+        stamp(m),
+    ));
+    for result in &report.experiments {
+        let batch = pooled_p99(result, "batch");
+        out.push_str(&heading(result));
+        let mut table = Table::new(
+            [
+                ("planner", Align::Left),
+                ("p50", Align::Right),
+                ("p99", Align::Right),
+                ("p99 / batch", Align::Right),
+                ("mice p50", Align::Right),
+                ("mice p99", Align::Right),
+                ("elephants p50", Align::Right),
+                ("elephants p99", Align::Right),
+                ("round p99s", Align::Right),
+                ("sim p50", Align::Right),
+                ("sim p99", Align::Right),
+                ("sim p99 / batch", Align::Right),
+                ("sim mice p99", Align::Right),
+                ("sim elephants p99", Align::Right),
+                ("requests", Align::Right),
+                ("errors", Align::Right),
+            ]
+            .to_vec(),
+        );
+        let sim_batch = result
+            .simulated
+            .iter()
+            .find(|o| o.planner == "batch")
+            .map(|o| o.p99_us);
+        for (index, pooled) in result.emulated.iter().enumerate() {
+            let sim = result.simulated.get(index);
+            let ratio = |value: f64, base: Option<f64>| {
+                base.filter(|b| *b > 0.0)
+                    .map_or("–".to_string(), |b| format!("{:.2}", value / b))
+            };
+            table.push([
+                pooled.planner.clone(),
+                format!("{:.0}", pooled.p50_us),
+                format!("{:.0}", pooled.p99_us),
+                ratio(pooled.p99_us, batch),
+                format!("{:.0}", pooled.mice_p50_us),
+                format!("{:.0}", pooled.mice_p99_us),
+                format!("{:.0}", pooled.elephant_p50_us),
+                format!("{:.0}", pooled.elephant_p99_us),
+                pooled.round_p99s(),
+                sim.map_or("–".to_string(), |o| format!("{:.0}", o.p50_us)),
+                sim.map_or("–".to_string(), |o| format!("{:.0}", o.p99_us)),
+                sim.map_or("–".to_string(), |o| ratio(o.p99_us, sim_batch)),
+                sim.map_or("–".to_string(), |o| format!("{:.0}", o.mice_p99_us)),
+                sim.map_or("–".to_string(), |o| format!("{:.0}", o.elephant_p99_us)),
+                pooled.requests.to_string(),
+                pooled.errors.to_string(),
+            ]);
+        }
+        out.push_str(&table.render());
+        out.push_str(&format!("\n```text\n{}\n```\n", verdict(result)));
+    }
+    out
 }
 
 /// A process's command line with the executable's path shortened to `tailtrim`.
@@ -644,11 +1134,24 @@ fn named(process: &Process, binary: &Path) -> String {
         .replacen(&binary.display().to_string(), "tailtrim", 1)
 }
 
+impl Pooled {
+    /// Each round's p99, `a / b / c`.
+    fn round_p99s(&self) -> String {
+        let rounds: Vec<String> = self
+            .round_p99_us
+            .iter()
+            .map(|v| format!("{v:.0}"))
+            .collect();
+        rounds.join(" / ")
+    }
+}
+
 fn pool_runs(name: &str, runs: &[Run], proxy_stats: BTreeMap<String, String>) -> Pooled {
     let mine: Vec<&Run> = runs.iter().filter(|r| r.planner == name).collect();
     let all = pooled(mine.iter().map(|r| &r.histogram));
     let large = pooled(mine.iter().map(|r| &r.large_histogram));
     let elephant = pooled(mine.iter().map(|r| &r.elephant_histogram));
+    let mice = pooled(mine.iter().map(|r| &r.mice_histogram));
     let q = |h: &Option<hdrhistogram::Histogram<u64>>, q: f64| {
         h.as_ref().map_or(0.0, |h| quantile_us(h, q))
     };
@@ -663,6 +1166,9 @@ fn pool_runs(name: &str, runs: &[Run], proxy_stats: BTreeMap<String, String>) ->
         p99_us: q(&all, 0.99),
         large_p99_us: q(&large, 0.99),
         elephant_p99_us: q(&elephant, 0.99),
+        mice_p50_us: q(&mice, 0.5),
+        mice_p99_us: q(&mice, 0.99),
+        elephant_p50_us: q(&elephant, 0.5),
         median_round_p99_us: median(&round_p99_us),
         round_p99_us,
         proxy_stats,
@@ -767,8 +1273,7 @@ fn render_markdown(report: &Report) -> String {
          {} keys of {} B and {} of {} B (zipf {}). {} round(s) of {} s (+{} s warm-up) per \
          planner, interleaved; latencies pooled over the rounds, in emulated time (µs; divide \
          by the dilation {} for the modelled system). Simulated columns: the cluster simulator, \
-         same cost model, {} requests per planner. Load average {} at the start, {} at the end \
-         (highest {:.1}); commit {}{}.\n",
+         same cost model, {} requests per planner. {}.\n",
         s.setup.servers,
         s.setup.workers_per_server,
         s.emulate_service,
@@ -791,56 +1296,58 @@ fn render_markdown(report: &Report) -> String {
         s.warmup_s,
         s.dilation,
         s.sim_requests,
-        m.load_average_start,
-        m.load_average_end,
-        m.load_average_max,
-        m.commit,
-        if m.dirty { " (dirty)" } else { "" },
+        stamp(m),
     );
     for result in &report.experiments {
         let planners = result.emulated.len();
         let pairs = planners * planners.saturating_sub(1) / 2;
-        out.push_str(&format!(
-            "\n## {} at load {} (offered {:.0} req/s = {} × simulated capacity {:.0} req/s)\n\n\
-             | planner | requests | errors | p50 | p95 | p99 | p99 / rein-sbf | p99 red. | p50 red. | round p99s | their median | sim p50 | sim p99 | sim p99 / rein-sbf | p99 / sim p99 |\n\
-             |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
-            result.experiment.name,
-            result.load,
-            result.calibration.rate_rps,
-            result.load,
-            result.calibration.capacity_rps,
-        ));
+        out.push_str(&heading(result));
+        let mut table = Table::aligned(
+            [
+                "planner",
+                "requests",
+                "errors",
+                "p50",
+                "p95",
+                "p99",
+                "p99 / rein-sbf",
+                "p99 red.",
+                "p50 red.",
+                "round p99s",
+                "their median",
+                "sim p50",
+                "sim p99",
+                "sim p99 / rein-sbf",
+                "p99 / sim p99",
+            ],
+            Align::Left,
+        );
         for (index, pooled) in result.emulated.iter().enumerate() {
             let red = result.emulated_reductions.get(index);
             let sim = result.simulated.get(index);
             let sim_red = result.simulated_reductions.get(index);
-            let rounds: Vec<String> = pooled
-                .round_p99_us
-                .iter()
-                .map(|v| format!("{v:.0}"))
-                .collect();
             // Without the baseline among the planners there are no reductions.
             let or_dash = |value: Option<String>| value.unwrap_or_else(|| "–".to_string());
             let sim_p99 = sim.map_or(0.0, |o| o.p99_us);
-            out.push_str(&format!(
-                "| {} | {} | {} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {} | {} |\n",
-                pooled.planner,
-                pooled.requests,
-                pooled.errors,
-                pooled.p50_us,
-                pooled.p95_us,
-                pooled.p99_us,
+            table.push([
+                pooled.planner.clone(),
+                pooled.requests.to_string(),
+                pooled.errors.to_string(),
+                format!("{:.0}", pooled.p50_us),
+                format!("{:.0}", pooled.p95_us),
+                format!("{:.0}", pooled.p99_us),
                 or_dash(red.map(|r| format!("{:.2}", r.p99_ratio))),
                 or_dash(red.map(|r| format!("{:.1} %", r.p99_pct))),
                 or_dash(red.map(|r| format!("{:.1} %", r.p50_pct))),
-                rounds.join(" / "),
-                pooled.median_round_p99_us,
-                sim.map_or(0.0, |o| o.p50_us),
-                sim_p99,
+                pooled.round_p99s(),
+                format!("{:.0}", pooled.median_round_p99_us),
+                format!("{:.0}", sim.map_or(0.0, |o| o.p50_us)),
+                format!("{sim_p99:.0}"),
                 or_dash(sim_red.map(|r| format!("{:.2}", r.p99_ratio))),
                 or_dash((sim_p99 > 0.0).then(|| format!("{:.2}", pooled.p99_us / sim_p99))),
-            ));
+            ]);
         }
+        out.push_str(&table.render());
         if pairs == 0 {
             continue;
         }
@@ -890,6 +1397,137 @@ mod tests {
         );
         options.planners = vec!["fifo".into()];
         assert!(selected_planners(&options).is_err());
+    }
+
+    #[test]
+    fn the_aa_gauge_follows_batch_and_is_a_batch_proxy() {
+        let mut options = test_options();
+        options.planners = vec!["cost-sbf".into(), AA_GAUGE.into(), "batch".into()];
+        assert_eq!(
+            selected_planners(&options).expect("three"),
+            vec!["batch", AA_GAUGE, "cost-sbf"]
+        );
+        assert_eq!(proxy_planner(AA_GAUGE), "batch");
+        assert_eq!(proxy_planner("rein-sbf"), "rein-sbf");
+    }
+
+    #[test]
+    fn the_served_bed_runs_the_bare_model_with_backends_that_serve_the_classes() {
+        let args = Args {
+            out: PathBuf::new(),
+            experiment: "rare-elephant".into(),
+            servers: 16,
+            workers: 4,
+            load: 0.9,
+            dilation: 400.0,
+            service: "key=25us".into(),
+            replicas: 1,
+            zipf: 0.0,
+            keys: 1_000,
+            planners: vec!["batch".into(), AA_GAUGE.into(), "rein-sbf".into()],
+            duration: 1.0,
+            warmup: 0.0,
+            repeats: 1,
+            connections: 4,
+            server_connections: 20,
+            sim_requests: 1_000,
+            seed: 1,
+            replot: false,
+        };
+        let bed = served_bed(&args).expect("bed");
+        assert!(bed.server_priorities);
+        assert_eq!(bed.network, None);
+        assert_eq!(bed.options.window, 0);
+        assert_eq!(bed.setup.service, "key=25us,dilation=400");
+        assert_eq!(bed.setup.network, "off");
+        assert_eq!((bed.setup.replicas, bed.setup.zipf), (1, 0.0));
+        assert_eq!(bed.experiments.len(), 1);
+        assert_eq!(bed.experiments[0].name, "rare-elephant");
+        assert!(served_bed(&Args {
+            experiment: "no-such-mix".into(),
+            ..args
+        })
+        .is_err());
+    }
+
+    /// An experiment result with these emulated and simulated p99s, µs.
+    fn result_with(p99s: &[(&str, f64, f64)]) -> ExperimentResult {
+        let calibration: Calibration = serde_json::from_value(serde_json::json!({
+            "probe_rps": 1.0, "busiest_utilization": 0.5, "mean_utilization": 0.5,
+            "capacity_rps": 2.0, "rate_rps": 1.8
+        }))
+        .expect("calibration");
+        let experiment = extra_experiments(1_000).remove(0);
+        let emulated = p99s
+            .iter()
+            .map(|&(planner, p99_us, _)| {
+                let mut pooled = pool_runs(planner, &[], BTreeMap::new());
+                pooled.p99_us = p99_us;
+                pooled
+            })
+            .collect();
+        let simulated = p99s
+            .iter()
+            .map(|&(planner, _, p99_us)| PlannerOutcome {
+                planner: planner.to_string(),
+                p99_us,
+                ..PlannerOutcome::default()
+            })
+            .collect();
+        summarise(
+            experiment,
+            0.9,
+            calibration,
+            simulated,
+            Vec::new(),
+            Vec::new(),
+            emulated,
+        )
+    }
+
+    #[test]
+    fn the_verdict_reads_every_difference_against_the_aa_gauge() {
+        let result = result_with(&[
+            ("batch", 1_000.0, 700.0),
+            (AA_GAUGE, 1_050.0, 700.0),
+            ("rein-sbf", 800.0, 400.0),
+            ("cost-sbf", 820.0, 400.0),
+        ]);
+        let text = verdict(&result);
+        assert!(text.contains("= 0.050"), "{text}");
+        assert!(text.contains("rein-sbf p99 / batch = 0.800: met"), "{text}");
+        assert!(
+            text.contains("batch vs rein-sbf: testbed p99 1000 vs 800 µs (1.250), simulated 700 vs 400 µs: same order as simulated"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rein-sbf vs cost-sbf: testbed p99 800 vs 820 µs (0.976), simulated 400 vs 400 µs: not resolved by the testbed (within the gauge)"),
+            "{text}"
+        );
+        // Within the gauge of batch: not met.
+        let close = result_with(&[
+            ("batch", 1_000.0, 700.0),
+            (AA_GAUGE, 900.0, 700.0),
+            ("rein-sbf", 950.0, 400.0),
+        ]);
+        assert!(
+            verdict(&close).contains("rein-sbf p99 / batch = 0.950: not met"),
+            "{}",
+            verdict(&close)
+        );
+        let reversed = result_with(&[
+            ("batch", 800.0, 700.0),
+            (AA_GAUGE, 800.0, 700.0),
+            ("rein-sbf", 1_000.0, 400.0),
+        ]);
+        assert!(verdict(&reversed).contains("order differs from the simulator's"));
+        let tie = result_with(&[
+            ("batch", 1_000.0, 700.0),
+            (AA_GAUGE, 1_000.0, 700.0),
+            ("rein-sbf", 800.0, 400.0),
+            ("cost-sbf", 900.0, 400.0),
+        ]);
+        assert!(verdict(&tie).contains("the simulator ties them"));
     }
 
     fn test_options() -> Options {

@@ -69,7 +69,7 @@ impl Policy for EarlyBinding {
 
     fn release(&self, _rt: &dyn WorkerHost, target: usize, job: Job) {
         let (queue, event) = &self.jobs[target];
-        queue.push(job.class(), job);
+        queue.push_request(job.priority(), job);
         event.notify();
     }
 

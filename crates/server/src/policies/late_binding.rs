@@ -58,7 +58,7 @@ impl Policy for LateBinding {
     }
 
     fn release(&self, _rt: &dyn WorkerHost, _target: usize, job: Job) {
-        self.queue.push(job.class(), job);
+        self.queue.push_request(job.priority(), job);
     }
 
     fn worker_step(&self, rt: &dyn WorkerHost, worker: usize, _tokens: &mut Vec<u64>) {
