@@ -328,7 +328,7 @@ struct Metadata {
 
 /// What a testbed run keeps (`results.json`).
 #[derive(Serialize, Deserialize)]
-pub struct Report {
+pub struct TestbedReport {
     metadata: Metadata,
     settings: TestbedSettings,
     sim_setup: Setup,
@@ -653,30 +653,30 @@ pub struct ChiselTestbed<'a> {
 }
 
 impl Experiment for ChiselTestbed<'_> {
-    type Results = Report;
+    type Results = TestbedReport;
 
-    fn run(&self, progress: ProgressFn<'_>) -> Result<Report, String> {
+    fn run(&self, progress: ProgressFn<'_>) -> Result<TestbedReport, String> {
         run_testbed(self.options, self.terminal, progress)
     }
 
-    fn check(report: &Report) -> Result<usize, String> {
+    fn check(report: &TestbedReport) -> Result<usize, String> {
         check_percentiles(report)
     }
 
-    fn render(report: &Report, out: &Path) -> Result<(), String> {
+    fn render(report: &TestbedReport, out: &Path) -> Result<(), String> {
         write_text(out, "results.md", &markdown(report))?;
         plot_gains(&out.join("gain_testbed_vs_sim.svg"), report)?;
         plot_classes(&out.join("class_latency.svg"), report)
     }
 
-    fn summarise(report: &Report) -> String {
+    fn summarise(report: &TestbedReport) -> String {
         format!("{}\n", summary_line(&report.summary, &report.settings))
     }
 }
 
 /// Recomputes every run's p50, p95 and p99 from the histogram it kept; an error names the
 /// first that differs. Returns how many runs were checked.
-fn check_percentiles(report: &Report) -> Result<usize, String> {
+fn check_percentiles(report: &TestbedReport) -> Result<usize, String> {
     let mut checked = 0;
     for result in &report.results {
         for (planner, side) in [("batch", &result.batch), ("chisel", &result.chisel)] {
@@ -708,7 +708,7 @@ fn run_testbed(
     options: &Options,
     terminal: &Terminal,
     progress: ProgressFn<'_>,
-) -> Result<Report, String> {
+) -> Result<TestbedReport, String> {
     let (service, network) = emulation_specs(options.dilation);
     let settings = TestbedSettings {
         dilation: options.dilation,
@@ -850,7 +850,7 @@ fn run_testbed(
     }
     drop(backends);
     let summary = summarize(&results);
-    let report = Report {
+    let report = TestbedReport {
         metadata: Metadata {
             run: recorder.finish(),
             note: format!(
@@ -902,7 +902,7 @@ fn shape_text(shape: (u32, u32)) -> String {
     }
 }
 
-fn markdown(report: &Report) -> String {
+fn markdown(report: &TestbedReport) -> String {
     let s = &report.settings;
     let mut text = format!(
         "# Chisel vs batch on the EMULATED testbed\n\n**{}.**\n\n",
@@ -1085,7 +1085,7 @@ fn markdown(report: &Report) -> String {
     text
 }
 
-fn plot_gains(path: &Path, report: &Report) -> Result<(), String> {
+fn plot_gains(path: &Path, report: &TestbedReport) -> Result<(), String> {
     let root = SVGBackend::new(path, (900, 700)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| drawing_failed(&e))?;
     let points = |pick: fn(&ScenarioResult) -> (f64, f64)| -> Vec<(f64, f64)> {
@@ -1164,7 +1164,7 @@ fn plot_gains(path: &Path, report: &Report) -> Result<(), String> {
     root.present().map_err(|e| drawing_failed(&e))
 }
 
-fn plot_classes(path: &Path, report: &Report) -> Result<(), String> {
+fn plot_classes(path: &Path, report: &TestbedReport) -> Result<(), String> {
     let root = SVGBackend::new(path, (1400, 700)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| drawing_failed(&e))?;
     let root = root
