@@ -3,7 +3,9 @@
 Used by experiments/proxy/run.py and experiments/throughput/run.py (each inserts this folder
 into sys.path): ports, processes, CPU time from /proc/PID/stat, the load commands (the Go
 closed-loop generator in proxy/closedloop/ and the open-loop `tailtrim bench`), one measured
-run, and the per-repetition ratios to a reference target with their median and range.
+run, and the per-repetition ratios to a reference target with their median and range. The
+latency histograms runs keep (hdrhistogram's V2, base64) are read with the hdrhistogram
+package (`hdr_values`, `hdr_percentile`), percentiles as the Rust harness reads them.
 """
 
 import argparse
@@ -18,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 
 EXPERIMENTS = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(EXPERIMENTS)
@@ -319,72 +322,52 @@ def measure(cmd, pid, cpu_key, bench_out=None, latency_class="all"):
     }
 
 
-def hdr_counts(encoded):
-    """(lowest discernible value, significant digits, counts) of a histogram in hdrhistogram's
-    V2 serialization, base64 (what `tailtrim bench --json` and the Rust harness keep)."""
-    raw = base64.b64decode(encoded)
-    cookie, length, _offset, digits, lowest, _highest, _ratio = struct.unpack(">IIIIQQd",
-                                                                             raw[:40])
-    if cookie != 0x1c849313:
-        raise ValueError(f"not an uncompressed V2 histogram (cookie {cookie:#x})")
-    payload, counts, at = raw[40:40 + length], [], 0
-    while at < len(payload):
-        value, shift = 0, 0
-        for nth in range(9):  # LEB128, the ninth byte carrying eight bits
-            byte = payload[at]
-            at += 1
-            if nth == 8:
-                value |= byte << 56
-                break
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                break
-        count = (value >> 1) ^ -(value & 1)  # zigzag
-        counts.extend([0] * -count if count < 0 else [count])
-    return lowest, digits, counts
+# The compressed V2 cookie the hdrhistogram package reads (the Rust harness and `tailtrim
+# bench --json` keep the uncompressed V2 form, cookie 0x1c849313, which deflated behind this
+# header is the same histogram).
+V2_DEFLATED_COOKIE = 0x1C849314
 
 
-def _bucket_value(index, lowest, digits):
-    """(lowest, highest) value equivalent to a V2 histogram's count index."""
-    unit = int(math.floor(math.log2(lowest)))
-    magnitude = int(math.ceil(math.log2(2 * 10 ** digits)))
-    half_magnitude = max(magnitude, 1) - 1
-    half = 1 << half_magnitude
-    mask = ((1 << magnitude) - 1) << unit
-    bucket, sub = (index >> half_magnitude) - 1, (index & (half - 1)) + half
-    if bucket < 0:
-        bucket, sub = 0, sub - half
-    value = sub << (bucket + unit)
-    shift = (value | mask).bit_length() - unit - magnitude + unit
-    low = (value >> shift) << shift
-    return low, low + (1 << shift) - 1
+def hdr_histogram(encoded):
+    """A histogram kept in hdrhistogram's V2 serialization, base64 (what `tailtrim bench
+    --json` and the Rust harness keep), decoded by the hdrhistogram package."""
+    from hdrh.histogram import HdrHistogram  # only the scripts that decode need the package
+
+    deflated = zlib.compress(base64.b64decode(encoded))
+    header = struct.pack(">II", V2_DEFLATED_COOKIE, len(deflated))
+    return HdrHistogram.decode(base64.b64encode(header + deflated))
 
 
 def hdr_values(encoded):
     """[(value, count)] of a V2 histogram's non-empty buckets, each at the bucket's highest
     equivalent value (what `hdr_percentile` reports)."""
-    lowest, digits, counts = hdr_counts(encoded)
-    return [(_bucket_value(index, lowest, digits)[1], count)
-            for index, count in enumerate(counts) if count]
+    histogram = hdr_histogram(encoded)
+    if not histogram.get_total_count():
+        return []
+    first = histogram.get_counts_array_index(histogram.get_min_value())
+    last = histogram.get_counts_array_index(histogram.get_max_value())
+    counts = ((index, histogram.get_count_at_index(index)) for index in range(first, last + 1))
+    return [(histogram.get_highest_equivalent_value(histogram.get_value_from_index(index)), count)
+            for index, count in counts if count]
 
 
 def hdr_percentile(encoded, percentile):
-    """The value at `percentile` (0-100) of a V2 histogram, as hdrhistogram's
-    `value_at_quantile` gives it (the highest value equivalent to the bucket reaching the rank);
-    None when empty."""
-    lowest, digits, counts = hdr_counts(encoded)
-    total = sum(counts)
+    """The value at `percentile` (0-100) of a V2 histogram as the Rust harness reads it
+    (hdrhistogram's `value_at_quantile`: the highest value equivalent to the bucket holding
+    rank ceil(q * count); the package's own `get_value_at_percentile` rounds the rank to the
+    nearest instead); None when empty."""
+    values = hdr_values(encoded)
+    total = sum(count for _, count in values)
     if not total:
         return None
     quantile = min(percentile / 100.0, 1.0)
     rank, running = max(math.ceil(quantile * total), 1), 0
-    for index, count in enumerate(counts):
+    for value, count in values:
         running += count
-        if running < rank:
-            continue
-        low, high = _bucket_value(index, lowest, digits)
-        return low if quantile == 0.0 else high
+        if running >= rank:
+            if quantile == 0.0:
+                return hdr_histogram(encoded).get_lowest_equivalent_value(value)
+            return value
     return None
 
 

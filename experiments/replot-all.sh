@@ -5,7 +5,9 @@
 # Afterwards `git status --short experiments` and `git diff --stat experiments` show what a
 # replot changes.
 #
-#   experiments/replot-all.sh          (TAILTRIM=binary to use, default target/release/tailtrim)
+#   experiments/replot-all.sh          (TAILTRIM=binary to use, default target/release/tailtrim;
+#                                        PYTHON=interpreter with the hdrhistogram package,
+#                                        default .venv/bin/python, scripts/setup-deps.sh's)
 #
 # Which command redraws a folder follows from the command its results recorded
 # (`metadata.command`):
@@ -27,6 +29,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 T="${TAILTRIM:-target/release/tailtrim}"
+PY="${PYTHON:-.venv/bin/python}"
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 touch "$scratch/start"
@@ -100,9 +103,9 @@ while read -r kind path; do
         tailx-testbed) run "$T" experiment tailx --testbed --replot --out "$dir" ;;
         tailx-testbed-served) run "$T" experiment tailx-testbed --replot --out "$dir" ;;
         warmup) run "$T" experiment warmup --replot --out "$dir" ;;
-        proxy-run) run python3 experiments/proxy/run.py --replot --out "$path" ;;
-        throughput-run) run python3 experiments/throughput/run.py --replot --out "$path" ;;
-        chisel-real) run python3 experiments/chisel/summarize.py "$dir" ;;
+        proxy-run) run "$PY" experiments/proxy/run.py --replot --out "$path" ;;
+        throughput-run) run "$PY" experiments/throughput/run.py --replot --out "$path" ;;
+        chisel-real) run "$PY" experiments/chisel/summarize.py "$dir" ;;
     esac
 done <"$scratch/kinds"
 
@@ -112,10 +115,10 @@ for threads in 1 2; do
         --plot "experiments/bench/max-rate-t$threads"
 done
 run_to experiments/bench/max-rate-summary.txt \
-    python3 experiments/bench/summarize_max_rate.py experiments/bench max-rate
+    "$PY" experiments/bench/summarize_max_rate.py experiments/bench max-rate
 run_to experiments/bench/side-by-side-summary.txt \
-    python3 experiments/bench/summarize.py experiments/bench/side-by-side
-run python3 experiments/emulation-accuracy/summarize.py
+    "$PY" experiments/bench/summarize.py experiments/bench/side-by-side
+run "$PY" experiments/emulation-accuracy/summarize.py
 
 # The model (experiments/model/README.md): analytic, recomputed.
 m=experiments/model
@@ -144,13 +147,13 @@ run_to "$m/p1_sweep.txt" p1_sweep
 run_to "$m/chisel_grid.txt" chisel_grid
 
 # Comparison tables (commands of minos-emulated/README.md and sim-validation/README.md).
-run_to experiments/minos-emulated/comparison.md python3 experiments/minos-emulated/compare.py
+run_to experiments/minos-emulated/comparison.md "$PY" experiments/minos-emulated/compare.py
 v=experiments/sim-validation
-run_to "$v/comparison.md" python3 "$v/compare.py" --window "$v/sim/testbed-window/results.json" \
+run_to "$v/comparison.md" "$PY" "$v/compare.py" --window "$v/sim/testbed-window/results.json" \
     "$v/testbed/results.json" "$v/sim/results.json" "$v/sim/late-binding-9-cores/results.json"
-run_to "$v/batch-comparison.md" python3 "$v/batch_compare.py" "$v/batch-4/results.json" \
+run_to "$v/batch-comparison.md" "$PY" "$v/batch_compare.py" "$v/batch-4/results.json" \
     "$v/batch-16/results.json"
-run_to "$v/batch-window4-comparison.md" python3 "$v/batch_compare.py" \
+run_to "$v/batch-window4-comparison.md" "$PY" "$v/batch_compare.py" \
     "$v/batch-4-window4/results.json" "$v/batch-16-window4/results.json"
 
 echo

@@ -1,7 +1,8 @@
-"""Tests of the experiments' shared Python: the HDR histogram decoder against the percentiles the
-Rust harness computed from the same histograms, the floor-added p99 of
-sim-validation/compare.py against a brute-force sum, and that every measurement kept under
-experiments/ carries its run records (metadata and latency histograms). Run by scripts/test.sh."""
+"""Tests of the experiments' shared Python: the HDR histograms read through the hdrhistogram
+package against the percentiles the Rust harness computed from the same histograms, the
+floor-added p99 of sim-validation/compare.py against a brute-force sum, and that every
+measurement kept under experiments/ carries its run records (metadata and latency histograms).
+Run by scripts/test.sh."""
 
 import fnmatch
 import json

@@ -5,7 +5,7 @@
 #   apt:    memcached (the differential oracle), nutcracker (a proxy baseline),
 #           prometheus (promtool and the server, for the /metrics tests; its service stays off)
 #           netcat-openbsd (the README's examples), openssl (certificates of tests/python's TLS test)
-#   python: .venv with pymemcache + pytest            (tests/python)
+#   python: .venv with pymemcache + pytest + hdrhistogram (tests/python, experiments/)
 #   go:     module deps of tests/go (gomemcache)       (tests/go)
 #
 # The Debian packages may start system services; we prevent that with a temporary
@@ -59,7 +59,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 # --- Python venv ------------------------------------------------------------------------
-if ! .venv/bin/python -c 'import pymemcache, pytest' >/dev/null 2>&1; then
+if ! .venv/bin/python -c 'import pymemcache, pytest, hdrh' >/dev/null 2>&1; then
     quiet python3 -m venv .venv
     quiet .venv/bin/python -m pip install -q --disable-pip-version-check -r tests/python/requirements.txt
 fi

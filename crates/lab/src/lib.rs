@@ -6,8 +6,11 @@
 //! ```text
 //!   experiments::{minos, warmup, chisel, chisel_testbed, tailx, tailx_testbed}
 //!     what to run, how to read it ──> experiment::Experiment (run with a progress
-//!                                      callback, check, render, summarise)
-//!                                      experiment::keep_run / experiment::replot
+//!                                      callback, refresh, check, render, summarise)
+//!                                      experiment::keep_run / experiment::replot,
+//!                                      experiment::run_each (scenarios on threads)
+//!     the command ─────────────────> experiments::common::command + Terminal
+//!                                      (progress bar, lines, the printed summary)
 //!   ──────────────────────────────────────────────────────────────────────────────────
 //!   start systems ─────────────────────────> process::Process::start(Launch)
 //!                                             tailtrim serve | memcached | nutcracker |

@@ -9,7 +9,8 @@
 //! ```
 //!
 //! A cell is written as ` text |`; an empty cell as ` |`, so a row of a failed point
-//! (`| 10000 | failed | | |`) reads as the reports have always written it.
+//! (`| 10000 | failed | | |`) reads as the reports have always written it; a table whose
+//! empty cells keep both spaces (`|  |`) says so with [`Table::padding_empty_cells`].
 
 use std::fmt::Write;
 
@@ -37,6 +38,7 @@ pub struct Table {
     header: Vec<String>,
     align: Vec<Align>,
     rows: Vec<Vec<String>>,
+    pad_empty: bool,
 }
 
 impl Table {
@@ -50,6 +52,7 @@ impl Table {
             header,
             align,
             rows: Vec::new(),
+            pad_empty: false,
         }
     }
 
@@ -59,6 +62,14 @@ impl Table {
         align: Align,
     ) -> Self {
         Self::new(titles.into_iter().map(|title| (title, align)))
+    }
+
+    /// Writes the empty cells of the rows with both their spaces (`|  |`), as a column that is
+    /// mostly blank (a mark on a few rows) has always been written; the header keeps ` |`.
+    #[must_use]
+    pub fn padding_empty_cells(mut self) -> Self {
+        self.pad_empty = true;
+        self
     }
 
     /// Appends a row (cells beyond the header's columns are written too; missing ones are not).
@@ -92,7 +103,15 @@ impl Table {
         }
         text.push('\n');
         for row in &self.rows {
-            text.push_str(&line(row));
+            if self.pad_empty {
+                text.push('|');
+                for cell in row {
+                    let _ = write!(text, " {cell} |");
+                }
+                text.push('\n');
+            } else {
+                text.push_str(&line(row));
+            }
         }
         text
     }
@@ -127,6 +146,18 @@ mod tests {
             "| rate | system |\n|---:|---|\n| 10000 | memcached |\n| 20000 | |\n"
         );
         assert_eq!(table.len(), 2);
+    }
+
+    #[test]
+    fn padded_rows_keep_both_spaces_of_an_empty_cell() {
+        let table = Table::new([("rate", Align::Right), ("", Align::Left)])
+            .padding_empty_cells()
+            .row(["10000", ""])
+            .row(["20000", "*few*"]);
+        assert_eq!(
+            table.render(),
+            "| rate | |\n|---:|---|\n| 10000 |  |\n| 20000 | *few* |\n"
+        );
     }
 
     #[test]

@@ -13,8 +13,6 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 use plotters::coord::Shift;
 use plotters::prelude::{
@@ -26,14 +24,14 @@ use tailtrim_sim::chisel::{
     paper_grid, run_point_reusing, summarize, GridPoint, Outcome, PointResult, Setup, Summary,
 };
 
-use crate::experiment::{keep_run, replot, Experiment, Progress, ProgressFn};
+use crate::experiment::{run_each, Experiment, ProgressFn};
 use crate::figures::{draw_bars, drawing_failed};
 use crate::histogram::Encoded;
 use crate::meta::{Recorder, RunMetadata};
 use crate::results::read_json;
 
 use super::chisel_testbed;
-use super::common::progress_bar;
+use super::common::{command, Terminal};
 
 /// Arguments of `tailtrim experiment chisel`.
 #[derive(clap::Args, Debug)]
@@ -230,38 +228,16 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from("experiments/chisel/sim"));
-    if args.replot {
-        let (report, checked) = replot::<ChiselSim>(&out)?;
-        eprintln!("{checked} scenarios' p95s equal their histograms'");
-        print!("{}", ChiselSim::summarise(&report));
-        println!("redrew {} from its results.json", out.display());
-        return Ok(ExitCode::SUCCESS);
-    }
-    let bar = progress_bar(
-        std::io::IsTerminal::is_terminal(&std::io::stderr()),
-        0,
-        "chisel (simulated)",
-    );
-    let tell = |progress: Progress<'_>| {
-        if let Some(bar) = &bar {
-            bar.set_length(progress.total.max(1));
-            bar.set_position(progress.done);
-        }
+    let simulated = ChiselSim {
+        args: &args,
+        out: &out,
     };
-    let report = keep_run(
-        &ChiselSim {
-            args: &args,
-            out: &out,
-        },
+    command(
+        &simulated,
         &out,
-        &tell,
-    )?;
-    if let Some(bar) = &bar {
-        bar.finish_and_clear();
-    }
-    print!("{}", ChiselSim::summarise(&report));
-    println!("wrote {}", out.display());
-    Ok(ExitCode::SUCCESS)
+        args.replot,
+        &Terminal::new("chisel (simulated)", false),
+    )
 }
 
 /// Chisel against batch in the cluster simulator: the paper's grid (or `--only`), each
@@ -362,39 +338,12 @@ fn simulate(args: &Args, out: &Path, progress: ProgressFn<'_>) -> Result<Report,
     };
     // The tree as the run starts: the code that produces the numbers.
     let recorder = Recorder::start();
-    let total = grid.len() as u64;
-    let finished = AtomicUsize::new(0);
-    let next = AtomicUsize::new(0);
-    let slots: Mutex<Vec<Option<Result<PointResult, String>>>> = Mutex::new(vec![None; grid.len()]);
-    std::thread::scope(|scope| {
-        for _ in 0..args.jobs.max(1) {
-            scope.spawn(|| loop {
-                let index = next.fetch_add(1, Ordering::Relaxed);
-                let Some(point) = grid.get(index) else {
-                    break;
-                };
-                let outcome = reused_for(point).and_then(|fixed| {
-                    run_point_reusing(&setup, point, fixed)
-                        .map_err(|error| format!("{}: {error}", point.name()))
-                });
-                if let Ok(mut slots) = slots.lock() {
-                    slots[index] = Some(outcome);
-                }
-                let done = finished.fetch_add(1, Ordering::Relaxed) + 1;
-                progress(Progress {
-                    stage: "chisel (simulated)",
-                    done: done as u64,
-                    total,
-                });
-            });
-        }
-    });
-    let results: Vec<PointResult> = slots
-        .into_inner()
-        .map_err(|_| "a simulation thread panicked".to_string())?
-        .into_iter()
-        .map(|slot| slot.unwrap_or_else(|| Err("scenario not run".to_string())))
-        .collect::<Result<_, _>>()?;
+    let results = run_each(&grid, args.jobs, "simulating", progress, |point| {
+        reused_for(point).and_then(|fixed| {
+            run_point_reusing(&setup, point, fixed)
+                .map_err(|error| format!("{}: {error}", point.name()))
+        })
+    })?;
     let metadata = recorder.finish();
     let summary = summarize(&results);
     let histograms = results

@@ -22,15 +22,15 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::experiment::{run_each, Experiment, Progress, ProgressFn};
 use crate::figures::{draw_bars, drawing_failed};
 use crate::histogram::Encoded;
 use crate::meta::{load_average, Recorder, RunMetadata};
 use crate::process::{fetch_stats, Launch, Process, ServerShape};
-use crate::results::{read_json, write_json, write_text};
+use crate::results::write_text;
 use crate::stats::{interleaved_order, median};
 use crate::tables::{Align, Table};
 use plotters::prelude::{
@@ -42,7 +42,7 @@ use tailtrim_bench::{preload, run_detailed, Class, ClassSummary, RunConfig, Work
 use tailtrim_policy::costspec::CostSpec;
 use tailtrim_sim::chisel::{gain, run_point, GridPoint, PointResult, Setup, ELEPHANT_KEYS};
 
-use super::common::{progress_bar, tailtrim_binary};
+use super::common::{command, tailtrim_binary, Terminal};
 
 /// The paper's `P_S = 3.3 + 0.6·K` µs, as (fixed, per key) µs.
 pub const PAPER_SERVICE_US: (f64, f64) = (3.3, 0.6);
@@ -326,8 +326,9 @@ struct Metadata {
     note: String,
 }
 
+/// What a testbed run keeps (`results.json`).
 #[derive(Serialize, Deserialize)]
-struct Report {
+pub struct TestbedReport {
     metadata: Metadata,
     settings: TestbedSettings,
     sim_setup: Setup,
@@ -633,37 +634,81 @@ fn scenario_result(
     }
 }
 
-fn simulate(setup: &Setup, grid: &[GridPoint]) -> Result<Vec<PointResult>, String> {
-    let next = AtomicUsize::new(0);
-    let slots: Mutex<Vec<Option<Result<PointResult, String>>>> = Mutex::new(vec![None; grid.len()]);
-    std::thread::scope(|scope| {
-        for _ in 0..2 {
-            scope.spawn(|| loop {
-                let index = next.fetch_add(1, Ordering::Relaxed);
-                let Some(point) = grid.get(index) else { break };
-                let outcome = run_point(setup, point).map_err(|e| format!("{}: {e}", point.name()));
-                if let Ok(mut slots) = slots.lock() {
-                    slots[index] = Some(outcome);
-                }
-            });
-        }
-    });
-    slots
-        .into_inner()
-        .map_err(|_| "a simulation thread panicked".to_string())?
-        .into_iter()
-        .map(|slot| slot.unwrap_or_else(|| Err("scenario not simulated".to_string())))
-        .collect()
+/// Runs the testbed mode (or redraws a kept run with `replot`).
+pub fn run(options: Options) -> Result<ExitCode, String> {
+    let terminal = Terminal::new("chisel (testbed, EMULATED)", false);
+    let testbed = ChiselTestbed {
+        options: &options,
+        terminal: &terminal,
+    };
+    command(&testbed, &options.out, options.replot, &terminal)
 }
 
-/// Runs the testbed mode.
-pub fn run(options: Options) -> Result<ExitCode, String> {
-    if options.replot {
-        let report: Report = read_json(&options.out)?;
-        write_outputs(&options.out, &report)?;
-        println!("redrew {} from its results.json", options.out.display());
-        return Ok(ExitCode::SUCCESS);
+/// Chisel against batch through the real proxy over emulated backends, beside the simulator.
+pub struct ChiselTestbed<'a> {
+    /// What the command's flags ask for.
+    pub options: &'a Options,
+    /// Where per-scenario lines go.
+    pub terminal: &'a Terminal,
+}
+
+impl Experiment for ChiselTestbed<'_> {
+    type Results = TestbedReport;
+
+    fn run(&self, progress: ProgressFn<'_>) -> Result<TestbedReport, String> {
+        run_testbed(self.options, self.terminal, progress)
     }
+
+    fn check(report: &TestbedReport) -> Result<usize, String> {
+        check_percentiles(report)
+    }
+
+    fn render(report: &TestbedReport, out: &Path) -> Result<(), String> {
+        write_text(out, "results.md", &markdown(report))?;
+        plot_gains(&out.join("gain_testbed_vs_sim.svg"), report)?;
+        plot_classes(&out.join("class_latency.svg"), report)
+    }
+
+    fn summarise(report: &TestbedReport) -> String {
+        format!("{}\n", summary_line(&report.summary, &report.settings))
+    }
+}
+
+/// Recomputes every run's p50, p95 and p99 from the histogram it kept; an error names the
+/// first that differs. Returns how many runs were checked.
+fn check_percentiles(report: &TestbedReport) -> Result<usize, String> {
+    let mut checked = 0;
+    for result in &report.results {
+        for (planner, side) in [("batch", &result.batch), ("chisel", &result.chisel)] {
+            for run in &side.runs {
+                for (label, percentile, reported) in [
+                    ("p50", 50.0, run.all.p50_us),
+                    ("p95", 95.0, run.all.p95_us),
+                    ("p99", 99.0, run.all.p99_us),
+                ] {
+                    let again = run.histogram.percentile(percentile, 1e3).unwrap_or(0.0);
+                    if (again - reported).abs() > 1e-6 {
+                        return Err(format!(
+                            "{} {planner} round {}: reported {label} {reported} µs, its \
+                             histogram's {again} µs",
+                            result.name,
+                            run.round + 1
+                        ));
+                    }
+                }
+                checked += 1;
+            }
+        }
+    }
+    Ok(checked)
+}
+
+/// Simulates the scenarios, then runs each on the testbed with the planners interleaved.
+fn run_testbed(
+    options: &Options,
+    terminal: &Terminal,
+    progress: ProgressFn<'_>,
+) -> Result<TestbedReport, String> {
     let (service, network) = emulation_specs(options.dilation);
     let settings = TestbedSettings {
         dilation: options.dilation,
@@ -687,11 +732,13 @@ pub fn run(options: Options) -> Result<ExitCode, String> {
         ..Setup::default()
     };
     let recorder = Recorder::start();
-    eprintln!(
-        "simulating the {} scenarios (no dilation)",
-        options.grid.len()
-    );
-    let sims = simulate(&sim_setup, &options.grid)?;
+    let sims = run_each(
+        &options.grid,
+        2,
+        "simulating (no dilation)",
+        progress,
+        |point| run_point(&sim_setup, point).map_err(|e| format!("{}: {e}", point.name())),
+    )?;
 
     let binary = tailtrim_binary()?;
     let shape = ServerShape {
@@ -737,16 +784,11 @@ pub fn run(options: Options) -> Result<ExitCode, String> {
                     as f64
         })
         .collect();
-    eprintln!(
+    terminal.say(&format!(
         "testbed: {} scenarios, about {:.0} s of load",
         options.grid.len(),
         per_scenario.iter().sum::<f64>()
-    );
-    let bar = progress_bar(
-        std::io::IsTerminal::is_terminal(&std::io::stderr()),
-        options.grid.len() as u64,
-        "chisel (testbed, EMULATED)",
-    );
+    ));
     let mut results = Vec::new();
     for ((index, point), sim) in options.grid.iter().enumerate().zip(sims) {
         let spec = Arc::new(workload(point, settings.keys)?);
@@ -790,7 +832,7 @@ pub fn run(options: Options) -> Result<ExitCode, String> {
         }
         let [batch, chisel] = runs;
         let result = scenario_result(*point, &settings, epoch_ms, batch, chisel, sim);
-        eprintln!(
+        terminal.say(&format!(
             "{}: testbed gain mean {:.1} % p95 {:.1} %, simulator {:.1} % / {:.1} % (load {})",
             result.name,
             result.gain_mean_pct,
@@ -798,18 +840,17 @@ pub fn run(options: Options) -> Result<ExitCode, String> {
             result.sim.gain_mean_pct,
             result.sim.gain_p95_pct,
             load_average()
-        );
+        ));
         results.push(result);
-        if let Some(bar) = &bar {
-            bar.inc(1);
-        }
-    }
-    if let Some(bar) = &bar {
-        bar.finish_and_clear();
+        progress(Progress {
+            stage: "testbed",
+            done: results.len() as u64,
+            total: options.grid.len() as u64,
+        });
     }
     drop(backends);
     let summary = summarize(&results);
-    let report = Report {
+    let report = TestbedReport {
         metadata: Metadata {
             run: recorder.finish(),
             note: format!(
@@ -823,11 +864,7 @@ pub fn run(options: Options) -> Result<ExitCode, String> {
         summary,
         results,
     };
-    write_json(&options.out, &report)?;
-    write_outputs(&options.out, &report)?;
-    println!("{}", summary_line(&report.summary, &report.settings));
-    println!("wrote {}", options.out.display());
-    Ok(ExitCode::SUCCESS)
+    Ok(report)
 }
 
 fn summary_line(s: &TestbedSummary, settings: &TestbedSettings) -> String {
@@ -865,7 +902,7 @@ fn shape_text(shape: (u32, u32)) -> String {
     }
 }
 
-fn markdown(report: &Report) -> String {
+fn markdown(report: &TestbedReport) -> String {
     let s = &report.settings;
     let mut text = format!(
         "# Chisel vs batch on the EMULATED testbed\n\n**{}.**\n\n",
@@ -1048,13 +1085,7 @@ fn markdown(report: &Report) -> String {
     text
 }
 
-fn write_outputs(out: &Path, report: &Report) -> Result<(), String> {
-    write_text(out, "results.md", &markdown(report))?;
-    plot_gains(&out.join("gain_testbed_vs_sim.svg"), report)?;
-    plot_classes(&out.join("class_latency.svg"), report)
-}
-
-fn plot_gains(path: &Path, report: &Report) -> Result<(), String> {
+fn plot_gains(path: &Path, report: &TestbedReport) -> Result<(), String> {
     let root = SVGBackend::new(path, (900, 700)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| drawing_failed(&e))?;
     let points = |pick: fn(&ScenarioResult) -> (f64, f64)| -> Vec<(f64, f64)> {
@@ -1133,7 +1164,7 @@ fn plot_gains(path: &Path, report: &Report) -> Result<(), String> {
     root.present().map_err(|e| drawing_failed(&e))
 }
 
-fn plot_classes(path: &Path, report: &Report) -> Result<(), String> {
+fn plot_classes(path: &Path, report: &TestbedReport) -> Result<(), String> {
     let root = SVGBackend::new(path, (1400, 700)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| drawing_failed(&e))?;
     let root = root

@@ -1,10 +1,21 @@
 //! What the experiments need beyond the harness (the rest of this crate): the tailtrim
 //! executable to start servers from, CPU pinning and nice values (the server crate's affinity
-//! helpers), and a progress bar.
+//! helpers), a progress bar, and the command every experiment runs through.
+//!
+//! ```text
+//!   command(&experiment, out, replot, &terminal)
+//!     replot:  experiment::replot::<E>(out) ──> "N percentiles equal their histograms'"
+//!     run:     experiment::keep_run(&experiment, out, terminal's progress bar)
+//!     then     E::summarise printed (unless quiet), and where the run is
+//! ```
 
-use std::path::PathBuf;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::experiment::{keep_run, replot, Experiment, Progress};
 
 use tailtrim_server::affinity::set_affinity;
 pub use tailtrim_server::affinity::{parse_cpu_list, pin_current_thread};
@@ -62,4 +73,84 @@ pub fn progress_bar(interactive: bool, length: u64, prefix: &str) -> Option<Prog
     }
     bar.set_prefix(prefix.to_string());
     Some(bar)
+}
+
+/// Where a command tells its progress: a bar on stderr when it is a terminal, and lines printed
+/// above the bar (or on stderr without one); nothing when quiet.
+pub struct Terminal {
+    bar: Option<ProgressBar>,
+    quiet: bool,
+}
+
+impl Terminal {
+    /// A terminal for the experiment named `prefix`; `quiet`: no bar and no lines.
+    pub fn new(prefix: &str, quiet: bool) -> Self {
+        Self {
+            bar: progress_bar(!quiet && std::io::stderr().is_terminal(), 0, prefix),
+            quiet,
+        }
+    }
+
+    /// A terminal without a bar (for an experiment that draws one per run itself).
+    pub fn without_bar() -> Self {
+        Self {
+            bar: None,
+            quiet: false,
+        }
+    }
+
+    /// Shows `progress` on the bar (its stage as the bar's message).
+    pub fn progress(&self, progress: Progress<'_>) {
+        if let Some(bar) = &self.bar {
+            bar.set_length(progress.total.max(1));
+            bar.set_position(progress.done);
+            bar.set_message(progress.stage.to_string());
+        }
+    }
+
+    /// Prints `line` above the bar, or on stderr.
+    pub fn say(&self, line: &str) {
+        match (&self.bar, self.quiet) {
+            (_, true) => {}
+            (Some(bar), false) => bar.println(line),
+            (None, false) => eprintln!("{line}"),
+        }
+    }
+
+    /// Whether lines and the summary are left out.
+    pub fn quiet(&self) -> bool {
+        self.quiet
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+/// Runs `experiment` and keeps it in `out`, or with `replot` redraws the run kept there; prints
+/// its summary (unless the terminal is quiet) and where it is.
+pub fn command<E: Experiment>(
+    experiment: &E,
+    out: &Path,
+    replot_only: bool,
+    terminal: &Terminal,
+) -> Result<ExitCode, String> {
+    let (results, done) = if replot_only {
+        let (results, checked) = replot::<E>(out)?;
+        terminal.say(&format!(
+            "{checked} kept results' percentiles equal their histograms'"
+        ));
+        (results, "redrew")
+    } else {
+        let results = keep_run(experiment, out, &|progress| terminal.progress(progress));
+        terminal.finish();
+        (results?, "wrote")
+    };
+    if !terminal.quiet() {
+        print!("{}", E::summarise(&results));
+        println!("{done} {}", out.display());
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -21,7 +21,6 @@
 //! measured at the same rates, interleaved with the real systems.
 
 use std::collections::BTreeMap;
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,6 +34,7 @@ use tailtrim_bench::{
 use tailtrim_policy::costspec::{CostSpec, Units};
 
 use crate::bootstrap::{peak_median_ratio, quantile_ratio, Interval, Plan, Repeats};
+use crate::experiment::{Experiment, Progress, ProgressFn};
 use crate::figures::{
     plot_latency_vs_throughput, system_color, Curve, LatencyClass, LatencyThroughput,
 };
@@ -42,11 +42,12 @@ use crate::floor::NullServer;
 use crate::histogram::Encoded;
 use crate::meta::{Recorder, RunMetadata};
 use crate::process::{fetch_stats, program_version, send_command, Process, Program, ServerShape};
-use crate::results::{read_json, write_json, write_text};
+use crate::results::{write_json, write_text};
 use crate::stats::{interleaved_order, median};
+use crate::tables::{Align, Table};
 
 use super::common::{
-    parse_cpu_list, pin_current_thread, pin_process, progress_bar, set_nice, tailtrim_binary,
+    command, parse_cpu_list, pin_current_thread, pin_process, set_nice, tailtrim_binary, Terminal,
 };
 
 /// Systems run when `--systems` is not given.
@@ -725,11 +726,102 @@ impl MinosResults {
     }
 }
 
-/// Runs `tailtrim experiment minos`.
+/// Runs `tailtrim experiment minos` (or redraws a kept run with `--replot`).
 pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
-    if args.replot {
-        return replot(&args.out);
+    let terminal = Terminal::new("minos", args.quiet);
+    let minos = Minos {
+        args: &args,
+        terminal: &terminal,
+    };
+    command(&minos, &args.out, args.replot, &terminal)
+}
+
+/// The Minos figure's sweep: every system at every rate, interleaved, with the noise floor.
+pub struct Minos<'a> {
+    /// The command's arguments.
+    pub args: &'a Args,
+    /// Where per-run lines go.
+    pub terminal: &'a Terminal,
+}
+
+impl Experiment for Minos<'_> {
+    type Results = MinosResults;
+
+    fn run(&self, progress: ProgressFn<'_>) -> Result<MinosResults, String> {
+        sweep(self.args, self.terminal, progress)
     }
+
+    /// A file written before the harness kept metadata is brought into the current schema, and
+    /// the summary is derived again (the file is always rewritten).
+    fn refresh(results: &mut MinosResults) -> bool {
+        results.upgrade();
+        results.summary = summarize(results);
+        true
+    }
+
+    fn check(results: &MinosResults) -> Result<usize, String> {
+        check_percentiles(results)
+    }
+
+    fn render(results: &MinosResults, out: &Path) -> Result<(), String> {
+        write_text(out, "results.md", &markdown(results))?;
+        plot_latency(results, out, LatencyClass::Small)?;
+        plot_latency(results, out, LatencyClass::Large)
+    }
+
+    fn summarise(results: &MinosResults) -> String {
+        markdown(results)
+    }
+}
+
+/// Recomputes every kept repeat's p50 and p99 of each class from its histogram; an error names
+/// the first that differs. Returns how many repeats kept histograms.
+fn check_percentiles(results: &MinosResults) -> Result<usize, String> {
+    let mut checked = 0;
+    for system in &results.systems {
+        for point in &system.points {
+            for sample in point
+                .samples
+                .iter()
+                .filter(|sample| !sample.histograms.is_empty())
+            {
+                for (class, latency) in [
+                    ("all", &sample.all),
+                    ("small", &sample.small),
+                    ("large", &sample.large),
+                ] {
+                    let Some(encoded) = sample.histograms.get(class) else {
+                        continue;
+                    };
+                    for (label, percentile, reported) in
+                        [("p50", 50.0, latency.p50_us), ("p99", 99.0, latency.p99_us)]
+                    {
+                        let again = encoded.percentile(percentile, 1e3).unwrap_or(0.0);
+                        if (again - reported).abs() > 1e-6 {
+                            return Err(format!(
+                                "{} at {:.0} rps, round {}: reported {class} {label} {reported} µs, \
+                                 its histogram's {again} µs",
+                                system.name,
+                                point.target_rps,
+                                sample.round + 1
+                            ));
+                        }
+                    }
+                }
+                checked += 1;
+            }
+        }
+    }
+    Ok(checked)
+}
+
+/// Runs the sweep: starts and preloads every server, then every rate with the systems
+/// interleaved in each round; the results so far are kept after every rate.
+fn sweep(
+    args: &Args,
+    terminal: &Terminal,
+    progress: ProgressFn<'_>,
+) -> Result<MinosResults, String> {
     let mut recorder = Recorder::start();
     recorder.tool("memcached", program_version("memcached"));
     let quick = args.quick;
@@ -762,7 +854,7 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
         .split(',')
         .map(str::trim)
         .filter(|name| !name.is_empty())
-        .map(|name| system_from_name(name, &args))
+        .map(|name| system_from_name(name, args))
         .collect::<Result<_, _>>()?;
     if systems.is_empty() {
         return Err("--systems lists no system".to_string());
@@ -779,7 +871,7 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
     if let Some(nice) = args.nice {
         set_nice(nice)?;
     }
-    let workload = Arc::new(workload_for(&args)?);
+    let workload = Arc::new(workload_for(args)?);
     let emulated = args
         .emulate_service
         .as_deref()
@@ -793,8 +885,6 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
     } else {
         KNEE_US
     });
-    let interactive = !args.quiet && std::io::stderr().is_terminal();
-    let verbose = !args.quiet;
 
     let mut results = MinosResults {
         experiment: "minos".to_string(),
@@ -850,35 +940,28 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
         if let Some(cpus) = &server_cpus {
             pin_process(server.pid(), cpus)?;
         }
-        let bar = progress_bar(
-            interactive,
-            workload.total_keys(),
-            &format!("preload {}", system.name),
-        );
+        let stage = format!("preload {}", system.name);
         let loaded = preload(
             &workload,
             &server.address(),
             args.preload_connections,
             &mut |done| {
-                if let Some(bar) = &bar {
-                    bar.set_position(done);
-                }
+                progress(Progress {
+                    stage: &stage,
+                    done,
+                    total: workload.total_keys(),
+                });
             },
         )
         .map_err(|error| format!("preloading {}: {error}", system.name))?;
-        if let Some(bar) = bar {
-            bar.finish_and_clear();
-        }
-        if verbose {
-            eprintln!(
-                "{}: pid {}, preloaded {} keys in {:.1} s ({} errors)",
-                system.name,
-                server.pid(),
-                loaded.keys,
-                loaded.seconds,
-                loaded.errors
-            );
-        }
+        terminal.say(&format!(
+            "{}: pid {}, preloaded {} keys in {:.1} s ({} errors)",
+            system.name,
+            server.pid(),
+            loaded.keys,
+            loaded.seconds,
+            loaded.errors
+        ));
         let stats_after_preload = tailtrim_stats(&system.program, &server.address());
         results.systems.push(SystemResult {
             name: system.name.clone(),
@@ -912,12 +995,10 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
             config.max_in_flight = args.max_in_flight;
             config.seed = args.seed ^ 0x5eed;
             config.timeseries = false;
-            if verbose {
-                eprintln!(
-                    "priming {} at {lowest:.0} rps for {:.1} s",
-                    system.name, args.prime
-                );
-            }
+            terminal.say(&format!(
+                "priming {} at {lowest:.0} rps for {:.1} s",
+                system.name, args.prime
+            ));
             run_detailed(&workload, &config, &mut |_| {})
                 .map_err(|error| format!("priming {}: {error}", system.name))?;
         }
@@ -930,7 +1011,6 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
         |rate: f64| (warmup + point_duration(duration, min_requests, rate)).as_millis() as u64;
     let total_ms: u64 =
         rates.iter().map(|rate| per_run_ms(*rate)).sum::<u64>() * (repeats * participants) as u64;
-    let bar = progress_bar(interactive, total_ms, "minos");
     let mut done_ms = 0u64;
     let mut dead: Vec<Option<String>> = vec![None; participants];
     for (rate_index, rate) in rates.iter().enumerate() {
@@ -969,14 +1049,7 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
                 config.max_in_flight = args.max_in_flight;
                 config.seed = seed;
                 config.timeseries = false;
-                if let Some(bar) = &bar {
-                    bar.set_message(format!(
-                        "{:.0} rps, round {}/{}, {name}",
-                        rate,
-                        round + 1,
-                        repeats
-                    ));
-                }
+                let stage = format!("{:.0} rps, round {}/{}, {name}", rate, round + 1, repeats);
                 let base = done_ms;
                 let run_ms = per_run_ms(*rate);
                 let sample = if let Some(reason) = &dead[participant] {
@@ -991,11 +1064,13 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
                     if let Some(system) = systems.get(participant) {
                         reset_tailtrim_stats(&system.program, &address);
                     }
-                    let outcome = run_detailed(run_workload, &config, &mut |progress| {
-                        if let Some(bar) = &bar {
-                            let elapsed = (progress.elapsed.as_millis() as u64).min(run_ms);
-                            bar.set_position(base + elapsed);
-                        }
+                    let outcome = run_detailed(run_workload, &config, &mut |running| {
+                        let elapsed = (running.elapsed.as_millis() as u64).min(run_ms);
+                        progress(Progress {
+                            stage: &stage,
+                            done: base + elapsed,
+                            total: total_ms,
+                        });
                     });
                     let alive = match servers.get_mut(participant) {
                         Some(server) => server.check_alive().map_err(String::from),
@@ -1031,16 +1106,12 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
                     }
                 };
                 done_ms += run_ms;
-                if let Some(bar) = &bar {
-                    bar.set_position(done_ms);
-                }
-                if verbose {
-                    let line = describe_sample(&name, &sample);
-                    match &bar {
-                        Some(bar) => bar.println(line),
-                        None => eprintln!("{line}"),
-                    }
-                }
+                progress(Progress {
+                    stage: &stage,
+                    done: done_ms,
+                    total: total_ms,
+                });
+                terminal.say(&describe_sample(&name, &sample));
                 samples[participant].push(sample);
             }
             round += 1;
@@ -1056,47 +1127,13 @@ pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
         results.metadata = recorder.snapshot();
         write_json(&args.out, &results)?;
     }
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
     drop(servers);
     drop(floor);
 
     results.complete = dead.iter().all(Option::is_none);
     results.metadata = recorder.finish();
     results.summary = summarize(&results);
-    write_json(&args.out, &results)?;
-    let table = render(&results, &args.out)?;
-    if verbose {
-        print!("{table}");
-        eprintln!(
-            "wrote {}/results.json, results.md, small_p99.{{svg,png}}, large_p99.{{svg,png}} in {:.0} s",
-            args.out.display(),
-            results.metadata.wall_seconds
-        );
-    }
-    Ok(std::process::ExitCode::SUCCESS)
-}
-
-/// Writes results.md and the plots; returns the markdown.
-fn render(results: &MinosResults, out: &Path) -> Result<String, String> {
-    let table = markdown(results);
-    write_text(out, "results.md", &table)?;
-    plot_latency(results, out, LatencyClass::Small)?;
-    plot_latency(results, out, LatencyClass::Large)?;
-    Ok(table)
-}
-
-/// Re-renders results.md and the plots from an existing results.json, without running
-/// anything; a file written before the harness kept metadata is rewritten in the current
-/// schema (its metadata moved under `metadata`).
-fn replot(out: &Path) -> Result<std::process::ExitCode, String> {
-    let mut results: MinosResults = read_json(out)?;
-    results.upgrade();
-    results.summary = summarize(&results);
-    write_json(out, &results)?;
-    render(&results, out)?;
-    Ok(std::process::ExitCode::SUCCESS)
+    Ok(results)
 }
 
 /// The floor's workload: GETs only (the stub answers every one with a miss),
@@ -1517,14 +1554,13 @@ fn markdown(results: &MinosResults) -> String {
             text,
             "## In-server small / large p99 (µs, median over repeats; `stats sizeaware`)\n"
         );
-        let names: Vec<&str> = tailtrim_systems
-            .iter()
-            .map(|system| system.name.as_str())
-            .collect();
-        let _ = writeln!(text, "| target rps | {} |", names.join(" | "));
-        let _ = writeln!(text, "|---:|{}", "---:|".repeat(names.len()));
+        let mut table = Table::aligned(
+            std::iter::once("target rps")
+                .chain(tailtrim_systems.iter().map(|system| system.name.as_str())),
+            Align::Right,
+        );
         for rate in &settings.rates {
-            let cells: Vec<String> = tailtrim_systems
+            let cells = tailtrim_systems
                 .iter()
                 .map(|system| match point_at(system, *rate) {
                     Some(point) => format!(
@@ -1533,11 +1569,10 @@ fn markdown(results: &MinosResults) -> String {
                         optional(point.server_large_p99_us, 0)
                     ),
                     None => "n/a".to_string(),
-                })
-                .collect();
-            let _ = writeln!(text, "| {rate:.0} | {} |", cells.join(" | "));
+                });
+            table.push(std::iter::once(format!("{rate:.0}")).chain(cells));
         }
-        let _ = writeln!(text);
+        let _ = writeln!(text, "{}", table.render());
     }
     if !summary.small_p99_ratios.is_empty() {
         let _ = writeln!(
@@ -1553,53 +1588,77 @@ fn markdown(results: &MinosResults) -> String {
              to be read.\n",
             summary.small_p99_ratios[0].ratio.resamples
         );
-        let _ = writeln!(
-            text,
-            "| target rps | system | small p99 | size-aware small p99 | ratio | 95 % interval | large (fewest) | size-aware large (fewest) | |"
-        );
-        let _ = writeln!(text, "|---:|---|---:|---:|---:|---|---:|---:|---|");
+        let (left, right) = (Align::Left, Align::Right);
+        let mut table = Table::new([
+            ("target rps", right),
+            ("system", left),
+            ("small p99", right),
+            ("size-aware small p99", right),
+            ("ratio", right),
+            ("95 % interval", left),
+            ("large (fewest)", right),
+            ("size-aware large (fewest)", right),
+            ("", left),
+        ])
+        .padding_empty_cells();
         for row in &summary.small_p99_ratios {
-            let _ = writeln!(
-                text,
-                "| {:.0} | {} | {:.0} | {:.0} | {:.2} | {:.2}–{:.2} | {} ({}) | {} ({}) | {} |",
-                row.target_rps,
-                row.system,
-                row.small_p99_us,
-                row.size_aware_small_p99_us,
-                row.ratio.estimate,
-                row.ratio.low,
-                row.ratio.high,
-                row.large,
-                row.large_fewest,
-                row.size_aware_large,
-                row.size_aware_large_fewest,
-                if row.enough_large() { "" } else { "*few*" }
-            );
+            table.push([
+                format!("{:.0}", row.target_rps),
+                row.system.clone(),
+                format!("{:.0}", row.small_p99_us),
+                format!("{:.0}", row.size_aware_small_p99_us),
+                format!("{:.2}", row.ratio.estimate),
+                format!("{:.2}–{:.2}", row.ratio.low, row.ratio.high),
+                format!("{} ({})", row.large, row.large_fewest),
+                format!("{} ({})", row.size_aware_large, row.size_aware_large_fewest),
+                (if row.enough_large() { "" } else { "*few*" }).to_string(),
+            ]);
         }
-        let _ = writeln!(text);
+        let _ = writeln!(text, "{}", table.render());
     }
     let _ = writeln!(
         text,
         "## Per rate (medians over repeats; latencies in µs)\n"
     );
-    let _ = writeln!(
-        text,
-        "| target rps | system | achieved rps | small p50 | small p99 | small p99.9 | small p99 pooled | large p50 | large p99 | large p99 pooled | errors | misses | bench cpu % |"
-    );
-    let _ = writeln!(
-        text,
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    let mut table = Table::new(
+        [
+            "target rps",
+            "system",
+            "achieved rps",
+            "small p50",
+            "small p99",
+            "small p99.9",
+            "small p99 pooled",
+            "large p50",
+            "large p99",
+            "large p99 pooled",
+            "errors",
+            "misses",
+            "bench cpu %",
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(column, title)| {
+            let align = if column == 1 {
+                Align::Left
+            } else {
+                Align::Right
+            };
+            (title, align)
+        }),
     );
     for rate in &settings.rates {
         for system in &results.systems {
             let Some(point) = system.points.iter().find(|point| point.target_rps == *rate) else {
                 continue;
             };
+            let rate = format!("{rate:.0}");
             if point.valid_repeats == 0 {
-                let _ = writeln!(
-                    text,
-                    "| {rate:.0} | {} | failed | | | | | | | | | | |",
-                    system.name
+                let failed = [rate, system.name.clone(), "failed".to_string()];
+                table.push(
+                    failed
+                        .into_iter()
+                        .chain(std::iter::repeat_n(String::new(), 10)),
                 );
                 continue;
             }
@@ -1610,24 +1669,24 @@ fn markdown(results: &MinosResults) -> String {
                     format!("{value:.0}")
                 }
             };
-            let _ = writeln!(
-                text,
-                "| {rate:.0} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {:.0} |",
-                system.name,
-                point.achieved_rps,
-                point.small_p50_us,
-                point.small_p99_us,
-                point.small_p999_us,
-                point.pooled_small.p99_us,
+            table.push([
+                rate,
+                system.name.clone(),
+                format!("{:.0}", point.achieved_rps),
+                format!("{:.0}", point.small_p50_us),
+                format!("{:.0}", point.small_p99_us),
+                format!("{:.0}", point.small_p999_us),
+                format!("{:.0}", point.pooled_small.p99_us),
                 large(point.large_p50_us),
                 large(point.large_p99_us),
                 large(point.pooled_large.p99_us),
-                point.errors,
-                point.misses,
-                point.bench_cpu_percent
-            );
+                point.errors.to_string(),
+                point.misses.to_string(),
+                format!("{:.0}", point.bench_cpu_percent),
+            ]);
         }
     }
+    text.push_str(&table.render());
     text
 }
 
@@ -1716,7 +1775,9 @@ fn plot_latency(results: &MinosResults, out: &Path, class: LatencyClass) -> Resu
 #[cfg(test)]
 mod tests {
     use super::point_duration;
-    use super::{summarize, MinosResults, Point, RunSettings, Sample, SystemResult};
+    use super::{
+        check_percentiles, summarize, MinosResults, Point, RunSettings, Sample, SystemResult,
+    };
     use super::{system_from_name, Args, Program};
     use clap::Parser;
 
@@ -1854,6 +1915,35 @@ mod tests {
         assert_eq!(json["metadata"]["cores"], 2);
         let again: MinosResults = serde_json::from_value(json).expect("new schema reads");
         assert_eq!(again.metadata, results.metadata);
+    }
+
+    #[test]
+    fn a_replot_refuses_percentiles_that_are_not_their_histograms() {
+        let mut histogram = hdrhistogram::Histogram::<u64>::new(3).expect("histogram");
+        for nanos in 1..=1_000u64 {
+            histogram.record(nanos * 1_000).expect("records");
+        }
+        let encoded = crate::histogram::Encoded::encode(&histogram).expect("encodes");
+        let mut kept = sample(0.0, 100.0);
+        kept.small.p50_us = encoded.percentile(50.0, 1e3).expect("p50");
+        kept.small.p99_us = encoded.percentile(99.0, 1e3).expect("p99");
+        kept.histograms.insert("small".to_string(), encoded);
+        let mut results = MinosResults {
+            systems: vec![SystemResult {
+                name: "size-aware".to_string(),
+                points: vec![Point::from_samples(
+                    100.0,
+                    vec![kept],
+                    &ClassHistograms::default(),
+                )],
+                ..SystemResult::default()
+            }],
+            ..MinosResults::default()
+        };
+        assert_eq!(check_percentiles(&results), Ok(1));
+        results.systems[0].points[0].samples[0].small.p99_us += 1.0;
+        let error = check_percentiles(&results).unwrap_err();
+        assert!(error.contains("small p99"), "{error}");
     }
 
     #[test]

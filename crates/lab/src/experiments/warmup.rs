@@ -42,14 +42,15 @@ use tailtrim_bench::{run_cache_aside, CacheAsideConfig, ScheduledEvent, Workload
 use tailtrim_client::ServerSpec;
 use tailtrim_policy::ring::{HashFunction, Ring, RingOptions};
 
-use crate::experiment::{keep_run, no_progress, replot, Experiment, Progress, ProgressFn};
+use crate::experiment::{Experiment, Progress, ProgressFn};
 use crate::histogram::Encoded;
 use crate::meta::{load_average, utc_timestamp, Recorder, RunMetadata};
 use crate::process::{program_version, Process, Program, ServerShape};
 use crate::results::{write_json, write_text};
 use crate::stats::{interleaved_order, median};
+use crate::tables::{Align, Table};
 
-use super::common::{progress_bar, tailtrim_binary};
+use super::common::{command, progress_bar, tailtrim_binary, Terminal};
 
 /// Every run, in order.
 pub const DEFAULT_RUNS: &str =
@@ -959,37 +960,54 @@ fn markdown(results: &Results) -> String {
          miss share; extra misses = Σ (misses − the baseline's) from the event on. Removals \
          are compared with the 4-server baseline, and (\"remaining\") with the 3-server one.\n"
     );
-    let _ = writeln!(
-        out,
-        "| program | seed | run | requests | hit ratio | mean ms | p99 ms | level ms | peak excess ms | area s | modelled peak excess ms | extra misses | remaining: peak excess ms, extra misses | copied (moved held) | hottest share of moved / all accesses | recover s | switch s | wrong+stale | errors |"
-    );
-    let _ = writeln!(
-        out,
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-    );
+    let mut table = Table::aligned(
+        [
+            "program",
+            "seed",
+            "run",
+            "requests",
+            "hit ratio",
+            "mean ms",
+            "p99 ms",
+            "level ms",
+            "peak excess ms",
+            "area s",
+            "modelled peak excess ms",
+            "extra misses",
+            "remaining: peak excess ms, extra misses",
+            "copied (moved held)",
+            "hottest share of moved / all accesses",
+            "recover s",
+            "switch s",
+            "wrong+stale",
+            "errors",
+        ],
+        Align::Left,
+    )
+    .padding_empty_cells();
     for run in &results.runs {
         let report = &run.report;
         let numbers = match &run.metrics {
-            Some(m) => format!(
-                "{:.3} | {:.3} | {:.1} | {:.3} | {} | {} | {} | {}",
-                m.baseline_level_ms,
-                m.peak_excess_ms,
-                m.spike_area_s,
-                m.modelled_peak_excess_ms,
-                m.extra_misses,
-                run.metrics_remaining
-                    .as_ref()
-                    .map_or(String::new(), |r| format!(
-                        "{:.3}, {}",
-                        r.peak_excess_ms, r.extra_misses
-                    )),
+            Some(m) => vec![
+                format!("{:.3}", m.baseline_level_ms),
+                format!("{:.3}", m.peak_excess_ms),
+                format!("{:.1}", m.spike_area_s),
+                format!("{:.3}", m.modelled_peak_excess_ms),
+                m.extra_misses.to_string(),
+                run.metrics_remaining.as_ref().map_or(String::new(), |r| {
+                    format!("{:.3}, {}", r.peak_excess_ms, r.extra_misses)
+                }),
                 copied(run),
-                run.copy_share.as_ref().map_or(String::new(), |c| format!(
-                    "{:.3} / {:.3}",
-                    c.hottest_share_of_moved_accesses, c.hottest_share_of_accesses
-                )),
-            ),
-            None => " | | | | | | | ".into(),
+                run.copy_share.as_ref().map_or(String::new(), |c| {
+                    format!(
+                        "{:.3} / {:.3}",
+                        c.hottest_share_of_moved_accesses, c.hottest_share_of_accesses
+                    )
+                }),
+            ],
+            // A run without metrics (a baseline) has always had its eight columns written as
+            // one blank stretch: ` | | | | | | | `.
+            None => vec![" | | | | | | | ".to_string()],
         };
         let (recover, switch) = run.metrics.as_ref().map_or_else(Default::default, |m| {
             (
@@ -998,20 +1016,24 @@ fn markdown(results: &Results) -> String {
                 format!("{:.2}", m.event_answered_s - m.event_sent_s),
             )
         });
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {:.4} | {:.3} | {:.2} | {numbers} | {recover} | {switch} | {} | {} |",
-            run.spec.program,
-            run.spec.seed,
-            run.spec.name,
-            report.requests,
-            report.hit_ratio,
-            report.mean_us / 1e3,
-            report.p99_us / 1e3,
-            report.wrong_values + report.stale_values,
-            report.errors
-        );
+        let measured = [
+            run.spec.program.clone(),
+            run.spec.seed.to_string(),
+            run.spec.name.clone(),
+            report.requests.to_string(),
+            format!("{:.4}", report.hit_ratio),
+            format!("{:.3}", report.mean_us / 1e3),
+            format!("{:.2}", report.p99_us / 1e3),
+        ];
+        let checks = [
+            recover,
+            switch,
+            (report.wrong_values + report.stale_values).to_string(),
+            report.errors.to_string(),
+        ];
+        table.push(measured.into_iter().chain(numbers).chain(checks));
     }
+    out.push_str(&table.render());
     for run in &results.runs {
         for (kind, count) in &run.report.error_kinds {
             let _ = writeln!(
@@ -1028,26 +1050,39 @@ fn markdown(results: &Results) -> String {
                 "\n## {name}: median [min, max] over seeds {}\n",
                 program["seeds"]
             );
-            let _ = writeln!(
-                out,
-                "| run | hit ratio | peak excess ms | area s | extra misses | modelled peak excess ms |\n|---|---|---|---|---|---|"
+            let mut spreads = Table::aligned(
+                [
+                    "run",
+                    "hit ratio",
+                    "peak excess ms",
+                    "area s",
+                    "extra misses",
+                    "modelled peak excess ms",
+                ],
+                Align::Left,
             );
             if let Some(runs) = program["runs"].as_object() {
                 for (run, numbers) in runs {
-                    let _ = writeln!(
-                        out,
-                        "| {run} | {} | {} | {} | {} | {} |",
+                    spreads.push([
+                        run.clone(),
                         spread_text(&numbers["hit_ratio"], 4),
                         spread_text(&numbers["peak_excess_ms"], 3),
                         spread_text(&numbers["spike_area_s"], 1),
                         spread_text(&numbers["extra_misses"], 0),
                         spread_text(&numbers["modelled_peak_excess_ms"], 3),
-                    );
+                    ]);
                 }
             }
-            let _ = writeln!(
-                out,
-                "\n| ratio (per seed) | peak excess | area | extra misses | modelled peak excess |\n|---|---|---|---|---|"
+            let _ = writeln!(out, "{}", spreads.render());
+            let mut ratios = Table::aligned(
+                [
+                    "ratio (per seed)",
+                    "peak excess",
+                    "area",
+                    "extra misses",
+                    "modelled peak excess",
+                ],
+                Align::Left,
             );
             let mut ratio_rows: Vec<(String, &serde_json::Value)> = Vec::new();
             if let Some(vs_cold) = program["vs_cold"].as_object() {
@@ -1060,15 +1095,15 @@ fn markdown(results: &Results) -> String {
                 &program["drain_vs_no_drain"],
             ));
             for (label, numbers) in ratio_rows {
-                let _ = writeln!(
-                    out,
-                    "| {label} | {} | {} | {} | {} |",
+                ratios.push([
+                    label,
                     spread_text(&numbers["peak_excess_ms"], 3),
                     spread_text(&numbers["spike_area_s"], 3),
                     spread_text(&numbers["extra_misses"], 3),
                     spread_text(&numbers["modelled_peak_excess_ms"], 3),
-                );
+                ]);
             }
+            out.push_str(&ratios.render());
             let _ = writeln!(out, "\nAcceptance: `{}`", program["acceptance"]);
         }
     }
@@ -1297,19 +1332,12 @@ fn resolve(args: &mut Args) {
 
 /// Runs `tailtrim experiment warmup`.
 pub fn run(mut args: Args) -> Result<std::process::ExitCode, String> {
-    if args.replot {
-        let (_, checked) = replot::<Warmup>(&args.out)?;
-        println!(
-            "redrew {} from its results.json ({checked} runs' p50 and p99 recomputed from \
-             their histograms)",
-            args.out.display()
-        );
-        return Ok(std::process::ExitCode::SUCCESS);
+    if !args.replot {
+        resolve(&mut args);
     }
-    resolve(&mut args);
-    let results = keep_run(&Warmup { args: &args }, &args.out, &no_progress)?;
-    print!("{}", Warmup::summarise(&results));
-    Ok(std::process::ExitCode::SUCCESS)
+    // Each run draws its own bar.
+    let terminal = Terminal::without_bar();
+    command(&Warmup { args: &args }, &args.out, args.replot, &terminal)
 }
 
 /// Scale-out and scale-in under cache-aside load: every program, seed and run of `args`
