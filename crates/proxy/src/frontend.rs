@@ -10,6 +10,11 @@
 //!   (the next round, and the next read, wait until the client has taken them)
 //! ```
 //!
+//! Without `[[routes]]` the tree is its leaf alone, and reads, writes and multigets call the
+//! cluster (the leaf's own calls) directly: no trait-object call and no boxed future, whose
+//! allocation and copy of the whole multiget's state were the largest user-space cost of a
+//! multiget.
+//!
 //! With `-Y` (`[proxy] auth_file`), a connection is first read by memcached's authentication
 //! rules (`tailtrim_proto::auth::AuthState`): every exchange is answered in place, nothing is
 //! parsed as a request or reaches a backend until a `set` carries a known `user password`.
@@ -67,6 +72,9 @@ pub struct Shared {
     pub pool: Arc<Cluster>,
     /// The route tree requests take (`[[routes]]`, ending in `pool`).
     pub routes: Arc<dyn Route>,
+    /// The tree is its leaf alone (no `[[routes]]`): reads, writes and multigets call `pool`
+    /// directly, as the leaf would, without a boxed future per request.
+    pub leaf_only: bool,
     /// The client listener's auth file (`-Y`): clients authenticate before anything else.
     pub auth: Option<ClientAuth>,
     /// TLS on the client listener (`-Z`, `[tls]`): every connection starts with a handshake.
@@ -117,6 +125,30 @@ impl Shared {
         }
         admitted
     }
+
+    /// A single-key read or write through the route tree.
+    async fn single_key(
+        &self,
+        access: Access,
+        key: &[u8],
+        raw: Bytes,
+        shape: ReplyShape,
+    ) -> Result<RawReply, ClientError> {
+        match (self.leaf_only, access) {
+            (true, Access::Read) => self.pool.read(key, raw, shape).await,
+            (true, Access::Write) => self.pool.write(key, raw, shape).await,
+            (false, Access::Read) => self.routes.read(key, raw, shape).await,
+            (false, Access::Write) => self.routes.write(key, raw, shape).await,
+        }
+    }
+
+    /// A multi-key read through the route tree: one outcome per key.
+    async fn multiget(&self, keys: &[Bytes], kind: MultigetKind) -> Vec<KeyResult> {
+        match self.leaf_only {
+            true => self.pool.multiget_each(keys, kind).await,
+            false => self.routes.multiget(keys, kind).await,
+        }
+    }
 }
 
 /// Serves one client connection, admitted by [`Shared::admit`], until it closes or sends
@@ -156,6 +188,13 @@ pub async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
         .stats
         .curr_connections
         .fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Whether a single-key request reads or writes (the route tree's `read` or `write`).
+#[derive(Clone, Copy)]
+enum Access {
+    Read,
+    Write,
 }
 
 /// What one parsed request turns into.
@@ -478,10 +517,7 @@ async fn run_concurrently(shared: &Shared, mut works: Vec<Work>) -> Vec<Bytes> {
     let total = merged.len() + others.len();
     let merged_reads = async {
         // Per-key outcomes: a backend failure only fails the requests that needed it.
-        let outcomes = shared
-            .routes
-            .multiget(&merged_keys, MultigetKind::Get)
-            .await;
+        let outcomes = shared.multiget(&merged_keys, MultigetKind::Get).await;
         merged
             .iter()
             .map(|(position, range, _)| {
@@ -552,7 +588,10 @@ async fn execute(shared: &Shared, request: Request, raw: Bytes) -> Bytes {
         {
             // One key: forward the client's own bytes to the chosen replica, no planning.
             let key = &keys[0];
-            match pool.read(key, raw, ReplyShape::UntilEnd).await {
+            match shared
+                .single_key(Access::Read, key, raw, ReplyShape::UntilEnd)
+                .await
+            {
                 Ok(reply) if reply.values.iter().all(|item| item.key() == key.as_ref()) => {
                     reply.bytes
                 }
@@ -590,7 +629,9 @@ async fn execute(shared: &Shared, request: Request, raw: Bytes) -> Bytes {
             let (bytes, shape) = with_noop(raw, command.noreply);
             relay(
                 shared,
-                pool.write(&command.key, bytes, shape).await,
+                shared
+                    .single_key(Access::Write, &command.key, bytes, shape)
+                    .await,
                 command.noreply,
             )
         }
@@ -598,16 +639,26 @@ async fn execute(shared: &Shared, request: Request, raw: Bytes) -> Bytes {
         | Request::Arithmetic { key, noreply, .. }
         | Request::Touch { key, noreply, .. } => {
             let (bytes, shape) = with_noop(raw, noreply);
-            relay(shared, pool.write(&key, bytes, shape).await, noreply)
+            relay(
+                shared,
+                shared.single_key(Access::Write, &key, bytes, shape).await,
+                noreply,
+            )
         }
         Request::MetaGet { key, flags } => {
             let quiet = flags.quiet();
             let (bytes, shape) = with_noop(raw, quiet);
-            relay(shared, pool.read(&key, bytes, shape).await, false)
+            relay(
+                shared,
+                shared.single_key(Access::Read, &key, bytes, shape).await,
+                false,
+            )
         }
         Request::MetaDebug { key } => relay(
             shared,
-            pool.read(&key, raw, ReplyShape::Single).await,
+            shared
+                .single_key(Access::Read, &key, raw, ReplyShape::Single)
+                .await,
             false,
         ),
         Request::MetaSet { key, flags, .. }
@@ -615,7 +666,11 @@ async fn execute(shared: &Shared, request: Request, raw: Bytes) -> Bytes {
         | Request::MetaArithmetic { key, flags } => {
             let quiet = flags.quiet();
             let (bytes, shape) = with_noop(raw, quiet);
-            relay(shared, pool.write(&key, bytes, shape).await, false)
+            relay(
+                shared,
+                shared.single_key(Access::Write, &key, bytes, shape).await,
+                false,
+            )
         }
         Request::MetaNoop => Bytes::from_static(b"MN\r\n"),
         Request::FlushAll { noreply, .. } => {
@@ -661,7 +716,7 @@ async fn execute(shared: &Shared, request: Request, raw: Bytes) -> Bytes {
 }
 
 async fn multiget(shared: &Shared, keys: &[Bytes], kind: MultigetKind) -> Bytes {
-    outcomes_reply(shared, &shared.routes.multiget(keys, kind).await)
+    outcomes_reply(shared, &shared.multiget(keys, kind).await)
 }
 
 /// The reply to a multiget from its keys' outcomes: the first failure's `SERVER_ERROR …` (a

@@ -62,7 +62,8 @@ impl Proxy {
         config.warmup.settings("")?;
         let pool = Cluster::new(pool_config, config.warmup.tracker())
             .map_err(|error| ProxyError::Config(error.to_string()))?;
-        let routes = tailtrim_client::build_tree(&pool, &config.route_specs()?)
+        let route_specs = config.route_specs()?;
+        let routes = tailtrim_client::build_tree(&pool, &route_specs)
             .map_err(|error| ProxyError::Config(format!("[[routes]] {error}")))?;
         let listener = TcpListener::bind(&config.proxy.listen)
             .await
@@ -100,6 +101,7 @@ impl Proxy {
         let shared = Arc::new(Shared {
             pool,
             routes,
+            leaf_only: route_specs.is_empty(),
             auth,
             tls,
             warmup: config.warmup.clone(),

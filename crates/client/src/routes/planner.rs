@@ -372,38 +372,52 @@ fn meta_multiget_values(bytes: &Bytes) -> Result<Vec<ValueItem>, String> {
 }
 
 /// Awaits `count` futures concurrently, outputs in order. Up to four (a multiget over up to
-/// four backends) are joined in place: `join_all` would allocate their futures and outputs.
+/// four backends) are joined in place: `join_all` would allocate their futures and outputs, and
+/// `futures_util`'s `join3`/`join4` move each finished future's whole slot (the size of the
+/// future, kilobytes for a fetch) to take its output; here the futures stay pinned where they
+/// are and only the outputs move.
 async fn join_few<F: std::future::Future>(
     mut futures: impl Iterator<Item = F>,
     count: usize,
 ) -> SmallVec<[F::Output; 4]> {
-    use futures_util::future::{join, join3, join4};
-    let mut next = || futures.next();
+    use std::pin::pin;
+    use std::task::Poll;
     match count {
-        0 | 1 => match next() {
+        0 | 1 => match futures.next() {
             Some(one) => smallvec::smallvec![one.await],
             None => SmallVec::new(),
         },
         2..=4 => {
-            let (Some(a), Some(b)) = (next(), next()) else {
-                return SmallVec::new();
-            };
-            match (count > 2).then(&mut next).flatten() {
-                None => {
-                    let (a, b) = join(a, b).await;
-                    smallvec::smallvec![a, b]
+            let mut first = pin!(futures.next());
+            let mut second = pin!(futures.next());
+            let mut third = pin!((count > 2).then(|| futures.next()).flatten());
+            let mut fourth = pin!((count > 3).then(|| futures.next()).flatten());
+            let mut outputs: [Option<F::Output>; 4] = [None, None, None, None];
+            std::future::poll_fn(|context| {
+                let pinned = [
+                    first.as_mut().as_pin_mut(),
+                    second.as_mut().as_pin_mut(),
+                    third.as_mut().as_pin_mut(),
+                    fourth.as_mut().as_pin_mut(),
+                ];
+                let mut pending = false;
+                for (future, output) in pinned.into_iter().zip(outputs.iter_mut()) {
+                    let Some(future) = future.filter(|_| output.is_none()) else {
+                        continue;
+                    };
+                    match future.poll(context) {
+                        Poll::Ready(value) => *output = Some(value),
+                        Poll::Pending => pending = true,
+                    }
                 }
-                Some(c) => match (count > 3).then(&mut next).flatten() {
-                    None => {
-                        let (a, b, c) = join3(a, b, c).await;
-                        smallvec::smallvec![a, b, c]
-                    }
-                    Some(d) => {
-                        let (a, b, c, d) = join4(a, b, c, d).await;
-                        smallvec::smallvec![a, b, c, d]
-                    }
-                },
-            }
+                if pending {
+                    Poll::Pending
+                } else {
+                    Poll::Ready(())
+                }
+            })
+            .await;
+            outputs.into_iter().flatten().collect()
         }
         _ => join_all(futures).await.into(),
     }
@@ -503,9 +517,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_few_futures_join_in_order() {
+        // The first finishes last: a join that polled a finished `async` block again would
+        // panic ("resumed after completion"), one that lost an output would come up short.
         for count in 0..7 {
             let futures = (0..count).map(|i| async move {
-                tokio::task::yield_now().await;
+                for _ in 0..(count - i) * 2 {
+                    tokio::task::yield_now().await;
+                }
                 i * 10
             });
             let outputs = join_few(futures, count).await;
