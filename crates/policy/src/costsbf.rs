@@ -20,7 +20,7 @@
 //! the work instead), and the servers' ageing lets no class starve.
 
 use crate::planner::base::{
-    group_by_backend, Action, ClusterView, Observation, PlanRequest, Planner,
+    group_by_backend, Action, ClusterView, Fetch, Observation, PlanRequest, Planner,
 };
 use crate::rein::{class_of, sds_class};
 use crate::serverq::Discipline;
@@ -93,6 +93,33 @@ impl CostSbfPlanner {
         let large = large.min(keys);
         (keys - large) as f64 + large as f64 * self.large_cost_ratio()
     }
+
+    /// Batch's opsets of `request` (one per backend, replicas by C3) and the keys no replica
+    /// can serve.
+    pub fn group(
+        &mut self,
+        request: &PlanRequest<'_>,
+        view: &dyn ClusterView,
+    ) -> (Vec<Fetch>, Vec<u32>) {
+        group_by_backend(request, view, &mut self.scratch)
+    }
+
+    /// The estimated cost of each of `fetches` in small keys ([`CostSbfPlanner::units`], the
+    /// large keys counted by the Bloom filter).
+    pub fn opset_units(&self, request: &PlanRequest<'_>, fetches: &[Fetch]) -> Vec<f64> {
+        let filter = self.estimates.filter();
+        fetches
+            .iter()
+            .map(|fetch| {
+                let large = fetch
+                    .keys
+                    .iter()
+                    .filter(|&&i| filter.contains(request.keys[i as usize]))
+                    .count() as u64;
+                self.units(fetch.keys.len() as u64, large)
+            })
+            .collect()
+    }
 }
 
 /// The class of an opset of `units` in a request whose bottleneck has `bottleneck` units.
@@ -111,19 +138,8 @@ impl Planner for CostSbfPlanner {
     }
 
     fn plan(&mut self, request: &PlanRequest<'_>, view: &dyn ClusterView) -> Vec<Action> {
-        let (mut fetches, unavailable) = group_by_backend(request, view, &mut self.scratch);
-        let filter = self.estimates.filter();
-        let units: Vec<f64> = fetches
-            .iter()
-            .map(|fetch| {
-                let large = fetch
-                    .keys
-                    .iter()
-                    .filter(|&&i| filter.contains(request.keys[i as usize]))
-                    .count() as u64;
-                self.units(fetch.keys.len() as u64, large)
-            })
-            .collect();
+        let (mut fetches, unavailable) = self.group(request, view);
+        let units = self.opset_units(request, &fetches);
         let bottleneck = units.iter().copied().fold(0.0f64, f64::max);
         for (fetch, units) in fetches.iter_mut().zip(units) {
             fetch.priority = Some(opset_class(bottleneck, units, self.settings.slack_demotion));

@@ -5,7 +5,7 @@
 //!                                                        ▼
 //!   request ──► planner::plan(&request, &view) ──► Vec<Action> ──► client/proxy (owns sockets)
 //!               (batch · rein SBF/SDS priorities · tailx delays ·     │ priorities: serverq
-//!                cost-sbf cost ranks)                                 │ (strict · deadline · drr)
+//!                cost-sbf cost ranks · cost-rel relative classes)     │ (strict · deadline · drr)
 //!                      ▲                                  │
 //!                      └── health (TKO state, EWMA) ◄─────┘ observations (time is a parameter)
 //!
@@ -19,7 +19,8 @@
 //! ```
 //!
 //! Modules depend one way (no import cycle, `scripts/check-cycles.py`): the planner factory
-//! ([`planner::PlannerKind`]) sits above the planners (`chisel`, `rein`, `tailx`, `costsbf`),
+//! ([`planner::PlannerKind`]) sits above the planners (`chisel`, `rein`, `tailx`, `costsbf`, and
+//! `costrel` over `costsbf`'s estimates),
 //! which sit above their contract ([`planner::base`]); `dispatch` and `sizeaware`'s parts use
 //! the size-aware vocabulary and error ([`sizeaware::class`], [`sizeaware::error`]), and
 //! [`error`] names no other module.
@@ -29,6 +30,7 @@
 //! same code.
 
 pub mod chisel;
+pub mod costrel;
 pub mod costsbf;
 pub mod costspec;
 pub mod dispatch;

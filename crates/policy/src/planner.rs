@@ -35,6 +35,7 @@ pub use base::{
 };
 
 use crate::chisel::ChiselPlanner;
+use crate::costrel::{CostRelPlanner, CostRelSettings};
 use crate::costsbf::{CostSbfPlanner, CostSbfSettings};
 use crate::error::PolicyError;
 use crate::rein::{ReinPlanner, ReinPolicy};
@@ -42,8 +43,8 @@ use crate::serverq::Discipline;
 use crate::tailx::{TailxPlanner, TailxSettings};
 
 /// Names accepted by [`PlannerKind::from_name`].
-pub const PLANNER_NAMES: [&str; 7] = [
-    "batch", "chisel", "rein-sbf", "rein-sds", "rein-drr", "tailx", "cost-sbf",
+pub const PLANNER_NAMES: [&str; 8] = [
+    "batch", "chisel", "rein-sbf", "rein-sds", "rein-drr", "tailx", "cost-sbf", "cost-rel",
 ];
 
 /// Settings of the planners that have any.
@@ -53,6 +54,8 @@ pub struct PlannerSettings {
     pub tailx: TailxSettings,
     /// `cost-sbf`.
     pub cost_sbf: CostSbfSettings,
+    /// `cost-rel`.
+    pub cost_rel: CostRelSettings,
 }
 
 /// Selectable planners.
@@ -70,6 +73,8 @@ pub enum PlannerKind {
     ReinDrr,
     /// Shortest estimated bottleneck cost first (see [`crate::costsbf`]).
     CostSbf,
+    /// Priority by bottleneck cost relative to the typical one, aged (see [`crate::costrel`]).
+    CostRel,
     /// TailX: size-aware opset costs and delay allowances.
     Tailx,
 }
@@ -84,6 +89,7 @@ impl PlannerKind {
             "rein-sds" => Ok(PlannerKind::ReinSds),
             "rein-drr" => Ok(PlannerKind::ReinDrr),
             "cost-sbf" => Ok(PlannerKind::CostSbf),
+            "cost-rel" => Ok(PlannerKind::CostRel),
             "tailx" => Ok(PlannerKind::Tailx),
             other => Err(PolicyError::UnknownPlanner {
                 name: other.to_string(),
@@ -101,6 +107,7 @@ impl PlannerKind {
             PlannerKind::ReinSds => "rein-sds",
             PlannerKind::ReinDrr => "rein-drr",
             PlannerKind::CostSbf => "cost-sbf",
+            PlannerKind::CostRel => "cost-rel",
             PlannerKind::Tailx => "tailx",
         }
     }
@@ -113,6 +120,7 @@ impl PlannerKind {
                 | PlannerKind::ReinSds
                 | PlannerKind::ReinDrr
                 | PlannerKind::CostSbf
+                | PlannerKind::CostRel
         )
     }
 
@@ -136,6 +144,7 @@ impl PlannerKind {
             PlannerKind::ReinSds => Box::new(ReinPlanner::new(ReinPolicy::Sds)),
             PlannerKind::ReinDrr => Box::new(ReinPlanner::new(ReinPolicy::SbfDrr)),
             PlannerKind::CostSbf => Box::new(CostSbfPlanner::new(settings.cost_sbf)),
+            PlannerKind::CostRel => Box::new(CostRelPlanner::new(settings.cost_rel)),
             PlannerKind::Tailx => Box::new(TailxPlanner::new(settings.tailx)),
         }
     }

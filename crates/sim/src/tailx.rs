@@ -12,9 +12,10 @@
 //!       two batch runs at load × capacity rescale it until the busiest server is at `load`;
 //!       offered rate = load (75 %) × capacity, the same for every planner
 //!    ▼  open loop (Poisson at that rate) or closed loop (N clients, think time)
-//!  batch │ rein-sbf │ rein-sds │ rein-drr │ tailx │ cost-sbf  (policy crate planners, same seed)
-//!    servers: each planner's discipline (policy::serverq): Rein strict priority, rein-drr
-//!    deficit round robin, cost-sbf aged strict priority by estimated cost, others FIFO; TailX's delays
+//!  batch │ rein-sbf │ rein-sds │ rein-drr │ tailx │ cost-sbf │ cost-rel  (policy crate planners,
+//!    same seed) servers: each planner's discipline (policy::serverq): Rein strict priority,
+//!    rein-drr deficit round robin, cost-sbf and cost-rel aged strict priority by estimated
+//!    cost (cost-rel's classes relative to the typical bottleneck), others FIFO; TailX's delays
 //!    in the client's delay queue (not_before)
 //!    ▼
 //!  p50 / p95 / p99 per planner and per class (mice, elephants, requests with and without a
@@ -27,6 +28,7 @@
 use serde::{Deserialize, Serialize};
 use tailtrim_bench::dist::Distribution;
 use tailtrim_bench::workload::Popularity;
+use tailtrim_policy::costrel::{CostRelSettings, DEFAULT_REL_OVERTAKES, DEFAULT_SPREAD};
 use tailtrim_policy::costsbf::{CostSbfSettings, DEFAULT_OVERTAKES};
 use tailtrim_policy::costspec::CostSpec;
 use tailtrim_policy::planner::{Planner, PlannerKind, PlannerSettings};
@@ -40,8 +42,8 @@ use crate::cluster::{
 use crate::SimError;
 
 /// The planners compared: the paper's, then Rein's classes by deficit round robin, then ours.
-pub const PLANNERS: [&str; 6] = [
-    "batch", "rein-sbf", "rein-sds", "rein-drr", "tailx", "cost-sbf",
+pub const PLANNERS: [&str; 7] = [
+    "batch", "rein-sbf", "rein-sds", "rein-drr", "tailx", "cost-sbf", "cost-rel",
 ];
 /// The baseline the reductions are taken against.
 pub const BASELINE: &str = "rein-sbf";
@@ -92,6 +94,18 @@ pub struct Setup {
         skip_serializing_if = "is_default_overtakes"
     )]
     pub overtakes: u64,
+    /// `cost-rel`'s ageing at the servers: later arrivals that may overtake an opset per class.
+    #[serde(
+        default = "default_rel_overtakes",
+        skip_serializing_if = "is_default_rel_overtakes"
+    )]
+    pub rel_overtakes: u64,
+    /// `cost-rel`'s spread: bottlenecks up to this many times the typical one are class 0.
+    #[serde(default = "default_spread", skip_serializing_if = "is_default_spread")]
+    pub rel_spread: f64,
+    /// `cost-rel` without slack demotion (its classes by key count only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rel_no_slack: bool,
     /// A closed-loop client instead of open-loop arrivals at `load`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub closed_loop: Option<ClosedLoop>,
@@ -122,6 +136,22 @@ fn default_overtakes() -> u64 {
     DEFAULT_OVERTAKES
 }
 
+fn is_default_rel_overtakes(value: &u64) -> bool {
+    *value == DEFAULT_REL_OVERTAKES
+}
+
+fn default_rel_overtakes() -> u64 {
+    DEFAULT_REL_OVERTAKES
+}
+
+fn is_default_spread(value: &f64) -> bool {
+    *value == DEFAULT_SPREAD
+}
+
+fn default_spread() -> f64 {
+    DEFAULT_SPREAD
+}
+
 impl Default for Setup {
     fn default() -> Self {
         Setup {
@@ -142,6 +172,9 @@ impl Default for Setup {
             seed: 1,
             loaded_calibration_requests: 200_000,
             overtakes: DEFAULT_OVERTAKES,
+            rel_overtakes: DEFAULT_REL_OVERTAKES,
+            rel_spread: DEFAULT_SPREAD,
+            rel_no_slack: false,
             closed_loop: None,
             server_queue: ServerQueue::Planner,
         }
@@ -376,7 +409,8 @@ pub fn scenario(
     })
 }
 
-/// A planner by name, TailX with the setup's smallest delay, `cost-sbf` with its ageing.
+/// A planner by name, TailX with the setup's smallest delay, `cost-sbf` and `cost-rel` with
+/// their ageing (and `cost-rel`'s spread).
 pub fn planner(setup: &Setup, name: &str) -> Result<Box<dyn Planner>, SimError> {
     let kind = PlannerKind::from_name(name).map_err(|e| SimError::Config(e.to_string()))?;
     Ok(kind.build_with(&PlannerSettings {
@@ -387,6 +421,12 @@ pub fn planner(setup: &Setup, name: &str) -> Result<Box<dyn Planner>, SimError> 
         cost_sbf: CostSbfSettings {
             overtakes: setup.overtakes,
             ..CostSbfSettings::default()
+        },
+        cost_rel: CostRelSettings {
+            overtakes: setup.rel_overtakes,
+            spread: setup.rel_spread,
+            slack_demotion: !setup.rel_no_slack,
+            ..CostRelSettings::default()
         },
     }))
 }

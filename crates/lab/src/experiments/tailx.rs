@@ -5,7 +5,7 @@
 //!   flags ─► tailtrim_sim::tailx::Setup ─► paper_experiments (a at 1M and 10M, b at 10/20/50 %)
 //!                                          + rare-elephant, keys20-1pct-large (--extra-requests)
 //!        ─► per experiment: calibrate (light batch run) ─► rate = load × capacity
-//!           ─► batch, rein-sbf, rein-sds, rein-drr, tailx, cost-sbf (--planners; --jobs
+//!           ─► batch, rein-sbf, rein-sds, rein-drr, tailx, cost-sbf, cost-rel (--planners; --jobs
 //!              threads; each run timed; open loop, or closed loop with --clients)
 //!        ─► <out>/results.json, results.md (per class: mice, elephants, small, large;
 //!           queueing = loaded − unloaded), <experiment>.svg (p50/p95/p99 per planner)
@@ -73,6 +73,17 @@ pub struct Args {
     /// them (ageing; no class starves).
     #[arg(long, default_value_t = Setup::default().overtakes)]
     overtakes: u64,
+    /// cost-rel: later arrivals that may overtake an opset at a server per class between
+    /// them (its ageing, tighter than cost-sbf's).
+    #[arg(long, default_value_t = Setup::default().rel_overtakes)]
+    rel_overtakes: u64,
+    /// cost-rel: bottlenecks up to this many times the typical one share class 0 (first come
+    /// first served); each doubling beyond is one class lower.
+    #[arg(long, default_value_t = Setup::default().rel_spread)]
+    rel_spread: f64,
+    /// cost-rel: no slack demotion (classes by the bottleneck's key count only).
+    #[arg(long)]
+    rel_no_slack: bool,
     /// Closed loop (simulator): this many clients, each waiting for its reply (YCSB's
     /// model) instead of open-loop arrivals at --load; 0: open loop.
     #[arg(long, default_value_t = 0)]
@@ -153,7 +164,7 @@ pub struct Args {
     /// Testbed: pipelined connections from each proxy to each backend.
     #[arg(long, default_value_t = 2)]
     server_connections: usize,
-    /// Only these planners (batch, rein-sbf, rein-sds, rein-drr, tailx, cost-sbf); default
+    /// Only these planners (batch, rein-sbf, rein-sds, rein-drr, tailx, cost-sbf, cost-rel); default
     /// all in the simulator, the paper's four on the testbed.
     #[arg(long, value_delimiter = ',')]
     planners: Vec<String>,
@@ -371,6 +382,9 @@ fn simulate(args: &Args, progress: ProgressFn<'_>) -> Result<Report, String> {
         calibration_rps: args.calibration_rps,
         loaded_calibration_requests: args.loaded_calibration_requests,
         overtakes: args.overtakes,
+        rel_overtakes: args.rel_overtakes,
+        rel_spread: args.rel_spread,
+        rel_no_slack: args.rel_no_slack,
         closed_loop: (args.clients > 0).then_some(ClosedLoop {
             clients: args.clients,
             think_us: args.think_us,

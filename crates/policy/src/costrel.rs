@@ -1,0 +1,407 @@
+//! `cost-rel`: priority by a request's bottleneck *relative to the workload's typical
+//! bottleneck*, slack demotion by estimated cost, and tight ageing at the servers.
+//!
+//! ```text
+//!   keys ─► opsets per backend (as batch; replica by C3)
+//!        ─► keys per opset n, estimated cost per opset u (cost-sbf's units: a large value
+//!           counts as T_L / T_S small keys)
+//!        ─► K = max n (Rein's bottleneck), U = max u; typical T = median of K over recent
+//!           requests (quarter-octave histogram, halved every 8192 requests)
+//!        ─► rel(x) = 0                              if x ≤ spread × T
+//!                    1 + ⌊log2(x / (spread × T))⌋   else, at most 4
+//!           class(opset) = max(rel(K), rel(U − u))      (the second: with `slack_demotion`)
+//!   Fetch{priority: class, not_before: None} ─► servers: Discipline::Aged{overtakes} (serverq):
+//!        an opset is overtaken by at most overtakes × (its class − theirs) later arrivals
+//! ```
+//!
+//! Rein's classes have fixed bounds (1, 5, 25, 125 keys), so a 20-key multiget over 16 servers
+//! (bottleneck 2–6 keys) falls on either side of the bound at 5 and nearly equal requests
+//! wait behind each other by strict priority; `cost-sbf` inherits the bounds. Anchoring the
+//! classes at the typical bottleneck keeps every request within `spread` of it in one class,
+//! served first come first served, and demotes a request whose bottleneck has several times
+//! the typical keys (an elephant), one class per doubling, as Rein's SBF does.
+//!
+//! A request that carries a large value is slow because of one opset, the one holding it: that
+//! opset keeps the request's class (demoting it would lengthen the request), while its other
+//! opsets, which would finish long before it, are demoted by their slack `U − u` — the work
+//! the small requests then do not wait behind. Ageing bounds how long a demoted opset waits,
+//! counted in arrivals, so a request's slack is not overrun by much and no class starves when
+//! a closed loop saturates the servers.
+
+use crate::costsbf::{CostSbfPlanner, CostSbfSettings};
+use crate::drr::CLASSES;
+use crate::planner::base::{Action, ClusterView, Observation, PlanRequest, Planner};
+use crate::serverq::Discipline;
+use crate::tailx::TailxSettings;
+
+/// Default ageing: later arrivals that may overtake an opset per class between them.
+pub const DEFAULT_REL_OVERTAKES: u64 = 200;
+/// Default spread: bottlenecks up to this many times the typical one share class 0.
+pub const DEFAULT_SPREAD: f64 = 2.0;
+/// Requests seen before the typical bottleneck is trusted (until then, every opset is class 0).
+pub const TYPICAL_MIN_SAMPLES: u64 = 256;
+/// Requests between two halvings of the bottleneck histogram (it follows a changing mix).
+pub const TYPICAL_HALF_LIFE: u64 = 8_192;
+
+/// Buckets per octave of the bottleneck histogram.
+const BUCKETS_PER_OCTAVE: f64 = 4.0;
+/// Bucket of a bottleneck of one unit.
+const UNIT_BUCKET: usize = 16;
+/// Buckets: from 1/16 unit to 2^20 units.
+const BUCKETS: usize = UNIT_BUCKET + 20 * BUCKETS_PER_OCTAVE as usize;
+
+/// Settings of `cost-rel`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CostRelSettings {
+    /// The estimates' settings (THR_L, the Bloom filter); its delay is never used.
+    pub tailx: TailxSettings,
+    /// The servers' ageing ([`Discipline::Aged`]).
+    pub overtakes: u64,
+    /// Bottlenecks up to `spread` × the typical one are class 0.
+    pub spread: f64,
+    /// Demote the opsets that are not the bottleneck by their estimated slack.
+    pub slack_demotion: bool,
+}
+
+impl Default for CostRelSettings {
+    fn default() -> Self {
+        CostRelSettings {
+            tailx: TailxSettings::default(),
+            overtakes: DEFAULT_REL_OVERTAKES,
+            spread: DEFAULT_SPREAD,
+            slack_demotion: true,
+        }
+    }
+}
+
+/// The median of recent bottlenecks, from a decaying log-bucket histogram.
+#[derive(Debug, Clone)]
+pub struct TypicalBottleneck {
+    counts: [u64; BUCKETS],
+    samples: u64,
+    since_halving: u64,
+}
+
+impl Default for TypicalBottleneck {
+    fn default() -> Self {
+        TypicalBottleneck {
+            counts: [0; BUCKETS],
+            samples: 0,
+            since_halving: 0,
+        }
+    }
+}
+
+impl TypicalBottleneck {
+    /// Records one request's bottleneck (units).
+    pub fn observe(&mut self, units: f64) {
+        let octaves = units.max(f64::MIN_POSITIVE).log2() * BUCKETS_PER_OCTAVE;
+        let bucket = (octaves.round() + UNIT_BUCKET as f64).clamp(0.0, (BUCKETS - 1) as f64);
+        self.counts[bucket as usize] += 1;
+        self.samples += 1;
+        self.since_halving += 1;
+        if self.since_halving >= TYPICAL_HALF_LIFE {
+            self.since_halving = 0;
+            for count in &mut self.counts {
+                *count /= 2;
+            }
+        }
+    }
+
+    /// The median bottleneck (a bucket's centre), once [`TYPICAL_MIN_SAMPLES`] were seen.
+    pub fn median(&self) -> Option<f64> {
+        if self.samples < TYPICAL_MIN_SAMPLES {
+            return None;
+        }
+        let total: u64 = self.counts.iter().sum();
+        let mut seen = 0;
+        for (bucket, &count) in self.counts.iter().enumerate() {
+            seen += count;
+            if total > 0 && seen * 2 >= total {
+                let octaves = (bucket as f64 - UNIT_BUCKET as f64) / BUCKETS_PER_OCTAVE;
+                return Some(octaves.exp2());
+            }
+        }
+        None
+    }
+}
+
+/// The class of a request whose bottleneck costs `bottleneck` units when the typical one
+/// costs `typical` (`None`: not known yet, class 0).
+pub fn relative_class(bottleneck: f64, typical: Option<f64>, spread: f64) -> u8 {
+    let Some(typical) = typical.filter(|t| *t > 0.0) else {
+        return 0;
+    };
+    let ratio = bottleneck / (spread.max(1.0) * typical);
+    if ratio <= 1.0 {
+        return 0;
+    }
+    (1.0 + ratio.log2().floor()).min((CLASSES - 1) as f64) as u8
+}
+
+/// The `cost-rel` planner.
+#[derive(Debug, Clone)]
+pub struct CostRelPlanner {
+    settings: CostRelSettings,
+    /// cost-sbf's opsets and cost estimates (its classes are not used).
+    costs: CostSbfPlanner,
+    typical: TypicalBottleneck,
+}
+
+impl Default for CostRelPlanner {
+    fn default() -> Self {
+        CostRelPlanner::new(CostRelSettings::default())
+    }
+}
+
+impl CostRelPlanner {
+    /// A planner with `settings`.
+    pub fn new(settings: CostRelSettings) -> Self {
+        CostRelPlanner {
+            costs: CostSbfPlanner::new(CostSbfSettings {
+                tailx: settings.tailx,
+                ..CostSbfSettings::default()
+            }),
+            settings,
+            typical: TypicalBottleneck::default(),
+        }
+    }
+
+    /// The typical bottleneck now (keys), once known.
+    pub fn typical_bottleneck(&self) -> Option<f64> {
+        self.typical.median()
+    }
+}
+
+impl Planner for CostRelPlanner {
+    fn name(&self) -> &'static str {
+        "cost-rel"
+    }
+
+    fn plan(&mut self, request: &PlanRequest<'_>, view: &dyn ClusterView) -> Vec<Action> {
+        let (mut fetches, unavailable) = self.costs.group(request, view);
+        let units = self.costs.opset_units(request, &fetches);
+        let costliest = units.iter().copied().fold(0.0f64, f64::max);
+        let most_keys = fetches.iter().map(|f| f.keys.len()).max().unwrap_or(0) as f64;
+        let (typical, spread) = (self.typical.median(), self.settings.spread);
+        let request_class = relative_class(most_keys, typical, spread);
+        if !fetches.is_empty() {
+            self.typical.observe(most_keys);
+        }
+        for (fetch, units) in fetches.iter_mut().zip(units) {
+            let slack_class = if self.settings.slack_demotion {
+                relative_class(costliest - units, typical, spread)
+            } else {
+                0
+            };
+            fetch.priority = Some(request_class.max(slack_class));
+        }
+        let mut actions: Vec<Action> = fetches.into_iter().map(Action::Fetch).collect();
+        if !unavailable.is_empty() {
+            actions.push(Action::Unavailable { keys: unavailable });
+        }
+        actions
+    }
+
+    fn wants_values(&self) -> bool {
+        true
+    }
+
+    fn observe_value(&mut self, key: &[u8], value_bytes: u64) {
+        self.costs.observe_value(key, value_bytes);
+    }
+
+    fn observe(&mut self, observation: &Observation) {
+        self.costs.observe(observation);
+    }
+
+    fn discipline(&self) -> Discipline {
+        Discipline::Aged {
+            overtakes: self.settings.overtakes,
+        }
+    }
+
+    fn gauges(&self) -> Vec<(&'static str, f64)> {
+        vec![
+            (
+                "cost_rel_typical_bottleneck_keys",
+                self.typical.median().unwrap_or(0.0),
+            ),
+            ("cost_rel_large_cost_ratio", self.costs.large_cost_ratio()),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::Timestamp;
+    use crate::planner::base::tests::{keys, view};
+    use crate::planner::base::Fetch;
+    use crate::serverq::PriorityQueue;
+
+    fn plan(planner: &mut CostRelPlanner, owned: &[Vec<u8>]) -> Vec<Fetch> {
+        let view = view(16, 1);
+        let slices: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+        planner
+            .plan(
+                &PlanRequest {
+                    keys: &slices,
+                    now: Timestamp(0),
+                },
+                &view,
+            )
+            .into_iter()
+            .filter_map(|action| match action {
+                Action::Fetch(fetch) => Some(fetch),
+                Action::Unavailable { .. } => None,
+            })
+            .collect()
+    }
+
+    /// A planner that has seen enough 20-key requests to know their typical bottleneck.
+    fn trained() -> CostRelPlanner {
+        trained_with(CostRelSettings::default())
+    }
+
+    fn trained_with(settings: CostRelSettings) -> CostRelPlanner {
+        let mut planner = CostRelPlanner::new(settings);
+        let owned = keys(20);
+        for _ in 0..TYPICAL_MIN_SAMPLES {
+            plan(&mut planner, &owned);
+        }
+        planner
+    }
+
+    #[test]
+    fn classes_are_anchored_at_the_typical_bottleneck() {
+        assert_eq!(relative_class(50.0, None, 2.0), 0);
+        assert_eq!(relative_class(6.0, Some(3.0), 2.0), 0);
+        assert_eq!(relative_class(6.1, Some(3.0), 2.0), 1);
+        assert_eq!(relative_class(12.1, Some(3.0), 2.0), 2);
+        assert_eq!(relative_class(24.1, Some(3.0), 2.0), 3);
+        assert_eq!(relative_class(1e6, Some(3.0), 2.0), 4);
+        let mut typical = TypicalBottleneck::default();
+        for i in 0..1_000u32 {
+            typical.observe(if i % 4 == 0 { 40.0 } else { 3.0 });
+        }
+        let median = typical.median().unwrap();
+        assert!((median - 3.0).abs() < 0.3, "{median}");
+    }
+
+    #[test]
+    fn requests_near_the_typical_cost_share_class_zero_and_costlier_ones_are_demoted() {
+        let mut planner = trained();
+        let typical = planner.typical_bottleneck().unwrap();
+        assert!((1.0..=6.0).contains(&typical), "{typical}");
+        // Other 20-key requests (bottlenecks 2–6 keys, which Rein splits at its bound of 5):
+        // one class, served first come first served.
+        for first in 0..20 {
+            let owned: Vec<Vec<u8>> = keys(40)[first..first + 20].to_vec();
+            assert!(plan(&mut planner, &owned)
+                .iter()
+                .all(|f| f.priority == Some(0)));
+        }
+        // A 400-key request (bottleneck ≈ 25 keys, ≈ 8 × typical) is demoted, all its opsets
+        // alike, none delayed.
+        let large = plan(&mut planner, &keys(400));
+        let class = large[0].priority;
+        assert!(class >= Some(2), "{class:?}");
+        assert!(large
+            .iter()
+            .all(|f| f.priority == class && f.not_before.is_none()));
+    }
+
+    #[test]
+    fn the_opset_holding_a_large_value_keeps_the_class_and_its_siblings_are_demoted() {
+        let large_threshold = TailxSettings {
+            large_threshold_bytes: Some(10_000),
+            ..TailxSettings::default()
+        };
+        let mut planner = trained_with(CostRelSettings {
+            tailx: large_threshold,
+            ..CostRelSettings::default()
+        });
+        let owned = keys(20);
+        // The first key turns out to be large and to cost T_L / T_S ≈ 50 small keys.
+        for n in 1..=8u32 {
+            planner.observe(&Observation {
+                backend: 0,
+                keys: n,
+                hits: n,
+                value_bytes: 0,
+                latency_nanos: 1_000 + u64::from(n) * 1_000,
+                at: Timestamp(0),
+            });
+        }
+        planner.observe_value(&owned[0], 100_000);
+        planner.observe(&Observation {
+            backend: 0,
+            keys: 1,
+            hits: 1,
+            value_bytes: 100_000,
+            latency_nanos: 51_000,
+            at: Timestamp(0),
+        });
+        let fetches = plan(&mut planner, &owned);
+        let holder = fetches.iter().find(|f| f.keys.contains(&0)).unwrap();
+        assert_eq!(holder.priority, Some(0));
+        let siblings: Vec<_> = fetches.iter().filter(|f| !f.keys.contains(&0)).collect();
+        assert!(!siblings.is_empty());
+        assert!(
+            siblings.iter().all(|f| f.priority >= Some(2)),
+            "{siblings:?}"
+        );
+        // Without slack demotion the request is one class, as its key count says.
+        let mut plain = trained_with(CostRelSettings {
+            slack_demotion: false,
+            ..CostRelSettings::default()
+        });
+        assert!(plan(&mut plain, &owned)
+            .iter()
+            .all(|f| f.priority == Some(0)));
+    }
+
+    /// A demoted opset queued behind a backlog, then a steady stream of class-0 opsets (one
+    /// arrival per service, so the stream alone keeps the server busy): pops until the
+    /// demoted one is served, if within `limit`.
+    fn pops_until_the_demoted_opset_is_served(
+        planner: &mut CostRelPlanner,
+        discipline: Discipline,
+        limit: u64,
+    ) -> Option<u64> {
+        let demoted = plan(planner, &keys(400))[0].priority.unwrap_or(0);
+        let typical_class = plan(planner, &keys(20))[0].priority.unwrap_or(0);
+        assert!(demoted > typical_class);
+        let mut queue = PriorityQueue::new(discipline);
+        for _ in 0..10 {
+            queue.push(typical_class, false);
+        }
+        queue.push(demoted, true);
+        for pops in 1..=limit {
+            queue.push(typical_class, false);
+            if queue.pop()? {
+                return Some(pops);
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn the_lowest_class_completes_under_a_steady_stream_of_typical_requests() {
+        let mut planner = trained();
+        let discipline = planner.discipline();
+        let served = pops_until_the_demoted_opset_is_served(&mut planner, discipline, 100_000);
+        // Overtaken by at most (CLASSES − 1) × overtakes later arrivals, plus the backlog.
+        let bound = (CLASSES as u64 - 1) * DEFAULT_REL_OVERTAKES + 11;
+        assert!(
+            served.is_some_and(|pops| pops <= bound),
+            "served after {served:?} pops (bound {bound})"
+        );
+        // Without the ageing bound (strict priority) it never is.
+        assert_eq!(
+            pops_until_the_demoted_opset_is_served(&mut planner, Discipline::Strict, 100_000),
+            None
+        );
+    }
+}
