@@ -718,9 +718,20 @@ mod tests {
         let config = ProxyConfig::from_toml(text).expect("routes example parses");
         let pool = config.pool_config().expect("routes example validates");
         assert_eq!(pool.priority_order, Some(Discipline::Strict));
+        assert_eq!(
+            (pool.replicas, pool.planner, pool.window),
+            (2, PlannerKind::ReinSbf, Some(2))
+        );
+        assert_eq!(
+            tailtrim_client::routes::pool_layers(&pool),
+            ["failover", "planner", "gate"]
+        );
         let specs = config.route_specs().expect("specs");
         let kinds: Vec<&str> = specs.iter().map(|spec| spec.kind.as_str()).collect();
-        assert_eq!(kinds, ["logging", "timeout"]);
+        assert_eq!(
+            kinds,
+            ["logging", "timeout", "warmup", "failover", "planner", "gate"]
+        );
         assert_eq!(specs[1].timeout, Some(Duration::from_millis(1500)));
         let cluster =
             tailtrim_client::Cluster::new(pool, config.warmup.tracker()).expect("cluster");
@@ -728,16 +739,41 @@ mod tests {
         assert_eq!(tree.name(), "logging");
         let printed = config.to_toml().expect("print");
         assert_eq!(ProxyConfig::from_toml(&printed).expect("reparse"), config);
-        // A route entry takes only its own keys, and the order only its two names.
+        // A route entry takes only the keys routes have.
         assert!(ProxyConfig::from_toml("[[routes]]\ntype = \"logging\"\nms = 1\n").is_err());
         let mut drr = config.clone();
         drr.pool.priority_order = Some("drr".to_string());
+        drr.routes.retain(|route| route.kind != "gate");
+        let refused = drr
+            .pool_config()
+            .expect_err("a [pool] key without its layer");
+        assert!(
+            refused.to_string().contains("need the gate route"),
+            "{refused}"
+        );
+        drr.routes.clear();
         assert_eq!(
             drr.pool_config().unwrap().priority_order,
             Some(Discipline::Drr)
         );
         drr.pool.priority_order = Some("fair".to_string());
         assert!(drr.pool_config().is_err());
+        // The shadow route's servers parse as [pool] servers do.
+        let shadow = ProxyConfig::from_toml(
+            "[pool]\nservers = [\"127.0.0.1:11211\"]\n[[routes]]\ntype = \"shadow\"\n\
+             servers = [\"127.0.0.1:11311:1\"]\nsample_every = 4\n",
+        )
+        .expect("shadow parses");
+        let specs = shadow.route_specs().expect("shadow specs");
+        assert_eq!(
+            (specs[0].servers.len(), specs[0].sample_every),
+            (1, Some(4))
+        );
+        assert!(shadow.pool_config().is_ok());
+        let mut misordered = config.clone();
+        misordered.routes.swap(4, 5);
+        let refused = misordered.pool_config().expect_err("planner below gate");
+        assert!(refused.to_string().contains("route order"), "{refused}");
     }
 
     #[test]

@@ -1,25 +1,32 @@
 //! The request path as a tree of routes, one concern per file, in the spirit of mcrouter's
-//! route handles: each route does one job and hands the request to the next.
+//! route handles: each route does one job and hands the request to the next. The tree is
+//! composed from the configuration's routes, outermost first, in three tiers:
 //!
 //! ```text
-//!   configured routes, outermost first ([[routes]] in the proxy's TOML; none by default)
+//!   above the membership view: route objects over the next one   (Layer::Above)
 //!     logging   logs each request's route decision (owner, outcome, time) at debug level
 //!     timeout   bounds a whole request: failovers, the gate's queue, warm-up fallbacks
+//!     shadow    mirrors a sampled share of requests to a second pool, replies dropped
 //!        │
 //!        ▼
-//!   warmup    the leaf every tree ends in: membership views, warm-up and shadowing
+//!   warmup    the leaf every tree ends in: membership views, warm-up and shadowing   (Membership)
 //!        │    (crate::cluster::Cluster; the view's pool serves the request)
 //!        ▼
+//!   the pool's layers, in this order, dispatched statically inside each view's pool (Pool)
 //!   failover  replica choice (C3) and failover of single-key requests   (Pool::read/write)
 //!   planner   the multiget planner's plans, fetches and their retries   (Pool::multiget_each;
 //!             batch/Chisel/Rein/TailX/cost-sbf decide in tailtrim_policy::planner)
 //!   gate      the priority gate in front of a backend's window          (Backend::call_*)
 //! ```
 //!
-//! The routes below `warmup` are fixed layers chosen by the pool's settings (`replicas`,
+//! A configuration that names no pool layer leaves them to the pool's settings (`replicas`,
 //! `planner`, `backend_window`, `priority_order`), so a tree built from today's keys alone is
-//! the leaf: the request path of a proxy without `[[routes]]`. A new route is a file with a
-//! type implementing [`Route`] and a `build` function, plus one line in [`REGISTRY`].
+//! the one a proxy without `[[routes]]` always had; one that names any names all it wants
+//! ([`configure_pool`]). The pool's layers are not route objects: a view's pool is rebuilt on
+//! every membership change and its layers share the view's ring, the planner's reservations
+//! and the backends' load, and dispatching them statically costs no boxed future per layer.
+//! A new route above the view is a file with a type implementing [`Route`] and a `build`
+//! function, plus one line in [`REGISTRY`] (`shadow` is one).
 
 pub mod failover;
 pub mod gate;

@@ -1,5 +1,5 @@
 //! The leaf of every route tree: the cluster's current membership view, with its warm-up and
-//! shadowing during a change; the view's pool serves the request through the fixed layers
+//! shadowing during a change; the view's pool serves the request through its layers
 //! (`failover`, `planner`, `gate`). The membership changes themselves (views, copies, purges)
 //! are [`crate::cluster::Cluster`]'s.
 //!
