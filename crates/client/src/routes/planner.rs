@@ -17,6 +17,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use futures_util::future::join_all;
 use smallvec::SmallVec;
+use tailtrim_policy::chisel_merge::member_values;
 use tailtrim_policy::drr::CLASSES;
 use tailtrim_policy::planner::{Action, Fetch, Observation, PlannerKind};
 use tailtrim_policy::rein::class_of;
@@ -149,8 +150,7 @@ impl Pool {
                 let mut values = vec![None; refs.len()];
                 match_values(refs.iter().copied(), items, |at, item| values[at] = item);
                 for (range, member) in sealed.members {
-                    let _ =
-                        member.send(Ok(values.get(range).map(<[_]>::to_vec).unwrap_or_default()));
+                    let _ = member.send(Ok(member_values(&values, range)));
                 }
                 values.truncate(own);
                 Ok(Fetched::PerKey(values))
