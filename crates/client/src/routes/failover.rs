@@ -16,7 +16,7 @@ use crate::config::PoolConfig;
 use crate::connection::{RawReply, ReplyShape};
 use crate::error::ClientError;
 use crate::pool::Pool;
-use crate::routes::route::RouteSpec;
+use crate::routes::spec::RouteSpec;
 
 /// The registry's configure: `replicas` copies of each key (the route's key, else the pool's),
 /// at least 2 and at most the number of servers. Left out of a configuration that lists the

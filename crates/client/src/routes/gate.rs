@@ -22,7 +22,7 @@ use tokio::sync::oneshot;
 
 use crate::config::{PoolConfig, DEFAULT_PRIORITY_WINDOW};
 use crate::error::ClientError;
-use crate::routes::route::RouteSpec;
+use crate::routes::spec::RouteSpec;
 use crate::stats::Counter;
 
 /// The registry's configure: a gate of `backend_window` requests in flight per backend (the

@@ -34,6 +34,7 @@ pub mod logging;
 pub mod planner;
 pub mod route;
 pub mod shadow;
+pub mod spec;
 pub mod timeout;
 pub mod warmup;
 
@@ -43,10 +44,8 @@ use crate::cluster::Cluster;
 use crate::config::PoolConfig;
 use crate::error::ClientError;
 
-pub use route::{
-    BroadcastFuture, BuildContext, MultigetFuture, PoolLayerConfigure, Route, RouteBuilder,
-    RouteSpec, SingleFuture,
-};
+pub use route::{BroadcastFuture, BuildContext, MultigetFuture, Route, RouteBuilder, SingleFuture};
+pub use spec::{PoolLayerConfigure, RouteSpec};
 
 /// Where a route sits in the tree and how it is made.
 #[derive(Clone, Copy)]

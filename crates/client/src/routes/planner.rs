@@ -28,7 +28,7 @@ use crate::connection::{ReplyShape, ValueItem};
 use crate::error::ClientError;
 use crate::pool::{Inline, KeyResult, MultigetKind, Plan, Pool};
 use crate::routes::failover::no_backend;
-use crate::routes::route::RouteSpec;
+use crate::routes::spec::RouteSpec;
 use crate::shaping::{join_or_lead, seal, setup_wait, Merge};
 
 /// The registry's configure: the route's `planner`, else the pool's. Left out of a
