@@ -53,4 +53,4 @@ pub use connection::{RawReply, ReplyShape, ValueItem};
 pub use dial::{BackendLogin, BackendTls, Dialer};
 pub use error::ClientError;
 pub use pool::{KeyResult, MultigetKind, Pool, Value};
-pub use routes::{build_tree, Route, RouteSpec};
+pub use routes::{build_tree, configure_pool, Route, RouteSpec};

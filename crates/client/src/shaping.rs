@@ -21,7 +21,6 @@
 //! (each gets the error; nothing waits past the backend timeout). A member whose leader was
 //! dropped gets `ConnectionLost`.
 
-use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,6 +29,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use tailtrim_model::chisel_online::{Analyzer, AnalyzerConfig, Decision, EpochLoad};
 use tailtrim_model::Seconds;
+use tailtrim_policy::chisel_merge::{MergedQuery, SealedQuery};
 use tailtrim_policy::planner::QueryShape;
 use tokio::sync::{oneshot, Semaphore, SemaphorePermit};
 
@@ -40,13 +40,9 @@ use crate::stats::{Counter, LatencyHistogram};
 /// Per-key outcome of one merged member's keys.
 pub type MemberResult = Result<Vec<Option<ValueItem>>, ClientError>;
 
-/// A query being set up that mice may still join.
-pub struct OpenQuery {
-    keys: Vec<Bytes>,
-    members: Vec<(Range<usize>, oneshot::Sender<MemberResult>)>,
-    limit: u32,
-    sealed: bool,
-}
+/// A query being set up that mice may still join: who merges with whom is
+/// `tailtrim_policy::chisel_merge`'s decision, the members wait on these channels.
+pub type OpenQuery = MergedQuery<Bytes, oneshot::Sender<MemberResult>>;
 
 /// One backend's merge slot.
 pub type MergeSlot = Mutex<Option<Arc<Mutex<OpenQuery>>>>;
@@ -65,39 +61,24 @@ pub fn join_or_lead(slot: &MergeSlot, keys: &[Bytes], limit: u32) -> Merge {
     if let Some(query) = open.as_ref() {
         let query = query.clone();
         let mut inner = query.lock();
-        if !inner.sealed && (inner.members.len() as u32 + 1) < inner.limit {
-            let start = inner.keys.len();
-            inner.keys.extend(keys.iter().cloned());
+        if inner.has_room() {
             let (tx, rx) = oneshot::channel();
-            let range = start..inner.keys.len();
-            inner.members.push((range, tx));
-            if inner.members.len() as u32 + 1 >= inner.limit {
+            if inner.join(keys.iter().cloned(), tx) {
                 // Full: later mice start a new query.
-                inner.sealed = true;
                 drop(inner);
                 *open = None;
             }
             return Merge::Joined(rx);
         }
     }
-    let query = Arc::new(Mutex::new(OpenQuery {
-        keys: keys.to_vec(),
-        members: Vec::new(),
-        limit,
-        sealed: false,
-    }));
+    let query = Arc::new(Mutex::new(OpenQuery::lead(keys.to_vec(), limit)));
     *open = Some(query.clone());
     Merge::Leader(query)
 }
 
 /// A sealed query: every key to ask for, the leader's own range first (`0..n`), and the
 /// members waiting for their ranges.
-pub struct Sealed {
-    /// All keys, the leader's first.
-    pub keys: Vec<Bytes>,
-    /// Members' key ranges and reply channels.
-    pub members: Vec<(Range<usize>, oneshot::Sender<MemberResult>)>,
-}
+pub type Sealed = SealedQuery<Bytes, oneshot::Sender<MemberResult>>;
 
 /// Closes a query to new members (removing it from the slot if it is still there).
 pub fn seal(slot: &MergeSlot, query: &Arc<Mutex<OpenQuery>>) -> Sealed {
@@ -110,12 +91,7 @@ pub fn seal(slot: &MergeSlot, query: &Arc<Mutex<OpenQuery>>) -> Sealed {
             *open = None;
         }
     }
-    let mut inner = query.lock();
-    inner.sealed = true;
-    Sealed {
-        keys: std::mem::take(&mut inner.keys),
-        members: std::mem::take(&mut inner.members),
-    }
+    query.lock().seal()
 }
 
 /// Waits `overhead`; always yields at least once. With `sleep` false it spins on the runtime

@@ -9,6 +9,9 @@
 //!                      ▲                                  │
 //!                      └── health (TKO state, EWMA) ◄─────┘ observations (time is a parameter)
 //!
+//!   chisel: elephants split into chunks (chisel), mice merged into shared queries
+//!           (chisel_merge: who joins, each member's share of the reply)
+//!
 //!   reads ──► hotkeys (sampled space-saving top-k) ─┐
 //!   old owners' key listings (moved keys) ──► warmup::CopyPlanner (bounded) ──► copies
 //!   membership change ──► warmup::WarmupProgress (hit ratios) ──► warm-up over?
@@ -21,7 +24,8 @@
 //! Modules depend one way (no import cycle, `scripts/check-cycles.py`): the planner factory
 //! ([`planner::PlannerKind`]) sits above the planners (`chisel`, `rein`, `tailx`, `costsbf`, and
 //! `costrel` over `costsbf`'s estimates),
-//! which sit above their contract ([`planner::base`]); `dispatch` and `sizeaware`'s parts use
+//! which sit above their contract ([`planner::base`]); `chisel_merge` names no other module;
+//! `dispatch` and `sizeaware`'s parts use
 //! the size-aware vocabulary and error ([`sizeaware::class`], [`sizeaware::error`]), and
 //! [`error`] names no other module.
 //!
@@ -30,6 +34,7 @@
 //! same code.
 
 pub mod chisel;
+pub mod chisel_merge;
 pub mod costrel;
 pub mod costsbf;
 pub mod costspec;

@@ -117,17 +117,35 @@ pub struct ProxyConfig {
     pub tls: ServerTlsOptions,
 }
 
-/// One `[[routes]]` entry.
+/// One `[[routes]]` entry (`docs/routes.md`): above the membership view `logging`,
+/// `timeout`, `shadow`; then `warmup`; then the pool's layers `failover`, `planner`, `gate`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct RouteSection {
-    /// The route: `logging` (each request's route decision at debug level) or `timeout` (a
-    /// bound on a whole request, `timeout_ms`).
+    /// The route's type.
     #[serde(rename = "type")]
     pub kind: String,
     /// `timeout`: the bound on a whole request, ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// `shadow`: the servers requests are mirrored to, as in `[pool] servers`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub servers: Vec<String>,
+    /// `shadow`: one request in this many is mirrored (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_every: Option<u32>,
+    /// `failover`: copies of each key (default: `[pool] replicas`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<usize>,
+    /// `planner`: the multiget planner (default: `[pool] planner`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planner: Option<String>,
+    /// `gate`: requests in flight per backend (default: `[pool] backend_window`, else 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_window: Option<usize>,
+    /// `gate`: `strict` or `drr` (default: `[pool] priority_order`, else the planner's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_order: Option<String>,
 }
 
 /// `[warmup]`
@@ -508,16 +526,44 @@ impl ProxyConfig {
         toml::to_string_pretty(self).map_err(|error| ProxyError::Config(error.to_string()))
     }
 
-    /// The `[[routes]]` as the client's route specs (checked when the tree is built).
+    /// The `[[routes]]` as the client's route specs (their order is checked when the pool's
+    /// configuration and the tree are built).
     pub fn route_specs(&self) -> Result<Vec<RouteSpec>, ProxyError> {
-        Ok(self
-            .routes
+        self.routes
             .iter()
-            .map(|route| RouteSpec {
-                kind: route.kind.clone(),
-                timeout: route.timeout_ms.map(Duration::from_millis),
+            .map(|route| {
+                let bad = |message: String| {
+                    ProxyError::Config(format!("[[routes]] {}: {message}", route.kind))
+                };
+                let servers = route
+                    .servers
+                    .iter()
+                    .map(|text| ServerSpec::parse(text))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|error| bad(error.to_string()))?;
+                let planner = route
+                    .planner
+                    .as_deref()
+                    .map(PlannerKind::from_name)
+                    .transpose()
+                    .map_err(|error| bad(error.to_string()))?;
+                let priority_order = route
+                    .priority_order
+                    .as_deref()
+                    .map(|order| parse_priority_order(order).map_err(bad))
+                    .transpose()?;
+                Ok(RouteSpec {
+                    kind: route.kind.clone(),
+                    timeout: route.timeout_ms.map(Duration::from_millis),
+                    replicas: route.replicas,
+                    planner,
+                    window: route.backend_window,
+                    priority_order,
+                    servers,
+                    sample_every: route.sample_every,
+                })
             })
-            .collect())
+            .collect()
     }
 
     /// Validates the `[pool]` section and turns it into the client's pool config.
@@ -563,16 +609,12 @@ impl ProxyConfig {
         config.replicas = pool.replicas;
         config.planner = planner;
         config.window = pool.backend_window;
-        config.priority_order = match pool.priority_order.as_deref() {
-            None => None,
-            Some("strict") => Some(Discipline::Strict),
-            Some("drr") => Some(Discipline::Drr),
-            Some(other) => {
-                return Err(bad(format!(
-                    "priority_order = {other:?}: expected \"strict\" or \"drr\""
-                )))
-            }
-        };
+        config.priority_order = pool
+            .priority_order
+            .as_deref()
+            .map(parse_priority_order)
+            .transpose()
+            .map_err(bad)?;
         config.planner_settings.tailx = TailxSettings {
             large_threshold_bytes: (pool.tailx_large_threshold > 0)
                 .then_some(pool.tailx_large_threshold),
@@ -629,7 +671,21 @@ impl ProxyConfig {
                 ))
             })?)
         };
+        // The pool's layers named in [[routes]] complete what the [pool] keys chose.
+        tailtrim_client::configure_pool(&mut config, &self.route_specs()?)
+            .map_err(|error| ProxyError::Config(format!("[[routes]] {error}")))?;
         Ok(config)
+    }
+}
+
+/// `priority_order`: `strict` or `drr`.
+fn parse_priority_order(order: &str) -> Result<Discipline, String> {
+    match order {
+        "strict" => Ok(Discipline::Strict),
+        "drr" => Ok(Discipline::Drr),
+        other => Err(format!(
+            "priority_order = {other:?}: expected \"strict\" or \"drr\""
+        )),
     }
 }
 
@@ -662,9 +718,20 @@ mod tests {
         let config = ProxyConfig::from_toml(text).expect("routes example parses");
         let pool = config.pool_config().expect("routes example validates");
         assert_eq!(pool.priority_order, Some(Discipline::Strict));
+        assert_eq!(
+            (pool.replicas, pool.planner, pool.window),
+            (2, PlannerKind::ReinSbf, Some(2))
+        );
+        assert_eq!(
+            tailtrim_client::routes::pool_layers(&pool),
+            ["failover", "planner", "gate"]
+        );
         let specs = config.route_specs().expect("specs");
         let kinds: Vec<&str> = specs.iter().map(|spec| spec.kind.as_str()).collect();
-        assert_eq!(kinds, ["logging", "timeout"]);
+        assert_eq!(
+            kinds,
+            ["logging", "timeout", "warmup", "failover", "planner", "gate"]
+        );
         assert_eq!(specs[1].timeout, Some(Duration::from_millis(1500)));
         let cluster =
             tailtrim_client::Cluster::new(pool, config.warmup.tracker()).expect("cluster");
@@ -672,16 +739,41 @@ mod tests {
         assert_eq!(tree.name(), "logging");
         let printed = config.to_toml().expect("print");
         assert_eq!(ProxyConfig::from_toml(&printed).expect("reparse"), config);
-        // A route entry takes only its own keys, and the order only its two names.
+        // A route entry takes only the keys routes have.
         assert!(ProxyConfig::from_toml("[[routes]]\ntype = \"logging\"\nms = 1\n").is_err());
         let mut drr = config.clone();
         drr.pool.priority_order = Some("drr".to_string());
+        drr.routes.retain(|route| route.kind != "gate");
+        let refused = drr
+            .pool_config()
+            .expect_err("a [pool] key without its layer");
+        assert!(
+            refused.to_string().contains("need the gate route"),
+            "{refused}"
+        );
+        drr.routes.clear();
         assert_eq!(
             drr.pool_config().unwrap().priority_order,
             Some(Discipline::Drr)
         );
         drr.pool.priority_order = Some("fair".to_string());
         assert!(drr.pool_config().is_err());
+        // The shadow route's servers parse as [pool] servers do.
+        let shadow = ProxyConfig::from_toml(
+            "[pool]\nservers = [\"127.0.0.1:11211\"]\n[[routes]]\ntype = \"shadow\"\n\
+             servers = [\"127.0.0.1:11311:1\"]\nsample_every = 4\n",
+        )
+        .expect("shadow parses");
+        let specs = shadow.route_specs().expect("shadow specs");
+        assert_eq!(
+            (specs[0].servers.len(), specs[0].sample_every),
+            (1, Some(4))
+        );
+        assert!(shadow.pool_config().is_ok());
+        let mut misordered = config.clone();
+        misordered.routes.swap(4, 5);
+        let refused = misordered.pool_config().expect_err("planner below gate");
+        assert!(refused.to_string().contains("route order"), "{refused}");
     }
 
     #[test]

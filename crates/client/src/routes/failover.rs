@@ -12,9 +12,34 @@ use futures_util::future::join_all;
 use std::time::Instant;
 use tailtrim_policy::health::choose_replica;
 
+use crate::config::PoolConfig;
 use crate::connection::{RawReply, ReplyShape};
 use crate::error::ClientError;
 use crate::pool::Pool;
+use crate::routes::spec::RouteSpec;
+
+/// The registry's configure: `replicas` copies of each key (the route's key, else the pool's),
+/// at least 2 and at most the number of servers. Left out of a configuration that lists the
+/// pool's layers, each key has one copy and nothing to fail over to.
+pub fn configure(spec: Option<&RouteSpec>, config: &mut PoolConfig) -> Result<(), ClientError> {
+    let Some(spec) = spec else {
+        return match config.replicas {
+            1 => Ok(()),
+            replicas => Err(ClientError::Config(format!(
+                "[pool] replicas = {replicas} needs the failover route in [[routes]]"
+            ))),
+        };
+    };
+    let replicas = spec.replicas.unwrap_or(config.replicas);
+    if replicas < 2 || replicas > config.servers.len() {
+        return Err(ClientError::Config(format!(
+            "route failover: replicas = {replicas} must be between 2 and the number of servers ({})",
+            config.servers.len()
+        )));
+    }
+    config.replicas = replicas;
+    Ok(())
+}
 
 impl Pool {
     /// Sends a single-key read to the best replica, failing over to the others.

@@ -20,7 +20,39 @@ use tailtrim_policy::drr::CLASSES;
 use tailtrim_policy::serverq::{Discipline, PriorityQueue};
 use tokio::sync::oneshot;
 
+use crate::config::{PoolConfig, DEFAULT_PRIORITY_WINDOW};
+use crate::error::ClientError;
+use crate::routes::spec::RouteSpec;
 use crate::stats::Counter;
+
+/// The registry's configure: a gate of `backend_window` requests in flight per backend (the
+/// route's key, else the pool's, else 2) served in `priority_order` (the route's, else the
+/// pool's, else the planner's). Left out of a configuration that lists the pool's layers,
+/// requests go to the backends unqueued, whatever the planner.
+pub fn configure(spec: Option<&RouteSpec>, config: &mut PoolConfig) -> Result<(), ClientError> {
+    let Some(spec) = spec else {
+        if config.window.is_some_and(|window| window > 0) || config.priority_order.is_some() {
+            return Err(ClientError::Config(
+                "[pool] backend_window and priority_order need the gate route in [[routes]]"
+                    .to_string(),
+            ));
+        }
+        config.window = Some(0);
+        return Ok(());
+    };
+    let window = spec
+        .window
+        .or(config.window)
+        .unwrap_or(DEFAULT_PRIORITY_WINDOW);
+    if window == 0 {
+        return Err(ClientError::Config(
+            "route gate: backend_window must be at least 1".to_string(),
+        ));
+    }
+    config.window = Some(window);
+    config.priority_order = spec.priority_order.or(config.priority_order);
+    Ok(())
+}
 
 /// A bounded in-flight window per backend with a priority queue behind it.
 #[derive(Debug)]

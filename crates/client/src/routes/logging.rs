@@ -12,8 +12,8 @@ use futures_util::FutureExt;
 use crate::cluster::Cluster;
 use crate::connection::{RawReply, ReplyShape};
 use crate::error::ClientError;
-use crate::pool::{KeyResult, MultigetKind};
-use crate::routes::route::{BuildContext, Route};
+use crate::pool::MultigetKind;
+use crate::routes::route::{BroadcastFuture, BuildContext, MultigetFuture, Route, SingleFuture};
 
 /// Logs, then hands the request to `next`.
 pub struct LoggingRoute {
@@ -85,12 +85,7 @@ impl Route for LoggingRoute {
         "logging"
     }
 
-    fn read<'a>(
-        &'a self,
-        key: &'a [u8],
-        bytes: Bytes,
-        shape: ReplyShape,
-    ) -> BoxFuture<'a, Result<RawReply, ClientError>> {
+    fn read<'a>(&'a self, key: &'a [u8], bytes: Bytes, shape: ReplyShape) -> SingleFuture<'a> {
         let request = self.next.read(key, bytes, shape);
         if !enabled() {
             return request;
@@ -98,12 +93,7 @@ impl Route for LoggingRoute {
         self.single("read", key, request).boxed()
     }
 
-    fn write<'a>(
-        &'a self,
-        key: &'a [u8],
-        bytes: Bytes,
-        shape: ReplyShape,
-    ) -> BoxFuture<'a, Result<RawReply, ClientError>> {
+    fn write<'a>(&'a self, key: &'a [u8], bytes: Bytes, shape: ReplyShape) -> SingleFuture<'a> {
         let request = self.next.write(key, bytes, shape);
         if !enabled() {
             return request;
@@ -111,11 +101,7 @@ impl Route for LoggingRoute {
         self.single("write", key, request).boxed()
     }
 
-    fn multiget<'a>(
-        &'a self,
-        keys: &'a [Bytes],
-        kind: MultigetKind,
-    ) -> BoxFuture<'a, Vec<KeyResult>> {
+    fn multiget<'a>(&'a self, keys: &'a [Bytes], kind: MultigetKind) -> MultigetFuture<'a> {
         let request = self.next.multiget(keys, kind);
         if !enabled() {
             return request;
@@ -148,11 +134,7 @@ impl Route for LoggingRoute {
         .boxed()
     }
 
-    fn broadcast<'a>(
-        &'a self,
-        bytes: Bytes,
-        shape: ReplyShape,
-    ) -> BoxFuture<'a, Vec<Result<RawReply, ClientError>>> {
+    fn broadcast<'a>(&'a self, bytes: Bytes, shape: ReplyShape) -> BroadcastFuture<'a> {
         let request = self.next.broadcast(bytes, shape);
         if !enabled() {
             return request;

@@ -17,16 +17,36 @@ use std::time::Instant;
 use bytes::Bytes;
 use futures_util::future::join_all;
 use smallvec::SmallVec;
+use tailtrim_policy::chisel_merge::member_values;
 use tailtrim_policy::drr::CLASSES;
-use tailtrim_policy::planner::{Action, Fetch, Observation};
+use tailtrim_policy::planner::{Action, Fetch, Observation, PlannerKind};
 use tailtrim_policy::rein::class_of;
 
 use crate::backend::{Priorities, Reservation};
+use crate::config::PoolConfig;
 use crate::connection::{ReplyShape, ValueItem};
 use crate::error::ClientError;
 use crate::pool::{Inline, KeyResult, MultigetKind, Plan, Pool};
 use crate::routes::failover::no_backend;
+use crate::routes::spec::RouteSpec;
 use crate::shaping::{join_or_lead, seal, setup_wait, Merge};
+
+/// The registry's configure: the route's `planner`, else the pool's. Left out of a
+/// configuration that lists the pool's layers, a multiget is one fetch per owning backend
+/// (the batch planner).
+pub fn configure(spec: Option<&RouteSpec>, config: &mut PoolConfig) -> Result<(), ClientError> {
+    match spec {
+        Some(spec) => {
+            config.planner = spec.planner.unwrap_or(config.planner);
+            Ok(())
+        }
+        None if config.planner == PlannerKind::Batch => Ok(()),
+        None => Err(ClientError::Config(format!(
+            "[pool] planner = {:?} needs the planner route in [[routes]]",
+            config.planner.name()
+        ))),
+    }
+}
 
 impl Pool {
     /// `keys` order (`None` for a miss). Keys whose backends failed are planned again on other
@@ -130,8 +150,7 @@ impl Pool {
                 let mut values = vec![None; refs.len()];
                 match_values(refs.iter().copied(), items, |at, item| values[at] = item);
                 for (range, member) in sealed.members {
-                    let _ =
-                        member.send(Ok(values.get(range).map(<[_]>::to_vec).unwrap_or_default()));
+                    let _ = member.send(Ok(member_values(&values, range)));
                 }
                 values.truncate(own);
                 Ok(Fetched::PerKey(values))

@@ -9,13 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 
-use crate::connection::{RawReply, ReplyShape};
+use crate::connection::ReplyShape;
 use crate::error::ClientError;
-use crate::pool::{KeyResult, MultigetKind};
-use crate::routes::route::{BuildContext, Route};
+use crate::pool::MultigetKind;
+use crate::routes::route::{BroadcastFuture, BuildContext, MultigetFuture, Route, SingleFuture};
 
 /// Bounds every request handed to `next` by `limit`.
 pub struct TimeoutRoute {
@@ -58,31 +57,17 @@ impl Route for TimeoutRoute {
         "timeout"
     }
 
-    fn read<'a>(
-        &'a self,
-        key: &'a [u8],
-        bytes: Bytes,
-        shape: ReplyShape,
-    ) -> BoxFuture<'a, Result<RawReply, ClientError>> {
+    fn read<'a>(&'a self, key: &'a [u8], bytes: Bytes, shape: ReplyShape) -> SingleFuture<'a> {
         let request = self.next.read(key, bytes, shape);
         self.bounded(request, || Err(self.expired())).boxed()
     }
 
-    fn write<'a>(
-        &'a self,
-        key: &'a [u8],
-        bytes: Bytes,
-        shape: ReplyShape,
-    ) -> BoxFuture<'a, Result<RawReply, ClientError>> {
+    fn write<'a>(&'a self, key: &'a [u8], bytes: Bytes, shape: ReplyShape) -> SingleFuture<'a> {
         let request = self.next.write(key, bytes, shape);
         self.bounded(request, || Err(self.expired())).boxed()
     }
 
-    fn multiget<'a>(
-        &'a self,
-        keys: &'a [Bytes],
-        kind: MultigetKind,
-    ) -> BoxFuture<'a, Vec<KeyResult>> {
+    fn multiget<'a>(&'a self, keys: &'a [Bytes], kind: MultigetKind) -> MultigetFuture<'a> {
         let request = self.next.multiget(keys, kind);
         self.bounded(request, move || {
             keys.iter().map(|_| Err(self.expired())).collect()
@@ -90,11 +75,7 @@ impl Route for TimeoutRoute {
         .boxed()
     }
 
-    fn broadcast<'a>(
-        &'a self,
-        bytes: Bytes,
-        shape: ReplyShape,
-    ) -> BoxFuture<'a, Vec<Result<RawReply, ClientError>>> {
+    fn broadcast<'a>(&'a self, bytes: Bytes, shape: ReplyShape) -> BroadcastFuture<'a> {
         let request = self.next.broadcast(bytes, shape);
         self.bounded(request, || vec![Err(self.expired())]).boxed()
     }

@@ -1,5 +1,5 @@
 //! The leaf of every route tree: the cluster's current membership view, with its warm-up and
-//! shadowing during a change; the view's pool serves the request through the fixed layers
+//! shadowing during a change; the view's pool serves the request through its layers
 //! (`failover`, `planner`, `gate`). The membership changes themselves (views, copies, purges)
 //! are [`crate::cluster::Cluster`]'s.
 //!
@@ -15,7 +15,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures_util::future::{join_all, BoxFuture};
+use futures_util::future::join_all;
 use futures_util::FutureExt;
 use parking_lot::Mutex;
 use tailtrim_policy::hotkeys::HotKeyTracker;
@@ -26,7 +26,7 @@ use crate::cluster::{copy_key, Cluster, CopyMode, ShadowRole, Tracked, View};
 use crate::connection::{RawReply, ReplyShape, ValueItem};
 use crate::error::ClientError;
 use crate::pool::{KeyResult, MultigetKind};
-use crate::routes::route::Route;
+use crate::routes::route::{BroadcastFuture, MultigetFuture, Route, SingleFuture};
 
 /// Requests on the cluster's current view.
 pub struct WarmupRoute {
@@ -45,37 +45,19 @@ impl Route for WarmupRoute {
         "warmup"
     }
 
-    fn read<'a>(
-        &'a self,
-        key: &'a [u8],
-        bytes: Bytes,
-        shape: ReplyShape,
-    ) -> BoxFuture<'a, Result<RawReply, ClientError>> {
+    fn read<'a>(&'a self, key: &'a [u8], bytes: Bytes, shape: ReplyShape) -> SingleFuture<'a> {
         self.cluster.read(key, bytes, shape).boxed()
     }
 
-    fn write<'a>(
-        &'a self,
-        key: &'a [u8],
-        bytes: Bytes,
-        shape: ReplyShape,
-    ) -> BoxFuture<'a, Result<RawReply, ClientError>> {
+    fn write<'a>(&'a self, key: &'a [u8], bytes: Bytes, shape: ReplyShape) -> SingleFuture<'a> {
         self.cluster.write(key, bytes, shape).boxed()
     }
 
-    fn multiget<'a>(
-        &'a self,
-        keys: &'a [Bytes],
-        kind: MultigetKind,
-    ) -> BoxFuture<'a, Vec<KeyResult>> {
+    fn multiget<'a>(&'a self, keys: &'a [Bytes], kind: MultigetKind) -> MultigetFuture<'a> {
         self.cluster.multiget_each(keys, kind).boxed()
     }
 
-    fn broadcast<'a>(
-        &'a self,
-        bytes: Bytes,
-        shape: ReplyShape,
-    ) -> BoxFuture<'a, Vec<Result<RawReply, ClientError>>> {
+    fn broadcast<'a>(&'a self, bytes: Bytes, shape: ReplyShape) -> BroadcastFuture<'a> {
         self.cluster.broadcast(bytes, shape).boxed()
     }
 }
