@@ -42,6 +42,7 @@ fn a_configured_timeout_route_bounds_reads_multigets_and_writes() {
         config.routes = vec![RouteSection {
             kind: "timeout".to_string(),
             timeout_ms: Some(200),
+            ..RouteSection::default()
         }];
     });
     let expired = b"SERVER_ERROR request timed out after 200 ms\r\n";
