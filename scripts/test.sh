@@ -135,7 +135,8 @@ check_replot() {
     local scratch differ
     scratch="$(mktemp -d)"
     cp -r experiments "$scratch/"
-    if ! (cd "$scratch" && TAILTRIM="$TAILTRIM_BIN" bash experiments/replot-all.sh) \
+    if ! (cd "$scratch" && TAILTRIM="$TAILTRIM_BIN" PYTHON="$repo/.venv/bin/python" \
+        bash experiments/replot-all.sh) \
         >"$logdir/replot.log" 2>&1; then
         tail -n 30 "$logdir/replot.log"
         rm -rf "$scratch"

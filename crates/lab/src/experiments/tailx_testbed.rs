@@ -130,8 +130,9 @@ struct Run {
     large_histogram: Encoded,
     /// Requests of at least 50 keys, ns.
     elephant_histogram: Encoded,
-    /// Requests of fewer than 50 keys, ns (files written before it: empty).
-    #[serde(default)]
+    /// Requests of fewer than 50 keys, ns (files written before it: empty, and left out
+    /// again when they are replotted, so they come out as written).
+    #[serde(default, skip_serializing_if = "no_histogram")]
     mice_histogram: Encoded,
 }
 
@@ -147,12 +148,13 @@ struct Pooled {
     p99_us: f64,
     large_p99_us: f64,
     elephant_p99_us: f64,
-    /// Mice (fewer than 50 keys) and elephants, p50 and p99 (files written before: 0).
-    #[serde(default)]
+    /// Mice (fewer than 50 keys) and elephants, p50 and p99 (files written before: 0, and
+    /// left out again when they are replotted, so they come out as written).
+    #[serde(default, skip_serializing_if = "not_measured")]
     mice_p50_us: f64,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "not_measured")]
     mice_p99_us: f64,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "not_measured")]
     elephant_p50_us: f64,
     /// Median over rounds of each round's p99.
     median_round_p99_us: f64,
@@ -219,9 +221,20 @@ struct Settings {
     server_connections: usize,
     sim_requests: u64,
     /// The backends served the classes themselves (`mg … p<class>`), strict priority, and
-    /// the proxies had no window; false: `--no-priorities` backends and the proxies' gates.
-    #[serde(default)]
+    /// the proxies had no window; false: `--no-priorities` backends and the proxies' gates
+    /// (left out of the file, as in files written before the field).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     server_priorities: bool,
+}
+
+/// A percentile that files written before it do not carry (no request of its class).
+fn not_measured(value: &f64) -> bool {
+    *value == 0.0
+}
+
+/// A histogram field that files written before it do not carry.
+fn no_histogram(histogram: &Encoded) -> bool {
+    histogram.0.is_empty()
 }
 
 /// What a run keeps (`results.json`).
