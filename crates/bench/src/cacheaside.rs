@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tailtrim_proto::{parse_response, Parsed, Response, StoreMode};
 
+use crate::class::{ClassHistograms, ClassSet};
 use crate::engine::resolve;
 use crate::rng::{splitmix64, Rng};
 use crate::schedule::Schedule;
@@ -471,6 +472,8 @@ struct Record {
     stale: u32,
     error: bool,
     write: bool,
+    /// Small/large, mice/elephant, get/set (the workload's thresholds).
+    classes: ClassSet,
 }
 
 /// The shared open-loop dispatcher.
@@ -686,6 +689,10 @@ pub struct CacheAsideReport {
     /// experiment keeps it serialized beside the report).
     #[serde(skip)]
     pub latency_ns: Option<hdrhistogram::Histogram<u64>>,
+    /// The same per request class (small/large, mice/elephant, get/set); not part of the
+    /// `--json` document either.
+    #[serde(skip)]
+    pub class_latency_ns: Option<ClassHistograms>,
     /// Values not equal to their key's value at any version (must be 0).
     pub wrong_values: u64,
     /// Values older than a write acknowledged before the read (must be 0).
@@ -995,6 +1002,7 @@ pub fn run_cache_aside(
                         let mut record = Record {
                             index,
                             scheduled_nanos: at,
+                            classes: operation.classes,
                             ..Record::default()
                         };
                         worker.execute(operation.kind, &operation.keys, &mut record);
@@ -1100,8 +1108,10 @@ fn summarize(
     // Up to an hour; `saturating_record` clamps anything longer to it (it never resizes).
     let mut latency_ns = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3)
         .unwrap_or_else(|_| unreachable!("valid bounds and digits"));
+    let mut class_latency_ns = ClassHistograms::default();
     for record in records {
         latency_ns.saturating_record(record.latency_nanos.max(1));
+        class_latency_ns.record(record.classes, record.latency_nanos);
     }
     let whole_us = |quantile: f64| {
         if latency_ns.is_empty() {
@@ -1159,6 +1169,7 @@ fn summarize(
         p50_us: whole_us(0.5),
         p99_us: whole_us(0.99),
         latency_ns: Some(latency_ns),
+        class_latency_ns: Some(class_latency_ns),
         wrong_values: records.iter().map(|r| u64::from(r.wrong)).sum(),
         stale_values: records.iter().map(|r| u64::from(r.stale)).sum(),
         errors: whole.errors,

@@ -125,7 +125,7 @@ fn unreachable_histogram() -> Histogram<u64> {
 }
 
 /// One histogram per [`Class`].
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ClassHistograms {
     histograms: Vec<Histogram<u64>>,
 }

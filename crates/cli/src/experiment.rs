@@ -13,7 +13,7 @@
 
 use std::process::ExitCode;
 
-use tailtrim_lab::experiments::{chisel, minos, tailx, tailx_testbed, warmup};
+use tailtrim_lab::experiments::{chisel, minos, tailx, tailx_testbed, tier, warmup};
 
 /// Arguments of `tailtrim experiment`.
 #[derive(clap::Args, Debug)]
@@ -46,6 +46,10 @@ enum Experiment {
     /// Batch vs strict Rein-SBF vs cost-sbf on the emulated testbed with the priorities
     /// enforced by the backends, an A/A gauge and the simulator's order beside it (EMULATED).
     TailxTestbed(Box<tailx_testbed::Args>),
+    /// A whole tailtrim tier against the memcached-like one: per-class p50/p99/p99.9, the
+    /// miss spike of a join and CPU per request (EMULATED), or beside memcached + nutcracker
+    /// on real loopback.
+    Tier(Box<tier::Args>),
 }
 
 /// Runs `tailtrim experiment`.
@@ -56,5 +60,6 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         Experiment::Chisel(chisel_args) => chisel::run(*chisel_args),
         Experiment::Tailx(tailx_args) => tailx::run(*tailx_args),
         Experiment::TailxTestbed(testbed_args) => tailx_testbed::run_served(*testbed_args),
+        Experiment::Tier(tier_args) => tier::run(*tier_args),
     }
 }

@@ -7,4 +7,5 @@ pub mod common;
 pub mod minos;
 pub mod tailx;
 pub mod tailx_testbed;
+pub mod tier;
 pub mod warmup;

@@ -4,7 +4,7 @@
 //! prints.
 //!
 //! ```text
-//!   experiments::{minos, warmup, chisel, chisel_testbed, tailx, tailx_testbed}
+//!   experiments::{minos, warmup, chisel, chisel_testbed, tailx, tailx_testbed, tier}
 //!     what to run, how to read it ──> experiment::Experiment (run with a progress
 //!                                      callback, refresh, check, render, summarise)
 //!                                      experiment::keep_run / experiment::replot,

@@ -379,7 +379,7 @@ fn workload(point: &GridPoint, keys: u64) -> Result<WorkloadSpec, String> {
 }
 
 /// CPU seconds (user + system) of process `pid` so far.
-fn process_cpu_seconds(pid: u32) -> f64 {
+pub(crate) fn process_cpu_seconds(pid: u32) -> f64 {
     let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return 0.0;
     };

@@ -1,0 +1,1199 @@
+//! `tailtrim experiment tier`: a whole tailtrim tier against the memcached-like tier it would
+//! replace, on one workload: ETC-like value sizes with a heavy tail (0.5 % of the keys hold
+//! 100–500 KB), gets of 1 to 100 keys, zipf popularity, a cache-aside database and a server
+//! joining half way.
+//!
+//! ```text
+//!  --mode emulated (EMULATED: tailtrim serve --emulate-service S --emulate-network N)
+//!    tiers: memcached-like (pinned, batch, cold join), its A/A twin, each mechanism alone
+//!           (size-aware; chisel; strict rein-sbf; warm-up preemptive+fallback) and
+//!           everything (size-aware, the configured planner, strict order, warm-up)
+//!  --mode loopback (real: no emulation, no join — nutcracker has no membership API)
+//!    tiers: memcached + nutcracker, its A/A twin, the tailtrim tier with everything on
+//!
+//!  for round: for tier in interleaved_order ─► fresh servers (+1 to join), a fresh proxy
+//!     bench::run_cache_aside (prefill, unrecorded warm-up, measured window,
+//!                             join at half: POST /pool/servers?warmup=cold|preemptive+fallback)
+//!     per class HDR histograms (all, small, large, mice, elephant) kept (V2, base64)
+//!     CPU: utime+stime of the servers and the proxy over the window / requests
+//!     misses per window: level before the join (median), peak after it, spike = peak − level
+//!  per tier: histograms pooled over rounds ─► p50/p99/p99.9 per class; medians of CPU and spike
+//!  verdict against the reading written before the run (issue 33's acceptance lines)
+//!  ──> results.json, results.md, tier.{svg,png}
+//! ```
+//!
+//! The "everything" tier's planner is a setting (`--planner`), so a planner chosen by the
+//! workload (`auto`) is one name away.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tailtrim_bench::cacheaside::parse_duration;
+use tailtrim_bench::class::Class;
+use tailtrim_bench::dist::Distribution;
+use tailtrim_bench::workload::{OpKind, OperationSpec, Popularity};
+use tailtrim_bench::{median, WorkloadSpec};
+use tailtrim_bench::{run_cache_aside, CacheAsideConfig, CacheAsideReport, ScheduledEvent};
+
+use crate::experiment::{Experiment, Progress, ProgressFn};
+use crate::figures::{plot_panels, Line, Panel};
+use crate::histogram::{pooled, Encoded};
+use crate::meta::{load_average, Recorder, RunMetadata};
+use crate::process::{program_version, Launch, Process, ServerShape};
+use crate::stats::interleaved_order;
+use crate::tables::{Align, Table};
+
+use super::chisel_testbed::process_cpu_seconds;
+use super::common::{command, tailtrim_binary, Terminal};
+
+/// The baseline tier of the emulated mode.
+const MEMCACHED_LIKE: &str = "memcached-like";
+/// The baseline tier of the loopback mode.
+const MEMCACHED_NUTCRACKER: &str = "memcached+nutcracker";
+/// Suffix of the baseline's second copy (the A/A gauge).
+const AA_SUFFIX: &str = "-aa";
+/// The tier with every mechanism on.
+const EVERYTHING: &str = "everything";
+/// The classes reported, in table order.
+const CLASSES: [Class; 5] = [
+    Class::All,
+    Class::Small,
+    Class::Large,
+    Class::Mice,
+    Class::Elephant,
+];
+/// Default emulated service time: a fixed cost, one per key and one per byte (so a 300 KB
+/// value holds a worker about 13 ms, a small get about 1.2 ms).
+const DEFAULT_SERVICE: &str = "const=1ms,key=200us,byte=40ns,dist=exp";
+/// Default emulated network time of every reply.
+const DEFAULT_NETWORK: &str = "const=200us";
+/// Default planner of the "everything" tier: the best fixed planner measured so far
+/// (experiments/tailx-testbed: strict Rein-SBF 0.85x batch's p99).
+const DEFAULT_PLANNER: &str = "rein-sbf";
+/// Item memory per server, MB (the workload's data fits: no eviction).
+const MEMORY_MB: u64 = 128;
+/// Windows of the per-request miss series in a run (about).
+const WINDOWS_PER_RUN: u64 = 40;
+
+/// Which testbed the tiers run on.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// tailtrim serve with emulated service and network time (EMULATED), a join half way.
+    Emulated,
+    /// Real loopback, no emulation: memcached + nutcracker beside the tailtrim tier.
+    Loopback,
+}
+
+/// Arguments of `tailtrim experiment tier`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    tailtrim experiment tier --out experiments/tier/emulated\n  \
+    tailtrim experiment tier --mode loopback --out experiments/tier/loopback\n\
+    Smoke run (seconds):\n  \
+    tailtrim experiment tier --quick --out /tmp/tier")]
+pub struct Args {
+    /// emulated (EMULATED testbed, a join half way) or loopback (real, beside memcached +
+    /// nutcracker, no join).
+    #[arg(long, value_enum, default_value = "emulated")]
+    mode: Mode,
+    /// Output directory.
+    #[arg(long, default_value = "experiments/tier")]
+    out: PathBuf,
+    /// Redraw tables and figures from the results kept in --out; run nothing.
+    #[arg(long)]
+    replot: bool,
+    /// A small run for tests: 3 servers × 2 workers, 2 s windows, one round, 2 000 keys.
+    #[arg(long)]
+    quick: bool,
+    /// No progress, no summary.
+    #[arg(short = 'q', long)]
+    quiet: bool,
+    /// Comma-separated tiers (default: every tier of the mode).
+    #[arg(long)]
+    tiers: Option<String>,
+    /// Planner of the "everything" tier (a `--planner` name of `tailtrim proxy`).
+    #[arg(long, default_value = DEFAULT_PLANNER)]
+    planner: String,
+    /// Cache servers before the join.
+    #[arg(long, default_value_t = 8)]
+    servers: usize,
+    /// Worker threads per server.
+    #[arg(long, default_value_t = 4)]
+    workers: usize,
+    /// Rounds (every tier once per round, in rotated order).
+    #[arg(long, default_value_t = 2)]
+    rounds: usize,
+    /// Offered requests per second (open loop).
+    #[arg(short = 'r', long, default_value_t = 800.0)]
+    rate: f64,
+    /// Measured seconds per run (the join at half).
+    #[arg(short = 'd', long, default_value_t = 24.0)]
+    duration: f64,
+    /// Unrecorded seconds of load before the measured window.
+    #[arg(long, default_value_t = 4.0)]
+    warmup: f64,
+    /// Keys of the small pool (the large pool holds 0.5 % as many, at least 20).
+    #[arg(long, default_value_t = 20_000)]
+    keys: u64,
+    /// The simulated database's time per read or write.
+    #[arg(long, default_value = "2ms")]
+    db_latency: String,
+    /// The servers' `--emulate-service` (emulated mode).
+    #[arg(long, default_value = DEFAULT_SERVICE)]
+    emulate_service: String,
+    /// The servers' `--emulate-network` (emulated mode).
+    #[arg(long, default_value = DEFAULT_NETWORK)]
+    emulate_network: String,
+    /// Bench connections (one request in flight each).
+    #[arg(long, default_value_t = 128)]
+    clients: usize,
+    /// Seed of the request sequence (round r uses seed + r; every tier of a round the same).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+/// One tier: the servers, the proxy and what happens at the join.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Tier {
+    /// Name in tables.
+    pub name: String,
+    /// `tailtrim` or `memcached`.
+    pub server: String,
+    /// `tailtrim serve --dispatch` (tailtrim servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatch: Option<String>,
+    /// `tailtrim` or `nutcracker`.
+    pub proxy: String,
+    /// `tailtrim proxy --planner`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planner: Option<String>,
+    /// `--priority-order` of the proxy (and of late-binding servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_order: Option<String>,
+    /// Warm-up mode of the join (`cold`, `preemptive+fallback`); none: no join.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join_warmup: Option<String>,
+}
+
+impl Tier {
+    fn tailtrim(name: &str, dispatch: &str, planner: &str, join: Option<&str>) -> Self {
+        Self {
+            name: name.to_string(),
+            server: "tailtrim".to_string(),
+            dispatch: Some(dispatch.to_string()),
+            proxy: "tailtrim".to_string(),
+            planner: Some(planner.to_string()),
+            priority_order: None,
+            join_warmup: join.map(str::to_string),
+        }
+    }
+
+    fn strict(mut self) -> Self {
+        self.priority_order = Some("strict".to_string());
+        self
+    }
+}
+
+/// The tiers of `mode`, the "everything" tier running `planner`.
+#[must_use]
+pub fn tiers(mode: Mode, planner: &str) -> Vec<Tier> {
+    let cold = Some("cold");
+    let warm = Some("preemptive+fallback");
+    match mode {
+        Mode::Emulated => vec![
+            Tier::tailtrim(MEMCACHED_LIKE, "pinned", "batch", cold),
+            Tier::tailtrim(
+                &format!("{MEMCACHED_LIKE}{AA_SUFFIX}"),
+                "pinned",
+                "batch",
+                cold,
+            ),
+            Tier::tailtrim("size-aware", "size-aware", "batch", cold),
+            Tier::tailtrim("chisel", "pinned", "chisel", cold),
+            Tier::tailtrim("rein-sbf", "late-binding", "rein-sbf", cold).strict(),
+            Tier::tailtrim("warm-up", "pinned", "batch", warm),
+            Tier::tailtrim(EVERYTHING, "size-aware", planner, warm).strict(),
+        ],
+        Mode::Loopback => {
+            let stock = |name: String| Tier {
+                name,
+                server: "memcached".to_string(),
+                dispatch: None,
+                proxy: "nutcracker".to_string(),
+                planner: None,
+                priority_order: None,
+                join_warmup: None,
+            };
+            vec![
+                stock(MEMCACHED_NUTCRACKER.to_string()),
+                stock(format!("{MEMCACHED_NUTCRACKER}{AA_SUFFIX}")),
+                Tier::tailtrim(EVERYTHING, "size-aware", planner, None).strict(),
+            ]
+        }
+    }
+}
+
+/// What a run was asked to do (kept in results.json).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Settings {
+    mode: Mode,
+    servers: usize,
+    workers: usize,
+    rounds: usize,
+    rate: f64,
+    duration_s: f64,
+    warmup_s: f64,
+    keys: u64,
+    large_keys: u64,
+    db_latency: String,
+    /// The servers' emulation (emulated mode; empty in loopback).
+    emulate_service: String,
+    emulate_network: String,
+    clients: usize,
+    seed: u64,
+    large_threshold_bytes: u64,
+    elephant_min_keys: u32,
+    tiers: Vec<Tier>,
+}
+
+/// One measured run of one tier.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Run {
+    tier: String,
+    round: usize,
+    position: usize,
+    load_average_before: String,
+    requests: u64,
+    achieved_rps: f64,
+    hit_ratio: f64,
+    errors: u64,
+    wrong_values: u64,
+    stale_values: u64,
+    /// CPU seconds (user + system) of the servers and the proxy over the measured window.
+    cpu_seconds: f64,
+    cpu_us_per_request: f64,
+    /// When the join was sent and answered (seconds into the window), its HTTP status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    join: Option<(f64, f64, u16)>,
+    /// Median miss ratio of the windows before the join.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    miss_ratio_before: Option<f64>,
+    /// Highest window miss ratio from the join on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    miss_ratio_peak: Option<f64>,
+    /// `(seconds into the window, miss ratio)` per window.
+    miss_series: Vec<(f64, f64)>,
+    /// Latency per class (`all`, `small`, `large`, `mice`, `elephant`), ns.
+    histograms: BTreeMap<String, Encoded>,
+}
+
+/// p50, p99 and p99.9 of a class, µs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct Percentiles {
+    requests: u64,
+    p50_us: f64,
+    p99_us: f64,
+    p999_us: f64,
+}
+
+/// A tier over the rounds.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct TierSummary {
+    tier: String,
+    /// Per class, pooled over rounds.
+    classes: BTreeMap<String, Percentiles>,
+    /// Median over rounds.
+    cpu_us_per_request: f64,
+    /// Median over rounds of (peak − level) of the miss ratio at the join.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    miss_spike: Option<f64>,
+    /// Median over rounds of the peak miss ratio after the join.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    miss_peak: Option<f64>,
+    errors: u64,
+    wrong_or_stale_values: u64,
+    achieved_rps: f64,
+}
+
+/// One acceptance line: a measured ratio against its bound.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Verdict {
+    line: String,
+    value: Option<f64>,
+    bound: f64,
+    met: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Metadata {
+    #[serde(flatten)]
+    run: RunMetadata,
+    note: String,
+}
+
+/// What `tailtrim experiment tier` keeps (`results.json`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Results {
+    experiment: String,
+    metadata: Metadata,
+    settings: Settings,
+    runs: Vec<Run>,
+    tiers: Vec<TierSummary>,
+    /// |p99(baseline A/A) / p99(baseline) − 1|, every request.
+    aa_gauge: Option<f64>,
+    verdict: Vec<Verdict>,
+}
+
+/// The experiment with its settings.
+struct TierExperiment {
+    settings: Settings,
+}
+
+fn settings_of(args: &Args) -> Result<Settings, String> {
+    let mut settings = Settings {
+        mode: args.mode,
+        servers: args.servers,
+        workers: args.workers,
+        rounds: args.rounds,
+        rate: args.rate,
+        duration_s: args.duration,
+        warmup_s: args.warmup,
+        keys: args.keys,
+        large_keys: 0,
+        db_latency: args.db_latency.clone(),
+        emulate_service: args.emulate_service.clone(),
+        emulate_network: args.emulate_network.clone(),
+        clients: args.clients,
+        seed: args.seed,
+        large_threshold_bytes: 0,
+        elephant_min_keys: 0,
+        tiers: tiers(args.mode, &args.planner),
+    };
+    if args.quick {
+        settings.servers = 3;
+        settings.workers = 2;
+        settings.rounds = 1;
+        settings.rate = 300.0;
+        settings.duration_s = 2.0;
+        settings.warmup_s = 0.5;
+        settings.keys = 2_000;
+        settings.clients = 32;
+    }
+    if args.mode == Mode::Loopback {
+        settings.emulate_service.clear();
+        settings.emulate_network.clear();
+    }
+    if let Some(selected) = &args.tiers {
+        let names: Vec<&str> = selected.split(',').map(str::trim).collect();
+        if let Some(unknown) = names
+            .iter()
+            .find(|name| !settings.tiers.iter().any(|tier| tier.name == **name))
+        {
+            return Err(format!("unknown tier {unknown:?} for this mode"));
+        }
+        settings
+            .tiers
+            .retain(|tier| names.contains(&tier.name.as_str()));
+    }
+    settings.large_keys = (settings.keys / 200).max(20);
+    let workload = workload(&settings);
+    settings.large_threshold_bytes = workload.large_threshold_bytes;
+    settings.elephant_min_keys = workload.elephant_min_keys;
+    if settings.servers == 0 || settings.rounds == 0 || settings.tiers.is_empty() {
+        return Err("servers, rounds and tiers must not be empty".to_string());
+    }
+    Ok(settings)
+}
+
+/// The workload: the `minos` preset's two zipf pools (ETC sizes up to 1.5 KB; 0.5 % of the
+/// keys drawn from a pool of 100–500 KB values), gets of 1 to 100 keys and 5 % sets.
+fn workload(settings: &Settings) -> Arc<WorkloadSpec> {
+    let mut spec = WorkloadSpec::preset("minos")
+        .unwrap_or_else(|error| panic!("the built-in minos preset: {error}"));
+    spec.name = "tier".to_string();
+    spec.pools[0].keys = settings.keys;
+    if let Some(large) = spec.pools.get_mut(1) {
+        large.keys = settings.large_keys;
+        large.value_size = Distribution::Uniform {
+            min: 100_000.0,
+            max: 500_000.0,
+        };
+    }
+    let get = |keys: u32, weight: f64| OperationSpec {
+        kind: OpKind::Get,
+        keys,
+        weight,
+    };
+    spec.operations = vec![
+        get(1, 55.0),
+        get(2, 10.0),
+        get(5, 10.0),
+        get(10, 8.0),
+        get(20, 5.0),
+        get(50, 1.0),
+        get(100, 1.0),
+        OperationSpec {
+            kind: OpKind::Set,
+            keys: 1,
+            weight: 5.0,
+        },
+    ];
+    for pool in &mut spec.pools {
+        pool.popularity = Popularity::Zipf { exponent: 0.99 };
+    }
+    Arc::new(spec)
+}
+
+fn cpu_of(pids: &[u32]) -> f64 {
+    pids.iter().map(|&pid| process_cpu_seconds(pid)).sum()
+}
+
+fn seconds(value: f64, what: &str) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(value).map_err(|_| format!("{what} must be a positive number"))
+}
+
+fn server_launch(
+    tier: &Tier,
+    settings: &Settings,
+    index: usize,
+    binary: &Path,
+) -> Result<Launch, String> {
+    let shape = ServerShape {
+        threads: settings.workers,
+        memory_mb: MEMORY_MB,
+    };
+    let name = format!("{}-server{index}", tier.name);
+    if tier.server == "memcached" {
+        return Ok(Launch::memcached(&name, &shape, &[])?);
+    }
+    let mut extra = Vec::new();
+    if let Some(dispatch) = &tier.dispatch {
+        extra.extend(["--dispatch".to_string(), dispatch.clone()]);
+    }
+    if let (Some(order), Some("late-binding")) = (&tier.priority_order, tier.dispatch.as_deref()) {
+        extra.extend(["--priority-order".to_string(), order.clone()]);
+    }
+    if !settings.emulate_service.is_empty() {
+        extra.extend([
+            "--emulate-service".to_string(),
+            settings.emulate_service.clone(),
+        ]);
+    }
+    if !settings.emulate_network.is_empty() {
+        extra.extend([
+            "--emulate-network".to_string(),
+            settings.emulate_network.clone(),
+        ]);
+    }
+    Ok(Launch::tailtrim_serve(&name, binary, &shape, &extra)?)
+}
+
+fn proxy_launch(
+    tier: &Tier,
+    settings: &Settings,
+    backends: &[String],
+    binary: &Path,
+) -> Result<Launch, String> {
+    let name = format!("{}-proxy", tier.name);
+    let connections = settings.workers.to_string();
+    if tier.proxy == "nutcracker" {
+        let options = [
+            "  timeout: 20000".to_string(),
+            format!("  server_connections: {connections}"),
+        ];
+        return Ok(Launch::nutcracker(&name, backends, &options)?);
+    }
+    let mut extra: Vec<String> = [
+        "--timeout-ms",
+        "20000",
+        "--server-failure-limit",
+        "1000000000",
+        "--server-connections",
+        &connections,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    if let Some(planner) = &tier.planner {
+        extra.extend(["--planner".to_string(), planner.clone()]);
+    }
+    if let Some(order) = &tier.priority_order {
+        extra.extend(["--priority-order".to_string(), order.clone()]);
+    }
+    let admin = tier.join_warmup.is_some();
+    Ok(Launch::tailtrim_proxy(
+        &name, binary, backends, admin, &extra,
+    )?)
+}
+
+/// The miss ratio of every window, and the level before / peak after `join_s`.
+fn misses(report: &CacheAsideReport, join_s: Option<f64>) -> (Vec<(f64, f64)>, Option<(f64, f64)>) {
+    let series: Vec<(f64, f64)> = report
+        .per_request
+        .iter()
+        .map(|window| (window.time_s, 1.0 - window.hit_ratio))
+        .collect();
+    let Some(join_s) = join_s else {
+        return (series, None);
+    };
+    let before: Vec<f64> = series
+        .iter()
+        .filter(|(time, _)| *time < join_s)
+        .map(|(_, ratio)| *ratio)
+        .collect();
+    let peak = series
+        .iter()
+        .filter(|(time, _)| *time >= join_s)
+        .map(|(_, ratio)| *ratio)
+        .fold(None, |best: Option<f64>, ratio| {
+            Some(best.map_or(ratio, |best| best.max(ratio)))
+        });
+    let level = (!before.is_empty()).then(|| median(&before));
+    (series, level.zip(peak))
+}
+
+fn run_tier(
+    tier: &Tier,
+    settings: &Settings,
+    workload: &Arc<WorkloadSpec>,
+    round: usize,
+    position: usize,
+) -> Result<Run, String> {
+    let load_average_before = load_average();
+    let binary = tailtrim_binary()?;
+    let joins = tier.join_warmup.is_some();
+    let mut servers = Vec::new();
+    for index in 0..settings.servers + usize::from(joins) {
+        servers.push(Process::start(server_launch(
+            tier, settings, index, &binary,
+        )?)?);
+    }
+    let addresses: Vec<String> = servers.iter().map(Process::address).collect();
+    let mut proxy = Process::start(proxy_launch(
+        tier,
+        settings,
+        &addresses[..settings.servers],
+        &binary,
+    )?)?;
+    let duration = seconds(settings.duration_s, "--duration")?;
+    let mut config = CacheAsideConfig::new(&proxy.address(), settings.rate, duration);
+    config.warmup = seconds(settings.warmup_s, "--warmup")?;
+    config.db_latency = parse_duration(&settings.db_latency).map_err(|error| error.to_string())?;
+    config.workers = settings.clients;
+    config.seed = settings.seed + round as u64;
+    config.prefill = true;
+    let expected = (settings.rate * settings.duration_s) as u64;
+    config.window_requests = (expected / WINDOWS_PER_RUN).max(20) as usize;
+    if let Some(mode) = &tier.join_warmup {
+        config.admin = proxy.admin_address();
+        config.events.push(ScheduledEvent {
+            at: duration / 2,
+            action: "add".to_string(),
+            server: addresses[settings.servers].clone(),
+            params: vec![("warmup".to_string(), mode.clone())],
+        });
+    }
+    let pids: Vec<u32> = servers
+        .iter()
+        .map(Process::pid)
+        .chain([proxy.pid()])
+        .collect();
+    let window_starts = config.warmup + Duration::from_millis(20);
+    let mut cpu_at_window: Option<f64> = None;
+    let report = run_cache_aside(workload, &config, &mut |elapsed, _| {
+        if cpu_at_window.is_none() && elapsed >= window_starts {
+            cpu_at_window = Some(cpu_of(&pids));
+        }
+    })
+    .map_err(|error| format!("tier {}: {error}", tier.name))?;
+    let cpu_seconds = (cpu_of(&pids) - cpu_at_window.unwrap_or(0.0)).max(0.0);
+    for server in &mut servers {
+        server.check_alive()?;
+    }
+    proxy.check_alive()?;
+    let join = report
+        .events
+        .first()
+        .map(|event| (event.sent_s, event.answered_s, event.status));
+    let (miss_series, miss_levels) = misses(&report, join.map(|(sent, _, _)| sent));
+    let mut histograms = BTreeMap::new();
+    if let Some(classes) = &report.class_latency_ns {
+        for class in CLASSES {
+            histograms.insert(
+                class.name().to_string(),
+                Encoded::encode(classes.get(class))?,
+            );
+        }
+    }
+    Ok(Run {
+        tier: tier.name.clone(),
+        round,
+        position,
+        load_average_before,
+        requests: report.requests,
+        achieved_rps: report.achieved_rps,
+        hit_ratio: report.hit_ratio,
+        errors: report.errors,
+        wrong_values: report.wrong_values,
+        stale_values: report.stale_values,
+        cpu_seconds,
+        cpu_us_per_request: cpu_seconds * 1e6 / report.requests.max(1) as f64,
+        join,
+        miss_ratio_before: miss_levels.map(|(level, _)| level),
+        miss_ratio_peak: miss_levels.map(|(_, peak)| peak),
+        miss_series,
+        histograms,
+    })
+}
+
+/// p50/p99/p99.9 of the runs' histograms of `class`, pooled.
+fn pooled_percentiles(runs: &[&Run], class: &str) -> Percentiles {
+    let Some(histogram) = pooled(runs.iter().filter_map(|run| run.histograms.get(class))) else {
+        return Percentiles::default();
+    };
+    if histogram.is_empty() {
+        return Percentiles::default();
+    }
+    let at = |quantile: f64| histogram.value_at_quantile(quantile) as f64 / 1e3;
+    Percentiles {
+        requests: histogram.len(),
+        p50_us: at(0.5),
+        p99_us: at(0.99),
+        p999_us: at(0.999),
+    }
+}
+
+fn median_of(values: impl Iterator<Item = f64>) -> f64 {
+    let values: Vec<f64> = values.collect();
+    median(&values)
+}
+
+fn summarise_tiers(settings: &Settings, runs: &[Run]) -> Vec<TierSummary> {
+    settings
+        .tiers
+        .iter()
+        .map(|tier| {
+            let own: Vec<&Run> = runs.iter().filter(|run| run.tier == tier.name).collect();
+            let spikes: Vec<f64> = own
+                .iter()
+                .filter_map(|run| Some(run.miss_ratio_peak? - run.miss_ratio_before?))
+                .collect();
+            let peaks: Vec<f64> = own.iter().filter_map(|run| run.miss_ratio_peak).collect();
+            TierSummary {
+                tier: tier.name.clone(),
+                classes: CLASSES
+                    .iter()
+                    .map(|class| {
+                        (
+                            class.name().to_string(),
+                            pooled_percentiles(&own, class.name()),
+                        )
+                    })
+                    .collect(),
+                cpu_us_per_request: median_of(own.iter().map(|run| run.cpu_us_per_request)),
+                miss_spike: (!spikes.is_empty()).then(|| median(&spikes)),
+                miss_peak: (!peaks.is_empty()).then(|| median(&peaks)),
+                errors: own.iter().map(|run| run.errors).sum(),
+                wrong_or_stale_values: own
+                    .iter()
+                    .map(|run| run.wrong_values + run.stale_values)
+                    .sum(),
+                achieved_rps: median_of(own.iter().map(|run| run.achieved_rps)),
+            }
+        })
+        .collect()
+}
+
+fn p99(summary: &TierSummary, class: &str) -> Option<f64> {
+    summary
+        .classes
+        .get(class)
+        .filter(|percentiles| percentiles.requests > 0)
+        .map(|percentiles| percentiles.p99_us)
+}
+
+fn ratio(numerator: Option<f64>, denominator: Option<f64>) -> Option<f64> {
+    match (numerator, denominator) {
+        (Some(numerator), Some(denominator)) if denominator > 0.0 => Some(numerator / denominator),
+        _ => None,
+    }
+}
+
+fn verdict_line(line: &str, value: Option<f64>, bound: f64) -> Verdict {
+    Verdict {
+        line: line.to_string(),
+        value,
+        bound,
+        met: value.is_some_and(|value| value <= bound),
+    }
+}
+
+/// The A/A gauge and the acceptance lines (issue 33) from the tiers' summaries.
+fn verdict(mode: Mode, summaries: &[TierSummary]) -> (Option<f64>, Vec<Verdict>) {
+    let baseline_name = match mode {
+        Mode::Emulated => MEMCACHED_LIKE,
+        Mode::Loopback => MEMCACHED_NUTCRACKER,
+    };
+    let find = |name: &str| summaries.iter().find(|summary| summary.tier == name);
+    let baseline = find(baseline_name);
+    let twin = find(&format!("{baseline_name}{AA_SUFFIX}"));
+    let everything = find(EVERYTHING);
+    let aa_gauge = ratio(
+        twin.and_then(|twin| p99(twin, "all")),
+        baseline.and_then(|baseline| p99(baseline, "all")),
+    )
+    .map(|ratio| (ratio - 1.0).abs());
+    let class_ratio = |class: &str| {
+        ratio(
+            everything.and_then(|summary| p99(summary, class)),
+            baseline.and_then(|summary| p99(summary, class)),
+        )
+    };
+    let ratio_of = |value: fn(&TierSummary) -> Option<f64>| {
+        ratio(everything.and_then(value), baseline.and_then(value))
+    };
+    let mut bounds: Vec<(String, Option<f64>, f64)> = Vec::new();
+    match mode {
+        Mode::Emulated => {
+            for (class, bound) in [("small", 0.2), ("mice", 0.5), ("elephant", 1.1)] {
+                bounds.push((format!("{class} p99 ≤ {bound}x"), class_ratio(class), bound));
+            }
+            bounds.push(("overall p99 ≤ 0.7x".to_string(), class_ratio("all"), 0.7));
+            bounds.push((
+                "miss spike (peak − level) ≤ 0.3x".to_string(),
+                ratio_of(|summary| summary.miss_spike),
+                0.3,
+            ));
+        }
+        Mode::Loopback => {
+            for class in CLASSES {
+                let name = class.name();
+                bounds.push((format!("{name} p99 ≤ 1.05x"), class_ratio(name), 1.05));
+            }
+            bounds.push((
+                "CPU per request ≤ 1.1x".to_string(),
+                ratio_of(|summary| Some(summary.cpu_us_per_request)),
+                1.1,
+            ));
+        }
+    }
+    let mut lines: Vec<Verdict> = bounds
+        .into_iter()
+        .map(|(line, value, bound)| verdict_line(&line, value, bound))
+        .collect();
+    if mode == Mode::Emulated {
+        let best_single = summaries
+            .iter()
+            .filter(|summary| {
+                summary.tier != EVERYTHING && !summary.tier.starts_with(baseline_name)
+            })
+            .filter_map(|summary| p99(summary, "all"))
+            .fold(None, |best: Option<f64>, p99| {
+                Some(best.map_or(p99, |best| best.min(p99)))
+            });
+        let beats = ratio(
+            everything.and_then(|summary| p99(summary, "all")),
+            best_single,
+        );
+        let mut line = verdict_line("overall p99 < best single mechanism's", beats, 1.0);
+        line.met = beats.is_some_and(|value| value < 1.0);
+        lines.push(line);
+    }
+    lines.push(verdict_line("A/A gauge ≤ 10 %", aa_gauge, 0.10));
+    (aa_gauge, lines)
+}
+
+const EMULATED_NOTE: &str = "EMULATED: real tailtrim serve processes whose workers sleep for an \
+    emulated service time and whose replies wait for an emulated network time, behind a real \
+    tailtrim proxy, on one shared host; the bench and a simulated database in the same host.";
+const LOOPBACK_NOTE: &str = "REAL loopback: Debian's memcached behind nutcracker beside tailtrim \
+    serve behind tailtrim proxy, no emulation, on one shared host (2 cores); no join \
+    (nutcracker has no membership API).";
+
+impl Experiment for TierExperiment {
+    type Results = Results;
+
+    fn run(&self, progress: ProgressFn<'_>) -> Result<Results, String> {
+        let settings = &self.settings;
+        let workload = workload(settings);
+        let mut recorder = Recorder::start();
+        if settings.tiers.iter().any(|tier| tier.server == "memcached") {
+            recorder.tool("memcached", program_version("memcached"));
+            recorder.tool("nutcracker", program_version("nutcracker"));
+        }
+        let total = (settings.rounds * settings.tiers.len()) as u64;
+        let mut runs = Vec::new();
+        for round in 0..settings.rounds {
+            for (position, index) in interleaved_order(settings.tiers.len(), round)
+                .into_iter()
+                .enumerate()
+            {
+                let tier = &settings.tiers[index];
+                progress(Progress {
+                    stage: &tier.name,
+                    done: runs.len() as u64,
+                    total,
+                });
+                runs.push(run_tier(tier, settings, &workload, round, position)?);
+            }
+        }
+        progress(Progress {
+            stage: "done",
+            done: total,
+            total,
+        });
+        let tiers = summarise_tiers(settings, &runs);
+        let (aa_gauge, verdict) = verdict(settings.mode, &tiers);
+        Ok(Results {
+            experiment: "tier".to_string(),
+            metadata: Metadata {
+                run: recorder.finish(),
+                note: match settings.mode {
+                    Mode::Emulated => EMULATED_NOTE,
+                    Mode::Loopback => LOOPBACK_NOTE,
+                }
+                .to_string(),
+            },
+            settings: settings.clone(),
+            runs,
+            tiers,
+            aa_gauge,
+            verdict,
+        })
+    }
+
+    fn check(results: &Results) -> Result<usize, String> {
+        let again = summarise_tiers(&results.settings, &results.runs);
+        let mut checked = 0;
+        for (kept, derived) in results.tiers.iter().zip(&again) {
+            for (class, percentiles) in &kept.classes {
+                if derived.classes.get(class) != Some(percentiles) {
+                    return Err(format!(
+                        "tier {} class {class}: kept percentiles differ from the histograms'",
+                        kept.tier
+                    ));
+                }
+                checked += 3;
+            }
+        }
+        Ok(checked)
+    }
+
+    fn render(results: &Results, out: &Path) -> Result<(), String> {
+        crate::results::write_text(out, "results.md", &markdown(results))?;
+        plot(results, out)
+    }
+
+    fn summarise(results: &Results) -> String {
+        let mut text = String::new();
+        for line in &results.verdict {
+            text.push_str(&format!(
+                "{:<45} {:>8}  {}\n",
+                line.line,
+                line.value
+                    .map_or("—".to_string(), |value| format!("{value:.3}")),
+                if line.met { "met" } else { "not met" }
+            ));
+        }
+        text
+    }
+}
+
+fn number(value: f64) -> String {
+    if value >= 100.0 {
+        format!("{value:.0}")
+    } else {
+        format!("{value:.1}")
+    }
+}
+
+fn markdown(results: &Results) -> String {
+    let settings = &results.settings;
+    let meta = &results.metadata.run;
+    let mut text = format!(
+        "# tailtrim experiment tier ({})\n\n{}\n\nHost: {} ({} cores), kernel {}; load average \
+         {} at the start, {} at the end, highest {:.2}. Command: `{}`.\n\n{} servers × {} workers \
+         (+1 joining half way where a tier joins), {} rounds, {:.0} requests/s offered, {} s \
+         measured after {} s of warm-up, {} small + {} large keys, database {}; emulated \
+         service `{}`, network `{}`. Classes: small/large = largest value ≤/> {} B; \
+         mice/elephant = fewer/at least {} keys.\n\n",
+        match settings.mode {
+            Mode::Emulated => "EMULATED",
+            Mode::Loopback => "REAL loopback",
+        },
+        results.metadata.note,
+        meta.cpu_model,
+        meta.cores,
+        meta.kernel,
+        meta.load_average_start,
+        meta.load_average_end,
+        meta.load_average_max,
+        meta.command,
+        settings.servers,
+        settings.workers,
+        settings.rounds,
+        settings.rate,
+        settings.duration_s,
+        settings.warmup_s,
+        settings.keys,
+        settings.large_keys,
+        settings.db_latency,
+        settings.emulate_service,
+        settings.emulate_network,
+        settings.large_threshold_bytes,
+        settings.elephant_min_keys,
+    );
+    let mut verdicts = Table::new([
+        ("acceptance line", Align::Left),
+        ("measured", Align::Right),
+        ("bound", Align::Right),
+        ("", Align::Left),
+    ]);
+    for line in &results.verdict {
+        verdicts.push([
+            line.line.clone(),
+            line.value
+                .map_or("—".to_string(), |value| format!("{value:.3}")),
+            format!("{:.2}", line.bound),
+            if line.met { "met" } else { "not met" }.to_string(),
+        ]);
+    }
+    text.push_str(&verdicts.render());
+    text.push_str("\nLatency per class, µs (pooled over rounds):\n\n");
+    let mut columns = vec![("tier".to_string(), Align::Left)];
+    for class in CLASSES {
+        for percentile in ["p50", "p99", "p99.9"] {
+            columns.push((format!("{} {percentile}", class.name()), Align::Right));
+        }
+    }
+    let mut latency = Table::new(columns);
+    for summary in &results.tiers {
+        let mut row = vec![summary.tier.clone()];
+        for class in CLASSES {
+            let percentiles = summary
+                .classes
+                .get(class.name())
+                .cloned()
+                .unwrap_or_default();
+            row.extend([
+                number(percentiles.p50_us),
+                number(percentiles.p99_us),
+                number(percentiles.p999_us),
+            ]);
+        }
+        latency.push(row);
+    }
+    text.push_str(&latency.render());
+    text.push_str("\nPer tier (medians over rounds):\n\n");
+    let mut other = Table::new([
+        ("tier", Align::Left),
+        ("rps", Align::Right),
+        ("CPU µs/request", Align::Right),
+        ("miss peak", Align::Right),
+        ("miss spike", Align::Right),
+        ("errors", Align::Right),
+        ("wrong/stale", Align::Right),
+    ]);
+    let optional =
+        |value: Option<f64>| value.map_or("—".to_string(), |value| format!("{value:.3}"));
+    for summary in &results.tiers {
+        other.push([
+            summary.tier.clone(),
+            format!("{:.0}", summary.achieved_rps),
+            format!("{:.1}", summary.cpu_us_per_request),
+            optional(summary.miss_peak),
+            optional(summary.miss_spike),
+            summary.errors.to_string(),
+            summary.wrong_or_stale_values.to_string(),
+        ]);
+    }
+    text.push_str(&other.render());
+    text.push_str("\nTiers:\n\n");
+    for tier in &settings.tiers {
+        text.push_str(&format!(
+            "- `{}`: {} servers{}, {} proxy{}{}, join: {}\n",
+            tier.name,
+            tier.server,
+            tier.dispatch
+                .as_ref()
+                .map_or(String::new(), |dispatch| format!(
+                    " (`--dispatch {dispatch}`)"
+                )),
+            tier.proxy,
+            tier.planner
+                .as_ref()
+                .map_or(String::new(), |planner| format!(" `--planner {planner}`")),
+            tier.priority_order
+                .as_ref()
+                .map_or(String::new(), |order| format!(
+                    " `--priority-order {order}`"
+                )),
+            tier.join_warmup.as_deref().unwrap_or("none"),
+        ));
+    }
+    text
+}
+
+fn plot(results: &Results, out: &Path) -> Result<(), String> {
+    let position = |class: Class| {
+        CLASSES
+            .iter()
+            .position(|candidate| *candidate == class)
+            .unwrap_or(0) as f64
+            + 1.0
+    };
+    let p99_lines: Vec<Line> = results
+        .tiers
+        .iter()
+        .map(|summary| Line {
+            name: summary.tier.clone(),
+            points: CLASSES
+                .iter()
+                .filter_map(|class| Some((position(*class), p99(summary, class.name())?)))
+                .collect(),
+        })
+        .collect();
+    let mut panels = vec![Panel {
+        title: "p99 per class (1 all, 2 small, 3 large, 4 mice, 5 elephant)".to_string(),
+        x_desc: "class".to_string(),
+        y_desc: "p99".to_string(),
+        log_y: true,
+        latency: true,
+        lines: p99_lines,
+        markers: Vec::new(),
+    }];
+    let first_round: Vec<&Run> = results.runs.iter().filter(|run| run.round == 0).collect();
+    if first_round.iter().any(|run| run.join.is_some()) {
+        panels.push(Panel {
+            title: "miss ratio per window, first round (dashed: the join)".to_string(),
+            x_desc: "seconds into the measured window".to_string(),
+            y_desc: "miss ratio".to_string(),
+            log_y: false,
+            latency: false,
+            lines: first_round
+                .iter()
+                .map(|run| Line {
+                    name: run.tier.clone(),
+                    points: run.miss_series.clone(),
+                })
+                .collect(),
+            markers: first_round
+                .iter()
+                .filter_map(|run| run.join.map(|(sent, _, _)| sent))
+                .take(1)
+                .collect(),
+        });
+    }
+    plot_panels(out, "tier", &panels)?;
+    Ok(())
+}
+
+/// Runs `tailtrim experiment tier` (or redraws a kept run with `--replot`).
+pub fn run(args: Args) -> Result<ExitCode, String> {
+    let terminal = Terminal::new("tier", args.quiet);
+    let out = args.out.clone();
+    let replot = args.replot;
+    let experiment = TierExperiment {
+        settings: settings_of(&args)?,
+    };
+    command(&experiment, &out, replot, &terminal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{misses, tiers, verdict, Mode, Percentiles, TierSummary, EVERYTHING};
+    use std::collections::BTreeMap;
+    use tailtrim_bench::cacheaside::{CacheAsideReport, WindowSample};
+
+    fn summary(tier: &str, all_p99: f64, small_p99: f64, spike: f64) -> TierSummary {
+        let class = |p99_us: f64| Percentiles {
+            requests: 100,
+            p50_us: 1.0,
+            p99_us,
+            p999_us: p99_us,
+        };
+        let mut classes = BTreeMap::new();
+        for name in ["all", "mice", "elephant", "large"] {
+            classes.insert(name.to_string(), class(all_p99));
+        }
+        classes.insert("small".to_string(), class(small_p99));
+        TierSummary {
+            tier: tier.to_string(),
+            classes,
+            cpu_us_per_request: 10.0,
+            miss_spike: Some(spike),
+            miss_peak: Some(spike),
+            errors: 0,
+            wrong_or_stale_values: 0,
+            achieved_rps: 1.0,
+        }
+    }
+
+    #[test]
+    fn the_everything_tier_takes_its_planner_by_name() {
+        let emulated = tiers(Mode::Emulated, "auto");
+        let everything = emulated.iter().find(|tier| tier.name == EVERYTHING);
+        assert_eq!(
+            everything.and_then(|tier| tier.planner.as_deref()),
+            Some("auto")
+        );
+        assert_eq!(emulated[0].dispatch.as_deref(), Some("pinned"));
+        assert_eq!(emulated[0].join_warmup.as_deref(), Some("cold"));
+        assert!(tiers(Mode::Loopback, "batch")
+            .iter()
+            .all(|tier| tier.join_warmup.is_none()));
+    }
+
+    #[test]
+    fn verdict_compares_everything_with_the_baseline_and_the_best_single_mechanism() {
+        let summaries = vec![
+            summary("memcached-like", 1000.0, 1000.0, 0.5),
+            summary("memcached-like-aa", 1050.0, 1000.0, 0.5),
+            summary("size-aware", 600.0, 100.0, 0.5),
+            summary(EVERYTHING, 500.0, 150.0, 0.1),
+        ];
+        let (gauge, lines) = verdict(Mode::Emulated, &summaries);
+        assert!((gauge.unwrap_or(0.0) - 0.05).abs() < 1e-9);
+        let met = |prefix: &str| {
+            lines
+                .iter()
+                .find(|line| line.line.starts_with(prefix))
+                .map(|line| line.met)
+        };
+        assert_eq!(met("small"), Some(true));
+        assert_eq!(met("overall p99 ≤"), Some(true));
+        assert_eq!(met("overall p99 <"), Some(true));
+        assert_eq!(met("elephant"), Some(true));
+        assert_eq!(met("miss spike"), Some(true));
+        assert_eq!(met("A/A"), Some(true));
+    }
+
+    #[test]
+    fn miss_spike_is_the_peak_after_the_join_above_the_level_before() {
+        let window = |time_s: f64, hit_ratio: f64| WindowSample {
+            time_s,
+            hit_ratio,
+            ..WindowSample::default()
+        };
+        let report = CacheAsideReport {
+            per_request: vec![
+                window(0.0, 0.95),
+                window(1.0, 0.97),
+                window(2.0, 0.95),
+                window(3.0, 0.60),
+                window(4.0, 0.90),
+            ],
+            ..CacheAsideReport::default()
+        };
+        let (series, levels) = misses(&report, Some(2.5));
+        assert_eq!(series.len(), 5);
+        let (level, peak) = levels.unwrap_or_default();
+        assert!((level - 0.05).abs() < 1e-9 && (peak - 0.4).abs() < 1e-9);
+        assert!(misses(&report, None).1.is_none());
+    }
+}
