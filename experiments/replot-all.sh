@@ -16,6 +16,7 @@
 #   tailtrim experiment chisel|tailx [--testbed]   the same with --replot --out DIR
 #   tailtrim experiment tailx-testbed ...          the same with --replot --out DIR
 #   tailtrim experiment warmup ...                 tailtrim experiment warmup --replot --out DIR
+#   tailtrim experiment tier ...                   tailtrim experiment tier --replot --out DIR
 #   experiments/{proxy,throughput}/run.py ...      python3 experiments/X/run.py --replot --out FILE
 #   experiments/chisel/run.sh ...                  python3 experiments/chisel/summarize.py DIR
 # The bench's sweep plots, the bench summaries, the model's files and the comparison tables
@@ -68,6 +69,7 @@ RULES = (
     (r"\bexperiment tailx\b.*--testbed", "tailx-testbed"),
     (r"\bexperiment tailx\b", "tailx"),
     (r"\bexperiment warmup\b", "warmup"),
+    (r"\bexperiment tier\b", "tier"),
     (r"\bproxy/run\.py\b", "proxy-run"),
     (r"\bthroughput/run\.py\b", "throughput-run"),
     (r"\bchisel/run\.sh\b", "chisel-real"),
@@ -103,6 +105,7 @@ while read -r kind path; do
         tailx-testbed) run "$T" experiment tailx --testbed --replot --out "$dir" ;;
         tailx-testbed-served) run "$T" experiment tailx-testbed --replot --out "$dir" ;;
         warmup) run "$T" experiment warmup --replot --out "$dir" ;;
+        tier) run "$T" experiment tier --replot --out "$dir" ;;
         proxy-run) run "$PY" experiments/proxy/run.py --replot --out "$path" ;;
         throughput-run) run "$PY" experiments/throughput/run.py --replot --out "$path" ;;
         chisel-real) run "$PY" experiments/chisel/summarize.py "$dir" ;;

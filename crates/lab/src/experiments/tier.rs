@@ -287,7 +287,7 @@ struct Run {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     miss_ratio_peak: Option<f64>,
     /// `(seconds into the window, miss ratio)` per window.
-    miss_series: Vec<(f64, f64)>,
+    miss_series: MissSeries,
     /// Latency per class (`all`, `small`, `large`, `mice`, `elephant`), ns.
     histograms: BTreeMap<String, Encoded>,
 }
@@ -531,9 +531,12 @@ fn proxy_launch(
     )?)
 }
 
+/// `(seconds into the window, miss ratio)` of every window of a run.
+type MissSeries = Vec<(f64, f64)>;
+
 /// The miss ratio of every window, and the level before / peak after `join_s`.
-fn misses(report: &CacheAsideReport, join_s: Option<f64>) -> (Vec<(f64, f64)>, Option<(f64, f64)>) {
-    let series: Vec<(f64, f64)> = report
+fn misses(report: &CacheAsideReport, join_s: Option<f64>) -> (MissSeries, Option<(f64, f64)>) {
+    let series: MissSeries = report
         .per_request
         .iter()
         .map(|window| (window.time_s, 1.0 - window.hit_ratio))
