@@ -915,6 +915,15 @@ fn number(value: f64) -> String {
     }
 }
 
+/// `text`, or `none` when it is empty.
+fn or_none(text: &str) -> &str {
+    if text.is_empty() {
+        "none"
+    } else {
+        text
+    }
+}
+
 fn markdown(results: &Results) -> String {
     let settings = &results.settings;
     let meta = &results.metadata.run;
@@ -923,7 +932,7 @@ fn markdown(results: &Results) -> String {
          {} at the start, {} at the end, highest {:.2}. Command: `{}`.\n\n{} servers × {} workers \
          (+1 joining half way where a tier joins), {} rounds, {:.0} requests/s offered, {} s \
          measured after {} s of warm-up, {} small + {} large keys, database {}; emulated \
-         service `{}`, network `{}`. Classes: small/large = largest value ≤/> {} B; \
+         service {}, network {}. Classes: small/large = largest value ≤/> {} B; \
          mice/elephant = fewer/at least {} keys.\n\n",
         match settings.mode {
             Mode::Emulated => "EMULATED",
@@ -946,8 +955,8 @@ fn markdown(results: &Results) -> String {
         settings.keys,
         settings.large_keys,
         settings.db_latency,
-        settings.emulate_service,
-        settings.emulate_network,
+        or_none(&settings.emulate_service),
+        or_none(&settings.emulate_network),
         settings.large_threshold_bytes,
         settings.elephant_min_keys,
     );
