@@ -20,7 +20,7 @@
 //! the work instead), and the servers' ageing lets no class starve.
 
 use crate::planner::base::{
-    group_by_backend, Action, ClusterView, Fetch, Observation, PlanRequest, Planner,
+    group_by_backend, into_actions, Action, ClusterView, Fetch, Observation, PlanRequest, Planner,
 };
 use crate::rein::{class_of, sds_class};
 use crate::serverq::Discipline;
@@ -144,11 +144,7 @@ impl Planner for CostSbfPlanner {
         for (fetch, units) in fetches.iter_mut().zip(units) {
             fetch.priority = Some(opset_class(bottleneck, units, self.settings.slack_demotion));
         }
-        let mut actions: Vec<Action> = fetches.into_iter().map(Action::Fetch).collect();
-        if !unavailable.is_empty() {
-            actions.push(Action::Unavailable { keys: unavailable });
-        }
-        actions
+        into_actions(fetches, unavailable)
     }
 
     fn wants_values(&self) -> bool {
