@@ -181,6 +181,7 @@ mod tests {
     use super::*;
     use crate::health::Timestamp;
     use crate::planner::base::tests::{keys, view};
+    use crate::tailx::tests::observation;
 
     fn fetches(actions: &[Action]) -> Vec<&crate::planner::base::Fetch> {
         actions
@@ -202,17 +203,6 @@ mod tests {
             },
             &view,
         )
-    }
-
-    fn observation(keys: u32, latency_nanos: u64) -> Observation {
-        Observation {
-            backend: 0,
-            keys,
-            hits: keys,
-            value_bytes: 0,
-            latency_nanos,
-            at: Timestamp(0),
-        }
     }
 
     #[test]

@@ -480,12 +480,13 @@ impl Planner for TailxPlanner {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::health::Timestamp;
     use crate::planner::base::tests::{keys, view};
 
-    fn observation(keys: u32, latency_nanos: u64) -> Observation {
+    /// A timed fetch of `keys` small keys from backend 0, shared with cost-sbf's tests.
+    pub(crate) fn observation(keys: u32, latency_nanos: u64) -> Observation {
         Observation {
             backend: 0,
             keys,
