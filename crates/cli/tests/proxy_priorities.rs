@@ -147,8 +147,14 @@ fn the_proxy_sends_classes_only_to_backends_that_serve_them() {
 /// The `mg` lines a backend that serves classes (`-vv`, logged to a file) received from a
 /// proxy running `planner` for one multiget of 30 stored keys.
 fn mg_lines_received_from(planner: &str) -> Vec<String> {
+    mg_lines_after_mice(planner, 0)
+}
+
+/// The `mg` lines of [`mg_lines_received_from`] after `mice` 2-key multigets (the typical
+/// request `cost-rel` learns its classes from), the mice's lines first.
+fn mg_lines_after_mice(planner: &str, mice: usize) -> Vec<String> {
     let log = std::env::temp_dir().join(format!(
-        "tailtrim-proxy-priorities-{}-{planner}.log",
+        "tailtrim-proxy-priorities-{}-{planner}-{mice}.log",
         std::process::id()
     ));
     let _ = std::fs::remove_file(&log);
@@ -177,6 +183,11 @@ fn mg_lines_received_from(planner: &str) -> Vec<String> {
             exchange(&mut client, request.as_bytes(), b"\r\n"),
             "STORED\r\n"
         );
+    }
+    for i in 0..mice {
+        let request = format!("get {} {}\r\n", keys[i % 30], keys[(i + 1) % 30]);
+        let reply = exchange(&mut client, request.as_bytes(), b"END\r\n");
+        assert_eq!(reply.matches("VALUE ").count(), 2, "{reply}");
     }
     let reply = exchange(
         &mut client,
@@ -212,4 +223,27 @@ fn cost_sbf_sends_its_ageing_with_the_class_and_rein_does_not() {
     let rein = mg_lines_received_from("rein-sbf");
     assert_eq!(rein.len(), 30, "{rein:?}");
     assert!(rein.iter().all(|line| line.ends_with(" q p3")), "{rein:?}");
+}
+
+/// `cost-rel`'s classes reach the backend with its ageing (`p<class>a400`, what the simulator's
+/// servers run): after 300 2-key multigets (bottleneck 2 keys on one backend, the typical
+/// request) the mice are class 0, where Rein's fixed bounds put a 2-key bottleneck in class 1,
+/// and the 30-key multiget (15 × the typical bottleneck) is demoted, every opset alike.
+#[test]
+fn cost_rel_sends_classes_relative_to_the_typical_request_with_its_ageing() {
+    let mice = 300;
+    let lines = mg_lines_after_mice("cost-rel", mice);
+    assert_eq!(lines.len(), 2 * mice + 30, "{lines:?}");
+    let flags = |line: &String| line.rsplit(' ').next().unwrap_or_default().to_string();
+    // The typical bottleneck is learned from the first 256 requests: from then on, class 0.
+    let learned: Vec<String> = lines[2 * 256..2 * mice].iter().map(flags).collect();
+    assert!(learned.iter().all(|f| f == "p0a400"), "{learned:?}");
+    let elephant: Vec<String> = lines[2 * mice..].iter().map(flags).collect();
+    assert!(elephant.iter().all(|f| f == "p3a400"), "{elephant:?}");
+    // Rein-SBF: the same mice are class 1, strict priority (no ageing on the wire).
+    let rein = mg_lines_after_mice("rein-sbf", 4);
+    assert!(
+        rein[..8].iter().all(|line| line.ends_with(" q p1")),
+        "{rein:?}"
+    );
 }

@@ -20,7 +20,7 @@
 //! the work instead), and the servers' ageing lets no class starve.
 
 use crate::planner::base::{
-    group_by_backend, Action, ClusterView, Fetch, Observation, PlanRequest, Planner,
+    group_by_backend, into_actions, Action, ClusterView, Fetch, Observation, PlanRequest, Planner,
 };
 use crate::rein::{class_of, sds_class};
 use crate::serverq::Discipline;
@@ -144,11 +144,7 @@ impl Planner for CostSbfPlanner {
         for (fetch, units) in fetches.iter_mut().zip(units) {
             fetch.priority = Some(opset_class(bottleneck, units, self.settings.slack_demotion));
         }
-        let mut actions: Vec<Action> = fetches.into_iter().map(Action::Fetch).collect();
-        if !unavailable.is_empty() {
-            actions.push(Action::Unavailable { keys: unavailable });
-        }
-        actions
+        into_actions(fetches, unavailable)
     }
 
     fn wants_values(&self) -> bool {
@@ -185,6 +181,7 @@ mod tests {
     use super::*;
     use crate::health::Timestamp;
     use crate::planner::base::tests::{keys, view};
+    use crate::tailx::tests::observation;
 
     fn fetches(actions: &[Action]) -> Vec<&crate::planner::base::Fetch> {
         actions
@@ -206,17 +203,6 @@ mod tests {
             },
             &view,
         )
-    }
-
-    fn observation(keys: u32, latency_nanos: u64) -> Observation {
-        Observation {
-            backend: 0,
-            keys,
-            hits: keys,
-            value_bytes: 0,
-            latency_nanos,
-            at: Timestamp(0),
-        }
     }
 
     #[test]

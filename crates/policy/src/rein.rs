@@ -18,7 +18,9 @@
 //! large request wait: they would finish early and then wait for the bottleneck anyway.
 
 use crate::drr::CLASSES;
-use crate::planner::base::{group_by_backend, Action, ClusterView, PlanRequest, Planner};
+use crate::planner::base::{
+    group_by_backend, into_actions, Action, ClusterView, PlanRequest, Planner,
+};
 use crate::serverq::Discipline;
 
 /// Upper bounds (keys) of the classes 0..=3; larger opsets are class 4.
@@ -101,11 +103,7 @@ impl Planner for ReinPlanner {
                 ReinPolicy::Sds => sds_class(bottleneck, keys),
             });
         }
-        let mut actions: Vec<Action> = fetches.into_iter().map(Action::Fetch).collect();
-        if !unavailable.is_empty() {
-            actions.push(Action::Unavailable { keys: unavailable });
-        }
-        actions
+        into_actions(fetches, unavailable)
     }
 }
 

@@ -217,20 +217,12 @@ mod tests {
         }
         queue.push(1, (1, 0));
         let order: Vec<(u8, u64)> = std::iter::from_fn(|| queue.pop()).collect();
-        assert_eq!(
-            order,
-            vec![
-                (0, 0),
-                (0, 1),
-                (0, 2),
-                (1, 0),
-                (3, 0),
-                (3, 1),
-                (3, 2),
-                (3, 3),
-                (3, 4)
-            ]
-        );
+        // Priority 0's three, priority 1's one, priority 3's five, each in arrival order.
+        let expected: Vec<(u8, u64)> = [(0, 3), (1, 1), (3, 5)]
+            .into_iter()
+            .flat_map(|(priority, count)| (0..count).map(move |i| (priority, i)))
+            .collect();
+        assert_eq!(order, expected);
         assert!(queue.is_empty());
     }
 

@@ -24,7 +24,7 @@
 use fastbloom::BloomFilter;
 
 use crate::planner::base::{
-    group_by_backend, Action, ClusterView, Observation, PlanRequest, Planner,
+    group_by_backend, into_actions, Action, ClusterView, Observation, PlanRequest, Planner,
 };
 
 /// Default keys per Bloom filter generation before it is rotated.
@@ -179,21 +179,68 @@ impl LargeKeyFilter {
     }
 }
 
+/// Counts per bucket whose counts halve every `half_life` samples, so that its median follows
+/// a changing workload: THR_L's value sizes here, `cost-rel`'s typical bottleneck.
+#[derive(Debug, Clone)]
+pub struct DecayingHistogram<const BUCKETS: usize> {
+    counts: [u64; BUCKETS],
+    samples: u64,
+    since_halving: u64,
+    half_life: u64,
+}
+
+impl<const BUCKETS: usize> DecayingHistogram<BUCKETS> {
+    /// An empty histogram whose counts halve every `half_life` samples.
+    pub fn new(half_life: u64) -> Self {
+        DecayingHistogram {
+            counts: [0; BUCKETS],
+            samples: 0,
+            since_halving: 0,
+            half_life,
+        }
+    }
+
+    /// Counts one sample in `bucket` (the last bucket if beyond it).
+    pub fn observe(&mut self, bucket: usize) {
+        self.counts[bucket.min(BUCKETS - 1)] += 1;
+        self.samples += 1;
+        self.since_halving += 1;
+        if self.since_halving >= self.half_life {
+            self.since_halving = 0;
+            for count in &mut self.counts {
+                *count /= 2;
+            }
+        }
+    }
+
+    /// The bucket holding the median, once `min_samples` samples were seen.
+    pub fn median_bucket(&self, min_samples: u64) -> Option<usize> {
+        if self.samples < min_samples {
+            return None;
+        }
+        let total: u64 = self.counts.iter().sum();
+        let mut seen = 0;
+        for (bucket, &count) in self.counts.iter().enumerate() {
+            seen += count;
+            if total > 0 && seen * 2 >= total {
+                return Some(bucket);
+            }
+        }
+        None
+    }
+}
+
 /// Learns THR_L from observed value sizes: [`LEARNED_THRESHOLD_MULTIPLE`] × the median, the
 /// median read from power-of-two buckets whose counts halve every [`LEARN_HALF_LIFE`] samples.
 #[derive(Debug, Clone)]
 pub struct SizeLearner {
-    buckets: [u64; 65],
-    samples: u64,
-    since_halving: u64,
+    buckets: DecayingHistogram<65>,
 }
 
 impl Default for SizeLearner {
     fn default() -> Self {
         SizeLearner {
-            buckets: [0; 65],
-            samples: 0,
-            since_halving: 0,
+            buckets: DecayingHistogram::new(LEARN_HALF_LIFE),
         }
     }
 }
@@ -201,36 +248,18 @@ impl Default for SizeLearner {
 impl SizeLearner {
     /// Counts one value of `bytes` bytes.
     pub fn observe(&mut self, bytes: u64) {
-        let bucket = (64 - bytes.leading_zeros()) as usize;
-        self.buckets[bucket] += 1;
-        self.samples += 1;
-        self.since_halving += 1;
-        if self.since_halving >= LEARN_HALF_LIFE {
-            self.since_halving = 0;
-            for count in &mut self.buckets {
-                *count /= 2;
-            }
-        }
+        self.buckets
+            .observe((u64::BITS - bytes.leading_zeros()) as usize);
     }
 
     /// Upper bound of the bucket holding the median, once enough samples were seen.
     pub fn median(&self) -> Option<u64> {
-        if self.samples < LEARN_MIN_SAMPLES {
-            return None;
-        }
-        let total: u64 = self.buckets.iter().sum();
-        let mut seen = 0;
-        for (bucket, &count) in self.buckets.iter().enumerate() {
-            seen += count;
-            if seen * 2 >= total && total > 0 {
-                return Some(if bucket == 0 {
-                    0
-                } else {
-                    (1u64 << (bucket - 1)).saturating_mul(2) - 1
-                });
-            }
-        }
-        None
+        self.buckets
+            .median_bucket(LEARN_MIN_SAMPLES)
+            .map(|bucket| match bucket {
+                0 => 0,
+                _ => (1u64 << (bucket - 1)).saturating_mul(2) - 1,
+            })
     }
 
     /// The learned THR_L.
@@ -402,11 +431,7 @@ impl Planner for TailxPlanner {
                 self.delay_granted_nanos = self.delay_granted_nanos.saturating_add(allowance);
             }
         }
-        let mut actions: Vec<Action> = fetches.into_iter().map(Action::Fetch).collect();
-        if !unavailable.is_empty() {
-            actions.push(Action::Unavailable { keys: unavailable });
-        }
-        actions
+        into_actions(fetches, unavailable)
     }
 
     fn wants_values(&self) -> bool {
@@ -455,12 +480,13 @@ impl Planner for TailxPlanner {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::health::Timestamp;
     use crate::planner::base::tests::{keys, view};
 
-    fn observation(keys: u32, latency_nanos: u64) -> Observation {
+    /// A timed fetch of `keys` small keys from backend 0, shared with cost-sbf's tests.
+    pub(crate) fn observation(keys: u32, latency_nanos: u64) -> Observation {
         Observation {
             backend: 0,
             keys,

@@ -129,20 +129,12 @@ mod tests {
             queue.push(0, (0, i));
         }
         let order: Vec<(usize, i32)> = std::iter::from_fn(|| queue.try_pop()).collect();
-        assert_eq!(
-            order,
-            vec![
-                (0, 0),
-                (0, 1),
-                (0, 2),
-                (1, 0),
-                (1, 1),
-                (1, 2),
-                (4, 0),
-                (4, 1),
-                (4, 2)
-            ]
-        );
+        // Class by class, each class in arrival order.
+        let expected: Vec<(usize, i32)> = [0, 1, 4]
+            .iter()
+            .flat_map(|&class| (0..3).map(move |i| (class, i)))
+            .collect();
+        assert_eq!(order, expected);
     }
 
     #[test]

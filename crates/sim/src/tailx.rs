@@ -103,7 +103,8 @@ pub struct Setup {
     /// `cost-rel`'s spread: bottlenecks up to this many times the typical one are class 0.
     #[serde(default = "default_spread", skip_serializing_if = "is_default_spread")]
     pub rel_spread: f64,
-    /// `cost-rel` without slack demotion (its classes by key count only).
+    /// `cost-rel` without slack demotion (its classes by key count only; the default since
+    /// the `sim-v3` runs: files without the field ran with slack demotion).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rel_no_slack: bool,
     /// A closed-loop client instead of open-loop arrivals at `load`.
@@ -174,7 +175,7 @@ impl Default for Setup {
             overtakes: DEFAULT_OVERTAKES,
             rel_overtakes: DEFAULT_REL_OVERTAKES,
             rel_spread: DEFAULT_SPREAD,
-            rel_no_slack: false,
+            rel_no_slack: !CostRelSettings::default().slack_demotion,
             closed_loop: None,
             server_queue: ServerQueue::Planner,
         }

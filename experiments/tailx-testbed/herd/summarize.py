@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Summarises the EMULATED herd check kept in herd/runs/ into herd/results.md.
+"""Summarises the EMULATED herd check kept in herd/runs/ (the first design) into herd/results.md,
+or with an argument, the run kept in herd/<ARG>/ (e.g. `fair`) into herd/<ARG>/results.md.
 
 For each round: p95 (and p50, p99, achieved rate) of the busy Chisel proxy, the batch proxy
 and the idle Chisel proxy, the idle/busy p95 ratio, and from the proxies' `stats` samples the
@@ -13,7 +14,8 @@ import statistics
 import sys
 
 here = os.path.dirname(os.path.abspath(__file__))
-runs = os.path.join(here, "runs")
+runs = os.path.join(here, sys.argv[1] if len(sys.argv) > 1 else "runs")
+results = os.path.join(runs if len(sys.argv) > 1 else here, "results.md")
 
 
 def bench(path):
@@ -97,6 +99,6 @@ if ratios:
         f"(tolerance 0.8–1.2: {verdict}); per round {', '.join(f'{r:.2f}' for r in ratios)}."
     )
 text = "\n".join(out) + "\n"
-with open(os.path.join(here, "results.md"), "w") as f:
+with open(results, "w") as f:
     f.write(text)
 sys.stdout.write(text)

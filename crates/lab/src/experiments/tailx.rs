@@ -81,9 +81,10 @@ pub struct Args {
     /// first served); each doubling beyond is one class lower.
     #[arg(long, default_value_t = Setup::default().rel_spread)]
     rel_spread: f64,
-    /// cost-rel: no slack demotion (classes by the bottleneck's key count only).
+    /// cost-rel: demote the opsets that are not the bottleneck by their estimated slack (off
+    /// by default: classes by the bottleneck's key count only).
     #[arg(long)]
-    rel_no_slack: bool,
+    rel_slack: bool,
     /// Closed loop (simulator): this many clients, each waiting for its reply (YCSB's
     /// model) instead of open-loop arrivals at --load; 0: open loop.
     #[arg(long, default_value_t = 0)]
@@ -384,7 +385,7 @@ fn simulate(args: &Args, progress: ProgressFn<'_>) -> Result<Report, String> {
         overtakes: args.overtakes,
         rel_overtakes: args.rel_overtakes,
         rel_spread: args.rel_spread,
-        rel_no_slack: args.rel_no_slack,
+        rel_no_slack: !args.rel_slack,
         closed_loop: (args.clients > 0).then_some(ClosedLoop {
             clients: args.clients,
             think_us: args.think_us,

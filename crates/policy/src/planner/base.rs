@@ -182,12 +182,17 @@ impl Planner for BatchPlanner {
 
     fn plan(&mut self, request: &PlanRequest<'_>, view: &dyn ClusterView) -> Vec<Action> {
         let (fetches, unavailable) = group_by_backend(request, view, &mut self.scratch);
-        let mut actions: Vec<Action> = fetches.into_iter().map(Action::Fetch).collect();
-        if !unavailable.is_empty() {
-            actions.push(Action::Unavailable { keys: unavailable });
-        }
-        actions
+        into_actions(fetches, unavailable)
     }
+}
+
+/// A plan's actions: every fetch, then the keys no replica can serve (if any).
+pub fn into_actions(fetches: Vec<Fetch>, unavailable: Vec<u32>) -> Vec<Action> {
+    let mut actions: Vec<Action> = fetches.into_iter().map(Action::Fetch).collect();
+    if !unavailable.is_empty() {
+        actions.push(Action::Unavailable { keys: unavailable });
+    }
+    actions
 }
 
 #[cfg(test)]
