@@ -5,7 +5,8 @@
 //!                                                        ▼
 //!   request ──► planner::plan(&request, &view) ──► Vec<Action> ──► client/proxy (owns sockets)
 //!               (batch · rein SBF/SDS priorities · tailx delays ·     │ priorities: serverq
-//!                cost-sbf cost ranks · cost-rel relative classes)     │ (strict · deadline · drr)
+//!                cost-sbf cost ranks · cost-rel relative classes ·    │ (strict · deadline · drr)
+//!                auto: one of batch/chisel/cost-rel per epoch)        │
 //!                      ▲                                  │
 //!                      └── health (TKO state, EWMA) ◄─────┘ observations (time is a parameter)
 //!
@@ -23,7 +24,7 @@
 //!
 //! Modules depend one way (no import cycle, `scripts/check-cycles.py`): the planner factory
 //! ([`planner::PlannerKind`]) sits above the planners (`chisel`, `rein`, `tailx`, `costsbf`, and
-//! `costrel` over `costsbf`'s estimates),
+//! `costrel` over `costsbf`'s estimates, `auto` over `chisel` and `costrel`),
 //! which sit above their contract ([`planner::base`]); `chisel_merge` names no other module;
 //! `dispatch` and `sizeaware`'s parts use
 //! the size-aware vocabulary and error ([`sizeaware::class`], [`sizeaware::error`]), and
@@ -33,6 +34,7 @@
 //! from a seed in the caller's config. The runtime (`tailtrim-client`) and the simulator run the
 //! same code.
 
+pub mod auto;
 pub mod chisel;
 pub mod chisel_merge;
 pub mod costrel;

@@ -31,9 +31,10 @@ pub mod base;
 
 pub use base::{
     group_by_backend, route_key, Action, BatchPlanner, ClusterView, Fetch, Observation,
-    PlanRequest, Planner, QueryShape,
+    PlanRequest, Planner, QueryShape, RequestDone,
 };
 
+use crate::auto::{AutoPlanner, AutoSettings};
 use crate::chisel::ChiselPlanner;
 use crate::costrel::{CostRelPlanner, CostRelSettings};
 use crate::costsbf::{CostSbfPlanner, CostSbfSettings};
@@ -43,8 +44,8 @@ use crate::serverq::Discipline;
 use crate::tailx::{TailxPlanner, TailxSettings};
 
 /// Names accepted by [`PlannerKind::from_name`].
-pub const PLANNER_NAMES: [&str; 8] = [
-    "batch", "chisel", "rein-sbf", "rein-sds", "rein-drr", "tailx", "cost-sbf", "cost-rel",
+pub const PLANNER_NAMES: [&str; 9] = [
+    "batch", "chisel", "rein-sbf", "rein-sds", "rein-drr", "tailx", "cost-sbf", "cost-rel", "auto",
 ];
 
 /// Settings of the planners that have any.
@@ -77,6 +78,8 @@ pub enum PlannerKind {
     CostRel,
     /// TailX: size-aware opset costs and delay allowances.
     Tailx,
+    /// Batch, Chisel or cost-rel, chosen per epoch from the measured workload (see [`crate::auto`]).
+    Auto,
 }
 
 impl PlannerKind {
@@ -91,6 +94,7 @@ impl PlannerKind {
             "cost-sbf" => Ok(PlannerKind::CostSbf),
             "cost-rel" => Ok(PlannerKind::CostRel),
             "tailx" => Ok(PlannerKind::Tailx),
+            "auto" => Ok(PlannerKind::Auto),
             other => Err(PolicyError::UnknownPlanner {
                 name: other.to_string(),
                 known: &PLANNER_NAMES,
@@ -109,6 +113,7 @@ impl PlannerKind {
             PlannerKind::CostSbf => "cost-sbf",
             PlannerKind::CostRel => "cost-rel",
             PlannerKind::Tailx => "tailx",
+            PlannerKind::Auto => "auto",
         }
     }
 
@@ -121,6 +126,7 @@ impl PlannerKind {
                 | PlannerKind::ReinDrr
                 | PlannerKind::CostSbf
                 | PlannerKind::CostRel
+                | PlannerKind::Auto
         )
     }
 
@@ -146,6 +152,10 @@ impl PlannerKind {
             PlannerKind::CostSbf => Box::new(CostSbfPlanner::new(settings.cost_sbf)),
             PlannerKind::CostRel => Box::new(CostRelPlanner::new(settings.cost_rel)),
             PlannerKind::Tailx => Box::new(TailxPlanner::new(settings.tailx)),
+            PlannerKind::Auto => Box::new(AutoPlanner::new(AutoSettings {
+                scheduler: settings.cost_rel,
+                ..AutoSettings::default()
+            })),
         }
     }
 }

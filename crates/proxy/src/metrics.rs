@@ -651,6 +651,9 @@ pub async fn stats_reply(view: MetricsView<'_>, args: &[Bytes]) -> Vec<u8> {
         let _ = write!(out, "STAT backends_unreachable {unreachable}\r\n");
         let pool = view.cluster.current();
         let _ = write!(out, "STAT pool_planner {}\r\n", pool.planner_name());
+        if let Some(choice) = pool.planner_choice() {
+            let _ = write!(out, "STAT pool_planner_choice {choice}\r\n");
+        }
         if let Some((decision, _)) = pool.shaper().last_decision() {
             let state = match decision.fallback {
                 Some(why) => why.name(),

@@ -40,7 +40,7 @@ use tailtrim_model::Seconds;
 use tailtrim_policy::costspec::{CostSpec, Units};
 use tailtrim_policy::health::{BackendLoad, Ewma, Timestamp};
 use tailtrim_policy::planner::{
-    Action, ClusterView, Observation, PlanRequest, Planner, PlannerKind, QueryShape,
+    Action, ClusterView, Observation, PlanRequest, Planner, PlannerKind, QueryShape, RequestDone,
 };
 use tailtrim_policy::ring::{Ring, RingOptions, RingServer};
 use tailtrim_policy::serverq::{Discipline, PriorityQueue};
@@ -436,6 +436,10 @@ pub struct ClusterResult {
     /// What the online analyzer did, when it ran.
     #[serde(default)]
     pub analysis: Option<AnalysisReport>,
+    /// A choosing planner's (`auto`'s) gauges at the end of the run: its choice, switches,
+    /// fallbacks (absent for the other planners).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planner_gauges: Option<BTreeMap<String, f64>>,
 }
 
 /// The online analyzer's decisions over a run.
@@ -1422,6 +1426,11 @@ impl<'s> Sim<'s> {
         self.free_requests.push(request);
         let state = &self.requests[request as usize];
         let latency = self.now.since(state.arrival).0;
+        self.planner.observe_request(&RequestDone {
+            keys: state.keys,
+            latency_nanos: latency,
+            at: Timestamp(self.now.0),
+        });
         if let Some(analysis) = &mut self.analysis {
             analysis.completed += 1;
             analysis.latency_sum += latency as f64 * 1e-9;
@@ -1508,7 +1517,15 @@ impl<'s> Sim<'s> {
             summary: recorder.summary(),
             histogram: Some(recorder.histogram().clone()),
         };
+        let planner_gauges = self.planner.choice().map(|_| {
+            self.planner
+                .gauges()
+                .into_iter()
+                .map(|(name, value)| (name.to_string(), value))
+                .collect()
+        });
         ClusterResult {
+            planner_gauges,
             planner: self.planner.name().to_string(),
             offered_rps: self.scenario.rate_rps,
             achieved_rps: if window > 0.0 {

@@ -1,6 +1,6 @@
 //! The multiget planner's run-time side: a plan per read (`tailtrim_policy::planner`: batch,
-//! Chisel, Rein, TailX, cost-sbf), its fetches run concurrently, failed fetches planned again
-//! without their backend.
+//! Chisel, Rein, TailX, cost-sbf, auto), its fetches run concurrently, failed fetches planned
+//! again without their backend; each finished read's latency goes back to the planner.
 //!
 //! ```text
 //!   multiget(keys) ─► plan_at: planner.plan(&request, &view), each fetch reserved on its
@@ -19,7 +19,7 @@ use futures_util::future::join_all;
 use smallvec::SmallVec;
 use tailtrim_policy::chisel_merge::member_values;
 use tailtrim_policy::drr::CLASSES;
-use tailtrim_policy::planner::{Action, Fetch, Observation, PlannerKind};
+use tailtrim_policy::planner::{Action, Fetch, Observation, PlannerKind, RequestDone};
 use tailtrim_policy::rein::class_of;
 
 use crate::backend::{Priorities, Reservation};
@@ -59,6 +59,11 @@ impl Pool {
         self.multiget_each(keys, kind).await.into_iter().collect()
     }
 
+    /// The planner that plans now, for a planner that chooses between others (`auto`).
+    pub fn planner_choice(&self) -> Option<&'static str> {
+        self.planner.lock().choice()
+    }
+
     /// Like [`Pool::multiget`], but a failure only fails the keys it concerns: each key gets
     /// its value, a miss, or the error of the backend(s) that should have served it.
     pub async fn multiget_each(&self, keys: &[Bytes], kind: MultigetKind) -> Vec<KeyResult> {
@@ -71,7 +76,13 @@ impl Pool {
             self.planner.lock().set_shape(shape);
         }
         let result = self.multiget_inner(keys, kind, started).await;
-        let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let elapsed = started.elapsed();
+        self.planner.lock().observe_request(&RequestDone {
+            keys: u32::try_from(keys.len()).unwrap_or(u32::MAX),
+            latency_nanos: u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
+            at: self.clock.at(started + elapsed),
+        });
+        let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
         self.stats.multiget_latency.record_micros(micros);
         self.stats.multiget_class_latency[usize::from(class_of(keys.len() as u64))]
             .record_micros(micros);

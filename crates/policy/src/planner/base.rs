@@ -70,6 +70,17 @@ pub struct Observation {
     pub at: Timestamp,
 }
 
+/// What the runtime saw for one completed request (all its fetches in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestDone {
+    /// Keys the request asked for.
+    pub keys: u32,
+    /// Time from the request's arrival to its last reply.
+    pub latency_nanos: u64,
+    /// When the request completed.
+    pub at: Timestamp,
+}
+
 /// How a query-reshaping planner (Chisel) sizes backend queries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueryShape {
@@ -89,6 +100,8 @@ pub trait Planner: Send {
     fn plan(&mut self, request: &PlanRequest<'_>, view: &dyn ClusterView) -> Vec<Action>;
     /// Feedback after a fetch completes. Default: ignored.
     fn observe(&mut self, _observation: &Observation) {}
+    /// Feedback after a whole request completes. Default: ignored.
+    fn observe_request(&mut self, _done: &RequestDone) {}
     /// How many requests of `keys` keys may share one backend query while it is being set up
     /// (the runtime merges fetches of such requests to the same backend). Default: 1, never.
     fn merge_limit(&self, _keys: usize) -> u32 {
@@ -111,6 +124,10 @@ pub trait Planner: Send {
     /// Default: strict priority (planners without priorities set none, so it orders nothing).
     fn discipline(&self) -> Discipline {
         Discipline::Strict
+    }
+    /// The planner that plans now, for planners that choose between others. Default: `None`.
+    fn choice(&self) -> Option<&'static str> {
+        None
     }
     /// The planner's current decisions and estimates as named numbers, for stats and
     /// Prometheus (names `<planner>_<what>`). Default: none.
