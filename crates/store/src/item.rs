@@ -67,7 +67,7 @@ pub const EXTERNAL_VALUE_BOOKKEEPING_BYTES: u64 = 96 + EXTERNAL_ID_BYTES;
 /// Requests this large are served by glibc's malloc with a mapping of their own.
 const MALLOC_MMAP_THRESHOLD: usize = 128 * 1024;
 /// The page a mapping is rounded up to.
-const PAGE_BYTES: usize = 4096;
+pub(crate) const PAGE_BYTES: usize = 4096;
 
 /// What glibc's malloc really takes for a request of `bytes`: 8 bytes of chunk header,
 /// rounded up to 16 (at least 32), or to whole pages for a request it maps on its own.

@@ -327,6 +327,33 @@ impl ShardState {
         self.segment_used
     }
 
+    /// Bytes of the segments' pages resident in memory, and the bytes of records from
+    /// each segment's first readable one on (tests only).
+    #[cfg(test)]
+    pub fn segment_residency(&self) -> (usize, usize) {
+        self.segments
+            .iter()
+            .flatten()
+            .map(|segment| {
+                (
+                    segment.resident_pages() * crate::item::PAGE_BYTES,
+                    segment.used - segment.first,
+                )
+            })
+            .fold(
+                (0, 0),
+                |(resident, readable), (more_resident, more_readable)| {
+                    (resident + more_resident, readable + more_readable)
+                },
+            )
+    }
+
+    /// Mapped segments (tests only).
+    #[cfg(test)]
+    pub fn segment_count(&self) -> usize {
+        self.fifo.len()
+    }
+
     fn location(&self, segment: usize, offset: usize) -> u32 {
         ((segment as u32) << self.offset_bits) | offset as u32
     }
@@ -659,14 +686,18 @@ impl ShardState {
                 return;
             };
             let offset = self.evict_cursor.1;
-            if offset >= segment.used {
+            let dead_len = (offset < segment.used)
+                .then(|| segment.records_at(offset))
+                .filter(|data| data[OFFSET_STATE] & STATE_DEAD != 0)
+                .map(record_len);
+            let Some(len) = dead_len else {
+                // Every record before the cursor is dead: their pages can go.
+                if let Some(Some(segment)) = self.segments.get_mut(front) {
+                    segment.release_before(offset);
+                }
                 return;
-            }
-            let data = segment.records_at(offset);
-            if data[OFFSET_STATE] & STATE_DEAD == 0 {
-                return;
-            }
-            self.evict_cursor.1 += record_len(data);
+            };
+            self.evict_cursor.1 += len;
         }
     }
 
@@ -772,6 +803,7 @@ impl ShardState {
     /// which is moved past it.
     fn next_live_in(&self, number: usize, offset: &mut usize) -> Option<u32> {
         let segment = self.segments.get(number)?.as_ref()?;
+        *offset = (*offset).max(segment.first);
         while *offset < segment.used {
             let data = segment.records_at(*offset);
             let at = *offset;
@@ -1083,7 +1115,7 @@ impl ShardState {
             );
             used += segment.used;
             dead += segment.dead;
-            let (mut offset, mut live_bytes) = (0, 0);
+            let (mut offset, mut live_bytes) = (segment.first, 0);
             while offset < segment.used {
                 let data = segment.records_at(offset);
                 let len = record_len(data);

@@ -1359,6 +1359,23 @@ impl Store {
         assert_eq!(footprint, self.used_bytes());
     }
 
+    /// Of the shards' segments: bytes resident, bytes of records not given back, and how
+    /// many are mapped (tests only).
+    #[cfg(test)]
+    pub(crate) fn segment_residency(&self) -> (usize, usize, usize) {
+        self.shards
+            .iter()
+            .fold((0, 0, 0), |(resident, readable, count), shard| {
+                let state = shard.state.lock();
+                let (more_resident, more_readable) = state.segment_residency();
+                (
+                    resident + more_resident,
+                    readable + more_readable,
+                    count + state.segment_count(),
+                )
+            })
+    }
+
     /// Bytes appended to the shards' segments and not yet given back (tests only).
     #[cfg(test)]
     pub(crate) fn segment_bytes_held(&self) -> usize {
