@@ -35,7 +35,7 @@ use crate::item::{
     external_copy, inline_header_len, item_footprint, item_size, Item, EXTERNAL_VALUE_MIN,
     INLINE_HEADER_BYTES, STATE_EXTERNAL_VALUE, STATE_FETCHED,
 };
-use crate::ops::ClassStats;
+use crate::ops::{ClassStats, StoreStats};
 use crate::segment::Segment;
 use crate::time::{Expiry, UnixSecs};
 
@@ -228,20 +228,6 @@ impl Header {
         self.state & bit != 0
     }
 }
-/// Counters kept per shard under its lock and summed by `Store::stats`.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct ShardCounters {
-    pub total_items: u64,
-    pub evictions: u64,
-    pub evicted_unfetched: u64,
-    pub expired_unfetched: u64,
-    pub reclaimed: u64,
-    pub crawler_reclaimed: u64,
-    pub crawler_items_checked: u64,
-    pub get_expired: u64,
-    pub get_flushed: u64,
-}
-
 /// The flush_all watermark, copied out of the store's atomics once per
 /// operation (memcached's `settings.oldest_live` / `settings.oldest_cas`).
 #[derive(Debug, Clone, Copy, Default)]
@@ -314,7 +300,9 @@ pub(crate) struct ShardState {
     pub bytes: u64,
     /// Sum of `item_footprint` over the items in this shard.
     pub footprint: u64,
-    pub counters: ShardCounters,
+    /// The event counters of `stats` (`total_items`, `evictions` … `get_flushed`) for this
+    /// shard, summed by `Store::stats`; its other fields stay 0.
+    pub counters: StoreStats,
     /// Per size class ([`size_class`]) figures, indexed by class id.
     pub classes: [ClassStats; SIZE_CLASS_LIMIT],
 }
@@ -341,7 +329,7 @@ impl ShardState {
             crawl_cursor: (0, 0),
             bytes: 0,
             footprint: 0,
-            counters: ShardCounters::default(),
+            counters: StoreStats::default(),
             classes: [ClassStats::default(); SIZE_CLASS_LIMIT],
         }
     }
@@ -1119,7 +1107,7 @@ impl ShardState {
 
     /// Zeroes the counters (`stats reset`); what the shard holds stays counted.
     pub fn reset_counters(&mut self) {
-        self.counters = ShardCounters::default();
+        self.counters = StoreStats::default();
         for class in &mut self.classes {
             *class = ClassStats {
                 number: class.number,
