@@ -1195,7 +1195,8 @@ fn segments_give_back_the_memory_of_removed_and_resized_items() {
 #[test]
 fn a_full_store_holds_an_item_per_80_bytes_of_short_values() {
     // 16-byte keys and 32-byte values (memcached holds one per 120 bytes of its limit):
-    // a 24-byte header and about 6 bytes of index leave room for one item per 78 bytes.
+    // a 20-byte header (flags 0) and about 6 bytes of index leave room for one item per 74
+    // bytes.
     let max_bytes = 8 * 1024 * 1024;
     let s = store_with(max_bytes, 64);
     let value = Bytes::from(vec![b'v'; 32]);
