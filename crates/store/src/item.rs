@@ -48,8 +48,20 @@ pub const EXTERNAL_VALUE_MIN: usize = 4096;
 
 /// Bytes of the header the store keeps in front of each item's key in its segment: key
 /// length, state bits, the inline value's length (u16), expiry and last access (u32 Unix
-/// seconds), CAS (u64) and client flags (u32).
-pub const INLINE_HEADER_BYTES: usize = 24;
+/// seconds) and CAS (u64); the client flags (u32, [`ITEM_FLAGS_BYTES`]) follow only when
+/// they are not 0 ([`inline_header_len`]).
+pub const INLINE_HEADER_BYTES: usize = 20;
+
+/// Bytes of an item's header in its segment: [`INLINE_HEADER_BYTES`], plus the flags when
+/// there are any.
+pub fn inline_header_len(has_flags: bool) -> usize {
+    INLINE_HEADER_BYTES
+        + if has_flags {
+            ITEM_FLAGS_BYTES as usize
+        } else {
+            0
+        }
+}
 
 /// Bytes charged per item for its entry outside its segment: its share of the key index
 /// (a 4-byte location and hashbrown's control byte per bucket, at up to 7/8 load).
@@ -67,7 +79,7 @@ pub const EXTERNAL_VALUE_BOOKKEEPING_BYTES: u64 = 96 + EXTERNAL_ID_BYTES;
 /// Requests this large are served by glibc's malloc with a mapping of their own.
 const MALLOC_MMAP_THRESHOLD: usize = 128 * 1024;
 /// The page a mapping is rounded up to.
-const PAGE_BYTES: usize = 4096;
+pub(crate) const PAGE_BYTES: usize = 4096;
 
 /// What glibc's malloc really takes for a request of `bytes`: 8 bytes of chunk header,
 /// rounded up to 16 (at least 32), or to whole pages for a request it maps on its own.
@@ -82,12 +94,13 @@ pub fn malloc_chunk(bytes: usize) -> u64 {
 
 /// The memory an item really costs the store, what counts against the memory limit
 /// (`-m`): its record in a segment (header, key and, below [`EXTERNAL_VALUE_MIN`], value,
-/// byte for byte), the value's own allocation above that (as the allocator rounds it;
-/// whole pages from [`MAPPED_VALUE_MIN`] on), and [`ITEM_BOOKKEEPING_BYTES`]. It is smaller
-/// than [`item_size`] for every inline item (a 32-byte value under a 16-byte key costs 78
-/// bytes and accounts 107), so `bytes` can pass `limit_maxbytes`.
-pub fn item_footprint(key_len: usize, value_len: usize) -> u64 {
-    let record = (INLINE_HEADER_BYTES + key_len) as u64 + ITEM_BOOKKEEPING_BYTES;
+/// byte for byte: the flags only when not 0), the value's own allocation above that (as the
+/// allocator rounds it; whole pages from [`MAPPED_VALUE_MIN`] on), and
+/// [`ITEM_BOOKKEEPING_BYTES`]. It is smaller than [`item_size`] for every inline item (a
+/// 32-byte value under a 16-byte key with flags 0 costs 74 bytes and accounts 107), so
+/// `bytes` can pass `limit_maxbytes`.
+pub fn item_footprint(key_len: usize, value_len: usize, flags: u32) -> u64 {
+    let record = (inline_header_len(flags != 0) + key_len) as u64 + ITEM_BOOKKEEPING_BYTES;
     if value_len >= MAPPED_VALUE_MIN {
         record
             + (value_len.div_ceil(PAGE_BYTES) * PAGE_BYTES) as u64
@@ -120,7 +133,7 @@ impl Item {
 
     /// Real memory ([`item_footprint`]).
     pub fn footprint(&self) -> u64 {
-        item_footprint(self.key_len, self.value.len())
+        item_footprint(self.key_len, self.value.len(), self.flags)
     }
 
     pub fn has(&self, bit: u8) -> bool {

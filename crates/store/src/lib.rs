@@ -7,7 +7,7 @@
 //!   worker N ─┘                                       ├ HashTable<u32 location> (key compared in
 //!                                                     │  the record)
 //!                                                     ├ segments, oldest first: items appended
-//!                                                     │  inline (24-byte header + key + short value)
+//!                                                     │  inline (20-byte header + key + short value)
 //!                                                     ├ long values: own allocation / mapping
 //!                                                     └ counters
 //!   global atomics: used_bytes (≤ max_bytes) · CAS counter · flush watermark
@@ -142,9 +142,9 @@ mod tests;
 pub use crate::class::{class_chunk_sizes, size_class, LARGEST_CHUNK, SIZE_CLASS_LIMIT};
 pub use crate::error::StoreError;
 pub use crate::item::{
-    item_footprint, item_size, malloc_chunk, ItemView, EXTERNAL_VALUE_BOOKKEEPING_BYTES,
-    EXTERNAL_VALUE_MIN, INLINE_HEADER_BYTES, ITEM_BOOKKEEPING_BYTES, ITEM_FLAGS_BYTES,
-    ITEM_HEADER_BYTES, KEY_MAX_LEN, MAPPED_VALUE_MIN,
+    inline_header_len, item_footprint, item_size, malloc_chunk, ItemView,
+    EXTERNAL_VALUE_BOOKKEEPING_BYTES, EXTERNAL_VALUE_MIN, INLINE_HEADER_BYTES,
+    ITEM_BOOKKEEPING_BYTES, ITEM_FLAGS_BYTES, ITEM_HEADER_BYTES, KEY_MAX_LEN, MAPPED_VALUE_MIN,
 };
 pub use crate::ops::{
     flush_deadline, ArithDirection, ArithItem, ArithOutcome, ArithRequest, ArithVivify, ClassStats,

@@ -6,11 +6,15 @@
 
 use std::ptr::NonNull;
 
+use crate::item::PAGE_BYTES;
+
 /// Smallest segment: room for the longest inline item (header, 250-byte key, a value just
 /// under [`crate::EXTERNAL_VALUE_MIN`]) several times over.
 pub const SEGMENT_BYTES_MIN: usize = 16 * 1024;
 /// Largest segment.
 pub const SEGMENT_BYTES_MAX: usize = 1024 * 1024;
+/// Pages given back at once behind the eviction cursor (fewer system calls).
+const RELEASE_BYTES_MIN: usize = 4 * PAGE_BYTES;
 
 /// The memory of one segment: a mapping of its own, or (if the kernel refuses one) a heap
 /// allocation.
@@ -66,6 +70,34 @@ impl SegmentMemory {
             SegmentMemory::Heap(bytes) => bytes,
         }
     }
+
+    /// Gives the whole pages of the first `len` bytes back to the kernel (a mapping only:
+    /// heap memory stays); they read as zeros afterwards.
+    fn release_front(&mut self, len: usize) {
+        if let SegmentMemory::Mapped { start, len: mapped } = self {
+            let pages = len.min(*mapped) / PAGE_BYTES * PAGE_BYTES;
+            if pages > 0 {
+                // SAFETY: the range lies within the mapping made in `new`; the caller no
+                // longer reads those bytes (see `Segment::release_before`).
+                unsafe {
+                    libc::madvise(start.as_ptr().cast(), pages, libc::MADV_DONTNEED);
+                }
+            }
+        }
+    }
+
+    /// Pages of the mapping resident in memory (tests only).
+    #[cfg(test)]
+    fn resident_pages(&self) -> usize {
+        let SegmentMemory::Mapped { start, len } = self else {
+            return 0;
+        };
+        let mut residency = vec![0u8; len.div_ceil(PAGE_BYTES)];
+        // SAFETY: the range is exactly the mapping, and `residency` has a byte per page.
+        let result = unsafe { libc::mincore(start.as_ptr().cast(), *len, residency.as_mut_ptr()) };
+        assert_eq!(result, 0, "mincore on a segment");
+        residency.iter().filter(|&&page| page & 1 != 0).count()
+    }
 }
 
 impl Drop for SegmentMemory {
@@ -90,7 +122,8 @@ impl std::fmt::Debug for SegmentMemory {
 }
 
 /// One segment: items appended one after the other from offset 0 up to `used`; `dead` of
-/// those bytes belong to items removed or replaced since.
+/// those bytes belong to items removed or replaced since. The records before `first` are
+/// all dead and their whole pages given back to the kernel: walks start at `first`.
 #[derive(Debug)]
 pub(crate) struct Segment {
     memory: SegmentMemory,
@@ -98,6 +131,10 @@ pub(crate) struct Segment {
     pub used: usize,
     /// Bytes of items no longer stored.
     pub dead: usize,
+    /// Offset of the first record that may still be read (a record boundary).
+    pub first: usize,
+    /// Bytes at the start whose pages were given back.
+    released: usize,
 }
 
 impl Segment {
@@ -107,7 +144,27 @@ impl Segment {
             memory: SegmentMemory::new(capacity),
             used: 0,
             dead: 0,
+            first: 0,
+            released: 0,
         }
+    }
+
+    /// Declares every record before `offset` (a record boundary) dead for good: walks start
+    /// there, and the whole pages before it go back to the kernel once there are at least
+    /// [`RELEASE_BYTES_MIN`] of them.
+    pub fn release_before(&mut self, offset: usize) {
+        self.first = self.first.max(offset.min(self.used));
+        let releasable = self.first / PAGE_BYTES * PAGE_BYTES;
+        if releasable >= self.released + RELEASE_BYTES_MIN {
+            self.memory.release_front(releasable);
+            self.released = releasable;
+        }
+    }
+
+    /// Pages of the segment resident in memory (tests only).
+    #[cfg(test)]
+    pub fn resident_pages(&self) -> usize {
+        self.memory.resident_pages()
     }
 
     /// Bytes still free at the end.

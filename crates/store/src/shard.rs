@@ -8,8 +8,9 @@
 //!                            (the key is compared in the record itself)
 //!   segments: [Segment]      records appended one after the other, oldest segment first
 //!                            in `fifo`:
-//!          key_len u8 · state u8 · inline_len u16 · expiry u32 · last_access u32
-//!          · cas u64 · flags u32 · key · value (or a 4-byte external id)
+//!          key_len u8 · state u8 · inline_len u16 (its top bit: flags follow)
+//!          · expiry u32 · last_access u32 · cas u64 · [flags u32, when not 0]
+//!          · key · value (or a 4-byte external id)
 //!   external: [Bytes]        values of EXTERNAL_VALUE_MIN bytes or more, by id
 //! ```
 //!
@@ -31,10 +32,10 @@ use hashbrown::HashTable;
 
 use crate::class::{size_class, SIZE_CLASS_LIMIT};
 use crate::item::{
-    external_copy, item_footprint, item_size, Item, EXTERNAL_VALUE_MIN, INLINE_HEADER_BYTES,
-    STATE_EXTERNAL_VALUE, STATE_FETCHED,
+    external_copy, inline_header_len, item_footprint, item_size, Item, EXTERNAL_VALUE_MIN,
+    INLINE_HEADER_BYTES, STATE_EXTERNAL_VALUE, STATE_FETCHED,
 };
-use crate::ops::ClassStats;
+use crate::ops::{ClassStats, StoreStats};
 use crate::segment::Segment;
 use crate::time::{Expiry, UnixSecs};
 
@@ -45,7 +46,8 @@ const STATE_DEAD: u8 = 64;
 /// The state bits an [`Item`] carries; the others belong to the record.
 const ITEM_STATE_BITS: u8 = !(STATE_EXTERNAL_VALUE | STATE_ACCESSED | STATE_DEAD);
 
-// The header's fields, each after the one before: u8, u8, u16, u32, u32, u64, u32.
+// The header's fields, each after the one before: u8, u8, u16, u32, u32, u64, and u32 flags
+// only when they are not 0.
 const OFFSET_KEY_LEN: usize = 0;
 const OFFSET_STATE: usize = OFFSET_KEY_LEN + 1;
 const OFFSET_INLINE_LEN: usize = OFFSET_STATE + 1;
@@ -53,7 +55,12 @@ const OFFSET_EXPIRY: usize = OFFSET_INLINE_LEN + 2;
 const OFFSET_ACCESS: usize = OFFSET_EXPIRY + 4;
 const OFFSET_CAS: usize = OFFSET_ACCESS + 4;
 const OFFSET_FLAGS: usize = OFFSET_CAS + 8;
-const _: () = assert!(OFFSET_FLAGS + 4 == INLINE_HEADER_BYTES);
+const _: () = assert!(OFFSET_FLAGS == INLINE_HEADER_BYTES);
+/// The bit of the inline length field that says the flags follow the fixed header.
+const INLINE_LEN_HAS_FLAGS: u16 = 0x8000;
+/// The inline length proper (an inline value is shorter than 4 KiB).
+const INLINE_LEN_MASK: u16 = 0x0fff;
+const _: () = assert!(EXTERNAL_VALUE_MIN <= INLINE_LEN_MASK as usize + 1);
 /// Bytes of an external value's id in its record.
 const EXTERNAL_ID_BYTES: usize = 4;
 /// The stored expiry of an item that never expires.
@@ -109,16 +116,28 @@ fn decode_expiry(raw: u32) -> Expiry {
     }
 }
 
+/// Length of the header of the record that starts `data` (with or without flags).
+fn header_len(data: &[u8]) -> usize {
+    inline_header_len(read_u16(data, OFFSET_INLINE_LEN) & INLINE_LEN_HAS_FLAGS != 0)
+}
+
+/// Where the key of the record that starts `data` begins.
+fn key_start(data: &[u8]) -> usize {
+    header_len(data)
+}
+
+/// Where the value (or external id) of the record that starts `data` begins.
+fn value_start(data: &[u8]) -> usize {
+    key_start(data) + usize::from(data[OFFSET_KEY_LEN])
+}
+
 fn key_of(data: &[u8]) -> &[u8] {
-    let key_len = usize::from(data[OFFSET_KEY_LEN]);
-    &data[INLINE_HEADER_BYTES..INLINE_HEADER_BYTES + key_len]
+    &data[key_start(data)..value_start(data)]
 }
 
 /// Length of the record that starts `data`: header, key and inline value.
 fn record_len(data: &[u8]) -> usize {
-    INLINE_HEADER_BYTES
-        + usize::from(data[OFFSET_KEY_LEN])
-        + usize::from(read_u16(data, OFFSET_INLINE_LEN))
+    value_start(data) + usize::from(read_u16(data, OFFSET_INLINE_LEN) & INLINE_LEN_MASK)
 }
 
 /// Bytes a value of `value_len` takes in its record: itself, or an external value's id.
@@ -132,7 +151,9 @@ fn inline_len(value_len: usize) -> usize {
 
 /// Length of the record `item` under `key` takes: header, key and inline value.
 fn record_len_of(key: &[u8], item: &Item) -> usize {
-    INLINE_HEADER_BYTES + key.len().min(usize::from(u8::MAX)) + inline_len(item.value.len())
+    inline_header_len(item.flags != 0)
+        + key.len().min(usize::from(u8::MAX))
+        + inline_len(item.value.len())
 }
 
 /// Writes the record of `item` under `key` into `data` (exactly [`record_len_of`] bytes),
@@ -144,14 +165,22 @@ fn write_record(data: &mut [u8], key: &[u8], item: &Item, record_bits: u8, exter
     data[OFFSET_KEY_LEN] = key_len;
     let external_bit = if external { STATE_EXTERNAL_VALUE } else { 0 };
     data[OFFSET_STATE] = (item.state & ITEM_STATE_BITS) | external_bit | record_bits;
-    let inline = inline_len(item.value.len());
-    data[OFFSET_INLINE_LEN..OFFSET_INLINE_LEN + 2].copy_from_slice(&(inline as u16).to_le_bytes());
+    let has_flags = if item.flags != 0 {
+        INLINE_LEN_HAS_FLAGS
+    } else {
+        0
+    };
+    let inline = inline_len(item.value.len()) as u16 | has_flags;
+    data[OFFSET_INLINE_LEN..OFFSET_INLINE_LEN + 2].copy_from_slice(&inline.to_le_bytes());
     write_u32(data, OFFSET_EXPIRY, encode_expiry(item.expiry));
     write_u32(data, OFFSET_ACCESS, encode_secs(item.last_access));
     write_u64(data, OFFSET_CAS, item.cas);
-    write_u32(data, OFFSET_FLAGS, item.flags);
-    let value_start = INLINE_HEADER_BYTES + key.len();
-    data[INLINE_HEADER_BYTES..value_start].copy_from_slice(key);
+    if item.flags != 0 {
+        write_u32(data, OFFSET_FLAGS, item.flags);
+    }
+    let key_start = key_start(data);
+    let value_start = key_start + key.len();
+    data[key_start..value_start].copy_from_slice(key);
     if external {
         write_u32(data, value_start, external_id);
     } else {
@@ -161,10 +190,16 @@ fn write_record(data: &mut [u8], key: &[u8], item: &Item, record_bits: u8, exter
 
 /// The external value id in the record `data` (whose `STATE_EXTERNAL_VALUE` bit is set).
 fn external_id_of(data: &[u8]) -> u32 {
-    read_u32(
-        data,
-        INLINE_HEADER_BYTES + usize::from(data[OFFSET_KEY_LEN]),
-    )
+    read_u32(data, value_start(data))
+}
+
+/// The client flags in the record that starts `data` (0 when not stored).
+fn flags_of(data: &[u8]) -> u32 {
+    if header_len(data) > OFFSET_FLAGS {
+        read_u32(data, OFFSET_FLAGS)
+    } else {
+        0
+    }
 }
 
 /// An item's header fields without its value (what the crawler, eviction and the dumps
@@ -186,27 +221,13 @@ impl Header {
     }
 
     pub fn footprint(&self) -> u64 {
-        item_footprint(self.key_len, self.value_len)
+        item_footprint(self.key_len, self.value_len, self.flags)
     }
 
     pub fn has(&self, bit: u8) -> bool {
         self.state & bit != 0
     }
 }
-/// Counters kept per shard under its lock and summed by `Store::stats`.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct ShardCounters {
-    pub total_items: u64,
-    pub evictions: u64,
-    pub evicted_unfetched: u64,
-    pub expired_unfetched: u64,
-    pub reclaimed: u64,
-    pub crawler_reclaimed: u64,
-    pub crawler_items_checked: u64,
-    pub get_expired: u64,
-    pub get_flushed: u64,
-}
-
 /// The flush_all watermark, copied out of the store's atomics once per
 /// operation (memcached's `settings.oldest_live` / `settings.oldest_cas`).
 #[derive(Debug, Clone, Copy, Default)]
@@ -279,7 +300,9 @@ pub(crate) struct ShardState {
     pub bytes: u64,
     /// Sum of `item_footprint` over the items in this shard.
     pub footprint: u64,
-    pub counters: ShardCounters,
+    /// The event counters of `stats` (`total_items`, `evictions` … `get_flushed`) for this
+    /// shard, summed by `Store::stats`; its other fields stay 0.
+    pub counters: StoreStats,
     /// Per size class ([`size_class`]) figures, indexed by class id.
     pub classes: [ClassStats; SIZE_CLASS_LIMIT],
 }
@@ -306,7 +329,7 @@ impl ShardState {
             crawl_cursor: (0, 0),
             bytes: 0,
             footprint: 0,
-            counters: ShardCounters::default(),
+            counters: StoreStats::default(),
             classes: [ClassStats::default(); SIZE_CLASS_LIMIT],
         }
     }
@@ -325,6 +348,33 @@ impl ShardState {
     #[cfg(test)]
     pub fn segment_used(&self) -> usize {
         self.segment_used
+    }
+
+    /// Bytes of the segments' pages resident in memory, and the bytes of records from
+    /// each segment's first readable one on (tests only).
+    #[cfg(test)]
+    pub fn segment_residency(&self) -> (usize, usize) {
+        self.segments
+            .iter()
+            .flatten()
+            .map(|segment| {
+                (
+                    segment.resident_pages() * crate::item::PAGE_BYTES,
+                    segment.used - segment.first,
+                )
+            })
+            .fold(
+                (0, 0),
+                |(resident, readable), (more_resident, more_readable)| {
+                    (resident + more_resident, readable + more_readable)
+                },
+            )
+    }
+
+    /// Mapped segments (tests only).
+    #[cfg(test)]
+    pub fn segment_count(&self) -> usize {
+        self.fifo.len()
     }
 
     fn location(&self, segment: usize, offset: usize) -> u32 {
@@ -397,12 +447,12 @@ impl ShardState {
         let value_len = if state & STATE_EXTERNAL_VALUE != 0 {
             self.external_value(data).map_or(0, Bytes::len)
         } else {
-            usize::from(read_u16(data, OFFSET_INLINE_LEN))
+            usize::from(read_u16(data, OFFSET_INLINE_LEN) & INLINE_LEN_MASK)
         };
         Header {
             key_len: usize::from(data[OFFSET_KEY_LEN]),
             value_len,
-            flags: read_u32(data, OFFSET_FLAGS),
+            flags: flags_of(data),
             expiry: decode_expiry(read_u32(data, OFFSET_EXPIRY)),
             cas: read_u64(data, OFFSET_CAS),
             last_access: UnixSecs(u64::from(read_u32(data, OFFSET_ACCESS))),
@@ -418,7 +468,7 @@ impl ShardState {
         let value = if data[OFFSET_STATE] & STATE_EXTERNAL_VALUE != 0 {
             self.external_value(data).cloned().unwrap_or_default()
         } else {
-            Bytes::copy_from_slice(&data[INLINE_HEADER_BYTES + header.key_len..])
+            Bytes::copy_from_slice(&data[value_start(data)..])
         };
         Item {
             key_len: header.key_len,
@@ -659,14 +709,18 @@ impl ShardState {
                 return;
             };
             let offset = self.evict_cursor.1;
-            if offset >= segment.used {
+            let dead_len = (offset < segment.used)
+                .then(|| segment.records_at(offset))
+                .filter(|data| data[OFFSET_STATE] & STATE_DEAD != 0)
+                .map(record_len);
+            let Some(len) = dead_len else {
+                // Every record before the cursor is dead: their pages can go.
+                if let Some(Some(segment)) = self.segments.get_mut(front) {
+                    segment.release_before(offset);
+                }
                 return;
-            }
-            let data = segment.records_at(offset);
-            if data[OFFSET_STATE] & STATE_DEAD == 0 {
-                return;
-            }
-            self.evict_cursor.1 += record_len(data);
+            };
+            self.evict_cursor.1 += len;
         }
     }
 
@@ -772,6 +826,7 @@ impl ShardState {
     /// which is moved past it.
     fn next_live_in(&self, number: usize, offset: &mut usize) -> Option<u32> {
         let segment = self.segments.get(number)?.as_ref()?;
+        *offset = (*offset).max(segment.first);
         while *offset < segment.used {
             let data = segment.records_at(*offset);
             let at = *offset;
@@ -1052,7 +1107,7 @@ impl ShardState {
 
     /// Zeroes the counters (`stats reset`); what the shard holds stays counted.
     pub fn reset_counters(&mut self) {
-        self.counters = ShardCounters::default();
+        self.counters = StoreStats::default();
         for class in &mut self.classes {
             *class = ClassStats {
                 number: class.number,
@@ -1083,7 +1138,7 @@ impl ShardState {
             );
             used += segment.used;
             dead += segment.dead;
-            let (mut offset, mut live_bytes) = (0, 0);
+            let (mut offset, mut live_bytes) = (segment.first, 0);
             while offset < segment.used {
                 let data = segment.records_at(offset);
                 let len = record_len(data);

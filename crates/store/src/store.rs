@@ -279,6 +279,37 @@ fn format_counter(number: u64, old_len: usize) -> Bytes {
     }
 }
 
+/// A public storage command of [`Store`]: [`Store::store`] with the command's
+/// [`StoreMode`]; `append`/`prepend` take no flags or expiry (the item keeps its own).
+macro_rules! store_command {
+    ($(#[$doc:meta])* $name:ident, $mode:ident) => {
+        $(#[$doc])*
+        pub fn $name(
+            &self,
+            key: &[u8],
+            value: Bytes,
+            flags: u32,
+            expiry: Expiry,
+            now: UnixSecs,
+        ) -> Result<StoreOutcome, StoreError> {
+            let request = StoreRequest::new(StoreMode::$mode, flags, expiry);
+            self.store(key, value, &request, now)
+        }
+    };
+    ($(#[$doc:meta])* $name:ident, $mode:ident, keeps flags and expiry) => {
+        $(#[$doc])*
+        pub fn $name(
+            &self,
+            key: &[u8],
+            data: Bytes,
+            now: UnixSecs,
+        ) -> Result<StoreOutcome, StoreError> {
+            let request = StoreRequest::new(StoreMode::$mode, 0, Expiry::Never);
+            self.store(key, data, &request, now)
+        }
+    };
+}
+
 impl Store {
     /// Creates an empty store.
     pub fn new(config: StoreConfig) -> Result<Store, StoreError> {
@@ -625,17 +656,30 @@ impl Store {
     /// `get`/`gets`: the live item, marked fetched and accessed.
     /// An invalid key is simply a miss.
     pub fn get(&self, key: &[u8], now: UnixSecs) -> Option<ItemView> {
+        self.with_live_item(key, now, |state, slot| {
+            state.bump(slot, now);
+            state.item(slot).view()
+        })
+    }
+
+    /// Runs `read` on the live item under `key` (its location) with its shard locked, and
+    /// publishes the shard's oldest access afterwards; `None` for an invalid key or no live
+    /// item.
+    fn with_live_item<R>(
+        &self,
+        key: &[u8],
+        now: UnixSecs,
+        read: impl FnOnce(&mut ShardState, u32) -> R,
+    ) -> Option<R> {
         if validate_key(key).is_err() {
             return None;
         }
-        let home = self.shard_index(key);
-        let shard = &self.shards[home];
+        let shard = &self.shards[self.shard_index(key)];
         let mut state = shard.state.lock();
         let flush = self.flush_mark();
-        let found = self.live_slot(&mut state, key, now, &flush).map(|slot| {
-            state.bump(slot, now);
-            state.item(slot).view()
-        });
+        let found = self
+            .live_slot(&mut state, key, now, &flush)
+            .map(|slot| read(&mut state, slot));
         shard.publish(&state);
         found
     }
@@ -661,22 +705,13 @@ impl Store {
 
     /// `gat`/`gats`: like [`Store::get`] but also sets a new expiry.
     pub fn get_and_touch(&self, key: &[u8], expiry: Expiry, now: UnixSecs) -> Option<ItemView> {
-        if validate_key(key).is_err() {
-            return None;
-        }
-        let home = self.shard_index(key);
-        let shard = &self.shards[home];
-        let mut state = shard.state.lock();
-        let flush = self.flush_mark();
-        let found = self.live_slot(&mut state, key, now, &flush).map(|slot| {
+        self.with_live_item(key, now, |state, slot| {
             let mut item = state.item(slot);
             item.expiry = expiry;
             let slot = state.write_back(slot, &item);
             state.bump(slot, now);
             item.view()
-        });
-        shard.publish(&state);
-        found
+        })
     }
 
     /// `mg`: look up, optionally touch (`T`), vivify on miss (`N`), compute
@@ -878,86 +913,26 @@ impl Store {
         result
     }
 
-    /// `set`.
-    pub fn set(
-        &self,
-        key: &[u8],
-        value: Bytes,
-        flags: u32,
-        expiry: Expiry,
-        now: UnixSecs,
-    ) -> Result<StoreOutcome, StoreError> {
-        self.store(
-            key,
-            value,
-            &StoreRequest::new(StoreMode::Set, flags, expiry),
-            now,
-        )
-    }
-
-    /// `add`.
-    pub fn add(
-        &self,
-        key: &[u8],
-        value: Bytes,
-        flags: u32,
-        expiry: Expiry,
-        now: UnixSecs,
-    ) -> Result<StoreOutcome, StoreError> {
-        self.store(
-            key,
-            value,
-            &StoreRequest::new(StoreMode::Add, flags, expiry),
-            now,
-        )
-    }
-
-    /// `replace`.
-    pub fn replace(
-        &self,
-        key: &[u8],
-        value: Bytes,
-        flags: u32,
-        expiry: Expiry,
-        now: UnixSecs,
-    ) -> Result<StoreOutcome, StoreError> {
-        self.store(
-            key,
-            value,
-            &StoreRequest::new(StoreMode::Replace, flags, expiry),
-            now,
-        )
-    }
-
-    /// `append` (the item keeps its flags and expiry).
-    pub fn append(
-        &self,
-        key: &[u8],
-        data: Bytes,
-        now: UnixSecs,
-    ) -> Result<StoreOutcome, StoreError> {
-        self.store(
-            key,
-            data,
-            &StoreRequest::new(StoreMode::Append, 0, Expiry::Never),
-            now,
-        )
-    }
-
-    /// `prepend` (the item keeps its flags and expiry).
-    pub fn prepend(
-        &self,
-        key: &[u8],
-        data: Bytes,
-        now: UnixSecs,
-    ) -> Result<StoreOutcome, StoreError> {
-        self.store(
-            key,
-            data,
-            &StoreRequest::new(StoreMode::Prepend, 0, Expiry::Never),
-            now,
-        )
-    }
+    store_command!(
+        /// `set`.
+        set, Set
+    );
+    store_command!(
+        /// `add`.
+        add, Add
+    );
+    store_command!(
+        /// `replace`.
+        replace, Replace
+    );
+    store_command!(
+        /// `append` (the item keeps its flags and expiry).
+        append, Append, keeps flags and expiry
+    );
+    store_command!(
+        /// `prepend` (the item keeps its flags and expiry).
+        prepend, Prepend, keeps flags and expiry
+    );
 
     /// `cas`: `Stored` if `cas_unique` matches, `Exists` if not, `NotFound`
     /// if there is no live item.
@@ -1357,6 +1332,23 @@ impl Store {
         }
         assert!(footprint <= self.max_bytes);
         assert_eq!(footprint, self.used_bytes());
+    }
+
+    /// Of the shards' segments: bytes resident, bytes of records not given back, and how
+    /// many are mapped (tests only).
+    #[cfg(test)]
+    pub(crate) fn segment_residency(&self) -> (usize, usize, usize) {
+        self.shards
+            .iter()
+            .fold((0, 0, 0), |(resident, readable, count), shard| {
+                let state = shard.state.lock();
+                let (more_resident, more_readable) = state.segment_residency();
+                (
+                    resident + more_resident,
+                    readable + more_readable,
+                    count + state.segment_count(),
+                )
+            })
     }
 
     /// Bytes appended to the shards' segments and not yet given back (tests only).

@@ -458,7 +458,7 @@ fn flush_all_with_delay() {
 
 #[test]
 fn eviction_is_lru_recently_read_items_survive() {
-    let per_item = item_footprint(2, 100);
+    let per_item = item_footprint(2, 100, 0);
     let s = store_with(per_item * 10, 1);
     let value = Bytes::from(vec![b'v'; 100]);
     for i in 0..10 {
@@ -501,7 +501,7 @@ fn eviction_is_lru_recently_read_items_survive() {
 
 #[test]
 fn eviction_across_shards_takes_the_globally_oldest() {
-    let per_item = item_footprint(3, 1000);
+    let per_item = item_footprint(3, 1000, 0);
     let s = store_with(per_item * 20, 16);
     let value = Bytes::from(vec![b'v'; 1000]);
     for i in 0..20u64 {
@@ -544,7 +544,7 @@ fn eviction_across_shards_takes_the_globally_oldest() {
 
 #[test]
 fn eviction_reclaims_expired_tail_before_live_items() {
-    let per_item = item_footprint(2, 10);
+    let per_item = item_footprint(2, 10, 0);
     let s = store_with(per_item * 3, 1);
     set(&s, "k0", "0123456789", 0, T0);
     set(&s, "k1", "0123456789", 5, T0);
@@ -863,7 +863,7 @@ fn concurrent_incr_loses_no_updates() {
 
 #[test]
 fn overwriting_at_full_memory_evicts_nothing_and_add_refreshes_lru() {
-    let per_item = item_footprint(2, 100);
+    let per_item = item_footprint(2, 100, 0);
     let s = store_with(per_item * 4, 1);
     let value = Bytes::from(vec![b'v'; 100]);
     for i in 0..4 {
@@ -1100,7 +1100,7 @@ fn values_of_every_storage_form_round_trip_and_update() {
 
 #[test]
 fn the_budget_counts_footprints_and_expired_memory_is_reused() {
-    let budget = item_footprint(3, 50) * 20;
+    let budget = item_footprint(3, 50, 0) * 20;
     let s = store_with(budget, 2);
     let value = Bytes::from(vec![b'x'; 50]);
     for i in 0..20 {
@@ -1195,7 +1195,8 @@ fn segments_give_back_the_memory_of_removed_and_resized_items() {
 #[test]
 fn a_full_store_holds_an_item_per_80_bytes_of_short_values() {
     // 16-byte keys and 32-byte values (memcached holds one per 120 bytes of its limit):
-    // a 24-byte header and about 6 bytes of index leave room for one item per 78 bytes.
+    // a 20-byte header (flags 0) and about 6 bytes of index leave room for one item per 74
+    // bytes.
     let max_bytes = 8 * 1024 * 1024;
     let s = store_with(max_bytes, 64);
     let value = Bytes::from(vec![b'v'; 32]);
@@ -1287,5 +1288,68 @@ fn replacing_expired_items_with_same_size_ones_does_not_grow_the_segments() {
         );
     }
     assert_eq!(s.stats().evictions, 0);
+    s.check_invariants();
+}
+
+#[test]
+fn pages_behind_the_eviction_cursor_go_back_to_the_kernel() {
+    // One shard of 4 MiB: 256 KiB segments. Filled three times over with 32-byte values,
+    // eviction empties the oldest segment record by record; the pages it has emptied must
+    // not stay resident until the whole segment goes.
+    let s = store_with(4 * 1024 * 1024, 1);
+    let page = 4096;
+    let value = Bytes::from(vec![b'v'; 32]);
+    let mut worst_excess = 0;
+    for index in 0..150_000u32 {
+        let key = format!("key:{index:012}");
+        s.set(key.as_bytes(), value.clone(), 0, Expiry::Never, T0)
+            .expect("set");
+        if index % 97 == 0 {
+            let (resident, readable, segments) = s.segment_residency();
+            // Each segment may keep a partly read page at each end, and the oldest one up
+            // to four pages more (given back in batches).
+            let slack = segments * 2 * page + 4 * page;
+            worst_excess = worst_excess.max(resident.saturating_sub(readable + slack));
+        }
+    }
+    assert!(s.stats().evictions > 50_000, "the fill evicted");
+    assert_eq!(
+        worst_excess, 0,
+        "resident segment pages beyond the records eviction has not passed"
+    );
+    s.check_invariants();
+}
+
+#[test]
+fn flags_take_record_bytes_only_when_not_zero() {
+    assert_eq!(
+        item_footprint(16, 32, 7) - item_footprint(16, 32, 0),
+        crate::ITEM_FLAGS_BYTES
+    );
+    let s = store();
+    let fetch = |key: &str| {
+        let item = s.get(key.as_bytes(), T0).expect("stored");
+        (
+            String::from_utf8_lossy(&item.value).into_owned(),
+            item.flags,
+        )
+    };
+    // Same record length with and without flags (4 value bytes for the flags' 4): the
+    // overwrite is written in place and must switch the layout both ways.
+    for (flags, value) in [
+        (7, "abcd"),
+        (0, "abcdefgh"),
+        (u32::MAX, "wxyz"),
+        (0, "12345678"),
+    ] {
+        s.set(b"k", b(value), flags, Expiry::Never, T0)
+            .expect("set");
+        assert_eq!(fetch("k"), (value.to_owned(), flags));
+    }
+    s.set(b"n", b("1"), 3, Expiry::Never, T0).expect("set");
+    s.incr(b"n", 41, T0).expect("incr");
+    assert_eq!(fetch("n"), ("42".to_owned(), 3));
+    s.append(b"n", b("0"), T0).expect("append");
+    assert_eq!(fetch("n"), ("420".to_owned(), 3));
     s.check_invariants();
 }
