@@ -84,3 +84,32 @@ fn memcached_fields_keep_their_order_and_the_rest_are_tailtrims_own() {
     own.extend(rest);
     assert_eq!(own, OWN_FIELDS);
 }
+
+/// `hash_bytes` is what the key index holds: a record location and a control byte per
+/// bucket, not the key handles of an index that stored keys (41 bytes a bucket).
+#[test]
+fn hash_bytes_counts_the_index_the_store_keeps() {
+    let server = Server::start_under_test(&["-t", "1", "-m", "64"]);
+    let mut stream = server.connect();
+    let mut batch = Vec::new();
+    for index in 0..20_000 {
+        batch.extend_from_slice(format!("set key:{index:08} 0 0 4 noreply\r\nabcd\r\n").as_bytes());
+    }
+    batch.extend_from_slice(b"mn\r\n");
+    stream.write_all(&batch).expect("send sets");
+    read_until(&mut stream, b"MN\r\n", Duration::from_secs(20));
+    let stats = server.stats();
+    let items: u64 = stats["curr_items"].parse().expect("curr_items");
+    let hash_bytes: u64 = stats["hash_bytes"].parse().expect("hash_bytes");
+    assert_eq!(items, 20_000);
+    // A u32 location and a control byte per bucket, the table at most 8/7 x 2 (one
+    // doubling) larger than its entries: ≤ 5 × 16/7 ≈ 11.5 bytes an item.
+    assert!(
+        hash_bytes <= items * 12,
+        "hash_bytes {hash_bytes} for {items} items"
+    );
+    assert!(
+        hash_bytes >= items * 5,
+        "hash_bytes {hash_bytes} for {items} items"
+    );
+}

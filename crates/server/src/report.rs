@@ -25,8 +25,9 @@ fn rusage_timevals() -> ((i64, i64), (i64, i64)) {
     (pair(usage.ru_utime), pair(usage.ru_stime))
 }
 
-/// Bytes of one entry of a shard's key index (hashbrown: the key, the slot, a control byte).
-const HASH_ENTRY_BYTES: u64 = (std::mem::size_of::<(Bytes, u32)>() + 1) as u64;
+/// Bytes of one entry of a shard's key index (hashbrown: the record's u32 location and a
+/// control byte; the key lives in the record).
+const HASH_ENTRY_BYTES: u64 = (std::mem::size_of::<u32>() + 1) as u64;
 
 /// memcached's `hash_power_level` for an index of `buckets` entries: the power of two that
 /// holds them.
