@@ -3,7 +3,8 @@
 //! type and unit.
 //!
 //! Names: `proxy_*` (front end), `pool_*` (per pool), `chisel_*` (the chisel planner),
-//! `cluster_*` (membership), `backend_*` (per backend, labelled by address). Latencies are
+//! `cluster_*` (membership), `backend_*` (per backend, labelled by address), `latency_class_*`
+//! (client reads by class, `crate::classes`). Latencies are
 //! histograms in microseconds: `stats` shows quantiles in microseconds, `/metrics` summaries
 //! in seconds (quantiles, `_sum`, `_count`); counters get `_total` there, and every family
 //! its `# HELP` and `# TYPE`.
@@ -29,6 +30,8 @@ use tailtrim_metrics::samples::QUANTILES;
 use tailtrim_metrics::{Distribution, Exposition, ExpositionError, Labels, Samples};
 use tailtrim_policy::drr::CLASSES;
 use tailtrim_policy::serverq::Discipline;
+
+use crate::classes::{ClassLatency, LatencyClass};
 
 /// Front-end counters (`proxy_*`).
 #[derive(Debug, Default)]
@@ -76,6 +79,8 @@ impl FrontendStats {
 pub struct MetricsView<'a> {
     /// Front-end counters.
     pub front: &'a FrontendStats,
+    /// Read latency by class.
+    pub classes: &'a ClassLatency,
     /// The backend pool and its membership.
     pub cluster: &'a Cluster,
     /// When the proxy started.
@@ -227,6 +232,8 @@ tailtrim_metrics::metrics! {
     pub summary POOL_FETCH_PRIORITY_LATENCY = "pool_fetch_priority_latency_us" in Microseconds;
     /// Latency in seconds (quantiles from an HDR histogram).
     pub summary BACKEND_LATENCY = "backend_latency_us" in Microseconds;
+    /// Latency of client reads by class (small_get, large_get, mice, elephant), in seconds.
+    pub summary LATENCY_CLASS = "latency_class_us" in Microseconds;
 }
 
 /// One reading of every metric, in the order `stats` and `/metrics` show them: front end,
@@ -310,6 +317,13 @@ fn samples(view: MetricsView<'_>) -> Samples {
         );
     }
     latency_samples(&pool, &mut samples);
+    for class in LatencyClass::ALL {
+        samples.distribution(
+            &LATENCY_CLASS,
+            vec![("class", class.name().to_string())],
+            distribution(view.classes.histogram(class)),
+        );
+    }
     samples
 }
 

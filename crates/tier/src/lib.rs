@@ -24,6 +24,7 @@ pub mod config;
 pub mod error;
 pub mod locate;
 pub mod membership;
+pub mod nutcracker;
 pub mod state;
 pub mod status;
 pub mod table;
