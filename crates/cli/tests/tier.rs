@@ -1,6 +1,9 @@
-//! `tailtrim cluster`: the example tier started on free ports, used through its proxy, grown
-//! by one server, and stopped with no node left running; and a supervisor killed outright
-//! leaves no node behind either.
+//! `tailtrim cluster`: the example tier started on free ports, used through its proxy (every
+//! latency class, one hot key), its status read (per-class p99s, hot keys, planner, model
+//! column), grown by one server, and stopped with no node left running; a supervisor killed
+//! outright leaves no node behind either; and the memcached + twemproxy tier of
+//! `examples/tier-memcached.toml` starts, serves through real nutcracker, shows in the status
+//! and stops.
 //!
 //! ```text
 //!   test ──spawn──> tailtrim cluster up examples/tier.toml --base-port 0 --run-dir D
@@ -26,8 +29,28 @@ use common::{free_port, read_until};
 /// Bounds every wait of these tests (a hang, not a performance threshold).
 const HANG_LIMIT: Duration = Duration::from_secs(60);
 
-fn example_tier() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/tier.toml")
+fn example(file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(file)
+}
+
+/// Whether stock memcached and nutcracker are installed (CI must have them).
+fn baseline_installed() -> bool {
+    let found = ["memcached", "nutcracker"].iter().all(|program| {
+        ["/usr/bin", "/usr/sbin"]
+            .iter()
+            .any(|dir| Path::new(dir).join(program).is_file())
+            || Command::new("sh")
+                .args(["-c", &format!("command -v {program}")])
+                .stdout(Stdio::null())
+                .status()
+                .is_ok_and(|status| status.success())
+    });
+    if !found && common::in_ci() {
+        panic!("memcached or nutcracker is not installed but CI=true (run scripts/setup-deps.sh)");
+    }
+    found
 }
 
 /// A fresh directory under the system's temporary directory.
@@ -63,13 +86,13 @@ struct Up {
 }
 
 impl Up {
-    fn start(scratch: &Path) -> Up {
+    fn start(scratch: &Path, tier: &str) -> Up {
         let run_dir = scratch.join("run");
         let stdout = scratch.join("up.out");
         let stderr = scratch.join("up.err");
         let child = Command::new(env!("CARGO_BIN_EXE_tailtrim"))
             .args(["cluster", "up"])
-            .arg(example_tier())
+            .arg(example(tier))
             .args(["--base-port", "0", "--run-dir"])
             .arg(&run_dir)
             .stdin(Stdio::null())
@@ -163,6 +186,26 @@ impl Up {
         serde_json::from_slice(&output.stdout).expect("status --json is JSON")
     }
 
+    /// `cluster status` as a table, sampled over `interval_ms`.
+    fn status_table(&self, interval_ms: u64) -> String {
+        let interval = interval_ms.to_string();
+        let output = self.cluster(&["status", "--interval-ms", &interval]);
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// SIGTERM to `cluster up`: it must end well, and every node it ran with it; the pids.
+    fn stop(&mut self) -> Vec<u64> {
+        let pids = self.pids();
+        let ended = self.signal_and_wait(libc::SIGTERM);
+        assert!(
+            ended.success(),
+            "cluster up ended {ended}: {}",
+            self.stderr_text()
+        );
+        assert_all_gone(&pids);
+        pids
+    }
+
     /// Sends `signal` to `cluster up` and waits for it to exit.
     fn signal_and_wait(&mut self, signal: libc::c_int) -> std::process::ExitStatus {
         let pid = libc::pid_t::try_from(self.child.id()).expect("pid");
@@ -220,10 +263,137 @@ fn nodes(status: &serde_json::Value) -> &Vec<serde_json::Value> {
     status["nodes"].as_array().expect("status nodes")
 }
 
+/// The first proxy's row of a status.
+fn proxy_row(status: &serde_json::Value) -> &serde_json::Value {
+    nodes(status)
+        .iter()
+        .find(|node| node["role"] == "proxy")
+        .expect("the proxy's row")
+}
+
+/// Stores 30 keys `<prefix>-<n>` through the proxy and reads them back in one multiget.
+fn store_and_read_back(proxy: &str, prefix: &str) -> Vec<String> {
+    let keys: Vec<String> = (0..30).map(|index| format!("{prefix}-{index}")).collect();
+    for key in &keys {
+        let stored = exchange(
+            proxy,
+            format!("set {key} 0 0 5\r\nvalue\r\n").as_bytes(),
+            b"\r\n",
+        );
+        assert_eq!(stored, "STORED\r\n", "set {key}");
+    }
+    let got = exchange(
+        proxy,
+        format!("get {}\r\n", keys.join(" ")).as_bytes(),
+        b"END\r\n",
+    );
+    assert_eq!(got.matches("VALUE ").count(), keys.len(), "{got}");
+    keys
+}
+
+/// The status has `count` rows, every node up, and the servers hold `items` items between
+/// them.
+fn assert_all_up_holding(status: &serde_json::Value, count: usize, items: usize) {
+    assert_eq!(nodes(status).len(), count, "{status:#}");
+    for node in nodes(status) {
+        assert_eq!(node["state"], "up", "{node:#}");
+    }
+    let held: u64 = nodes(status)
+        .iter()
+        .filter(|node| node["role"] == "server")
+        .map(|node| node["items"].as_u64().expect("items"))
+        .sum();
+    assert_eq!(held, items as u64, "every key on a server: {status:#}");
+}
+
+/// Requests of every latency class through the proxy (a small and a large get, a mouse and an
+/// elephant multiget) and one key read over and over while the status samples: the status
+/// shows a p99 for each class, that key as the hottest of its server and of the proxy, and
+/// the table has the columns.
+fn operator_columns(up: &Up, proxy: &str, keys: &[String]) {
+    let large = "x".repeat(4000);
+    let stored = exchange(
+        proxy,
+        format!("set tier-large 0 0 {}\r\n{large}\r\n", large.len()).as_bytes(),
+        b"\r\n",
+    );
+    assert_eq!(stored, "STORED\r\n");
+    let got = exchange(proxy, b"get tier-large\r\n", b"END\r\n");
+    assert!(got.contains(&large), "the large value came back");
+    let got = exchange(proxy, b"get tier-key-1\r\n", b"END\r\n");
+    assert!(got.starts_with("VALUE tier-key-1 "), "{got}");
+    let elephant: Vec<String> = (0..60)
+        .map(|index| format!("tier-key-{}", index % 30))
+        .collect();
+    let got = exchange(
+        proxy,
+        format!("get {}\r\n", elephant.join(" ")).as_bytes(),
+        b"END\r\n",
+    );
+    assert_eq!(got.matches("VALUE ").count(), 60, "{got}");
+
+    let hot_key = &keys[0];
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let stop = std::sync::Arc::clone(&stop);
+        let proxy = proxy.to_string();
+        let request = format!("get {hot_key}\r\n");
+        std::thread::spawn(move || {
+            let mut stream = TcpStream::connect(&proxy).expect("connect to the proxy");
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                stream.write_all(request.as_bytes()).expect("write");
+                read_until(&mut stream, b"END\r\n", HANG_LIMIT);
+            }
+        })
+    };
+    let table = up.status_table(500);
+    let output = up.cluster(&["status", "--json", "--interval-ms", "500"]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    reader.join().expect("the reader");
+    for column in [
+        "PLANNER",
+        "P99 US",
+        "MODEL P99",
+        "SMALL P99",
+        "LARGE P99",
+        "MICE P99",
+        "ELEPH P99",
+        "HOT KEY",
+    ] {
+        assert!(table.contains(column), "{column} missing:\n{table}");
+    }
+    assert!(table.contains(hot_key.as_str()), "{table}");
+    let status: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("status --json is JSON");
+    let proxy_row = proxy_row(&status);
+    for class in ["small_get", "large_get", "mice", "elephant"] {
+        assert!(
+            proxy_row["proxy"]["class_p99_us"][class].as_u64().is_some(),
+            "no {class} p99: {proxy_row:#}"
+        );
+    }
+    assert_eq!(
+        proxy_row["hot_keys"][0]["key"],
+        hot_key.as_str(),
+        "{proxy_row:#}"
+    );
+    let owner = proxy_row["hot_keys"][0]["backend"].clone();
+    let server_row = nodes(&status)
+        .iter()
+        .find(|node| node["address"] == owner)
+        .expect("the hot key's server has a row");
+    assert_eq!(
+        server_row["hot_keys"][0]["key"],
+        hot_key.as_str(),
+        "{server_row:#}"
+    );
+    assert!(server_row["hot_keys"][0]["per_sec"].as_f64() > Some(0.0));
+}
+
 #[test]
 fn the_example_tier_serves_grows_and_stops_without_orphans() {
     let scratch = scratch_dir("grow");
-    let mut up = Up::start(&scratch);
+    let mut up = Up::start(&scratch, "tier.toml");
     let table = up.stdout_text();
     for pid in up.pids() {
         assert!(
@@ -234,42 +404,20 @@ fn the_example_tier_serves_grows_and_stops_without_orphans() {
     assert_eq!(up.pids().len(), 4, "three servers and a proxy");
 
     let proxy = up.address("proxy");
-    let keys: Vec<String> = (0..30).map(|index| format!("tier-key-{index}")).collect();
-    for key in &keys {
-        let stored = exchange(
-            &proxy,
-            format!("set {key} 0 0 5\r\nvalue\r\n").as_bytes(),
-            b"\r\n",
-        );
-        assert_eq!(stored, "STORED\r\n", "set {key}");
-    }
-    let got = exchange(
-        &proxy,
-        format!("get {}\r\n", keys.join(" ")).as_bytes(),
-        b"END\r\n",
-    );
-    assert_eq!(got.matches("VALUE ").count(), keys.len(), "{got}");
-
+    let keys = store_and_read_back(&proxy, "tier-key");
     let status = up.status();
-    assert_eq!(nodes(&status).len(), 4, "{status:#}");
-    for node in nodes(&status) {
-        assert_eq!(node["state"], "up", "{node:#}");
-    }
-    let servers_items: u64 = nodes(&status)
-        .iter()
-        .filter(|node| node["role"] == "server")
-        .map(|node| node["items"].as_u64().expect("items"))
-        .sum();
-    assert_eq!(servers_items, keys.len() as u64, "{status:#}");
-    let proxy_status = nodes(&status)
-        .iter()
-        .find(|node| node["role"] == "proxy")
-        .expect("the proxy's row");
+    assert_all_up_holding(&status, 4, keys.len());
+    let proxy_status = proxy_row(&status);
     assert_eq!(proxy_status["proxy"]["planner"], "batch");
     assert_eq!(
         proxy_status["proxy"]["backends"].as_array().map(Vec::len),
         Some(3)
     );
+    assert!(
+        proxy_status["proxy"]["predicted_p99_us"].is_null(),
+        "no model runs in the proxy yet: {proxy_status:#}"
+    );
+    operator_columns(&up, &proxy, &keys);
 
     let added = format!("127.0.0.1:{}", free_port());
     let output = up.cluster(&["add", &added, "--start"]);
@@ -308,15 +456,7 @@ fn the_example_tier_serves_grows_and_stops_without_orphans() {
         "keys lost across the warmed-up join: {got}"
     );
 
-    let pids = up.pids();
-    assert_eq!(pids.len(), 5);
-    let status = up.signal_and_wait(libc::SIGTERM);
-    assert!(
-        status.success(),
-        "cluster up ended {status}: {}",
-        up.stderr_text()
-    );
-    assert_all_gone(&pids);
+    assert_eq!(up.stop().len(), 5);
     assert_eq!(up.state()["running"], false);
     assert!(
         up.stdout_text().contains("stopped (5 nodes)"),
@@ -329,7 +469,7 @@ fn the_example_tier_serves_grows_and_stops_without_orphans() {
 #[test]
 fn a_dead_node_is_reported_and_a_killed_supervisor_leaves_no_node_behind() {
     let scratch = scratch_dir("kill");
-    let mut up = Up::start(&scratch);
+    let mut up = Up::start(&scratch, "tier.toml");
     let victim = up.state()["nodes"][1].clone();
     let victim_pid = victim["pid"].as_u64().expect("pid");
     // SAFETY: kill(2) on a node of the tier this test started.
@@ -389,5 +529,48 @@ fn a_tier_file_with_its_own_pool_members_is_refused() {
         said.contains("[pool] servers comes from the [[servers]]"),
         "{said}"
     );
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
+#[test]
+fn the_memcached_and_twemproxy_tier_starts_serves_and_stops() {
+    if !baseline_installed() {
+        eprintln!("skipped: memcached or nutcracker is not installed");
+        return;
+    }
+    let scratch = scratch_dir("baseline");
+    let mut up = Up::start(&scratch, "tier-memcached.toml");
+    let state = up.state();
+    let programs: Vec<&str> = state["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .filter_map(|node| node["program"].as_str())
+        .collect();
+    assert_eq!(
+        programs,
+        ["memcached", "memcached", "memcached", "nutcracker"],
+        "{state:#}"
+    );
+    let proxy = up.address("proxy");
+    let keys = store_and_read_back(&proxy, "baseline-key");
+    let status = up.status();
+    assert_all_up_holding(&status, 4, keys.len());
+    let proxy_row = proxy_row(&status);
+    assert!(
+        proxy_row["version"]
+            .as_str()
+            .is_some_and(|version| version.starts_with("nutcracker-")),
+        "{proxy_row:#}"
+    );
+    assert_eq!(
+        proxy_row["proxy"]["backends"].as_array().map(Vec::len),
+        Some(3),
+        "{proxy_row:#}"
+    );
+    let table = up.status_table(200);
+    assert!(table.contains("3/3 up"), "{table}");
+
+    up.stop();
     let _ = std::fs::remove_dir_all(&scratch);
 }

@@ -24,6 +24,7 @@ use tailtrim_policy::tailx::TailxSettings;
 use tailtrim_policy::warmup::{WarmupMode, WarmupSettings};
 use tailtrim_tls::{ClientTlsOptions, ServerTlsOptions};
 
+use crate::classes::ClassesSection;
 use crate::error::ProxyError;
 
 /// Default client listen address (twemproxy's customary port).
@@ -110,6 +111,11 @@ pub struct ProxyConfig {
     /// go straight to the pool's membership view). See `docs/routes.md`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<RouteSection>,
+    /// `[classes]`: the bounds of the per-class latency histograms (`latency_class_us`):
+    /// `large_value_bytes` (a get's reply above it is a large get) and `elephant_keys` (a
+    /// multiget of at least that many keys is an elephant). See `crate::classes`.
+    #[serde(skip_serializing_if = "ClassesSection::is_default")]
+    pub classes: ClassesSection,
     /// `[tls]`: TLS on the client listener, memcached's `-Z` and `ssl_*` options with the
     /// same names without the `ssl_` prefix (`enabled`, `chain_cert`, `key`, `ca_cert`,
     /// `verify_mode`, `min_version`, …). Not printed by `--print-config`.

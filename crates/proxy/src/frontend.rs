@@ -43,6 +43,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
 use crate::auth::ClientAuth;
+use crate::classes::ClassLatency;
 use crate::metrics::{self, FrontendStats, MetricsView};
 
 /// Appended after requests whose reply is suppressed (`noreply`, quiet meta), so the backend
@@ -85,6 +86,8 @@ pub struct Shared {
     pub limits: Limits,
     /// Front-end counters.
     pub stats: FrontendStats,
+    /// Read latency by class (small and large gets, mice and elephant multigets).
+    pub classes: ClassLatency,
     /// When the proxy started.
     pub started: Instant,
     /// Runtime worker threads (reported by `stats`).
@@ -100,6 +103,7 @@ impl Shared {
     pub fn metrics_view(&self) -> MetricsView<'_> {
         MetricsView {
             front: &self.stats,
+            classes: &self.classes,
             cluster: &self.pool,
             started: self.started,
             threads: self.threads,
@@ -515,6 +519,7 @@ async fn run_concurrently(shared: &Shared, mut works: Vec<Work>) -> Vec<Bytes> {
         return join_all(all.into_iter().map(|(_, work)| run_one(shared, work))).await;
     }
     let total = merged.len() + others.len();
+    let started = Instant::now();
     let merged_reads = async {
         // Per-key outcomes: a backend failure only fails the requests that needed it.
         let outcomes = shared.multiget(&merged_keys, MultigetKind::Get).await;
@@ -522,7 +527,9 @@ async fn run_concurrently(shared: &Shared, mut works: Vec<Work>) -> Vec<Bytes> {
             .iter()
             .map(|(position, range, _)| {
                 let mine = &outcomes[range.clone()];
-                (*position, outcomes_reply(shared, mine))
+                let reply = outcomes_reply(shared, mine);
+                shared.classes.record(range.len(), reply.len(), started);
+                (*position, reply)
             })
             .collect::<Vec<_>>()
     };
@@ -543,7 +550,15 @@ async fn run_concurrently(shared: &Shared, mut works: Vec<Work>) -> Vec<Bytes> {
 async fn run_one(shared: &Shared, work: Work) -> Bytes {
     match work {
         Work::Ready(bytes) => bytes,
-        Work::Forward(request, raw) => execute(shared, request, raw).await,
+        Work::Forward(request, raw) => {
+            let read_keys = ClassLatency::read_keys(&request);
+            let started = Instant::now();
+            let reply = execute(shared, request, raw).await;
+            if let Some(keys) = read_keys {
+                shared.classes.record(keys, reply.len(), started);
+            }
+            reply
+        }
     }
 }
 

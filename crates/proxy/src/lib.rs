@@ -26,6 +26,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod classes;
 pub mod config;
 pub mod effective;
 pub mod error;
@@ -109,6 +110,7 @@ impl Proxy {
                 item_size_max: config.proxy.item_size_max,
             },
             stats: FrontendStats::default(),
+            classes: classes::ClassLatency::new(config.classes),
             started: Instant::now(),
             threads: config.proxy.threads,
             max_connections: config.proxy.max_connections,

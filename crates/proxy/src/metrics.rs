@@ -3,7 +3,8 @@
 //! type and unit.
 //!
 //! Names: `proxy_*` (front end), `pool_*` (per pool), `chisel_*` (the chisel planner),
-//! `cluster_*` (membership), `backend_*` (per backend, labelled by address). Latencies are
+//! `cluster_*` (membership), `backend_*` (per backend, labelled by address), `latency_class_*`
+//! (client reads by class, `crate::classes`). Latencies are
 //! histograms in microseconds: `stats` shows quantiles in microseconds, `/metrics` summaries
 //! in seconds (quantiles, `_sum`, `_count`); counters get `_total` there, and every family
 //! its `# HELP` and `# TYPE`.
@@ -26,9 +27,11 @@ use tailtrim_client::backend::{Backend, Priorities};
 use tailtrim_client::stats::LatencyHistogram;
 use tailtrim_client::{Cluster, Pool, ReplyShape};
 use tailtrim_metrics::samples::QUANTILES;
-use tailtrim_metrics::{Distribution, Exposition, ExpositionError, Labels, Samples};
+use tailtrim_metrics::{Distribution, Exposition, ExpositionError, Labels, Metric, Samples};
 use tailtrim_policy::drr::CLASSES;
 use tailtrim_policy::serverq::Discipline;
+
+use crate::classes::{ClassLatency, LatencyClass};
 
 /// Front-end counters (`proxy_*`).
 #[derive(Debug, Default)]
@@ -76,6 +79,8 @@ impl FrontendStats {
 pub struct MetricsView<'a> {
     /// Front-end counters.
     pub front: &'a FrontendStats,
+    /// Read latency by class.
+    pub classes: &'a ClassLatency,
     /// The backend pool and its membership.
     pub cluster: &'a Cluster,
     /// When the proxy started.
@@ -227,6 +232,8 @@ tailtrim_metrics::metrics! {
     pub summary POOL_FETCH_PRIORITY_LATENCY = "pool_fetch_priority_latency_us" in Microseconds;
     /// Latency in seconds (quantiles from an HDR histogram).
     pub summary BACKEND_LATENCY = "backend_latency_us" in Microseconds;
+    /// Latency of client reads by class (small_get, large_get, mice, elephant), in seconds.
+    pub summary LATENCY_CLASS = "latency_class_us" in Microseconds;
 }
 
 /// One reading of every metric, in the order `stats` and `/metrics` show them: front end,
@@ -310,6 +317,13 @@ fn samples(view: MetricsView<'_>) -> Samples {
         );
     }
     latency_samples(&pool, &mut samples);
+    for class in LatencyClass::ALL {
+        samples.distribution(
+            &LATENCY_CLASS,
+            vec![("class", class.name().to_string())],
+            distribution(view.classes.histogram(class)),
+        );
+    }
     samples
 }
 
@@ -508,39 +522,112 @@ fn latency_samples(pool: &Pool, samples: &mut Samples) {
     }
 }
 
-/// memcached `stats` fields that are summed over the reachable backends (item counts, memory,
-/// hit and miss counters), so `stats` on the proxy describes the pool as one cache.
-pub const SUMMED_BACKEND_STATS: [&str; 29] = [
-    "cmd_get",
-    "cmd_set",
-    "cmd_flush",
-    "cmd_touch",
-    "get_hits",
-    "get_misses",
-    "get_expired",
-    "get_flushed",
-    "delete_misses",
-    "delete_hits",
-    "incr_misses",
-    "incr_hits",
-    "decr_misses",
-    "decr_hits",
-    "cas_misses",
-    "cas_hits",
-    "cas_badval",
-    "touch_hits",
-    "touch_misses",
-    "bytes_read",
-    "bytes_written",
-    "limit_maxbytes",
-    "curr_items",
-    "total_items",
-    "expired_unfetched",
-    "evicted_unfetched",
-    "evictions",
-    "reclaimed",
-    "bytes",
-];
+tailtrim_metrics::metrics! {
+    /// The fields `stats` shows first, under memcached's names (in `stats` only: the
+    /// `proxy_*` families carry the same counts on `/metrics`).
+    pub list STATS_HEAD;
+    /// Process id.
+    pub gauge PID = "pid", stats_only;
+    /// Seconds since the proxy started.
+    pub counter UPTIME = "uptime", stats_only;
+    /// Unix time, seconds.
+    pub gauge TIME = "time", stats_only;
+    /// The proxy's version.
+    pub gauge VERSION = "version", stats_only;
+    /// Open client connections.
+    pub gauge CURR_CONNECTIONS = "curr_connections", stats_only;
+    /// Client connections accepted.
+    pub counter TOTAL_CONNECTIONS = "total_connections", stats_only;
+    /// Client connections refused past max_connections.
+    pub counter REJECTED_CONNECTIONS = "rejected_connections", stats_only;
+    /// Client connections closed by the idle timeout.
+    pub counter IDLE_KICKS = "idle_kicks", stats_only;
+    /// Credentials checked (-Y).
+    pub counter AUTH_CMDS = "auth_cmds", stats_only;
+    /// Credentials refused (-Y).
+    pub counter AUTH_ERRORS = "auth_errors", stats_only;
+    /// TLS handshakes that failed or did not finish in time.
+    pub counter SSL_HANDSHAKE_ERRORS = "ssl_handshake_errors", stats_only;
+    /// Runtime worker threads.
+    pub gauge THREADS = "threads", stats_only;
+    /// Backends whose `stats` did not answer for the summed fields.
+    pub gauge BACKENDS_UNREACHABLE = "backends_unreachable", stats_only;
+    /// Multiget planner configured.
+    pub gauge POOL_PLANNER = "pool_planner", stats_only;
+    /// The planner that plans now, for a planner that chooses between others (`auto`).
+    pub gauge POOL_PLANNER_CHOICE = "pool_planner_choice", stats_only;
+    /// The Chisel analyzer's last decision: model, held or why it fell back.
+    pub gauge CHISEL_DECISION = "chisel_decision", stats_only;
+    /// Where the planner's priorities are applied (proxy-strict, proxy-fifo, none ...).
+    pub gauge POOL_PRIORITIES = "pool_priorities", stats_only;
+    /// Where one backend's priorities are applied.
+    pub gauge BACKEND_PRIORITIES = "backend_priorities", stats_only;
+}
+
+tailtrim_metrics::metrics! {
+    /// memcached `stats` fields summed over the reachable backends (item counts, memory, hit
+    /// and miss counters), so `stats` on the proxy describes the pool as one cache; in
+    /// `stats` only (a backend's own `/metrics` has them).
+    pub list SUMMED_BACKEND_STATS;
+    /// get commands the backends counted.
+    pub counter TOTAL_CMD_GET = "cmd_get", stats_only;
+    /// Storage commands the backends counted.
+    pub counter TOTAL_CMD_SET = "cmd_set", stats_only;
+    /// flush_all commands the backends counted.
+    pub counter TOTAL_CMD_FLUSH = "cmd_flush", stats_only;
+    /// touch commands the backends counted.
+    pub counter TOTAL_CMD_TOUCH = "cmd_touch", stats_only;
+    /// Keys found by the backends' reads.
+    pub counter TOTAL_GET_HITS = "get_hits", stats_only;
+    /// Keys the backends' reads missed.
+    pub counter TOTAL_GET_MISSES = "get_misses", stats_only;
+    /// Reads that found an expired item.
+    pub counter TOTAL_GET_EXPIRED = "get_expired", stats_only;
+    /// Reads that found a flushed item.
+    pub counter TOTAL_GET_FLUSHED = "get_flushed", stats_only;
+    /// Deletes of absent keys.
+    pub counter TOTAL_DELETE_MISSES = "delete_misses", stats_only;
+    /// Deletes of present keys.
+    pub counter TOTAL_DELETE_HITS = "delete_hits", stats_only;
+    /// incr of absent keys.
+    pub counter TOTAL_INCR_MISSES = "incr_misses", stats_only;
+    /// incr of present keys.
+    pub counter TOTAL_INCR_HITS = "incr_hits", stats_only;
+    /// decr of absent keys.
+    pub counter TOTAL_DECR_MISSES = "decr_misses", stats_only;
+    /// decr of present keys.
+    pub counter TOTAL_DECR_HITS = "decr_hits", stats_only;
+    /// cas of absent keys.
+    pub counter TOTAL_CAS_MISSES = "cas_misses", stats_only;
+    /// cas that stored.
+    pub counter TOTAL_CAS_HITS = "cas_hits", stats_only;
+    /// cas refused for a changed value.
+    pub counter TOTAL_CAS_BADVAL = "cas_badval", stats_only;
+    /// touch of present keys.
+    pub counter TOTAL_TOUCH_HITS = "touch_hits", stats_only;
+    /// touch of absent keys.
+    pub counter TOTAL_TOUCH_MISSES = "touch_misses", stats_only;
+    /// Bytes the backends read from their clients.
+    pub counter TOTAL_BYTES_READ = "bytes_read", stats_only;
+    /// Bytes the backends wrote to their clients.
+    pub counter TOTAL_BYTES_WRITTEN = "bytes_written", stats_only;
+    /// Item memory of the backends, bytes.
+    pub gauge TOTAL_LIMIT_MAXBYTES = "limit_maxbytes", stats_only;
+    /// Items the backends hold.
+    pub gauge TOTAL_CURR_ITEMS = "curr_items", stats_only;
+    /// Items the backends ever stored.
+    pub counter TOTAL_TOTAL_ITEMS = "total_items", stats_only;
+    /// Expired items never read.
+    pub counter TOTAL_EXPIRED_UNFETCHED = "expired_unfetched", stats_only;
+    /// Evicted items never read.
+    pub counter TOTAL_EVICTED_UNFETCHED = "evicted_unfetched", stats_only;
+    /// Items evicted for memory.
+    pub counter TOTAL_EVICTIONS = "evictions", stats_only;
+    /// Expired items whose memory was reused.
+    pub counter TOTAL_RECLAIMED = "reclaimed", stats_only;
+    /// Bytes the backends' items use.
+    pub gauge TOTAL_BYTES = "bytes", stats_only;
+}
 
 /// Sums [`SUMMED_BACKEND_STATS`] over the backends' `stats` replies; returns the sums and how
 /// many backends did not answer.
@@ -567,7 +654,7 @@ async fn backend_totals(cluster: &Cluster) -> (Vec<u64>, usize) {
             };
             let Some(index) = SUMMED_BACKEND_STATS
                 .iter()
-                .position(|s| s.as_bytes() == name)
+                .position(|metric| metric.name.as_bytes() == name)
             else {
                 continue;
             };
@@ -580,6 +667,62 @@ async fn backend_totals(cluster: &Cluster) -> (Vec<u64>, usize) {
         }
     }
     (totals, unreachable)
+}
+
+/// The memcached-named fields `stats` shows first ([`STATS_HEAD`], with the backends'
+/// [`SUMMED_BACKEND_STATS`] after `threads`).
+fn head_samples(view: MetricsView<'_>, totals: &[u64], unreachable: usize) -> Samples {
+    let mut head = Samples::new();
+    let front = view.front;
+    let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_secs())
+        .unwrap_or(0);
+    head.count(&PID, vec![], u64::from(std::process::id()));
+    head.count(&UPTIME, vec![], view.started.elapsed().as_secs());
+    head.count(&TIME, vec![], now);
+    let version = concat!("tailtrim-proxy-", env!("CARGO_PKG_VERSION"));
+    head.shown(&VERSION, vec![], version.to_string(), None);
+    for (metric, counter) in [
+        (&CURR_CONNECTIONS, &front.curr_connections),
+        (&TOTAL_CONNECTIONS, &front.total_connections),
+        (&REJECTED_CONNECTIONS, &front.rejected_connections),
+        (&IDLE_KICKS, &front.idle_kicks),
+        (&AUTH_CMDS, &front.auth_cmds),
+        (&AUTH_ERRORS, &front.auth_errors),
+        (&SSL_HANDSHAKE_ERRORS, &front.ssl_handshake_errors),
+    ] {
+        head.count(metric, vec![], load(counter));
+    }
+    head.count(&THREADS, vec![], view.threads as u64);
+    for (metric, total) in SUMMED_BACKEND_STATS.iter().zip(totals) {
+        head.count(metric, vec![], *total);
+    }
+    head.count(&BACKENDS_UNREACHABLE, vec![], unreachable as u64);
+    let pool = view.cluster.current();
+    let shown = |head: &mut Samples, metric: &Metric, labels: Labels, text: &str| {
+        head.shown(metric, labels, text.to_string(), None);
+    };
+    shown(&mut head, &POOL_PLANNER, vec![], pool.planner_name());
+    if let Some(choice) = pool.planner_choice() {
+        shown(&mut head, &POOL_PLANNER_CHOICE, vec![], choice);
+    }
+    if let Some((decision, _)) = pool.shaper().last_decision() {
+        let state = match decision.fallback {
+            Some(why) => why.name(),
+            None if decision.held => "held",
+            None => "model",
+        };
+        shown(&mut head, &CHISEL_DECISION, vec![], state);
+    }
+    shown(&mut head, &POOL_PRIORITIES, vec![], priorities_mode(&pool));
+    for backend in pool.backends() {
+        let labels = vec![("backend", backend.address().to_string())];
+        let mode = backend_priorities_mode(&pool, backend);
+        shown(&mut head, &BACKEND_PRIORITIES, labels, mode);
+    }
+    head
 }
 
 /// The `stats` reply. `stats` alone gives the proxy's own fields (pid, uptime, connections,
@@ -609,70 +752,9 @@ pub async fn stats_reply(view: MetricsView<'_>, args: &[Bytes]) -> Vec<u8> {
         }
         Some(_) => return b"ERROR\r\n".to_vec(),
     }
-    {
-        let uptime = view.started.elapsed().as_secs();
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        let front = view.front;
-        let _ = write!(out, "STAT pid {}\r\n", std::process::id());
-        let _ = write!(out, "STAT uptime {uptime}\r\n");
-        let _ = write!(out, "STAT time {now}\r\n");
-        let _ = write!(
-            out,
-            "STAT version tailtrim-proxy-{}\r\n",
-            env!("CARGO_PKG_VERSION")
-        );
-        let _ = write!(
-            out,
-            "STAT curr_connections {}\r\n",
-            front.curr_connections.load(Ordering::Relaxed)
-        );
-        let _ = write!(
-            out,
-            "STAT total_connections {}\r\n",
-            front.total_connections.load(Ordering::Relaxed)
-        );
-        for (name, counter) in [
-            ("rejected_connections", &front.rejected_connections),
-            ("idle_kicks", &front.idle_kicks),
-            ("auth_cmds", &front.auth_cmds),
-            ("auth_errors", &front.auth_errors),
-            ("ssl_handshake_errors", &front.ssl_handshake_errors),
-        ] {
-            let _ = write!(out, "STAT {name} {}\r\n", counter.load(Ordering::Relaxed));
-        }
-        let _ = write!(out, "STAT threads {}\r\n", view.threads);
-        let (totals, unreachable) = backend_totals(view.cluster).await;
-        for (name, total) in SUMMED_BACKEND_STATS.iter().zip(totals) {
-            let _ = write!(out, "STAT {name} {total}\r\n");
-        }
-        let _ = write!(out, "STAT backends_unreachable {unreachable}\r\n");
-        let pool = view.cluster.current();
-        let _ = write!(out, "STAT pool_planner {}\r\n", pool.planner_name());
-        if let Some(choice) = pool.planner_choice() {
-            let _ = write!(out, "STAT pool_planner_choice {choice}\r\n");
-        }
-        if let Some((decision, _)) = pool.shaper().last_decision() {
-            let state = match decision.fallback {
-                Some(why) => why.name(),
-                None if decision.held => "held",
-                None => "model",
-            };
-            let _ = write!(out, "STAT chisel_decision {state}\r\n");
-        }
-        let _ = write!(out, "STAT pool_priorities {}\r\n", priorities_mode(&pool));
-        for backend in pool.backends() {
-            let _ = write!(
-                out,
-                "STAT backend_priorities:{} {}\r\n",
-                backend.address(),
-                backend_priorities_mode(&pool, backend)
-            );
-        }
-        samples(view).stats_lines(&mut out);
-    }
+    let (totals, unreachable) = backend_totals(view.cluster).await;
+    head_samples(view, &totals, unreachable).stats_lines(&mut out);
+    samples(view).stats_lines(&mut out);
     out.push_str("END\r\n");
     out.into_bytes()
 }
@@ -760,9 +842,8 @@ mod tests {
 
     #[test]
     fn declarations_name_their_units_once() {
-        assert_eq!(
-            tailtrim_metrics::declare::check_declarations(DECLARED),
-            Ok(())
-        );
+        for list in [DECLARED, STATS_HEAD, SUMMED_BACKEND_STATS] {
+            assert_eq!(tailtrim_metrics::declare::check_declarations(list), Ok(()));
+        }
     }
 }

@@ -1,4 +1,5 @@
-//! Talking to a proxy's admin listener: `GET /pool` for membership, `POST`/`DELETE
+//! Talking to a proxy's admin listener: `GET /pool` for membership, `GET /pool/hotkeys` for
+//! the hottest keys per backend, `POST`/`DELETE
 //! /pool/servers` for `cluster add` and `remove` (the proxy crate's `admin` module is the
 //! other side). One HTTP/1.1 request per connection, `Connection: close`, as the listener
 //! answers.
@@ -78,6 +79,24 @@ pub fn request(
 pub fn pool(address: &str) -> Result<serde_json::Value, TierError> {
     let reply = request(address, "GET", "/pool", None, READ_TIMEOUT)?;
     parse_json(address, &reply)
+}
+
+/// `GET /pool/hotkeys?server=BACKEND&n=N` of the proxy whose admin listener is `address`:
+/// the `n` hottest keys its tracker of `backend` holds, as (key, estimated requests since
+/// the proxy started or the backend joined).
+pub fn hot_keys(address: &str, backend: &str, n: usize) -> Result<Vec<(String, u64)>, TierError> {
+    let target = format!(
+        "/pool/hotkeys?server={}&n={n}",
+        utf8_percent_encode(backend, NON_ALPHANUMERIC)
+    );
+    let reply = request(address, "GET", &target, None, READ_TIMEOUT)?;
+    let body = parse_json(address, &reply)?;
+    Ok(body["keys"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|hot| Some((hot["key"].as_str()?.to_string(), hot["count"].as_u64()?)))
+        .collect())
 }
 
 /// A membership change to send to every proxy.

@@ -10,14 +10,19 @@
 //! [proxy]                # the proxy's own [proxy] section (tailtrim_proxy::config::ProxySection)
 //! [pool]                 # the proxy's own [pool] section; `servers` is filled from [[servers]]
 //! [warmup]               # the proxy's own [warmup] section
+//! [classes]              # the proxy's own [classes] section (per-class latency bounds)
 //! ```
 //!
-//! The `[proxy]`, `[pool]` and `[warmup]` sections are the proxy's configuration structs
-//! themselves, so a `tailtrim proxy --config` file's sections can be pasted in unchanged.
+//! The `[proxy]`, `[pool]`, `[warmup]` and `[classes]` sections are the proxy's configuration
+//! structs themselves, so a `tailtrim proxy --config` file's sections can be pasted in
+//! unchanged. A `[[proxies]]` entry with `program = "nutcracker"` runs Debian's twemproxy
+//! instead, from a YAML written from the same pool ([`ProxyPlan::nutcracker_yaml`]): one
+//! file then describes the memcached + twemproxy tier a tailtrim tier is compared with.
 
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+use tailtrim_proxy::classes::ClassesSection;
 use tailtrim_proxy::config::{PoolSection, ProxyConfig, ProxySection, RouteSection, WarmupSection};
 
 use crate::error::TierError;
@@ -66,6 +71,9 @@ pub struct TierConfig {
     /// default; `docs/routes.md`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<RouteSection>,
+    /// `[classes]`: the bounds of the proxies' per-class latency (small and large gets,
+    /// mice and elephant multigets) that `cluster status` shows.
+    pub classes: ClassesSection,
 }
 
 /// `[tier]`
@@ -172,12 +180,55 @@ pub struct ServerNode {
     pub weight: Option<u32>,
 }
 
+/// Which proxy a node runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyProgram {
+    /// `tailtrim proxy`.
+    #[default]
+    Tailtrim,
+    /// twemproxy (`nutcracker`, from `$PATH` or `/usr/sbin`), for a baseline tier: its YAML is
+    /// written from `[pool]`; `admin_listen` is its stats port (JSON); `[proxy]`, `[warmup]`,
+    /// `[classes]`, `[[routes]]` and the planner do not apply, and membership changes need a
+    /// restart (nutcracker re-reads no configuration).
+    Nutcracker,
+}
+
+impl ProxyProgram {
+    /// The name a node record shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProxyProgram::Tailtrim => "tailtrim proxy",
+            ProxyProgram::Nutcracker => "nutcracker",
+        }
+    }
+}
+
+/// Hashes both nutcracker and the tailtrim proxy know by the same name.
+const NUTCRACKER_HASHES: [&str; 8] = [
+    "md5",
+    "crc32",
+    "crc32a",
+    "fnv1_64",
+    "fnv1a_64",
+    "fnv1_32",
+    "fnv1a_32",
+    "one_at_a_time",
+];
+/// Distributions both know.
+const NUTCRACKER_DISTRIBUTIONS: [&str; 2] = ["ketama", "modula"];
+/// How often a nutcracker proxy aggregates its stats (`-i`, ms): its default is 30 s, too
+/// coarse for `cluster status`.
+pub const NUTCRACKER_STATS_INTERVAL_MS: u64 = 1000;
+
 /// `[[proxies]]`: one proxy over every server.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProxyNode {
     /// Label in status and log file names. Empty: `proxy-<port>`.
     pub name: String,
+    /// `tailtrim` (`tailtrim proxy`) or `nutcracker` (twemproxy, a baseline tier).
+    pub program: ProxyProgram,
     /// Client listen address (`host:port`).
     pub listen: String,
     /// Admin listen address (`host:port`): `GET /metrics`, `GET /pool` and the membership
@@ -189,6 +240,7 @@ impl Default for ProxyNode {
     fn default() -> Self {
         ProxyNode {
             name: String::new(),
+            program: ProxyProgram::Tailtrim,
             listen: tailtrim_proxy::config::DEFAULT_LISTEN.to_string(),
             admin_listen: tailtrim_proxy::config::DEFAULT_ADMIN_LISTEN.to_string(),
         }
@@ -279,6 +331,8 @@ impl ServerPlan {
 pub struct ProxyPlan {
     /// Label.
     pub name: String,
+    /// Which proxy.
+    pub program: ProxyProgram,
     /// Client listen address.
     pub listen: String,
     /// Admin listen address.
@@ -292,6 +346,55 @@ impl ProxyPlan {
     pub fn config_text(&self) -> Result<String, TierError> {
         toml::to_string(&self.config)
             .map_err(|error| TierError::Config(format!("proxy {}: {error}", self.name)))
+    }
+
+    /// The nutcracker YAML of this proxy: one pool named after the tier's `[pool] name`,
+    /// listening on `listen`, over the same servers, hash, distribution, hash tag, timeouts
+    /// and failure handling as the tailtrim proxies (`auto_eject_hosts: false`, as tailtrim).
+    pub fn nutcracker_yaml(&self) -> String {
+        let pool = &self.config.pool;
+        let mut yaml = format!(
+            "{}:\n  listen: {}\n  hash: {}\n  distribution: {}\n  timeout: {}\n  server_connections: {}\n  server_failure_limit: {}\n  server_retry_timeout: {}\n  auto_eject_hosts: false\n  preconnect: true\n",
+            pool.name,
+            self.listen,
+            pool.hash,
+            pool.distribution,
+            pool.timeout_ms,
+            pool.server_connections,
+            pool.server_failure_limit,
+            pool.server_retry_timeout_ms,
+        );
+        if !pool.hash_tag.is_empty() {
+            yaml.push_str(&format!("  hash_tag: \"{}\"\n", pool.hash_tag));
+        }
+        yaml.push_str("  servers:\n");
+        for server in &pool.servers {
+            yaml.push_str(&format!("    - {server}\n"));
+        }
+        yaml
+    }
+
+    /// `nutcracker`'s arguments (after the executable) with its YAML at `config_path`: the
+    /// stats listener on `admin_listen`, aggregated every [`NUTCRACKER_STATS_INTERVAL_MS`],
+    /// and its log to `log_path`.
+    pub fn nutcracker_arguments(
+        &self,
+        config_path: &Path,
+        log_path: &Path,
+    ) -> Result<Vec<String>, TierError> {
+        let (stats_host, stats_port) = split_address(&self.admin_listen)?;
+        Ok(vec![
+            "-c".to_string(),
+            config_path.display().to_string(),
+            "-s".to_string(),
+            stats_port.to_string(),
+            "-a".to_string(),
+            stats_host,
+            "-i".to_string(),
+            NUTCRACKER_STATS_INTERVAL_MS.to_string(),
+            "-o".to_string(),
+            log_path.display().to_string(),
+        ])
     }
 }
 
@@ -346,6 +449,21 @@ impl TierConfig {
             let program = node.program.unwrap_or(self.server.program);
             if program == Program::Memcached && node.dispatch.is_some() {
                 return bad("a [[servers]] entry with program = \"memcached\" takes no dispatch");
+            }
+        }
+        if self
+            .proxies
+            .iter()
+            .any(|node| node.program == ProxyProgram::Nutcracker)
+        {
+            if !NUTCRACKER_HASHES.contains(&self.pool.hash.as_str()) {
+                return bad("[pool] hash: nutcracker and tailtrim share md5, crc32, crc32a, fnv1_64, fnv1a_64, fnv1_32, fnv1a_32 and one_at_a_time");
+            }
+            if !NUTCRACKER_DISTRIBUTIONS.contains(&self.pool.distribution.as_str()) {
+                return bad("[pool] distribution: nutcracker knows ketama and modula");
+            }
+            if !self.pool.auth_file.is_empty() || !self.pool.username.is_empty() {
+                return bad("[pool] login: nutcracker cannot log in to -Y servers");
             }
         }
         Ok(())
@@ -445,6 +563,7 @@ impl TierConfig {
             pool.servers = pool_servers.clone();
             proxies.push(ProxyPlan {
                 name,
+                program: node.program,
                 listen,
                 admin_listen,
                 config: ProxyConfig {
@@ -453,6 +572,7 @@ impl TierConfig {
                     warmup: self.warmup.clone(),
                     tls: Default::default(),
                     routes: self.routes.clone(),
+                    classes: self.classes,
                 },
             });
         }

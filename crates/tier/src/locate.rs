@@ -59,6 +59,7 @@ impl Locate {
                 admin: self.admin.clone(),
                 pid: None,
                 exited: None,
+                nutcracker: false,
             };
             return Ok((String::new(), vec![target]));
         }

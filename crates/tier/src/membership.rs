@@ -12,6 +12,7 @@ use std::path::Path;
 use tailtrim_proxy::effective::ADMIN_TOKEN_VARIABLE;
 
 use crate::admin::Change;
+use crate::config::ProxyProgram;
 use crate::locate::{running_state, written_plan, Locate};
 use crate::{TierConfig, TierError};
 
@@ -37,7 +38,8 @@ pub fn admin_token(
 }
 
 /// The proxies to change, as (name, admin address): `--admin`, else the running tier's
-/// live proxies, else the tier file's.
+/// live proxies, else the tier file's. nutcracker proxies are left out: they have no admin
+/// API and read their servers from their YAML at start only.
 pub fn proxies_to_change(
     locate: &Locate,
     config: Option<&TierConfig>,
@@ -49,12 +51,14 @@ pub fn proxies_to_change(
         state
             .proxies()
             .filter(|proxy| proxy.exited.is_none())
+            .filter(|proxy| proxy.program != ProxyProgram::Nutcracker.name())
             .filter_map(|proxy| Some((proxy.name.clone(), proxy.admin.clone()?)))
             .collect()
     } else if let Some(config) = config {
         written_plan(config)?
             .proxies
             .into_iter()
+            .filter(|proxy| proxy.program == ProxyProgram::Tailtrim)
             .map(|proxy| (proxy.name, proxy.admin_listen))
             .collect()
     } else {
@@ -65,7 +69,7 @@ pub fn proxies_to_change(
     };
     if proxies.is_empty() {
         return Err(TierError::NotRunning(
-            "the tier has no running proxy to change".to_string(),
+            "the tier has no running tailtrim proxy to change (a nutcracker proxy takes its servers from its YAML at start only)".to_string(),
         ));
     }
     Ok(proxies)

@@ -15,7 +15,7 @@
 //! only, which stops the proxies before the servers) and gets SIGTERM from the kernel if
 //! the supervisor dies without stopping it (`PR_SET_PDEATHSIG`): no node outlives it.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -28,7 +28,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{PortChoice, Program, ServerPlan, TierConfig, TierPlan};
+use crate::config::{
+    PortChoice, Program, ProxyPlan, ProxyProgram, ServerPlan, TierConfig, TierPlan,
+};
 use crate::error::TierError;
 use crate::state::{NodeRecord, Role, TierState, CONTROL_SOCKET};
 use crate::table::Table;
@@ -163,21 +165,11 @@ impl Supervisor {
             wait_ready(&mut self.nodes[index], self.ready_timeout, &self.stop)?;
         }
         for proxy in &plan.proxies {
-            let config_path = self.options.run_dir.join(format!("{}.toml", proxy.name));
-            let text = proxy.config_text()?;
-            std::fs::write(&config_path, text).map_err(|source| {
-                TierError::io(format!("writing {}", config_path.display()), source)
-            })?;
-            let arguments = vec![
-                "proxy".to_string(),
-                "--config".to_string(),
-                config_path.display().to_string(),
-            ];
-            let binary = self.options.binary.clone();
+            let (binary, arguments) = self.proxy_command(proxy)?;
             let mut running = self.spawn(
                 Role::Proxy,
                 &proxy.name,
-                "tailtrim proxy",
+                proxy.program.name(),
                 &binary,
                 &arguments,
                 &proxy.listen,
@@ -188,6 +180,41 @@ impl Supervisor {
             ready?;
         }
         Ok(())
+    }
+
+    /// Writes a proxy's configuration file into the run directory; returns the executable and
+    /// arguments that start it.
+    fn proxy_command(&self, proxy: &ProxyPlan) -> Result<(PathBuf, Vec<String>), TierError> {
+        let run_dir = &self.options.run_dir;
+        let (file_name, text) = match proxy.program {
+            ProxyProgram::Tailtrim => (format!("{}.toml", proxy.name), proxy.config_text()?),
+            ProxyProgram::Nutcracker => (format!("{}.yml", proxy.name), proxy.nutcracker_yaml()),
+        };
+        let config_path = run_dir.join(file_name);
+        std::fs::write(&config_path, text).map_err(|source| {
+            TierError::io(format!("writing {}", config_path.display()), source)
+        })?;
+        match proxy.program {
+            ProxyProgram::Tailtrim => Ok((
+                self.options.binary.clone(),
+                vec![
+                    "proxy".to_string(),
+                    "--config".to_string(),
+                    config_path.display().to_string(),
+                ],
+            )),
+            ProxyProgram::Nutcracker => {
+                let binary =
+                    tailtrim_lab::process::program_path("nutcracker").ok_or_else(|| {
+                        TierError::Process(format!(
+                            "{}: nutcracker is not installed (apt-get install nutcracker)",
+                            proxy.name
+                        ))
+                    })?;
+                let log = run_dir.join("logs").join(format!("{}.log", proxy.name));
+                Ok((binary, proxy.nutcracker_arguments(&config_path, &log)?))
+            }
+        }
     }
 
     fn spawn_server(&self, server: &ServerPlan) -> Result<Running, TierError> {
@@ -227,7 +254,10 @@ impl Supervisor {
             .run_dir
             .join("logs")
             .join(format!("{name}.log"));
+        // Emptied, then appended to: a node that also opens its log itself (nutcracker's
+        // `-o`) appends beside its own stdout and stderr instead of overwriting them.
         let log_file = File::create(&log)
+            .and_then(|_| OpenOptions::new().append(true).open(&log))
             .map_err(|source| TierError::io(format!("creating {}", log.display()), source))?;
         let log_for_stdout = log_file
             .try_clone()
