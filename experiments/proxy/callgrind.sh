@@ -34,7 +34,11 @@ else
         --server-failure-limit 1000000000 2>/dev/null &
 fi
 proxy=$!
-sleep 4
+# Valgrind starts slowly on a loaded host: wait for the port (bounded).
+for _ in $(seq 120); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$proxy_port") 2>/dev/null; then break; fi
+    sleep 0.5
+done
 load=("$closedloop" -s "127.0.0.1:$proxy_port" -c 8 -depth 1 -keys "$keys" -set-every 0)
 "${load[@]}" -d 1s >/dev/null
 callgrind_control -z "$proxy" >/dev/null

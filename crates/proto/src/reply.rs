@@ -86,8 +86,17 @@ impl ReplyBuf {
         }
     }
 
-    /// Appends everything queued in `other`, keeping order.
+    /// Appends everything queued in `other`, keeping order. A small reply held in
+    /// `other`'s scratch alone is copied behind the scratch bytes already queued, so a
+    /// connection's run of small replies stays one contiguous piece, without a chunk (and
+    /// its allocation) per reply.
     pub fn append(&mut self, other: &mut ReplyBuf) {
+        if other.chunks.is_empty() && other.scratch.len() <= ZERO_COPY_THRESHOLD {
+            self.scratch.extend_from_slice(&other.scratch);
+            self.len += other.len;
+            other.clear();
+            return;
+        }
         other.seal();
         self.seal();
         self.len += other.len;
@@ -95,26 +104,32 @@ impl ReplyBuf {
         other.len = 0;
     }
 
-    /// The queued chunks, in order, for vectored writes (seals scratch first).
-    pub fn chunks(&mut self) -> impl Iterator<Item = &Bytes> {
-        self.seal();
-        self.chunks.iter()
+    /// The queued pieces, in order, for vectored writes: the chunks, then the scratch
+    /// bytes (not sealed, so writing them costs no allocation).
+    pub fn chunks(&self) -> impl Iterator<Item = &[u8]> {
+        let scratch = (!self.scratch.is_empty()).then_some(&self.scratch[..]);
+        self.chunks.iter().map(|chunk| &chunk[..]).chain(scratch)
     }
 
     /// Drops the first `n` bytes (after a partial write).
-    pub fn advance(&mut self, mut n: usize) {
-        self.seal();
-        self.len -= n.min(self.len);
+    pub fn advance(&mut self, n: usize) {
+        let mut n = n.min(self.len);
+        self.len -= n;
         while n > 0 {
-            let Some(front) = self.chunks.front_mut() else {
-                break;
-            };
-            if front.len() <= n {
-                n -= front.len();
-                self.chunks.pop_front();
-            } else {
-                front.advance(n);
-                n = 0;
+            match self.chunks.front_mut() {
+                Some(front) if front.len() <= n => {
+                    n -= front.len();
+                    self.chunks.pop_front();
+                }
+                Some(front) => {
+                    front.advance(n);
+                    n = 0;
+                }
+                None => {
+                    // The rest is in scratch (`len` counts chunks and scratch).
+                    self.scratch.advance(n);
+                    n = 0;
+                }
             }
         }
     }
@@ -183,6 +198,40 @@ pub fn error(out: &mut ReplyBuf, err: &ProtoError) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn small_replies_append_as_one_piece_and_write_in_order() {
+        let mut queued = ReplyBuf::new();
+        for key in [&b"a"[..], b"bb", b"ccc"] {
+            let mut reply = ReplyBuf::new();
+            value(&mut reply, key, 0, &Bytes::from_static(b"v"), None);
+            queued.append(&mut reply);
+            assert!(reply.is_empty());
+        }
+        assert_eq!(queued.chunks().count(), 1, "small replies share one piece");
+        let mut large = ReplyBuf::new();
+        value(&mut large, b"big", 0, &Bytes::from(vec![b'x'; 5000]), None);
+        queued.append(&mut large);
+        line(&mut queued, b"END");
+        let expected = [
+            &b"VALUE a 0 1\r\nv\r\nVALUE bb 0 1\r\nv\r\nVALUE ccc 0 1\r\nv\r\n"[..],
+            b"VALUE big 0 5000\r\n",
+            &[b'x'; 5000],
+            b"\r\nEND\r\n",
+        ]
+        .concat();
+        assert_eq!(queued.len(), expected.len());
+        // Written in uneven pieces, as partial writes leave it.
+        let mut written = Vec::new();
+        while !queued.is_empty() {
+            let piece = queued.chunks().next().map(|c| c[..c.len().min(7)].to_vec());
+            let piece = piece.unwrap_or_default();
+            written.extend_from_slice(&piece);
+            queued.advance(piece.len());
+        }
+        assert_eq!(written, expected);
+        assert_eq!(queued.chunks().count(), 0);
+    }
 
     #[test]
     fn value_line_and_zero_copy() {

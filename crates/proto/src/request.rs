@@ -1096,36 +1096,23 @@ mod tests {
 
     #[test]
     fn errors_match_memcached() {
+        const BAD_LINE: ProtoError = ProtoError::BadCommandLine { noreply: false };
+        const BAD_EXPTIME: ProtoError = ProtoError::InvalidExptime { noreply: false };
         let cases: &[(&[u8], ProtoError)] = &[
             (b"foo\r\n", ProtoError::UnknownCommand),
             (b"\r\n", ProtoError::UnknownCommand),
             (b"get\r\n", ProtoError::UnknownCommand),
             (b"set a 0 0\r\n", ProtoError::UnknownCommand),
-            (
-                b"set a 0 0 -1\r\n",
-                ProtoError::BadCommandLine { noreply: false },
-            ),
-            (
-                b"set a x 0 1\r\n",
-                ProtoError::BadCommandLine { noreply: false },
-            ),
-            (
-                b"cas a 0 0 1 abc\r\n",
-                ProtoError::BadCommandLine { noreply: false },
-            ),
+            (b"set a 0 0 -1\r\n", BAD_LINE),
+            (b"set a x 0 1\r\n", BAD_LINE),
+            (b"cas a 0 0 1 abc\r\n", BAD_LINE),
             (b"incr a x\r\n", ProtoError::InvalidDelta { noreply: false }),
-            (
-                b"touch a x\r\n",
-                ProtoError::InvalidExptime { noreply: false },
-            ),
+            (b"touch a x\r\n", BAD_EXPTIME),
             (
                 b"delete a 1\r\n",
                 ProtoError::DeleteUsage { noreply: false },
             ),
-            (
-                b"flush_all x\r\n",
-                ProtoError::InvalidExptime { noreply: false },
-            ),
+            (b"flush_all x\r\n", BAD_EXPTIME),
             (b"verbosity\r\n", ProtoError::UnknownCommand),
             (b"mg k zz\r\n", ProtoError::InvalidMetaFlag),
             (b"mg k v v\r\n", ProtoError::DuplicateMetaFlag),
@@ -1136,14 +1123,8 @@ mod tests {
             (b"HTTP/1.1\r\n", ProtoError::HttpRequest),
             (b"gxx / HTTP/1.1\r\n", ProtoError::UnknownCommand),
             (b"xx HTTP/1.0 tail\r\n", ProtoError::UnknownCommand),
-            (
-                b"set a 0 0 2147483646\r\n",
-                ProtoError::BadCommandLine { noreply: false },
-            ),
-            (
-                b"ms a 2147483647\r\n",
-                ProtoError::BadCommandLine { noreply: false },
-            ),
+            (b"set a 0 0 2147483646\r\n", BAD_LINE),
+            (b"ms a 2147483647\r\n", BAD_LINE),
             (
                 b"slabs automove x noreply\r\n",
                 ProtoError::BadCommandLine { noreply: true },

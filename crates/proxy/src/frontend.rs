@@ -404,6 +404,10 @@ async fn write_replies<S: ClientStream>(
     if total == 0 {
         return Ok(());
     }
+    if let [reply] = &replies[..] {
+        // One request's reply (the unpipelined case): written as it is, not copied first.
+        return write_reply(stream, reply).await;
+    }
     if total <= COALESCE_LIMIT {
         out.clear();
         for reply in &replies {

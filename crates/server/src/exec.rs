@@ -428,6 +428,29 @@ fn push_echo_flags(out: &mut ReplyBuf, key: &[u8], flags: &MetaFlags) {
     }
 }
 
+/// The `k`, `O` and `c` flags of a meta status line about an item, in request order, with
+/// `t` too when the item's expiry is given: `(cas, expiry)`.
+fn push_item_flags(
+    out: &mut ReplyBuf,
+    key: &[u8],
+    flags: &MetaFlags,
+    (cas, expiry): (u64, Option<Expiry>),
+    ctx: &ExecContext<'_>,
+) {
+    for flag in &flags.list {
+        match (flag.letter, expiry) {
+            (b'k', _) => push_key_flag(out, key, flags.has(b'b')),
+            (b'O', _) => push_opaque(out, flags),
+            (b'c', _) => {
+                out.push(b" c");
+                out.push_u64(shown_cas(cas, ctx));
+            }
+            (b't', Some(expiry)) => push_ttl(out, expiry, ctx.now),
+            _ => {}
+        }
+    }
+}
+
 fn push_ttl(out: &mut ReplyBuf, expiry: Expiry, now: UnixSecs) {
     out.push(b" t");
     match expiry.ttl_remaining(now) {
@@ -599,17 +622,7 @@ fn meta_set(
                 return;
             }
             out.push(code);
-            for flag in &flags.list {
-                match flag.letter {
-                    b'k' => push_key_flag(out, key, flags.has(b'b')),
-                    b'O' => push_opaque(out, flags),
-                    b'c' => {
-                        out.push(b" c");
-                        out.push_u64(shown_cas(outcome.cas, ctx));
-                    }
-                    _ => {}
-                }
-            }
+            push_item_flags(out, key, flags, (outcome.cas, None), ctx);
             out.push(b"\r\n");
         }
         Err(err) => store_error_reply(&err, out),
@@ -737,18 +750,7 @@ fn meta_arithmetic(key: &[u8], flags: &MetaFlags, ctx: &ExecContext<'_>, out: &m
     } else {
         out.push(b"HD");
     }
-    for flag in &flags.list {
-        match flag.letter {
-            b'k' => push_key_flag(out, key, flags.has(b'b')),
-            b'O' => push_opaque(out, flags),
-            b'c' => {
-                out.push(b" c");
-                out.push_u64(shown_cas(item.cas, ctx));
-            }
-            b't' => push_ttl(out, item.expiry, ctx.now),
-            _ => {}
-        }
-    }
+    push_item_flags(out, key, flags, (item.cas, Some(item.expiry)), ctx);
     out.push(b"\r\n");
     if with_value {
         out.push(number.as_bytes());

@@ -45,7 +45,9 @@ use crate::config::DispatchPolicy;
 use crate::emulate::{set_min_timer_slack, Emulator};
 use crate::epoll::{wait_fd, Epoll, READABLE, WRITABLE};
 use crate::exec::{count_read, count_written, execute, unlink_too_large, ExecContext};
-use crate::policies::{EpollLayout, Executed, Placement, Policy, WorkerHost};
+use crate::policies::{
+    Completion, EpollLayout, Executed, InlineReply, Placement, Policy, WorkerHost,
+};
 use crate::session::{Admit, Conn, Job, PendingJob, ReadSide};
 use crate::shared::{unix_now, DispatchView, Shared};
 use crate::stats::bump;
@@ -583,15 +585,13 @@ impl Runtime {
     /// emulated service time, the worker is first held for the `charge`d
     /// cost; with emulated network time, the reply is held back (not the
     /// worker) and the network timer writes it when due.
-    pub(crate) fn complete(
-        &self,
-        conn: &Arc<Conn>,
-        seq: u64,
-        reply: ReplyBuf,
-        worker: usize,
-        mode: FlushMode,
-        charge: Option<Charge>,
-    ) {
+    pub(crate) fn complete(&self, conn: &Arc<Conn>, worker: usize, done: Completion) {
+        let Completion {
+            seq,
+            reply,
+            mode,
+            charge,
+        } = done;
         if let (Some(charge), Some(emulator)) = (charge, self.service.get(worker)) {
             let time = emulator.lock().draw(charge.units);
             let deadline = charge.started + time;
@@ -770,39 +770,6 @@ impl Runtime {
         self.poll_and_serve(index, worker, &mut tokens, timeout_ms)
     }
 
-    /// Waits up to `timeout_ms` on epoll `index` and serves what is ready
-    /// (as many connections as the policy takes per wait). Returns true if it
-    /// served something.
-    pub(crate) fn poll_and_serve(
-        &self,
-        index: usize,
-        worker: usize,
-        tokens: &mut Vec<u64>,
-        timeout_ms: i32,
-    ) -> bool {
-        let max = self.policy.events_per_wait();
-        if self.epolls[index].wait(tokens, max, timeout_ms).is_err() {
-            return false;
-        }
-        let mut served = false;
-        for &token in tokens.iter() {
-            if token == WAKE_TOKEN {
-                self.policy.on_wake(self, index, worker);
-                continue;
-            }
-            if token >= UDP_TOKEN_BASE {
-                self.serve_udp(index, token, worker);
-                served = true;
-                continue;
-            }
-            if let Some(conn) = self.lookup(token) {
-                self.serve_conn(&conn, worker, false);
-                served = true;
-            }
-        }
-        served
-    }
-
     /// Serves the datagrams waiting on one UDP socket, then re-arms it.
     fn serve_udp(&self, epoll_index: usize, token: u64, worker: usize) {
         let Some(socket) = self.udp.get((token - UDP_TOKEN_BASE) as usize) else {
@@ -842,7 +809,16 @@ impl Runtime {
                 let size = declared.unwrap_or(out.len()) as u64;
                 let large = size > self.policy.class_threshold();
                 let charge = Charge::new(started, keys, wire_bytes(declared, &frame, &out));
-                self.complete(&conn, seq, out, worker, mode, Some(charge));
+                self.complete(
+                    &conn,
+                    worker,
+                    Completion {
+                        seq,
+                        reply: out,
+                        mode,
+                        charge: Some(charge),
+                    },
+                );
                 self.record_latency(worker, large, arrived_at);
                 self.finish(&conn, frame_bytes);
                 if mode != FlushMode::Deferred && !conn.write.lock().out.is_empty() {
@@ -860,7 +836,16 @@ impl Runtime {
                     units,
                     started: Instant::now(),
                 };
-                self.complete(&conn, seq, reply, worker, FlushMode::Blocking, Some(charge));
+                self.complete(
+                    &conn,
+                    worker,
+                    Completion {
+                        seq,
+                        reply,
+                        mode: FlushMode::Blocking,
+                        charge: Some(charge),
+                    },
+                );
                 self.record_latency(worker, true, arrived_at);
             }
             Job::Receive { conn } => {
@@ -1230,7 +1215,16 @@ impl Runtime {
                 let seq = read.take_seq();
                 let mut out = ReplyBuf::new();
                 out.push(outcome.reply());
-                self.complete(conn, seq, out, worker, FlushMode::Deferred, None);
+                self.complete(
+                    conn,
+                    worker,
+                    Completion {
+                        seq,
+                        reply: out,
+                        mode: FlushMode::Deferred,
+                        charge: None,
+                    },
+                );
                 None
             }
         }
@@ -1286,9 +1280,15 @@ impl Runtime {
             storage: declared.is_some(),
             charge: Charge::new(started, keys, wire_bytes(declared, &frame, &out)),
         };
-        self.policy.finish_inline(
-            self, conn, seq, out, executed, worker, receiving, arrived_at,
-        );
+        let done = InlineReply {
+            seq,
+            reply: out,
+            executed,
+            receiving,
+            arrived_at,
+            worker,
+        };
+        self.policy.finish_inline(self, conn, done);
 
         false
     }
@@ -1372,7 +1372,16 @@ impl Runtime {
         if self.log_commands {
             log_exchange(conn, &[], &mut out);
         }
-        self.complete(conn, seq, out, worker, mode, None);
+        self.complete(
+            conn,
+            worker,
+            Completion {
+                seq,
+                reply: out,
+                mode,
+                charge: None,
+            },
+        );
     }
 
     /// `stats sizeaware` pairs.
@@ -1431,23 +1440,35 @@ impl WorkerHost for Runtime {
         tokens: &mut Vec<u64>,
         timeout_ms: i32,
     ) -> bool {
-        Runtime::poll_and_serve(self, index, worker, tokens, timeout_ms)
+        let max = self.policy.events_per_wait();
+        if self.epolls[index].wait(tokens, max, timeout_ms).is_err() {
+            return false;
+        }
+        let mut served = false;
+        for &token in tokens.iter() {
+            if token == WAKE_TOKEN {
+                self.policy.on_wake(self, index, worker);
+                continue;
+            }
+            if token >= UDP_TOKEN_BASE {
+                self.serve_udp(index, token, worker);
+                served = true;
+                continue;
+            }
+            if let Some(conn) = self.lookup(token) {
+                self.serve_conn(&conn, worker, false);
+                served = true;
+            }
+        }
+        served
     }
 
     fn run_job(&self, job: Job, worker: usize) {
         Runtime::run_job(self, job, worker)
     }
 
-    fn complete(
-        &self,
-        conn: &Arc<Conn>,
-        seq: u64,
-        reply: ReplyBuf,
-        worker: usize,
-        mode: FlushMode,
-        charge: Option<Charge>,
-    ) {
-        Runtime::complete(self, conn, seq, reply, worker, mode, charge)
+    fn complete(&self, conn: &Arc<Conn>, worker: usize, done: Completion) {
+        Runtime::complete(self, conn, worker, done)
     }
 
     fn record_latency(&self, worker: usize, large: bool, since: Instant) {

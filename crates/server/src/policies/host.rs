@@ -34,6 +34,19 @@ impl Charge {
     }
 }
 
+/// A request's finished reply, as handed to [`WorkerHost::complete`].
+#[derive(Debug)]
+pub struct Completion {
+    /// The request's place in its connection's reply order.
+    pub seq: u64,
+    /// The reply's bytes.
+    pub reply: ReplyBuf,
+    /// When the reply is written out.
+    pub mode: FlushMode,
+    /// The emulated service cost the completing worker is first held for, if any.
+    pub charge: Option<Charge>,
+}
+
 /// When the runtime writes a completed reply out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlushMode {
@@ -65,17 +78,9 @@ pub trait WorkerHost: Sync {
     /// Runs a job handed to worker `worker`.
     fn run_job(&self, job: Job, worker: usize);
 
-    /// Fills `seq`'s reply slot of `conn` and writes whatever is now in order (`mode`), the
-    /// worker first held for the `charge`d emulated cost, if any.
-    fn complete(
-        &self,
-        conn: &Arc<Conn>,
-        seq: u64,
-        reply: ReplyBuf,
-        worker: usize,
-        mode: FlushMode,
-        charge: Option<Charge>,
-    );
+    /// Fills the reply slot `done.seq` of `conn` and writes whatever is now in order
+    /// (`done.mode`), the worker first held for the `done.charge`d emulated cost, if any.
+    fn complete(&self, conn: &Arc<Conn>, worker: usize, done: Completion);
 
     /// Records a request's server-side latency (since `since`) in its class.
     fn record_latency(&self, worker: usize, large: bool, since: Instant);

@@ -41,9 +41,9 @@ pub mod strategy;
 #[cfg(test)]
 mod same_decisions;
 
-pub use host::{Charge, FlushMode, WorkerHost};
+pub use host::{Charge, Completion, FlushMode, WorkerHost};
 pub(crate) use strategy::IDLE_WAIT_MS;
-pub use strategy::{EpollLayout, Executed, Placement, Policy, PolicyStats};
+pub use strategy::{EpollLayout, Executed, InlineReply, Placement, Policy, PolicyStats};
 
 use crate::config::{DispatchPolicy, ServerConfig};
 

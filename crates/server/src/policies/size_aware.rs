@@ -19,17 +19,16 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use tailtrim_policy::sizeaware::{EpochDriver, PackedDecision, SizeClass, SplitBy};
-use tailtrim_proto::reply::ReplyBuf;
 use tailtrim_proto::request::declared_total;
 
-use super::host::{FlushMode, WorkerHost};
+use super::host::{Completion, FlushMode, WorkerHost};
 use super::measure::EpochMeasure;
-use super::strategy::{EpollLayout, Executed, Policy, PolicyStats, IDLE_WAIT_MS};
+use super::strategy::{EpollLayout, InlineReply, Policy, PolicyStats, IDLE_WAIT_MS};
 use crate::config::{DispatchPolicy, ServerConfig};
 use crate::session::{Conn, Job, ReadSide};
 use crate::stats::bump;
@@ -221,17 +220,15 @@ impl Policy for SizeAware {
         self.decision().threshold()
     }
 
-    fn finish_inline(
-        &self,
-        rt: &dyn WorkerHost,
-        conn: &Arc<Conn>,
-        seq: u64,
-        reply: ReplyBuf,
-        executed: Executed,
-        worker: usize,
-        receiving: bool,
-        arrived_at: Instant,
-    ) {
+    fn finish_inline(&self, rt: &dyn WorkerHost, conn: &Arc<Conn>, done: InlineReply) {
+        let InlineReply {
+            seq,
+            reply,
+            executed,
+            receiving,
+            arrived_at,
+            worker,
+        } = done;
         // Sizes of items accessed: stored values and hits. A miss and
         // commands that touch no value (`stats`, `delete`, ...) are not
         // recorded.
@@ -256,7 +253,13 @@ impl Policy for SizeAware {
         } else {
             FlushMode::Deferred
         };
-        rt.complete(conn, seq, reply, worker, mode, Some(executed.charge));
+        let completion = Completion {
+            seq,
+            reply,
+            mode,
+            charge: Some(executed.charge),
+        };
+        rt.complete(conn, worker, completion);
         rt.record_latency(worker, large, arrived_at);
     }
 

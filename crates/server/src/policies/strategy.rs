@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tailtrim_policy::dispatch::{self, key_hash};
 use tailtrim_proto::reply::ReplyBuf;
 
-use super::host::{Charge, FlushMode, WorkerHost};
+use super::host::{Charge, Completion, FlushMode, WorkerHost};
 use crate::config::DispatchPolicy;
 use crate::session::{Conn, Job, ReadSide};
 
@@ -43,6 +43,23 @@ pub struct Executed {
     pub storage: bool,
     /// Its emulated service cost, charged by whoever completes it.
     pub charge: Charge,
+}
+
+/// A request executed inline by its reader, its reply not yet queued.
+#[derive(Debug)]
+pub struct InlineReply {
+    /// The request's place in its connection's reply order.
+    pub seq: u64,
+    /// The reply's bytes.
+    pub reply: ReplyBuf,
+    /// What executing it found.
+    pub executed: Executed,
+    /// A large worker took the connection over to receive a value.
+    pub receiving: bool,
+    /// When the request arrived.
+    pub arrived_at: std::time::Instant,
+    /// The worker that executed it.
+    pub worker: usize,
 }
 
 /// A dispatch policy.
@@ -130,23 +147,17 @@ pub trait Policy: Send + Sync {
     fn class_threshold(&self) -> u64;
 
     /// Queues the reply of a request executed inline: by default in place,
-    /// written after the reader's batch. `receiving`: a large worker took the
-    /// connection over.
-    #[allow(clippy::too_many_arguments)]
-    fn finish_inline(
-        &self,
-        rt: &dyn WorkerHost,
-        conn: &Arc<Conn>,
-        seq: u64,
-        reply: ReplyBuf,
-        executed: Executed,
-        worker: usize,
-        _receiving: bool,
-        arrived_at: std::time::Instant,
-    ) {
-        let charge = Some(executed.charge);
-        rt.complete(conn, seq, reply, worker, FlushMode::Deferred, charge);
-        rt.record_latency(worker, executed.size > self.class_threshold(), arrived_at);
+    /// written after the reader's batch.
+    fn finish_inline(&self, rt: &dyn WorkerHost, conn: &Arc<Conn>, done: InlineReply) {
+        let (worker, large) = (done.worker, done.executed.size > self.class_threshold());
+        let completion = Completion {
+            seq: done.seq,
+            reply: done.reply,
+            mode: FlushMode::Deferred,
+            charge: Some(done.executed.charge),
+        };
+        rt.complete(conn, worker, completion);
+        rt.record_latency(worker, large, done.arrived_at);
     }
 
     /// `stats sizeaware` entries of the policy's own state.
