@@ -25,8 +25,8 @@
 # CHAOS_BIN: the tailtrim program to test (default target/release/tailtrim, built first).
 set -euo pipefail
 
-root="$(cd "$(dirname "$0")/.." && pwd)"
-cd "$root"
+source "$(dirname "$0")/lib.sh"
+enter_repository
 faults=("$@")
 if [ ${#faults[@]} -eq 0 ]; then
     faults=(none kill stop partition slow slower)
@@ -74,15 +74,7 @@ teardown() {
 }
 trap 'teardown; rm -rf "$scratch"' EXIT
 
-wait_port() {
-    local host="$1" port="$2"
-    for _ in $(seq 100); do
-        (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null && return 0
-        sleep 0.05
-    done
-    echo "chaos.sh: nothing listens on $host:$port" >&2
-    return 1
-}
+wait_port() { wait_listening "$1" "$2" chaos.sh; }
 
 start_backend() {
     local i="$1"

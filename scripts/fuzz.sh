@@ -15,14 +15,9 @@
 # fuzz/fuzz-runs.log.
 set -euo pipefail
 
-root="$(cd "$(dirname "$0")/.." && pwd)"
-cd "$root"
-seconds="${1:-60}"
-shift || true
-targets=("$@")
-if [ ${#targets[@]} -eq 0 ]; then
-    targets=(request response udp config auth)
-fi
+source "$(dirname "$0")/lib.sh"
+enter_repository
+read_budget_and_targets seconds 60 "request response udp config auth" "$@"
 sanitizer="${FUZZ_SANITIZER:-none}"
 runs=()
 if [ -n "${FUZZ_RUNS:-}" ]; then

@@ -28,14 +28,9 @@
 # Not part of CI (it runs for hours); SOAK_RATE fixes the rate instead of probing.
 set -euo pipefail
 
-root="$(cd "$(dirname "$0")/.." && pwd)"
-cd "$root"
-minutes="${1:-30}"
-shift || true
-targets=("$@")
-if [ ${#targets[@]} -eq 0 ]; then
-    targets=(pinned size-aware early-binding stealing late-binding proxy)
-fi
+source "$(dirname "$0")/lib.sh"
+enter_repository
+read_budget_and_targets minutes 30 "pinned size-aware early-binding stealing late-binding proxy" "$@"
 out="${SOAK_OUT:-$root/experiments/soak/results}"
 memory_mb="${SOAK_MEMORY_MB:-32}"
 load="${SOAK_LOAD:-0.7}"

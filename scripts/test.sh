@@ -27,6 +27,14 @@ note_failure() {
     failed=$((failed + 1))
     failures+=("$1")
 }
+# Adds a suite's counts to the totals: $1 its label, $2 its exit status, $3 passed, $4 failed
+# (a failing status with no failed test counts as one failure).
+tally() {
+    passed=$((passed + $3))
+    failed=$((failed + $4))
+    [ "$4" -gt 0 ] && failures+=("$1: $4 failed")
+    if [ "$2" -ne 0 ] && [ "$4" -eq 0 ]; then note_failure "$1 (status $2)"; fi
+}
 # Runs a check step whose success counts as nothing and whose failure counts as one failure.
 check() {
     local name="$1"
@@ -78,10 +86,7 @@ run_pytest() {
             for (i = 2; i <= NF; i++) { w = $i; sub(/[,;]$/, "", w)
                 if (w == "passed") p += $(i-1); if (w == "failed" || w == "error" || w == "errors") f += $(i-1) }
         } END { print p + 0, f + 0 }')
-    passed=$((passed + py_passed))
-    failed=$((failed + py_failed))
-    [ "$py_failed" -gt 0 ] && failures+=("pytest $label: $py_failed failed")
-    if [ "$py_status" -ne 0 ] && [ "$py_failed" -eq 0 ]; then note_failure "pytest $label (status $py_status)"; fi
+    tally "pytest $label" "$py_status" "$py_passed" "$py_failed"
 }
 
 # Runs the Go client suite; $1 labels the run in the summary.
@@ -92,10 +97,7 @@ run_go() {
     local go_status=${PIPESTATUS[0]} go_passed go_failed
     go_passed="$(grep -cE '^--- PASS' "$logdir/go.log" || true)"
     go_failed="$(grep -cE '^--- FAIL' "$logdir/go.log" || true)"
-    passed=$((passed + go_passed))
-    failed=$((failed + go_failed))
-    [ "$go_failed" -gt 0 ] && failures+=("go test $label: $go_failed failed")
-    if [ "$go_status" -ne 0 ] && [ "$go_failed" -eq 0 ]; then note_failure "go test $label (status $go_status)"; fi
+    tally "go test $label" "$go_status" "$go_passed" "$go_failed"
 }
 
 # Runs the conformance tests that boot the binary (differential vs memcached,
@@ -108,10 +110,7 @@ run_conformance() {
     read -r c_passed c_failed < <(awk '/^test result:/ {
             for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i }
         } END { print p + 0, f + 0 }' "$logdir/conf.log")
-    passed=$((passed + c_passed))
-    failed=$((failed + c_failed))
-    [ "$c_failed" -gt 0 ] && failures+=("conformance $label: $c_failed failed")
-    if [ "$status" -ne 0 ] && [ "$c_failed" -eq 0 ]; then note_failure "conformance $label (status $status)"; fi
+    tally "conformance $label" "$status" "$c_passed" "$c_failed"
 }
 
 # The experiments' shared Python: histogram decoding, the simulator-vs-testbed checks.

@@ -30,14 +30,8 @@ second="${SECOND:-chisel}"
 alternate="${ALTERNATE:-0}"
 mkdir -p "$out"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() {
-    for _ in $(seq 100); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-        sleep 0.05
-    done
-    echo "nothing listens on $1" >&2
-    return 1
-}
+source "$repo/scripts/lib.sh"
+wait_port() { wait_listening 127.0.0.1 "$1"; }
 pids=()
 cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; }
 trap cleanup EXIT

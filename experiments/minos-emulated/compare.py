@@ -40,39 +40,29 @@ def main():
     rates = testbed["settings"]["rates"]
     knee_us = testbed["settings"]["knee_us"]
 
-    print("## Small-request p99 (ms): testbed end to end / testbed in-server / simulator\n")
-    print("| offered rps | " + " | ".join(POLICIES) + " | late-binding sim, 9 cores |")
-    print("|---:|" + "---:|" * (len(POLICIES) + 1))
-    for rate in rates:
-        cells = []
-        for name in POLICIES:
-            t, s = tb.get(name, {}).get(rate), sm.get(name, {}).get(rate)
-            cells.append(f"{ms(t and t['small_p99_us'])} / {ms(t and t['server_small_p99_us'])}"
-                         f" / {ms(s and s['small']['p99_us'])}")
-        s9 = sm["late-binding (9 cores)"].get(rate)
-        cells.append(ms(s9 and s9["small"]["p99_us"]))
-        print(f"| {rate:.0f} | " + " | ".join(cells) + " |")
+    def table(title, cell, late9_cell=None):
+        """One table: a row per offered rate, a column per policy (`cell(testbed, sim)` of a
+        rate's points), and late binding on 9 cores last when `late9_cell` is given."""
+        extra = [] if late9_cell is None else ["late-binding sim, 9 cores"]
+        print(title)
+        print("| offered rps | " + " | ".join(POLICIES + extra) + " |")
+        print("|---:|" + "---:|" * (len(POLICIES) + len(extra)))
+        for rate in rates:
+            cells = [cell(tb.get(name, {}).get(rate), sm.get(name, {}).get(rate))
+                     for name in POLICIES]
+            if late9_cell is not None:
+                cells.append(late9_cell(sm["late-binding (9 cores)"].get(rate)))
+            print(f"| {rate:.0f} | " + " | ".join(cells) + " |")
 
-    print("\n## Large-request p99 (ms): testbed end to end / simulator\n")
-    print("| offered rps | " + " | ".join(POLICIES) + " |")
-    print("|---:|" + "---:|" * len(POLICIES))
-    for rate in rates:
-        cells = []
-        for name in POLICIES:
-            t, s = tb.get(name, {}).get(rate), sm.get(name, {}).get(rate)
-            cells.append(f"{ms(t and t['large_p99_us'])} / {ms(s and s['large']['p99_us'])}")
-        print(f"| {rate:.0f} | " + " | ".join(cells) + " |")
-
-    print("\n## Achieved throughput (rps): testbed / simulator\n")
-    print("| offered rps | " + " | ".join(POLICIES) + " |")
-    print("|---:|" + "---:|" * len(POLICIES))
-    for rate in rates:
-        cells = []
-        for name in POLICIES:
-            t, s = tb.get(name, {}).get(rate), sm.get(name, {}).get(rate)
-            cells.append(f"{t['achieved_rps']:.0f}" if t else "–")
-            cells[-1] += f" / {s['achieved_rps']:.0f}" if s else " / –"
-        print(f"| {rate:.0f} | " + " | ".join(cells) + " |")
+    table("## Small-request p99 (ms): testbed end to end / testbed in-server / simulator\n",
+          lambda t, s: f"{ms(t and t['small_p99_us'])} / {ms(t and t['server_small_p99_us'])}"
+                       f" / {ms(s and s['small']['p99_us'])}",
+          lambda s9: ms(s9 and s9["small"]["p99_us"]))
+    table("\n## Large-request p99 (ms): testbed end to end / simulator\n",
+          lambda t, s: f"{ms(t and t['large_p99_us'])} / {ms(s and s['large']['p99_us'])}")
+    table("\n## Achieved throughput (rps): testbed / simulator\n",
+          lambda t, s: (f"{t['achieved_rps']:.0f}" if t else "–")
+                       + (f" / {s['achieved_rps']:.0f}" if s else " / –"))
 
     print(f"\n## Acceptance (knee: early binding's small p99 > {knee_us / 1000:.0f} ms)\n")
     for label, points, key in [

@@ -178,6 +178,32 @@ fn etc_pool(keys: u64, popularity: Popularity) -> PoolSpec {
     }
 }
 
+/// Two pools: ETC's small values (truncated below the large threshold) drawn `1 - large_share`
+/// of the time, and `large_keys` large values of `large_value_size` the rest, both keys
+/// drawn by `popularity`.
+fn small_and_large_pools(
+    popularity: Popularity,
+    large_share: f64,
+    large_keys: u64,
+    large_value_size: Distribution,
+) -> Vec<PoolSpec> {
+    let mut small = etc_pool(DEFAULT_KEYS, popularity.clone());
+    small.share = 1.0 - large_share;
+    small.value_size = Distribution::Truncated {
+        inner: Box::new(etc_value_size()),
+        max: DEFAULT_LARGE_THRESHOLD_BYTES as f64,
+    };
+    let large = PoolSpec {
+        name: "large".to_string(),
+        keys: large_keys,
+        share: large_share,
+        key_size: etc_key_size(),
+        value_size: large_value_size,
+        popularity,
+    };
+    vec![small, large]
+}
+
 fn get(keys: u32, weight: f64) -> OperationSpec {
     OperationSpec {
         kind: OpKind::Get,
@@ -248,32 +274,20 @@ impl WorkloadSpec {
                 vec![etc_pool(DEFAULT_KEYS, Popularity::Uniform)],
                 vec![get(1, 30.0), set(1.0)],
             ),
-            "minos" => {
-                let zipf = Popularity::Zipf { exponent: 0.99 };
-                let mut small = etc_pool(DEFAULT_KEYS, zipf.clone());
-                small.share = 0.995;
-                small.value_size = Distribution::Truncated {
-                    inner: Box::new(etc_value_size()),
-                    max: DEFAULT_LARGE_THRESHOLD_BYTES as f64,
-                };
-                let large = PoolSpec {
-                    name: "large".to_string(),
-                    keys: 200,
-                    share: 0.005,
-                    key_size: etc_key_size(),
-                    value_size: Distribution::Uniform {
+            "minos" => base(
+                "minos",
+                Arrival::Poisson,
+                small_and_large_pools(
+                    Popularity::Zipf { exponent: 0.99 },
+                    0.005,
+                    200,
+                    Distribution::Uniform {
                         min: 1_500.0,
                         max: 500_000.0,
                     },
-                    popularity: zipf,
-                };
-                base(
-                    "minos",
-                    Arrival::Poisson,
-                    vec![small, large],
-                    vec![get(1, 95.0), set(5.0)],
-                )
-            }
+                ),
+                vec![get(1, 95.0), set(5.0)],
+            ),
             "chisel" => base(
                 "chisel",
                 Arrival::Poisson,
@@ -286,30 +300,19 @@ impl WorkloadSpec {
                 vec![etc_pool(DEFAULT_KEYS, Popularity::Uniform)],
                 vec![get(5, 80.0), get(100, 20.0)],
             ),
-            "tailx-large" => {
-                let mut small = etc_pool(DEFAULT_KEYS, Popularity::Uniform);
-                small.share = 0.9;
-                small.value_size = Distribution::Truncated {
-                    inner: Box::new(etc_value_size()),
-                    max: DEFAULT_LARGE_THRESHOLD_BYTES as f64,
-                };
-                let large = PoolSpec {
-                    name: "large".to_string(),
-                    keys: 100,
-                    share: 0.1,
-                    key_size: etc_key_size(),
-                    // 2 MB items of the paper, scaled down by 4 for this machine
-                    // (memcached's default item limit is 1 MiB).
-                    value_size: Distribution::Fixed { value: 500_000.0 },
-                    popularity: Popularity::Uniform,
-                };
-                base(
-                    "tailx-large",
-                    Arrival::Poisson,
-                    vec![small, large],
-                    vec![get(20, 1.0)],
-                )
-            }
+            "tailx-large" => base(
+                "tailx-large",
+                Arrival::Poisson,
+                // 2 MB items of the paper, scaled down by 4 for this machine (memcached's
+                // default item limit is 1 MiB).
+                small_and_large_pools(
+                    Popularity::Uniform,
+                    0.1,
+                    100,
+                    Distribution::Fixed { value: 500_000.0 },
+                ),
+                vec![get(20, 1.0)],
+            ),
             "uniform" => base(
                 "uniform",
                 Arrival::Poisson,

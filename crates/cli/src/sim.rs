@@ -67,6 +67,12 @@ struct SleepAccuracyArgs {
     samples: usize,
 }
 
+/// The policies `tailtrim sim minos` simulates by default.
+const MINOS_POLICIES: &str = "size-aware,early-binding,stealing,late-binding,pinned";
+
+/// The value sizes (bytes) `tailtrim sim profile` measures by default.
+const PROFILE_SIZES: &str = "16,64,256,1024,1500,4096,16384,65536,131072,262144,500000";
+
 /// Arguments of `tailtrim sim minos`.
 #[derive(clap::Args, Debug)]
 struct MinosArgs {
@@ -82,11 +88,7 @@ struct MinosArgs {
     rates: Option<String>,
     /// Policies to simulate, comma separated (size-aware, early-binding, stealing,
     /// late-binding, pinned).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "size-aware,early-binding,stealing,late-binding,pinned"
-    )]
+    #[arg(long, value_delimiter = ',', default_value = MINOS_POLICIES)]
     policies: Vec<String>,
     #[command(flatten)]
     model: ModelFlags,
@@ -109,11 +111,7 @@ struct ProfileArgs {
     #[arg(short = 'o', long, value_name = "FILE")]
     out: Option<PathBuf>,
     /// Value sizes to measure, comma separated bytes.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "16,64,256,1024,1500,4096,16384,65536,131072,262144,500000"
-    )]
+    #[arg(long, value_delimiter = ',', default_value = PROFILE_SIZES)]
     sizes: Vec<u64>,
     /// Requests timed per size (the median is kept).
     #[arg(long, default_value_t = 3_000)]

@@ -5,6 +5,7 @@
 //!   line charts on labelled axes          (this file)
 //!     plot_latency_vs_throughput(dir, stem, &LatencyThroughput { curves: [Curve] })
 //!     plot_panels(dir, name, &[Panel { lines: [Line], markers }])   stacked panels
+//!       (plot_panels_svg: one SVG of a given size; a Line of markers only is a scatter)
 //!     plot_run / plot_sweep / plot_cache_aside                      the bench's reports
 //!   bar charts                            bars::draw_bars(area, title, x, groups, labels, y)
 //!   what a series is drawn as             series::{PALETTE, system_color, LatencyClass}
@@ -23,6 +24,7 @@
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+use plotters::coord::cartesian::Cartesian2d;
 use plotters::coord::combinators::{IntoLogRange, LogCoord};
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
 use plotters::coord::types::RangedCoordf64;
@@ -299,7 +301,12 @@ struct SeriesStyle {
     /// `(dash, gap)` in pixels; `None`: solid.
     dash: Option<(i32, i32)>,
     marker: Marker,
+    /// The points joined by a line (`false`: markers alone, a scatter).
+    joined: bool,
 }
+
+/// A chart on cartesian coordinates, as the drawing routines receive it.
+type Chart<'a, DB, X, Y> = plotters::chart::ChartContext<'a, DB, Cartesian2d<X, Y>>;
 
 /// Marker shapes, drawn hollow so markers on one spot all show.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -331,6 +338,7 @@ impl SeriesStyle {
             color,
             dash: DASHES[index % DASHES.len()],
             marker: MARKERS[index % MARKERS.len()],
+            joined: true,
         }
     }
 
@@ -409,7 +417,8 @@ fn draw_marker<DB: DrawingBackend>(
 /// Length of a legend entry's stretch of line (pixels).
 const LEGEND_LINE: i32 = 28;
 
-/// A legend entry: a stretch of the series' line (dashed like it) with its marker on it.
+/// A legend entry: a stretch of the series' line (dashed like it) with its marker on it (the
+/// marker alone for a series of markers alone).
 struct LegendGlyph {
     at: BackendCoord,
     style: SeriesStyle,
@@ -436,7 +445,7 @@ impl<DB: DrawingBackend> Drawable<DB> for LegendGlyph {
         };
         let stroke = self.style.stroke();
         let (dash, gap) = self.style.dash.unwrap_or((LEGEND_LINE, 0));
-        let mut start = 0;
+        let mut start = if self.style.joined { 0 } else { LEGEND_LINE };
         while start < LEGEND_LINE {
             let end = (start + dash).min(LEGEND_LINE);
             backend.draw_line((x + start, y), (x + end, y), &stroke)?;
@@ -446,14 +455,10 @@ impl<DB: DrawingBackend> Drawable<DB> for LegendGlyph {
     }
 }
 
-/// Draws `points` as a line in `style` (with markers when `with_markers`), with its legend
-/// entry `name` (none when empty).
+/// Draws `points` as a line in `style` (with markers when `with_markers`; markers alone when
+/// the style is not joined), with its legend entry `name` (none when empty).
 fn draw_styled_series<'a, DB, X, Y>(
-    chart: &mut plotters::chart::ChartContext<
-        'a,
-        DB,
-        plotters::coord::cartesian::Cartesian2d<X, Y>,
-    >,
+    chart: &mut Chart<'a, DB, X, Y>,
     name: &str,
     points: &[(f64, f64)],
     style: SeriesStyle,
@@ -464,6 +469,17 @@ where
     X: plotters::coord::ranged1d::Ranged<ValueType = f64>,
     Y: plotters::coord::ranged1d::Ranged<ValueType = f64>,
 {
+    if !style.joined {
+        let annotation = chart
+            .draw_series(points.iter().map(|point| MarkerGlyph { at: *point, style }))
+            .map_err(plot_error)?;
+        if !name.is_empty() {
+            annotation
+                .label(name)
+                .legend(move |at| LegendGlyph { at, style });
+        }
+        return Ok(());
+    }
     let annotation = match style.dash {
         None => chart
             .draw_series(LineSeries::new(points.to_vec(), style.stroke()))
@@ -490,7 +506,21 @@ where
     Ok(())
 }
 
-/// Writes `name.svg` and `name.png` in `directory` with `draw`.
+/// Writes `name.svg` and `name.png` in `directory`, `size` pixels, both drawn by
+/// `draw(&root, arguments…)` (one drawing routine, generic over the backend).
+macro_rules! write_both {
+    ($directory:expr, $name:expr, $size:expr, $draw:ident($($argument:expr),*)) => {
+        write_both(
+            $directory,
+            $name,
+            $size,
+            |root| $draw(&root, $($argument),*),
+            |root| $draw(&root, $($argument),*),
+        )
+    };
+}
+
+/// Writes `name.svg` and `name.png` in `directory` with `draw_svg` and `draw_png`.
 fn write_both(
     directory: &Path,
     name: &str,
@@ -511,20 +541,18 @@ fn write_both(
 
 /// Writes the plots of one run (`percentiles`, `timeseries`) into `directory`.
 pub fn plot_run(report: &RunReport, directory: &Path) -> Result<Vec<PathBuf>, LabError> {
-    let mut written = write_both(
+    let mut written = write_both!(
         directory,
         "percentiles",
         percentiles_size(report),
-        |root| draw_percentiles(&root, report),
-        |root| draw_percentiles(&root, report),
+        draw_percentiles(report)
     )?;
     if !report.timeseries.is_empty() {
-        written.extend(write_both(
+        written.extend(write_both!(
             directory,
             "timeseries",
             SIZE,
-            |root| draw_timeseries(&root, report),
-            |root| draw_timeseries(&root, report),
+            draw_timeseries(report)
         )?);
     }
     Ok(written)
@@ -657,6 +685,7 @@ fn draw_percentiles<DB: DrawingBackend>(
         color: RGBColor(170, 170, 170),
         dash: None,
         marker: Marker::Circle,
+        joined: true,
     };
     for (index, ((class, points), area)) in classes.iter().zip(areas.iter()).enumerate() {
         let caption = if *class == Class::All || reference.is_none() {
@@ -829,13 +858,7 @@ pub fn plot_latency_vs_throughput(
     stem: &str,
     plot: &LatencyThroughput,
 ) -> Result<Vec<PathBuf>, LabError> {
-    write_both(
-        directory,
-        stem,
-        SIZE,
-        |root| draw_latency_vs_throughput(&root, plot),
-        |root| draw_latency_vs_throughput(&root, plot),
-    )
+    write_both!(directory, stem, SIZE, draw_latency_vs_throughput(plot))
 }
 
 fn draw_latency_vs_throughput<DB: DrawingBackend>(
@@ -911,6 +934,27 @@ pub struct Line {
     pub name: String,
     /// `(x, y)` points.
     pub points: Vec<(f64, f64)>,
+    /// Markers at the points and no line between them (a scatter).
+    pub markers_only: bool,
+}
+
+impl Line {
+    /// A line through `points`, labelled `name`.
+    pub fn new(name: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
+        Self {
+            name: name.into(),
+            points,
+            markers_only: false,
+        }
+    }
+
+    /// Markers at `points` alone (a scatter), labelled `name`.
+    pub fn scatter(name: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
+        Self {
+            markers_only: true,
+            ..Self::new(name, points)
+        }
+    }
 }
 
 /// One panel of an overlay plot: lines sharing axes, and vertical event markers.
@@ -938,13 +982,13 @@ pub fn plot_panels(
     name: &str,
     panels: &[Panel],
 ) -> Result<Vec<PathBuf>, LabError> {
-    write_both(
-        directory,
-        name,
-        SIZE,
-        |root| draw_panels(&root, panels),
-        |root| draw_panels(&root, panels),
-    )
+    write_both!(directory, name, SIZE, draw_panels(panels))
+}
+
+/// Writes the SVG `path`, `size` pixels: the panels stacked vertically (as [`plot_panels`]
+/// draws them).
+pub fn plot_panels_svg(path: &Path, size: (u32, u32), panels: &[Panel]) -> Result<(), LabError> {
+    draw_panels(&SVGBackend::new(path, size).into_drawing_area(), panels)
 }
 
 fn draw_panels<DB: DrawingBackend>(
@@ -982,48 +1026,49 @@ fn draw_panels<DB: DrawingBackend>(
                 .build_cartesian_2d(horizontal.linear(), vertical.log())
                 .map_err(plot_error)?;
             let number_label = |value: &f64| trim_percent(*value);
-            let mut mesh = chart.configure_mesh();
-            mesh.x_desc(&panel.x_desc)
-                .y_desc(&panel.y_desc)
-                .x_label_formatter(&x_label);
-            if panel.latency {
-                mesh.y_label_formatter(&latency_label);
-            } else {
-                mesh.y_label_formatter(&number_label);
-            }
-            mesh.draw().map_err(plot_error)?;
-            draw_event_markers(&mut chart, &panel.markers, &vertical.range)?;
-            draw_lines(&mut chart, &panel.lines)?;
+            draw_panel_contents(&mut chart, panel, &x_label, &number_label, &vertical)?;
         } else {
             let vertical = linear_axis(ys(), false);
             let mut chart = builder
                 .build_cartesian_2d(horizontal.linear(), vertical.linear())
                 .map_err(plot_error)?;
             let number_label = |value: &f64| vertical.number_label(value);
-            let mut mesh = chart.configure_mesh();
-            mesh.x_desc(&panel.x_desc)
-                .y_desc(&panel.y_desc)
-                .x_label_formatter(&x_label);
-            if panel.latency {
-                mesh.y_label_formatter(&latency_label);
-            } else {
-                mesh.y_label_formatter(&number_label);
-            }
-            mesh.draw().map_err(plot_error)?;
-            draw_event_markers(&mut chart, &panel.markers, &vertical.range)?;
-            draw_lines(&mut chart, &panel.lines)?;
+            draw_panel_contents(&mut chart, panel, &x_label, &number_label, &vertical)?;
         }
     }
     root.present().map_err(plot_error)
 }
 
+/// Draws a panel on `chart`, whatever the scale of its vertical axis: the mesh (y labels as
+/// latencies, or by `number_label`), the event markers across `vertical` and the lines.
+fn draw_panel_contents<'a, DB, Y>(
+    chart: &mut Chart<'a, DB, TickedCoord<RangedCoordf64>, TickedCoord<Y>>,
+    panel: &Panel,
+    x_label: &dyn Fn(&f64) -> String,
+    number_label: &dyn Fn(&f64) -> String,
+    vertical: &Axis,
+) -> Result<(), LabError>
+where
+    DB: DrawingBackend + 'a,
+    Y: Ranged<ValueType = f64>,
+{
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc(&panel.x_desc)
+        .y_desc(&panel.y_desc)
+        .x_label_formatter(x_label);
+    if panel.latency {
+        mesh.y_label_formatter(&latency_label);
+    } else {
+        mesh.y_label_formatter(number_label);
+    }
+    mesh.draw().map_err(plot_error)?;
+    draw_event_markers(chart, &panel.markers, &vertical.range)?;
+    draw_lines(chart, &panel.lines)
+}
+
 /// Dashed-grey vertical lines at `markers`, across `vertical`.
 fn draw_event_markers<'a, DB, X, Y>(
-    chart: &mut plotters::chart::ChartContext<
-        'a,
-        DB,
-        plotters::coord::cartesian::Cartesian2d<X, Y>,
-    >,
+    chart: &mut Chart<'a, DB, X, Y>,
     markers: &[f64],
     vertical: &Range<f64>,
 ) -> Result<(), LabError>
@@ -1046,21 +1091,17 @@ where
 /// Lines of at most this many points get markers (more would hide the line).
 const MARKED_LINE_POINTS: usize = 60;
 
-fn draw_lines<'a, DB, X, Y>(
-    chart: &mut plotters::chart::ChartContext<
-        'a,
-        DB,
-        plotters::coord::cartesian::Cartesian2d<X, Y>,
-    >,
-    lines: &[Line],
-) -> Result<(), LabError>
+fn draw_lines<'a, DB, X, Y>(chart: &mut Chart<'a, DB, X, Y>, lines: &[Line]) -> Result<(), LabError>
 where
     DB: DrawingBackend + 'a,
     X: plotters::coord::ranged1d::Ranged<ValueType = f64>,
     Y: plotters::coord::ranged1d::Ranged<ValueType = f64>,
 {
     for (index, line) in lines.iter().enumerate() {
-        let style = SeriesStyle::nth(index, color(index));
+        let style = SeriesStyle {
+            joined: !line.markers_only,
+            ..SeriesStyle::nth(index, color(index))
+        };
         let name = if line.name.is_empty() {
             " "
         } else {
@@ -1125,13 +1166,13 @@ pub fn plot_cache_aside(
             ),
             x_desc: x_desc.clone(),
             y_desc: "hit ratio".into(),
-            lines: vec![Line {
-                name: "hit ratio".into(),
-                points: windows
+            lines: vec![Line::new(
+                "hit ratio",
+                windows
                     .iter()
                     .map(|w| (thousands(w.start), w.hit_ratio))
                     .collect(),
-            }],
+            )],
             markers: markers.clone(),
             ..Panel::default()
         },
@@ -1144,20 +1185,20 @@ pub fn plot_cache_aside(
             y_desc: "latency".into(),
             latency: true,
             lines: vec![
-                Line {
-                    name: "mean".into(),
-                    points: windows
+                Line::new(
+                    "mean",
+                    windows
                         .iter()
                         .map(|w| (thousands(w.start), w.mean_us.max(0.1)))
                         .collect(),
-                },
-                Line {
-                    name: "p99".into(),
-                    points: windows
+                ),
+                Line::new(
+                    "p99",
+                    windows
                         .iter()
                         .map(|w| (thousands(w.start), w.p99_us.max(0.1)))
                         .collect(),
-                },
+                ),
             ],
             markers,
             ..Panel::default()

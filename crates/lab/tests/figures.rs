@@ -8,8 +8,8 @@ use tailtrim_bench::cacheaside::{CacheAsideReport, WindowSample};
 use tailtrim_bench::report::{CurvePoint, CURVE_PERCENTILES};
 use tailtrim_bench::{ClassSummary, RunReport, SecondSample, SweepReport};
 use tailtrim_lab::figures::{
-    plot_cache_aside, plot_latency_vs_throughput, plot_panels, plot_run, plot_sweep, Curve,
-    LatencyThroughput, Line, Panel,
+    plot_cache_aside, plot_latency_vs_throughput, plot_panels, plot_panels_svg, plot_run,
+    plot_sweep, Curve, LatencyThroughput, Line, Panel,
 };
 
 /// A text element of an SVG: its anchor, vertical offset and content.
@@ -412,10 +412,10 @@ fn log_panels_label_both_axes_over_the_data() {
         y_desc: "p99".into(),
         log_y: true,
         latency: true,
-        lines: vec![Line {
-            name: "p99".into(),
-            points: vec![(0.0, 95.0), (1.0, 600.0), (2.0, 4_200.0)],
-        }],
+        lines: vec![Line::new(
+            "p99",
+            vec![(0.0, 95.0), (1.0, 600.0), (2.0, 4_200.0)],
+        )],
         markers: vec![1.0],
     }];
     let directory = scratch("panels");
@@ -429,5 +429,38 @@ fn log_panels_label_both_axes_over_the_data() {
     );
     assert_covers("panels", "p99", &y_runs[0], latency, (95.0, 4_200.0));
     assert_covers("panels", "seconds", &x_runs[0], number, (0.0, 2.0));
+    let _ = std::fs::remove_dir_all(&directory);
+}
+
+#[test]
+fn a_scatter_draws_markers_and_no_line() {
+    let points = vec![(1.0, 10.0), (2.0, 30.0), (3.0, 20.0)];
+    let panel = |line: Line| Panel {
+        title: "scatter".into(),
+        x_desc: "x".into(),
+        y_desc: "y".into(),
+        lines: vec![line],
+        ..Panel::default()
+    };
+    let directory = scratch("scatter");
+    std::fs::create_dir_all(&directory).unwrap_or_else(|error| panic!("{error}"));
+    let drawn = |file: &str, line: Line| {
+        plot_panels_svg(&directory.join(file), (600, 400), &[panel(line)])
+            .unwrap_or_else(|error| panic!("{error}"));
+        read(&directory, file)
+    };
+    // The first series' colour and marker (a hollow circle): one per point, one in the legend.
+    let series_color = "#1F77B4";
+    let joined = drawn("joined.svg", Line::new("p", points.clone()));
+    let scatter = drawn("scatter.svg", Line::scatter("p", points));
+    let count = |svg: &str, element: &str| {
+        svg.lines()
+            .filter(|line| line.contains(element) && line.contains(series_color))
+            .count()
+    };
+    assert_eq!(count(&joined, "<circle"), 4, "{joined}");
+    assert_eq!(count(&scatter, "<circle"), 4, "{scatter}");
+    assert!(count(&joined, "<polyline") > 0, "{joined}");
+    assert_eq!(count(&scatter, "<polyline"), 0, "{scatter}");
     let _ = std::fs::remove_dir_all(&directory);
 }

@@ -6,14 +6,12 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use tailtrim_policy::hotkeys::{HotKeyTracker, Sampler, TrackerConfig};
 
+mod common;
+
 /// 64k keys drawn with a skew close to zipf (rank = floor(n^u) for uniform u).
 fn keys(count: usize) -> Vec<Vec<u8>> {
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    (0..count)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
+    common::xorshift_stream(count)
+        .map(|state| {
             let u = (state >> 11) as f64 / (1u64 << 53) as f64;
             let rank = (68_000f64).powf(u) as u64;
             format!("key:{rank:08}").into_bytes()

@@ -9,14 +9,12 @@ use tailtrim_policy::sizeaware::{
     Epoch, SizeAwareConfig, SizeAwareController, SizeHistogram, SizeWindow,
 };
 
+mod common;
+
 /// Sizes with a heavy tail: mostly under 1 KiB, 1 in 128 between 16 KiB and 1 MiB.
 fn sizes(count: usize) -> Vec<u64> {
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    (0..count)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
+    common::xorshift_stream(count)
+        .map(|state| {
             if state & 127 == 0 {
                 16_384 + state % (1 << 20)
             } else {

@@ -23,7 +23,7 @@ use tailtrim_proto::compose;
 
 use crate::backend::Backend;
 use crate::cluster::{copy_key, Cluster, CopyMode, ShadowRole, Tracked, View};
-use crate::connection::{RawReply, ReplyShape, ValueItem};
+use crate::connection::{RawReply, ReplyShape};
 use crate::error::ClientError;
 use crate::pool::{KeyResult, MultigetKind};
 use crate::routes::route::{BroadcastFuture, MultigetFuture, Route, SingleFuture};
@@ -208,15 +208,6 @@ impl Cluster {
             results.extend(join_all(extra.map(|backend| backend.call(bytes.clone(), shape))).await);
         }
         results
-    }
-
-    /// Reads many keys ([`crate::Pool::multiget`]) on the current view.
-    pub async fn multiget(
-        &self,
-        keys: &[Bytes],
-        kind: MultigetKind,
-    ) -> Result<Vec<Option<ValueItem>>, ClientError> {
-        self.multiget_each(keys, kind).await.into_iter().collect()
     }
 
     /// Per-key outcomes ([`crate::Pool::multiget_each`]) on the current view, with fallback for the

@@ -16,8 +16,7 @@ use std::process::ExitCode;
 
 use plotters::coord::Shift;
 use plotters::prelude::{
-    ChartBuilder, Color, DrawingArea, DrawingBackend, IntoDrawingArea, LineSeries, PathElement,
-    RGBColor, SVGBackend, BLACK, WHITE,
+    DrawingArea, DrawingBackend, IntoDrawingArea, RGBColor, SVGBackend, WHITE,
 };
 use serde::{Deserialize, Serialize};
 use tailtrim_sim::chisel::{
@@ -25,7 +24,7 @@ use tailtrim_sim::chisel::{
 };
 
 use crate::experiment::{run_each, Experiment, ProgressFn};
-use crate::figures::{draw_bars, drawing_failed};
+use crate::figures::{draw_bars, drawing_failed, plot_panels_svg, Line, Panel};
 use crate::histogram::Encoded;
 use crate::meta::{Recorder, RunMetadata};
 use crate::results::read_json;
@@ -213,14 +212,16 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
             } else {
                 only
             },
-            dilation: args.dilation,
-            backend_workers: args.backend_workers,
-            repeats: args.repeats,
-            measured_requests: args.measured_requests,
-            warmup_requests: args.warmup_requests,
-            keys: args.keys,
-            seed: args.seed,
-            bench_connections: args.bench_connections,
+            settings: chisel_testbed::TestbedSettings {
+                backend_workers: args.backend_workers,
+                repeats: args.repeats,
+                measured_requests: args.measured_requests,
+                warmup_requests: args.warmup_requests,
+                keys: args.keys,
+                seed: args.seed,
+                bench_connections: args.bench_connections,
+                ..chisel_testbed::TestbedSettings::at_dilation(args.dilation)
+            },
             replot: args.replot,
         });
     }
@@ -443,10 +444,7 @@ fn plot_all(out: &Path, results: &[PointResult], summary: &Summary) -> Result<()
         path("query_size.svg"),
         path("optimality.svg"),
     );
-    draw_ccdf(
-        &SVGBackend::new(&ccdf_path, (900, 600)).into_drawing_area(),
-        results,
-    )?;
+    plot_panels_svg(&ccdf_path, (900, 600), &[gain_ccdf(results)]).map_err(|e| e.to_string())?;
     draw_conditions(
         &SVGBackend::new(&conditions, (1200, 800)).into_drawing_area(),
         summary,
@@ -456,10 +454,8 @@ fn plot_all(out: &Path, results: &[PointResult], summary: &Summary) -> Result<()
         results,
     )?;
     if results.iter().any(|r| r.optimality_mean.is_some()) {
-        draw_optimality(
-            &SVGBackend::new(&optimality, (900, 600)).into_drawing_area(),
-            results,
-        )?;
+        plot_panels_svg(&optimality, (900, 600), &[optimality_cdf(results)])
+            .map_err(|e| e.to_string())?;
     }
     Ok(())
 }
@@ -475,54 +471,28 @@ fn ccdf(mut values: Vec<f64>) -> Vec<(f64, f64)> {
         .collect()
 }
 
-fn draw_ccdf<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
-    results: &[PointResult],
-) -> Result<(), String> {
-    root.fill(&WHITE).map_err(|e| drawing_failed(&e))?;
-    let mean = ccdf(results.iter().map(|r| r.gain_mean_pct).collect());
-    let p95 = ccdf(results.iter().map(|r| r.gain_p95_pct).collect());
-    let low = mean
-        .iter()
-        .chain(&p95)
-        .map(|p| p.0)
-        .fold(0.0f64, f64::min)
-        .floor();
-    let mut chart = ChartBuilder::on(root)
-        .caption(
-            format!(
-                "SIMULATED: CCDF of Chisel's gain over batch ({} scenarios)",
-                results.len()
-            ),
-            ("sans-serif", 20),
-        )
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(60)
-        .build_cartesian_2d(low..100.0, 0.0..1.02)
-        .map_err(|e| drawing_failed(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc("gain over batch (%)")
-        .y_desc("share of scenarios with at least this gain")
-        .draw()
-        .map_err(|e| drawing_failed(&e))?;
-    for (label, points, color) in [("mean", mean, MEAN_COLOR), ("p95", p95, P95_COLOR)] {
-        chart
-            .draw_series(LineSeries::new(points, color.stroke_width(2)))
-            .map_err(|e| drawing_failed(&e))?
-            .label(label)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+/// The two lines of a distribution figure: the mean's and the p95's.
+fn mean_and_p95(mean: Vec<(f64, f64)>, p95: Vec<(f64, f64)>) -> Vec<Line> {
+    [("mean", mean), ("p95", p95)]
+        .into_iter()
+        .map(|(name, points)| Line::new(name, points))
+        .collect()
+}
+
+fn gain_ccdf(results: &[PointResult]) -> Panel {
+    Panel {
+        title: format!(
+            "SIMULATED: CCDF of Chisel's gain over batch ({} scenarios)",
+            results.len()
+        ),
+        x_desc: "gain over batch (%)".into(),
+        y_desc: "share of scenarios with at least this gain".into(),
+        lines: mean_and_p95(
+            ccdf(results.iter().map(|r| r.gain_mean_pct).collect()),
+            ccdf(results.iter().map(|r| r.gain_p95_pct).collect()),
+        ),
+        ..Panel::default()
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| drawing_failed(&e))?;
-    root.present().map_err(|e| drawing_failed(&e))
 }
 
 fn draw_conditions<DB: DrawingBackend>(
@@ -607,59 +577,23 @@ fn draw_query_size<DB: DrawingBackend>(
 }
 
 /// Fig. 7d: CDF of the optimality ratio (best fixed (B, L) / online), mean and p95.
-fn draw_optimality<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
-    results: &[PointResult],
-) -> Result<(), String> {
-    root.fill(&WHITE).map_err(|e| drawing_failed(&e))?;
+fn optimality_cdf(results: &[PointResult]) -> Panel {
     let cdf = |values: Vec<f64>| -> Vec<(f64, f64)> {
         ccdf(values)
             .into_iter()
             .map(|(v, share)| (v, 1.0 - share + 1.0 / results.len().max(1) as f64))
             .collect()
     };
-    let mean = cdf(results.iter().filter_map(|r| r.optimality_mean).collect());
-    let p95 = cdf(results.iter().filter_map(|r| r.optimality_p95).collect());
-    let low = mean
-        .iter()
-        .chain(&p95)
-        .map(|p| p.0)
-        .fold(1.0f64, f64::min)
-        .min(0.5);
-    let high = mean.iter().chain(&p95).map(|p| p.0).fold(1.0f64, f64::max) * 1.02;
-    let mut chart = ChartBuilder::on(root)
-        .caption(
-            "SIMULATED: optimality ratio, best fixed (B, L) / online analyzer's",
-            ("sans-serif", 20),
-        )
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(60)
-        .build_cartesian_2d(low..high, 0.0..1.02)
-        .map_err(|e| drawing_failed(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc("optimality ratio (1: as good as the best fixed shape)")
-        .y_desc("share of scenarios at or below")
-        .draw()
-        .map_err(|e| drawing_failed(&e))?;
-    for (label, points, color) in [("mean", mean, MEAN_COLOR), ("p95", p95, P95_COLOR)] {
-        chart
-            .draw_series(LineSeries::new(points, color.stroke_width(2)))
-            .map_err(|e| drawing_failed(&e))?
-            .label(label)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+    Panel {
+        title: "SIMULATED: optimality ratio, best fixed (B, L) / online analyzer's".into(),
+        x_desc: "optimality ratio (1: as good as the best fixed shape)".into(),
+        y_desc: "share of scenarios at or below".into(),
+        lines: mean_and_p95(
+            cdf(results.iter().filter_map(|r| r.optimality_mean).collect()),
+            cdf(results.iter().filter_map(|r| r.optimality_p95).collect()),
+        ),
+        ..Panel::default()
     }
-    chart
-        .configure_series_labels()
-        .position(plotters::chart::SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| drawing_failed(&e))?;
-    root.present().map_err(|e| drawing_failed(&e))
 }
 
 #[cfg(test)]

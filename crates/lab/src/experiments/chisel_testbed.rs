@@ -26,21 +26,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::experiment::{run_each, Experiment, Progress, ProgressFn};
-use crate::figures::{draw_bars, drawing_failed};
+use crate::figures::{draw_bars, drawing_failed, plot_panels_svg, Line, Panel};
 use crate::histogram::Encoded;
 use crate::meta::{load_average, Recorder, RunMetadata};
 use crate::process::{fetch_stats, Launch, Process, ServerShape};
 use crate::results::write_text;
 use crate::stats::{interleaved_order, median};
 use crate::tables::{Align, Table};
-use plotters::prelude::{
-    ChartBuilder, Circle, Color, IntoDrawingArea, LineSeries, PathElement, SVGBackend, BLACK, WHITE,
-};
+use plotters::prelude::{IntoDrawingArea, SVGBackend, WHITE};
 use serde::{Deserialize, Serialize};
 use tailtrim_bench::workload::WorkloadOverrides;
 use tailtrim_bench::{preload, run_detailed, Class, ClassSummary, RunConfig, WorkloadSpec};
 use tailtrim_policy::costspec::CostSpec;
-use tailtrim_sim::chisel::{gain, run_point, GridPoint, PointResult, Setup, ELEPHANT_KEYS};
+use tailtrim_sim::chisel::{
+    gain, paper_grid, run_point, GridPoint, PointResult, Setup, ELEPHANT_KEYS,
+};
 
 use super::common::{command, tailtrim_binary, Terminal};
 
@@ -108,25 +108,18 @@ pub struct TestbedSettings {
 }
 
 /// The default testbed scenarios: A ∈ {60, 120, 300} µs × mice {1, 10} keys × 9:1 and 5:1 ×
-/// overhead {0, 120} µs (24).
+/// overhead {0, 120} µs (24), the paper's grid restricted to them (in its order).
 #[must_use]
 pub fn testbed_grid() -> Vec<GridPoint> {
-    let mut grid = Vec::new();
-    for &mice_keys in &TESTBED_MICE_KEYS {
-        for &mice_per_elephant in &TESTBED_RATIOS {
-            for &overhead_us in &TESTBED_OVERHEADS_US {
-                for &interarrival_us in &TESTBED_INTERARRIVALS_US {
-                    grid.push(GridPoint {
-                        interarrival_us,
-                        mice_keys,
-                        mice_per_elephant,
-                        overhead_us,
-                    });
-                }
-            }
-        }
-    }
-    grid
+    paper_grid()
+        .into_iter()
+        .filter(|point| {
+            TESTBED_MICE_KEYS.contains(&point.mice_keys)
+                && TESTBED_RATIOS.contains(&point.mice_per_elephant)
+                && TESTBED_OVERHEADS_US.contains(&point.overhead_us)
+                && TESTBED_INTERARRIVALS_US.contains(&point.interarrival_us)
+        })
+        .collect()
 }
 
 /// Bytes of a `get` reply with `keys` values found: per key `VALUE <key> 0 <len>\r\n`, the
@@ -342,24 +335,33 @@ pub struct Options {
     pub out: std::path::PathBuf,
     /// Scenarios.
     pub grid: Vec<GridPoint>,
-    /// Settings (specs filled in by [`run`]).
-    pub dilation: f64,
-    /// Worker threads per backend.
-    pub backend_workers: usize,
-    /// Rounds.
-    pub repeats: usize,
-    /// Measured requests per run.
-    pub measured_requests: u64,
-    /// Warm-up requests per proxy per scenario.
-    pub warmup_requests: u64,
-    /// Keys.
-    pub keys: u64,
-    /// Seed.
-    pub seed: u64,
-    /// Bench connections to each proxy.
-    pub bench_connections: usize,
+    /// Settings (from [`TestbedSettings::at_dilation`], the flags' values set in).
+    pub settings: TestbedSettings,
     /// Only redraw.
     pub replot: bool,
+}
+
+impl TestbedSettings {
+    /// The settings at `dilation`: the backends' emulated costs and the reply bytes per key
+    /// follow from it; one round on one backend worker and no requests or keys until set.
+    #[must_use]
+    pub fn at_dilation(dilation: f64) -> Self {
+        let (service, network) = emulation_specs(dilation);
+        TestbedSettings {
+            dilation,
+            backend_workers: 1,
+            repeats: 1,
+            measured_requests: 0,
+            warmup_requests: 0,
+            keys: 0,
+            emulate_service: service.to_string(),
+            emulate_network: network.to_string(),
+            reply_bytes_per_key: reply_bytes(1, KEY_BYTES, VALUE_BYTES)
+                - reply_bytes(0, KEY_BYTES, VALUE_BYTES),
+            seed: 0,
+            bench_connections: DEFAULT_BENCH_CONNECTIONS,
+        }
+    }
 }
 
 fn workload(point: &GridPoint, keys: u64) -> Result<WorkloadSpec, String> {
@@ -709,25 +711,14 @@ fn run_testbed(
     terminal: &Terminal,
     progress: ProgressFn<'_>,
 ) -> Result<TestbedReport, String> {
-    let (service, network) = emulation_specs(options.dilation);
     let settings = TestbedSettings {
-        dilation: options.dilation,
-        backend_workers: options.backend_workers,
-        repeats: options.repeats.max(1),
-        measured_requests: options.measured_requests,
-        warmup_requests: options.warmup_requests,
-        keys: options.keys,
-        emulate_service: service.to_string(),
-        emulate_network: network.to_string(),
-        reply_bytes_per_key: reply_bytes(1, KEY_BYTES, VALUE_BYTES)
-            - reply_bytes(0, KEY_BYTES, VALUE_BYTES),
-        seed: options.seed,
-        bench_connections: options.bench_connections,
+        repeats: options.settings.repeats.max(1),
+        ..options.settings.clone()
     };
     let sim_setup = Setup {
-        workers_per_server: options.backend_workers,
-        keyspace: options.keys,
-        seed: options.seed,
+        workers_per_server: settings.backend_workers,
+        keyspace: settings.keys,
+        seed: settings.seed,
         sweep: Vec::new(),
         ..Setup::default()
     };
@@ -1086,8 +1077,6 @@ fn markdown(report: &TestbedReport) -> String {
 }
 
 fn plot_gains(path: &Path, report: &TestbedReport) -> Result<(), String> {
-    let root = SVGBackend::new(path, (900, 700)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| drawing_failed(&e))?;
     let points = |pick: fn(&ScenarioResult) -> (f64, f64)| -> Vec<(f64, f64)> {
         report.results.iter().map(pick).collect()
     };
@@ -1101,67 +1090,27 @@ fn plot_gains(path: &Path, report: &TestbedReport) -> Result<(), String> {
         .floor()
         - 5.0;
     let high = 100.0;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!(
-                "EMULATED testbed (D = {}) vs SIMULATED: Chisel's gain over batch, {} scenarios",
-                report.settings.dilation,
-                report.results.len()
-            ),
-            ("sans-serif", 18),
-        )
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(60)
-        .build_cartesian_2d(low..high, low..high)
-        .map_err(|e| drawing_failed(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc("simulator gain (%)")
-        .y_desc("testbed gain (%)")
-        .draw()
-        .map_err(|e| drawing_failed(&e))?;
-    for (offset, label) in [
-        (0.0, "equal"),
-        (WITHIN_POINTS, "±10 points"),
-        (-WITHIN_POINTS, ""),
-    ] {
-        let series = chart
-            .draw_series(LineSeries::new(
-                [(low, low + offset), (high, high + offset)],
-                BLACK
-                    .mix(if offset == 0.0 { 0.6 } else { 0.3 })
-                    .stroke_width(1),
-            ))
-            .map_err(|e| drawing_failed(&e))?;
-        if !label.is_empty() {
-            series
-                .label(label)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.5)));
-        }
-    }
-    for (label, values, color) in [
-        ("mean", mean, plotters::prelude::RGBColor(31, 119, 180)),
-        ("p95", p95, plotters::prelude::RGBColor(214, 39, 40)),
-    ] {
-        chart
-            .draw_series(
-                values
-                    .into_iter()
-                    .map(|p| Circle::new(p, 4, color.filled())),
-            )
-            .map_err(|e| drawing_failed(&e))?
-            .label(label)
-            .legend(move |(x, y)| Circle::new((x + 10, y), 4, color.filled()));
-    }
-    chart
-        .configure_series_labels()
-        .position(plotters::chart::SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| drawing_failed(&e))?;
-    root.present().map_err(|e| drawing_failed(&e))
+    let reference = |name: String, offset: f64| {
+        Line::new(name, vec![(low, low + offset), (high, high + offset)])
+    };
+    let panel = Panel {
+        title: format!(
+            "EMULATED testbed (D = {}) vs SIMULATED: Chisel's gain over batch, {} scenarios",
+            report.settings.dilation,
+            report.results.len()
+        ),
+        x_desc: "simulator gain (%)".into(),
+        y_desc: "testbed gain (%)".into(),
+        lines: vec![
+            reference("equal".into(), 0.0),
+            reference(format!("+{WITHIN_POINTS} points"), WITHIN_POINTS),
+            reference(format!("-{WITHIN_POINTS} points"), -WITHIN_POINTS),
+            Line::scatter("mean", mean),
+            Line::scatter("p95", p95),
+        ],
+        ..Panel::default()
+    };
+    plot_panels_svg(path, (900, 700), &[panel]).map_err(|e| e.to_string())
 }
 
 fn plot_classes(path: &Path, report: &TestbedReport) -> Result<(), String> {

@@ -838,31 +838,27 @@ fn program_summary(runs: &[&RunResult]) -> serde_json::Value {
         }
         per_run.insert(name.clone(), serde_json::Value::Object(entry));
     }
-    // Per-seed ratios of a run to its reference run, for every spike number.
-    let ratios = |name: &str, reference: &str| -> serde_json::Value {
-        let mut out = serde_json::Map::new();
-        for (label, pick) in SPIKE_NUMBERS {
-            let values: Vec<f64> = seeds
-                .iter()
-                .filter_map(|&seed| {
-                    let run = find(name, seed)?.metrics.as_ref()?;
-                    let base = find(reference, seed)?.metrics.as_ref()?;
-                    ratio(pick(run), pick(base))
-                })
-                .collect();
-            out.insert(label.into(), spread(&values));
-        }
-        serde_json::Value::Object(out)
-    };
-    let median_ratio = |name: &str, reference: &str, pick: Pick| -> Option<f64> {
-        let values: Vec<f64> = seeds
+    // The ratio of a run's spike number to its reference run's, per seed that has both.
+    let seed_ratios = |name: &str, reference: &str, pick: Pick| -> Vec<f64> {
+        seeds
             .iter()
             .filter_map(|&seed| {
                 let run = find(name, seed)?.metrics.as_ref()?;
                 let base = find(reference, seed)?.metrics.as_ref()?;
                 ratio(pick(run), pick(base))
             })
-            .collect();
+            .collect()
+    };
+    // Per-seed ratios of a run to its reference run, for every spike number.
+    let ratios = |name: &str, reference: &str| -> serde_json::Value {
+        let mut out = serde_json::Map::new();
+        for (label, pick) in SPIKE_NUMBERS {
+            out.insert(label.into(), spread(&seed_ratios(name, reference, pick)));
+        }
+        serde_json::Value::Object(out)
+    };
+    let median_ratio = |name: &str, reference: &str, pick: Pick| -> Option<f64> {
+        let values = seed_ratios(name, reference, pick);
         (!values.is_empty()).then(|| median(&values))
     };
     let median_of = |name: &str, pick: fn(&RunResult) -> Option<f64>| -> Option<f64> {
@@ -1191,34 +1187,23 @@ fn plot(results: &Results, out: &Path) -> Result<(), String> {
                 .take(1)
                 .collect();
             let window = chosen[0].report.window_requests;
+            // A run's line: `value` of each window against the requests sent before it.
+            let run_line = |run: &RunResult, value: &dyn Fn(&WindowSample) -> f64| {
+                let points = run.report.per_request.iter();
+                Line::new(
+                    run.spec.name.clone(),
+                    points.map(|w| (thousands(w), value(w))).collect(),
+                )
+            };
             let lines = |pick: fn(&WindowSample) -> f64| -> Vec<Line> {
-                chosen
-                    .iter()
-                    .map(|run| Line {
-                        name: run.spec.name.clone(),
-                        points: run
-                            .report
-                            .per_request
-                            .iter()
-                            .map(|w| (thousands(w), pick(w)))
-                            .collect(),
-                    })
-                    .collect()
+                chosen.iter().map(|run| run_line(run, &pick)).collect()
             };
             let x_desc = format!("requests (thousands; windows of {window})");
             let modelled_lines: Vec<Line> = chosen
                 .iter()
-                .map(|run| Line {
-                    name: run.spec.name.clone(),
-                    points: run
-                        .report
-                        .per_request
-                        .iter()
-                        .map(|w| {
-                            let ms = modelled_ms(w, REPORT_CACHE_READ_MS, run.report.db_latency_ms);
-                            (thousands(w), ms * 1e3)
-                        })
-                        .collect(),
+                .map(|run| {
+                    let db_ms = run.report.db_latency_ms;
+                    run_line(run, &|w| modelled_ms(w, REPORT_CACHE_READ_MS, db_ms) * 1e3)
                 })
                 .collect();
             let panels = [
