@@ -31,6 +31,7 @@ pub mod effective;
 pub mod error;
 pub mod frontend;
 pub mod metrics;
+pub mod prediction;
 pub mod twemproxy;
 
 use std::net::SocketAddr;
@@ -114,6 +115,7 @@ impl Proxy {
             max_connections: config.proxy.max_connections,
             idle_timeout: (config.proxy.idle_timeout_secs > 0)
                 .then(|| std::time::Duration::from_secs(config.proxy.idle_timeout_secs)),
+            prediction: prediction::Predictor::new(&config.model).map_err(ProxyError::Config)?,
         });
         Ok(Proxy {
             shared,
@@ -147,6 +149,7 @@ impl Proxy {
         if let Some(admin) = self.admin {
             tokio::spawn(admin::serve(admin, self.shared.clone()));
         }
+        tokio::spawn(prediction::run(self.shared.clone()));
         loop {
             match self.listener.accept().await {
                 Ok((stream, _)) => {

@@ -453,6 +453,7 @@ impl TierConfig {
                     warmup: self.warmup.clone(),
                     tls: Default::default(),
                     routes: self.routes.clone(),
+                    model: Default::default(),
                 },
             });
         }

@@ -19,7 +19,7 @@ use tailtrim_model::chisel::{ChiselParams, LinearCost, Objective, PlanGrid};
 use tailtrim_model::cliff::{self, DEFAULT_KNEE_SLOPE, DEFAULT_LEVEL_DELTA, PAPER_TABLE_4};
 use tailtrim_model::evaluate::{cheng_sweep, ChiselReport};
 use tailtrim_model::plan::{plan, PlanRequest, DEFAULT_MAX_SERVERS};
-use tailtrim_model::tier::{ServiceCost, WorkloadProfile};
+use tailtrim_model::tier::{predict, ServiceCost, TierPrediction, TierShape, WorkloadProfile};
 use tailtrim_model::Seconds;
 
 use crate::report::model::{
@@ -84,6 +84,9 @@ pub struct PlanArgs {
     /// Largest server count searched.
     #[arg(long, default_value_t = DEFAULT_MAX_SERVERS)]
     pub max_servers: u32,
+    /// Also predict this tier: N servers of the first --threads count (e.g. the one running now).
+    #[arg(long, value_name = "N")]
+    pub servers: Option<u32>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -478,21 +481,44 @@ fn plan_request(flags: &PlanArgs, measured: &MeasuredProfile) -> Result<PlanRequ
 #[derive(Serialize)]
 struct PlanOutput<'a> {
     measured: &'a MeasuredProfile,
+    /// The tier of `--servers`, predicted.
+    current: Option<TierPrediction>,
     plan: &'a tailtrim_model::plan::Plan,
 }
 
 fn run_plan(out: &mut String, flags: &PlanArgs) -> Result<(), String> {
     let measured = measured_profile(flags)?;
     let request = plan_request(flags, &measured)?;
+    let current = match flags.servers {
+        Some(servers) => {
+            let shape = TierShape {
+                servers,
+                threads: request.thread_options[0],
+            };
+            Some(predict(&request.profile, shape).map_err(|error| error.to_string())?)
+        }
+        None => None,
+    };
     let plan = plan(&request).map_err(|error| error.to_string())?;
     if flags.json {
         out.push_str(&to_json(&PlanOutput {
             measured: &measured,
+            current,
             plan: &plan,
         })?);
         return Ok(());
     }
     out.push_str(&plan_table(&plan, &measured));
+    if let Some(current) = current {
+        out.push_str(&format!(
+            "at {} servers x {} threads: ρ {:.3}, p50 {:.0} µs, p99 {:.0} µs\n",
+            current.shape.servers,
+            current.shape.threads,
+            current.utilization,
+            current.p50.as_micros(),
+            current.p99.as_micros()
+        ));
+    }
     Ok(())
 }
 
@@ -584,9 +610,12 @@ mod tests {
             "50",
             "--slo-p99",
             "1000",
+            "--servers",
+            "3",
         ])
         .unwrap_or_else(|error| panic!("{error}"));
         assert!(table.contains("recommended:"), "{table}");
+        assert!(table.contains("at 3 servers x 4 threads"), "{table}");
         let unreachable = output(&[
             "plan",
             "--rate",
