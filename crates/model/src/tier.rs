@@ -8,8 +8,10 @@
 //!        GI/M/c: δ = solve_delta(ξ, ρ), ρ = λ·S/c   (Cheng's root; δ = ρ for Poisson)
 //!                P{wait > t} = Π·e^{−c(1−δ)t/S},  Π = ErlangC(c, c·ρ)·δ/ρ
 //!                sojourn = wait + service
-//!   request latency = network + max of its k queries' sojourns (taken as independent)
-//!   p-quantile t:  P{sojourn ≤ t}^k = p   (solved by bisection)
+//!   request latency = network + max over the M servers of its query there (if any):
+//!        keys at a server K ~ Binomial(N, 1/M); a query of K keys waits as above, then is
+//!        served for Exp(mean S(K))            (servers taken as independent)
+//!   p-quantile t:  (Σ_k P{K = k}·P{sojourn_k ≤ t})^M = p   (solved by bisection)
 //! ```
 //!
 //! `Π` is exact for Poisson arrivals (Erlang C) and for one thread (GI/M/1: `Π = δ`); in
@@ -170,7 +172,12 @@ impl ServerQueue {
 
     /// `P{sojourn > t}`: no wait and service beyond `t`, or a wait then service.
     pub fn survival(&self, t: f64) -> f64 {
-        let (mu, theta) = (self.service_rate, self.decay);
+        self.survival_with(t, self.service_rate)
+    }
+
+    /// `P{sojourn > t}` of a query whose own service has rate `mu` (the wait is the queue's).
+    pub fn survival_with(&self, t: f64, mu: f64) -> f64 {
+        let theta = self.decay;
         let service_only = (-mu * t).exp();
         // Exp(μ) + Exp(θ) exceeds t with probability (θe^{−μt} − μe^{−θt})/(θ − μ).
         let waited = if ((theta - mu) / mu).abs() < 1e-9 {
@@ -197,29 +204,84 @@ impl ServerQueue {
         check_positive("fanout", fanout)?;
         // P{max ≤ t} = (1 − S(t))^k = level  ⇔  S(t) = 1 − level^{1/k}.
         let target = -(level.ln() / fanout).exp_m1();
-        let mut high = 1.0 / self.service_rate.min(self.decay);
-        let mut doublings = 0;
-        while self.survival(high) > target {
-            high *= 2.0;
-            doublings += 1;
-            if doublings > 200 {
-                return Err(ModelError::Numerical("quantile beyond any bound"));
-            }
-        }
-        let mut low = 0.0;
-        for _ in 0..200 {
-            let middle = 0.5 * (low + high);
-            if self.survival(middle) > target {
-                low = middle;
-            } else {
-                high = middle;
-            }
-            if high - low <= 1e-12 * high {
-                break;
-            }
-        }
-        Ok(Seconds(high))
+        first_time_where(1.0 / self.service_rate.min(self.decay), |t| {
+            self.survival(t) <= target
+        })
     }
+}
+
+/// The smallest `t ≥ 0` (to a relative 1e-12) where the non-decreasing `reached(t)` holds,
+/// bracketed by doubling from `start`.
+fn first_time_where(start: f64, reached: impl Fn(f64) -> bool) -> Result<Seconds, ModelError> {
+    let mut high = start;
+    let mut doublings = 0;
+    while !reached(high) {
+        high *= 2.0;
+        doublings += 1;
+        if doublings > 200 {
+            return Err(ModelError::Numerical("quantile beyond any bound"));
+        }
+    }
+    let mut low = 0.0;
+    for _ in 0..200 {
+        let middle = 0.5 * (low + high);
+        if reached(middle) {
+            high = middle;
+        } else {
+            low = middle;
+        }
+        if high - low <= 1e-12 * high {
+            break;
+        }
+    }
+    Ok(Seconds(high))
+}
+
+/// Largest key count whose split over the servers is taken exactly.
+const MAX_SPLIT_KEYS: f64 = 10_000.0;
+
+/// `P{a server gets k of a request's keys}`, `k = 0..=n`: Binomial(n, 1/M) with
+/// `n = round(keys)` (at least 1).
+pub fn split_probabilities(keys: f64, servers: u32) -> Vec<f64> {
+    let n = keys.round().clamp(1.0, MAX_SPLIT_KEYS) as usize;
+    let mut probabilities = vec![0.0; n + 1];
+    if servers <= 1 {
+        probabilities[n] = 1.0;
+        return probabilities;
+    }
+    let share = 1.0 / f64::from(servers);
+    let odds = share / (1.0 - share);
+    let mut term = (n as f64 * (-share).ln_1p()).exp();
+    for (k, probability) in probabilities.iter_mut().enumerate() {
+        *probability = term;
+        term *= (n - k) as f64 / (k + 1) as f64 * odds;
+    }
+    probabilities
+}
+
+/// `P{request latency − network ≤ t}`: at each of the `M` servers (taken as independent) the
+/// request's query, if it has keys there, is done by `t`; a query of `k` keys has its own
+/// exponential service of mean `S(k)` after the queue's wait.
+fn request_done_by(
+    queue: &ServerQueue,
+    service: &ServiceCost,
+    split: &[f64],
+    servers: u32,
+    t: f64,
+) -> f64 {
+    let at_one_server: f64 = split
+        .iter()
+        .enumerate()
+        .map(|(keys, probability)| {
+            if keys == 0 {
+                *probability
+            } else {
+                let rate = 1.0 / service.of(keys as f64).0;
+                probability * (1.0 - queue.survival_with(t, rate))
+            }
+        })
+        .sum();
+    at_one_server.clamp(0.0, 1.0).powf(f64::from(servers))
 }
 
 /// Expected servers touched by a request of `keys` keys spread uniformly over `servers`.
@@ -259,15 +321,30 @@ pub fn predict(profile: &WorkloadProfile, shape: TierShape) -> Result<TierPredic
         utilization: query_rate * query_service.0 / f64::from(shape.threads),
         wait_probability: queue.wait_probability(),
         query_mean: queue.mean(),
-        p50: profile.network + queue.max_quantile(0.5, fanout)?,
-        p99: profile.network + queue.max_quantile(0.99, fanout)?,
+        p50: profile.network + request_quantile(&queue, profile, shape.servers, 0.5)?,
+        p99: profile.network + request_quantile(&queue, profile, shape.servers, 0.99)?,
+    })
+}
+
+/// The `level` quantile of a request's latency without the network constant.
+fn request_quantile(
+    queue: &ServerQueue,
+    profile: &WorkloadProfile,
+    servers: u32,
+    level: f64,
+) -> Result<Seconds, ModelError> {
+    let split = split_probabilities(profile.keys_per_request, servers);
+    let largest = profile.service.of((split.len() - 1) as f64).0;
+    first_time_where(largest.max(1.0 / queue.decay), |t| {
+        request_done_by(queue, &profile.service, &split, servers, t) >= level
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::{
-        erlang_c, expected_fanout, predict, ServerQueue, ServiceCost, TierShape, WorkloadProfile,
+        erlang_c, expected_fanout, predict, split_probabilities, ServerQueue, ServiceCost,
+        TierShape, WorkloadProfile,
     };
     use crate::time::Seconds;
 
@@ -302,6 +379,38 @@ mod tests {
             "{prediction:?}"
         );
         assert!((prediction.query_mean.0 - 1.0 / 5_000.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn split_probabilities_are_a_distribution_with_mean_keys_over_servers() {
+        let split = split_probabilities(4.0, 4);
+        assert!((split.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+        let mean: f64 = split.iter().enumerate().map(|(k, p)| k as f64 * p).sum();
+        assert!((mean - 1.0).abs() < 1e-12);
+        assert_eq!(split_probabilities(3.0, 1), vec![0.0, 0.0, 0.0, 1.0]);
+    }
+
+    #[test]
+    fn uneven_splits_lengthen_the_tail() {
+        // A query's keys vary with the split: its service is a mix of exponentials, whose
+        // tail is longer than one exponential of the mean.
+        let mut spread = profile(100.0, 4.0);
+        spread.service = ServiceCost {
+            fixed: Seconds::ZERO,
+            per_key: Seconds::from_micros(100.0),
+        };
+        let shape = TierShape {
+            servers: 4,
+            threads: 4,
+        };
+        let prediction = predict(&spread, shape).expect("stable");
+        let queue = ServerQueue::new(prediction.query_rate, prediction.query_service, 4, 0.0)
+            .expect("stable");
+        let mean_split = queue.max_quantile(0.99, prediction.fanout).expect("finite");
+        assert!(
+            prediction.p99.0 > mean_split.0,
+            "{prediction:?} {mean_split:?}"
+        );
     }
 
     #[test]
