@@ -51,6 +51,7 @@ pub mod process;
 pub mod report {
     pub mod bench;
     pub mod model;
+    pub mod model_plan;
     pub mod model_run;
     pub mod sim;
     pub mod sim_cluster;

@@ -21,6 +21,20 @@ pub enum ModelError {
         /// The utilization that was computed.
         utilization: f64,
     },
+    /// No tier within the search meets the latency objective.
+    #[error("p99 <= {slo_us:.0} us is unreachable: the best of 1..={max_servers} servers x {threads} threads predicts {best_us:.0} us ({best_servers} servers)")]
+    Unreachable {
+        /// The objective, µs.
+        slo_us: f64,
+        /// Threads per server of the best candidate.
+        threads: u32,
+        /// Servers of the best candidate (0: none was stable).
+        best_servers: u32,
+        /// Its predicted p99, µs (infinite: none was stable).
+        best_us: f64,
+        /// The largest server count searched.
+        max_servers: u32,
+    },
     /// A numerical procedure did not converge.
     #[error("numerical failure: {0}")]
     Numerical(&'static str),

@@ -12,11 +12,16 @@
 //!   + (B, L)   │ (M/G/1) ─▶ fork-join over chunks (harmonic numbers)         │
 //!              └───────────────┬─────────────────────────────────────────────┘
 //!                              └─▶ best_plan(params, grid): grid search over (B, L)
+//!
+//!              ┌──────────── tier (servers × threads, fan-out) ──────────────┐
+//!  WorkloadProfile │ per server GI/M/c on Cheng's δ ─▶ max over the fan-out   │ ─▶ TierPrediction
+//!   + TierShape    └───────┬──────────────────────────────┬──────────────────┘
+//!                          └─▶ plan: fewest servers for a p99 objective      └─▶ live: a proxy's interval
 //! ```
 //!
 //! Both models are cheap enough to evaluate online: a Cheng prediction is one
 //! root solve (a few thousand `exp` calls), a Chisel prediction is closed form.
-//! Derivations, assumptions and known errors: `docs/model-cheng.md`, `docs/model-chisel.md`.
+//! Derivations, assumptions and known errors: `docs/model-cheng.md`, `docs/model-chisel.md`, `docs/model.md` (tier, plan, live).
 //!
 //! ```
 //! use tailtrim_model::cheng::{predict, ChengParams};
@@ -44,7 +49,10 @@ pub mod chisel;
 pub mod chisel_online;
 pub mod cliff;
 pub mod evaluate;
+pub mod live;
 pub mod pareto;
+pub mod plan;
+pub mod tier;
 
 pub use error::ModelError;
 pub use numeric::harmonic_number;

@@ -26,6 +26,7 @@ use tailtrim_tls::{ClientTlsOptions, ServerTlsOptions};
 
 use crate::classes::ClassesSection;
 use crate::error::ProxyError;
+use crate::prediction::ModelSection;
 
 /// Default client listen address (twemproxy's customary port).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:22122";
@@ -121,6 +122,10 @@ pub struct ProxyConfig {
     /// `verify_mode`, `min_version`, …). Not printed by `--print-config`.
     #[serde(skip_serializing)]
     pub tls: ServerTlsOptions,
+    /// `[model]`: what the live latency prediction assumes of the backends
+    /// (`crate::prediction`); printed only when set.
+    #[serde(skip_serializing_if = "ModelSection::is_default")]
+    pub model: ModelSection,
 }
 
 /// One `[[routes]]` entry (`docs/routes.md`): above the membership view `logging`,

@@ -96,6 +96,8 @@ pub struct Shared {
     pub max_connections: usize,
     /// Close a client with no complete command for this long.
     pub idle_timeout: Option<Duration>,
+    /// The model's live prediction (`stats`: `pool_model_*`).
+    pub prediction: crate::prediction::Predictor,
 }
 
 impl Shared {
@@ -107,6 +109,7 @@ impl Shared {
             cluster: &self.pool,
             started: self.started,
             threads: self.threads,
+            prediction: &self.prediction,
         }
     }
 

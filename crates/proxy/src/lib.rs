@@ -32,6 +32,7 @@ pub mod effective;
 pub mod error;
 pub mod frontend;
 pub mod metrics;
+pub mod prediction;
 pub mod twemproxy;
 
 use std::net::SocketAddr;
@@ -116,6 +117,7 @@ impl Proxy {
             max_connections: config.proxy.max_connections,
             idle_timeout: (config.proxy.idle_timeout_secs > 0)
                 .then(|| std::time::Duration::from_secs(config.proxy.idle_timeout_secs)),
+            prediction: prediction::Predictor::new(&config.model).map_err(ProxyError::Config)?,
         });
         Ok(Proxy {
             shared,
@@ -149,6 +151,7 @@ impl Proxy {
         if let Some(admin) = self.admin {
             tokio::spawn(admin::serve(admin, self.shared.clone()));
         }
+        tokio::spawn(prediction::run(self.shared.clone()));
         loop {
             match self.listener.accept().await {
                 Ok((stream, _)) => {

@@ -87,6 +87,8 @@ pub struct MetricsView<'a> {
     pub started: Instant,
     /// Runtime worker threads.
     pub threads: usize,
+    /// The model's live prediction.
+    pub prediction: &'a crate::prediction::Predictor,
 }
 
 tailtrim_metrics::metrics! {
@@ -168,6 +170,16 @@ tailtrim_metrics::metrics! {
     pub gauge CHISEL_PREDICTED_MEAN = "chisel_predicted_mean_us" in Microseconds;
     /// 95th percentile the model predicts for the current (B, L), µs.
     pub gauge CHISEL_PREDICTED_P95 = "chisel_predicted_p95_us" in Microseconds;
+    /// Request p99 the tier model predicts for the last interval's load, µs (0: no estimate yet).
+    pub gauge POOL_MODEL_P99_PREDICTED = "pool_model_p99_predicted_us" in Microseconds;
+    /// Service time of one backend query the prediction used (configured or solved), µs.
+    pub gauge POOL_MODEL_SERVICE = "pool_model_service_us" in Microseconds;
+    /// Backend utilization the prediction found, in thousandths.
+    pub gauge POOL_MODEL_UTILIZATION = "pool_model_utilization_permille" in Permille;
+    /// Worker threads per backend the model assumes ([model] threads).
+    pub gauge POOL_MODEL_THREADS = "pool_model_threads";
+    /// A backend query's p99 the model predicts for the last interval's load, µs.
+    pub gauge BACKEND_MODEL_P99_PREDICTED = "backend_model_p99_predicted_us" in Microseconds;
     /// Membership version (1 at start, +1 per installed view).
     pub gauge CLUSTER_VERSION = "cluster_version";
     /// Memory held by the hot-key trackers.
@@ -282,6 +294,7 @@ fn samples(view: MetricsView<'_>) -> Samples {
         samples.count(metric, pool_label.clone(), value);
     }
     chisel_samples(&pool, &pool_label, &mut samples);
+    view.prediction.samples(&pool_label, &mut samples);
     let cluster = view.cluster.stats();
     for (metric, value) in [
         (&CLUSTER_VERSION, view.cluster.version()),

@@ -573,6 +573,7 @@ impl TierConfig {
                     tls: Default::default(),
                     routes: self.routes.clone(),
                     classes: self.classes,
+                    model: Default::default(),
                 },
             });
         }

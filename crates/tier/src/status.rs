@@ -18,8 +18,8 @@
 //! Counters read: memcached's `cmd_get`, `cmd_set`, `cmd_touch`, `delete_*`, `incr_*`,
 //! `decr_*`, `get_hits`, `get_misses`, `curr_items`, `bytes`, `limit_maxbytes`,
 //! `curr_connections`; the proxy's `proxy_requests`, `pool_planner`,
-//! `planner_auto_choice` (when the automatic planner runs), `pool_latency_us_p99`,
-//! `model_p99_predicted_us` (when the proxy publishes a prediction),
+//! `pool_planner_choice` (when the automatic planner runs), `pool_latency_us_p99`,
+//! `pool_model_p99_predicted_us` (when the proxy publishes a prediction),
 //! `latency_class_us_p99:CLASS`, `backend_up:ADDR`, `backend_outstanding:ADDR`. The
 //! per-class and whole p99s are the proxy's histograms since it started; rates and hot keys
 //! are the interval's.
@@ -134,11 +134,11 @@ pub struct HotKeyRate {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProxyStatus {
     /// Multiget planner in use: the automatic planner's current choice
-    /// (`planner_auto_choice`), else the configured one (`pool_planner`).
+    /// (`pool_planner_choice`), else the configured one (`pool_planner`).
     pub planner: Option<String>,
     /// p99 of the proxy's requests, µs (`pool_latency_us_p99`).
     pub p99_us: Option<u64>,
-    /// The model's predicted p99 for the current load, µs (`model_p99_predicted_us`), when
+    /// The model's predicted p99 for the current load, µs (`pool_model_p99_predicted_us`), when
     /// the proxy publishes one.
     pub predicted_p99_us: Option<u64>,
     /// p99 of client reads per latency class (`small_get`, `large_get`, `mice`,
@@ -496,11 +496,12 @@ fn node_status(
             .collect();
         status.proxy = Some(ProxyStatus {
             planner: stats
-                .get("planner_auto_choice")
+                .get("pool_planner_choice")
                 .or_else(|| stats.get("pool_planner"))
                 .cloned(),
             p99_us: number(&stats, "pool_latency_us_p99"),
-            predicted_p99_us: number(&stats, "model_p99_predicted_us"),
+            // 0 until the proxy's model has seen an interval with traffic.
+            predicted_p99_us: number(&stats, "pool_model_p99_predicted_us").filter(|p99| *p99 > 0),
             class_p99_us,
             membership_version: pool
                 .as_ref()

@@ -6,19 +6,27 @@
 //!                                          ──> cheng_table | sweep_table (+ plot_sweep) | JSON
 //!   ModelCommand::Chisel ──chisel_params──> ChiselReport::evaluate ──> chisel_table | JSON
 //!   ModelCommand::Cliff  ──> tailtrim_model::cliff::cliff_table ──> cliff_table | JSON
+//!   ModelCommand::Plan   ──profile (stats | bench JSON | flags)──> tailtrim_model::plan::plan
+//!                                          ──> model_plan::plan_table | JSON
 //! ```
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::Serialize;
 use tailtrim_model::cheng::{self, ChengParams};
 use tailtrim_model::chisel::{ChiselParams, LinearCost, Objective, PlanGrid};
 use tailtrim_model::cliff::{self, DEFAULT_KNEE_SLOPE, DEFAULT_LEVEL_DELTA, PAPER_TABLE_4};
 use tailtrim_model::evaluate::{cheng_sweep, ChiselReport};
+use tailtrim_model::plan::{plan, PlanRequest, DEFAULT_MAX_SERVERS};
+use tailtrim_model::tier::{predict, ServiceCost, TierPrediction, TierShape, WorkloadProfile};
 use tailtrim_model::Seconds;
 
 use crate::report::model::{
     cheng_table, chisel_table, cliff_table, plot_sweep, sweep_table, ChiselInputs,
+};
+use crate::report::model_plan::{
+    plan_table, profile_from_bench, profile_from_stats, MeasuredProfile,
 };
 
 /// The subcommands of `tailtrim model`.
@@ -30,6 +38,58 @@ pub enum ModelCommand {
     Chisel(Box<ChiselArgs>),
     /// The latency-cliff utilization per burst degree ξ, next to the paper's Table 4.
     Cliff(CliffArgs),
+    /// How many servers / threads for p99 <= X at rate R, from a running tier's stats or a bench JSON.
+    Plan(Box<PlanArgs>),
+}
+
+/// Flags of `tailtrim model plan`.
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Examples:\n  tailtrim model plan --from-stats 127.0.0.1:11211 --slo-p99 2000 --rate 50000\n  tailtrim model plan --from-bench run.json --service-us 120 --slo-p99 1500 --threads 1,2,4,8 --json\n  tailtrim model plan --rate 20000 --keys 10 --service-us 50 --slo-p99 1000"
+)]
+pub struct PlanArgs {
+    /// Take the profile from a running server's or proxy's `stats` (two readings --sample-secs apart).
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "from_bench")]
+    pub from_stats: Option<String>,
+    /// Take the profile from a `tailtrim bench --json` file (one run).
+    #[arg(long, value_name = "FILE.json")]
+    pub from_bench: Option<PathBuf>,
+    /// Seconds between the two `stats` readings.
+    #[arg(long, default_value_t = 2.0)]
+    pub sample_secs: f64,
+    /// The objective: request p99 at most this many µs.
+    #[arg(long, value_name = "US")]
+    pub slo_p99: f64,
+    /// Plan for this many requests/s over the tier (default: the measured rate).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Mean keys per request (default: measured, else 1).
+    #[arg(long)]
+    pub keys: Option<f64>,
+    /// Service time of one request at one worker thread, µs (default: measured).
+    #[arg(long, value_name = "US")]
+    pub service_us: Option<f64>,
+    /// Service time per key of a request, µs (default: measured, else 0).
+    #[arg(long, value_name = "US")]
+    pub per_key_us: Option<f64>,
+    /// Threads per server to consider, comma separated (default: the source's, else 4).
+    #[arg(long, value_name = "LIST")]
+    pub threads: Option<String>,
+    /// ξ: burst degree of the arrivals (0 = Poisson), in [0, 1).
+    #[arg(long, default_value_t = 0.0)]
+    pub xi: f64,
+    /// Constant latency added to every request (network, proxy), µs.
+    #[arg(long, default_value_t = 0.0)]
+    pub network_us: f64,
+    /// Largest server count searched.
+    #[arg(long, default_value_t = DEFAULT_MAX_SERVERS)]
+    pub max_servers: u32,
+    /// Also predict this tier: N servers of the first --threads count (e.g. the one running now).
+    #[arg(long, value_name = "N")]
+    pub servers: Option<u32>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Flags of `tailtrim model cheng` (defaults: the paper's validation point, Section 5.1).
@@ -162,6 +222,7 @@ pub fn render(command: &ModelCommand) -> Result<String, String> {
         ModelCommand::Cheng(flags) => run_cheng(&mut out, flags),
         ModelCommand::Chisel(flags) => run_chisel(&mut out, flags),
         ModelCommand::Cliff(flags) => run_cliff(&mut out, flags),
+        ModelCommand::Plan(flags) => run_plan(&mut out, flags),
     }?;
     Ok(out)
 }
@@ -346,6 +407,121 @@ fn run_cliff(out: &mut String, flags: &CliffArgs) -> Result<(), String> {
     Ok(())
 }
 
+// ---------------------------------------------------------------------------
+// plan
+// ---------------------------------------------------------------------------
+
+fn measured_profile(flags: &PlanArgs) -> Result<MeasuredProfile, String> {
+    if let Some(address) = &flags.from_stats {
+        if !(flags.sample_secs.is_finite() && flags.sample_secs > 0.0 && flags.sample_secs <= 600.0)
+        {
+            return Err("--sample-secs must be in (0, 600]".to_string());
+        }
+        return Ok(profile_from_stats(
+            address,
+            Duration::from_secs_f64(flags.sample_secs),
+        )?);
+    }
+    if let Some(path) = &flags.from_bench {
+        return Ok(profile_from_bench(path)?);
+    }
+    Ok(MeasuredProfile {
+        source: "flags".to_string(),
+        ..MeasuredProfile::default()
+    })
+}
+
+fn plan_request(flags: &PlanArgs, measured: &MeasuredProfile) -> Result<PlanRequest, String> {
+    let request_rate = flags.rate.or(measured.request_rate).ok_or_else(|| {
+        format!(
+            "no request rate: {} saw no requests; give --rate",
+            measured.source
+        )
+    })?;
+    let service_us = flags.service_us.or(measured.service_us).ok_or_else(|| {
+        format!(
+            "no service time: {} does not give one; give --service-us",
+            measured.source
+        )
+    })?;
+    let thread_options = match &flags.threads {
+        Some(list) => parse_list(list)?
+            .into_iter()
+            .map(|threads| {
+                if threads >= 1.0 && threads.fract() == 0.0 && threads <= 4096.0 {
+                    Ok(threads as u32)
+                } else {
+                    Err(format!("--threads: {threads} is not a thread count"))
+                }
+            })
+            .collect::<Result<Vec<u32>, String>>()?,
+        None => vec![measured.threads.unwrap_or(4)],
+    };
+    Ok(PlanRequest {
+        profile: WorkloadProfile {
+            request_rate,
+            keys_per_request: flags.keys.or(measured.keys_per_request).unwrap_or(1.0),
+            value_bytes: measured.value_bytes.unwrap_or(0.0),
+            service: ServiceCost {
+                fixed: Seconds::from_micros(service_us),
+                per_key: Seconds::from_micros(
+                    flags.per_key_us.or(measured.per_key_us).unwrap_or(0.0),
+                ),
+            },
+            burst_degree: flags.xi,
+            network: Seconds::from_micros(flags.network_us),
+        },
+        slo_p99: Seconds::from_micros(flags.slo_p99),
+        thread_options,
+        max_servers: flags.max_servers,
+    })
+}
+
+/// What `model plan --json` prints.
+#[derive(Serialize)]
+struct PlanOutput<'a> {
+    measured: &'a MeasuredProfile,
+    /// The tier of `--servers`, predicted.
+    current: Option<TierPrediction>,
+    plan: &'a tailtrim_model::plan::Plan,
+}
+
+fn run_plan(out: &mut String, flags: &PlanArgs) -> Result<(), String> {
+    let measured = measured_profile(flags)?;
+    let request = plan_request(flags, &measured)?;
+    let current = match flags.servers {
+        Some(servers) => {
+            let shape = TierShape {
+                servers,
+                threads: request.thread_options[0],
+            };
+            Some(predict(&request.profile, shape).map_err(|error| error.to_string())?)
+        }
+        None => None,
+    };
+    let plan = plan(&request).map_err(|error| error.to_string())?;
+    if flags.json {
+        out.push_str(&to_json(&PlanOutput {
+            measured: &measured,
+            current,
+            plan: &plan,
+        })?);
+        return Ok(());
+    }
+    out.push_str(&plan_table(&plan, &measured));
+    if let Some(current) = current {
+        out.push_str(&format!(
+            "at {} servers x {} threads: ρ {:.3}, p50 {:.0} µs, p99 {:.0} µs\n",
+            current.shape.servers,
+            current.shape.threads,
+            current.utilization,
+            current.p50.as_micros(),
+            current.p99.as_micros()
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -406,6 +582,64 @@ mod tests {
         let report = json(&["chisel", "--merge", "2", "--chunk", "25", "--json"]);
         assert_eq!(report["requested"]["chunks"], 4);
         assert_eq!(report["batching"]["chunks"], 1);
+    }
+
+    #[test]
+    fn plan_from_flags_and_its_errors() {
+        let value = json(&[
+            "plan",
+            "--rate",
+            "20000",
+            "--keys",
+            "10",
+            "--service-us",
+            "50",
+            "--slo-p99",
+            "1000",
+            "--threads",
+            "2,4",
+            "--json",
+        ]);
+        assert!(value["plan"]["recommended"]["servers"].as_u64() >= Some(1));
+        assert_eq!(value["plan"]["options"].as_array().map(Vec::len), Some(2));
+        let table = output(&[
+            "plan",
+            "--rate",
+            "20000",
+            "--service-us",
+            "50",
+            "--slo-p99",
+            "1000",
+            "--servers",
+            "3",
+        ])
+        .unwrap_or_else(|error| panic!("{error}"));
+        assert!(table.contains("recommended:"), "{table}");
+        assert!(table.contains("at 3 servers x 4 threads"), "{table}");
+        let unreachable = output(&[
+            "plan",
+            "--rate",
+            "1000",
+            "--service-us",
+            "500",
+            "--slo-p99",
+            "100",
+        ]);
+        assert!(unreachable.is_err_and(|error| error.contains("unreachable")));
+        let no_service = output(&["plan", "--rate", "1000", "--slo-p99", "100"]);
+        assert!(no_service.is_err_and(|error| error.contains("--service-us")));
+        assert!(output(&[
+            "plan",
+            "--rate",
+            "1000",
+            "--service-us",
+            "5",
+            "--slo-p99",
+            "100",
+            "--threads",
+            "0"
+        ])
+        .is_err());
     }
 
     #[test]

@@ -1,0 +1,236 @@
+//! The model in the loop: every interval the proxy reads its own counters (requests, keys,
+//! per-backend queries and round trips), runs the tier model on that load
+//! ([`tailtrim_model::live`]) and publishes the predicted p99 in `stats` and `/metrics`,
+//! beside the measured latencies (`pool_latency_us`, `backend_latency_us`).
+//!
+//! ```text
+//!   tokio interval (`[model] interval_ms`) ──► Predictor::update(cluster)
+//!        snapshot counters ─ previous snapshot = IntervalLoad ──► live::predict_interval
+//!        ──► latest LivePrediction (behind a mutex)
+//!   stats / /metrics ──► Predictor::samples ──► pool_model_*, backend_model_p99_predicted_us
+//! ```
+//!
+//! `[model]` (all optional): `threads` (worker threads per backend, default 4 — `tailtrim
+//! serve`'s and memcached's default), `service_us` (service time of one backend query; 0,
+//! the default, solves it from each interval's mean round trip), `interval_ms` (default
+//! 1000). Gauges read 0 until an interval with traffic has passed. See `docs/model.md`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tailtrim_client::Cluster;
+use tailtrim_metrics::{Labels, Samples};
+use tailtrim_model::live::{
+    predict_interval, BackendInterval, IntervalLoad, LivePrediction, LiveSettings,
+};
+use tailtrim_model::Seconds;
+
+use crate::frontend::Shared;
+use crate::metrics::{
+    BACKEND_MODEL_P99_PREDICTED, POOL_MODEL_P99_PREDICTED, POOL_MODEL_SERVICE, POOL_MODEL_THREADS,
+    POOL_MODEL_UTILIZATION,
+};
+
+/// Default worker threads per backend the model assumes.
+pub const DEFAULT_MODEL_THREADS: u32 = 4;
+/// Default interval between predictions, ms.
+pub const DEFAULT_MODEL_INTERVAL_MS: u64 = 1000;
+
+/// `[model]`: what the live prediction assumes of the backends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelSection {
+    /// Worker threads per backend.
+    pub threads: u32,
+    /// Service time of one backend query, µs; 0: solved from each interval's mean round trip.
+    pub service_us: f64,
+    /// Interval between predictions, ms.
+    pub interval_ms: u64,
+}
+
+impl Default for ModelSection {
+    fn default() -> Self {
+        ModelSection {
+            threads: DEFAULT_MODEL_THREADS,
+            service_us: 0.0,
+            interval_ms: DEFAULT_MODEL_INTERVAL_MS,
+        }
+    }
+}
+
+impl ModelSection {
+    /// Whether every field has its default (then `--print-config` leaves the section out).
+    pub fn is_default(&self) -> bool {
+        *self == ModelSection::default()
+    }
+
+    /// The settings, or what is wrong with them.
+    pub fn settings(&self) -> Result<LiveSettings, String> {
+        if self.threads == 0 {
+            return Err("[model] threads must be >= 1".to_string());
+        }
+        if !(self.service_us.is_finite() && self.service_us >= 0.0) {
+            return Err("[model] service_us must be >= 0".to_string());
+        }
+        if self.interval_ms == 0 {
+            return Err("[model] interval_ms must be >= 1".to_string());
+        }
+        Ok(LiveSettings {
+            threads: self.threads,
+            service: (self.service_us > 0.0).then(|| Seconds::from_micros(self.service_us)),
+            burst_degree: 0.0,
+        })
+    }
+}
+
+/// The counters one interval is the difference of.
+#[derive(Debug, Clone)]
+struct Snapshot {
+    at: Instant,
+    requests: u64,
+    keys: u64,
+    /// Per backend address: queries, round trips measured, their sum (µs).
+    backends: BTreeMap<String, (u64, u64, f64)>,
+}
+
+impl Snapshot {
+    fn take(cluster: &Cluster) -> Snapshot {
+        let pool = cluster.current();
+        let stats = pool.stats();
+        let backends = pool
+            .backends()
+            .iter()
+            .map(|backend| {
+                let latency = backend.stats().latency.snapshot(&[]);
+                (
+                    backend.address().to_string(),
+                    (
+                        backend.stats().requests.get(),
+                        latency.count,
+                        latency.sum_micros,
+                    ),
+                )
+            })
+            .collect();
+        Snapshot {
+            at: Instant::now(),
+            requests: stats.reads.get() + stats.writes.get() + stats.multigets.get(),
+            keys: stats.reads.get() + stats.writes.get() + stats.multiget_keys.get(),
+            backends,
+        }
+    }
+
+    /// The load between `earlier` and `self`, with the backends' addresses in pool order;
+    /// `None` when a counter went back (`stats reset`).
+    fn since(&self, earlier: &Snapshot) -> Option<(IntervalLoad, Vec<String>)> {
+        let mut addresses = Vec::with_capacity(self.backends.len());
+        let mut backends = Vec::with_capacity(self.backends.len());
+        for (address, &(queries, count, sum)) in &self.backends {
+            let (queries_before, count_before, sum_before) =
+                earlier.backends.get(address).copied().unwrap_or_default();
+            addresses.push(address.clone());
+            backends.push(BackendInterval {
+                queries: queries.checked_sub(queries_before)?,
+                latency_count: count.checked_sub(count_before)?,
+                latency_sum_us: (sum - sum_before).max(0.0),
+            });
+        }
+        let load = IntervalLoad {
+            seconds: self.at.duration_since(earlier.at).as_secs_f64(),
+            requests: self.requests.checked_sub(earlier.requests)?,
+            keys: self.keys.checked_sub(earlier.keys)?,
+            backends,
+        };
+        Some((load, addresses))
+    }
+}
+
+/// Runs the proxy's [`Predictor::update`] every interval, for ever.
+pub async fn run(shared: Arc<Shared>) {
+    let mut ticks = tokio::time::interval(shared.prediction.interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        shared.prediction.update(&shared.pool);
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    previous: Option<Snapshot>,
+    latest: Option<(LivePrediction, Vec<String>)>,
+}
+
+/// The proxy's live predictor.
+#[derive(Debug)]
+pub struct Predictor {
+    settings: LiveSettings,
+    interval: Duration,
+    state: Mutex<State>,
+}
+
+impl Predictor {
+    /// A predictor with `[model]`'s settings.
+    pub fn new(section: &ModelSection) -> Result<Predictor, String> {
+        Ok(Predictor {
+            settings: section.settings()?,
+            interval: Duration::from_millis(section.interval_ms),
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    /// Closes one interval: the load since the previous call, predicted.
+    pub fn update(&self, cluster: &Cluster) {
+        let now = Snapshot::take(cluster);
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((load, addresses)) = state.previous.as_ref().and_then(|p| now.since(p)) {
+            // An idle interval keeps the last prediction: it is still the latest load seen.
+            if load.requests > 0 {
+                state.latest = Some((predict_interval(&load, &self.settings), addresses));
+            }
+        }
+        state.previous = Some(now);
+    }
+
+    /// The latest prediction's gauges (0 before the first interval with traffic).
+    pub fn samples(&self, pool_labels: &Labels, samples: &mut Samples) {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let latest = state.latest.as_ref();
+        let overall = latest.and_then(|(prediction, _)| prediction.overall);
+        let micros = |value: Option<Seconds>| value.map_or(0.0, Seconds::as_micros);
+        samples.real(
+            &POOL_MODEL_P99_PREDICTED,
+            pool_labels.clone(),
+            micros(overall.map(|o| o.p99)),
+        );
+        samples.real(
+            &POOL_MODEL_SERVICE,
+            pool_labels.clone(),
+            micros(overall.map(|o| o.query_service)),
+        );
+        samples.real(
+            &POOL_MODEL_UTILIZATION,
+            pool_labels.clone(),
+            overall.map_or(0.0, |o| o.utilization * 1000.0),
+        );
+        samples.count(
+            &POOL_MODEL_THREADS,
+            pool_labels.clone(),
+            u64::from(self.settings.threads),
+        );
+        let Some((prediction, addresses)) = latest else {
+            return;
+        };
+        for (address, estimate) in addresses.iter().zip(&prediction.backends) {
+            let mut labels = pool_labels.clone();
+            labels.push(("backend", address.clone()));
+            samples.real(
+                &BACKEND_MODEL_P99_PREDICTED,
+                labels,
+                micros(estimate.map(|e| e.p99)),
+            );
+        }
+    }
+}
