@@ -1062,12 +1062,14 @@ fn plot(results: &Results, out: &Path) -> Result<(), String> {
     let p99_lines: Vec<Line> = results
         .tiers
         .iter()
-        .map(|summary| Line {
-            name: summary.tier.clone(),
-            points: CLASSES
-                .iter()
-                .filter_map(|class| Some((position(*class), p99(summary, class.name())?)))
-                .collect(),
+        .map(|summary| {
+            Line::new(
+                summary.tier.clone(),
+                CLASSES
+                    .iter()
+                    .filter_map(|class| Some((position(*class), p99(summary, class.name())?)))
+                    .collect(),
+            )
         })
         .collect();
     let mut panels = vec![Panel {
@@ -1089,10 +1091,7 @@ fn plot(results: &Results, out: &Path) -> Result<(), String> {
             latency: false,
             lines: first_round
                 .iter()
-                .map(|run| Line {
-                    name: run.tier.clone(),
-                    points: run.miss_series.clone(),
-                })
+                .map(|run| Line::new(run.tier.clone(), run.miss_series.clone()))
                 .collect(),
             markers: first_round
                 .iter()
