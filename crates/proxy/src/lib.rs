@@ -151,7 +151,8 @@ impl Proxy {
         if let Some(admin) = self.admin {
             tokio::spawn(admin::serve(admin, self.shared.clone()));
         }
-        tokio::spawn(prediction::run(self.shared.clone()));
+        let shared = self.shared.clone();
+        tokio::spawn(async move { shared.prediction.run(&shared.pool).await });
         loop {
             match self.listener.accept().await {
                 Ok((stream, _)) => {

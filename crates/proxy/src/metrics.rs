@@ -28,10 +28,12 @@ use tailtrim_client::stats::LatencyHistogram;
 use tailtrim_client::{Cluster, Pool, ReplyShape};
 use tailtrim_metrics::samples::QUANTILES;
 use tailtrim_metrics::{Distribution, Exposition, ExpositionError, Labels, Metric, Samples};
+use tailtrim_model::Seconds;
 use tailtrim_policy::drr::CLASSES;
 use tailtrim_policy::serverq::Discipline;
 
 use crate::classes::{ClassLatency, LatencyClass};
+use crate::prediction::Predictor;
 
 /// Front-end counters (`proxy_*`).
 #[derive(Debug, Default)]
@@ -88,7 +90,7 @@ pub struct MetricsView<'a> {
     /// Runtime worker threads.
     pub threads: usize,
     /// The model's live prediction.
-    pub prediction: &'a crate::prediction::Predictor,
+    pub prediction: &'a Predictor,
 }
 
 tailtrim_metrics::metrics! {
@@ -294,7 +296,7 @@ fn samples(view: MetricsView<'_>) -> Samples {
         samples.count(metric, pool_label.clone(), value);
     }
     chisel_samples(&pool, &pool_label, &mut samples);
-    view.prediction.samples(&pool_label, &mut samples);
+    prediction_samples(view.prediction, &pool_label, &mut samples);
     let cluster = view.cluster.stats();
     for (metric, value) in [
         (&CLUSTER_VERSION, view.cluster.version()),
@@ -847,6 +849,47 @@ pub fn prometheus_text(view: MetricsView<'_>) -> Result<String, ExpositionError>
     let mut page = Exposition::new("tailtrim");
     samples(view).expose(&mut page);
     page.finish()
+}
+
+/// The model's latest prediction as gauges (0 before the first interval with traffic).
+fn prediction_samples(predictor: &Predictor, pool_labels: &Labels, samples: &mut Samples) {
+    let latest = predictor.latest();
+    let overall = latest
+        .as_ref()
+        .and_then(|(prediction, _)| prediction.overall);
+    let micros = |value: Option<Seconds>| value.map_or(0.0, Seconds::as_micros);
+    samples.real(
+        &POOL_MODEL_P99_PREDICTED,
+        pool_labels.clone(),
+        micros(overall.map(|o| o.p99)),
+    );
+    samples.real(
+        &POOL_MODEL_SERVICE,
+        pool_labels.clone(),
+        micros(overall.map(|o| o.query_service)),
+    );
+    samples.real(
+        &POOL_MODEL_UTILIZATION,
+        pool_labels.clone(),
+        overall.map_or(0.0, |o| o.utilization * 1000.0),
+    );
+    samples.count(
+        &POOL_MODEL_THREADS,
+        pool_labels.clone(),
+        u64::from(predictor.threads()),
+    );
+    let Some((prediction, addresses)) = latest else {
+        return;
+    };
+    for (address, estimate) in addresses.iter().zip(&prediction.backends) {
+        let mut labels = pool_labels.clone();
+        labels.push(("backend", address.clone()));
+        samples.real(
+            &BACKEND_MODEL_P99_PREDICTED,
+            labels,
+            micros(estimate.map(|e| e.p99)),
+        );
+    }
 }
 
 #[cfg(test)]

@@ -16,22 +16,15 @@
 //! 1000). Gauges read 0 until an interval with traffic has passed. See `docs/model.md`.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tailtrim_client::Cluster;
-use tailtrim_metrics::{Labels, Samples};
 use tailtrim_model::live::{
     predict_interval, BackendInterval, IntervalLoad, LivePrediction, LiveSettings,
 };
 use tailtrim_model::Seconds;
-
-use crate::frontend::Shared;
-use crate::metrics::{
-    BACKEND_MODEL_P99_PREDICTED, POOL_MODEL_P99_PREDICTED, POOL_MODEL_SERVICE, POOL_MODEL_THREADS,
-    POOL_MODEL_UTILIZATION,
-};
 
 /// Default worker threads per backend the model assumes.
 pub const DEFAULT_MODEL_THREADS: u32 = 4;
@@ -147,16 +140,6 @@ impl Snapshot {
     }
 }
 
-/// Runs the proxy's [`Predictor::update`] every interval, for ever.
-pub async fn run(shared: Arc<Shared>) {
-    let mut ticks = tokio::time::interval(shared.prediction.interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
-        shared.prediction.update(&shared.pool);
-    }
-}
-
 #[derive(Debug, Default)]
 struct State {
     previous: Option<Snapshot>,
@@ -194,43 +177,28 @@ impl Predictor {
         state.previous = Some(now);
     }
 
-    /// The latest prediction's gauges (0 before the first interval with traffic).
-    pub fn samples(&self, pool_labels: &Labels, samples: &mut Samples) {
-        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let latest = state.latest.as_ref();
-        let overall = latest.and_then(|(prediction, _)| prediction.overall);
-        let micros = |value: Option<Seconds>| value.map_or(0.0, Seconds::as_micros);
-        samples.real(
-            &POOL_MODEL_P99_PREDICTED,
-            pool_labels.clone(),
-            micros(overall.map(|o| o.p99)),
-        );
-        samples.real(
-            &POOL_MODEL_SERVICE,
-            pool_labels.clone(),
-            micros(overall.map(|o| o.query_service)),
-        );
-        samples.real(
-            &POOL_MODEL_UTILIZATION,
-            pool_labels.clone(),
-            overall.map_or(0.0, |o| o.utilization * 1000.0),
-        );
-        samples.count(
-            &POOL_MODEL_THREADS,
-            pool_labels.clone(),
-            u64::from(self.settings.threads),
-        );
-        let Some((prediction, addresses)) = latest else {
-            return;
-        };
-        for (address, estimate) in addresses.iter().zip(&prediction.backends) {
-            let mut labels = pool_labels.clone();
-            labels.push(("backend", address.clone()));
-            samples.real(
-                &BACKEND_MODEL_P99_PREDICTED,
-                labels,
-                micros(estimate.map(|e| e.p99)),
-            );
+    /// The latest prediction and the backends' addresses in its order; `None` before the
+    /// first interval with traffic.
+    pub fn latest(&self) -> Option<(LivePrediction, Vec<String>)> {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .latest
+            .clone()
+    }
+
+    /// Worker threads per backend the model assumes.
+    pub fn threads(&self) -> u32 {
+        self.settings.threads
+    }
+
+    /// Calls [`Predictor::update`] every interval, for ever.
+    pub async fn run(&self, cluster: &Cluster) {
+        let mut ticks = tokio::time::interval(self.interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            self.update(cluster);
         }
     }
 }
