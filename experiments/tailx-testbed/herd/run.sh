@@ -12,22 +12,29 @@
 #   order A: warm idle · warm busy · measure busy · batch 40 s · measure idle
 #   order B: warm idle · batch 110 s · measure idle · warm busy · measure busy
 # `--first-design` runs the first design instead (into herd/runs/): only the busy proxy is
-# warmed, and the idle one is always measured last in its round.
+# warmed, and the idle one is always measured last in its round. `--out DIR` keeps a run in
+# DIR instead (e.g. herd/fair/quiet/ beside the kept run in herd/fair/).
 # Every proxy's `stats` is sampled during the measured phases (outstanding queries per
 # backend: a herd puts them all on one).
 #
-#   usage: experiments/tailx-testbed/herd/run.sh [--first-design] [TAILTRIM_BINARY] [ROUNDS]
+#   usage: experiments/tailx-testbed/herd/run.sh [--first-design] [--out DIR] [TAILTRIM_BINARY] [ROUNDS]
 set -euo pipefail
 design=fair
 if [[ ${1:-} == --first-design ]]; then
     design=first
     shift
 fi
+out_dir=""
+if [[ ${1:-} == --out ]]; then
+    out_dir="$2"
+    shift 2
+fi
 bin="${1:-target/suite/tailtrim}"
 rounds="${2:-4}"
 here="$(cd "$(dirname "$0")" && pwd)"
 out="$here/fair"
 [[ $design == first ]] && out="$here/runs"
+[[ -n $out_dir ]] && out="$out_dir"
 mkdir -p "$out"
 dilation=500
 service="const=3.3us,key=0.6us,dilation=$dilation"
