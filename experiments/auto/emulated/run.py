@@ -142,6 +142,7 @@ def run(args):
                         "achieved_rps": result["achieved_rps"], "errors": result["errors"],
                         "completed": result["completed"],
                         "send_lag_p99_us": result["send_lag"]["p99_us"],
+                        "dispatch_lag_p99_us": result["dispatch_lag"]["p99_us"],
                         "classes": {c: {q: v[f"{q}_us"] for q in ("p50", "p95", "p99", "p999")}
                                     for c, v in result["classes"].items() if v.get("count")},
                         "gauges": planner_gauges(ports[planner]),
@@ -199,6 +200,7 @@ def summarize_workload(data):
                                   for r in sorted(by_planner["auto"], key=lambda r: r["round"])],
         "auto_gauges_end": last_auto,
         "achieved_min_share": min(r["achieved_rps"] / r["target_rps"] for r in runs),
+        "behind_schedule": sum(r["achieved_rps"] < 0.95 * r["target_rps"] for r in runs),
         "errors": sum(r["errors"] for r in runs),
         "send_lag_p99_us_max": max(r["send_lag_p99_us"] for r in runs),
         "metadata": data["metadata"],
@@ -238,6 +240,7 @@ def summary():
                      f"load average {m['load_average_start']} at the start, "
                      f"{m['load_average_end']} at the end, highest {m['load_average_max']}; "
                      f"achieved ≥ {w['achieved_min_share']:.3f} of the target, "
+                     f"{w['behind_schedule']} of {len(w['per_round']) * len(PLANNERS)} runs under 95 %, "
                      f"{w['errors']} errors, send-lag p99 ≤ {w['send_lag_p99_us_max'] / 1e3:.1f} ms.")
     text = "\n".join(lines) + "\n"
     with open(os.path.join(HERE, "results.md"), "w") as f:
