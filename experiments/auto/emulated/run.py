@@ -13,6 +13,7 @@ analyzer), rein-sbf, cost-rel and auto. `tailtrim bench` drives one proxy at a t
 Workloads (`--workload`):
   homogeneous     8-key gets over 10 000 keys, 24-byte keys, 100-byte values, uniform
   mice-elephants  Chisel's: 1-key and 100-key gets at 9:1, same keys and values
+  rare-elephants  issue 30's: 2-key and 500-key gets at 199:1, same keys and values
 Rates: about 65 % of the backends' emulated worker time under batch (see RATES).
 
 Rounds: every planner once per round (order rotated each round), `--warmup` unmeasured seconds
@@ -54,18 +55,23 @@ HOMOGENEOUS_KEYS = 8
 #   homogeneous: 8 keys on ~3.6 of the 4 backends (distinct backends of 8 uniform draws):
 #     3.6 x 3.3 + 8 x 0.6 = 16.7 µs;
 #   mice-elephants: 0.9 x (3.3 + 0.6) + 0.1 x (4 x 3.3 + 100 x 0.6) = 10.83 µs (the herd's).
+#   rare-elephants: 0.995 x (1.75 x 3.3 + 2 x 0.6) + 0.005 x (4 x 3.3 + 500 x 0.6) = 8.53 µs.
 # 4 backends x 2 workers at 65 %.
-WORK_US = {"homogeneous": 16.7, "mice-elephants": 10.83}
+WORK_US = {"homogeneous": 16.7, "mice-elephants": 10.83, "rare-elephants": 8.53}
 RATES = {name: round(0.65 * BACKENDS * WORKERS / (us * 1e-6 * DILATION))
          for name, us in WORK_US.items()}
-COMMON = ["--keys", "10000", "--key-size", "24", "--value-size", "100", "-w", "chisel",
-          "--mice-per-elephant", "9"]
+COMMON = ["--keys", "10000", "--key-size", "24", "--value-size", "100", "-w", "chisel"]
 # Chisel's built-in workload: uniform popularity, Poisson arrivals, gets only; homogeneous is
 # its two operations at the same 8 keys.
 WORKLOAD_FLAGS = {
-    "homogeneous": COMMON + ["--mice-keys", str(HOMOGENEOUS_KEYS),
+    "homogeneous": COMMON + ["--mice-per-elephant", "9", "--mice-keys", str(HOMOGENEOUS_KEYS),
                              "--elephant-keys", str(HOMOGENEOUS_KEYS)],
-    "mice-elephants": COMMON + ["--mice-keys", "1", "--elephant-keys", "100"],
+    "mice-elephants": COMMON + ["--mice-per-elephant", "9", "--mice-keys", "1",
+                                "--elephant-keys", "100"],
+    # Issue 30's rare elephants (2-key gets at 99.5 %, 500-key at 0.5 %): where the simulator's
+    # auto leaves batch for cost-rel.
+    "rare-elephants": COMMON + ["--mice-per-elephant", "199", "--mice-keys", "2",
+                                "--elephant-keys", "500"],
 }
 # The proxy's planner gauges kept with each run.
 GAUGE_PREFIXES = ("pool_planner", "pool_auto_", "chisel_fallback", "chisel_decision",
