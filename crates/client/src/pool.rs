@@ -122,24 +122,37 @@ pub struct Pool {
 /// The planner's view of the pool, minus backends already tried for this request. In a
 /// replica pool loads are read once per plan, for every backend at the first question
 /// ([`Pool::loads_at`]: the estimates are settled together); without replicas only a
-/// backend's availability matters, read when asked. The planners account for their own fetches within a plan
-/// (one fetch per backend for batch, Rein and TailX; Chisel's chunk placement counts the
-/// chunks it gave each backend), and the plan's fetches are reserved before the next plan.
+/// backend's availability matters, read once per plan for each backend asked about (a
+/// multiget asks once per key: reading it each time took two locks per key). The planners
+/// account for their own fetches within a plan (one fetch per backend for batch, Rein and
+/// TailX; Chisel's chunk placement counts the chunks it gave each backend), and the plan's
+/// fetches are reserved before the next plan.
 struct PoolView<'a> {
     pool: &'a Pool,
     excluded: &'a [usize],
     /// When the plan is made.
     now: Timestamp,
     loads: std::cell::OnceCell<Inline<BackendLoad>>,
+    /// Without replicas: each backend's load, once asked.
+    own_loads: Inline<std::cell::OnceCell<BackendLoad>>,
 }
 
 impl<'a> PoolView<'a> {
     fn new(pool: &'a Pool, excluded: &'a [usize], now: Timestamp) -> Self {
+        let own_loads = match pool.config.replicas {
+            1 => pool
+                .backends
+                .iter()
+                .map(|_| std::cell::OnceCell::new())
+                .collect(),
+            _ => Inline::new(),
+        };
         PoolView {
             pool,
             excluded,
             now,
             loads: std::cell::OnceCell::new(),
+            own_loads,
         }
     }
 }
@@ -166,11 +179,13 @@ impl ClusterView for PoolView<'_> {
     }
 
     fn load(&self, backend: usize) -> BackendLoad {
-        if self.pool.config.replicas == 1 {
+        if let Some(cell) = self.own_loads.get(backend) {
             // One candidate per key: only its availability matters, not the estimates.
-            let mut load = self.pool.backends[backend].load_at(self.now);
-            load.available &= !self.excluded.contains(&backend);
-            return load;
+            return *cell.get_or_init(|| {
+                let mut load = self.pool.backends[backend].load_at(self.now);
+                load.available &= !self.excluded.contains(&backend);
+                load
+            });
         }
         let loads = self
             .loads

@@ -527,18 +527,18 @@ async fn run_concurrently(shared: &Shared, mut works: Vec<Work>) -> Vec<Bytes> {
     }
     let total = merged.len() + others.len();
     let started = Instant::now();
+    if others.is_empty() {
+        // Gets only (the pipelined case): the merged read alone, its replies in request
+        // order, without a join around the whole multiget's state.
+        let outcomes = shared.multiget(&merged_keys, MultigetKind::Get).await;
+        return merged_replies(shared, &merged, &outcomes, started)
+            .map(|(_, reply)| reply)
+            .collect();
+    }
     let merged_reads = async {
         // Per-key outcomes: a backend failure only fails the requests that needed it.
         let outcomes = shared.multiget(&merged_keys, MultigetKind::Get).await;
-        merged
-            .iter()
-            .map(|(position, range, _)| {
-                let mine = &outcomes[range.clone()];
-                let reply = outcomes_reply(shared, mine);
-                shared.classes.record(range.len(), reply.len(), started);
-                (*position, reply)
-            })
-            .collect::<Vec<_>>()
+        merged_replies(shared, &merged, &outcomes, started).collect::<Vec<_>>()
     };
     let positions: Vec<usize> = others.iter().map(|(position, _)| *position).collect();
     let other_reads = join_all(others.into_iter().map(|(_, work)| run_one(shared, work)));
@@ -552,6 +552,24 @@ async fn run_concurrently(shared: &Shared, mut works: Vec<Work>) -> Vec<Bytes> {
         replies[position] = reply;
     }
     replies
+}
+
+/// Each merged get's reply from the merged read's per-key `outcomes`, with its position in
+/// the batch; every reply's latency (the merged read's, read from the clock once) goes into
+/// its class.
+fn merged_replies<'a>(
+    shared: &'a Shared,
+    merged: &'a [(usize, std::ops::Range<usize>, Bytes)],
+    outcomes: &'a [KeyResult],
+    started: Instant,
+) -> impl Iterator<Item = (usize, Bytes)> + 'a {
+    let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    merged.iter().map(move |(position, range, _)| {
+        let reply = outcomes_reply(shared, &outcomes[range.clone()]);
+        let class = shared.classes.classify(range.len(), reply.len());
+        shared.classes.histogram(class).record_micros(micros);
+        (*position, reply)
+    })
 }
 
 async fn run_one(shared: &Shared, work: Work) -> Bytes {

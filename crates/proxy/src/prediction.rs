@@ -1,13 +1,15 @@
 //! The model in the loop: every interval the proxy reads its own counters (requests, keys,
-//! per-backend queries and round trips), runs the tier model on that load
-//! ([`tailtrim_model::live`]) and publishes the predicted p99 in `stats` and `/metrics`,
-//! beside the measured latencies (`pool_latency_us`, `backend_latency_us`).
+//! per-backend queries and round trips) and keeps that load; the tier model
+//! ([`tailtrim_model::live`]) runs on the latest load when its prediction is read, and the
+//! predicted p99 is published in `stats` and `/metrics`, beside the measured latencies
+//! (`pool_latency_us`, `backend_latency_us`).
 //!
 //! ```text
 //!   tokio interval (`[model] interval_ms`) ──► Predictor::update(cluster)
-//!        snapshot counters ─ previous snapshot = IntervalLoad ──► live::predict_interval
-//!        ──► latest LivePrediction (behind a mutex)
-//!   stats / /metrics ──► Predictor::samples ──► pool_model_*, backend_model_p99_predicted_us
+//!        snapshot counters ─ previous snapshot = IntervalLoad ──► latest load (behind a mutex)
+//!   stats / /metrics ──► Predictor::latest ──► live::predict_interval on the latest load
+//!        (once per interval: kept until the next load) ──► pool_model_*,
+//!        backend_model_p99_predicted_us
 //! ```
 //!
 //! `[model]` (all optional): `threads` (worker threads per backend, default 4 — `tailtrim
@@ -16,6 +18,7 @@
 //! 1000). Gauges read 0 until an interval with traffic has passed. See `docs/model.md`.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -143,6 +146,9 @@ impl Snapshot {
 #[derive(Debug, Default)]
 struct State {
     previous: Option<Snapshot>,
+    /// The load of the latest interval with traffic, and its backends' addresses.
+    latest_load: Option<(IntervalLoad, Vec<String>)>,
+    /// The model evaluated on `latest_load`, once something asked for it.
     latest: Option<(LivePrediction, Vec<String>)>,
 }
 
@@ -152,6 +158,8 @@ pub struct Predictor {
     settings: LiveSettings,
     interval: Duration,
     state: Mutex<State>,
+    /// Model evaluations so far ([`Predictor::evaluations`]).
+    evaluations: AtomicU64,
 }
 
 impl Predictor {
@@ -161,17 +169,22 @@ impl Predictor {
             settings: section.settings()?,
             interval: Duration::from_millis(section.interval_ms),
             state: Mutex::new(State::default()),
+            evaluations: AtomicU64::new(0),
         })
     }
 
-    /// Closes one interval: the load since the previous call, predicted.
+    /// Closes one interval: the load since the previous call, kept for the model. The model
+    /// itself runs when its prediction is read ([`Predictor::latest`]), once per interval at
+    /// most: evaluating it (a numerical integration per backend) every interval cost the
+    /// proxy milliseconds of CPU a second, read or not.
     pub fn update(&self, cluster: &Cluster) {
         let now = Snapshot::take(cluster);
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((load, addresses)) = state.previous.as_ref().and_then(|p| now.since(p)) {
             // An idle interval keeps the last prediction: it is still the latest load seen.
             if load.requests > 0 {
-                state.latest = Some((predict_interval(&load, &self.settings), addresses));
+                state.latest_load = Some((load, addresses));
+                state.latest = None;
             }
         }
         state.previous = Some(now);
@@ -180,11 +193,20 @@ impl Predictor {
     /// The latest prediction and the backends' addresses in its order; `None` before the
     /// first interval with traffic.
     pub fn latest(&self) -> Option<(LivePrediction, Vec<String>)> {
-        self.state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .latest
-            .clone()
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.latest.is_none() {
+            if let Some((load, addresses)) = &state.latest_load {
+                self.evaluations.fetch_add(1, Ordering::Relaxed);
+                let prediction = predict_interval(load, &self.settings);
+                state.latest = Some((prediction, addresses.clone()));
+            }
+        }
+        state.latest.clone()
+    }
+
+    /// How many times the model was evaluated.
+    pub fn evaluations(&self) -> u64 {
+        self.evaluations.load(Ordering::Relaxed)
     }
 
     /// Worker threads per backend the model assumes.
@@ -200,5 +222,40 @@ impl Predictor {
             ticks.tick().await;
             self.update(cluster);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tailtrim_client::config::{PoolConfig, ServerSpec};
+    use tailtrim_policy::hotkeys::TrackerConfig;
+
+    #[test]
+    fn the_model_runs_when_read_and_once_per_interval() {
+        let servers = vec![ServerSpec::parse("127.0.0.1:1").expect("address")];
+        let config = PoolConfig::new("pool", servers);
+        let cluster = Cluster::new(config, TrackerConfig::default()).expect("cluster");
+        let predictor = Predictor::new(&ModelSection::default()).expect("settings");
+        predictor.update(&cluster);
+        assert!(predictor.latest().is_none(), "no interval with traffic yet");
+        for _ in 0..3 {
+            cluster.current().stats().reads.add(1_000);
+            predictor.update(&cluster);
+        }
+        assert_eq!(predictor.evaluations(), 0, "nothing read the prediction");
+        let first = predictor.latest().expect("an interval with traffic passed");
+        assert_eq!(predictor.latest(), Some(first));
+        assert_eq!(
+            predictor.evaluations(),
+            1,
+            "the second read reused the first"
+        );
+        predictor.update(&cluster);
+        assert!(
+            predictor.latest().is_some(),
+            "an idle interval keeps the last prediction"
+        );
+        assert_eq!(predictor.evaluations(), 1);
     }
 }
