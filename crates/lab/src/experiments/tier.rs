@@ -10,7 +10,8 @@
 //!           everything (size-aware, the configured planner, strict order, warm-up)
 //!  --mode loopback (real: no emulation, no join — nutcracker has no membership API)
 //!    tiers: memcached + nutcracker, its A/A twin, the tailtrim tier memcached-like (pinned,
-//!           batch) and with everything on
+//!           batch) and with everything on, and the two halves crossed (memcached behind
+//!           tailtrim proxy; pinned tailtrim serve behind nutcracker)
 //!
 //!  for round: for tier in interleaved_order ─► fresh servers (+1 to join), a fresh proxy
 //!     bench::run_cache_aside (prefill, unrecorded warm-up, measured window,
@@ -236,6 +237,17 @@ pub fn tiers(mode: Mode, planner: &str) -> Vec<Tier> {
                 stock(format!("{MEMCACHED_NUTCRACKER}{AA_SUFFIX}")),
                 Tier::tailtrim(MEMCACHED_LIKE, "pinned", "batch", None),
                 Tier::tailtrim(EVERYTHING, "size-aware", planner, None).strict(),
+                // One tailtrim half each: which of the two a difference comes from.
+                Tier {
+                    proxy: "tailtrim".to_string(),
+                    planner: Some("batch".to_string()),
+                    ..stock("memcached+tailtrim-proxy".to_string())
+                },
+                Tier {
+                    server: "tailtrim".to_string(),
+                    dispatch: Some("pinned".to_string()),
+                    ..stock("tailtrim+nutcracker".to_string())
+                },
             ]
         }
     }
