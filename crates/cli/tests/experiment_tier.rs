@@ -1,7 +1,7 @@
 //! Smoke test of `tailtrim experiment tier --quick`: real `tailtrim serve` backends (emulated
 //! service time) behind a real `tailtrim proxy`, cache-aside load with a server joining half
 //! way, three tiers. Checks the shape of results.json (per-class percentiles, the join, CPU
-//! per request, the acceptance lines) and that a replot redraws the same files byte for byte;
+//! per request and its split by process, the acceptance lines) and that a replot redraws the same files byte for byte;
 //! no timing assertions.
 
 use std::process::Command;
@@ -29,6 +29,12 @@ fn quick_tier_run_reports_every_class_the_join_and_cpu_and_replots_identically()
         assert_eq!(run["wrong_values"], 0);
         assert_eq!(run["stale_values"], 0);
         assert!(run["cpu_us_per_request"].is_f64());
+        // The CPU split by process adds up to the whole.
+        let split = &run["cpu_split"];
+        let parts =
+            split["servers"].as_f64().unwrap_or(-1.0) + split["proxy"].as_f64().unwrap_or(-1.0);
+        let whole = run["cpu_seconds"].as_f64().unwrap_or(0.0);
+        assert!((parts - whole).abs() < 1e-9, "split {split} of {whole}");
         // The join was sent inside the window and the proxy took it.
         assert_eq!(run["join"][2], 200, "{}", run["join"]);
         assert!(run["miss_ratio_peak"].is_f64());
@@ -43,6 +49,9 @@ fn quick_tier_run_reports_every_class_the_join_and_cpu_and_replots_identically()
         assert!(all["requests"].as_u64().unwrap_or(0) > 0, "{tier}");
         for percentile in ["p50_us", "p99_us", "p999_us"] {
             assert!(all[percentile].is_f64(), "{percentile}");
+        }
+        for part in ["servers", "proxy"] {
+            assert!(tier["cpu_us_per_request_split"][part].is_f64(), "{tier}");
         }
     }
     let everything = &json["settings"]["tiers"][2];

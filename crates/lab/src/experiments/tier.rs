@@ -9,13 +9,16 @@
 //!           (size-aware; chisel; strict rein-sbf; warm-up preemptive+fallback) and
 //!           everything (size-aware, the configured planner, strict order, warm-up)
 //!  --mode loopback (real: no emulation, no join — nutcracker has no membership API)
-//!    tiers: memcached + nutcracker, its A/A twin, the tailtrim tier with everything on
+//!    tiers: memcached + nutcracker, its A/A twin, the tailtrim tier memcached-like (pinned,
+//!           batch) and with everything on, and the two halves crossed (memcached behind
+//!           tailtrim proxy; pinned tailtrim serve behind nutcracker)
 //!
 //!  for round: for tier in interleaved_order ─► fresh servers (+1 to join), a fresh proxy
 //!     bench::run_cache_aside (prefill, unrecorded warm-up, measured window,
 //!                             join at half: POST /pool/servers?warmup=cold|preemptive+fallback)
 //!     per class HDR histograms (all, small, large, mice, elephant) kept (V2, base64)
-//!     CPU: utime+stime of the servers and the proxy over the window / requests
+//!     CPU: utime+stime of the servers and of the proxy over the window / requests
+//!          (kept per process kind: servers, proxy)
 //!     misses per window: level before the join (median), peak after it, spike = peak − level
 //!  per tier: histograms pooled over rounds ─► p50/p99/p99.9 per class; medians of CPU and spike
 //!  verdict against the reading written before the run (issue 33's acceptance lines)
@@ -232,7 +235,19 @@ pub fn tiers(mode: Mode, planner: &str) -> Vec<Tier> {
             vec![
                 stock(MEMCACHED_NUTCRACKER.to_string()),
                 stock(format!("{MEMCACHED_NUTCRACKER}{AA_SUFFIX}")),
+                Tier::tailtrim(MEMCACHED_LIKE, "pinned", "batch", None),
                 Tier::tailtrim(EVERYTHING, "size-aware", planner, None).strict(),
+                // One tailtrim half each: which of the two a difference comes from.
+                Tier {
+                    proxy: "tailtrim".to_string(),
+                    planner: Some("batch".to_string()),
+                    ..stock("memcached+tailtrim-proxy".to_string())
+                },
+                Tier {
+                    server: "tailtrim".to_string(),
+                    dispatch: Some("pinned".to_string()),
+                    ..stock("tailtrim+nutcracker".to_string())
+                },
             ]
         }
     }
@@ -277,6 +292,10 @@ struct Run {
     /// CPU seconds (user + system) of the servers and the proxy over the measured window.
     cpu_seconds: f64,
     cpu_us_per_request: f64,
+    /// The same CPU split by process: the servers' and the proxy's (absent in runs kept
+    /// before the split was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cpu_split: Option<CpuSplit>,
     /// When the join was sent and answered (seconds into the window), its HTTP status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     join: Option<(f64, f64, u16)>,
@@ -290,6 +309,25 @@ struct Run {
     miss_series: MissSeries,
     /// Latency per class (`all`, `small`, `large`, `mice`, `elephant`), ns.
     histograms: BTreeMap<String, Encoded>,
+}
+
+/// CPU seconds of a run's window (or µs per request of a tier) by process.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct CpuSplit {
+    /// Every cache server together (the joining one too).
+    servers: f64,
+    /// The proxy.
+    proxy: f64,
+}
+
+impl CpuSplit {
+    fn per_request(self, requests: u64) -> CpuSplit {
+        let requests = requests.max(1) as f64;
+        CpuSplit {
+            servers: self.servers * 1e6 / requests,
+            proxy: self.proxy * 1e6 / requests,
+        }
+    }
 }
 
 /// p50, p99 and p99.9 of a class, µs.
@@ -309,6 +347,9 @@ struct TierSummary {
     classes: BTreeMap<String, Percentiles>,
     /// Median over rounds.
     cpu_us_per_request: f64,
+    /// Median over rounds of the servers' and of the proxy's CPU per request, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cpu_us_per_request_split: Option<CpuSplit>,
     /// Median over rounds of (peak − level) of the miss ratio at the join.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     miss_spike: Option<f64>,
@@ -449,8 +490,15 @@ fn workload(settings: &Settings) -> Arc<WorkloadSpec> {
     Arc::new(spec)
 }
 
-fn cpu_of(pids: &[u32]) -> f64 {
-    pids.iter().map(|&pid| process_cpu_seconds(pid)).sum()
+/// CPU seconds so far of the servers (`server_pids`) and of the proxy.
+fn cpu_of(server_pids: &[u32], proxy_pid: u32) -> CpuSplit {
+    CpuSplit {
+        servers: server_pids
+            .iter()
+            .map(|&pid| process_cpu_seconds(pid))
+            .sum(),
+        proxy: process_cpu_seconds(proxy_pid),
+    }
 }
 
 fn seconds(value: f64, what: &str) -> Result<Duration, String> {
@@ -601,20 +649,23 @@ fn run_tier(
             params: vec![("warmup".to_string(), mode.clone())],
         });
     }
-    let pids: Vec<u32> = servers
-        .iter()
-        .map(Process::pid)
-        .chain([proxy.pid()])
-        .collect();
+    let server_pids: Vec<u32> = servers.iter().map(Process::pid).collect();
+    let proxy_pid = proxy.pid();
     let window_starts = config.warmup + Duration::from_millis(20);
-    let mut cpu_at_window: Option<f64> = None;
+    let mut cpu_at_window: Option<CpuSplit> = None;
     let report = run_cache_aside(workload, &config, &mut |elapsed, _| {
         if cpu_at_window.is_none() && elapsed >= window_starts {
-            cpu_at_window = Some(cpu_of(&pids));
+            cpu_at_window = Some(cpu_of(&server_pids, proxy_pid));
         }
     })
     .map_err(|error| format!("tier {}: {error}", tier.name))?;
-    let cpu_seconds = (cpu_of(&pids) - cpu_at_window.unwrap_or(0.0)).max(0.0);
+    let cpu_at_end = cpu_of(&server_pids, proxy_pid);
+    let cpu_at_window = cpu_at_window.unwrap_or_default();
+    let cpu_split = CpuSplit {
+        servers: (cpu_at_end.servers - cpu_at_window.servers).max(0.0),
+        proxy: (cpu_at_end.proxy - cpu_at_window.proxy).max(0.0),
+    };
+    let cpu_seconds = cpu_split.servers + cpu_split.proxy;
     for server in &mut servers {
         server.check_alive()?;
     }
@@ -646,6 +697,7 @@ fn run_tier(
         stale_values: report.stale_values,
         cpu_seconds,
         cpu_us_per_request: cpu_seconds * 1e6 / report.requests.max(1) as f64,
+        cpu_split: Some(cpu_split),
         join,
         miss_ratio_before: miss_levels.map(|(level, _)| level),
         miss_ratio_peak: miss_levels.map(|(_, peak)| peak),
@@ -699,6 +751,7 @@ fn summarise_tiers(settings: &Settings, runs: &[Run]) -> Vec<TierSummary> {
                     })
                     .collect(),
                 cpu_us_per_request: median_of(own.iter().map(|run| run.cpu_us_per_request)),
+                cpu_us_per_request_split: split_per_request(&own),
                 miss_spike: (!spikes.is_empty()).then(|| median(&spikes)),
                 miss_peak: (!peaks.is_empty()).then(|| median(&peaks)),
                 errors: own.iter().map(|run| run.errors).sum(),
@@ -710,6 +763,19 @@ fn summarise_tiers(settings: &Settings, runs: &[Run]) -> Vec<TierSummary> {
             }
         })
         .collect()
+}
+
+/// Medians over `runs` of the servers' and the proxy's CPU per request (none unless every
+/// run recorded its split).
+fn split_per_request(runs: &[&Run]) -> Option<CpuSplit> {
+    let splits: Vec<CpuSplit> = runs
+        .iter()
+        .map(|run| Some(run.cpu_split?.per_request(run.requests)))
+        .collect::<Option<_>>()?;
+    (!splits.is_empty()).then(|| CpuSplit {
+        servers: median_of(splits.iter().map(|split| split.servers)),
+        proxy: median_of(splits.iter().map(|split| split.proxy)),
+    })
 }
 
 fn p99(summary: &TierSummary, class: &str) -> Option<f64> {
@@ -1025,6 +1091,7 @@ fn markdown(results: &Results) -> String {
         ]);
     }
     text.push_str(&other.render());
+    text.push_str(&cpu_split_table(results));
     text.push_str("\nTiers:\n\n");
     for tier in &settings.tiers {
         text.push_str(&format!(
@@ -1049,6 +1116,52 @@ fn markdown(results: &Results) -> String {
         ));
     }
     text
+}
+
+/// CPU per request by process (servers, proxy), medians over rounds; empty for runs kept
+/// before the split was recorded.
+fn cpu_split_table(results: &Results) -> String {
+    if results
+        .tiers
+        .iter()
+        .all(|summary| summary.cpu_us_per_request_split.is_none())
+    {
+        return String::new();
+    }
+    let (server_program, proxy_program) = match results.settings.mode {
+        Mode::Emulated => ("tailtrim serve", "tailtrim proxy"),
+        Mode::Loopback => (
+            "tailtrim serve or memcached",
+            "tailtrim proxy or nutcracker",
+        ),
+    };
+    let mut table = Table::new([
+        ("tier", Align::Left),
+        ("servers µs/request", Align::Right),
+        ("proxy µs/request", Align::Right),
+        ("servers share", Align::Right),
+    ]);
+    for summary in &results.tiers {
+        let Some(split) = summary.cpu_us_per_request_split else {
+            continue;
+        };
+        let total = split.servers + split.proxy;
+        table.push([
+            summary.tier.clone(),
+            format!("{:.1}", split.servers),
+            format!("{:.1}", split.proxy),
+            if total > 0.0 {
+                format!("{:.0} %", 100.0 * split.servers / total)
+            } else {
+                "—".to_string()
+            },
+        ]);
+    }
+    format!(
+        "\nCPU per request by process (medians over rounds; servers: every {server_program} \
+         process of the tier, proxy: the {proxy_program}):\n\n{}",
+        table.render()
+    )
 }
 
 fn plot(results: &Results, out: &Path) -> Result<(), String> {
@@ -1137,6 +1250,7 @@ mod tests {
             tier: tier.to_string(),
             classes,
             cpu_us_per_request: 10.0,
+            cpu_us_per_request_split: None,
             miss_spike: Some(spike),
             miss_peak: Some(spike),
             errors: 0,

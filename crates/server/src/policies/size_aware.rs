@@ -8,7 +8,10 @@
 //!        │                                            └─► reply > T: Job::Send ─┐
 //!        └─ SET declared > T, value still arriving ─► Job::Receive ─────────────┤
 //!  large workers ◄──────────────────── queue ◄────────────────────────────────────┘
-//!        └─ large_workers_help: with the queue empty, serve the shared epoll as a small one
+//!        └─ large_workers_help: with the queue empty, serve the shared epoll as a small one,
+//!           then wait on the queue 1 ms, doubling to 16 ms while neither side has work
+//!  at rest every thread blocks (small workers 100 ms per epoll wait, as pinned's do), so an
+//!  idle size-aware server wakes about as seldom as a pinned one
 //!  controller: every epoch merges the workers' size histograms ─► EpochDriver::tick
 //!              ─► threshold and split, stored as one PackedDecision
 //!              (sizes, and for split_by = busy CPU time by role: measure.rs)
@@ -17,7 +20,7 @@
 //! Which reply moves, who takes from the large queue (`PackedDecision`) and each epoch's
 //! decision (`EpochDriver`) are the policy crate's, as in the simulator.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,9 +36,31 @@ use crate::config::{DispatchPolicy, ServerConfig};
 use crate::session::{Conn, Job, ReadSide};
 use crate::stats::bump;
 
-/// How long a helping large worker waits for a large job before it looks at the small
-/// workers' connections again.
-const HELP_POLL_MS: u64 = 1;
+/// How long a helping large worker first waits for a large job before it looks at the small
+/// workers' connections again; each turn that finds work on neither side doubles the wait, up
+/// to [`HELP_POLL_MAX_MS`], and a turn that finds some starts again from here. A large job
+/// ends the wait at once whatever its length: only the look at the connections is delayed.
+const HELP_POLL_MS: u32 = 1;
+
+/// The longest wait of an idle helping large worker (a fixed 1 ms poll woke each large worker
+/// a thousand times a second at rest: most of an idle size-aware server's CPU).
+const HELP_POLL_MAX_MS: u32 = 16;
+
+/// How long a small worker blocks on the shared epoll when it takes no large jobs: pinned's
+/// wait (the split, re-read after each wait, moves at most once an epoch).
+const SMALL_WAIT_MS: i32 = IDLE_WAIT_MS * 20;
+
+/// The helping large worker's next wait on the large queue after a turn that `served`
+/// something (or not) and waited `previous_ms` before.
+fn next_help_wait_ms(previous_ms: u32, served: bool) -> u32 {
+    if served {
+        HELP_POLL_MS
+    } else {
+        previous_ms
+            .saturating_mul(2)
+            .clamp(HELP_POLL_MS, HELP_POLL_MAX_MS)
+    }
+}
 
 /// The size-aware policy's live decision, samples and large-job queue.
 pub struct SizeAware {
@@ -45,6 +70,8 @@ pub struct SizeAware {
     large_workers_help: bool,
     /// Waits on the small workers' connections that a large worker served something in.
     large_worker_serves: AtomicU64,
+    /// Per worker, its next wait on the large queue while it helps ([`next_help_wait_ms`]).
+    help_wait_ms: Vec<AtomicU32>,
     epoch: Duration,
     /// The controller (`None` if the configuration was invalid: the initial split stays).
     driver: Mutex<Option<EpochDriver>>,
@@ -77,6 +104,7 @@ impl SizeAware {
             split_by,
             large_workers_help,
             large_worker_serves: AtomicU64::new(0),
+            help_wait_ms: (0..workers).map(|_| AtomicU32::new(HELP_POLL_MS)).collect(),
             epoch: Duration::from_millis(config.sizeaware.epoch_ms),
             driver: Mutex::new(driver),
             decision: AtomicU64::new(initial.0),
@@ -98,6 +126,41 @@ impl SizeAware {
 
     /// Ends an epoch: merges the workers' samples and busy time, lets the controller decide
     /// and publishes threshold and split as one unit.
+    /// One turn of large worker `worker` that helps: a large job if one is queued, else the
+    /// small workers' connections, else a wait for a large job ([`next_help_wait_ms`]).
+    fn help_step(&self, rt: &dyn WorkerHost, worker: usize, tokens: &mut Vec<u64>) {
+        let Some(help_wait) = self.help_wait_ms.get(worker) else {
+            return;
+        };
+        let served = if let Ok(job) = self.queue.1.try_recv() {
+            rt.run_job(job, worker);
+            self.measure.large_job_done();
+            true
+        } else if rt.poll_and_serve(0, worker, tokens, 0) {
+            bump(&self.large_worker_serves);
+            true
+        } else {
+            // Nothing for it on either side: wait for a large job, then look at the
+            // connections again (the small workers wait on those, so a request that comes
+            // meanwhile goes to them while any is free).
+            let wait = help_wait.load(Ordering::Relaxed);
+            match self
+                .queue
+                .1
+                .recv_timeout(Duration::from_millis(u64::from(wait)))
+            {
+                Ok(job) => {
+                    rt.run_job(job, worker);
+                    self.measure.large_job_done();
+                    true
+                }
+                Err(_) => false,
+            }
+        };
+        let previous = help_wait.load(Ordering::Relaxed);
+        help_wait.store(next_help_wait_ms(previous, served), Ordering::Relaxed);
+    }
+
     pub(super) fn end_epoch(&self) {
         let mut driver = self.driver.lock();
         let Some(driver) = driver.as_mut() else {
@@ -146,11 +209,19 @@ impl Policy for SizeAware {
             if takes_large {
                 // The split moved every worker to small: serve the large
                 // jobs queued before it did, or they would be stranded.
+                let mut drained = false;
                 while let Ok(job) = self.queue.1.try_recv() {
                     rt.run_job(job, worker);
+                    drained = true;
                 }
+                // Just after the split moved, back soon for jobs queued meanwhile (a worker
+                // that queues one drains the queue itself on its next turn, so at rest the
+                // long wait loses none).
+                let wait = if drained { IDLE_WAIT_MS } else { SMALL_WAIT_MS };
+                rt.poll_and_serve(0, worker, tokens, wait);
+            } else {
+                rt.poll_and_serve(0, worker, tokens, SMALL_WAIT_MS);
             }
-            rt.poll_and_serve(0, worker, tokens, IDLE_WAIT_MS);
         } else if !decision.takes_small_input(worker, self.large_workers_help) {
             if let Ok(job) = self
                 .queue
@@ -160,23 +231,8 @@ impl Policy for SizeAware {
                 rt.run_job(job, worker);
                 self.measure.large_job_done();
             }
-        } else if let Ok(job) = self.queue.1.try_recv() {
-            rt.run_job(job, worker);
-            self.measure.large_job_done();
-        } else if rt.poll_and_serve(0, worker, tokens, 0) {
-            bump(&self.large_worker_serves);
         } else {
-            // Nothing for it on either side: wait a little for a large job, then look at
-            // the connections again (the small workers wait on those, so a request that
-            // comes meanwhile goes to them while any is free).
-            if let Ok(job) = self
-                .queue
-                .1
-                .recv_timeout(Duration::from_millis(HELP_POLL_MS))
-            {
-                rt.run_job(job, worker);
-                self.measure.large_job_done();
-            }
+            self.help_step(rt, worker, tokens);
         }
     }
 
@@ -297,5 +353,23 @@ impl Policy for SizeAware {
             .decision()
             .with_small_workers(small.clamp(1, self.workers.max(1)));
         self.decision.store(next.0, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{next_help_wait_ms, HELP_POLL_MAX_MS, HELP_POLL_MS};
+
+    #[test]
+    fn an_idle_helper_waits_longer_up_to_the_cap_and_work_starts_it_again() {
+        let mut wait = HELP_POLL_MS;
+        let mut waits = Vec::new();
+        for _ in 0..8 {
+            wait = next_help_wait_ms(wait, false);
+            waits.push(wait);
+        }
+        assert_eq!(waits, [2, 4, 8, 16, 16, 16, 16, 16]);
+        assert_eq!(wait, HELP_POLL_MAX_MS);
+        assert_eq!(next_help_wait_ms(wait, true), HELP_POLL_MS);
     }
 }
