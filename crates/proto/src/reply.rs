@@ -38,6 +38,18 @@ impl ReplyBuf {
         self.len == 0
     }
 
+    /// Bytes the scratch buffer holds room for (queued small pieces included): what keeping
+    /// this buffer for another reply saves allocating.
+    pub fn scratch_capacity(&self) -> usize {
+        self.scratch.capacity()
+    }
+
+    /// Makes room for `additional` more bytes of small pieces at once, so a reply composed
+    /// piece by piece grows its buffer once instead of once per doubling.
+    pub fn reserve(&mut self, additional: usize) {
+        self.scratch.reserve(additional);
+    }
+
     /// Appends a copy of `bytes`.
     pub fn push(&mut self, bytes: &[u8]) {
         self.scratch.extend_from_slice(bytes);
@@ -153,8 +165,22 @@ impl ReplyBuf {
     }
 }
 
+/// Longest decimal `u32` (a value's flags).
+const U32_DIGITS: usize = 10;
+/// Longest decimal `u64` (a length or a CAS).
+const U64_DIGITS: usize = 20;
+
 /// `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n`
 pub fn value(out: &mut ReplyBuf, key: &[u8], flags: u32, data: &Bytes, cas: Option<u64>) {
+    // The header's longest form, and a copied value's bytes with their line end: one growth.
+    let header = b"VALUE ".len() + key.len() + 1 + U32_DIGITS + 1 + U64_DIGITS + 2;
+    let cas_room = cas.map_or(0, |_| 1 + U64_DIGITS);
+    let copied = if data.len() < ZERO_COPY_THRESHOLD {
+        data.len() + 2
+    } else {
+        0
+    };
+    out.reserve(header + cas_room + copied);
     out.push(b"VALUE ");
     out.push(key);
     out.push(b" ");

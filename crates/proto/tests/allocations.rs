@@ -3,12 +3,14 @@
 //! multiget a bounded few (one copy of the keys' span, its shared header, the key list), never
 //! once per key; parsed in place (`parse_request_frame`, keys cut from the request's own
 //! bytes), a pipelined batch of gets, sets, deletes, touches and incrs allocates nothing per
-//! request (a meta command with flags: its flag list).
+//! request (a meta command with flags: its flag list). A `get` hit's reply (`VALUE` line, value,
+//! `END`) composed into an empty [`ReplyBuf`] grows its buffer once, not once per doubling.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
+use tailtrim_proto::reply::{self, ReplyBuf};
 use tailtrim_proto::{parse_request, parse_request_frame, FrameScratch, Limits, Parsed, Request};
 
 struct Counting;
@@ -155,4 +157,25 @@ fn a_meta_command_parsed_in_place_allocates_only_its_flag_list() {
         (500..=502).contains(&allocations),
         "{allocations} allocations for 500 mg and 500 md"
     );
+}
+
+/// Allocations made composing a `get` hit's whole reply for `key` and `value` into an empty
+/// reply buffer.
+fn reply_allocations(key: &[u8], value: &Bytes, cas: Option<u64>) -> usize {
+    let mut out = ReplyBuf::new();
+    let before = ALLOCATIONS.with(Cell::get);
+    reply::value(&mut out, key, u32::MAX, value, cas);
+    reply::line(&mut out, b"END");
+    let after = ALLOCATIONS.with(Cell::get);
+    assert_eq!(out.chunks().count(), 1, "a small reply is one piece");
+    after - before
+}
+
+#[test]
+fn a_small_value_reply_allocates_its_buffer_once() {
+    let value = Bytes::from(vec![b'v'; 32]);
+    assert_eq!(reply_allocations(b"key:00000000000000001", &value, None), 1);
+    assert_eq!(reply_allocations(b"k", &value, Some(u64::MAX)), 1);
+    let value = Bytes::from(vec![b'v'; 4000]);
+    assert_eq!(reply_allocations(&[b'k'; 250], &value, Some(1)), 1);
 }

@@ -491,7 +491,13 @@ impl Runtime {
 
     /// Milliseconds since the runtime started (the idle timeout's clock).
     fn clock_ms(&self) -> u64 {
-        self.clock.elapsed().as_millis() as u64
+        self.clock_ms_at(Instant::now())
+    }
+
+    /// Milliseconds from the runtime's start to `at` (a request's arrival: a command's time
+    /// without reading the clock again).
+    fn clock_ms_at(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.clock).as_millis() as u64
     }
 
     /// Closes every connection that has completed no command for `idle` and has nothing
@@ -801,7 +807,7 @@ impl Runtime {
                 let ctx = self.ctx(worker, conn.fd());
                 let declared = request.data_len();
                 let keys = key_count(&request);
-                let mut out = ReplyBuf::new();
+                let mut out = conn.write.lock().take_spare();
                 let _ = execute(request, &frame, &ctx, &mut out);
                 if self.log_commands {
                     log_exchange(&conn, &frame, &mut out);
@@ -1024,9 +1030,10 @@ impl Runtime {
             match received {
                 Ok((0, _)) => return Ok(true),
                 Ok((n, arrival)) => {
-                    read.latest_ns = arrival.unwrap_or_else(crate::rxtime::realtime_now_ns);
-                    if was_empty || read.arrived_ns == 0 {
-                        read.arrived_ns = read.latest_ns;
+                    let arrived_at = arrival_instant(arrival);
+                    read.latest_at = Some(arrived_at);
+                    if was_empty || read.arrived_at.is_none() {
+                        read.arrived_at = Some(arrived_at);
                     }
                     let len = read.input.len();
                     // SAFETY: `read` initialised these `n` bytes.
@@ -1097,14 +1104,14 @@ impl Runtime {
             if read.input.is_empty() {
                 return Next::Continue;
             }
-            let arrived_at = arrival_instant(read.arrived_ns);
+            let arrived_at = read.arrived_at.unwrap_or_else(Instant::now);
             // Splits a complete request's frame off the input; its keys are slices of it.
             let ReadSide { input, scratch, .. } = &mut *read;
             let parsed = parse_request_frame(input, &self.limits, scratch);
             if !matches!(parsed, Parsed::Incomplete) {
                 // The next request starts in bytes of the latest read.
-                read.arrived_ns = read.latest_ns;
-                conn.touch(self.clock_ms());
+                read.arrived_at = read.latest_at;
+                conn.touch(self.clock_ms_at(arrived_at));
             }
             match parsed {
                 Parsed::Incomplete => return Next::Continue,
@@ -1203,7 +1210,7 @@ impl Runtime {
             }
             Step::Answered { consumed, outcome } => {
                 read.input.advance(consumed);
-                read.arrived_ns = read.latest_ns;
+                read.arrived_at = read.latest_at;
                 conn.touch(self.clock_ms());
                 let counters = &self.shared.counters[worker];
                 if outcome.is_attempt() {
@@ -1266,9 +1273,15 @@ impl Runtime {
             request,
             Request::Get { .. } | Request::GetAndTouch { .. } | Request::MetaGet { .. }
         );
-        let started = Instant::now();
+        // The start only matters to emulated service time (`Charge`): without it, the
+        // arrival stands in and the clock is not read again.
+        let started = if self.service.is_empty() {
+            arrived_at
+        } else {
+            Instant::now()
+        };
         let keys = key_count(&request);
-        let mut out = ReplyBuf::new();
+        let mut out = conn.write.lock().take_spare();
         let _ = execute(request, &frame, ctx, &mut out);
         if self.log_commands {
             log_exchange(conn, &frame, &mut out);
@@ -1588,13 +1601,13 @@ fn receive_incomplete(read: &ReadSide) -> bool {
             .is_some_and(|total| total > read.input.len())
 }
 
-/// The [`Instant`] at which the kernel received input stamped `arrived_ns`
-/// (realtime ns); now if unknown.
-fn arrival_instant(arrived_ns: u64) -> Instant {
+/// The [`Instant`] at which the kernel received input stamped `arrival` (realtime ns; now
+/// for input that came unstamped).
+fn arrival_instant(arrival: Option<u64>) -> Instant {
     let now = Instant::now();
-    if arrived_ns == 0 {
+    let Some(arrived_ns) = arrival else {
         return now;
-    }
+    };
     let waited = crate::rxtime::realtime_now_ns().saturating_sub(arrived_ns);
     now.checked_sub(Duration::from_nanos(waited)).unwrap_or(now)
 }

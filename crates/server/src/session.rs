@@ -23,7 +23,7 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use tailtrim_proto::meta::Priority;
-use tailtrim_proto::reply::ReplyBuf;
+use tailtrim_proto::reply::{ReplyBuf, ZERO_COPY_THRESHOLD};
 use tailtrim_proto::{ProtoError, Request};
 
 use crate::epoll::Epoll;
@@ -97,13 +97,13 @@ pub struct ReadSide {
     pub(crate) swallow: usize,
     pub(crate) next_seq: u64,
     pub(crate) eof: bool,
-    /// Kernel receive time (realtime ns) of the request at the front of
-    /// `input`: the read that brought its first bytes.
-    pub(crate) arrived_ns: u64,
+    /// Kernel receive time of the request at the front of `input`: the read
+    /// that brought its first bytes (converted to an [`Instant`] once per read).
+    pub(crate) arrived_at: Option<Instant>,
     /// Kernel receive time of the latest read: the requests after the front
     /// one came with it (or earlier, if reads stopped to process: then this
     /// under-reports their wait).
-    pub(crate) latest_ns: u64,
+    pub(crate) latest_at: Option<Instant>,
     /// The parser's scratch: the last request's frame, its keys' places.
     pub(crate) scratch: tailtrim_proto::FrameScratch,
     /// Authentication (`-Y`): until it succeeds, input is read by
@@ -153,9 +153,22 @@ pub struct WriteSide {
     /// The interest registered, where registrations stay armed
     /// ([`crate::epoll::Epoll::add_armed`]); unused with one-shot registrations.
     pub(crate) armed_interest: u32,
+    /// An emptied reply buffer kept for the connection's next reply
+    /// ([`WriteSide::take_spare`]): no allocation and regrowth per small reply.
+    spare: ReplyBuf,
 }
 
+/// Largest reply buffer kept as a connection's spare: what a small reply needs, so an idle
+/// connection holds at most this much for it.
+const SPARE_REPLY_MAX: usize = 4096;
+
 impl WriteSide {
+    /// An empty reply buffer to compose the next reply in: the last small reply's buffer,
+    /// emptied when it was queued, or a new one.
+    pub fn take_spare(&mut self) -> ReplyBuf {
+        std::mem::take(&mut self.spare)
+    }
+
     /// Stores `seq`'s reply and moves every reply now in order to the
     /// output. Returns true when the connection should close after writing
     /// (a `quit` or end of input reached its turn).
@@ -199,7 +212,14 @@ impl WriteSide {
         let behind = self.held.back().map(|(at, _)| *at);
         let until = match (until, behind) {
             (None, None) => {
+                // A reply under the zero-copy threshold is one piece of its own buffer (no
+                // shared chunk): copied out, the buffer can serve the next reply.
+                let small = reply.len() < ZERO_COPY_THRESHOLD;
                 self.out.append(reply);
+                let room = reply.scratch_capacity();
+                if small && room <= SPARE_REPLY_MAX && room > self.spare.scratch_capacity() {
+                    self.spare = std::mem::take(reply);
+                }
                 return;
             }
             (Some(at), Some(last)) => at.max(last),
@@ -472,6 +492,26 @@ mod tests {
         assert!(!write.fill(3, reply("d")));
         assert_eq!(output(&mut write), b"d");
         assert!(write.slots.is_empty());
+    }
+
+    #[test]
+    fn a_small_reply_leaves_its_buffer_for_the_next_and_a_large_one_does_not() {
+        let mut write = WriteSide::default();
+        assert!(!write.fill(0, reply("VALUE k 0 1\r\nv\r\nEND\r\n")));
+        let spare = write.take_spare();
+        assert!(spare.is_empty());
+        assert!(spare.scratch_capacity() >= 21, "the reply's buffer is kept");
+        assert_eq!(write.take_spare().scratch_capacity(), 0, "taken once");
+        let mut large = spare;
+        large.push(&[b'x'; SPARE_REPLY_MAX + 1]);
+        assert!(!write.fill(1, large));
+        assert_eq!(
+            write.take_spare().scratch_capacity(),
+            0,
+            "a large buffer is not kept"
+        );
+        let written = output(&mut write);
+        assert_eq!(written.len(), 21 + SPARE_REPLY_MAX + 1);
     }
 
     #[test]
