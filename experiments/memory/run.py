@@ -126,9 +126,9 @@ def count_held(sock, phase, total):
     return held
 
 
-def start(command):
+def start(command, limit_mib=LIMIT_MIB):
     port = free_port()
-    argv = command + ["-p", str(port), "-U", "0", "-l", "127.0.0.1", "-m", str(LIMIT_MIB), "-t", "1"]
+    argv = command + ["-p", str(port), "-U", "0", "-l", "127.0.0.1", "-m", str(limit_mib), "-t", "1"]
     if os.geteuid() == 0 and "serve" not in command:
         argv += ["-u", "root"]  # memcached refuses to run as root otherwise
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -142,11 +142,12 @@ def start(command):
     raise RuntimeError(f"{argv} did not start")
 
 
-def run_scenario(command, name, phases):
-    process, sock = start(command)
-    limit = LIMIT_MIB * 1024 * 1024
+def run_scenario(command, name, phases, limit_mib=LIMIT_MIB):
+    process, sock = start(command, limit_mib)
+    limit = limit_mib * 1024 * 1024
     try:
-        record = {"scenario": name, "start_rss_kib": rss_kib(process.pid), "phases": []}
+        record = {"scenario": name, "limit_mib": limit_mib, "start_rss_kib": rss_kib(process.pid),
+                  "phases": []}
         for number, sizes in enumerate(phases):
             phase = f"p{number}"
             total, refused = fill(sock, phase, sizes, limit)
@@ -190,7 +191,10 @@ def main():
                         help="name=path of a tailtrim binary (repeatable)")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--out", default="experiments/memory/results.json")
+    parser.add_argument("--limit", action="append", default=[],
+                        help="name=MiB: that target's -m instead of 64 (repeatable)")
     args = parser.parse_args()
+    limits = {name: int(mib) for name, mib in (spec.split("=", 1) for spec in args.limit)}
     targets = [("memcached", [memcached_path()])]
     for spec in args.bin or ["tailtrim=target/suite/tailtrim"]:
         name, path = spec.split("=", 1)
@@ -200,7 +204,8 @@ def main():
     bound = LIMIT_MIB * 1024 * 11 // 10 + 16 * 1024
     for scenario in args.scenarios.split(","):
         for name, command in targets:
-            record = run_scenario(command, scenario, SCENARIOS[scenario])
+            limit_mib = limits.get(name, LIMIT_MIB)
+            record = run_scenario(command, scenario, SCENARIOS[scenario], limit_mib)
             record["target"] = name
             results["runs"].append(record)
             last = record["phases"][-1]

@@ -277,8 +277,18 @@ impl Server {
 
     /// `stats` as a name → value map.
     pub fn stats(&self) -> HashMap<String, String> {
+        self.stats_group("")
+    }
+
+    /// `stats <group>` (`stats` for an empty group) as a name → value map.
+    pub fn stats_group(&self, group: &str) -> HashMap<String, String> {
         let mut stream = self.connect();
-        stream.write_all(b"stats\r\n").expect("send stats");
+        let command = if group.is_empty() {
+            "stats\r\n".to_string()
+        } else {
+            format!("stats {group}\r\n")
+        };
+        stream.write_all(command.as_bytes()).expect("send stats");
         let reply = read_until(&mut stream, b"END\r\n", Duration::from_secs(10));
         let text = String::from_utf8_lossy(&reply);
         text.lines()
