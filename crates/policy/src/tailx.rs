@@ -215,14 +215,20 @@ impl<const BUCKETS: usize> DecayingHistogram<BUCKETS> {
 
     /// The bucket holding the median, once `min_samples` samples were seen.
     pub fn median_bucket(&self, min_samples: u64) -> Option<usize> {
+        self.quantile_bucket(0.5, min_samples)
+    }
+
+    /// The bucket holding the `quantile` (0 to 1), once `min_samples` samples were seen.
+    pub fn quantile_bucket(&self, quantile: f64, min_samples: u64) -> Option<usize> {
         if self.samples < min_samples {
             return None;
         }
         let total: u64 = self.counts.iter().sum();
+        let wanted = quantile.clamp(0.0, 1.0) * total as f64;
         let mut seen = 0;
         for (bucket, &count) in self.counts.iter().enumerate() {
             seen += count;
-            if total > 0 && seen * 2 >= total {
+            if total > 0 && seen as f64 >= wanted && seen > 0 {
                 return Some(bucket);
             }
         }

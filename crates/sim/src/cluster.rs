@@ -412,6 +412,10 @@ pub struct ClusterResult {
     pub large: ClassResult,
     /// By number of keys in the request.
     pub by_keys: BTreeMap<u32, ClassResult>,
+    /// By the lowest priority class (the largest value) among the request's fetches; requests
+    /// whose fetches carried no priority are not in it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_class: BTreeMap<u8, ClassResult>,
     /// Fetches planned.
     pub fetches: u64,
     /// Backend queries sent (fewer than fetches when mice merge).
@@ -531,6 +535,8 @@ struct RequestState {
     keys: u32,
     large: bool,
     measured: bool,
+    /// The lowest priority class among its fetches (`NO_PRIORITY` if none carried one).
+    class: u8,
     /// Client thread that owns the request.
     thread: u32,
 }
@@ -762,6 +768,7 @@ struct Recorders {
     small: LatencyRecorder,
     large: LatencyRecorder,
     by_keys: BTreeMap<u32, LatencyRecorder>,
+    by_class: BTreeMap<u8, LatencyRecorder>,
 }
 
 struct Sim<'s> {
@@ -932,6 +939,7 @@ impl<'s> Sim<'s> {
                 small: LatencyRecorder::default(),
                 large: LatencyRecorder::default(),
                 by_keys: BTreeMap::new(),
+                by_class: BTreeMap::new(),
             },
             key_buffer: Vec::new(),
             key_ids: Vec::new(),
@@ -1017,6 +1025,7 @@ impl<'s> Sim<'s> {
             keys,
             large: false,
             measured,
+            class: NO_PRIORITY,
             thread: (sequence % self.clients.len() as u64) as u32,
         };
         let id = match self.free_requests.pop() {
@@ -1117,9 +1126,13 @@ impl<'s> Sim<'s> {
         drop(slices);
         let mut large = false;
         let mut pending = 0u32;
+        let mut lowest_class: Option<u8> = None;
         for action in actions {
             match action {
                 Action::Fetch(fetch) => {
+                    if let Some(priority) = fetch.priority {
+                        lowest_class = Some(lowest_class.map_or(priority, |c| c.max(priority)));
+                    }
                     let mut reply_bytes = 5; // END\r\n
                     for &index in &fetch.keys {
                         let id = self.key_ids[index as usize];
@@ -1173,6 +1186,7 @@ impl<'s> Sim<'s> {
         }
         let state = &mut self.requests[request as usize];
         state.large = large;
+        state.class = lowest_class.unwrap_or(NO_PRIORITY);
         state.pending = pending;
         if pending == 0 {
             self.complete(request);
@@ -1451,6 +1465,13 @@ impl<'s> Sim<'s> {
             .entry(state.keys)
             .or_default()
             .record(latency);
+        if state.class != NO_PRIORITY {
+            recorders
+                .by_class
+                .entry(state.class)
+                .or_default()
+                .record(latency);
+        }
     }
 
     fn client_enqueue(&mut self, thread: usize, job: ClientJob) {
@@ -1543,6 +1564,12 @@ impl<'s> Sim<'s> {
                 .by_keys
                 .iter()
                 .map(|(&keys, recorder)| (keys, class(recorder)))
+                .collect(),
+            by_class: self
+                .recorders
+                .by_class
+                .iter()
+                .map(|(&priority, recorder)| (priority, class(recorder)))
                 .collect(),
             fetches: self.fetch_count,
             queries: self.query_count,

@@ -107,6 +107,13 @@ pub struct Setup {
     /// the `sim-v3` runs: files without the field ran with slack demotion).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rel_no_slack: bool,
+    /// `cost-rel` ranks a request by its costliest opset's estimated cost, not its key count.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rel_by_cost: bool,
+    /// `cost-rel`'s demotion budget: the share of requests whose bottleneck may be demoted
+    /// (files without the field ran without one: 1).
+    #[serde(default = "no_budget", skip_serializing_if = "is_no_budget")]
+    pub rel_budget: f64,
     /// A closed-loop client instead of open-loop arrivals at `load`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub closed_loop: Option<ClosedLoop>,
@@ -145,12 +152,23 @@ fn default_rel_overtakes() -> u64 {
     DEFAULT_REL_OVERTAKES
 }
 
+/// The spread of the runs kept before the field was written when it held the default.
+const RECORDED_SPREAD: f64 = 2.0;
+
+fn no_budget() -> f64 {
+    1.0
+}
+
+fn is_no_budget(value: &f64) -> bool {
+    *value >= 1.0
+}
+
 fn is_default_spread(value: &f64) -> bool {
-    *value == DEFAULT_SPREAD
+    *value == RECORDED_SPREAD
 }
 
 fn default_spread() -> f64 {
-    DEFAULT_SPREAD
+    RECORDED_SPREAD
 }
 
 impl Default for Setup {
@@ -176,6 +194,8 @@ impl Default for Setup {
             rel_overtakes: DEFAULT_REL_OVERTAKES,
             rel_spread: DEFAULT_SPREAD,
             rel_no_slack: !CostRelSettings::default().slack_demotion,
+            rel_by_cost: CostRelSettings::default().by_cost,
+            rel_budget: CostRelSettings::default().demotion_budget,
             closed_loop: None,
             server_queue: ServerQueue::Planner,
         }
@@ -427,6 +447,8 @@ pub fn planner(setup: &Setup, name: &str) -> Result<Box<dyn Planner>, SimError> 
             overtakes: setup.rel_overtakes,
             spread: setup.rel_spread,
             slack_demotion: !setup.rel_no_slack,
+            by_cost: setup.rel_by_cost,
+            demotion_budget: setup.rel_budget,
             ..CostRelSettings::default()
         },
     }))
@@ -455,6 +477,13 @@ pub struct Calibration {
     /// 99th percentile of the light run, µs.
     #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub unloaded_p99_us: f64,
+    /// Median of the light run's requests without a large value, µs (0: none, or a file
+    /// written before it was kept).
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub unloaded_small_p50_us: f64,
+    /// 99th percentile of the light run's requests without a large value, µs.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub unloaded_small_p99_us: f64,
 }
 
 /// Batch runs at the offered rate that correct the light run's capacity.
@@ -527,6 +556,8 @@ pub fn calibrate(setup: &Setup, experiment: &Experiment) -> Result<Calibration, 
         loaded_busiest_utilization,
         unloaded_p50_us: quantile_us(&result.overall, 0.5),
         unloaded_p99_us: quantile_us(&result.overall, 0.99),
+        unloaded_small_p50_us: quantile_us(&result.small, 0.5),
+        unloaded_small_p99_us: quantile_us(&result.small, 0.99),
     })
 }
 
@@ -578,6 +609,23 @@ pub struct PlannerOutcome {
     pub max_utilization: f64,
     /// Simulated seconds.
     pub simulated_secs: f64,
+    /// Requests by the lowest priority class among their fetches (planners that set one):
+    /// what the planner demoted and what that cost the demoted requests.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub priority_classes: Vec<PriorityClassOutcome>,
+}
+
+/// The requests of one priority class (the lowest among a request's fetches).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PriorityClassOutcome {
+    /// The class (0 highest).
+    pub class: u8,
+    /// Share of the measured requests.
+    pub share: f64,
+    /// Median, µs.
+    pub p50_us: f64,
+    /// 99th percentile, µs.
+    pub p99_us: f64,
 }
 
 fn quantile_us(class: &ClassResult, q: f64) -> f64 {
@@ -654,6 +702,17 @@ impl PlannerOutcome {
                 / workers,
             max_utilization: utilization.iter().copied().fold(0.0, f64::max) / workers,
             simulated_secs: result.duration_secs,
+            priority_classes: result
+                .by_class
+                .iter()
+                .map(|(&class, latency)| PriorityClassOutcome {
+                    class,
+                    share: latency.histogram.as_ref().map_or(0.0, |h| h.len() as f64)
+                        / result.measured.max(1) as f64,
+                    p50_us: quantile_us(latency, 0.5),
+                    p99_us: quantile_us(latency, 0.99),
+                })
+                .collect(),
         }
     }
 }

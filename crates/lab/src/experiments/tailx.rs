@@ -85,6 +85,14 @@ pub struct Args {
     /// by default: classes by the bottleneck's key count only).
     #[arg(long)]
     rel_slack: bool,
+    /// cost-rel: rank a request by its costliest opset's estimated cost (a large value counts
+    /// as T_L / T_S small keys) instead of its largest opset's key count.
+    #[arg(long)]
+    rel_by_cost: bool,
+    /// cost-rel: share of requests that may be demoted (only bottlenecks rarer than it are;
+    /// 1: no limit).
+    #[arg(long, default_value_t = Setup::default().rel_budget)]
+    rel_budget: f64,
     /// Closed loop (simulator): this many clients, each waiting for its reply (YCSB's
     /// model) instead of open-loop arrivals at --load; 0: open loop.
     #[arg(long, default_value_t = 0)]
@@ -386,6 +394,8 @@ fn simulate(args: &Args, progress: ProgressFn<'_>) -> Result<Report, String> {
         rel_overtakes: args.rel_overtakes,
         rel_spread: args.rel_spread,
         rel_no_slack: !args.rel_slack,
+        rel_by_cost: args.rel_by_cost,
+        rel_budget: args.rel_budget,
         closed_loop: (args.clients > 0).then_some(ClosedLoop {
             clients: args.clients,
             think_us: args.think_us,
@@ -560,6 +570,13 @@ fn render_markdown(results: &[ExperimentResult]) -> String {
             c.unloaded_p99_us,
             c.loaded_busiest_utilization,
         ));
+        if c.unloaded_small_p99_us > 0.0 {
+            out.push_str(&format!(
+                "Unloaded requests without a large value: p50 {:.0} µs, p99 {:.0} µs (no order \
+                 of the servers brings a request below its unloaded latency).\n\n",
+                c.unloaded_small_p50_us, c.unloaded_small_p99_us
+            ));
+        }
         let mut table = Table::aligned(PLANNER_COLUMNS, Align::Left);
         for (timed, reduction) in result.outcomes.iter().zip(&result.reductions_vs_rein_sbf) {
             let o = &timed.outcome;
@@ -588,8 +605,38 @@ fn render_markdown(results: &[ExperimentResult]) -> String {
             ]);
         }
         out.push_str(&table.render());
+        out.push_str(&render_priority_classes(&result.outcomes));
     }
     out
+}
+
+/// Requests per priority class (the lowest among a request's fetches) of the planners that
+/// set one: what each demoted and what it cost them (empty if none did).
+fn render_priority_classes(outcomes: &[Timed]) -> String {
+    let mut table = Table::aligned(
+        ["planner", "class", "share of requests", "p50", "p99"],
+        Align::Left,
+    );
+    let mut rows = 0;
+    for timed in outcomes {
+        for class in &timed.outcome.priority_classes {
+            table.push([
+                timed.outcome.planner.clone(),
+                class.class.to_string(),
+                format!("{:.2} %", class.share * 100.0),
+                format!("{:.0}", class.p50_us),
+                format!("{:.0}", class.p99_us),
+            ]);
+            rows += 1;
+        }
+    }
+    if rows == 0 {
+        return String::new();
+    }
+    format!(
+        "\nRequests by priority class (the lowest among a request's fetches; 0 highest):\n\n{}",
+        table.render()
+    )
 }
 
 /// The columns of an experiment's table: one row per planner.
