@@ -837,12 +837,9 @@ fn parse_delete(input: &[u8], toks: &[&[u8]], cut: &mut KeyCut<'_>) -> Result<Re
     })
 }
 
-fn parse_arithmetic(
-    input: &[u8],
-    toks: &[&[u8]],
-    incr: bool,
-    cut: &mut KeyCut<'_>,
-) -> Result<Request, ProtoError> {
+/// Checks a `<command> <key> <argument> [noreply]` line (`incr`, `decr`, `touch`): the
+/// token count and the key's length. Returns whether it ends in `noreply`.
+fn key_and_argument(toks: &[&[u8]]) -> Result<bool, ProtoError> {
     if toks.len() != 3 && toks.len() != 4 {
         return Err(ProtoError::UnknownCommand);
     }
@@ -850,6 +847,16 @@ fn parse_arithmetic(
     if toks[1].len() > MAX_KEY_LEN {
         return Err(ProtoError::BadCommandLine { noreply });
     }
+    Ok(noreply)
+}
+
+fn parse_arithmetic(
+    input: &[u8],
+    toks: &[&[u8]],
+    incr: bool,
+    cut: &mut KeyCut<'_>,
+) -> Result<Request, ProtoError> {
+    let noreply = key_and_argument(toks)?;
     let delta = parse_u64(toks[2]).ok_or(ProtoError::InvalidDelta { noreply })?;
     Ok(Request::Arithmetic {
         key: cut.key(input, toks[1]),
@@ -860,13 +867,7 @@ fn parse_arithmetic(
 }
 
 fn parse_touch(input: &[u8], toks: &[&[u8]], cut: &mut KeyCut<'_>) -> Result<Request, ProtoError> {
-    if toks.len() != 3 && toks.len() != 4 {
-        return Err(ProtoError::UnknownCommand);
-    }
-    let noreply = is_noreply(toks.last());
-    if toks[1].len() > MAX_KEY_LEN {
-        return Err(ProtoError::BadCommandLine { noreply });
-    }
+    let noreply = key_and_argument(toks)?;
     let exptime = parse_i32(toks[2]).ok_or(ProtoError::InvalidExptime { noreply })?;
     Ok(Request::Touch {
         key: cut.key(input, toks[1]),
