@@ -26,7 +26,7 @@ use tailtrim_sim::chisel::{
 use crate::experiment::{run_each, Experiment, ProgressFn};
 use crate::figures::{draw_bars, drawing_failed, plot_panels_svg, Line, Panel};
 use crate::histogram::Encoded;
-use crate::meta::{Recorder, RunMetadata};
+use crate::meta::{Recorder, SeededMetadata};
 use crate::results::read_json;
 
 use super::chisel_testbed;
@@ -95,21 +95,10 @@ pub struct Args {
     backend_workers: usize,
 }
 
-/// The harness's run metadata, the seed and what kind of result this is. Files written
-/// before the harness (`wall_secs` instead of `wall_seconds`, no load or CPU model) read as
-/// well.
-#[derive(Serialize, Deserialize)]
-struct Metadata {
-    #[serde(flatten)]
-    run: RunMetadata,
-    seed: u64,
-    note: String,
-}
-
 /// What a run of the simulated experiment keeps (`results.json`).
 #[derive(Serialize, Deserialize)]
 pub struct Report {
-    metadata: Metadata,
+    metadata: SeededMetadata,
     setup: Setup,
     summary: Summary,
     results: Vec<PointResult>,
@@ -364,7 +353,7 @@ fn simulate(args: &Args, out: &Path, progress: ProgressFn<'_>) -> Result<Report,
         })
         .collect::<Result<Vec<_>, String>>()?;
     Ok(Report {
-        metadata: Metadata {
+        metadata: SeededMetadata {
             run: metadata,
             seed: args.seed,
             note: format!("SIMULATED: tailtrim's cluster simulator, no real servers{reused_from}"),
