@@ -71,6 +71,9 @@ pub struct RunMetadata {
     pub tools: BTreeMap<String, String>,
 }
 
+/// The note of a run of the cluster simulator (what kind of result it is).
+pub const SIMULATED_NOTE: &str = "SIMULATED: tailtrim's cluster simulator, no real servers";
+
 /// The metadata of a seeded simulated run: the harness's [`RunMetadata`], the seed and a note
 /// saying what kind of result it is. Files written before the harness (`wall_secs` instead of
 /// `wall_seconds`, no load or CPU model) read as well.

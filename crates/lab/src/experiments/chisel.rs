@@ -24,7 +24,7 @@ use tailtrim_sim::chisel::{
 };
 
 use crate::experiment::{run_each, Experiment, ProgressFn};
-use crate::figures::{draw_bars, drawing_failed, plot_panels_svg, Line, Panel};
+use crate::figures::{draw_bars, drawing_failed, plot_panels_file, Line, Panel};
 use crate::histogram::Encoded;
 use crate::meta::{Recorder, SeededMetadata};
 use crate::results::read_json;
@@ -433,7 +433,7 @@ fn plot_all(out: &Path, results: &[PointResult], summary: &Summary) -> Result<()
         path("query_size.svg"),
         path("optimality.svg"),
     );
-    plot_panels_svg(&ccdf_path, (900, 600), &[gain_ccdf(results)]).map_err(|e| e.to_string())?;
+    plot_panels_file(&ccdf_path, (900, 600), &[gain_ccdf(results)]).map_err(|e| e.to_string())?;
     draw_conditions(
         &SVGBackend::new(&conditions, (1200, 800)).into_drawing_area(),
         summary,
@@ -443,7 +443,7 @@ fn plot_all(out: &Path, results: &[PointResult], summary: &Summary) -> Result<()
         results,
     )?;
     if results.iter().any(|r| r.optimality_mean.is_some()) {
-        plot_panels_svg(&optimality, (900, 600), &[optimality_cdf(results)])
+        plot_panels_file(&optimality, (900, 600), &[optimality_cdf(results)])
             .map_err(|e| e.to_string())?;
     }
     Ok(())
