@@ -11,7 +11,8 @@
 //!   tailtrim sim validate  the real experiment's results.json (report::sim::RealResults) ─► the
 //!                          same sweep at its core count, connections and rates ─► Validation
 //!   tailtrim sim cluster   N servers, client threads, network, a multiget planner
-//!                          (tailtrim_sim::cluster) ─► p50/p99 per rate (table or JSON)
+//!                          (tailtrim_sim::cluster) ─► p50/p99 per rate (table, or JSON with
+//!                          lab's run metadata and the latency histograms)
 //!   tailtrim sim sleep-accuracy   requested vs achieved sleeps (tailtrim_server::emulate)
 //! ```
 
@@ -19,6 +20,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use tailtrim_lab::meta::Recorder;
 use tailtrim_lab::report::sim::{cluster_json, cluster_table};
 use tailtrim_lab::report::sim_cluster::ClusterArgs;
 use tailtrim_lab::report::sim_run::{self, MinosSweep, ModelFlags};
@@ -73,6 +75,22 @@ const MINOS_POLICIES: &str = "size-aware,early-binding,stealing,late-binding,pin
 /// The value sizes (bytes) `tailtrim sim profile` measures by default.
 const PROFILE_SIZES: &str = "16,64,256,1024,1500,4096,16384,65536,131072,262144,500000";
 
+/// The model's flags and where the report goes, as `sim minos` and `sim validate` take them.
+#[derive(clap::Args, Debug)]
+struct ReportFlags {
+    #[command(flatten)]
+    model: ModelFlags,
+    /// Print the whole result (minos) or the comparison (validate) as JSON on stdout instead
+    /// of the table.
+    #[arg(long)]
+    json: bool,
+    /// Write the report into this directory: results.json, results.md and the plots
+    /// (small_p99, large_p99 as SVG and PNG) for minos; validation.json and validation.md for
+    /// validate.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
 /// Arguments of `tailtrim sim minos`.
 #[derive(clap::Args, Debug)]
 struct MinosArgs {
@@ -91,14 +109,7 @@ struct MinosArgs {
     #[arg(long, value_delimiter = ',', default_value = MINOS_POLICIES)]
     policies: Vec<String>,
     #[command(flatten)]
-    model: ModelFlags,
-    /// Print the whole result as JSON on stdout instead of the table.
-    #[arg(long)]
-    json: bool,
-    /// Write results.json, results.md and the plots (small_p99, large_p99 as SVG and PNG)
-    /// into this directory.
-    #[arg(long, value_name = "DIR")]
-    out: Option<PathBuf>,
+    report: ReportFlags,
     /// Re-render results.md and the plots of DIR from its results.json, without simulating.
     #[arg(long, value_name = "DIR", conflicts_with = "out")]
     replot: Option<PathBuf>,
@@ -135,13 +146,7 @@ struct ValidateArgs {
     #[arg(long, value_name = "FILE")]
     real: Option<PathBuf>,
     #[command(flatten)]
-    model: ModelFlags,
-    /// Print the comparison as JSON on stdout instead of the table.
-    #[arg(long)]
-    json: bool,
-    /// Write validation.json and validation.md into this directory.
-    #[arg(long, value_name = "DIR")]
-    out: Option<PathBuf>,
+    report: ReportFlags,
 }
 
 /// Runs `tailtrim sim`.
@@ -184,19 +189,19 @@ fn run_minos(args: MinosArgs) -> Result<ExitCode, String> {
         cores: args.cores,
         connections: args.connections,
     };
-    let report = sim_run::minos_report(&sweep, &args.model, &command_line())?;
+    let report = sim_run::minos_report(&sweep, &args.report.model, &command_line())?;
     eprintln!(
         "simulated {} points in {:.1} s",
         report.result.rates.len() * report.result.curves.len(),
         started.elapsed().as_secs_f64()
     );
-    if args.json {
+    if args.report.json {
         let text = serde_json::to_string_pretty(&report).map_err(|error| error.to_string())?;
         println!("{text}");
     } else {
         print!("{}", report.markdown());
     }
-    if let Some(directory) = &args.out {
+    if let Some(directory) = &args.report.out {
         report.write(directory, true)?;
         eprintln!("wrote {}", directory.display());
     }
@@ -223,13 +228,13 @@ fn run_profile(args: ProfileArgs) -> Result<ExitCode, String> {
 }
 
 fn run_validate(args: ValidateArgs) -> Result<ExitCode, String> {
-    let validation = sim_run::validate(args.real.as_deref(), &args.model, &command_line())?;
-    if args.json {
+    let validation = sim_run::validate(args.real.as_deref(), &args.report.model, &command_line())?;
+    if args.report.json {
         println!("{}", validation.json);
     } else {
         print!("{}", validation.markdown);
     }
-    if let Some(directory) = &args.out {
+    if let Some(directory) = &args.report.out {
         validation.write(directory)?;
         eprintln!("wrote {}", directory.display());
     }
@@ -239,10 +244,12 @@ fn run_validate(args: ValidateArgs) -> Result<ExitCode, String> {
 fn run_cluster(args: ClusterArgs) -> Result<ExitCode, String> {
     let scenario = args.scenario()?;
     let started = Instant::now();
+    let recorder = Recorder::start();
     let results = sweep_cluster(&scenario, &args.rates).map_err(|e| e.to_string())?;
+    let run = recorder.finish();
     let wall = started.elapsed().as_secs_f64();
     if args.json {
-        println!("{}", cluster_json(&scenario, &results)?);
+        println!("{}", cluster_json(run, &scenario, &results)?);
         return Ok(ExitCode::SUCCESS);
     }
     print!(

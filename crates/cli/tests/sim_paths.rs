@@ -1,6 +1,6 @@
 //! `tailtrim sim` run from outside the repository: `sim validate` still finds the
-//! repository's experiments/minos/results.json, and `sim minos` reports the commit
-//! `tailtrim --version` prints.
+//! repository's experiments/minos/results.json, `sim minos` reports the commit
+//! `tailtrim --version` prints, and `sim cluster --json` carries its run records.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -101,4 +101,68 @@ fn minos_reports_the_commit_the_version_prints() {
         "results.md names the commit of `tailtrim --version` ({commit}): {report}"
     );
     let _ = std::fs::remove_dir_all(&directory);
+}
+
+/// `sim cluster --json` carries its run records like every kept measurement: the harness's
+/// metadata (command, commit, host, load), the seed, the SIMULATED note and, per result, the
+/// latency histograms its percentiles are read from.
+#[test]
+fn cluster_json_carries_its_run_records() {
+    let directory = outside("cluster");
+    let output = tailtrim_in(
+        &directory,
+        &[
+            "sim",
+            "cluster",
+            "--servers",
+            "2",
+            "--workers",
+            "2",
+            "--keys",
+            "4",
+            "--rates",
+            "20000",
+            "-n",
+            "2000",
+            "--seed",
+            "7",
+            "--json",
+        ],
+    );
+    assert!(
+        output.status.success(),
+        "sim cluster failed: {}",
+        stderr(&output)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("sim cluster --json prints JSON");
+    let metadata = &report["metadata"];
+    for field in [
+        "command",
+        "commit",
+        "cpu_model",
+        "kernel",
+        "load_average_start",
+    ] {
+        assert!(
+            metadata[field].is_string(),
+            "metadata.{field} in {metadata}"
+        );
+    }
+    assert_eq!(metadata["seed"], 7);
+    assert!(
+        metadata["note"]
+            .as_str()
+            .is_some_and(|note| note.starts_with("SIMULATED")),
+        "{metadata}"
+    );
+    let histograms = report["histograms"].as_array().expect("a histograms list");
+    assert_eq!(histograms.len(), 1, "one rate, one set of histograms");
+    assert!(
+        histograms[0]["overall"]
+            .as_str()
+            .is_some_and(|encoded| encoded.starts_with("HIST")),
+        "{}",
+        histograms[0]
+    );
 }

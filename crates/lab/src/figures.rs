@@ -5,7 +5,7 @@
 //!   line charts on labelled axes          (this file)
 //!     plot_latency_vs_throughput(dir, stem, &LatencyThroughput { curves: [Curve] })
 //!     plot_panels(dir, name, &[Panel { lines: [Line], markers }])   stacked panels
-//!       (plot_panels_svg: one SVG of a given size; a Line of markers only is a scatter)
+//!       (plot_panels_file: one SVG or PNG of a given size; a Line of markers only is a scatter)
 //!     plot_run / plot_sweep / plot_cache_aside                      the bench's reports
 //!   bar charts                            bars::draw_bars(area, title, x, groups, labels, y)
 //!   what a series is drawn as             series::{PALETTE, system_color, LatencyClass}
@@ -347,13 +347,34 @@ impl SeriesStyle {
     }
 }
 
-/// One marker of a series at a data point.
-struct MarkerGlyph<Coord> {
+/// What a series draws at one place: its marker at a data point, or its legend entry (a
+/// stretch of the series' line, dashed like it, with the marker on it; the marker alone for a
+/// series of markers alone).
+struct Glyph<Coord> {
     at: Coord,
     style: SeriesStyle,
+    legend: bool,
 }
 
-impl<'a, Coord> PointCollection<'a, Coord> for &'a MarkerGlyph<Coord> {
+impl<Coord> Glyph<Coord> {
+    fn marker(at: Coord, style: SeriesStyle) -> Self {
+        Self {
+            at,
+            style,
+            legend: false,
+        }
+    }
+
+    fn legend(at: Coord, style: SeriesStyle) -> Self {
+        Self {
+            at,
+            style,
+            legend: true,
+        }
+    }
+}
+
+impl<'a, Coord> PointCollection<'a, Coord> for &'a Glyph<Coord> {
     type Point = &'a Coord;
     type IntoIter = std::iter::Once<&'a Coord>;
 
@@ -362,17 +383,31 @@ impl<'a, Coord> PointCollection<'a, Coord> for &'a MarkerGlyph<Coord> {
     }
 }
 
-impl<Coord, DB: DrawingBackend> Drawable<DB> for MarkerGlyph<Coord> {
+/// Length of a legend entry's stretch of line (pixels).
+const LEGEND_LINE: i32 = 28;
+
+impl<Coord, DB: DrawingBackend> Drawable<DB> for Glyph<Coord> {
     fn draw<I: Iterator<Item = BackendCoord>>(
         &self,
         mut points: I,
         backend: &mut DB,
         _: (u32, u32),
     ) -> Result<(), DrawingErrorKind<DB::ErrorType>> {
-        match points.next() {
-            Some(center) => draw_marker(backend, center, &self.style),
-            None => Ok(()),
+        let Some((x, y)) = points.next() else {
+            return Ok(());
+        };
+        if !self.legend {
+            return draw_marker(backend, (x, y), &self.style);
         }
+        let stroke = self.style.stroke();
+        let (dash, gap) = self.style.dash.unwrap_or((LEGEND_LINE, 0));
+        let mut start = if self.style.joined { 0 } else { LEGEND_LINE };
+        while start < LEGEND_LINE {
+            let end = (start + dash).min(LEGEND_LINE);
+            backend.draw_line((x + start, y), (x + end, y), &stroke)?;
+            start = end + gap;
+        }
+        draw_marker(backend, (x + LEGEND_LINE / 2, y), &self.style)
     }
 }
 
@@ -414,47 +449,6 @@ fn draw_marker<DB: DrawingBackend>(
     }
 }
 
-/// Length of a legend entry's stretch of line (pixels).
-const LEGEND_LINE: i32 = 28;
-
-/// A legend entry: a stretch of the series' line (dashed like it) with its marker on it (the
-/// marker alone for a series of markers alone).
-struct LegendGlyph {
-    at: BackendCoord,
-    style: SeriesStyle,
-}
-
-impl<'a> PointCollection<'a, BackendCoord> for &'a LegendGlyph {
-    type Point = &'a BackendCoord;
-    type IntoIter = std::iter::Once<&'a BackendCoord>;
-
-    fn point_iter(self) -> Self::IntoIter {
-        std::iter::once(&self.at)
-    }
-}
-
-impl<DB: DrawingBackend> Drawable<DB> for LegendGlyph {
-    fn draw<I: Iterator<Item = BackendCoord>>(
-        &self,
-        mut points: I,
-        backend: &mut DB,
-        _: (u32, u32),
-    ) -> Result<(), DrawingErrorKind<DB::ErrorType>> {
-        let Some((x, y)) = points.next() else {
-            return Ok(());
-        };
-        let stroke = self.style.stroke();
-        let (dash, gap) = self.style.dash.unwrap_or((LEGEND_LINE, 0));
-        let mut start = if self.style.joined { 0 } else { LEGEND_LINE };
-        while start < LEGEND_LINE {
-            let end = (start + dash).min(LEGEND_LINE);
-            backend.draw_line((x + start, y), (x + end, y), &stroke)?;
-            start = end + gap;
-        }
-        draw_marker(backend, (x + LEGEND_LINE / 2, y), &self.style)
-    }
-}
-
 /// Draws `points` as a line in `style` (with markers when `with_markers`; markers alone when
 /// the style is not joined), with its legend entry `name` (none when empty).
 fn draw_styled_series<'a, DB, X, Y>(
@@ -471,12 +465,12 @@ where
 {
     if !style.joined {
         let annotation = chart
-            .draw_series(points.iter().map(|point| MarkerGlyph { at: *point, style }))
+            .draw_series(points.iter().map(|point| Glyph::marker(*point, style)))
             .map_err(plot_error)?;
         if !name.is_empty() {
             annotation
                 .label(name)
-                .legend(move |at| LegendGlyph { at, style });
+                .legend(move |at| Glyph::legend(at, style));
         }
         return Ok(());
     }
@@ -496,11 +490,11 @@ where
     if !name.is_empty() {
         annotation
             .label(name)
-            .legend(move |at| LegendGlyph { at, style });
+            .legend(move |at| Glyph::legend(at, style));
     }
     if with_markers {
         chart
-            .draw_series(points.iter().map(|point| MarkerGlyph { at: *point, style }))
+            .draw_series(points.iter().map(|point| Glyph::marker(*point, style)))
             .map_err(plot_error)?;
     }
     Ok(())
@@ -985,10 +979,17 @@ pub fn plot_panels(
     write_both!(directory, name, SIZE, draw_panels(panels))
 }
 
-/// Writes the SVG `path`, `size` pixels: the panels stacked vertically (as [`plot_panels`]
-/// draws them).
-pub fn plot_panels_svg(path: &Path, size: (u32, u32), panels: &[Panel]) -> Result<(), LabError> {
-    draw_panels(&SVGBackend::new(path, size).into_drawing_area(), panels)
+/// Writes `path`, `size` pixels: the panels stacked vertically (as [`plot_panels`] draws
+/// them), PNG if its name ends in `.png`, SVG otherwise.
+pub fn plot_panels_file(path: &Path, size: (u32, u32), panels: &[Panel]) -> Result<(), LabError> {
+    let is_png = path
+        .extension()
+        .is_some_and(|extension| extension.eq_ignore_ascii_case("png"));
+    if is_png {
+        draw_panels(&BitMapBackend::new(path, size).into_drawing_area(), panels)
+    } else {
+        draw_panels(&SVGBackend::new(path, size).into_drawing_area(), panels)
+    }
 }
 
 fn draw_panels<DB: DrawingBackend>(

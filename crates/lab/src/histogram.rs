@@ -44,6 +44,18 @@ impl Encoded {
         (!histogram.is_empty())
             .then(|| histogram.value_at_quantile(percentile / 100.0) as f64 / scale)
     }
+
+    /// Checks percentiles reported from this histogram (nanoseconds), `(label, percentile,
+    /// µs)`, against what it gives again: the first that differs by more than 1e-6 µs, worded
+    /// `reported {label} {µs} µs, its histogram's {again} µs`; `None` when all agree.
+    #[must_use]
+    pub fn disagreement(&self, reported: &[(&str, f64, f64)]) -> Option<String> {
+        reported.iter().find_map(|&(label, percentile, micros)| {
+            let again = self.percentile(percentile, 1e3).unwrap_or(0.0);
+            ((again - micros).abs() > 1e-6)
+                .then(|| format!("reported {label} {micros} µs, its histogram's {again} µs"))
+        })
+    }
 }
 
 /// Adds every decodable histogram of `encoded` into one (for pooling repeats); `None` when

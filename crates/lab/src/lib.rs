@@ -92,7 +92,8 @@ pub enum LabError {
 }
 
 impl LabError {
-    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+    /// An I/O error with what was being done.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         Self::Io {
             context: context.into(),
             source,

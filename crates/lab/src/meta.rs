@@ -71,6 +71,23 @@ pub struct RunMetadata {
     pub tools: BTreeMap<String, String>,
 }
 
+/// The note of a run of the cluster simulator (what kind of result it is).
+pub const SIMULATED_NOTE: &str = "SIMULATED: tailtrim's cluster simulator, no real servers";
+
+/// The metadata of a seeded simulated run: the harness's [`RunMetadata`], the seed and a note
+/// saying what kind of result it is. Files written before the harness (`wall_secs` instead of
+/// `wall_seconds`, no load or CPU model) read as well.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SeededMetadata {
+    /// The harness's run metadata.
+    #[serde(flatten)]
+    pub run: RunMetadata,
+    /// The simulator's seed.
+    pub seed: u64,
+    /// What kind of result this is (e.g. `SIMULATED: …`).
+    pub note: String,
+}
+
 /// Records [`RunMetadata`] over a run.
 #[derive(Debug)]
 pub struct Recorder {

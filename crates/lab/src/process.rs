@@ -381,8 +381,9 @@ impl Drop for Process {
     }
 }
 
-/// Whether `address` accepts a connection and answers `version` with `VERSION …`.
-fn answers_version(address: &SocketAddr) -> Result<(), String> {
+/// Whether `address` accepts a connection and answers `version` with `VERSION …` (each
+/// step bounded by half a second); the error says which step failed.
+pub fn answers_version(address: &SocketAddr) -> Result<(), String> {
     let mut stream = TcpStream::connect_timeout(address, PROBE_TIMEOUT)
         .map_err(|error| format!("connect: {error}"))?;
     stream

@@ -8,7 +8,7 @@ use tailtrim_bench::cacheaside::{CacheAsideReport, WindowSample};
 use tailtrim_bench::report::{CurvePoint, CURVE_PERCENTILES};
 use tailtrim_bench::{ClassSummary, RunReport, SecondSample, SweepReport};
 use tailtrim_lab::figures::{
-    plot_cache_aside, plot_latency_vs_throughput, plot_panels, plot_panels_svg, plot_run,
+    plot_cache_aside, plot_latency_vs_throughput, plot_panels, plot_panels_file, plot_run,
     plot_sweep, Curve, LatencyThroughput, Line, Panel,
 };
 
@@ -445,7 +445,7 @@ fn a_scatter_draws_markers_and_no_line() {
     let directory = scratch("scatter");
     std::fs::create_dir_all(&directory).unwrap_or_else(|error| panic!("{error}"));
     let drawn = |file: &str, line: Line| {
-        plot_panels_svg(&directory.join(file), (600, 400), &[panel(line)])
+        plot_panels_file(&directory.join(file), (600, 400), &[panel(line)])
             .unwrap_or_else(|error| panic!("{error}"));
         read(&directory, file)
     };

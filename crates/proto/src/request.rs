@@ -206,6 +206,21 @@ pub enum Request {
     },
 }
 
+/// The requests that name one key besides a storage command (whose key is in its
+/// [`StoreCommand`]), the key bound to `$key`: the one list every match on them uses.
+macro_rules! one_key {
+    ($key:ident) => {
+        Request::Delete { key: $key, .. }
+            | Request::Arithmetic { key: $key, .. }
+            | Request::Touch { key: $key, .. }
+            | Request::MetaGet { key: $key, .. }
+            | Request::MetaSet { key: $key, .. }
+            | Request::MetaDelete { key: $key, .. }
+            | Request::MetaArithmetic { key: $key, .. }
+            | Request::MetaDebug { key: $key }
+    };
+}
+
 impl Request {
     /// Keys the request touches, for routing and dispatch decisions.
     pub fn keys(&self) -> Vec<&Bytes> {
@@ -223,14 +238,7 @@ impl Request {
                 keys.first()
             }
             Request::Store(cmd) => Some(&cmd.key),
-            Request::Delete { key, .. }
-            | Request::Arithmetic { key, .. }
-            | Request::Touch { key, .. }
-            | Request::MetaGet { key, .. }
-            | Request::MetaSet { key, .. }
-            | Request::MetaDelete { key, .. }
-            | Request::MetaArithmetic { key, .. }
-            | Request::MetaDebug { key } => Some(key),
+            one_key!(key) => Some(key),
             _ => None,
         }
     }
@@ -266,14 +274,7 @@ impl Request {
                 keys.iter_mut().for_each(fill)
             }
             Request::Store(cmd) => fill(&mut cmd.key),
-            Request::Delete { key, .. }
-            | Request::Arithmetic { key, .. }
-            | Request::Touch { key, .. }
-            | Request::MetaGet { key, .. }
-            | Request::MetaSet { key, .. }
-            | Request::MetaDelete { key, .. }
-            | Request::MetaArithmetic { key, .. }
-            | Request::MetaDebug { key } => fill(key),
+            one_key!(key) => fill(key),
             Request::FlushAll { .. }
             | Request::Version
             | Request::RefreshCerts
@@ -403,10 +404,10 @@ fn parse_with(buf: &[u8], limits: &Limits, cut: &mut KeyCut<'_>) -> Parsed<Reque
     };
     let result = match command {
         b"get" | b"gets" => {
-            parse_get(buf, line, &toks, command == b"gets", cut).map(done(line_len))
+            parse_get(buf, line, &toks, command == b"gets", false, cut).map(done(line_len))
         }
         b"gat" | b"gats" => {
-            parse_gat(buf, line, &toks, command == b"gats", cut).map(done(line_len))
+            parse_get(buf, line, &toks, command == b"gats", true, cut).map(done(line_len))
         }
         b"set" => return parse_store(StoreMode::Set, &toks, buf, line_len, limits, cut),
         b"add" => return parse_store(StoreMode::Add, &toks, buf, line_len, limits, cut),
@@ -449,7 +450,7 @@ fn parse_with(buf: &[u8], limits: &Limits, cut: &mut KeyCut<'_>) -> Parsed<Reque
         b"me" => parse_meta_debug(buf, &toks, cut).map(done(line_len)),
         b"ms" => return parse_meta_set(&toks, buf, line_len, limits, cut),
         // memcached's long-gone "binary get", still accepted as `get`.
-        b"bget" => parse_get(buf, line, &toks, false, cut).map(done(line_len)),
+        b"bget" => parse_get(buf, line, &toks, false, false, cut).map(done(line_len)),
         b"slabs" => parse_slabs(&toks).map(done(line_len)),
         b"lru_crawler" => parse_lru_crawler(&toks).map(done(line_len)),
         b"watch" => parse_watch(&toks).map(done(line_len)),
@@ -544,31 +545,23 @@ fn parse_keys(
         .collect())
 }
 
+/// `get`, `gets` and `bget`, or with `touch` `gat` and `gats` (an exptime before the keys).
 fn parse_get(
     input: &[u8],
     line: &[u8],
     toks: &[&[u8]],
     with_cas: bool,
+    touch: bool,
     cut: &mut KeyCut<'_>,
 ) -> Result<Request, ProtoError> {
     if toks.len() < 2 {
         return Err(ProtoError::UnknownCommand);
     }
-    Ok(Request::Get {
-        keys: parse_keys(input, line, &toks[1..], cut)?,
-        with_cas,
-    })
-}
-
-fn parse_gat(
-    input: &[u8],
-    line: &[u8],
-    toks: &[&[u8]],
-    with_cas: bool,
-    cut: &mut KeyCut<'_>,
-) -> Result<Request, ProtoError> {
-    if toks.len() < 2 {
-        return Err(ProtoError::UnknownCommand);
+    if !touch {
+        return Ok(Request::Get {
+            keys: parse_keys(input, line, &toks[1..], cut)?,
+            with_cas,
+        });
     }
     let exptime = parse_i32(toks[1]).ok_or(ProtoError::InvalidExptime { noreply: false })?;
     Ok(Request::GetAndTouch {
@@ -622,6 +615,29 @@ fn parse_store(
             line_len,
         );
     }
+    data_block(buf, line_len, vlen, noreply, |data| {
+        Request::Store(StoreCommand {
+            mode,
+            key: cut.key(buf, toks[1]),
+            flags,
+            exptime,
+            cas_unique,
+            data,
+            noreply,
+        })
+    })
+}
+
+/// The data block after a storage command's line of `line_len` bytes: incomplete until its
+/// `vlen` bytes and `\r\n` are in `buf`, `CLIENT_ERROR bad data chunk` when they do not end
+/// in `\r\n`, else the request `build` makes of the data's range in `buf`.
+fn data_block(
+    buf: &[u8],
+    line_len: usize,
+    vlen: usize,
+    noreply: bool,
+    build: impl FnOnce(Range<usize>) -> Request,
+) -> Parsed<Request> {
     let total = line_len + vlen + 2;
     if buf.len() < total {
         return Parsed::Incomplete;
@@ -630,15 +646,7 @@ fn parse_store(
         return invalid(ProtoError::BadDataChunk { noreply }, total);
     }
     Parsed::Complete {
-        value: Request::Store(StoreCommand {
-            mode,
-            key: cut.key(buf, toks[1]),
-            flags,
-            exptime,
-            cas_unique,
-            data: line_len..line_len + vlen,
-            noreply,
-        }),
+        value: build(line_len..line_len + vlen),
         consumed: total,
     }
 }
@@ -837,12 +845,9 @@ fn parse_delete(input: &[u8], toks: &[&[u8]], cut: &mut KeyCut<'_>) -> Result<Re
     })
 }
 
-fn parse_arithmetic(
-    input: &[u8],
-    toks: &[&[u8]],
-    incr: bool,
-    cut: &mut KeyCut<'_>,
-) -> Result<Request, ProtoError> {
+/// Checks a `<command> <key> <argument> [noreply]` line (`incr`, `decr`, `touch`): the
+/// token count and the key's length. Returns whether it ends in `noreply`.
+fn key_and_argument(toks: &[&[u8]]) -> Result<bool, ProtoError> {
     if toks.len() != 3 && toks.len() != 4 {
         return Err(ProtoError::UnknownCommand);
     }
@@ -850,6 +855,16 @@ fn parse_arithmetic(
     if toks[1].len() > MAX_KEY_LEN {
         return Err(ProtoError::BadCommandLine { noreply });
     }
+    Ok(noreply)
+}
+
+fn parse_arithmetic(
+    input: &[u8],
+    toks: &[&[u8]],
+    incr: bool,
+    cut: &mut KeyCut<'_>,
+) -> Result<Request, ProtoError> {
+    let noreply = key_and_argument(toks)?;
     let delta = parse_u64(toks[2]).ok_or(ProtoError::InvalidDelta { noreply })?;
     Ok(Request::Arithmetic {
         key: cut.key(input, toks[1]),
@@ -860,13 +875,7 @@ fn parse_arithmetic(
 }
 
 fn parse_touch(input: &[u8], toks: &[&[u8]], cut: &mut KeyCut<'_>) -> Result<Request, ProtoError> {
-    if toks.len() != 3 && toks.len() != 4 {
-        return Err(ProtoError::UnknownCommand);
-    }
-    let noreply = is_noreply(toks.last());
-    if toks[1].len() > MAX_KEY_LEN {
-        return Err(ProtoError::BadCommandLine { noreply });
-    }
+    let noreply = key_and_argument(toks)?;
     let exptime = parse_i32(toks[2]).ok_or(ProtoError::InvalidExptime { noreply })?;
     Ok(Request::Touch {
         key: cut.key(input, toks[1]),
@@ -991,21 +1000,11 @@ fn parse_meta_set(
             line_len,
         );
     }
-    let total = line_len + vlen + 2;
-    if buf.len() < total {
-        return Parsed::Incomplete;
-    }
-    if &buf[line_len + vlen..total] != b"\r\n" {
-        return invalid(ProtoError::BadDataChunk { noreply: false }, total);
-    }
-    Parsed::Complete {
-        value: Request::MetaSet {
-            key,
-            flags,
-            data: line_len..line_len + vlen,
-        },
-        consumed: total,
-    }
+    data_block(buf, line_len, vlen, false, |data| Request::MetaSet {
+        key,
+        flags,
+        data,
+    })
 }
 
 #[cfg(test)]

@@ -180,23 +180,32 @@ pub struct Curve {
     pub points: Vec<RunResult>,
 }
 
+/// Where early binding's small p99 first exceeds the knee latency and every system's p99s
+/// there: the readout the simulator's sweep and the real experiment (`experiment minos`) share.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct KneeReadout {
+    /// First offered rate at which early binding's small p99 exceeds the knee.
+    pub knee_rate_rps: Option<f64>,
+    /// Early binding's small p99 there, µs.
+    pub early_binding_small_p99_us: Option<f64>,
+    /// Size-aware's small p99 there, µs.
+    pub size_aware_small_p99_us: Option<f64>,
+    /// Their ratio (early / size-aware).
+    pub small_p99_ratio: Option<f64>,
+    /// Every system's small p99 at the knee rate, µs.
+    pub small_p99_at_knee_us: BTreeMap<String, f64>,
+    /// Every system's large p99 at the knee rate, µs.
+    pub large_p99_at_knee_us: BTreeMap<String, f64>,
+}
+
 /// The figures the comparison is read by.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Summary {
     /// Knee latency, microseconds.
     pub knee_us: f64,
-    /// First offered rate at which early binding's small p99 exceeds the knee.
-    pub knee_rate_rps: Option<f64>,
-    /// Early binding's small p99 there.
-    pub early_binding_small_p99_us: Option<f64>,
-    /// Size-aware's small p99 there.
-    pub size_aware_small_p99_us: Option<f64>,
-    /// Their ratio (early / size-aware).
-    pub small_p99_ratio: Option<f64>,
-    /// Every policy's small p99 at the knee rate.
-    pub small_p99_at_knee_us: BTreeMap<String, f64>,
-    /// Every policy's large p99 at the knee rate.
-    pub large_p99_at_knee_us: BTreeMap<String, f64>,
+    /// Where early binding's small p99 first exceeds the knee latency, and the p99s there.
+    #[serde(flatten)]
+    pub knee: KneeReadout,
     /// Highest achieved throughput of each policy over the sweep.
     pub saturation_rps: BTreeMap<String, f64>,
     /// Highest offered rate each policy kept up with (achieved ≥ 97 % of offered).
@@ -318,23 +327,25 @@ pub fn summarize(curves: &[Curve], knee_us: f64) -> Summary {
             .map(|point| (point.offered_rps, point.small.p99_us))
     });
     if let Some((rate, early_p99)) = knee {
-        summary.knee_rate_rps = Some(rate);
-        summary.early_binding_small_p99_us = Some(early_p99);
+        summary.knee.knee_rate_rps = Some(rate);
+        summary.knee.early_binding_small_p99_us = Some(early_p99);
         for curve in curves {
             if let Some(point) = at_rate(curve, rate) {
                 let name = curve.policy.name().to_string();
                 summary
+                    .knee
                     .small_p99_at_knee_us
                     .insert(name.clone(), point.small.p99_us);
                 summary
+                    .knee
                     .large_p99_at_knee_us
                     .insert(name, point.large.p99_us);
             }
         }
         if let Some(point) = curve(Policy::SizeAware).and_then(|curve| at_rate(curve, rate)) {
-            summary.size_aware_small_p99_us = Some(point.small.p99_us);
+            summary.knee.size_aware_small_p99_us = Some(point.small.p99_us);
             if point.small.p99_us > 0.0 {
-                summary.small_p99_ratio = Some(early_p99 / point.small.p99_us);
+                summary.knee.small_p99_ratio = Some(early_p99 / point.small.p99_us);
             }
         }
     }
@@ -432,11 +443,14 @@ mod tests {
             ),
         ];
         let summary = summarize(&curves, 1_000.0);
-        assert_eq!(summary.knee_rate_rps, Some(200.0));
-        assert_eq!(summary.early_binding_small_p99_us, Some(2_000.0));
-        assert_eq!(summary.size_aware_small_p99_us, Some(40.0));
-        assert_eq!(summary.small_p99_ratio, Some(50.0));
-        assert_eq!(summary.large_p99_at_knee_us.get("size-aware"), Some(&80.0));
+        assert_eq!(summary.knee.knee_rate_rps, Some(200.0));
+        assert_eq!(summary.knee.early_binding_small_p99_us, Some(2_000.0));
+        assert_eq!(summary.knee.size_aware_small_p99_us, Some(40.0));
+        assert_eq!(summary.knee.small_p99_ratio, Some(50.0));
+        assert_eq!(
+            summary.knee.large_p99_at_knee_us.get("size-aware"),
+            Some(&80.0)
+        );
         assert_eq!(summary.saturation_rps.get("size-aware"), Some(&260.0));
         assert_eq!(summary.saturation_rps.get("early-binding"), Some(&200.0));
         assert_eq!(summary.saturation_ratio_size_aware_vs_early, Some(1.3));
@@ -454,8 +468,8 @@ mod tests {
     fn no_knee_when_early_binding_stays_below() {
         let curves = [curve(Policy::EarlyBinding, &[(100.0, 100.0, 300.0)])];
         let summary = summarize(&curves, 1_000.0);
-        assert_eq!(summary.knee_rate_rps, None);
-        assert_eq!(summary.small_p99_ratio, None);
+        assert_eq!(summary.knee.knee_rate_rps, None);
+        assert_eq!(summary.knee.small_p99_ratio, None);
         assert_eq!(summary.saturation_ratio_size_aware_vs_early, None);
     }
 }

@@ -16,18 +16,8 @@ pub enum TierError {
         /// What the TOML reader said.
         source: toml::de::Error,
     },
-    /// An I/O operation failed.
-    #[error("{context}: {source}")]
-    Io {
-        /// What was being done.
-        context: String,
-        /// The underlying error.
-        source: std::io::Error,
-    },
-    /// A node did not start, died during start-up, or did not become ready.
-    #[error("{0}")]
-    Process(String),
-    /// A node's `stats` could not be read.
+    /// An I/O operation failed ([`LabError::Io`]), a node did not start, died during start-up
+    /// or did not become ready ([`LabError::Process`]), or a node's `stats` could not be read.
     #[error(transparent)]
     Lab(#[from] LabError),
     /// A proxy's admin API refused a request or could not be reached.
@@ -48,9 +38,11 @@ pub enum TierError {
 
 impl TierError {
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        TierError::Io {
-            context: context.into(),
-            source,
-        }
+        TierError::Lab(LabError::io(context, source))
+    }
+
+    /// A node that did not start, died during start-up or did not become ready.
+    pub(crate) fn process(message: String) -> Self {
+        TierError::Lab(LabError::Process(message))
     }
 }

@@ -17,7 +17,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
+use std::net::{TcpStream, ToSocketAddrs};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -206,7 +206,7 @@ impl Supervisor {
             ProxyProgram::Nutcracker => {
                 let binary =
                     tailtrim_lab::process::program_path("nutcracker").ok_or_else(|| {
-                        TierError::Process(format!(
+                        TierError::process(format!(
                             "{}: nutcracker is not installed (apt-get install nutcracker)",
                             proxy.name
                         ))
@@ -221,7 +221,7 @@ impl Supervisor {
         let binary = match server.program {
             Program::Tailtrim => self.options.binary.clone(),
             Program::Memcached => tailtrim_lab::process::memcached_path().ok_or_else(|| {
-                TierError::Process(format!(
+                TierError::process(format!(
                     "{}: memcached is not installed (apt-get install memcached)",
                     server.name
                 ))
@@ -487,20 +487,23 @@ fn stop_children(nodes: &mut [Running]) {
 fn wait_ready(node: &mut Running, timeout: Duration, stop: &AtomicBool) -> Result<(), TierError> {
     let deadline = Instant::now() + timeout;
     let record = &node.record;
+    let failed = |what: String| {
+        TierError::process(format!(
+            "{} {} {what}\ncommand: {}\nlast lines of {}:\n{}",
+            record.role.name(),
+            record.name,
+            record.command,
+            record.log.display(),
+            log_tail(&record.log)
+        ))
+    };
     let mut problem;
     loop {
         if let Ok(Some(status)) = node.child.try_wait() {
-            return Err(TierError::Process(format!(
-                "{} {} exited during start-up ({status})\ncommand: {}\nlast lines of {}:\n{}",
-                record.role.name(),
-                record.name,
-                record.command,
-                record.log.display(),
-                log_tail(&record.log)
-            )));
+            return Err(failed(format!("exited during start-up ({status})")));
         }
         if stop.load(Ordering::Relaxed) {
-            return Err(TierError::Process(
+            return Err(TierError::process(
                 "stopped by a signal during start-up".to_string(),
             ));
         }
@@ -515,13 +518,8 @@ fn wait_ready(node: &mut Running, timeout: Duration, stop: &AtomicBool) -> Resul
             Err(error) => problem = error,
         }
         if Instant::now() >= deadline {
-            return Err(TierError::Process(format!(
-                "{} {} was not ready within {timeout:?} ({problem})\ncommand: {}\nlast lines of {}:\n{}",
-                record.role.name(),
-                record.name,
-                record.command,
-                record.log.display(),
-                log_tail(&record.log)
+            return Err(failed(format!(
+                "was not ready within {timeout:?} ({problem})"
             )));
         }
         std::thread::sleep(Duration::from_millis(30));
@@ -530,16 +528,12 @@ fn wait_ready(node: &mut Running, timeout: Duration, stop: &AtomicBool) -> Resul
 
 /// Whether `address` answers `version` with `VERSION …`.
 fn answers_version(address: &str) -> Result<(), String> {
-    let reply = tailtrim_lab::process::send_command(&reachable(address), b"version\r\n", b"\r\n")
-        .map_err(|error| error.to_string())?;
-    if reply.starts_with(b"VERSION ") {
-        Ok(())
-    } else {
-        Err(format!(
-            "version answered {:?}",
-            String::from_utf8_lossy(&reply).trim_end()
-        ))
-    }
+    let resolved = reachable(address)
+        .to_socket_addrs()
+        .map_err(|error| format!("resolve {address}: {error}"))?
+        .next()
+        .ok_or_else(|| format!("resolve {address}: no address"))?;
+    tailtrim_lab::process::answers_version(&resolved)
 }
 
 /// Where to connect to reach a listener bound to `address`: a wildcard host is reached on
@@ -614,8 +608,8 @@ pub fn request_start_server(
     BufReader::new(&stream).read_line(&mut line).map_err(io)?;
     match serde_json::from_str::<ControlReply>(&line) {
         Ok(ControlReply::Started(record)) => Ok(record),
-        Ok(ControlReply::Error(message)) => Err(TierError::Process(message)),
-        Err(error) => Err(TierError::Process(format!(
+        Ok(ControlReply::Error(message)) => Err(TierError::process(message)),
+        Err(error) => Err(TierError::process(format!(
             "control reply {line:?}: {error}"
         ))),
     }

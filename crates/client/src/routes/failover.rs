@@ -9,9 +9,11 @@
 
 use bytes::Bytes;
 use futures_util::future::join_all;
+use std::sync::Arc;
 use std::time::Instant;
 use tailtrim_policy::health::choose_replica;
 
+use crate::backend::Backend;
 use crate::config::PoolConfig;
 use crate::connection::{RawReply, ReplyShape};
 use crate::error::ClientError;
@@ -124,13 +126,17 @@ impl Pool {
         bytes: Bytes,
         shape: ReplyShape,
     ) -> Vec<Result<RawReply, ClientError>> {
-        join_all(
-            self.backends
-                .iter()
-                .map(|backend| backend.call(bytes.clone(), shape)),
-        )
-        .await
+        call_each(self.backends.iter(), bytes, shape).await
     }
+}
+
+/// Sends the same request to each of `backends` at once; results in their order.
+pub(crate) async fn call_each<'a>(
+    backends: impl Iterator<Item = &'a Arc<Backend>>,
+    bytes: Bytes,
+    shape: ReplyShape,
+) -> Vec<Result<RawReply, ClientError>> {
+    join_all(backends.map(|backend| backend.call(bytes.clone(), shape))).await
 }
 
 pub(crate) fn no_backend(last_error: Option<ClientError>) -> ClientError {

@@ -15,7 +15,6 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures_util::future::join_all;
 use futures_util::FutureExt;
 use parking_lot::Mutex;
 use tailtrim_policy::hotkeys::HotKeyTracker;
@@ -26,6 +25,7 @@ use crate::cluster::{copy_key, Cluster, CopyMode, ShadowRole, Tracked, View};
 use crate::connection::{RawReply, ReplyShape};
 use crate::error::ClientError;
 use crate::pool::{KeyResult, MultigetKind};
+use crate::routes::failover::call_each;
 use crate::routes::route::{BroadcastFuture, MultigetFuture, Route, SingleFuture};
 
 /// Requests on the cluster's current view.
@@ -205,7 +205,7 @@ impl Cluster {
                 .backends()
                 .iter()
                 .filter(|backend| !routing.contains(&backend.address()));
-            results.extend(join_all(extra.map(|backend| backend.call(bytes.clone(), shape))).await);
+            results.extend(call_each(extra, bytes, shape).await);
         }
         results
     }

@@ -24,9 +24,9 @@ use tailtrim_sim::chisel::{
 };
 
 use crate::experiment::{run_each, Experiment, ProgressFn};
-use crate::figures::{draw_bars, drawing_failed, plot_panels_svg, Line, Panel};
+use crate::figures::{draw_bars, drawing_failed, plot_panels_file, Line, Panel};
 use crate::histogram::Encoded;
-use crate::meta::{Recorder, RunMetadata};
+use crate::meta::{Recorder, SeededMetadata};
 use crate::results::read_json;
 
 use super::chisel_testbed;
@@ -95,21 +95,10 @@ pub struct Args {
     backend_workers: usize,
 }
 
-/// The harness's run metadata, the seed and what kind of result this is. Files written
-/// before the harness (`wall_secs` instead of `wall_seconds`, no load or CPU model) read as
-/// well.
-#[derive(Serialize, Deserialize)]
-struct Metadata {
-    #[serde(flatten)]
-    run: RunMetadata,
-    seed: u64,
-    note: String,
-}
-
 /// What a run of the simulated experiment keeps (`results.json`).
 #[derive(Serialize, Deserialize)]
 pub struct Report {
-    metadata: Metadata,
+    metadata: SeededMetadata,
     setup: Setup,
     summary: Summary,
     results: Vec<PointResult>,
@@ -364,7 +353,7 @@ fn simulate(args: &Args, out: &Path, progress: ProgressFn<'_>) -> Result<Report,
         })
         .collect::<Result<Vec<_>, String>>()?;
     Ok(Report {
-        metadata: Metadata {
+        metadata: SeededMetadata {
             run: metadata,
             seed: args.seed,
             note: format!("SIMULATED: tailtrim's cluster simulator, no real servers{reused_from}"),
@@ -444,7 +433,7 @@ fn plot_all(out: &Path, results: &[PointResult], summary: &Summary) -> Result<()
         path("query_size.svg"),
         path("optimality.svg"),
     );
-    plot_panels_svg(&ccdf_path, (900, 600), &[gain_ccdf(results)]).map_err(|e| e.to_string())?;
+    plot_panels_file(&ccdf_path, (900, 600), &[gain_ccdf(results)]).map_err(|e| e.to_string())?;
     draw_conditions(
         &SVGBackend::new(&conditions, (1200, 800)).into_drawing_area(),
         summary,
@@ -454,7 +443,7 @@ fn plot_all(out: &Path, results: &[PointResult], summary: &Summary) -> Result<()
         results,
     )?;
     if results.iter().any(|r| r.optimality_mean.is_some()) {
-        plot_panels_svg(&optimality, (900, 600), &[optimality_cdf(results)])
+        plot_panels_file(&optimality, (900, 600), &[optimality_cdf(results)])
             .map_err(|e| e.to_string())?;
     }
     Ok(())

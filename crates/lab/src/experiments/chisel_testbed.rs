@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::experiment::{run_each, Experiment, Progress, ProgressFn};
-use crate::figures::{draw_bars, drawing_failed, plot_panels_svg, Line, Panel};
+use crate::figures::{draw_bars, drawing_failed, plot_panels_file, Line, Panel};
 use crate::histogram::Encoded;
 use crate::meta::{load_average, Recorder, RunMetadata};
 use crate::process::{fetch_stats, Launch, Process, ServerShape};
@@ -42,7 +42,7 @@ use tailtrim_sim::chisel::{
     gain, paper_grid, run_point, GridPoint, PointResult, Setup, ELEPHANT_KEYS,
 };
 
-use super::common::{command, tailtrim_binary, Terminal};
+use super::common::{run_invocation, tailtrim_binary, Invocation, Terminal};
 
 /// The paper's `P_S = 3.3 + 0.6·K` µs, as (fixed, per key) µs.
 pub const PAPER_SERVICE_US: (f64, f64) = (3.3, 0.6);
@@ -638,27 +638,23 @@ fn scenario_result(
 
 /// Runs the testbed mode (or redraws a kept run with `replot`).
 pub fn run(options: Options) -> Result<ExitCode, String> {
-    let terminal = Terminal::new("chisel (testbed, EMULATED)", false);
-    let testbed = ChiselTestbed {
-        options: &options,
-        terminal: &terminal,
-    };
-    command(&testbed, &options.out, options.replot, &terminal)
+    run_invocation(
+        "chisel (testbed, EMULATED)",
+        false,
+        &options,
+        &options.out,
+        options.replot,
+    )
 }
 
 /// Chisel against batch through the real proxy over emulated backends, beside the simulator.
-pub struct ChiselTestbed<'a> {
-    /// What the command's flags ask for.
-    pub options: &'a Options,
-    /// Where per-scenario lines go.
-    pub terminal: &'a Terminal,
-}
+pub type ChiselTestbed<'a> = Invocation<'a, Options>;
 
 impl Experiment for ChiselTestbed<'_> {
     type Results = TestbedReport;
 
     fn run(&self, progress: ProgressFn<'_>) -> Result<TestbedReport, String> {
-        run_testbed(self.options, self.terminal, progress)
+        run_testbed(self.args, self.terminal, progress)
     }
 
     fn check(report: &TestbedReport) -> Result<usize, String> {
@@ -683,20 +679,17 @@ fn check_percentiles(report: &TestbedReport) -> Result<usize, String> {
     for result in &report.results {
         for (planner, side) in [("batch", &result.batch), ("chisel", &result.chisel)] {
             for run in &side.runs {
-                for (label, percentile, reported) in [
+                let reported = [
                     ("p50", 50.0, run.all.p50_us),
                     ("p95", 95.0, run.all.p95_us),
                     ("p99", 99.0, run.all.p99_us),
-                ] {
-                    let again = run.histogram.percentile(percentile, 1e3).unwrap_or(0.0);
-                    if (again - reported).abs() > 1e-6 {
-                        return Err(format!(
-                            "{} {planner} round {}: reported {label} {reported} µs, its \
-                             histogram's {again} µs",
-                            result.name,
-                            run.round + 1
-                        ));
-                    }
+                ];
+                if let Some(what) = run.histogram.disagreement(&reported) {
+                    return Err(format!(
+                        "{} {planner} round {}: {what}",
+                        result.name,
+                        run.round + 1
+                    ));
                 }
                 checked += 1;
             }
@@ -1110,7 +1103,7 @@ fn plot_gains(path: &Path, report: &TestbedReport) -> Result<(), String> {
         ],
         ..Panel::default()
     };
-    plot_panels_svg(path, (900, 700), &[panel]).map_err(|e| e.to_string())
+    plot_panels_file(path, (900, 700), &[panel]).map_err(|e| e.to_string())
 }
 
 fn plot_classes(path: &Path, report: &TestbedReport) -> Result<(), String> {

@@ -3,6 +3,7 @@
 //! helpers), a progress bar, and the command every experiment runs through.
 //!
 //! ```text
+//!   run_invocation(title, quiet, &args, out, replot) ─► command(&Invocation { args, terminal }, …)
 //!   command(&experiment, out, replot, &terminal)
 //!     replot:  experiment::replot::<E>(out) ──> "N percentiles equal their histograms'"
 //!     run:     experiment::keep_run(&experiment, out, terminal's progress bar)
@@ -127,6 +128,35 @@ impl Terminal {
             bar.finish_and_clear();
         }
     }
+}
+
+/// An experiment's flags and the terminal its per-run lines go to: the experiment, for the
+/// experiments that need nothing else to run (`impl Experiment for Invocation<'_, TheirArgs>`).
+pub struct Invocation<'a, A> {
+    /// What the command's flags ask for.
+    pub args: &'a A,
+    /// Where per-run lines go.
+    pub terminal: &'a Terminal,
+}
+
+/// Runs the experiment of `args` ([`Invocation`]) through [`command`], its lines on a terminal
+/// titled `title` (quiet: no progress or summary).
+pub fn run_invocation<A>(
+    title: &str,
+    quiet: bool,
+    args: &A,
+    out: &Path,
+    replot_only: bool,
+) -> Result<ExitCode, String>
+where
+    for<'a> Invocation<'a, A>: Experiment,
+{
+    let terminal = Terminal::new(title, quiet);
+    let experiment = Invocation {
+        args,
+        terminal: &terminal,
+    };
+    command(&experiment, out, replot_only, &terminal)
 }
 
 /// Runs `experiment` and keeps it in `out`, or with `replot` redraws the run kept there; prints

@@ -32,6 +32,7 @@ use tailtrim_bench::{
     WorkloadOverrides, WorkloadSpec,
 };
 use tailtrim_policy::costspec::{CostSpec, Units};
+use tailtrim_sim::sweep::KneeReadout;
 
 use crate::bootstrap::{peak_median_ratio, quantile_ratio, Interval, Plan, Repeats};
 use crate::experiment::{Experiment, Progress, ProgressFn};
@@ -47,7 +48,8 @@ use crate::stats::{interleaved_order, median};
 use crate::tables::{Align, Table};
 
 use super::common::{
-    command, parse_cpu_list, pin_current_thread, pin_process, set_nice, tailtrim_binary, Terminal,
+    parse_cpu_list, pin_current_thread, pin_process, run_invocation, set_nice, tailtrim_binary,
+    Invocation, Terminal,
 };
 
 /// Systems run when `--systems` is not given.
@@ -555,18 +557,9 @@ pub struct LegacyMachine {
 /// Headline numbers.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
-    /// First target rate where early binding's small p99 exceeds the knee latency.
-    pub knee_rate_rps: Option<f64>,
-    /// Early binding's small p99 at the knee (µs).
-    pub early_binding_small_p99_us: Option<f64>,
-    /// Size-aware's small p99 at the knee (µs).
-    pub size_aware_small_p99_us: Option<f64>,
-    /// Early binding's small p99 / size-aware's at the knee.
-    pub small_p99_ratio: Option<f64>,
-    /// Small p99 of every system at the knee (µs).
-    pub small_p99_at_knee_us: BTreeMap<String, f64>,
-    /// Large p99 of every system at the knee (µs).
-    pub large_p99_at_knee_us: BTreeMap<String, f64>,
+    /// Where early binding's small p99 first exceeds the knee latency, and the p99s there.
+    #[serde(flatten)]
+    pub knee: KneeReadout,
     /// In-server small p99 of every tailtrim system at the end-to-end knee (µs).
     #[serde(default)]
     pub server_small_p99_at_knee_us: BTreeMap<String, f64>,
@@ -728,21 +721,11 @@ impl MinosResults {
 
 /// Runs `tailtrim experiment minos` (or redraws a kept run with `--replot`).
 pub fn run(args: Args) -> Result<std::process::ExitCode, String> {
-    let terminal = Terminal::new("minos", args.quiet);
-    let minos = Minos {
-        args: &args,
-        terminal: &terminal,
-    };
-    command(&minos, &args.out, args.replot, &terminal)
+    run_invocation("minos", args.quiet, &args, &args.out, args.replot)
 }
 
 /// The Minos figure's sweep: every system at every rate, interleaved, with the noise floor.
-pub struct Minos<'a> {
-    /// The command's arguments.
-    pub args: &'a Args,
-    /// Where per-run lines go.
-    pub terminal: &'a Terminal,
-}
+pub type Minos<'a> = Invocation<'a, Args>;
 
 impl Experiment for Minos<'_> {
     type Results = MinosResults;
@@ -793,19 +776,15 @@ fn check_percentiles(results: &MinosResults) -> Result<usize, String> {
                     let Some(encoded) = sample.histograms.get(class) else {
                         continue;
                     };
-                    for (label, percentile, reported) in
-                        [("p50", 50.0, latency.p50_us), ("p99", 99.0, latency.p99_us)]
-                    {
-                        let again = encoded.percentile(percentile, 1e3).unwrap_or(0.0);
-                        if (again - reported).abs() > 1e-6 {
-                            return Err(format!(
-                                "{} at {:.0} rps, round {}: reported {class} {label} {reported} µs, \
-                                 its histogram's {again} µs",
-                                system.name,
-                                point.target_rps,
-                                sample.round + 1
-                            ));
-                        }
+                    let (p50, p99) = (format!("{class} p50"), format!("{class} p99"));
+                    let reported = [(&*p50, 50.0, latency.p50_us), (&*p99, 99.0, latency.p99_us)];
+                    if let Some(what) = encoded.disagreement(&reported) {
+                        return Err(format!(
+                            "{} at {:.0} rps, round {}: {what}",
+                            system.name,
+                            point.target_rps,
+                            sample.round + 1
+                        ));
                     }
                 }
                 checked += 1;
@@ -1217,17 +1196,19 @@ fn summarize(results: &MinosResults) -> Summary {
             .iter()
             .find(|point| point.valid_repeats > 0 && point.small_p99_us > knee_us)
         {
-            summary.knee_rate_rps = Some(knee.target_rps);
-            summary.early_binding_small_p99_us = Some(knee.small_p99_us);
+            summary.knee.knee_rate_rps = Some(knee.target_rps);
+            summary.knee.early_binding_small_p99_us = Some(knee.small_p99_us);
             for other in &results.systems {
                 if other.name == FLOOR {
                     continue;
                 }
                 if let Some(point) = point_at(other, knee.target_rps) {
                     summary
+                        .knee
                         .small_p99_at_knee_us
                         .insert(other.name.clone(), point.small_p99_us);
                     summary
+                        .knee
                         .large_p99_at_knee_us
                         .insert(other.name.clone(), point.large_p99_us);
                 }
@@ -1236,9 +1217,9 @@ fn summarize(results: &MinosResults) -> Summary {
             summary.server_small_p99_ratio_at_knee =
                 ratio_early_to_size_aware(&summary.server_small_p99_at_knee_us);
             if let Some(point) = size_aware.and_then(|system| point_at(system, knee.target_rps)) {
-                summary.size_aware_small_p99_us = Some(point.small_p99_us);
+                summary.knee.size_aware_small_p99_us = Some(point.small_p99_us);
                 if point.small_p99_us > 0.0 {
-                    summary.small_p99_ratio = Some(knee.small_p99_us / point.small_p99_us);
+                    summary.knee.small_p99_ratio = Some(knee.small_p99_us / point.small_p99_us);
                 }
             }
         }
@@ -1491,10 +1472,10 @@ fn markdown(results: &MinosResults) -> String {
         text,
         "- early binding's small p99 first exceeds {:.0} µs at: {} rps (early binding {} µs, size-aware {} µs, ratio {})",
         settings.knee_us,
-        optional(summary.knee_rate_rps, 0),
-        optional(summary.early_binding_small_p99_us, 0),
-        optional(summary.size_aware_small_p99_us, 0),
-        optional(summary.small_p99_ratio, 2)
+        optional(summary.knee.knee_rate_rps, 0),
+        optional(summary.knee.early_binding_small_p99_us, 0),
+        optional(summary.knee.size_aware_small_p99_us, 0),
+        optional(summary.knee.small_p99_ratio, 2)
     );
     let saturation: Vec<String> = summary
         .saturation_rps
@@ -1514,7 +1495,9 @@ fn markdown(results: &MinosResults) -> String {
         interval_text(summary.saturation_interval_size_aware_vs_early.as_ref()),
         interval_text(summary.saturation_interval_size_aware_vs_stealing.as_ref())
     );
-    if summary.knee_rate_rps.is_some() && summary.knee_rate_rps == settings.rates.first().copied() {
+    if summary.knee.knee_rate_rps.is_some()
+        && summary.knee.knee_rate_rps == settings.rates.first().copied()
+    {
         let _ = writeln!(
             text,
             "- early binding's small p99 is above the knee already at the lowest rate: the sweep does not start below its knee"
@@ -1998,14 +1981,14 @@ mod tests {
             ..MinosResults::default()
         };
         let summary = summarize(&results);
-        assert_eq!(summary.knee_rate_rps, Some(2000.0));
+        assert_eq!(summary.knee.knee_rate_rps, Some(2000.0));
         // An emulated run's knee latency moves the knee.
         let mut emulated = results.clone();
         emulated.settings.knee_us = 5_000.0;
-        assert_eq!(summarize(&emulated).knee_rate_rps, Some(3000.0));
-        assert_eq!(summary.early_binding_small_p99_us, Some(1500.0));
-        assert_eq!(summary.size_aware_small_p99_us, Some(300.0));
-        assert_eq!(summary.small_p99_ratio, Some(5.0));
+        assert_eq!(summarize(&emulated).knee.knee_rate_rps, Some(3000.0));
+        assert_eq!(summary.knee.early_binding_small_p99_us, Some(1500.0));
+        assert_eq!(summary.knee.size_aware_small_p99_us, Some(300.0));
+        assert_eq!(summary.knee.small_p99_ratio, Some(5.0));
         assert_eq!(summary.saturation_rps.get("size-aware"), Some(&2700.0));
         assert_eq!(
             summary.saturation_ratio_size_aware_vs_early,

@@ -30,7 +30,7 @@ use crate::experiment::{
 };
 use crate::figures::{draw_bars, drawing_failed};
 use crate::histogram::Encoded;
-use crate::meta::{Recorder, RunMetadata};
+use crate::meta::{Recorder, SeededMetadata};
 use crate::results::write_text;
 use crate::tables::{Align, Table};
 
@@ -250,20 +250,10 @@ struct ExperimentResult {
     reductions_vs_rein_sbf: Vec<Reduction>,
 }
 
-/// The harness's run metadata, the seed and what kind of result this is. Files written
-/// before the harness (`wall_secs` instead of `wall_seconds`, no CPU model) read as well.
-#[derive(Serialize, Deserialize)]
-struct Metadata {
-    #[serde(flatten)]
-    run: RunMetadata,
-    seed: u64,
-    note: String,
-}
-
 /// What a run of the simulated experiment keeps (`results.json`).
 #[derive(Serialize, Deserialize)]
 pub struct Report {
-    metadata: Metadata,
+    metadata: SeededMetadata,
     setup: Setup,
     experiments: Vec<ExperimentResult>,
 }
@@ -514,7 +504,7 @@ fn simulate(args: &Args, progress: ProgressFn<'_>) -> Result<Report, String> {
     }
     let metadata = recorder.finish();
     Ok(Report {
-        metadata: Metadata {
+        metadata: SeededMetadata {
             run: metadata,
             seed: args.seed,
             note: match setup.closed_loop {

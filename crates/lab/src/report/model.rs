@@ -6,22 +6,19 @@
 //!   CliffRow list ──► cliff_table            ChiselReport ──► chisel_table
 //! ```
 //!
-//! Every table is returned as text; only [`plot_sweep`] writes (its file).
+//! Every table is returned as text; only [`plot_sweep`] writes (its file, drawn by
+//! [`crate::figures`]).
 
 use std::fmt::Write as _;
 use std::path::Path;
 
-use plotters::coord::Shift;
-use plotters::prelude::{
-    BitMapBackend, ChartBuilder, Color, DrawingArea, DrawingBackend, IntoDrawingArea, IntoLogRange,
-    LineSeries, Palette, Palette99, PathElement, SVGBackend, SeriesLabelPosition, BLACK, WHITE,
-};
 use tailtrim_model::cheng::{ChengParams, ChengPrediction};
 use tailtrim_model::chisel::Prediction;
 use tailtrim_model::cliff::CliffRow;
 use tailtrim_model::evaluate::{ChiselReport, SweepPoint};
 use tailtrim_model::Seconds;
 
+use crate::figures::{plot_panels_file, Line, Panel};
 use crate::LabError;
 
 /// `writeln!` into the output buffer (writing to a `String` cannot fail).
@@ -302,118 +299,61 @@ fn print_cliff(out: &mut String, rows: &[CliffRow], knee_slope: f64, level_delta
     );
 }
 
-/// Draws the sweep's E[T_S(N)] bounds against λ into `path`: PNG if its name ends in
-/// `.png`, SVG otherwise.
+/// Draws the sweep's E[T_S(N)] bounds against λ into `path` through the figures module: PNG
+/// if its name ends in `.png`, SVG otherwise.
 pub fn plot_sweep(
     path: &Path,
     points: &[SweepPoint],
     burst_degrees: &[f64],
     base: &ChengParams,
 ) -> Result<(), LabError> {
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent)
-            .map_err(|error| LabError::Results(format!("plot {}: {error}", path.display())))?;
-    }
-    let is_png = path
-        .extension()
-        .is_some_and(|extension| extension.eq_ignore_ascii_case("png"));
-    let result = if is_png {
-        draw_sweep(
-            BitMapBackend::new(path, (900, 600)).into_drawing_area(),
-            points,
-            burst_degrees,
-            base,
-        )
-    } else {
-        draw_sweep(
-            SVGBackend::new(path, (900, 600)).into_drawing_area(),
-            points,
-            burst_degrees,
-            base,
-        )
+    let failed = |error: &dyn std::fmt::Display| {
+        LabError::Results(format!("plot {}: {error}", path.display()))
     };
-    result.map_err(|error| LabError::Results(format!("plot {}: {error}", path.display())))
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|error| failed(&error))?;
+    }
+    let panel = sweep_panel(points, burst_degrees, base);
+    if panel.lines.iter().all(|line| line.points.is_empty()) {
+        return Err(failed(&"no stable point in the sweep"));
+    }
+    plot_panels_file(path, (900, 600), &[panel]).map_err(|error| failed(&error))
 }
 
-fn draw_sweep<DB: DrawingBackend>(
-    root: DrawingArea<DB, Shift>,
-    points: &[SweepPoint],
-    burst_degrees: &[f64],
-    base: &ChengParams,
-) -> Result<(), String> {
-    let plot_error = |error: &dyn std::fmt::Display| error.to_string();
-    let finite = points
-        .iter()
-        .flat_map(|p| [p.server_lower_us, p.server_upper_us])
-        .flatten()
-        .filter(|v| v.is_finite() && *v > 0.0);
-    let (low, high) = finite.fold((f64::INFINITY, 0.0f64), |(low, high), v| {
-        (low.min(v), high.max(v))
-    });
-    if !low.is_finite() {
-        return Err("no stable point in the sweep".to_string());
-    }
-    let (x_min, x_max) = points.iter().fold((f64::INFINITY, 0.0f64), |(a, b), p| {
-        (a.min(p.lambda / 1e3), b.max(p.lambda / 1e3))
-    });
-    root.fill(&WHITE).map_err(|e| plot_error(&e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!(
-                "E[T_S(N)] vs λ (Theorem 1; μ_S = {:.0} Kps, q = {}, N = {})",
-                base.service_rate / 1e3,
-                base.concurrency,
-                base.keys_per_request
-            ),
-            ("sans-serif", 20),
-        )
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(70)
-        .build_cartesian_2d(x_min..x_max, ((low / 1.3)..(high * 1.3)).log_scale())
-        .map_err(|e| plot_error(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc("λ: key arrival rate per server (Kps)")
-        .y_desc("E[T_S(N)] (µs, log scale)")
-        .draw()
-        .map_err(|e| plot_error(&e))?;
-    for (index, &xi) in burst_degrees.iter().enumerate() {
-        let (red, green, blue) = Palette99::COLORS[index % Palette99::COLORS.len()];
-        let color = plotters::style::RGBColor(red, green, blue);
+/// The sweep's figure: per burst degree ξ, the upper and the lower bound of E[T_S(N)] against
+/// λ (Kps) on a log latency axis; unstable points are left out.
+fn sweep_panel(points: &[SweepPoint], burst_degrees: &[f64], base: &ChengParams) -> Panel {
+    let mut lines = Vec::with_capacity(burst_degrees.len() * 2);
+    for &xi in burst_degrees {
         let series = |pick: fn(&SweepPoint) -> Option<f64>| -> Vec<(f64, f64)> {
             points
                 .iter()
                 .filter(|p| (p.xi - xi).abs() < 1e-12)
                 .filter_map(|p| pick(p).map(|v| (p.lambda / 1e3, v)))
+                .filter(|&(_, v)| v.is_finite() && v > 0.0)
                 .collect()
         };
-        chart
-            .draw_series(LineSeries::new(
-                series(|p| p.server_upper_us),
-                color.stroke_width(2),
-            ))
-            .map_err(|e| plot_error(&e))?
-            .label(format!("ξ = {xi}: upper bound"))
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-        chart
-            .draw_series(LineSeries::new(
-                series(|p| p.server_lower_us),
-                color.mix(0.5),
-            ))
-            .map_err(|e| plot_error(&e))?
-            .label(format!("ξ = {xi}: lower bound"))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.mix(0.5)));
+        lines.push(Line::new(
+            format!("ξ = {xi}: upper bound"),
+            series(|p| p.server_upper_us),
+        ));
+        lines.push(Line::new(
+            format!("ξ = {xi}: lower bound"),
+            series(|p| p.server_lower_us),
+        ));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.8))
-        .draw()
-        .map_err(|e| plot_error(&e))?;
-    root.present().map_err(|e| plot_error(&e))?;
-    Ok(())
+    Panel {
+        title: format!(
+            "E[T_S(N)] vs λ (Theorem 1; μ_S = {:.0} Kps, q = {}, N = {})",
+            base.service_rate / 1e3,
+            base.concurrency,
+            base.keys_per_request
+        ),
+        x_desc: "λ: key arrival rate per server (Kps)".to_string(),
+        y_desc: "E[T_S(N)] (log scale)".to_string(),
+        log_y: true,
+        latency: true,
+        lines,
+        markers: Vec::new(),
+    }
 }

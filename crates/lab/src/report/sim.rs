@@ -23,7 +23,7 @@ use tailtrim_sim::{ClusterResult, ClusterScenario, Policy, RunResult, SimError};
 
 use crate::figures::{plot_latency_vs_throughput, Curve, LatencyThroughput};
 use crate::histogram::Encoded;
-use crate::meta::RunMetadata;
+use crate::meta::{RunMetadata, SeededMetadata, SIMULATED_NOTE};
 use crate::stats::median;
 use crate::LabError;
 
@@ -472,23 +472,24 @@ fn markdown(report: &SweepReport) -> String {
     }
     let summary = &result.summary;
     line("## Summary\n".to_string());
-    match summary.knee_rate_rps {
+    match summary.knee.knee_rate_rps {
         Some(rate) => line(format!(
             "- Early binding's small p99 first exceeds {:.0} µs at **{:.0}k** requests/s ({}); \
              size-aware's small p99 there: **{}**; ratio **{}**.",
             summary.knee_us,
             rate / 1e3,
-            micros(summary.early_binding_small_p99_us.unwrap_or(0.0)),
-            micros(summary.size_aware_small_p99_us.unwrap_or(0.0)),
-            optional(summary.small_p99_ratio, "x")
+            micros(summary.knee.early_binding_small_p99_us.unwrap_or(0.0)),
+            micros(summary.knee.size_aware_small_p99_us.unwrap_or(0.0)),
+            optional(summary.knee.small_p99_ratio, "x")
         )),
         None => line(format!(
             "- Early binding's small p99 never exceeds {:.0} µs in this sweep.",
             summary.knee_us
         )),
     }
-    for (name, value) in &summary.small_p99_at_knee_us {
+    for (name, value) in &summary.knee.small_p99_at_knee_us {
         let large = summary
+            .knee
             .large_p99_at_knee_us
             .get(name)
             .copied()
@@ -966,9 +967,10 @@ fn validation_markdown(validation: &Validation, profile: &Profile) -> String {
         "Simulated knee (early binding small p99 > {:.0} µs): {}; early-binding / size-aware \
          small p99 there {}; saturation ratio {}.",
         sim.knee_us,
-        sim.knee_rate_rps
+        sim.knee
+            .knee_rate_rps
             .map_or("none".to_string(), |rate| format!("{:.0}k", rate / 1e3)),
-        optional(sim.small_p99_ratio, "x"),
+        optional(sim.knee.small_p99_ratio, "x"),
         optional(sim.saturation_ratio_size_aware_vs_early, "x")
     ));
     text
@@ -976,20 +978,49 @@ fn validation_markdown(validation: &Validation, profile: &Profile) -> String {
 
 // ───────────────────────────── sim cluster ─────────────────────────────
 
-/// `sim cluster --json`: the scenario and one result per rate.
+/// `sim cluster --json`: the run's metadata, the scenario, one result per rate and, per
+/// result (same order), the latency histograms its percentiles are read from.
 #[derive(Serialize)]
 struct ClusterReport<'a> {
+    metadata: SeededMetadata,
     scenario: &'a ClusterScenario,
     results: &'a [ClusterResult],
+    histograms: Vec<BTreeMap<&'static str, Encoded>>,
 }
 
-/// `sim cluster --json`: the scenario and one result per rate, pretty JSON.
+/// `sim cluster --json`: the run's metadata (`run`, recorded over the simulation), the
+/// scenario, one result per rate and each result's overall, small and large latency
+/// histograms (HDR V2, base64), pretty JSON.
 pub fn cluster_json(
+    run: RunMetadata,
     scenario: &ClusterScenario,
     results: &[ClusterResult],
 ) -> Result<String, LabError> {
-    serde_json::to_string_pretty(&ClusterReport { scenario, results })
-        .map_err(|error| LabError::Results(error.to_string()))
+    let histograms = results
+        .iter()
+        .map(|result| {
+            [
+                ("overall", &result.overall),
+                ("small", &result.small),
+                ("large", &result.large),
+            ]
+            .into_iter()
+            .filter_map(|(name, class)| class.histogram.as_ref().map(|h| (name, h)))
+            .map(|(name, histogram)| Ok((name, Encoded::encode(histogram)?)))
+            .collect::<Result<BTreeMap<_, _>, LabError>>()
+        })
+        .collect::<Result<Vec<_>, LabError>>()?;
+    let report = ClusterReport {
+        metadata: SeededMetadata {
+            run,
+            seed: scenario.seed,
+            note: SIMULATED_NOTE.to_string(),
+        },
+        scenario,
+        results,
+        histograms,
+    };
+    serde_json::to_string_pretty(&report).map_err(|error| LabError::Results(error.to_string()))
 }
 
 /// `sim cluster`'s table: the scenario (its key count and value size distributions as
