@@ -21,7 +21,7 @@ then `--duration` measured ones. After each run the proxy's planner gauges are r
 `stats` (auto's choice, switches, fallbacks; chisel's fallback).
 
 Writes emulated/<workload>.json (every run, the metadata); `--summary` reads every such file
-beside this script and writes results.json and results.md.
+beside this script and writes summary.json (the workloads summarised) and results.md.
 
     python3 experiments/auto/emulated/run.py --bin target/suite/tailtrim --workload homogeneous
     python3 experiments/auto/emulated/run.py --summary
@@ -216,12 +216,12 @@ def summarize_workload(data):
 def summary():
     workloads = {}
     for path in sorted(glob.glob(os.path.join(HERE, "*.json"))):
-        if os.path.basename(path) == "results.json":
+        if os.path.basename(path) == "summary.json":
             continue
         with open(path) as f:
             data = json.load(f)
         workloads[data["workload"]] = summarize_workload(data)
-    with open(os.path.join(HERE, "results.json"), "w") as f:
+    with open(os.path.join(HERE, "summary.json"), "w") as f:
         json.dump({"workloads": workloads}, f, indent=1)
     lines = ["# EMULATED: auto against the fixed planners (experiments/auto/emulated/run.py)", "",
              "p99 of all requests, emulated ms, median over the rounds.", "",
