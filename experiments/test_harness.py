@@ -81,10 +81,6 @@ NOT_MEASUREMENTS = (
      "report beside it has the same reading in its metadata"),
     ("soak/*/*/target.json", "scripts/soak.sh's target settings (rate, minutes, memory), "
      "written before the load"),
-    ("auto/sim/*.json", "deterministic simulator output (`tailtrim sim cluster --json`, run by "
-     "auto/run.sh with its settings and seeds) and its summary, written before `sim cluster "
-     "--json` kept run metadata and histograms (it does now); a rerun with today's planners "
-     "moves cost-rel's p99s, so it belongs with a new reading of the experiment"),
 )
 
 # Measurements of something other than latency, by path pattern with the reason: they carry the

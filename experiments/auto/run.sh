@@ -7,7 +7,7 @@
 # 16 servers × 4 workers, service const=20us,key=5us,byte=0.5ns,dist=exp, one replica, uniform
 # popularity, open-loop Poisson arrivals at a rate that keeps the busiest server's workers
 # ~75-85 % busy; REQUESTS requests (300000), the first 10 % unmeasured; seeds SEEDS (1 2 3).
-# One JSON per (workload, planner, seed); summarize.py writes results.json and results.md.
+# One JSON per (workload, planner, seed); summarize.py writes summary.json and results.md.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 out="${1:-$repo/experiments/auto/sim}"

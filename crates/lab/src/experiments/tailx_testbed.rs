@@ -28,10 +28,11 @@
 //!
 //! ```text
 //!   N × serve --dispatch late-binding --emulate-service key=…,dilation=D   (strict classes)
-//!   batch, batch-aa, rein-sbf, cost-sbf proxies -r 1 --backend-window 0
+//!   batch, batch-aa, rein-sbf, cost-sbf proxies -r 1 --backend-window 0  (cost-rel by
+//!   --planners; its requests carry `p<class>a<overtakes>` as cost-sbf's do)
 //!   same rounds as above ─► per planner p50/p99, mice and elephants p50/p99
 //!   verdict: g = |p99(batch-aa)/p99(batch) − 1|; rein-sbf/batch < 1 − g?; each pair of
-//!            batch, rein-sbf, cost-sbf apart by more than g ordered as simulated?
+//!            batch, rein-sbf, cost-sbf, cost-rel apart by more than g ordered as simulated?
 //! ```
 //!
 //! A backend that serves classes takes one quiet `mg` per key, so its emulated service time
@@ -985,7 +986,7 @@ fn verdict(result: &ExperimentResult) -> String {
             .find(|o| o.planner == planner)
             .map(|o| o.p99_us)
     };
-    let compared: Vec<&str> = ["batch", "rein-sbf", "cost-sbf"]
+    let compared: Vec<&str> = ["batch", "rein-sbf", "cost-sbf", "cost-rel"]
         .into_iter()
         .filter(|p| pooled_p99(result, p).is_some() && simulated(p).is_some())
         .collect();
@@ -1505,6 +1506,7 @@ mod tests {
             (AA_GAUGE, 1_050.0, 700.0),
             ("rein-sbf", 800.0, 400.0),
             ("cost-sbf", 820.0, 400.0),
+            ("cost-rel", 700.0, 300.0),
         ]);
         let text = verdict(&result);
         assert!(text.contains("= 0.050"), "{text}");
@@ -1515,6 +1517,11 @@ mod tests {
         );
         assert!(
             text.contains("rein-sbf vs cost-sbf: testbed p99 800 vs 820 µs (0.976), simulated 400 vs 400 µs: not resolved by the testbed (within the gauge)"),
+            "{text}"
+        );
+        // cost-rel's pairs are read too.
+        assert!(
+            text.contains("rein-sbf vs cost-rel: testbed p99 800 vs 700 µs (1.143), simulated 400 vs 300 µs: same order as simulated"),
             "{text}"
         );
         // Within the gauge of batch: not met.
