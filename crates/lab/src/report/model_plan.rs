@@ -252,6 +252,13 @@ pub fn plan_table(plan: &Plan, measured: &MeasuredProfile) -> String {
             .value_bytes
             .map_or_else(String::new, |bytes| format!(", {bytes:.0} B per hit")),
     );
+    if profile.client_connections > 0 || profile.imbalance > 1.0 {
+        let _ = writeln!(
+            out,
+            "  {} client connections read in order, most loaded server {:.3}x the mean share",
+            profile.client_connections, profile.imbalance
+        );
+    }
     if let Some(p99) = measured.measured_p99_us {
         let _ = writeln!(out, "  measured p99 at the source: {p99:.0} µs");
     }

@@ -81,6 +81,13 @@ pub struct PlanArgs {
     /// Constant latency added to every request (network, proxy), µs.
     #[arg(long, default_value_t = 0.0)]
     pub network_us: f64,
+    /// Client connections the requests arrive over, each read in order (e.g. a proxy's
+    /// clients); 0: every request finds its connection free.
+    #[arg(long, default_value_t = 0)]
+    pub client_connections: u32,
+    /// The most loaded server's share of the keys over the mean share (>= 1; 1: balanced).
+    #[arg(long, default_value_t = 1.0)]
+    pub imbalance: f64,
     /// Largest server count searched.
     #[arg(long, default_value_t = DEFAULT_MAX_SERVERS)]
     pub max_servers: u32,
@@ -470,6 +477,8 @@ fn plan_request(flags: &PlanArgs, measured: &MeasuredProfile) -> Result<PlanRequ
             },
             burst_degree: flags.xi,
             network: Seconds::from_micros(flags.network_us),
+            client_connections: flags.client_connections,
+            imbalance: flags.imbalance,
         },
         slo_p99: Seconds::from_micros(flags.slo_p99),
         thread_options,
