@@ -625,6 +625,33 @@ mod tests {
         .unwrap_or_else(|error| panic!("{error}"));
         assert!(table.contains("recommended:"), "{table}");
         assert!(table.contains("at 3 servers x 4 threads"), "{table}");
+        // The model-loop testbed: the bench's 64 connections read in order by the proxy.
+        let testbed = output(&[
+            "plan",
+            "--rate",
+            "720",
+            "--keys",
+            "4",
+            "--service-us",
+            "0",
+            "--per-key-us",
+            "2500",
+            "--client-connections",
+            "64",
+            "--slo-p99",
+            "40000",
+        ])
+        .unwrap_or_else(|error| panic!("{error}"));
+        assert!(
+            testbed.contains(
+                "recommended: 3 servers x 4 threads (p99 33875 µs: a measured p99 up to 1.18x"
+            ),
+            "{testbed}"
+        );
+        assert!(
+            testbed.contains("64 client connections read in order"),
+            "{testbed}"
+        );
         let unreachable = output(&[
             "plan",
             "--rate",
