@@ -11,7 +11,10 @@ server are one M/M/4 queue), one
 
 Part A (prediction): 4 servers at three loads (server utilisation about 0.3, 0.5, 0.7).
   predicted  = `tailtrim model plan --rate <achieved> --keys 4 --service-us 0 --per-key-us 2500
-               --threads 4 --servers 4 --network-us <floor>` (the model from the load alone)
+               --threads 4 --servers 4 --network-us <floor> --client-connections 64
+               --imbalance <measured>` (the model from the load alone; the imbalance is the
+               most loaded backend's key share over the mean, from the queries each got)
+  balanced   = the same with --imbalance 1
   live       = the proxy's own `pool_model_p99_predicted_us` at the end of the run
   measured   = the bench's p99 over the run
   floor      = the bench's p50 through the same proxy over servers without emulation, the
@@ -40,6 +43,8 @@ PER_KEY_US = 2500.0
 THREADS = 4
 KEYS_PER_REQUEST = 4
 KEYS = 2000
+# The bench's connections to the proxy; the proxy reads each in rounds, in order.
+CONNECTIONS = 64
 WORKLOAD = f"""name = "model-loop"
 key_seed = 1
 large_threshold_bytes = 1499
@@ -112,7 +117,8 @@ def tier(binary, servers, emulate, directory):
 
 def bench(binary, port, rate, duration, workload, out, preload):
     command = [binary, "bench", "-s", f"127.0.0.1:{port}", "--workload-file", workload,
-               "-r", f"{rate:.0f}", "-d", str(duration), "--warmup", "2", "-c", "64", "-q",
+               "-r", f"{rate:.0f}", "-d", str(duration), "--warmup", "2", "-c", str(CONNECTIONS),
+               "-q",
                "--json", out]
     if not preload:
         command.append("--no-preload")
@@ -147,6 +153,9 @@ def one_run(binary, servers, rate, duration, directory, emulate=True):
         "proxy_live": {name: float(stats.get(name, "0")) for name in (
             "pool_model_p99_predicted_us", "pool_model_service_us",
             "pool_model_utilization_permille", "pool_latency_us_p99")},
+        # Queries each backend received (preload and warm-up included): the ring's split.
+        "backend_queries": {name.split(":", 1)[1]: int(value) for name, value in stats.items()
+                            if name.startswith("backend_requests:")},
         "bench_histogram_all": result.get("histograms", {}).get("all"),
         "loadavg_before": load_before,
         "loadavg_after": load_after,
@@ -159,11 +168,32 @@ def model(binary, args):
     return json.loads(got.stdout)
 
 
-def predicted(binary, rate, servers, network_us):
+def imbalance(backend_queries, keys_per_request=KEYS_PER_REQUEST):
+    """The most loaded backend's key share over the mean share, from the queries each got:
+    a backend holding share p is in a request of N keys with probability 1 - (1 - p)^N."""
+    counts = list(backend_queries.values())
+    if len(counts) < 2 or not any(counts):
+        return 1.0
+    # Requests: a backend's queries are R * (1 - (1 - p)^N); solve the shares up to a scale by
+    # taking the rate that makes them sum to 1 (bisection on the request count).
+    low, high = max(counts), sum(counts)
+    for _ in range(100):
+        requests = 0.5 * (low + high)
+        shares = [1 - (1 - min(c / requests, 1.0)) ** (1 / keys_per_request) for c in counts]
+        if sum(shares) > 1:
+            low = requests
+        else:
+            high = requests
+    return max(1.0, max(shares) * len(counts) / sum(shares))
+
+
+def predicted(binary, rate, servers, network_us, imbalance_ratio=1.0, connections=CONNECTIONS):
     out = model(binary, ["--rate", f"{rate}", "--keys", str(KEYS_PER_REQUEST),
                          "--service-us", "0", "--per-key-us", f"{PER_KEY_US}",
                          "--threads", str(THREADS),
                          "--servers", str(servers), "--network-us", f"{network_us}",
+                         "--client-connections", str(connections),
+                         "--imbalance", f"{imbalance_ratio}",
                          "--slo-p99", "1000000"])
     return out["current"]
 
@@ -191,6 +221,7 @@ def main():
     plan = model(args.bin, ["--rate", f"{args.plan_rate}", "--keys", str(KEYS_PER_REQUEST),
                             "--service-us", "0", "--per-key-us", f"{PER_KEY_US}",
                             "--threads", str(THREADS),
+                            "--client-connections", str(CONNECTIONS),
                             "--slo-p99", f"{args.slo_p99_us}"])
     n = plan["plan"]["recommended"]["servers"]
     runs = []
@@ -209,8 +240,11 @@ def main():
                 run = one_run(args.bin, servers, rate, args.duration, directory)
                 run.update({"part": part, "repeat": repeat, "utilisation": utilisation,
                             "floor_p50_us": floor["measured_us"]["p50"]})
+                run["imbalance"] = imbalance(run["backend_queries"])
                 run["predicted"] = predicted(args.bin, run["achieved_rps"], servers,
-                                             floor["measured_us"]["p50"])
+                                             floor["measured_us"]["p50"], run["imbalance"])
+                run["predicted_balanced"] = predicted(args.bin, run["achieved_rps"], servers,
+                                                      floor["measured_us"]["p50"])
                 runs.append(run)
                 print(json.dumps({k: v for k, v in run.items() if k != "bench_histogram_all"}),
                       file=sys.stderr)
@@ -252,9 +286,14 @@ def summary(path):
         pred = median([r["predicted"]["p99"] * 1e6 for r in good])
         live = median([r["proxy_live"]["pool_model_p99_predicted_us"] for r in good])
         meas = median([r["measured_us"]["p99"] for r in good])
+        extra = ""
+        if all("predicted_balanced" in r for r in good):
+            balanced = median([r["predicted_balanced"]["p99"] * 1e6 for r in good])
+            extra = (f"   balanced {balanced:.0f} ({balanced / meas:.2f}), imbalance "
+                     + ", ".join(f"{r['imbalance']:.3f}" for r in good))
         print(f"{part} {servers:>3} {rate:>8} {len(good)}/{len(same)} {pred:>10.0f} {live:>10.0f}"
               f" {meas:>10.0f}  {pred / meas:.2f}   measured: "
-              + ", ".join(f"{r['measured_us']['p99']:.0f}" for r in good))
+              + ", ".join(f"{r['measured_us']['p99']:.0f}" for r in good) + extra)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,9 @@
 //!                              └─▶ best_plan(params, grid): grid search over (B, L)
 //!
 //!              ┌──────────── tier (servers × threads, fan-out) ──────────────┐
-//!  WorkloadProfile │ per server GI/M/c on Cheng's δ ─▶ max over the fan-out   │ ─▶ TierPrediction
-//!   + TierShape    └───────┬──────────────────────────────┬──────────────────┘
+//!  WorkloadProfile │ per server GI/M/c on Cheng's δ (M/G/c wait) ─▶ max over  │ ─▶ TierPrediction
+//!   + TierShape    │ the fan-out (heaviest server) ─▶ + client connection wait │
+//!                  └───────┬──────────────────────────────┬──────────────────┘
 //!                          └─▶ plan: fewest servers for a p99 objective      └─▶ live: a proxy's interval
 //! ```
 //!

@@ -5,8 +5,8 @@
 //!   per backend: queries/s λ, mean round trip W (interval deltas)
 //!        service S: configured, or solved from W = mean sojourn(λ, S, c)  (bisection)
 //!        ──► ServerQueue(λ, S, c) ──► p99 of one query at that backend
-//!   overall: requests/s R, keys per request N, M backends, S = query-weighted mean
-//!        ──► tier::predict ──► p99 of a request
+//!   overall: requests/s R, keys per request N, M backends, S = query-weighted mean,
+//!        imbalance from the backends' query rates ──► tier::predict ──► p99 of a request
 //! ```
 //!
 //! With the service time solved from the interval's mean, the mean is matched by
@@ -16,7 +16,10 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{check_positive, ModelError};
-use crate::tier::{predict, ServerQueue, ServiceCost, TierPrediction, TierShape, WorkloadProfile};
+use crate::tier::{
+    imbalance_from_query_rates, predict, ServerQueue, ServiceCost, TierPrediction, TierShape,
+    WorkloadProfile,
+};
 use crate::time::Seconds;
 
 /// One backend's counters over an interval.
@@ -162,9 +165,16 @@ pub fn predict_interval(load: &IntervalLoad, settings: &LiveSettings) -> LivePre
             });
     let overall = (load.requests > 0 && queries > 0.0 && !load.backends.is_empty())
         .then(|| {
+            let request_rate = load.requests as f64 / load.seconds;
+            let keys_per_request = (load.keys as f64 / load.requests as f64).max(1.0);
+            let query_rates: Vec<f64> = load
+                .backends
+                .iter()
+                .map(|backend| backend.queries as f64 / load.seconds)
+                .collect();
             let profile = WorkloadProfile {
-                request_rate: load.requests as f64 / load.seconds,
-                keys_per_request: (load.keys as f64 / load.requests as f64).max(1.0),
+                request_rate,
+                keys_per_request,
                 value_bytes: 0.0,
                 service: ServiceCost {
                     fixed: settings.service.unwrap_or(Seconds(weighted / queries)),
@@ -172,6 +182,10 @@ pub fn predict_interval(load: &IntervalLoad, settings: &LiveSettings) -> LivePre
                 },
                 burst_degree: settings.burst_degree,
                 network: Seconds::ZERO,
+                // The proxy's own latency starts when it reads the request: the wait for
+                // the client connection is not in what it measures.
+                client_connections: 0,
+                imbalance: imbalance_from_query_rates(&query_rates, request_rate, keys_per_request),
             };
             let shape = TierShape {
                 servers: u32::try_from(load.backends.len()).unwrap_or(u32::MAX),

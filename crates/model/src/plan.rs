@@ -208,6 +208,8 @@ mod tests {
                 },
                 burst_degree: 0.15,
                 network: Seconds::from_micros(50.0),
+                client_connections: 0,
+                imbalance: 1.0,
             },
             slo_p99: Seconds::from_micros(slo_us),
             thread_options: threads.to_vec(),

@@ -230,6 +230,22 @@ fn micros(value: f64) -> String {
     }
 }
 
+/// How far the recommended shape's predicted p99 is under the objective: the error of the
+/// model (and the imbalance of a ring not yet built) it can absorb.
+fn headroom(plan: &Plan) -> Option<String> {
+    let at = plan
+        .neighbours
+        .iter()
+        .find(|neighbour| neighbour.servers == plan.recommended.servers)?
+        .prediction?;
+    let slo = plan.request.slo_p99.as_micros();
+    let p99 = at.p99.as_micros();
+    Some(format!(
+        " (p99 {p99:.0} µs: a measured p99 up to {:.2}x the model's still meets the objective)",
+        slo / p99
+    ))
+}
+
 /// The plan as a table.
 pub fn plan_table(plan: &Plan, measured: &MeasuredProfile) -> String {
     let mut out = String::new();
@@ -252,6 +268,13 @@ pub fn plan_table(plan: &Plan, measured: &MeasuredProfile) -> String {
             .value_bytes
             .map_or_else(String::new, |bytes| format!(", {bytes:.0} B per hit")),
     );
+    if profile.client_connections > 0 || profile.imbalance > 1.0 {
+        let _ = writeln!(
+            out,
+            "  {} client connections read in order, most loaded server {:.3}x the mean share",
+            profile.client_connections, profile.imbalance
+        );
+    }
     if let Some(p99) = measured.measured_p99_us {
         let _ = writeln!(out, "  measured p99 at the source: {p99:.0} µs");
     }
@@ -262,8 +285,10 @@ pub fn plan_table(plan: &Plan, measured: &MeasuredProfile) -> String {
     );
     let _ = writeln!(
         out,
-        "recommended: {} servers x {} threads",
-        plan.recommended.servers, plan.recommended.threads
+        "recommended: {} servers x {} threads{}",
+        plan.recommended.servers,
+        plan.recommended.threads,
+        headroom(plan).unwrap_or_default()
     );
     let _ = writeln!(
         out,

@@ -81,6 +81,13 @@ pub struct PlanArgs {
     /// Constant latency added to every request (network, proxy), µs.
     #[arg(long, default_value_t = 0.0)]
     pub network_us: f64,
+    /// Client connections the requests arrive over, each read in order (e.g. a proxy's
+    /// clients); 0: every request finds its connection free.
+    #[arg(long, default_value_t = 0)]
+    pub client_connections: u32,
+    /// The most loaded server's share of the keys over the mean share (>= 1; 1: balanced).
+    #[arg(long, default_value_t = 1.0)]
+    pub imbalance: f64,
     /// Largest server count searched.
     #[arg(long, default_value_t = DEFAULT_MAX_SERVERS)]
     pub max_servers: u32,
@@ -470,6 +477,8 @@ fn plan_request(flags: &PlanArgs, measured: &MeasuredProfile) -> Result<PlanRequ
             },
             burst_degree: flags.xi,
             network: Seconds::from_micros(flags.network_us),
+            client_connections: flags.client_connections,
+            imbalance: flags.imbalance,
         },
         slo_p99: Seconds::from_micros(flags.slo_p99),
         thread_options,
@@ -616,6 +625,33 @@ mod tests {
         .unwrap_or_else(|error| panic!("{error}"));
         assert!(table.contains("recommended:"), "{table}");
         assert!(table.contains("at 3 servers x 4 threads"), "{table}");
+        // The model-loop testbed: the bench's 64 connections read in order by the proxy.
+        let testbed = output(&[
+            "plan",
+            "--rate",
+            "720",
+            "--keys",
+            "4",
+            "--service-us",
+            "0",
+            "--per-key-us",
+            "2500",
+            "--client-connections",
+            "64",
+            "--slo-p99",
+            "40000",
+        ])
+        .unwrap_or_else(|error| panic!("{error}"));
+        assert!(
+            testbed.contains(
+                "recommended: 3 servers x 4 threads (p99 33875 µs: a measured p99 up to 1.18x"
+            ),
+            "{testbed}"
+        );
+        assert!(
+            testbed.contains("64 client connections read in order"),
+            "{testbed}"
+        );
         let unreachable = output(&[
             "plan",
             "--rate",
