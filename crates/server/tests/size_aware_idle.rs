@@ -9,7 +9,8 @@
 //! ```
 //!
 //! At rest a small worker wakes once per 100 ms wait and the helping large worker about once
-//! per 16 ms: about 2 × (3 × 10 + 62) ≈ 180 wake-ups in two seconds. A busy host only makes
+//! per 16 ms: about 2 × (3 × 10 + 62) ≈ 180 wake-ups in two seconds; the controller thread
+//! once per 100 ms. A busy host only makes
 //! timers fire later (fewer wake-ups). A large worker polling every millisecond, or small
 //! workers every 5 ms, make over 3 000.
 
@@ -23,14 +24,23 @@ const IDLE: Duration = Duration::from_secs(2);
 /// Most wake-ups of the four workers over [`IDLE`]: several times the ≈ 180 expected.
 const MOST_WAKEUPS: u64 = 800;
 
+/// Most wake-ups of the controller over [`IDLE`]: it looks for the end of an epoch every
+/// 100 ms (≈ 20 in two seconds); every 20 ms made 100.
+const MOST_CONTROLLER_WAKEUPS: u64 = 40;
+
 /// Voluntary context switches of this process's threads named `worker-*` so far.
 fn worker_wakeups() -> u64 {
+    wakeups_of("worker-")
+}
+
+/// Voluntary context switches of this process's threads whose name starts with `prefix`.
+fn wakeups_of(prefix: &str) -> u64 {
     let tasks = std::fs::read_dir("/proc/self/task").expect("/proc/self/task");
     tasks
         .filter_map(Result::ok)
         .filter(|task| {
             std::fs::read_to_string(task.path().join("comm"))
-                .is_ok_and(|name| name.starts_with("worker-"))
+                .is_ok_and(|name| name.starts_with(prefix))
         })
         .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
         .filter_map(|status| {
@@ -54,11 +64,17 @@ fn an_idle_size_aware_server_wakes_its_workers_seldom() {
     // Let the workers reach their first wait.
     std::thread::sleep(Duration::from_millis(200));
     let before = worker_wakeups();
+    let controller_before = wakeups_of("controller");
     std::thread::sleep(IDLE);
     let wakeups = worker_wakeups() - before;
+    let controller = wakeups_of("controller") - controller_before;
     handle.shutdown();
     assert!(
         wakeups <= MOST_WAKEUPS,
         "4 idle size-aware workers woke {wakeups} times in {IDLE:?} (at most {MOST_WAKEUPS})"
+    );
+    assert!(
+        controller <= MOST_CONTROLLER_WAKEUPS,
+        "the controller woke {controller} times in {IDLE:?} (at most {MOST_CONTROLLER_WAKEUPS})"
     );
 }

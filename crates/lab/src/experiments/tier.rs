@@ -77,6 +77,10 @@ const DEFAULT_NETWORK: &str = "const=200us";
 /// Default planner of the "everything" tier: the best fixed planner measured so far
 /// (experiments/tailx-testbed: strict Rein-SBF 0.85x batch's p99).
 const DEFAULT_PLANNER: &str = "rein-sbf";
+/// The tailtrim proxy's threads in loopback mode: one event loop, as nutcracker's, so that
+/// the two proxies' CPU per request compares the same design at 800 requests/s (a second
+/// runtime thread there costs its wake-ups and work stealing, nothing in latency).
+const LOOPBACK_PROXY_THREADS: usize = 1;
 /// Item memory per server, MB (the workload's data fits: no eviction).
 const MEMORY_MB: u64 = 128;
 /// Windows of the per-request miss series in a run (about).
@@ -155,6 +159,10 @@ pub struct Args {
     /// Bench connections (one request in flight each).
     #[arg(long, default_value_t = 128)]
     clients: usize,
+    /// Runtime threads of the tailtrim proxy (`tailtrim proxy -t`). Loopback mode: 1 unless
+    /// set, one event loop as nutcracker runs; emulated mode: the proxy's default unless set.
+    #[arg(long)]
+    proxy_threads: Option<usize>,
     /// Seed of the request sequence (round r uses seed + r; every tier of a round the same).
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -270,6 +278,10 @@ struct Settings {
     emulate_service: String,
     emulate_network: String,
     clients: usize,
+    /// `tailtrim proxy -t` (absent: the proxy's default, 2; so in runs kept before it was
+    /// set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    proxy_threads: Option<usize>,
     seed: u64,
     large_threshold_bytes: u64,
     elephant_min_keys: u32,
@@ -410,6 +422,9 @@ fn settings_of(args: &Args) -> Result<Settings, String> {
         emulate_service: args.emulate_service.clone(),
         emulate_network: args.emulate_network.clone(),
         clients: args.clients,
+        proxy_threads: args
+            .proxy_threads
+            .or((args.mode == Mode::Loopback).then_some(LOOPBACK_PROXY_THREADS)),
         seed: args.seed,
         large_threshold_bytes: 0,
         elephant_min_keys: 0,
@@ -572,6 +587,9 @@ fn proxy_launch(
     }
     if let Some(order) = &tier.priority_order {
         extra.extend(["--priority-order".to_string(), order.clone()]);
+    }
+    if let Some(threads) = settings.proxy_threads {
+        extra.extend(["-t".to_string(), threads.to_string()]);
     }
     let admin = tier.join_warmup.is_some();
     Ok(Launch::tailtrim_proxy(
@@ -1095,7 +1113,7 @@ fn markdown(results: &Results) -> String {
     text.push_str("\nTiers:\n\n");
     for tier in &settings.tiers {
         text.push_str(&format!(
-            "- `{}`: {} servers{}, {} proxy{}{}, join: {}\n",
+            "- `{}`: {} servers{}, {} proxy{}{}{}, join: {}\n",
             tier.name,
             tier.server,
             tier.dispatch
@@ -1107,6 +1125,10 @@ fn markdown(results: &Results) -> String {
             tier.planner
                 .as_ref()
                 .map_or(String::new(), |planner| format!(" `--planner {planner}`")),
+            match (tier.proxy.as_str(), settings.proxy_threads) {
+                ("tailtrim", Some(threads)) => format!(" `-t {threads}`"),
+                _ => String::new(),
+            },
             tier.priority_order
                 .as_ref()
                 .map_or(String::new(), |order| format!(

@@ -24,7 +24,6 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use tailtrim_policy::sizeaware::{EpochDriver, PackedDecision, SizeClass, SplitBy};
 use tailtrim_proto::request::declared_total;
@@ -33,6 +32,7 @@ use super::host::{Completion, FlushMode, WorkerHost};
 use super::measure::EpochMeasure;
 use super::strategy::{EpollLayout, InlineReply, Policy, PolicyStats, IDLE_WAIT_MS};
 use crate::config::{DispatchPolicy, ServerConfig};
+use crate::priority::ClassQueue;
 use crate::session::{Conn, Job, ReadSide};
 use crate::stats::bump;
 
@@ -49,6 +49,11 @@ const HELP_POLL_MAX_MS: u32 = 16;
 /// How long a small worker blocks on the shared epoll when it takes no large jobs: pinned's
 /// wait (the split, re-read after each wait, moves at most once an epoch).
 const SMALL_WAIT_MS: i32 = IDLE_WAIT_MS * 20;
+
+/// How often the controller looks whether an epoch has ended (and whether the server stops):
+/// a small worker's wait, so that a stop waits no longer for it than for them. Waking every
+/// 20 ms cost eight idle-looking servers a few milliseconds of CPU a second.
+const CONTROLLER_TICK_MS: u64 = SMALL_WAIT_MS as u64;
 
 /// The helping large worker's next wait on the large queue after a turn that `served`
 /// something (or not) and waited `previous_ms` before.
@@ -83,7 +88,11 @@ pub struct SizeAware {
     last_decision: Mutex<Vec<(&'static str, String)>>,
     /// Sizes (and, for `split_by = busy`, CPU time by role) since the last epoch.
     measure: EpochMeasure,
-    queue: (Sender<Job>, Receiver<Job>),
+    /// The large jobs, first come, first served. A waiting large worker sleeps on its
+    /// condition variable at once: a channel whose receive spins and yields the CPU before it
+    /// sleeps (`sched_yield` several times per wait) cost the large workers a context switch
+    /// per yield on a busy host, most of size-aware's CPU above pinned's.
+    queue: ClassQueue<Job>,
 }
 
 impl SizeAware {
@@ -111,7 +120,7 @@ impl SizeAware {
             handoffs: AtomicU64::new(0),
             last_decision: Mutex::new(Vec::new()),
             measure: EpochMeasure::new(workers),
-            queue: crossbeam_channel::unbounded(),
+            queue: ClassQueue::new(None),
         }
     }
 
@@ -132,7 +141,7 @@ impl SizeAware {
         let Some(help_wait) = self.help_wait_ms.get(worker) else {
             return;
         };
-        let served = if let Ok(job) = self.queue.1.try_recv() {
+        let served = if let Some(job) = self.queue.try_pop() {
             rt.run_job(job, worker);
             self.measure.large_job_done();
             true
@@ -146,15 +155,14 @@ impl SizeAware {
             let wait = help_wait.load(Ordering::Relaxed);
             match self
                 .queue
-                .1
-                .recv_timeout(Duration::from_millis(u64::from(wait)))
+                .pop_timeout(Duration::from_millis(u64::from(wait)))
             {
-                Ok(job) => {
+                Some(job) => {
                     rt.run_job(job, worker);
                     self.measure.large_job_done();
                     true
                 }
-                Err(_) => false,
+                None => false,
             }
         };
         let previous = help_wait.load(Ordering::Relaxed);
@@ -195,7 +203,7 @@ impl Policy for SizeAware {
     }
 
     fn release(&self, _rt: &dyn WorkerHost, _target: usize, job: Job) {
-        let _ = self.queue.0.send(job);
+        self.queue.push(0, job);
     }
 
     fn worker_step(&self, rt: &dyn WorkerHost, worker: usize, tokens: &mut Vec<u64>) {
@@ -210,7 +218,7 @@ impl Policy for SizeAware {
                 // The split moved every worker to small: serve the large
                 // jobs queued before it did, or they would be stranded.
                 let mut drained = false;
-                while let Ok(job) = self.queue.1.try_recv() {
+                while let Some(job) = self.queue.try_pop() {
                     rt.run_job(job, worker);
                     drained = true;
                 }
@@ -223,10 +231,9 @@ impl Policy for SizeAware {
                 rt.poll_and_serve(0, worker, tokens, SMALL_WAIT_MS);
             }
         } else if !decision.takes_small_input(worker, self.large_workers_help) {
-            if let Ok(job) = self
+            if let Some(job) = self
                 .queue
-                .1
-                .recv_timeout(Duration::from_millis(IDLE_WAIT_MS as u64))
+                .pop_timeout(Duration::from_millis(IDLE_WAIT_MS as u64))
             {
                 rt.run_job(job, worker);
                 self.measure.large_job_done();
@@ -244,7 +251,7 @@ impl Policy for SizeAware {
     /// the new threshold and split.
     fn run_helper(&self, rt: &dyn WorkerHost) {
         let mut slept = Duration::ZERO;
-        let tick = Duration::from_millis(20).min(self.epoch);
+        let tick = Duration::from_millis(CONTROLLER_TICK_MS).min(self.epoch);
         while !rt.stopping() {
             std::thread::sleep(tick);
             slept += tick;
@@ -267,9 +274,12 @@ impl Policy for SizeAware {
 
     fn hand_off_receive(&self, _rt: &dyn WorkerHost, conn: &Arc<Conn>) {
         bump(&self.handoffs);
-        let _ = self.queue.0.send(Job::Receive {
-            conn: Arc::clone(conn),
-        });
+        self.queue.push(
+            0,
+            Job::Receive {
+                conn: Arc::clone(conn),
+            },
+        );
     }
 
     fn class_threshold(&self) -> u64 {
@@ -295,13 +305,16 @@ impl Policy for SizeAware {
         if large && !receiving && !executed.storage {
             bump(&self.handoffs);
             // The large worker that sends it is charged its emulated cost.
-            let _ = self.queue.0.send(Job::Send {
-                conn: Arc::clone(conn),
-                seq,
-                reply,
-                units: executed.charge.units,
-                arrived_at,
-            });
+            self.queue.push(
+                0,
+                Job::Send {
+                    conn: Arc::clone(conn),
+                    seq,
+                    reply,
+                    units: executed.charge.units,
+                    arrived_at,
+                },
+            );
             return;
         }
         let mode = if receiving {
