@@ -39,6 +39,7 @@ use parking_lot::{Mutex, RwLock};
 use tailtrim_policy::costspec::{CostSpec, Units};
 use tailtrim_proto::reply::{self, ReplyBuf};
 use tailtrim_proto::{parse_request_frame, Limits, Parsed, ProtoError, Request};
+use tailtrim_store::UnixSecs;
 
 use crate::auth::{Outcome, Step};
 use crate::config::DispatchPolicy;
@@ -168,7 +169,8 @@ pub struct Runtime {
     log_state: bool,
     /// One epoll per worker or one shared, as the policy's layout says.
     epolls: Vec<Arc<Epoll>>,
-    conns: RwLock<HashMap<u64, Arc<Conn>>>,
+    /// Sessions by registration token (ahash: the map is looked up on every event).
+    conns: RwLock<HashMap<u64, Arc<Conn>, ahash::RandomState>>,
     next_id: AtomicU64,
     next_home: AtomicUsize,
     /// Server-side latency per class.
@@ -308,13 +310,20 @@ pub fn write_out(
 ) -> WriteOutcome {
     while !out.is_empty() {
         let result = {
-            let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
-            let mut count = 0;
-            for (slot, chunk) in slices.iter_mut().zip(out.chunks()) {
-                *slot = IoSlice::new(chunk);
-                count += 1;
+            let mut chunks = out.chunks();
+            match (chunks.next(), chunks.next()) {
+                // One piece (a run of small replies): no slice array to fill.
+                (Some(only), None) => sink.write_vectored(&[IoSlice::new(only)]),
+                _ => {
+                    let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
+                    let mut count = 0;
+                    for (slot, chunk) in slices.iter_mut().zip(out.chunks()) {
+                        *slot = IoSlice::new(chunk);
+                        count += 1;
+                    }
+                    sink.write_vectored(&slices[..count])
+                }
             }
-            sink.write_vectored(&slices[..count])
         };
         match result {
             Ok(0) => return WriteOutcome::Failed,
@@ -370,7 +379,7 @@ impl Runtime {
             workers,
             policy,
             epolls,
-            conns: RwLock::new(HashMap::new()),
+            conns: RwLock::new(HashMap::with_hasher(ahash::RandomState::new())),
             next_id: AtomicU64::new(1),
             next_home: AtomicUsize::new(0),
             latency: ClassLatency::new(workers),
@@ -541,11 +550,16 @@ impl Runtime {
     }
 
     fn ctx(&self, worker: usize, client_fd: i32) -> ExecContext<'_> {
+        self.ctx_at(worker, client_fd, unix_now())
+    }
+
+    /// [`Runtime::ctx`] at the second `now` (a clock reading already taken).
+    fn ctx_at(&self, worker: usize, client_fd: i32, now: UnixSecs) -> ExecContext<'_> {
         ExecContext {
             shared: &self.shared,
             counters: &self.shared.counters[worker],
             client_fd,
-            now: unix_now(),
+            now,
         }
     }
 
@@ -879,29 +893,39 @@ impl Runtime {
             // Another thread is reading it; it re-arms when done.
             return;
         };
-        if self.flush(conn, worker, false) && conn.write.lock().out.len() > OUTPUT_HIGH_WATER {
-            drop(read);
-            self.rearm(conn);
-            return;
+        // Output left from before (or TLS's own) is written first; with none, the
+        // write side is locked once, not once to try a write and again to clear the flag.
+        let mut write = conn.write.lock();
+        if !write.out.is_empty() || conn.tls.is_some() {
+            drop(write);
+            if self.flush(conn, worker, false) && conn.write.lock().out.len() > OUTPUT_HIGH_WATER {
+                drop(read);
+                self.rearm(conn);
+                return;
+            }
+            write = conn.write.lock();
         }
         if read.eof {
+            drop(write);
             // Back for output the client had not read yet.
             self.end_of_input(conn, read, worker);
             return;
         }
         // Whoever woke this reader (a finished backlog, released held
         // output) has done so; it is set again if the reader stops again.
-        conn.write.lock().wake_reader = false;
-        let ctx = self.ctx(worker, conn.fd());
+        write.wake_reader = false;
+        drop(write);
         loop {
-            let eof = match self.read_some(conn, &mut read, worker, receiving) {
-                Ok(eof) => eof,
+            let (eof, wall_clock) = match self.read_some(conn, &mut read, worker, receiving) {
+                Ok(outcome) => outcome,
                 Err(_) => {
                     drop(read);
                     self.close(conn);
                     return;
                 }
             };
+            // The read's own clock reading gives the second requests execute at.
+            let ctx = self.ctx_at(worker, conn.fd(), wall_clock.unwrap_or_else(unix_now));
             match self.process(conn, &mut read, worker, &ctx, receiving) {
                 Next::HandedOff => return, // the large worker owns reading now
                 Next::Closed => return,
@@ -938,9 +962,8 @@ impl Runtime {
                 return;
             }
             // Keep going while reads stopped early to process; stop when the
-            // socket is drained or output must drain first.
-            let output_full = conn.write.lock().out.len() > OUTPUT_HIGH_WATER;
-            if !read.more_pending || output_full {
+            // socket is drained or output must drain first (locked only to ask that).
+            if !read.more_pending || conn.write.lock().out.len() > OUTPUT_HIGH_WATER {
                 break;
             }
             self.flush(conn, worker, false);
@@ -983,22 +1006,25 @@ impl Runtime {
         }
     }
 
-    /// Reads what the socket has. Returns true on EOF. A large receiver
-    /// waits for the data of the request it took over.
+    /// Reads what the socket has. Returns true on EOF, and the Unix second of the
+    /// wall clock read to convert the latest read's kernel receive stamp (`None` when
+    /// no stamped input was read). A large receiver waits for the data of the request
+    /// it took over.
     fn read_some(
         &self,
         conn: &Conn,
         read: &mut ReadSide,
         worker: usize,
         receiving: bool,
-    ) -> io::Result<bool> {
+    ) -> io::Result<(bool, Option<UnixSecs>)> {
         // Only a large receiver waits, so only it reads the clock.
         let deadline =
             receiving.then(|| Instant::now() + Duration::from_millis(LARGE_IO_TIMEOUT_MS as u64));
         read.more_pending = false;
+        let mut wall_clock = None;
         loop {
             if read.input.len() >= self.max_buffer {
-                return Ok(false);
+                return Ok((false, wall_clock));
             }
             let room = {
                 let default_room = (self.max_buffer - read.input.len()).min(READ_CHUNK);
@@ -1013,7 +1039,7 @@ impl Runtime {
             if room == 0 {
                 // Complete requests are buffered: process them first.
                 read.more_pending = true;
-                return Ok(false);
+                return Ok((false, wall_clock));
             }
             read.input.reserve(room);
             let spare = &mut read.input.spare_capacity_mut()[..room];
@@ -1028,9 +1054,12 @@ impl Runtime {
                 Some(tls) => tls.lock().recv(conn.fd(), target, &self.shared),
             };
             match received {
-                Ok((0, _)) => return Ok(true),
+                Ok((0, _)) => return Ok((true, wall_clock)),
                 Ok((n, arrival)) => {
-                    let arrived_at = arrival_instant(arrival);
+                    let (arrived_at, now_ns) = arrival_instant(arrival);
+                    if let Some(now_ns) = now_ns {
+                        wall_clock = Some(UnixSecs(now_ns / 1_000_000_000));
+                    }
                     read.latest_at = Some(arrived_at);
                     if was_empty || read.arrived_at.is_none() {
                         read.arrived_at = Some(arrived_at);
@@ -1044,13 +1073,13 @@ impl Runtime {
                     }
                     // A small reader stops here to classify what it has.
                     if !receiving && self.policy.wants_large_receive(read) {
-                        return Ok(false);
+                        return Ok((false, wall_clock));
                     }
                     // A read that did not fill its room emptied the socket: another
                     // would only say EAGAIN (one system call per request saved; what
                     // arrives meanwhile is reported when the connection is re-armed).
                     if !receiving && n < room {
-                        return Ok(false);
+                        return Ok((false, wall_clock));
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -1063,7 +1092,7 @@ impl Runtime {
                     {
                         continue;
                     }
-                    return Ok(false);
+                    return Ok((false, wall_clock));
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
@@ -1082,6 +1111,13 @@ impl Runtime {
     ) -> Next {
         loop {
             if read.swallow > 0 && !read.swallow_buffered() {
+                return Next::Continue;
+            }
+            if read.input.is_empty() && self.network.is_none() {
+                // Nothing left to parse (the usual end of a batch): no lock taken to ask
+                // about output, which the caller checks once after the batch. Output held
+                // by an emulated network is not in that check, so then the reader asks
+                // here below and stops with `wake_reader` set.
                 return Next::Continue;
             }
             if conn.write.lock().pending_len() > OUTPUT_HIGH_WATER {
@@ -1602,14 +1638,16 @@ fn receive_incomplete(read: &ReadSide) -> bool {
 }
 
 /// The [`Instant`] at which the kernel received input stamped `arrival` (realtime ns; now
-/// for input that came unstamped).
-fn arrival_instant(arrival: Option<u64>) -> Instant {
+/// for input that came unstamped), and the wall clock (realtime ns) read to convert it.
+fn arrival_instant(arrival: Option<u64>) -> (Instant, Option<u64>) {
     let now = Instant::now();
     let Some(arrived_ns) = arrival else {
-        return now;
+        return (now, None);
     };
-    let waited = crate::rxtime::realtime_now_ns().saturating_sub(arrived_ns);
-    now.checked_sub(Duration::from_nanos(waited)).unwrap_or(now)
+    let wall_ns = crate::rxtime::realtime_now_ns();
+    let waited = wall_ns.saturating_sub(arrived_ns);
+    let arrived_at = now.checked_sub(Duration::from_nanos(waited)).unwrap_or(now);
+    (arrived_at, Some(wall_ns))
 }
 
 #[cfg(test)]
