@@ -284,7 +284,8 @@ impl KeyIndex {
         }
     }
 
-    /// The stored locations, in slot order.
+    /// The stored locations, in slot order (tests only).
+    #[cfg(test)]
     pub fn locations(&self) -> impl Iterator<Item = u32> + '_ {
         (0..self.slots())
             .filter(|&slot| self.distance(slot) != 0)
