@@ -25,10 +25,6 @@ fn rusage_timevals() -> ((i64, i64), (i64, i64)) {
     (pair(usage.ru_utime), pair(usage.ru_stime))
 }
 
-/// Bytes of one entry of a shard's key index (hashbrown: the record's u32 location and a
-/// control byte; the key lives in the record).
-const HASH_ENTRY_BYTES: u64 = (std::mem::size_of::<u32>() + 1) as u64;
-
 /// memcached's `hash_power_level` for an index of `buckets` entries: the power of two that
 /// holds them.
 fn hash_power_level(buckets: u64) -> u32 {
@@ -169,9 +165,7 @@ const GENERAL_FIELDS: &[Field] = &[
     Field::Read(&HASH_POWER_LEVEL, |r| {
         count(u64::from(hash_power_level(r.store.hash_buckets)))
     }),
-    Field::Read(&HASH_BYTES, |r| {
-        count(r.store.hash_buckets * HASH_ENTRY_BYTES)
-    }),
+    Field::Read(&HASH_BYTES, |r| count(r.store.hash_bytes)),
     Field::Zero("hash_is_expanding"),
     Field::Zero("slab_reassign_rescues"),
     Field::Zero("slab_reassign_chunk_rescues"),

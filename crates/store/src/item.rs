@@ -63,9 +63,14 @@ pub fn inline_header_len(has_flags: bool) -> usize {
         }
 }
 
-/// Bytes charged per item for its entry outside its segment: its share of the key index
-/// (a 4-byte location and hashbrown's control byte per bucket, at up to 7/8 load).
-pub const ITEM_BOOKKEEPING_BYTES: u64 = 6;
+/// Bytes charged per item for its entry outside its segment: its share of the key index,
+/// whose 6-byte slots (a 4-byte location, a tag and a probe distance) are kept at least 3/4
+/// full (beyond a shard's smallest table), so 8 bytes an item pay for all of it.
+pub const ITEM_BOOKKEEPING_BYTES: u64 = 8;
+const _: () = assert!(
+    ITEM_BOOKKEEPING_BYTES as usize * crate::index::MIN_LOAD.0
+        >= crate::index::SLOT_BYTES * crate::index::MIN_LOAD.1
+);
 
 /// Bytes a value kept in its own allocation takes in its record: the id of its entry in
 /// the shard's table of such values.

@@ -4,8 +4,8 @@
 //! ```text
 //!   worker 1 ─┐                     Arc<Store>
 //!   worker 2 ─┼─ key ─ hash ─▶ shard i = hash % N ─▶ Mutex<ShardState>
-//!   worker N ─┘                                       ├ HashTable<u32 location> (key compared in
-//!                                                     │  the record)
+//!   worker N ─┘                                       ├ key index: u32 locations, Robin Hood,
+//!                                                     │  no tombstones (key compared in the record)
 //!                                                     ├ segments, oldest first: items appended
 //!                                                     │  inline (20-byte header + key + short value)
 //!                                                     ├ long values: own allocation / mapping
@@ -34,7 +34,9 @@
 //!
 //! Each item is charged its [`item_footprint`]: the memory it really costs
 //! (its record in a segment, a long value's own allocation as the allocator
-//! rounds it, and its index entry), not memcached's accounted [`item_size`]
+//! rounds it, and its share of the key index: [`ITEM_BOOKKEEPING_BYTES`], which
+//! pays for the whole table since it is kept at least 3/4 full, beyond about
+//! 1.7 KiB a shard), not memcached's accounted [`item_size`]
 //! (key + value + 59 bytes of header, +4 for non-zero flags), which the
 //! `bytes` statistic and the `-I` check keep using. `used_bytes` is a single
 //! global counter of footprints, only ever increased by a compare-and-swap that
@@ -49,7 +51,8 @@
 //! sixteenth of its segments, so a shift of item sizes does not leave the old
 //! items' memory resident. For long values, each time items worth an eighth
 //! of the limit have been freed the store asks glibc to return free pages
-//! (`malloc_trim`); a shard's index shrinks once a quarter full.
+//! (`malloc_trim`); a shard's key index grows and shrinks in steps of about an
+//! eighth, keeping its load between 3/4 and 9/10.
 //!
 //! A store decides under its shard lock, then claims from the budget only
 //! the bytes it adds (new footprint minus the footprint of the item it
@@ -129,6 +132,7 @@
 
 mod class;
 mod error;
+mod index;
 mod item;
 mod ops;
 mod segment;

@@ -297,8 +297,10 @@ pub struct StoreStats {
     /// `get_flushed`: lookups (by any command) that found the key's item invalidated by
     /// `flush_all`.
     pub get_flushed: u64,
-    /// Entries the shards' key indexes have room for together.
+    /// Slots of the shards' key indexes together.
     pub hash_buckets: u64,
+    /// Bytes of those slots (`hash_bytes`).
+    pub hash_bytes: u64,
     /// Number of shards.
     pub shards: u64,
 }

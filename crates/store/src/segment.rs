@@ -16,21 +16,21 @@ pub const SEGMENT_BYTES_MAX: usize = 1024 * 1024;
 /// Pages given back at once behind the eviction cursor (fewer system calls).
 const RELEASE_BYTES_MIN: usize = 4 * PAGE_BYTES;
 
-/// The memory of one segment: a mapping of its own, or (if the kernel refuses one) a heap
-/// allocation.
-enum SegmentMemory {
+/// Zero-initialised memory of its own: an anonymous mapping, or (if the kernel refuses one)
+/// a heap allocation. A segment's records and the key index's slots live in one each.
+pub(crate) enum AnonymousMemory {
     Mapped { start: NonNull<u8>, len: usize },
     Heap(Box<[u8]>),
 }
 
 // SAFETY: the mapping is owned exclusively by this value (no other pointer into it exists
 // outside borrows of it), so moving it to another thread is sound.
-unsafe impl Send for SegmentMemory {}
+unsafe impl Send for AnonymousMemory {}
 
-impl SegmentMemory {
-    fn new(len: usize) -> SegmentMemory {
+impl AnonymousMemory {
+    pub fn new(len: usize) -> AnonymousMemory {
         if len == 0 {
-            return SegmentMemory::Heap(Box::default());
+            return AnonymousMemory::Heap(Box::default());
         }
         // SAFETY: an anonymous private mapping at an address the kernel chooses; the result
         // is checked for MAP_FAILED before use.
@@ -45,36 +45,36 @@ impl SegmentMemory {
             )
         };
         match NonNull::new(raw.cast::<u8>()) {
-            Some(start) if raw != libc::MAP_FAILED => SegmentMemory::Mapped { start, len },
-            _ => SegmentMemory::Heap(vec![0u8; len].into_boxed_slice()),
+            Some(start) if raw != libc::MAP_FAILED => AnonymousMemory::Mapped { start, len },
+            _ => AnonymousMemory::Heap(vec![0u8; len].into_boxed_slice()),
         }
     }
 
-    fn bytes(&self) -> &[u8] {
+    pub fn bytes(&self) -> &[u8] {
         match self {
             // SAFETY: `start` points at `len` readable, zero-initialised (anonymous mapping)
             // bytes for the life of `self`.
-            SegmentMemory::Mapped { start, len } => unsafe {
+            AnonymousMemory::Mapped { start, len } => unsafe {
                 std::slice::from_raw_parts(start.as_ptr(), *len)
             },
-            SegmentMemory::Heap(bytes) => bytes,
+            AnonymousMemory::Heap(bytes) => bytes,
         }
     }
 
-    fn bytes_mut(&mut self) -> &mut [u8] {
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
         match self {
             // SAFETY: as in `bytes`; `&mut self` guarantees exclusive access.
-            SegmentMemory::Mapped { start, len } => unsafe {
+            AnonymousMemory::Mapped { start, len } => unsafe {
                 std::slice::from_raw_parts_mut(start.as_ptr(), *len)
             },
-            SegmentMemory::Heap(bytes) => bytes,
+            AnonymousMemory::Heap(bytes) => bytes,
         }
     }
 
     /// Gives the whole pages of the first `len` bytes back to the kernel (a mapping only:
     /// heap memory stays); they read as zeros afterwards.
     fn release_front(&mut self, len: usize) {
-        if let SegmentMemory::Mapped { start, len: mapped } = self {
+        if let AnonymousMemory::Mapped { start, len: mapped } = self {
             let pages = len.min(*mapped) / PAGE_BYTES * PAGE_BYTES;
             if pages > 0 {
                 // SAFETY: the range lies within the mapping made in `new`; the caller no
@@ -89,7 +89,7 @@ impl SegmentMemory {
     /// Pages of the mapping resident in memory (tests only).
     #[cfg(test)]
     fn resident_pages(&self) -> usize {
-        let SegmentMemory::Mapped { start, len } = self else {
+        let AnonymousMemory::Mapped { start, len } = self else {
             return 0;
         };
         let mut residency = vec![0u8; len.div_ceil(PAGE_BYTES)];
@@ -100,9 +100,9 @@ impl SegmentMemory {
     }
 }
 
-impl Drop for SegmentMemory {
+impl Drop for AnonymousMemory {
     fn drop(&mut self) {
-        if let SegmentMemory::Mapped { start, len } = self {
+        if let AnonymousMemory::Mapped { start, len } = self {
             // SAFETY: the range is exactly the mapping made in `new`, and no reference into
             // it outlives `self`.
             unsafe {
@@ -112,11 +112,11 @@ impl Drop for SegmentMemory {
     }
 }
 
-impl std::fmt::Debug for SegmentMemory {
+impl std::fmt::Debug for AnonymousMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            SegmentMemory::Mapped { len, .. } => write!(f, "Mapped({len} bytes)"),
-            SegmentMemory::Heap(bytes) => write!(f, "Heap({} bytes)", bytes.len()),
+            AnonymousMemory::Mapped { len, .. } => write!(f, "Mapped({len} bytes)"),
+            AnonymousMemory::Heap(bytes) => write!(f, "Heap({} bytes)", bytes.len()),
         }
     }
 }
@@ -126,7 +126,7 @@ impl std::fmt::Debug for SegmentMemory {
 /// all dead and their whole pages given back to the kernel: walks start at `first`.
 #[derive(Debug)]
 pub(crate) struct Segment {
-    memory: SegmentMemory,
+    memory: AnonymousMemory,
     /// Bytes appended so far (the next item goes here).
     pub used: usize,
     /// Bytes of items no longer stored.
@@ -141,7 +141,7 @@ impl Segment {
     /// A new, empty segment of `capacity` bytes.
     pub fn new(capacity: usize) -> Segment {
         Segment {
-            memory: SegmentMemory::new(capacity),
+            memory: AnonymousMemory::new(capacity),
             used: 0,
             dead: 0,
             first: 0,

@@ -4,8 +4,9 @@
 //! written. Everything here runs under the shard's mutex.
 //!
 //! ```text
-//!   index: HashTable<u32>    segment number << offset bits | offset of the item's record
-//!                            (the key is compared in the record itself)
+//!   index: KeyIndex          segment number << offset bits | offset of the item's record,
+//!                            6-byte slots without tombstones (the key is compared in the
+//!                            record itself)
 //!   segments: [Segment]      records appended one after the other, oldest segment first
 //!                            in `fifo`:
 //!          key_len u8 · state u8 · inline_len u16 (its top bit: flags follow)
@@ -28,9 +29,9 @@
 use std::collections::VecDeque;
 
 use bytes::Bytes;
-use hashbrown::HashTable;
 
 use crate::class::{size_class, SIZE_CLASS_LIMIT};
+use crate::index::KeyIndex;
 use crate::item::{
     external_copy, inline_header_len, item_footprint, item_size, Item, EXTERNAL_VALUE_MIN,
     INLINE_HEADER_BYTES, STATE_EXTERNAL_VALUE, STATE_FETCHED,
@@ -265,11 +266,26 @@ fn record_in(segments: &[Option<Segment>], offset_bits: u32, location: u32) -> O
     Some(&data[..record_len(data)])
 }
 
+/// Hashes the keys of the records that locations name (what the key index re-hashes when it
+/// is resized).
+struct RecordHashes<'a> {
+    hasher: &'a ahash::RandomState,
+    segments: &'a [Option<Segment>],
+    offset_bits: u32,
+}
+
+impl RecordHashes<'_> {
+    fn of(&self, location: u32) -> u64 {
+        record_in(self.segments, self.offset_bits, location)
+            .map_or(0, |data| self.hasher.hash_one(key_of(data)))
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct ShardState {
     hasher: ahash::RandomState,
     /// Locations of the stored records (segment number above `offset_bits`, offset below).
-    index: HashTable<u32>,
+    index: KeyIndex,
     /// The segments, by number; `None` for a number free for reuse.
     segments: Vec<Option<Segment>>,
     /// Numbers of the mapped segments, oldest first (the open one last).
@@ -314,7 +330,7 @@ impl ShardState {
         let segment_bytes = segment_bytes.next_power_of_two();
         ShardState {
             hasher,
-            index: HashTable::new(),
+            index: KeyIndex::new(),
             segments: Vec::new(),
             fifo: VecDeque::new(),
             open: None,
@@ -338,9 +354,19 @@ impl ShardState {
         self.index.len()
     }
 
-    /// Buckets the key index has room for.
-    pub fn index_capacity(&self) -> usize {
-        self.index.capacity()
+    /// Slots of the key index.
+    pub fn index_slots(&self) -> usize {
+        self.index.slots()
+    }
+
+    /// Bytes of the key index's slots.
+    pub fn index_bytes(&self) -> usize {
+        self.index.bytes()
+    }
+
+    /// Index entries re-hashed by its resizes so far.
+    pub fn index_rehashed(&self) -> u64 {
+        self.index.rehashed()
     }
 
     /// Bytes appended to this shard's segments and not yet given back (live and dead
@@ -401,11 +427,19 @@ impl ShardState {
     pub fn lookup(&self, key: &[u8]) -> Option<u32> {
         let hash = self.key_hash(key);
         let (segments, bits) = (&self.segments, self.offset_bits);
-        self.index
-            .find(hash, |&location| {
-                record_in(segments, bits, location).is_some_and(|data| key_of(data) == key)
-            })
-            .copied()
+        self.index.find(hash, |location| {
+            record_in(segments, bits, location).is_some_and(|data| key_of(data) == key)
+        })
+    }
+
+    /// The key index, and the hashes of the keys of the records it names (for its resizes).
+    fn index_and_hashes(&mut self) -> (&mut KeyIndex, RecordHashes<'_>) {
+        let hashes = RecordHashes {
+            hasher: &self.hasher,
+            segments: &self.segments,
+            offset_bits: self.offset_bits,
+        };
+        (&mut self.index, hashes)
     }
 
     fn data(&self, location: u32) -> &[u8] {
@@ -631,9 +665,7 @@ impl ShardState {
 
     /// Points the index entry for the key of hash `hash` at `to` instead of `from`.
     fn repoint(&mut self, hash: u64, from: u32, to: u32) {
-        if let Ok(mut entry) = self.index.find_entry(hash, |&location| location == from) {
-            *entry.get_mut() = to;
-        }
+        self.index.repoint(hash, from, to);
     }
 
     /// A segment with room for `len` more bytes, becoming the open one if it is new;
@@ -903,18 +935,21 @@ impl ShardState {
     }
 
     /// Inserts a new item under `key` (which must not be present) at the end of the open
-    /// segment. False (nothing stored) if no segment can be had.
+    /// segment. False (nothing stored) if no segment can be had, or the index cannot place
+    /// the key (keys whose hashes are so alike that the index would have to grow past any
+    /// reasonable load).
     pub fn insert(&mut self, key: &[u8], item: &Item) -> bool {
         let Some(location) = self.place(None, Some(key), item, false) else {
             return false;
         };
+        let hash = self.key_hash(key);
+        let (index, hashes) = self.index_and_hashes();
+        if !index.insert(hash, location, |other| hashes.of(other)) {
+            self.bury(location);
+            return false;
+        }
         self.account_added(item.size(), item.footprint());
         self.counters.total_items += 1;
-        let hash = self.key_hash(key);
-        let (hasher, segments, bits) = (&self.hasher, &self.segments, self.offset_bits);
-        self.index.insert_unique(hash, location, |&other| {
-            record_in(segments, bits, other).map_or(0, |data| hasher.hash_one(key_of(data)))
-        });
         true
     }
 
@@ -933,7 +968,7 @@ impl ShardState {
     /// Removes the item at `location` and returns its header.
     pub fn remove(&mut self, location: u32) -> Header {
         let header = self.remove_uncompacted(location);
-        self.shrink_if_sparse();
+        self.shrink_external_if_sparse();
         self.compact_if_due();
         header
     }
@@ -941,9 +976,8 @@ impl ShardState {
     fn remove_uncompacted(&mut self, location: u32) -> Header {
         let header = self.header(location);
         let hash = self.key_hash(self.key(location));
-        if let Ok(entry) = self.index.find_entry(hash, |&other| other == location) {
-            entry.remove();
-        }
+        let (index, hashes) = self.index_and_hashes();
+        index.remove(hash, location, |other| hashes.of(other));
         self.bury(location);
         self.account_removed(&header);
         header
@@ -1080,15 +1114,9 @@ impl ShardState {
         }
     }
 
-    /// Gives back the memory of an index that holds far fewer items than it once did (a
-    /// fill with small items followed by large ones): it shrinks once a quarter full.
-    fn shrink_if_sparse(&mut self) {
-        if self.index.capacity() > 64 && self.index.len() < self.index.capacity() / 4 {
-            let (hasher, segments, bits) = (&self.hasher, &self.segments, self.offset_bits);
-            self.index.shrink_to(self.index.len() * 2, |&other| {
-                record_in(segments, bits, other).map_or(0, |data| hasher.hash_one(key_of(data)))
-            });
-        }
+    /// Gives back the memory of the table of long values once more than half of it is free
+    /// (the key index shrinks by itself).
+    fn shrink_external_if_sparse(&mut self) {
         if self.external.len() > 64 && self.external_free.len() > self.external.len() / 2 {
             while matches!(self.external.last(), Some(None)) {
                 self.external.pop();
@@ -1161,6 +1189,12 @@ impl ShardState {
             assert_eq!(live_bytes, segment.live());
         }
         assert_eq!(count, self.index.len());
+        let hashes = RecordHashes {
+            hasher: &self.hasher,
+            segments: &self.segments,
+            offset_bits: self.offset_bits,
+        };
+        self.index.check_invariants(|location| hashes.of(location));
         assert_eq!(
             external,
             self.external.iter().filter(|value| value.is_some()).count()

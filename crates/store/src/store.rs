@@ -1237,6 +1237,15 @@ impl Store {
         metas
     }
 
+    /// Key index entries re-hashed by the indexes' resizes so far, over all shards (what
+    /// growing and shrinking the indexes cost).
+    pub fn index_rehashed(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|shard| shard.state.lock().index_rehashed())
+            .sum()
+    }
+
     /// Item statistics, summed over shards (each locked briefly, one at a
     /// time, so the figures are not one atomic snapshot).
     pub fn stats(&self) -> StoreStats {
@@ -1259,7 +1268,8 @@ impl Store {
             stats.crawler_items_checked += state.counters.crawler_items_checked;
             stats.get_expired += state.counters.get_expired;
             stats.get_flushed += state.counters.get_flushed;
-            stats.hash_buckets += state.index_capacity() as u64;
+            stats.hash_buckets += state.index_slots() as u64;
+            stats.hash_bytes += state.index_bytes() as u64;
         }
         stats
     }
