@@ -30,6 +30,9 @@ const MIN_OVERFLOW_SLOTS: usize = 16;
 pub(crate) const MAX_LOAD: (usize, usize) = (9, 10);
 /// The table shrinks when a removal takes its load below this.
 pub(crate) const MIN_LOAD: (usize, usize) = (3, 4);
+// The charge per item pays for the table at its lowest load.
+const _: () =
+    assert!(crate::item::ITEM_BOOKKEEPING_BYTES as usize * MIN_LOAD.0 >= SLOT_BYTES * MIN_LOAD.1);
 /// The load a resized table starts at.
 const RESIZED_LOAD: (usize, usize) = (4, 5);
 /// Below this load a probe that runs past [`PROBE_LIMIT`] does not grow the table (the keys'

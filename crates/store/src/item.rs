@@ -67,10 +67,6 @@ pub fn inline_header_len(has_flags: bool) -> usize {
 /// whose 6-byte slots (a 4-byte location, a tag and a probe distance) are kept at least 3/4
 /// full (beyond a shard's smallest table), so 8 bytes an item pay for all of it.
 pub const ITEM_BOOKKEEPING_BYTES: u64 = 8;
-const _: () = assert!(
-    ITEM_BOOKKEEPING_BYTES as usize * crate::index::MIN_LOAD.0
-        >= crate::index::SLOT_BYTES * crate::index::MIN_LOAD.1
-);
 
 /// Bytes a value kept in its own allocation takes in its record: the id of its entry in
 /// the shard's table of such values.
