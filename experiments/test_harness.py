@@ -79,6 +79,8 @@ NOT_MEASUREMENTS = (
      "beside it carries the metadata"),
     ("chisel/*/*.load.json", "chisel/run.sh's load-average note for summarize.py; the run's "
      "report beside it has the same reading in its metadata"),
+    ("tier/*/floor.json", "the no-queueing floor tier/floor.py computes from a run's settings: "
+     "computed, not measured"),
     ("soak/*/*/target.json", "scripts/soak.sh's target settings (rate, minutes, memory), "
      "written before the load"),
 )

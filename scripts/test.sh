@@ -101,11 +101,12 @@ run_go() {
 }
 
 # Runs the conformance tests that boot the binary (differential vs memcached,
-# bad input); $1 labels the run.
+# bad input); $1 labels the run. `--workspace`, as the suite's own run: with `-p` cargo
+# resolves features for one package and rebuilds the dependency tree (~3 minutes).
 run_conformance() {
     local label="$1"
     step "conformance: differential + bad input ($label)"
-    cargo test --profile suite -p tailtrim-cli --test differential --test bad_input 2>&1 | tee "$logdir/conf.log"
+    cargo test --profile suite --workspace --test differential --test bad_input 2>&1 | tee "$logdir/conf.log"
     local status=${PIPESTATUS[0]} c_passed c_failed
     read -r c_passed c_failed < <(awk '/^test result:/ {
             for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i }
