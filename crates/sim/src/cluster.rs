@@ -21,6 +21,9 @@
 //!  every epoch (online_analysis): chisel_online::Analyzer ─► decide ─► Planner::set_shape
 //!  last fetch of the request in ─► latency = done − arrival ─► HDR histograms (overall, by
 //!                                   key count, small/large by the largest value)
+//!  ClusterRunOptions (run_cluster_with_options): the small requests' slowest opset split into
+//!  its wait behind opsets holding a large value (each server's large-work clock), its other
+//!  wait, its service (SmallTail); every key's size told to the planner before it plans
 //! ```
 //!
 //! Deterministic: events pop by `(time, seq)`, every random stream is a fork of the scenario's
