@@ -190,6 +190,11 @@ impl CostRelPlanner {
     pub fn typical_bottleneck(&self) -> Option<f64> {
         self.typical.median()
     }
+
+    /// The cost estimates (THR_L, the Bloom filter of large keys, T_L / T_S).
+    pub fn estimates(&self) -> &CostSbfPlanner {
+        &self.costs
+    }
 }
 
 impl Planner for CostRelPlanner {
@@ -260,14 +265,15 @@ impl Planner for CostRelPlanner {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::health::Timestamp;
     use crate::planner::base::tests::{keys, view};
     use crate::planner::base::Fetch;
     use crate::serverq::PriorityQueue;
 
-    fn plan(planner: &mut CostRelPlanner, owned: &[Vec<u8>]) -> Vec<Fetch> {
+    /// `planner`'s fetches for the keys `owned`, over 16 backends of one copy.
+    pub(crate) fn plan(planner: &mut impl Planner, owned: &[Vec<u8>]) -> Vec<Fetch> {
         let view = view(16, 1);
         let slices: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
         planner

@@ -107,18 +107,20 @@ impl CostSbfPlanner {
     /// The estimated cost of each of `fetches` in small keys ([`CostSbfPlanner::units`], the
     /// large keys counted by the Bloom filter).
     pub fn opset_units(&self, request: &PlanRequest<'_>, fetches: &[Fetch]) -> Vec<f64> {
-        let filter = self.estimates.filter();
         fetches
             .iter()
-            .map(|fetch| {
-                let large = fetch
-                    .keys
-                    .iter()
-                    .filter(|&&i| filter.contains(request.keys[i as usize]))
-                    .count() as u64;
-                self.units(fetch.keys.len() as u64, large)
-            })
+            .map(|fetch| self.units(fetch.keys.len() as u64, self.large_keys(request, fetch)))
             .collect()
+    }
+
+    /// Keys of `fetch` the Bloom filter holds as large.
+    pub fn large_keys(&self, request: &PlanRequest<'_>, fetch: &Fetch) -> u64 {
+        let filter = self.estimates.filter();
+        fetch
+            .keys
+            .iter()
+            .filter(|&&i| filter.contains(request.keys[i as usize]))
+            .count() as u64
     }
 }
 

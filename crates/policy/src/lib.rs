@@ -6,6 +6,7 @@
 //!   request ──► planner::plan(&request, &view) ──► Vec<Action> ──► client/proxy (owns sockets)
 //!               (batch · rein SBF/SDS priorities · tailx delays ·     │ priorities: serverq
 //!                cost-sbf cost ranks · cost-rel relative classes ·    │ (strict · deadline · drr)
+//!                size-rel: cost-rel, large opsets one class lower ·  │
 //!                auto: one of batch/chisel/cost-rel per epoch)        │
 //!                      ▲                                  │
 //!                      └── health (TKO state, EWMA) ◄─────┘ observations (time is a parameter)
@@ -24,7 +25,8 @@
 //!
 //! Modules depend one way (no import cycle, `scripts/check-cycles.py`): the planner factory
 //! ([`planner::PlannerKind`]) sits above the planners (`chisel`, `rein`, `tailx`, `costsbf`, and
-//! `costrel` over `costsbf`'s estimates, `auto` over `chisel` and `costrel`),
+//! `costrel` over `costsbf`'s estimates, `sizerel` over `costrel`, `auto` over `chisel` and
+//! `costrel`),
 //! which sit above their contract ([`planner::base`]); `chisel_merge` names no other module;
 //! `dispatch` and `sizeaware`'s parts use
 //! the size-aware vocabulary and error ([`sizeaware::class`], [`sizeaware::error`]), and
@@ -50,5 +52,6 @@ pub mod rein;
 pub mod ring;
 pub mod serverq;
 pub mod sizeaware;
+pub mod sizerel;
 pub mod tailx;
 pub mod warmup;

@@ -24,7 +24,8 @@
 //!   planner (this module: PlannerKind, the factory; re-exports the contract)
 //!      │ builds
 //!      ▼
-//!   batch (base) · chisel · rein · tailx · cost-sbf  ──►  planner::base (Planner, ClusterView, …)
+//!   batch (base) · chisel · rein · tailx · cost-sbf · cost-rel · size-rel
+//!                                                  ──►  planner::base (Planner, ClusterView, …)
 //! ```
 
 pub mod base;
@@ -41,11 +42,13 @@ use crate::costsbf::{CostSbfPlanner, CostSbfSettings};
 use crate::error::PolicyError;
 use crate::rein::{ReinPlanner, ReinPolicy};
 use crate::serverq::Discipline;
+use crate::sizerel::SizeRelPlanner;
 use crate::tailx::{TailxPlanner, TailxSettings};
 
 /// Names accepted by [`PlannerKind::from_name`].
-pub const PLANNER_NAMES: [&str; 9] = [
-    "batch", "chisel", "rein-sbf", "rein-sds", "rein-drr", "tailx", "cost-sbf", "cost-rel", "auto",
+pub const PLANNER_NAMES: [&str; 10] = [
+    "batch", "chisel", "rein-sbf", "rein-sds", "rein-drr", "tailx", "cost-sbf", "cost-rel",
+    "size-rel", "auto",
 ];
 
 /// Settings of the planners that have any.
@@ -55,7 +58,7 @@ pub struct PlannerSettings {
     pub tailx: TailxSettings,
     /// `cost-sbf`.
     pub cost_sbf: CostSbfSettings,
-    /// `cost-rel`.
+    /// `cost-rel` (and `size-rel`, which orders by its classes).
     pub cost_rel: CostRelSettings,
 }
 
@@ -76,6 +79,9 @@ pub enum PlannerKind {
     CostSbf,
     /// Priority by bottleneck cost relative to the typical one, aged (see [`crate::costrel`]).
     CostRel,
+    /// `cost-rel`'s classes, an opset holding a large value one class lower (see
+    /// [`crate::sizerel`]).
+    SizeRel,
     /// TailX: size-aware opset costs and delay allowances.
     Tailx,
     /// Batch, Chisel or cost-rel, chosen per epoch from the measured workload (see [`crate::auto`]).
@@ -93,6 +99,7 @@ impl PlannerKind {
             "rein-drr" => Ok(PlannerKind::ReinDrr),
             "cost-sbf" => Ok(PlannerKind::CostSbf),
             "cost-rel" => Ok(PlannerKind::CostRel),
+            "size-rel" => Ok(PlannerKind::SizeRel),
             "tailx" => Ok(PlannerKind::Tailx),
             "auto" => Ok(PlannerKind::Auto),
             other => Err(PolicyError::UnknownPlanner {
@@ -112,6 +119,7 @@ impl PlannerKind {
             PlannerKind::ReinDrr => "rein-drr",
             PlannerKind::CostSbf => "cost-sbf",
             PlannerKind::CostRel => "cost-rel",
+            PlannerKind::SizeRel => "size-rel",
             PlannerKind::Tailx => "tailx",
             PlannerKind::Auto => "auto",
         }
@@ -126,6 +134,7 @@ impl PlannerKind {
                 | PlannerKind::ReinDrr
                 | PlannerKind::CostSbf
                 | PlannerKind::CostRel
+                | PlannerKind::SizeRel
                 | PlannerKind::Auto
         )
     }
@@ -151,6 +160,7 @@ impl PlannerKind {
             PlannerKind::ReinDrr => Box::new(ReinPlanner::new(ReinPolicy::SbfDrr)),
             PlannerKind::CostSbf => Box::new(CostSbfPlanner::new(settings.cost_sbf)),
             PlannerKind::CostRel => Box::new(CostRelPlanner::new(settings.cost_rel)),
+            PlannerKind::SizeRel => Box::new(SizeRelPlanner::new(settings.cost_rel)),
             PlannerKind::Tailx => Box::new(TailxPlanner::new(settings.tailx)),
             PlannerKind::Auto => Box::new(AutoPlanner::new(AutoSettings {
                 scheduler: settings.cost_rel,

@@ -21,6 +21,9 @@
 //!  every epoch (online_analysis): chisel_online::Analyzer ─► decide ─► Planner::set_shape
 //!  last fetch of the request in ─► latency = done − arrival ─► HDR histograms (overall, by
 //!                                   key count, small/large by the largest value)
+//!  ClusterRunOptions (run_cluster_with_options): the small requests' slowest opset split into
+//!  its wait behind opsets holding a large value (each server's large-work clock), its other
+//!  wait, its service (SmallTail); every key's size told to the planner before it plans
 //! ```
 //!
 //! Deterministic: events pop by `(time, seq)`, every random stream is a fork of the scenario's
@@ -444,6 +447,52 @@ pub struct ClusterResult {
     /// fallbacks (absent for the other planners).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub planner_gauges: Option<BTreeMap<String, f64>>,
+    /// Where the time of the requests without a large value goes
+    /// ([`ClusterRunOptions::small_tail_decomposition`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub small_tail: Option<SmallTail>,
+}
+
+/// Mean times of a set of requests without a large value, split along their slowest opset
+/// (the last to complete), µs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimeSplit {
+    /// Requests in the set.
+    pub requests: u64,
+    /// Request latency.
+    pub latency_us: f64,
+    /// The slowest opset's wait in its server's queue while workers served opsets holding a
+    /// large value (the wait × the share of the server's workers busy with them).
+    pub wait_behind_large_us: f64,
+    /// The rest of its wait: workers busy with opsets without a large value.
+    pub wait_behind_small_us: f64,
+    /// Its own service time.
+    pub service_us: f64,
+    /// Everything else: network, client, a delay before sending.
+    pub other_us: f64,
+}
+
+/// The decomposition of the requests without a large value ([`ClusterResult::small_tail`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct SmallTail {
+    /// Their p99, µs (the threshold of `tail`).
+    pub p99_us: f64,
+    /// The requests at or above the p99.
+    pub tail: TimeSplit,
+    /// Every such request.
+    pub all: TimeSplit,
+    /// Opsets per request.
+    pub opsets_per_request: f64,
+    /// An opset's time at its server (arrival to served), over every opset of these
+    /// requests: median, p99 and p99.9, µs. A request waits for the slowest of its opsets, so
+    /// its p99 sits near a high quantile of its opsets'.
+    pub opset_p50_us: f64,
+    /// See `opset_p50_us`.
+    pub opset_p99_us: f64,
+    /// See `opset_p50_us`.
+    pub opset_p999_us: f64,
+    /// Share of the server work spent on opsets holding a large value.
+    pub large_opset_work_share: f64,
 }
 
 /// The online analyzer's decisions over a run.
@@ -485,8 +534,30 @@ pub fn run_cluster_with(
     scenario: &ClusterScenario,
     planner: Box<dyn Planner>,
 ) -> Result<ClusterResult, SimError> {
+    run_cluster_with_options(scenario, planner, ClusterRunOptions::default())
+}
+
+/// What a run measures or lets the planner know beyond its scenario (all off by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ClusterRunOptions {
+    /// Split the latency of the requests without a large value into their slowest opset's
+    /// waiting (behind opsets holding a large value, behind others), service and the rest
+    /// ([`ClusterResult::small_tail`]).
+    pub small_tail_decomposition: bool,
+    /// The planner is told every key's value size before it plans (what a server knows of
+    /// its own items: [`Planner::observe_value`] for each key of the request), instead of
+    /// learning sizes from replies only.
+    pub planner_knows_sizes: bool,
+}
+
+/// Runs `scenario` with a planner instance and `options`.
+pub fn run_cluster_with_options(
+    scenario: &ClusterScenario,
+    planner: Box<dyn Planner>,
+    options: ClusterRunOptions,
+) -> Result<ClusterResult, SimError> {
     scenario.validate()?;
-    Sim::new(scenario, planner)?.run()
+    Sim::new(scenario, planner, options)?.run()
 }
 
 /// One run per rate, in order.
@@ -539,6 +610,16 @@ struct RequestState {
     class: u8,
     /// Client thread that owns the request.
     thread: u32,
+    /// The times of its fetch that completed last (so far).
+    slowest: OpsetTimes,
+}
+
+/// Where one fetch's time at its server went, nanoseconds.
+#[derive(Debug, Clone, Copy, Default)]
+struct OpsetTimes {
+    wait: u64,
+    wait_behind_large: f64,
+    service: u64,
 }
 
 fn state_thread(state: &RequestState) -> usize {
@@ -559,6 +640,10 @@ struct FetchState {
     merge_limit: u32,
     /// Key ids, kept only for planners that want each value's size.
     key_ids: Vec<u64>,
+    /// One of its values is above the workload's `large_value_bytes`.
+    holds_large: bool,
+    /// Its query's times at the server, once replied.
+    times: OpsetTimes,
 }
 
 /// One backend query: a fetch, or mice fetches merged into one `get`.
@@ -572,6 +657,13 @@ struct QueryState {
     limit: u32,
     setup_started: Nanos,
     sent: Nanos,
+    /// A member fetch holds a large value.
+    holds_large: bool,
+    /// Reached its server.
+    at_server: Nanos,
+    /// The server's large-work clock then ([`ServerState::large_clock`]).
+    large_clock_at_arrival: f64,
+    times: OpsetTimes,
 }
 
 /// The online analyzer and its epoch counters.
@@ -596,9 +688,23 @@ struct ServerState {
     /// Prioritized queries, in the discipline's order.
     prioritized: PriorityQueue<u32>,
     busy_ns: u128,
+    /// Workers serving a query that holds a large value.
+    large_busy: usize,
+    /// ∫ large_busy / workers dt (ns) up to `large_clock_at`: how long a query that waited
+    /// over an interval waited behind large values is the clock's advance over it (while a
+    /// query waits, every worker is busy).
+    large_clock: f64,
+    large_clock_at: Nanos,
 }
 
 impl ServerState {
+    /// Advances the large-work clock to `now`.
+    fn advance_large_clock(&mut self, now: Nanos, workers: usize) {
+        let elapsed = now.since(self.large_clock_at).0 as f64;
+        self.large_clock += elapsed * self.large_busy as f64 / workers.max(1) as f64;
+        self.large_clock_at = now;
+    }
+
     fn pop(&mut self) -> Option<u32> {
         if let Some(fetch) = self.fifo.pop_front() {
             return Some(fetch);
@@ -817,10 +923,22 @@ struct Sim<'s> {
     keys_requested: u64,
     keys_unavailable: u64,
     completed: u64,
+    options: ClusterRunOptions,
+    /// Measured requests without a large value: latency and their slowest opset's times
+    /// (kept with `small_tail_decomposition`).
+    small_requests: Vec<(u64, OpsetTimes)>,
+    /// Time at their server of those requests' opsets.
+    small_opsets: LatencyRecorder,
+    /// Server time spent on queries holding a large value, ns.
+    large_work_ns: u128,
 }
 
 impl<'s> Sim<'s> {
-    fn new(scenario: &'s ClusterScenario, planner: Box<dyn Planner>) -> Result<Self, SimError> {
+    fn new(
+        scenario: &'s ClusterScenario,
+        planner: Box<dyn Planner>,
+        options: ClusterRunOptions,
+    ) -> Result<Self, SimError> {
         let ring_servers: Vec<RingServer> = (0..scenario.servers)
             .map(|index| RingServer {
                 name: format!("10.0.{}.{}:11211", index / 256, index % 256),
@@ -917,6 +1035,9 @@ impl<'s> Sim<'s> {
                     fifo: VecDeque::new(),
                     prioritized: PriorityQueue::new(discipline),
                     busy_ns: 0,
+                    large_busy: 0,
+                    large_clock: 0.0,
+                    large_clock_at: Nanos::ZERO,
                 })
                 .collect(),
             clients: (0..scenario.client_threads)
@@ -950,6 +1071,10 @@ impl<'s> Sim<'s> {
             keys_requested: 0,
             keys_unavailable: 0,
             completed: 0,
+            options,
+            small_requests: Vec::new(),
+            small_opsets: LatencyRecorder::default(),
+            large_work_ns: 0,
         })
     }
 
@@ -1027,6 +1152,7 @@ impl<'s> Sim<'s> {
             measured,
             class: NO_PRIORITY,
             thread: (sequence % self.clients.len() as u64) as u32,
+            slowest: OpsetTimes::default(),
         };
         let id = match self.free_requests.pop() {
             Some(id) => {
@@ -1107,6 +1233,9 @@ impl<'s> Sim<'s> {
             write_key(id, &mut key);
             self.key_buffer[slot * KEY_LEN..(slot + 1) * KEY_LEN].copy_from_slice(&key);
             self.keys.prepare(id, &mut scratch);
+            if self.options.planner_knows_sizes {
+                self.planner.observe_value(&key, self.keys.value_len(id));
+            }
         }
         let slices: Vec<&[u8]> = self.key_buffer.chunks_exact(KEY_LEN).collect();
         let plan_request = PlanRequest {
@@ -1134,12 +1263,14 @@ impl<'s> Sim<'s> {
                         lowest_class = Some(lowest_class.map_or(priority, |c| c.max(priority)));
                     }
                     let mut reply_bytes = 5; // END\r\n
+                    let mut holds_large = false;
                     for &index in &fetch.keys {
                         let id = self.key_ids[index as usize];
                         let value = self.keys.value_len(id);
-                        large |= value > self.scenario.workload.large_value_bytes;
+                        holds_large |= value > self.scenario.workload.large_value_bytes;
                         reply_bytes += value + REPLY_OVERHEAD_PER_KEY;
                     }
+                    large |= holds_large;
                     let state = FetchState {
                         request,
                         backend: fetch.backend as u32,
@@ -1156,6 +1287,8 @@ impl<'s> Sim<'s> {
                         } else {
                             Vec::new()
                         },
+                        holds_large,
+                        times: OpsetTimes::default(),
                     };
                     let id = match self.free_fetches.pop() {
                         Some(id) => {
@@ -1198,6 +1331,7 @@ impl<'s> Sim<'s> {
         let state = &self.fetches[fetch as usize];
         let (backend, limit) = (state.backend as usize, state.merge_limit);
         let (keys, own_bytes, priority) = (state.keys, state.reply_bytes - 5, state.priority);
+        let holds_large = state.holds_large;
         if limit > 1 {
             if let Some(open) = self.open[backend] {
                 let query = &mut self.queries[open as usize];
@@ -1205,6 +1339,7 @@ impl<'s> Sim<'s> {
                     query.fetches.push(fetch);
                     query.keys += keys;
                     query.reply_bytes += own_bytes;
+                    query.holds_large |= holds_large;
                     if query.fetches.len() as u32 >= query.limit {
                         // Full: later mice start a new query.
                         self.open[backend] = None;
@@ -1223,6 +1358,10 @@ impl<'s> Sim<'s> {
             limit,
             setup_started: self.now,
             sent: self.now,
+            holds_large,
+            at_server: self.now,
+            large_clock_at_arrival: 0.0,
+            times: OpsetTimes::default(),
         };
         let id = match self.free_queries.pop() {
             Some(id) => {
@@ -1291,8 +1430,13 @@ impl<'s> Sim<'s> {
     }
 
     fn at_server(&mut self, query: u32) {
-        let state = &self.queries[query as usize];
+        let (now, workers) = (self.now, self.scenario.workers_per_server);
+        let state = &mut self.queries[query as usize];
         let (backend, priority) = (state.backend as usize, state.priority);
+        let server = &mut self.servers[backend];
+        server.advance_large_clock(now, workers);
+        state.at_server = now;
+        state.large_clock_at_arrival = server.large_clock;
         if self.servers[backend].idle_workers > 0 {
             self.servers[backend].idle_workers -= 1;
             self.start_service(query);
@@ -1304,13 +1448,25 @@ impl<'s> Sim<'s> {
     }
 
     fn start_service(&mut self, query: u32) {
-        let state = &self.queries[query as usize];
+        let (now, workers) = (self.now, self.scenario.workers_per_server);
+        let state = &mut self.queries[query as usize];
         let units = Units {
             keys: u64::from(state.keys),
             bytes: state.reply_bytes,
         };
         let time = sample(&self.scenario.service, units, &mut self.service_rng);
-        self.servers[state.backend as usize].busy_ns += u128::from(time.0);
+        let server = &mut self.servers[state.backend as usize];
+        server.advance_large_clock(now, workers);
+        state.times = OpsetTimes {
+            wait: now.since(state.at_server).0,
+            wait_behind_large: server.large_clock - state.large_clock_at_arrival,
+            service: time.0,
+        };
+        if state.holds_large {
+            server.large_busy += 1;
+            self.large_work_ns += u128::from(time.0);
+        }
+        server.busy_ns += u128::from(time.0);
         self.queue.push(self.now + time, Event::Served(query));
     }
 
@@ -1323,7 +1479,12 @@ impl<'s> Sim<'s> {
         };
         let delay = sample(&self.scenario.network, units, &mut self.network_rng);
         self.queue.push(self.now + delay, Event::Reply(query));
+        let holds_large = state.holds_large;
         let server = &mut self.servers[backend];
+        server.advance_large_clock(self.now, self.scenario.workers_per_server);
+        if holds_large {
+            server.large_busy -= 1;
+        }
         match server.pop() {
             Some(next) => self.start_service(next),
             None => server.idle_workers += 1,
@@ -1352,7 +1513,22 @@ impl<'s> Sim<'s> {
                 }
             }
         }
-        let reply_bytes = self.queries[query as usize].reply_bytes;
+        let (reply_bytes, times) = {
+            let state = &self.queries[query as usize];
+            (state.reply_bytes, state.times)
+        };
+        if self.options.small_tail_decomposition {
+            for &fetch in &members {
+                let request = self.fetches[fetch as usize].request as usize;
+                let state = &self.requests[request];
+                if state.measured && !state.large {
+                    self.small_opsets.record(times.wait + times.service);
+                }
+            }
+        }
+        for &fetch in &members {
+            self.fetches[fetch as usize].times = times;
+        }
         self.planner.observe(&Observation {
             backend,
             keys,
@@ -1421,9 +1597,11 @@ impl<'s> Sim<'s> {
     fn fetch_done(&mut self, fetch: u32) {
         let state = &self.fetches[fetch as usize];
         let request = state.request;
+        let times = state.times;
         self.keys_served += u64::from(state.keys);
         self.free_fetches.push(fetch);
         let request_state = &mut self.requests[request as usize];
+        request_state.slowest = times;
         request_state.pending -= 1;
         if request_state.pending == 0 {
             self.complete(request);
@@ -1459,6 +1637,9 @@ impl<'s> Sim<'s> {
             recorders.large.record(latency);
         } else {
             recorders.small.record(latency);
+            if self.options.small_tail_decomposition {
+                self.small_requests.push((latency, state.slowest));
+            }
         }
         recorders
             .by_keys
@@ -1545,7 +1726,12 @@ impl<'s> Sim<'s> {
                 .map(|(name, value)| (name.to_string(), value))
                 .collect()
         });
+        let small_tail = self
+            .options
+            .small_tail_decomposition
+            .then(|| self.small_tail());
         ClusterResult {
+            small_tail,
             planner_gauges,
             planner: self.planner.name().to_string(),
             offered_rps: self.scenario.rate_rps,
@@ -1604,6 +1790,60 @@ impl<'s> Sim<'s> {
                     ..analysis.report
                 }
             }),
+        }
+    }
+}
+
+impl Sim<'_> {
+    /// The decomposition of the measured requests without a large value.
+    fn small_tail(&self) -> SmallTail {
+        let mut sorted: Vec<&(u64, OpsetTimes)> = self.small_requests.iter().collect();
+        sorted.sort_by_key(|(latency, _)| *latency);
+        let p99 = sorted
+            .get(((sorted.len() as f64 * 0.99).ceil() as usize).saturating_sub(1))
+            .map_or(0, |(latency, _)| *latency);
+        let split = |requests: &[&(u64, OpsetTimes)]| {
+            let count = requests.len().max(1) as f64;
+            let mean = |part: &dyn Fn(&(u64, OpsetTimes)) -> f64| {
+                requests.iter().map(|r| part(r)).sum::<f64>() / count / 1e3
+            };
+            let latency_us = mean(&|(latency, _)| *latency as f64);
+            let wait_behind_large_us = mean(&|(_, t)| t.wait_behind_large);
+            let wait_behind_small_us =
+                mean(&|(_, t)| (t.wait as f64 - t.wait_behind_large).max(0.0));
+            let service_us = mean(&|(_, t)| t.service as f64);
+            TimeSplit {
+                requests: requests.len() as u64,
+                latency_us,
+                wait_behind_large_us,
+                wait_behind_small_us,
+                service_us,
+                other_us: latency_us - wait_behind_large_us - wait_behind_small_us - service_us,
+            }
+        };
+        let tail: Vec<&(u64, OpsetTimes)> = sorted
+            .iter()
+            .copied()
+            .filter(|(latency, _)| *latency >= p99)
+            .collect();
+        let opsets = self.small_opsets.histogram();
+        let quantile = |q: f64| {
+            if opsets.is_empty() {
+                0.0
+            } else {
+                opsets.value_at_quantile(q) as f64 / 1e3
+            }
+        };
+        let busy: u128 = self.servers.iter().map(|s| s.busy_ns).sum();
+        SmallTail {
+            p99_us: p99 as f64 / 1e3,
+            tail: split(&tail),
+            all: split(&sorted),
+            opsets_per_request: opsets.len() as f64 / sorted.len().max(1) as f64,
+            opset_p50_us: quantile(0.5),
+            opset_p99_us: quantile(0.99),
+            opset_p999_us: quantile(0.999),
+            large_opset_work_share: self.large_work_ns as f64 / busy.max(1) as f64,
         }
     }
 }

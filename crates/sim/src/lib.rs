@@ -56,8 +56,9 @@ pub mod time;
 pub mod workload;
 
 pub use cluster::{
-    run_cluster, run_cluster_with, sweep_cluster, AnalysisReport, ArrivalProcess, ClusterResult,
-    ClusterScenario, ClusterWorkload, LargeKeys, OnlineAnalysis,
+    run_cluster, run_cluster_with, run_cluster_with_options, sweep_cluster, AnalysisReport,
+    ArrivalProcess, ClusterResult, ClusterRunOptions, ClusterScenario, ClusterWorkload, LargeKeys,
+    OnlineAnalysis, SmallTail, TimeSplit,
 };
 pub use cost::{CostModel, Profile, ProfileSample};
 pub use engine::{run, RequestRecord, RunConfig, RunResult};

@@ -12,10 +12,12 @@
 //!       two batch runs at load × capacity rescale it until the busiest server is at `load`;
 //!       offered rate = load (75 %) × capacity, the same for every planner
 //!    ▼  open loop (Poisson at that rate) or closed loop (N clients, think time)
-//!  batch │ rein-sbf │ rein-sds │ rein-drr │ tailx │ cost-sbf │ cost-rel  (policy crate planners,
+//!  batch │ rein-sbf │ rein-sds │ rein-drr │ tailx │ cost-sbf │ cost-rel │ size-rel (policy crate
+//!    planners,
 //!    same seed) servers: each planner's discipline (policy::serverq): Rein strict priority,
 //!    rein-drr deficit round robin, cost-sbf and cost-rel aged strict priority by estimated
-//!    cost (cost-rel's classes relative to the typical bottleneck), others FIFO; TailX's delays
+//!    cost (cost-rel's classes relative to the typical bottleneck; size-rel also serves an opset
+//!    holding a large value one class lower), others FIFO; TailX's delays
 //!    in the client's delay queue (not_before)
 //!    ▼
 //!  p50 / p95 / p99 per planner and per class (mice, elephants, requests with and without a
@@ -36,14 +38,14 @@ use tailtrim_policy::tailx::TailxSettings;
 
 use crate::chisel::gain;
 use crate::cluster::{
-    run_cluster_with, ArrivalProcess, ClassResult, ClosedLoop, ClusterResult, ClusterScenario,
-    ClusterWorkload, LargeKeys, ServerQueue,
+    run_cluster_with, ArrivalProcess, ClassResult, ClosedLoop, ClusterResult, ClusterRunOptions,
+    ClusterScenario, ClusterWorkload, LargeKeys, ServerQueue, SmallTail,
 };
 use crate::SimError;
 
 /// The planners compared: the paper's, then Rein's classes by deficit round robin, then ours.
-pub const PLANNERS: [&str; 7] = [
-    "batch", "rein-sbf", "rein-sds", "rein-drr", "tailx", "cost-sbf", "cost-rel",
+pub const PLANNERS: [&str; 8] = [
+    "batch", "rein-sbf", "rein-sds", "rein-drr", "tailx", "cost-sbf", "cost-rel", "size-rel",
 ];
 /// The baseline the reductions are taken against.
 pub const BASELINE: &str = "rein-sbf";
@@ -120,6 +122,14 @@ pub struct Setup {
     /// Servers' discipline for prioritized fetches (default: each planner's own).
     #[serde(default, skip_serializing_if = "is_planner_queue")]
     pub server_queue: ServerQueue,
+    /// Planners are told every key's value size before they plan (what a server knows of its
+    /// own items), not only the sizes of the replies they saw.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub planner_knows_sizes: bool,
+    /// Each run splits the time of the requests without a large value
+    /// ([`PlannerOutcome::small_tail`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub small_tail_decomposition: bool,
 }
 
 // Fields added after results were first kept are left out of a file when they hold their
@@ -198,6 +208,18 @@ impl Default for Setup {
             rel_budget: CostRelSettings::default().demotion_budget,
             closed_loop: None,
             server_queue: ServerQueue::Planner,
+            planner_knows_sizes: false,
+            small_tail_decomposition: false,
+        }
+    }
+}
+
+impl Setup {
+    /// The options of a planner's run (not of the calibration runs).
+    pub fn run_options(&self) -> ClusterRunOptions {
+        ClusterRunOptions {
+            small_tail_decomposition: self.small_tail_decomposition,
+            planner_knows_sizes: self.planner_knows_sizes,
         }
     }
 }
@@ -613,6 +635,10 @@ pub struct PlannerOutcome {
     /// what the planner demoted and what that cost the demoted requests.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub priority_classes: Vec<PriorityClassOutcome>,
+    /// Where the time of the requests without a large value went (runs with
+    /// [`Setup::small_tail_decomposition`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub small_tail: Option<SmallTail>,
 }
 
 /// The requests of one priority class (the lowest among a request's fetches).
@@ -713,6 +739,7 @@ impl PlannerOutcome {
                     p99_us: quantile_us(latency, 0.99),
                 })
                 .collect(),
+            small_tail: result.small_tail,
         }
     }
 }

@@ -1,10 +1,16 @@
 //! Multiget scheduling in the cluster simulator: Rein's priorities served as the paper serves
 //! them (strict priority) beat batching where Rein should, the rare-elephant mix; `cost-rel`
-//! keeps that gain and, in a mix of near-equal requests, demotes no more than its budget.
+//! keeps that gain and, in a mix of near-equal requests, demotes no more than its budget;
+//! `size-rel` takes the large values out of the way of the requests without one, which the
+//! small-tail decomposition shows.
 
 use tailtrim_bench::dist::Distribution;
 use tailtrim_policy::costspec::CostSpec;
-use tailtrim_sim::cluster::{run_cluster, ClusterResult, ClusterScenario, ClusterWorkload};
+use tailtrim_policy::planner::PlannerKind;
+use tailtrim_sim::cluster::{
+    run_cluster, run_cluster_with_options, ClusterResult, ClusterRunOptions, ClusterScenario,
+    ClusterWorkload, LargeKeys,
+};
 
 /// `servers` × 4 workers, uniform keys, service `const=20us,key=5us,dist=exp`.
 fn simulate(
@@ -96,4 +102,72 @@ fn cost_rel_demotes_no_more_than_its_budget_and_keeps_batchs_tail_in_a_twenty_ke
         demoted * 100.0
     );
     assert_p99_at_most(&ours, &batch, 1.05);
+}
+
+/// 16 servers × 1 worker, 20-key multigets of 1 KB values, 20 % of them with 2 keys of 128 KB
+/// (`byte=2.5ns`: a large opset costs ≈ 12 × an ordinary one), mean load ≈ 0.7; the planner
+/// knows every value's size and the small tail is decomposed.
+fn large_values(planner: &str, large_request_share: f64) -> ClusterResult {
+    let scenario = ClusterScenario {
+        servers: 16,
+        workers_per_server: 1,
+        planner: planner.to_string(),
+        workload: ClusterWorkload {
+            keyspace: 1_000_000,
+            keys_per_request: Distribution::Fixed { value: 20.0 },
+            value_bytes: Distribution::Fixed { value: 1_000.0 },
+            large_value_bytes: 1_000,
+            large_keys: Some(LargeKeys {
+                keyspace: 10_000,
+                value_bytes: 128_000,
+                request_share: large_request_share,
+                key_share: 0.1,
+            }),
+            ..ClusterWorkload::default()
+        },
+        rate_rps: 20_000.0,
+        requests: 20_000,
+        service: CostSpec::parse("const=20us,key=5us,byte=2.5ns,dist=exp").unwrap(),
+        seed: 5,
+        ..ClusterScenario::default()
+    };
+    let kind = PlannerKind::from_name(planner).unwrap();
+    let options = ClusterRunOptions {
+        small_tail_decomposition: true,
+        planner_knows_sizes: true,
+    };
+    run_cluster_with_options(&scenario, kind.build(), options).unwrap()
+}
+
+#[test]
+fn the_small_tail_splits_into_waits_behind_large_and_small_work_and_size_rel_removes_the_first() {
+    let batch = large_values("batch", 0.2);
+    let tail = batch.small_tail.expect("decomposed");
+    // No network, no client: a request's latency is its slowest opset's wait and service.
+    for split in [tail.tail, tail.all] {
+        assert!(split.other_us.abs() < 1.0, "{split:?}");
+        assert!(split.wait_behind_large_us > 0.0, "{split:?}");
+        assert!(split.wait_behind_small_us > 0.0, "{split:?}");
+    }
+    assert!(tail.tail.latency_us >= tail.p99_us);
+    assert!(tail.large_opset_work_share > 0.1, "{tail:?}");
+    // size-rel serves the opsets holding a large value after the others: the requests
+    // without one wait less behind large values (not nothing: a large value in service when
+    // their opset arrives is not preempted), and their p99 falls.
+    let ours = large_values("size-rel", 0.2);
+    let our_tail = ours.small_tail.expect("decomposed");
+    assert!(
+        our_tail.all.wait_behind_large_us < 0.9 * tail.all.wait_behind_large_us,
+        "{our_tail:?} vs {tail:?}"
+    );
+    assert!(
+        ours.small.summary.p99_us < batch.small.summary.p99_us,
+        "small p99 {} vs batch {}",
+        ours.small.summary.p99_us,
+        batch.small.summary.p99_us
+    );
+    // Without large values nothing waits behind them.
+    let plain = large_values("batch", 0.0).small_tail.expect("decomposed");
+    assert_eq!(plain.all.wait_behind_large_us, 0.0);
+    assert_eq!(plain.large_opset_work_share, 0.0);
 }

@@ -5,8 +5,9 @@
 //!   flags ─► tailtrim_sim::tailx::Setup ─► paper_experiments (a at 1M and 10M, b at 10/20/50 %)
 //!                                          + rare-elephant, keys20-1pct-large (--extra-requests)
 //!        ─► per experiment: calibrate (light batch run) ─► rate = load × capacity
-//!           ─► batch, rein-sbf, rein-sds, rein-drr, tailx, cost-sbf, cost-rel (--planners; --jobs
-//!              threads; each run timed; open loop, or closed loop with --clients)
+//!           ─► batch, rein-sbf, rein-sds, rein-drr, tailx, cost-sbf, cost-rel, size-rel
+//!              (--planners; --jobs threads; each run timed; open loop, or closed loop with
+//!              --clients; --decompose-small-tail, --planner-knows-sizes)
 //!        ─► <out>/results.json, results.md (per class: mice, elephants, small, large;
 //!           queueing = loaded − unloaded), <experiment>.svg (p50/p95/p99 per planner)
 //! ```
@@ -19,7 +20,7 @@ use std::time::Instant;
 
 use plotters::prelude::{IntoDrawingArea, RGBColor, SVGBackend, WHITE};
 use serde::{Deserialize, Serialize};
-use tailtrim_sim::cluster::{run_cluster_with, ClosedLoop, ClusterResult, ServerQueue};
+use tailtrim_sim::cluster::{run_cluster_with_options, ClosedLoop, ClusterResult, ServerQueue};
 use tailtrim_sim::tailx::{
     calibrate, extra_experiments, paper_experiments, planner, reductions, scenario, short_count,
     Calibration, Experiment, PlannerOutcome, Reduction, Setup, BASELINE, PLANNERS,
@@ -93,6 +94,14 @@ pub struct Args {
     /// 1: no limit).
     #[arg(long, default_value_t = Setup::default().rel_budget)]
     rel_budget: f64,
+    /// Planners are told every key's value size before they plan (simulator; what a server
+    /// knows of its own items), instead of learning sizes from the replies they saw.
+    #[arg(long)]
+    planner_knows_sizes: bool,
+    /// Split the time of the requests without a large value along their slowest opset
+    /// (waiting behind opsets holding a large value, behind others, service, the rest).
+    #[arg(long)]
+    decompose_small_tail: bool,
     /// Closed loop (simulator): this many clients, each waiting for its reply (YCSB's
     /// model) instead of open-loop arrivals at --load; 0: open loop.
     #[arg(long, default_value_t = 0)]
@@ -173,8 +182,8 @@ pub struct Args {
     /// Testbed: pipelined connections from each proxy to each backend.
     #[arg(long, default_value_t = 2)]
     server_connections: usize,
-    /// Only these planners (batch, rein-sbf, rein-sds, rein-drr, tailx, cost-sbf, cost-rel); default
-    /// all in the simulator, the paper's four on the testbed.
+    /// Only these planners (batch, rein-sbf, rein-sds, rein-drr, tailx, cost-sbf, cost-rel,
+    /// size-rel); default all in the simulator, the paper's four on the testbed.
     #[arg(long, value_delimiter = ',')]
     planners: Vec<String>,
     /// Testbed: a sweep of offered loads (shares of the simulated capacity) instead of
@@ -391,6 +400,8 @@ fn simulate(args: &Args, progress: ProgressFn<'_>) -> Result<Report, String> {
             think_us: args.think_us,
         }),
         server_queue,
+        planner_knows_sizes: args.planner_knows_sizes,
+        small_tail_decomposition: args.decompose_small_tail,
         ..Setup::default()
     };
     if let Some(unknown) = args
@@ -450,9 +461,10 @@ fn simulate(args: &Args, progress: ProgressFn<'_>) -> Result<Report, String> {
                         )
                         .map_err(|e| e.to_string())?;
                         let began = Instant::now();
-                        let result = run_cluster_with(
+                        let result = run_cluster_with_options(
                             &scenario,
                             planner(&setup, name).map_err(|e| e.to_string())?,
+                            setup.run_options(),
                         )
                         .map_err(|e| e.to_string())?;
                         Ok(Timed {
@@ -596,8 +608,66 @@ fn render_markdown(results: &[ExperimentResult]) -> String {
         }
         out.push_str(&table.render());
         out.push_str(&render_priority_classes(&result.outcomes));
+        out.push_str(&render_small_tail(&result.outcomes));
     }
     out
+}
+
+/// Where the requests without a large value spend their time, per planner that measured it
+/// (empty if none did).
+fn render_small_tail(outcomes: &[Timed]) -> String {
+    let mut table = Table::aligned(
+        [
+            "planner",
+            "requests",
+            "latency",
+            "wait behind large",
+            "wait behind small",
+            "service",
+            "other",
+        ],
+        Align::Left,
+    );
+    let mut opsets = String::new();
+    for timed in outcomes {
+        let Some(tail) = &timed.outcome.small_tail else {
+            continue;
+        };
+        for (set, split) in [
+            (format!("≥ p99 ({:.0})", tail.p99_us), &tail.tail),
+            ("all".to_string(), &tail.all),
+        ] {
+            table.push([
+                timed.outcome.planner.clone(),
+                format!("{set}: {}", split.requests),
+                format!("{:.0}", split.latency_us),
+                format!("{:.0}", split.wait_behind_large_us),
+                format!("{:.0}", split.wait_behind_small_us),
+                format!("{:.0}", split.service_us),
+                format!("{:.0}", split.other_us),
+            ]);
+        }
+        opsets.push_str(&format!(
+            "- {}: {:.1} opsets per request, their time at the server (arrival to served) \
+             p50 {:.0} µs, p99 {:.0} µs, p99.9 {:.0} µs; {:.1} % of the servers' work on \
+             opsets holding a large value\n",
+            timed.outcome.planner,
+            tail.opsets_per_request,
+            tail.opset_p50_us,
+            tail.opset_p99_us,
+            tail.opset_p999_us,
+            tail.large_opset_work_share * 100.0
+        ));
+    }
+    if opsets.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\nRequests without a large value, along their slowest opset (mean µs: its wait while \
+         the server's workers served opsets holding a large value, its other wait, its \
+         service, the rest):\n\n{}\n{opsets}",
+        table.render()
+    )
 }
 
 /// Requests per priority class (the lowest among a request's fetches) of the planners that

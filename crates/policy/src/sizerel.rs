@@ -1,0 +1,154 @@
+//! `size-rel`: `cost-rel`'s classes relative to the typical request, and an opset holding a
+//! large value served after the opsets without one (size-aware per opset: TailX's size
+//! knowledge put to the servers' order).
+//!
+//! ```text
+//!   keys ─► cost-rel: opsets per backend (as batch), class c of the request (its bottleneck
+//!           relative to the typical one, within the demotion budget)
+//!        ─► per opset: N_L = its keys the Bloom filter holds as large (THR_L learned from
+//!           value sizes; told every size where the runtime knows them, as a server knows
+//!           its own items)
+//!           class(opset) = c                         if N_L = 0
+//!                          min(c + 1, last class)    else
+//!   Fetch{priority: class, not_before: None} ─► servers: Discipline::Aged{overtakes} (serverq),
+//!        cost-rel's ageing: a demoted opset is overtaken by at most overtakes × (its class −
+//!        theirs) later arrivals
+//! ```
+//!
+//! Why per opset and not per request: a request with one large value among 20 keys has one
+//! slow opset and a dozen ordinary ones. Demoting the whole request (`cost-rel --rel-by-cost`,
+//! `cost-sbf`) puts its ordinary opsets behind everything, and they, not the large one, then
+//! set its latency; demoting only the opset that holds the large value leaves the request's
+//! other opsets in the requests' common class, and takes the large value's service time out
+//! of the way of the requests without one. The large opset's wait grows (the servers' total
+//! wait does not change with the order), but it was its request's slowest already.
+
+use crate::costrel::{CostRelPlanner, CostRelSettings};
+use crate::drr::CLASSES;
+use crate::planner::base::{Action, ClusterView, Observation, PlanRequest, Planner, RequestDone};
+use crate::serverq::Discipline;
+
+/// The class of an opset of a request of class `request_class` that holds `large_keys` large
+/// values: one class lower if it holds any (at most the last class).
+pub fn opset_class(request_class: u8, large_keys: u64) -> u8 {
+    if large_keys == 0 {
+        request_class
+    } else {
+        request_class.saturating_add(1).min((CLASSES - 1) as u8)
+    }
+}
+
+/// The `size-rel` planner.
+#[derive(Debug, Clone, Default)]
+pub struct SizeRelPlanner {
+    rel: CostRelPlanner,
+    /// Opsets planned, and those demoted for holding a large value.
+    opsets: u64,
+    large_opsets: u64,
+}
+
+impl SizeRelPlanner {
+    /// A planner with `cost-rel`'s `settings`.
+    pub fn new(settings: CostRelSettings) -> Self {
+        SizeRelPlanner {
+            rel: CostRelPlanner::new(settings),
+            opsets: 0,
+            large_opsets: 0,
+        }
+    }
+}
+
+impl Planner for SizeRelPlanner {
+    fn name(&self) -> &'static str {
+        "size-rel"
+    }
+
+    fn plan(&mut self, request: &PlanRequest<'_>, view: &dyn ClusterView) -> Vec<Action> {
+        let mut actions = self.rel.plan(request, view);
+        for action in &mut actions {
+            if let Action::Fetch(fetch) = action {
+                let large = self.rel.estimates().large_keys(request, fetch);
+                self.opsets += 1;
+                self.large_opsets += u64::from(large > 0);
+                fetch.priority = Some(opset_class(fetch.priority.unwrap_or(0), large));
+            }
+        }
+        actions
+    }
+
+    fn wants_values(&self) -> bool {
+        true
+    }
+
+    fn observe_value(&mut self, key: &[u8], value_bytes: u64) {
+        self.rel.observe_value(key, value_bytes);
+    }
+
+    fn observe(&mut self, observation: &Observation) {
+        self.rel.observe(observation);
+    }
+
+    fn observe_request(&mut self, done: &RequestDone) {
+        self.rel.observe_request(done);
+    }
+
+    fn discipline(&self) -> Discipline {
+        self.rel.discipline()
+    }
+
+    fn gauges(&self) -> Vec<(&'static str, f64)> {
+        let mut gauges = self.rel.gauges();
+        gauges.push((
+            "size_rel_large_opset_share",
+            self.large_opsets as f64 / self.opsets.max(1) as f64,
+        ));
+        gauges
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::costrel::tests::plan;
+    use crate::planner::base::tests::keys;
+    use crate::tailx::LEARN_MIN_SAMPLES;
+
+    /// A planner that has seen 1 KB values (THR_L learned) and knows `large` holds 100 KB.
+    fn knowing_one_large_key(mut planner: impl Planner, large: &[u8]) -> impl Planner {
+        let seen = keys(LEARN_MIN_SAMPLES as usize * 2);
+        for key in &seen {
+            planner.observe_value(key, 1_000);
+        }
+        planner.observe_value(large, 100_000);
+        planner
+    }
+
+    #[test]
+    fn the_opset_holding_a_large_value_is_served_after_the_others() {
+        let owned = keys(20);
+        let mut planner = knowing_one_large_key(SizeRelPlanner::default(), &owned[0]);
+        let fetches = plan(&mut planner, &owned);
+        let (holder, others): (Vec<_>, Vec<_>) = fetches.iter().partition(|f| f.keys.contains(&0));
+        assert_eq!(holder.len(), 1);
+        assert_eq!(holder[0].priority, Some(1));
+        assert!(!others.is_empty());
+        assert!(others.iter().all(|f| f.priority == Some(0)), "{others:?}");
+        // cost-rel, knowing the same, serves the whole request in one class.
+        let mut rel = knowing_one_large_key(CostRelPlanner::default(), &owned[0]);
+        assert!(plan(&mut rel, &owned).iter().all(|f| f.priority == Some(0)));
+    }
+
+    #[test]
+    fn opset_classes_keep_the_requests_order_and_stop_at_the_last_class() {
+        assert_eq!(opset_class(0, 0), 0);
+        assert_eq!(opset_class(0, 1), 1);
+        assert_eq!(opset_class(2, 3), 3);
+        assert_eq!(opset_class((CLASSES - 1) as u8, 1), (CLASSES - 1) as u8);
+        // cost-rel's ageing: the lowest class completes under a steady stream of class 0
+        // (`costrel::tests::the_lowest_class_completes_under_a_steady_stream_of_typical_requests`).
+        assert_eq!(
+            SizeRelPlanner::default().discipline(),
+            CostRelPlanner::default().discipline()
+        );
+    }
+}
