@@ -1493,6 +1493,7 @@ impl WorkerHost for Runtime {
         if self.epolls[index].wait(tokens, max, timeout_ms).is_err() {
             return false;
         }
+        self.policy.took_events(index, worker, tokens.len());
         let mut served = false;
         for &token in tokens.iter() {
             if token == WAKE_TOKEN {

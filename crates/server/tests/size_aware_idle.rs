@@ -8,12 +8,19 @@
 //!   at the start and after 2 s ─► the difference is the wake-ups at rest
 //! ```
 //!
-//! At rest a small worker wakes once per 100 ms wait and the helping large worker about once
-//! per 16 ms: about 2 × (3 × 10 + 62) ≈ 180 wake-ups in two seconds; the controller thread
+//! At rest a small worker wakes once per 100 ms wait and the helping large worker, parked on
+//! its bell, as often: about 2 × 4 × 10 ≈ 80 wake-ups in two seconds; the controller thread
 //! once per 100 ms. A busy host only makes
 //! timers fire later (fewer wake-ups). A large worker polling every millisecond, or small
-//! workers every 5 ms, make over 3 000.
+//! workers every 5 ms, make over 3 000; a large worker that polls every 16 ms at rest makes
+//! about 125 on its own.
+//!
+//! Under a trickle of requests on one connection (one small worker busy at a time, so none
+//! calls for help) the helping large worker stays parked: counted over a fixed number of
+//! sequential requests, not as time.
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::time::Duration;
 
 use tailtrim_server::config::DispatchPolicy;
@@ -21,8 +28,20 @@ use tailtrim_server::{start, ServerConfig};
 
 /// Idle time observed.
 const IDLE: Duration = Duration::from_secs(2);
-/// Most wake-ups of the four workers over [`IDLE`]: several times the ≈ 180 expected.
+/// Most wake-ups of the four workers over [`IDLE`]: several times the ≈ 80 expected.
 const MOST_WAKEUPS: u64 = 800;
+
+/// Most wake-ups of the helping large worker over [`IDLE`]: about 20 expected (once per
+/// 100 ms); polling every 16 ms made about 125.
+const MOST_LARGE_WAKEUPS: u64 = 50;
+
+/// Sequential requests of the trickle, and the pause after each.
+const TRICKLE_REQUESTS: u32 = 200;
+const TRICKLE_PAUSE: Duration = Duration::from_millis(4);
+
+/// Most wake-ups of the helping large worker over the trickle (≥ 0.8 s: about 10 expected
+/// from its 100 ms park; polling the connections every 1–16 ms made one per request or more).
+const MOST_TRICKLE_LARGE_WAKEUPS: u64 = 40;
 
 /// Most wake-ups of the controller over [`IDLE`]: it looks for the end of an epoch every
 /// 100 ms (≈ 20 in two seconds); every 20 ms made 100.
@@ -52,23 +71,37 @@ fn wakeups_of(prefix: &str) -> u64 {
         .sum()
 }
 
-#[test]
-fn an_idle_size_aware_server_wakes_its_workers_seldom() {
+/// A size-aware server of 4 workers, 3 small and 1 large that helps (the large one is
+/// `worker-3`), nothing large.
+fn size_aware_server() -> tailtrim_server::ServerHandle {
     let mut config = ServerConfig::default();
     config.server.listen = "127.0.0.1".into();
     config.server.port = 0;
     config.workers.threads = 4;
     config.workers.dispatch = DispatchPolicy::SizeAware;
+    config.sizeaware.fixed_small_workers = 3;
+    config.sizeaware.fixed_threshold = 1 << 30;
     assert!(config.sizeaware.large_workers_help);
-    let handle = start(config).expect("server starts");
+    start(config).expect("server starts")
+}
+
+#[test]
+fn an_idle_size_aware_server_wakes_its_workers_seldom() {
+    let handle = size_aware_server();
     // Let the workers reach their first wait.
     std::thread::sleep(Duration::from_millis(200));
     let before = worker_wakeups();
     let controller_before = wakeups_of("controller");
+    let large_before = wakeups_of("worker-3");
     std::thread::sleep(IDLE);
     let wakeups = worker_wakeups() - before;
     let controller = wakeups_of("controller") - controller_before;
+    let large = wakeups_of("worker-3") - large_before;
     handle.shutdown();
+    assert!(
+        large <= MOST_LARGE_WAKEUPS,
+        "the idle helping large worker woke {large} times in {IDLE:?} (at most {MOST_LARGE_WAKEUPS})"
+    );
     assert!(
         wakeups <= MOST_WAKEUPS,
         "4 idle size-aware workers woke {wakeups} times in {IDLE:?} (at most {MOST_WAKEUPS})"
@@ -76,5 +109,38 @@ fn an_idle_size_aware_server_wakes_its_workers_seldom() {
     assert!(
         controller <= MOST_CONTROLLER_WAKEUPS,
         "the controller woke {controller} times in {IDLE:?} (at most {MOST_CONTROLLER_WAKEUPS})"
+    );
+}
+
+#[test]
+fn a_helping_large_worker_sleeps_while_the_small_workers_keep_up() {
+    let handle = size_aware_server();
+    let mut conn = TcpStream::connect(handle.local_addr()).expect("connect");
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let exchange = |conn: &mut TcpStream, request: &[u8], reply: &[u8]| {
+        conn.write_all(request).expect("write");
+        let mut got = vec![0u8; reply.len()];
+        conn.read_exact(&mut got).expect("read");
+        assert_eq!(got, reply);
+    };
+    exchange(&mut conn, b"set trickle 0 0 5\r\nhello\r\n", b"STORED\r\n");
+    // Let the large worker's polling after start-up wind down to its park.
+    std::thread::sleep(Duration::from_millis(200));
+    let before = wakeups_of("worker-3");
+    for _ in 0..TRICKLE_REQUESTS {
+        exchange(
+            &mut conn,
+            b"get trickle\r\n",
+            b"VALUE trickle 0 5\r\nhello\r\nEND\r\n",
+        );
+        std::thread::sleep(TRICKLE_PAUSE);
+    }
+    let large = wakeups_of("worker-3") - before;
+    handle.shutdown();
+    assert!(
+        large <= MOST_TRICKLE_LARGE_WAKEUPS,
+        "the helping large worker woke {large} times over {TRICKLE_REQUESTS} sequential \
+         requests (at most {MOST_TRICKLE_LARGE_WAKEUPS})"
     );
 }

@@ -30,6 +30,7 @@
 //! ```
 
 mod early_binding;
+mod help_bell;
 pub mod host;
 mod late_binding;
 mod measure;

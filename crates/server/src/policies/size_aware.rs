@@ -9,9 +9,13 @@
 //!        └─ SET declared > T, value still arriving ─► Job::Receive ─────────────┤
 //!  large workers ◄──────────────────── queue ◄────────────────────────────────────┘
 //!        └─ large_workers_help: with the queue empty, serve the shared epoll as a small one,
-//!           then wait on the queue 1 ms, doubling to 16 ms while neither side has work
+//!           then wait on the queue 1 ms, doubling to 16 ms while neither side has work; then
+//!           park on the help bell (help_bell.rs) until a large job is queued or every small
+//!           worker is busy serving (or a small worker's 100 ms wait passes); woken, it looks
+//!           at the connections once and parks again unless it finds work there
 //!  at rest every thread blocks (small workers 100 ms per epoll wait, as pinned's do), so an
-//!  idle size-aware server wakes about as seldom as a pinned one
+//!  idle size-aware server wakes about as seldom as a pinned one, and at low load the
+//!  helping large workers sleep while the small workers keep up
 //!  controller: every epoch merges the workers' size histograms ─► EpochDriver::tick
 //!              ─► threshold and split, stored as one PackedDecision
 //!              (sizes, and for split_by = busy CPU time by role: measure.rs)
@@ -28,6 +32,7 @@ use parking_lot::Mutex;
 use tailtrim_policy::sizeaware::{EpochDriver, PackedDecision, SizeClass, SplitBy};
 use tailtrim_proto::request::declared_total;
 
+use super::help_bell::HelpBell;
 use super::host::{Completion, FlushMode, WorkerHost};
 use super::measure::EpochMeasure;
 use super::strategy::{EpollLayout, InlineReply, Policy, PolicyStats, IDLE_WAIT_MS};
@@ -42,9 +47,14 @@ use crate::stats::bump;
 /// ends the wait at once whatever its length: only the look at the connections is delayed.
 const HELP_POLL_MS: u32 = 1;
 
-/// The longest wait of an idle helping large worker (a fixed 1 ms poll woke each large worker
-/// a thousand times a second at rest: most of an idle size-aware server's CPU).
+/// The longest wait on the large queue of a helping large worker before it parks on the help
+/// bell (a fixed 1 ms poll woke each large worker a thousand times a second at rest: most of an
+/// idle size-aware server's CPU; polling at 16 ms still woke it about once per request at the
+/// tier experiment's load).
 const HELP_POLL_MAX_MS: u32 = 16;
+
+/// [`SizeAware::help_wait_ms`] of a helping large worker parked on the bell.
+const HELP_PARKED: u32 = u32::MAX;
 
 /// How long a small worker blocks on the shared epoll when it takes no large jobs: pinned's
 /// wait (the split, re-read after each wait, moves at most once an epoch).
@@ -56,14 +66,15 @@ const SMALL_WAIT_MS: i32 = IDLE_WAIT_MS * 20;
 const CONTROLLER_TICK_MS: u64 = SMALL_WAIT_MS as u64;
 
 /// The helping large worker's next wait on the large queue after a turn that `served`
-/// something (or not) and waited `previous_ms` before.
+/// something (or not) and waited `previous_ms` before: [`HELP_PARKED`] once the doubled wait
+/// would pass [`HELP_POLL_MAX_MS`].
 fn next_help_wait_ms(previous_ms: u32, served: bool) -> u32 {
     if served {
-        HELP_POLL_MS
-    } else {
-        previous_ms
-            .saturating_mul(2)
-            .clamp(HELP_POLL_MS, HELP_POLL_MAX_MS)
+        return HELP_POLL_MS;
+    }
+    match previous_ms.saturating_mul(2) {
+        wait if wait > HELP_POLL_MAX_MS => HELP_PARKED,
+        wait => wait.max(HELP_POLL_MS),
     }
 }
 
@@ -77,6 +88,8 @@ pub struct SizeAware {
     large_worker_serves: AtomicU64,
     /// Per worker, its next wait on the large queue while it helps ([`next_help_wait_ms`]).
     help_wait_ms: Vec<AtomicU32>,
+    /// Where helping large workers park, and the small workers' busy count that rings it.
+    help_bell: HelpBell,
     epoch: Duration,
     /// The controller (`None` if the configuration was invalid: the initial split stays).
     driver: Mutex<Option<EpochDriver>>,
@@ -114,6 +127,7 @@ impl SizeAware {
             large_workers_help,
             large_worker_serves: AtomicU64::new(0),
             help_wait_ms: (0..workers).map(|_| AtomicU32::new(HELP_POLL_MS)).collect(),
+            help_bell: HelpBell::new(workers),
             epoch: Duration::from_millis(config.sizeaware.epoch_ms),
             driver: Mutex::new(driver),
             decision: AtomicU64::new(initial.0),
@@ -145,8 +159,16 @@ impl SizeAware {
             rt.run_job(job, worker);
             self.measure.large_job_done();
             true
-        } else if rt.poll_and_serve(0, worker, tokens, 0) {
-            bump(&self.large_worker_serves);
+        } else if help_wait.load(Ordering::Relaxed) == HELP_PARKED {
+            // Nothing has needed it for a while: sleep until a large job or a call for help
+            // (every small worker busy), as long as a small worker's wait at most. Woken, one
+            // look at the connections: only what it finds there keeps it polling (a large job
+            // is taken on the next turn); otherwise it parks again, and the bell rings again
+            // while the small workers stay busy.
+            let wait = Duration::from_millis(SMALL_WAIT_MS as u64);
+            self.help_bell.park(wait, || !self.queue.is_empty())
+                && self.serve_small(rt, worker, tokens)
+        } else if self.serve_small(rt, worker, tokens) {
             true
         } else {
             // Nothing for it on either side: wait for a large job, then look at the
@@ -167,6 +189,24 @@ impl SizeAware {
         };
         let previous = help_wait.load(Ordering::Relaxed);
         help_wait.store(next_help_wait_ms(previous, served), Ordering::Relaxed);
+    }
+
+    /// Large worker `worker` serves what is ready on the small workers' connections now, if
+    /// anything. True if it served something.
+    fn serve_small(&self, rt: &dyn WorkerHost, worker: usize, tokens: &mut Vec<u64>) -> bool {
+        let served = rt.poll_and_serve(0, worker, tokens, 0);
+        self.help_bell.turn_over(worker);
+        if served {
+            bump(&self.large_worker_serves);
+        }
+        served
+    }
+
+    /// Queues a large job and wakes a large worker for it (one waiting on the queue, or one
+    /// parked on the help bell).
+    fn push_large(&self, job: Job) {
+        self.queue.push(0, job);
+        self.help_bell.ring();
     }
 
     pub(super) fn end_epoch(&self) {
@@ -203,7 +243,14 @@ impl Policy for SizeAware {
     }
 
     fn release(&self, _rt: &dyn WorkerHost, _target: usize, job: Job) {
-        self.queue.push(0, job);
+        self.push_large(job);
+    }
+
+    fn took_events(&self, _index: usize, worker: usize, events: usize) {
+        if self.large_workers_help {
+            let small_workers = self.decision().small_workers();
+            self.help_bell.took_events(worker, events, small_workers);
+        }
     }
 
     fn worker_step(&self, rt: &dyn WorkerHost, worker: usize, tokens: &mut Vec<u64>) {
@@ -230,6 +277,7 @@ impl Policy for SizeAware {
             } else {
                 rt.poll_and_serve(0, worker, tokens, SMALL_WAIT_MS);
             }
+            self.help_bell.turn_over(worker);
         } else if !decision.takes_small_input(worker, self.large_workers_help) {
             if let Some(job) = self
                 .queue
@@ -274,12 +322,9 @@ impl Policy for SizeAware {
 
     fn hand_off_receive(&self, _rt: &dyn WorkerHost, conn: &Arc<Conn>) {
         bump(&self.handoffs);
-        self.queue.push(
-            0,
-            Job::Receive {
-                conn: Arc::clone(conn),
-            },
-        );
+        self.push_large(Job::Receive {
+            conn: Arc::clone(conn),
+        });
     }
 
     fn class_threshold(&self) -> u64 {
@@ -305,16 +350,13 @@ impl Policy for SizeAware {
         if large && !receiving && !executed.storage {
             bump(&self.handoffs);
             // The large worker that sends it is charged its emulated cost.
-            self.queue.push(
-                0,
-                Job::Send {
-                    conn: Arc::clone(conn),
-                    seq,
-                    reply,
-                    units: executed.charge.units,
-                    arrived_at,
-                },
-            );
+            self.push_large(Job::Send {
+                conn: Arc::clone(conn),
+                seq,
+                reply,
+                units: executed.charge.units,
+                arrived_at,
+            });
             return;
         }
         let mode = if receiving {
@@ -350,6 +392,7 @@ impl Policy for SizeAware {
                         "large_worker_serves",
                         self.large_worker_serves.load(Ordering::Relaxed).to_string(),
                     ));
+                    decision.push(("help_wakeups", self.help_bell.wakeups().to_string()));
                 }
                 decision
             },
@@ -371,18 +414,17 @@ impl Policy for SizeAware {
 
 #[cfg(test)]
 mod tests {
-    use super::{next_help_wait_ms, HELP_POLL_MAX_MS, HELP_POLL_MS};
+    use super::{next_help_wait_ms, HELP_PARKED, HELP_POLL_MS};
 
     #[test]
-    fn an_idle_helper_waits_longer_up_to_the_cap_and_work_starts_it_again() {
+    fn an_idle_helper_waits_longer_then_parks_and_work_starts_it_again() {
         let mut wait = HELP_POLL_MS;
         let mut waits = Vec::new();
-        for _ in 0..8 {
+        for _ in 0..6 {
             wait = next_help_wait_ms(wait, false);
             waits.push(wait);
         }
-        assert_eq!(waits, [2, 4, 8, 16, 16, 16, 16, 16]);
-        assert_eq!(wait, HELP_POLL_MAX_MS);
+        assert_eq!(waits, [2, 4, 8, 16, HELP_PARKED, HELP_PARKED]);
         assert_eq!(next_help_wait_ms(wait, true), HELP_POLL_MS);
     }
 }

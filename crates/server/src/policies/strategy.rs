@@ -117,6 +117,10 @@ pub trait Policy: Send + Sync {
     /// One turn of worker `worker`'s loop.
     fn worker_step(&self, rt: &dyn WorkerHost, worker: usize, tokens: &mut Vec<u64>);
 
+    /// Worker `worker` took `events` ready events off epoll `index` and serves them now
+    /// (size-aware: a small worker counts itself busy, [`Policy::worker_step`] uncounts it).
+    fn took_events(&self, _index: usize, _worker: usize, _events: usize) {}
+
     /// A wake-up descriptor per epoll (`index`), for policies that hand jobs
     /// to a worker blocked in `epoll_wait`.
     fn wake_fd(&self, _index: usize) -> Option<std::os::fd::RawFd> {

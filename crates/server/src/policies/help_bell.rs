@@ -1,0 +1,151 @@
+//! When size-aware's idle large workers help the small ones (`[sizeaware]
+//! large_workers_help`): a bell they park on, rung when a large job is queued or when every
+//! small worker is busy serving, so that at low load a helping large worker sleeps as long as
+//! a small worker does instead of looking at the small workers' connections every few
+//! milliseconds.
+//!
+//! ```text
+//!  small worker takes events ─► took_events: busy += 1 ─► busy == small workers? ─► ring
+//!  small worker's turn ends  ─► turn_over:   busy −= 1
+//!  large job queued          ─────────────────────────────────────────────────────► ring
+//!  helping large worker, nothing to do ─► park (up to a small worker's wait) ◄── ring
+//! ```
+//!
+//! The small workers' busy count is kept per worker ([`HelpBell::took_events`],
+//! [`HelpBell::turn_over`]), so a split that moves while a worker serves leaves no count
+//! behind.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+/// The helping large workers' bell and the small workers' busy count.
+pub(super) struct HelpBell {
+    /// Per worker: it took events off the shared epoll and has not finished its turn.
+    serving: Vec<AtomicBool>,
+    /// Small workers serving now.
+    busy_small: AtomicUsize,
+    /// Helping large workers parked on the bell.
+    parked: AtomicUsize,
+    /// Set by a ring, cleared by the large worker it wakes.
+    rung: Mutex<bool>,
+    bell: Condvar,
+    /// Rings that woke a parked large worker (`stats sizeaware`: `help_wakeups`).
+    wakeups: AtomicUsize,
+}
+
+impl HelpBell {
+    /// A silent bell for `workers` workers.
+    pub(super) fn new(workers: usize) -> HelpBell {
+        HelpBell {
+            serving: (0..workers).map(|_| AtomicBool::new(false)).collect(),
+            busy_small: AtomicUsize::new(0),
+            parked: AtomicUsize::new(0),
+            rung: Mutex::new(false),
+            bell: Condvar::new(),
+            wakeups: AtomicUsize::new(0),
+        }
+    }
+
+    /// Small worker `worker` (one of `small_workers`) took `events` ready events: rings when
+    /// that leaves no small worker waiting on the shared epoll.
+    pub(super) fn took_events(&self, worker: usize, events: usize, small_workers: usize) {
+        let Some(serving) = self.serving.get(worker) else {
+            return;
+        };
+        if events == 0 || worker >= small_workers || serving.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let busy = self.busy_small.fetch_add(1, Ordering::AcqRel) + 1;
+        if busy >= small_workers {
+            self.ring();
+        }
+    }
+
+    /// Worker `worker`'s turn on the shared epoll ended.
+    pub(super) fn turn_over(&self, worker: usize) {
+        if self
+            .serving
+            .get(worker)
+            .is_some_and(|serving| serving.swap(false, Ordering::AcqRel))
+        {
+            self.busy_small.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Wakes one parked large worker, if any is parked.
+    pub(super) fn ring(&self) {
+        if self.parked.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        *self.rung.lock() = true;
+        self.bell.notify_one();
+    }
+
+    /// Parks a helping large worker until a ring or `timeout`, unless `has_work` (asked after
+    /// it counts itself parked, so a job queued meanwhile is seen here or rings). True when a
+    /// ring (or work found) ended the wait.
+    pub(super) fn park(&self, timeout: Duration, has_work: impl Fn() -> bool) -> bool {
+        self.parked.fetch_add(1, Ordering::SeqCst);
+        let mut rung = self.rung.lock();
+        let woken = if *rung || has_work() {
+            true
+        } else {
+            let _ = self.bell.wait_for(&mut rung, timeout);
+            *rung
+        };
+        *rung = false;
+        drop(rung);
+        self.parked.fetch_sub(1, Ordering::SeqCst);
+        if woken {
+            self.wakeups.fetch_add(1, Ordering::Relaxed);
+        }
+        woken
+    }
+
+    /// Rings that woke (or found work for) a parked large worker so far.
+    pub(super) fn wakeups(&self) -> usize {
+        self.wakeups.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::HelpBell;
+
+    #[test]
+    fn the_bell_rings_only_when_every_small_worker_is_busy() {
+        let bell = HelpBell::new(4);
+        bell.took_events(0, 1, 2);
+        assert!(!bell.park(Duration::ZERO, || false), "one of two busy");
+        bell.took_events(1, 1, 2);
+        bell.turn_over(1);
+        bell.took_events(1, 1, 2);
+        // Not parked when it rang: a ring is not kept for later.
+        assert!(!bell.park(Duration::ZERO, || false));
+        bell.turn_over(0);
+        bell.turn_over(1);
+        assert!(!bell.park(Duration::ZERO, || false));
+        assert!(
+            bell.park(Duration::ZERO, || true),
+            "work queued ends the wait"
+        );
+        assert_eq!(bell.wakeups(), 1);
+    }
+
+    #[test]
+    fn a_ring_wakes_a_parked_large_worker() {
+        let bell = std::sync::Arc::new(HelpBell::new(4));
+        let parked = std::sync::Arc::clone(&bell);
+        let large = std::thread::spawn(move || parked.park(Duration::from_secs(30), || false));
+        // Rings until the large worker has parked and taken one (bounds a hang, not a time).
+        while !large.is_finished() {
+            bell.ring();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(large.join().expect("large worker"));
+    }
+}
