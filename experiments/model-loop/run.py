@@ -19,11 +19,15 @@ Part A (prediction): 4 servers at three loads (server utilisation about 0.3, 0.5
   measured   = the bench's p99 over the run
   floor      = the bench's p50 through the same proxy over servers without emulation, the
                constant the model adds for the proxy, the bench and the loopback.
-Part B (plan): `model plan --slo-p99 SLO` for a rate; runs at n and n - 1 servers.
+Part B (plan): `model plan --slo-p99 SLO` for a rate; runs at n and n - 1 servers (or the
+counts of --b-servers). With --base-port the backends listen at fixed ports (base, base + 1,
+...), so their ketama ring is the one `model plan --ring-servers 127.0.0.1:<base>` plans on;
+each run then also carries `predicted_ring`, the model with that ring's imbalance.
 
 Writes results.json (every run, the model's outputs, the host's metadata) next to this file.
 
     python3 experiments/model-loop/run.py --bin target/suite/tailtrim [--duration 20] [--repeats 2]
+        [--parts A,B] [--base-port 21211] [--b-servers 2,3,4]
 """
 
 import argparse
@@ -91,12 +95,28 @@ def proxy_stats(port):
     return dict(re.findall(r"^STAT (\S+) (\S+)\r?$", data.decode(), re.M))
 
 
-def tier(binary, servers, emulate, directory):
-    """Starts `servers` backends and a proxy; returns (processes, proxy port)."""
+def port_is_free(port):
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def tier(binary, servers, emulate, directory, base_port=None):
+    """Starts `servers` backends (at base_port, base_port + 1, ... when given) and a proxy;
+    returns (processes, proxy port)."""
     procs = []
     ports = []
-    for _ in range(servers):
-        port = free_port()
+    for index in range(servers):
+        if base_port is None:
+            port = free_port()
+        else:
+            port = base_port + index
+            if not port_is_free(port):
+                stop_all(procs)
+                raise SystemExit(f"port {port} is taken: give another --base-port")
         command = [binary, "serve", "-p", str(port), "-l", "127.0.0.1", "-U", "0",
                    "-t", str(THREADS), "--dispatch", "late-binding"]
         if emulate:
@@ -127,11 +147,11 @@ def bench(binary, port, rate, duration, workload, out, preload):
         return json.load(f)
 
 
-def one_run(binary, servers, rate, duration, directory, emulate=True):
+def one_run(binary, servers, rate, duration, directory, emulate=True, base_port=None):
     workload = os.path.join(directory, "workload.toml")
     with open(workload, "w") as f:
         f.write(WORKLOAD)
-    procs, port = tier(binary, servers, emulate, directory)
+    procs, port = tier(binary, servers, emulate, directory, base_port)
     try:
         load_before = loadavg()
         result = bench(binary, port, rate, duration, workload,
@@ -187,14 +207,18 @@ def imbalance(backend_queries, keys_per_request=KEYS_PER_REQUEST):
     return max(1.0, max(shares) * len(counts) / sum(shares))
 
 
-def predicted(binary, rate, servers, network_us, imbalance_ratio=1.0, connections=CONNECTIONS):
+def predicted(binary, rate, servers, network_us, imbalance_ratio=1.0, connections=CONNECTIONS,
+              ring_servers=None):
+    """The model at `servers` servers: with `imbalance_ratio`, or on the ketama ring of
+    `ring_servers` (`model plan --ring-servers`) when given."""
+    split = (["--ring-servers", ring_servers] if ring_servers
+             else ["--imbalance", f"{imbalance_ratio}"])
     out = model(binary, ["--rate", f"{rate}", "--keys", str(KEYS_PER_REQUEST),
                          "--service-us", "0", "--per-key-us", f"{PER_KEY_US}",
                          "--threads", str(THREADS),
                          "--servers", str(servers), "--network-us", f"{network_us}",
                          "--client-connections", str(connections),
-                         "--imbalance", f"{imbalance_ratio}",
-                         "--slo-p99", "1000000"])
+                         "--slo-p99", "1000000"] + split)
     return out["current"]
 
 
@@ -212,7 +236,15 @@ def main():
     parser.add_argument("--slo-p99-us", type=float, default=30000)
     parser.add_argument("--plan-rate", type=float, default=720)
     parser.add_argument("--out", default=os.path.join(HERE, "results.json"))
+    parser.add_argument("--parts", default="A,B", help="which parts to run: A, B or A,B")
+    parser.add_argument("--base-port", type=int, default=None,
+                        help="backends at fixed ports from this one; the plan is made on "
+                             "their ketama ring (`model plan --ring-servers`)")
+    parser.add_argument("--b-servers", default=None,
+                        help="server counts of part B, comma separated (default: n - 1, n)")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
+    ring_servers = None if args.base_port is None else f"127.0.0.1:{args.base_port}"
     recorder = RunRecorder()
     recorder.tool("tailtrim", [args.bin, "--version"])
     # Request rate at server utilisation u on 4 servers: every key costs 2.5 ms of a thread,
@@ -222,22 +254,28 @@ def main():
                             "--service-us", "0", "--per-key-us", f"{PER_KEY_US}",
                             "--threads", str(THREADS),
                             "--client-connections", str(CONNECTIONS),
-                            "--slo-p99", f"{args.slo_p99_us}"])
+                            "--slo-p99", f"{args.slo_p99_us}"]
+                 + (["--ring-servers", ring_servers] if ring_servers else []))
     n = plan["plan"]["recommended"]["servers"]
+    b_servers = ([int(count) for count in args.b_servers.split(",")] if args.b_servers
+                 else [n, n - 1])
     runs = []
     with tempfile.TemporaryDirectory() as directory:
         for repeat in range(args.repeats):
-            floor = one_run(args.bin, 4, loads[0.3], args.duration / 2, directory, emulate=False)
+            floor = one_run(args.bin, 4, loads[0.3], args.duration / 2, directory, emulate=False,
+                            base_port=args.base_port)
             floor.update({"part": "floor", "repeat": repeat})
             runs.append(floor)
             print(json.dumps({k: v for k, v in floor.items() if k != "bench_histogram_all"}),
                   file=sys.stderr)
-            points = [("A", 4, loads[u], u) for u in (0.3, 0.5, 0.7)]
-            points += [("B", servers, args.plan_rate, None) for servers in (n, n - 1)]
+            points = [("A", 4, loads[u], u) for u in (0.3, 0.5, 0.7)] if "A" in parts else []
+            if "B" in parts:
+                points += [("B", servers, args.plan_rate, None) for servers in b_servers]
             # Rotate the order each repeat so drift in the host's load does not follow a point.
             k = repeat % len(points)
             for part, servers, rate, utilisation in points[k:] + points[:k]:
-                run = one_run(args.bin, servers, rate, args.duration, directory)
+                run = one_run(args.bin, servers, rate, args.duration, directory,
+                              base_port=args.base_port)
                 run.update({"part": part, "repeat": repeat, "utilisation": utilisation,
                             "floor_p50_us": floor["measured_us"]["p50"]})
                 run["imbalance"] = imbalance(run["backend_queries"])
@@ -245,6 +283,10 @@ def main():
                                              floor["measured_us"]["p50"], run["imbalance"])
                 run["predicted_balanced"] = predicted(args.bin, run["achieved_rps"], servers,
                                                       floor["measured_us"]["p50"])
+                if ring_servers:
+                    run["predicted_ring"] = predicted(args.bin, run["achieved_rps"], servers,
+                                                      floor["measured_us"]["p50"],
+                                                      ring_servers=ring_servers)
                 runs.append(run)
                 print(json.dumps({k: v for k, v in run.items() if k != "bench_histogram_all"}),
                       file=sys.stderr)
@@ -254,7 +296,8 @@ def main():
     meta["command"] = "python3 experiments/model-loop/run.py " + " ".join(sys.argv[1:])
     with open(args.out, "w") as f:
         json.dump({"metadata": meta, "plan": plan, "slo_p99_us": args.slo_p99_us,
-                   "plan_rate": args.plan_rate, "runs": runs}, f, indent=1)
+                   "plan_rate": args.plan_rate, "base_port": args.base_port,
+                   "runs": runs}, f, indent=1)
     summary(args.out)
 
 
@@ -291,6 +334,9 @@ def summary(path):
             balanced = median([r["predicted_balanced"]["p99"] * 1e6 for r in good])
             extra = (f"   balanced {balanced:.0f} ({balanced / meas:.2f}), imbalance "
                      + ", ".join(f"{r['imbalance']:.3f}" for r in good))
+        if all("predicted_ring" in r for r in good):
+            ring = median([r["predicted_ring"]["p99"] * 1e6 for r in good])
+            extra += f"   ring {ring:.0f} ({ring / meas:.2f})"
         print(f"{part} {servers:>3} {rate:>8} {len(good)}/{len(same)} {pred:>10.0f} {live:>10.0f}"
               f" {meas:>10.0f}  {pred / meas:.2f}   measured: "
               + ", ".join(f"{r['measured_us']['p99']:.0f}" for r in good) + extra)

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //!   WorkloadProfile + SLO + thread options ──► for each c: first M in 1..=max with p99 ≤ SLO
+//!        (the heaviest server's share at M: the profile's imbalance, or the ring's at M)
 //!        ──► recommended (fewest threads in all, then fewest servers)
 //!        ──► its neighbours M − 1, M, M + 1 with their predicted p99
 //! ```
@@ -11,6 +12,16 @@
 //! [`ModelError::Unreachable`] with the best p99 found, never a longer search. Every count
 //! below the recommended one fails the objective (it is the first that meets it), so the
 //! answer is the smallest, even where more servers raise the p99 (wider fan-out at light load).
+//!
+//! [`plan`] takes one imbalance for every count (the profile's). [`plan_with_split`] asks a
+//! function for each count's: a consistent-hash ring of `M` servers splits the keys unevenly,
+//! and unevenly in a different way at each `M`, so the imbalance the plan must cover is the
+//! ring's at the count it recommends. A count whose balanced prediction misses the objective
+//! by more than [`SPLIT_SKIP_MARGIN`] is not asked about, so a search never builds rings it
+//! does not need: an imbalance raises the p99 but for light loads, where keys gathered on
+//! fewer servers can lower it by under 1 % (the property test below bounds it by the margin).
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +31,10 @@ use crate::time::Seconds;
 
 /// Default bound of the server search.
 pub const DEFAULT_MAX_SERVERS: u32 = 1024;
+
+/// [`plan_with_split`] asks for a count's imbalance only where the balanced p99 is at most
+/// this many times the objective: beyond it, no imbalance brings the p99 under.
+pub const SPLIT_SKIP_MARGIN: f64 = 1.05;
 
 /// What to plan for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -43,6 +58,14 @@ pub struct Neighbour {
     pub prediction: Option<TierPrediction>,
     /// Whether its p99 meets the objective.
     pub meets: bool,
+    /// The most loaded server's key share over the mean share it was predicted with.
+    #[serde(default = "balanced")]
+    pub imbalance: f64,
+}
+
+/// Every server holds the mean share.
+fn balanced() -> f64 {
+    1.0
 }
 
 /// The smallest server count meeting the objective at one thread count.
@@ -81,16 +104,66 @@ fn stable_prediction(
     }
 }
 
+/// The imbalance at each server count: one for all, or a function's answer per count
+/// (asked once per count).
+struct Splits<'a> {
+    per_count: Option<&'a mut dyn FnMut(u32) -> f64>,
+    fixed: f64,
+    known: BTreeMap<u32, f64>,
+}
+
+impl Splits<'_> {
+    fn imbalance(&mut self, servers: u32) -> f64 {
+        let Some(per_count) = self.per_count.as_mut() else {
+            return self.fixed;
+        };
+        *self
+            .known
+            .entry(servers)
+            .or_insert_with(|| per_count(servers))
+    }
+
+    /// The prediction at `shape` with the split at its count (`None`: unstable).
+    fn prediction(
+        &mut self,
+        profile: &WorkloadProfile,
+        shape: TierShape,
+    ) -> Result<(Option<TierPrediction>, f64), ModelError> {
+        let imbalance = self.imbalance(shape.servers);
+        let profile = WorkloadProfile {
+            imbalance,
+            ..*profile
+        };
+        Ok((stable_prediction(&profile, shape)?, imbalance))
+    }
+}
+
 /// The first server count in `1..=max_servers` meeting the objective at `threads`, or the
 /// best candidate seen (servers 0 and no prediction when nothing was stable).
 fn search(
     request: &PlanRequest,
     threads: u32,
+    splits: &mut Splits<'_>,
 ) -> Result<Result<TierPrediction, (u32, Option<Seconds>)>, ModelError> {
     let mut best: (u32, Option<Seconds>) = (0, None);
+    let balanced_profile = WorkloadProfile {
+        imbalance: balanced(),
+        ..request.profile
+    };
     for servers in 1..=request.max_servers {
         let shape = TierShape { servers, threads };
-        let Some(prediction) = stable_prediction(&request.profile, shape)? else {
+        let candidate = if splits.per_count.is_some() {
+            // The balanced split bounds the p99 from below (to within the margin): where it
+            // misses by more, so does the ring.
+            match stable_prediction(&balanced_profile, shape)? {
+                Some(lower) if lower.p99.0 > request.slo_p99.0 * SPLIT_SKIP_MARGIN => Some(lower),
+                Some(_) => splits.prediction(&request.profile, shape)?.0,
+                None => None,
+            }
+        } else {
+            splits.prediction(&request.profile, shape)?.0
+        };
+        let Some(prediction) = candidate else {
             continue;
         };
         if prediction.p99.0 <= request.slo_p99.0 {
@@ -103,8 +176,36 @@ fn search(
     Ok(Err(best))
 }
 
-/// Plans the tier for `request`.
+/// Plans the tier for `request`, every server count with the profile's imbalance.
 pub fn plan(request: &PlanRequest) -> Result<Plan, ModelError> {
+    plan_on(
+        request,
+        Splits {
+            per_count: None,
+            fixed: request.profile.imbalance,
+            known: BTreeMap::new(),
+        },
+    )
+}
+
+/// Plans the tier for `request`, each server count `M` with the imbalance
+/// `imbalance_at(M)` (the most loaded server's key share over `1/M`, at least 1) in place of
+/// the profile's: e.g. a consistent-hash ring's split of `M` servers.
+pub fn plan_with_split(
+    request: &PlanRequest,
+    imbalance_at: &mut dyn FnMut(u32) -> f64,
+) -> Result<Plan, ModelError> {
+    plan_on(
+        request,
+        Splits {
+            per_count: Some(imbalance_at),
+            fixed: request.profile.imbalance,
+            known: BTreeMap::new(),
+        },
+    )
+}
+
+fn plan_on(request: &PlanRequest, mut splits: Splits<'_>) -> Result<Plan, ModelError> {
     check_positive("slo_p99", request.slo_p99.0)?;
     if request.max_servers == 0 {
         return Err(ModelError::InvalidParameter {
@@ -124,7 +225,7 @@ pub fn plan(request: &PlanRequest) -> Result<Plan, ModelError> {
     let mut recommended: Option<TierShape> = None;
     let mut closest: Option<(u32, u32, f64)> = None;
     for &threads in &request.thread_options {
-        match search(request, threads)? {
+        match search(request, threads, &mut splits)? {
             Ok(prediction) => {
                 options.push(ThreadOption {
                     threads,
@@ -166,7 +267,7 @@ pub fn plan(request: &PlanRequest) -> Result<Plan, ModelError> {
     let first = recommended.servers.saturating_sub(1).max(1);
     let mut neighbours = Vec::with_capacity(3);
     for servers in first..=recommended.servers + 1 {
-        let prediction = stable_prediction(
+        let (prediction, imbalance) = splits.prediction(
             &request.profile,
             TierShape {
                 servers,
@@ -177,6 +278,7 @@ pub fn plan(request: &PlanRequest) -> Result<Plan, ModelError> {
             servers,
             prediction,
             meets: prediction.is_some_and(|p| p.p99.0 <= request.slo_p99.0),
+            imbalance,
         });
     }
     Ok(Plan {
@@ -191,7 +293,7 @@ pub fn plan(request: &PlanRequest) -> Result<Plan, ModelError> {
 mod tests {
     use proptest::prelude::{prop_assert, proptest};
 
-    use super::{plan, PlanRequest, DEFAULT_MAX_SERVERS};
+    use super::{plan, plan_with_split, PlanRequest, DEFAULT_MAX_SERVERS, SPLIT_SKIP_MARGIN};
     use crate::tier::{predict, ServiceCost, TierShape, WorkloadProfile};
     use crate::time::Seconds;
     use crate::ModelError;
@@ -286,7 +388,64 @@ mod tests {
         }
     }
 
+    #[test]
+    fn an_uneven_ring_at_the_recommended_count_moves_the_plan() {
+        let asked = request(200_000.0, 10.0, 600.0, &[4]);
+        let even = plan(&asked).expect("reachable");
+        let servers = even.recommended.servers;
+        // The ring of `servers` servers puts 1.6x the mean share on one of them; every other
+        // count is even.
+        let mut ring = |count: u32| if count == servers { 1.6 } else { 1.0 };
+        let uneven = plan_with_split(&asked, &mut ring).expect("reachable");
+        assert!(uneven.recommended.servers > servers, "{uneven:?}");
+        let at_even_choice = uneven.neighbours.iter().find(|n| n.servers == servers);
+        assert!(
+            at_even_choice.is_some_and(|n| !n.meets && n.imbalance == 1.6),
+            "{uneven:?}"
+        );
+    }
+
+    #[test]
+    fn an_even_split_per_count_is_the_plain_plan() {
+        let asked = request(200_000.0, 10.0, 600.0, &[2, 4]);
+        let mut even = |_: u32| 1.0;
+        assert_eq!(
+            plan_with_split(&asked, &mut even).expect("reachable"),
+            plan(&asked).expect("reachable")
+        );
+    }
+
+    #[test]
+    fn the_split_is_asked_once_per_count_and_only_near_or_under_the_objective() {
+        let asked = request(200_000.0, 10.0, 600.0, &[4]);
+        let servers = plan(&asked).expect("reachable").recommended.servers;
+        let mut asked_counts = Vec::new();
+        let mut ring = |count: u32| {
+            asked_counts.push(count);
+            1.0
+        };
+        plan_with_split(&asked, &mut ring).expect("reachable");
+        // The recommended count (its balanced prediction meets), then the neighbours below
+        // and above it; none twice.
+        assert_eq!(asked_counts, vec![servers, servers - 1, servers + 1]);
+    }
+
     proptest! {
+        #[test]
+        fn a_heavier_most_loaded_server_lowers_the_p99_by_less_than_the_margin(rate in 1_000.0f64..300_000.0, keys in 1.0f64..40.0, servers in 2u32..16, imbalance in 1.0f64..2.0, connections in 0u32..2) {
+            // The plan's search skips the ring where the balanced p99 misses by more than
+            // the margin: this is why.
+            let base = WorkloadProfile {
+                client_connections: connections * 64,
+                ..request(rate, keys, 1_000.0, &[4]).profile
+            };
+            let shape = TierShape { servers, threads: 4 };
+            let heavier = WorkloadProfile { imbalance, ..base };
+            if let (Ok(balanced), Ok(high)) = (predict(&base, shape), predict(&heavier, shape)) {
+                prop_assert!(high.p99.0 * SPLIT_SKIP_MARGIN >= balanced.p99.0, "{balanced:?} {high:?}");
+            }
+        }
+
         #[test]
         fn more_load_never_needs_fewer_servers(rate in 1_000.0f64..400_000.0, extra in 1.0f64..3.0, keys in 1.0f64..40.0) {
             let light = plan(&request(rate, keys, 2_000.0, &[4]));

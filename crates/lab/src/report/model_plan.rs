@@ -6,6 +6,8 @@
 //!   --from-stats HOST:PORT ──stats, sleep, stats──► MeasuredProfile (interval deltas)
 //!   --from-bench FILE.json ──────────────────────► MeasuredProfile (the run's totals)
 //!        + flags (--rate, --service-us, …) ──► tailtrim_model::plan::plan ──► plan_table | JSON
+//!        + --ring / --ring-servers ──► RingSplit: each count's ketama ring (the proxy's code),
+//!          the most loaded server's share of the hash circle ──► plan_with_split
 //! ```
 //!
 //! What each source gives (a flag always wins):
@@ -23,8 +25,10 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::Value;
+use tailtrim_client::config::ServerSpec;
 use tailtrim_model::plan::Plan;
 use tailtrim_policy::costspec::{CostSpec, Units};
+use tailtrim_policy::ring::{HashFunction, Ring, RingOptions, RingServer};
 
 use crate::process::fetch_stats;
 use crate::LabError;
@@ -222,6 +226,118 @@ pub fn profile_from_bench(path: &Path) -> Result<MeasuredProfile, LabError> {
     })
 }
 
+/// The key hash a ring is planned with when none is given: the proxy's default (`md5`,
+/// libmemcached's ketama hash).
+pub const RING_DEFAULT_HASH: &str = "md5";
+/// The first server of a ring planned without `--ring-servers`: where `tailtrim cluster`
+/// puts a tier's first server by default (the next ones at the following ports).
+pub const RING_DEFAULT_FIRST_SERVER: &str = "127.0.0.1:11211";
+
+/// The ketama rings a plan is made on: the pool's servers in order, and past the end of the
+/// list more on the last one's host at the following ports (weight 1), as `cluster add`
+/// would name them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RingSplit {
+    servers: Vec<ServerSpec>,
+    options: RingOptions,
+}
+
+impl RingSplit {
+    /// `servers`: comma separated, each `host:port[:weight] [name]` (the pool's syntax);
+    /// `hash`: the pool's key hash.
+    pub fn parse(servers: &str, hash: &str) -> Result<RingSplit, String> {
+        let servers = servers
+            .split(',')
+            .map(|entry| ServerSpec::parse(entry.trim()).map_err(|error| error.to_string()))
+            .collect::<Result<Vec<ServerSpec>, String>>()?;
+        let hash = HashFunction::from_name(hash).map_err(|error| error.to_string())?;
+        if hash == HashFunction::Crc32 {
+            // Its 15-bit values fall on the first 2^-17 of the circle: no arc share says
+            // where keys go.
+            return Err(
+                "--ring-hash crc32: the plan reads shares of the 32-bit circle, \
+                        which crc32's 15-bit hash does not cover"
+                    .to_string(),
+            );
+        }
+        Ok(RingSplit {
+            servers,
+            options: RingOptions {
+                hash,
+                ..RingOptions::default()
+            },
+        })
+    }
+
+    /// The first `count` servers of the pool.
+    pub fn servers(&self, count: u32) -> Result<Vec<ServerSpec>, String> {
+        let mut servers: Vec<ServerSpec> =
+            self.servers.iter().take(count as usize).cloned().collect();
+        while servers.len() < count as usize {
+            let Some(last) = servers.last() else {
+                return Err("a ring needs at least one server".to_string());
+            };
+            let port = last
+                .port
+                .checked_add(1)
+                .ok_or_else(|| format!("{count} servers run past port 65535"))?;
+            servers.push(ServerSpec {
+                host: last.host.clone(),
+                port,
+                weight: 1,
+                name: None,
+            });
+        }
+        Ok(servers)
+    }
+
+    /// The ketama ring of the first `count` servers, as the proxy builds it.
+    pub fn ring(&self, count: u32) -> Result<Ring, String> {
+        let servers: Vec<RingServer> = self
+            .servers(count)?
+            .iter()
+            .map(ServerSpec::ring_server)
+            .collect();
+        Ring::new(&servers, self.options).map_err(|error| error.to_string())
+    }
+
+    /// The most loaded server's share over the mean share `1/count` on the ring of `count`
+    /// servers (the tier model's `imbalance`; keys spread evenly over the hash circle).
+    pub fn imbalance(&self, count: u32) -> Result<f64, String> {
+        let shares = circle_shares(&self.ring(count)?);
+        let heaviest = shares.iter().copied().fold(0.0, f64::max);
+        Ok((heaviest * shares.len() as f64).max(1.0))
+    }
+}
+
+/// Each server's share of the 32-bit hash circle on a ketama ring: a hash goes to the first
+/// point at or above it, so a point owns the arc from its predecessor (exclusive) to itself,
+/// the first point the arc that wraps past the last. One server owns the whole circle.
+pub fn circle_shares(ring: &Ring) -> Vec<f64> {
+    let mut owned = vec![0u64; ring.server_count()];
+    let points = ring.continuum();
+    if let Some(last) = points.last() {
+        let mut previous = u64::from(last.value);
+        for (index, point) in points.iter().enumerate() {
+            let value = u64::from(point.value);
+            let arc = if index == 0 {
+                value + (1u64 << 32) - previous
+            } else {
+                value - previous
+            };
+            if let Some(share) = owned.get_mut(point.server as usize) {
+                *share += arc;
+            }
+            previous = value;
+        }
+    }
+    if ring.server_count() == 1 || owned.iter().all(|&arc| arc == 0) {
+        return vec![1.0 / ring.server_count().max(1) as f64; ring.server_count()];
+    }
+    let circle = (1u64 << 32) as f64;
+    owned.iter().map(|&arc| arc as f64 / circle).collect()
+}
+
 fn micros(value: f64) -> String {
     if value.is_finite() {
         format!("{value:.0}")
@@ -231,7 +347,7 @@ fn micros(value: f64) -> String {
 }
 
 /// How far the recommended shape's predicted p99 is under the objective: the error of the
-/// model (and the imbalance of a ring not yet built) it can absorb.
+/// model (and, planned without `--ring`, the imbalance of a ring not yet built) it can absorb.
 fn headroom(plan: &Plan) -> Option<String> {
     let at = plan
         .neighbours
@@ -246,8 +362,9 @@ fn headroom(plan: &Plan) -> Option<String> {
     ))
 }
 
-/// The plan as a table.
-pub fn plan_table(plan: &Plan, measured: &MeasuredProfile) -> String {
+/// The plan as a table; `ring`: the rings it was planned on (each row then shows its
+/// ring's imbalance).
+pub fn plan_table(plan: &Plan, measured: &MeasuredProfile, ring: Option<&RingSplit>) -> String {
     let mut out = String::new();
     let profile = &plan.request.profile;
     let _ = writeln!(out, "profile from {}", measured.source);
@@ -268,12 +385,24 @@ pub fn plan_table(plan: &Plan, measured: &MeasuredProfile) -> String {
             .value_bytes
             .map_or_else(String::new, |bytes| format!(", {bytes:.0} B per hit")),
     );
-    if profile.client_connections > 0 || profile.imbalance > 1.0 {
-        let _ = writeln!(
-            out,
-            "  {} client connections read in order, most loaded server {:.3}x the mean share",
-            profile.client_connections, profile.imbalance
-        );
+    match ring {
+        Some(ring) => {
+            let _ = writeln!(
+                out,
+                "  {} client connections read in order; each count on its ketama ring ({}, servers from {})",
+                profile.client_connections,
+                ring.options.hash.name(),
+                ring.servers.first().map_or_else(String::new, ToString::to_string)
+            );
+        }
+        None if profile.client_connections > 0 || profile.imbalance > 1.0 => {
+            let _ = writeln!(
+                out,
+                "  {} client connections read in order, most loaded server {:.3}x the mean share",
+                profile.client_connections, profile.imbalance
+            );
+        }
+        None => {}
     }
     if let Some(p99) = measured.measured_p99_us {
         let _ = writeln!(out, "  measured p99 at the source: {p99:.0} µs");
@@ -292,15 +421,28 @@ pub fn plan_table(plan: &Plan, measured: &MeasuredProfile) -> String {
     );
     let _ = writeln!(
         out,
-        "{:>8} {:>8} {:>7} {:>12} {:>7} {:>10} {:>10}  meets",
-        "servers", "threads", "fanout", "queries/s", "ρ", "p50 µs", "p99 µs"
+        "{:>8} {:>8} {:>7} {:>12} {:>7} {:>10} {:>10}  meets{}",
+        "servers",
+        "threads",
+        "fanout",
+        "queries/s",
+        "ρ",
+        "p50 µs",
+        "p99 µs",
+        if ring.is_some() { "  heaviest" } else { "" }
     );
     for neighbour in &plan.neighbours {
+        let verdict = if neighbour.meets { "yes" } else { "no" };
+        let last = if ring.is_some() {
+            format!("{verdict:<5}  {:.3}x", neighbour.imbalance)
+        } else {
+            verdict.to_string()
+        };
         match &neighbour.prediction {
             Some(prediction) => {
                 let _ = writeln!(
                     out,
-                    "{:>8} {:>8} {:>7.2} {:>12.0} {:>7.3} {:>10} {:>10}  {}",
+                    "{:>8} {:>8} {:>7.2} {:>12.0} {:>7.3} {:>10} {:>10}  {last}",
                     neighbour.servers,
                     prediction.shape.threads,
                     prediction.fanout,
@@ -308,13 +450,12 @@ pub fn plan_table(plan: &Plan, measured: &MeasuredProfile) -> String {
                     prediction.utilization,
                     micros(prediction.p50.as_micros()),
                     micros(prediction.p99.as_micros()),
-                    if neighbour.meets { "yes" } else { "no" }
                 );
             }
             None => {
                 let _ = writeln!(
                     out,
-                    "{:>8} {:>8} {:>7} {:>12} {:>7} {:>10} {:>10}  no",
+                    "{:>8} {:>8} {:>7} {:>12} {:>7} {:>10} {:>10}  {last}",
                     neighbour.servers,
                     plan.recommended.threads,
                     "-",
@@ -349,7 +490,7 @@ pub fn plan_table(plan: &Plan, measured: &MeasuredProfile) -> String {
 mod tests {
     use std::collections::BTreeMap;
 
-    use super::{proxy_profile, server_profile};
+    use super::{circle_shares, proxy_profile, server_profile, RingSplit};
 
     fn stats(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
@@ -391,5 +532,57 @@ mod tests {
         assert_eq!(profile.servers, Some(2));
         assert_eq!(profile.keys_per_request, Some(10.0));
         assert_eq!(profile.service_us, Some(250.0));
+    }
+
+    #[test]
+    fn circle_shares_are_where_the_ring_sends_keys() {
+        let split = RingSplit::parse("127.0.0.1:11211", "md5").expect("a ring");
+        let ring = split.ring(3).expect("three servers");
+        let shares = circle_shares(&ring);
+        assert!(
+            (shares.iter().sum::<f64>() - 1.0).abs() < 1e-12,
+            "{shares:?}"
+        );
+        // The proxy's own lookup over many keys lands where the arcs say.
+        let keys = 200_000;
+        let mut counted = [0u32; 3];
+        for id in 0..keys {
+            counted[ring.server_for(format!("key:{id}").as_bytes())] += 1;
+        }
+        for (share, count) in shares.iter().zip(counted) {
+            let seen = f64::from(count) / f64::from(keys);
+            assert!((share - seen).abs() < 0.005, "{shares:?} vs {counted:?}");
+        }
+        let heaviest = shares.iter().copied().fold(0.0, f64::max);
+        let imbalance = split.imbalance(3).expect("an imbalance");
+        assert!((imbalance - 3.0 * heaviest).abs() < 1e-12 && imbalance > 1.0);
+        assert_eq!(split.imbalance(1), Ok(1.0));
+    }
+
+    #[test]
+    fn ring_servers_go_on_past_the_list_at_the_following_ports() {
+        let split =
+            RingSplit::parse("10.0.0.1:11211:2 alpha, 10.0.0.2:11300", "fnv1a_64").expect("a list");
+        let named: Vec<String> = split
+            .servers(4)
+            .expect("four servers")
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            named,
+            [
+                "10.0.0.1:11211:2 alpha",
+                "10.0.0.2:11300:1",
+                "10.0.0.2:11301:1",
+                "10.0.0.2:11302:1"
+            ]
+        );
+        assert!(RingSplit::parse("10.0.0.1:65535", "md5")
+            .and_then(|split| split.servers(2))
+            .is_err());
+        assert!(RingSplit::parse("10.0.0.1:11211", "crc32").is_err());
+        assert!(RingSplit::parse("10.0.0.1:11211", "sha1").is_err());
+        assert!(RingSplit::parse("10.0.0.1:11211:0", "md5").is_err());
     }
 }

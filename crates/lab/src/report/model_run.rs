@@ -7,6 +7,7 @@
 //!   ModelCommand::Chisel ──chisel_params──> ChiselReport::evaluate ──> chisel_table | JSON
 //!   ModelCommand::Cliff  ──> tailtrim_model::cliff::cliff_table ──> cliff_table | JSON
 //!   ModelCommand::Plan   ──profile (stats | bench JSON | flags)──> tailtrim_model::plan::plan
+//!                        (--ring: each count's ketama ring ──> plan::plan_with_split)
 //!                                          ──> model_plan::plan_table | JSON
 //! ```
 
@@ -18,7 +19,7 @@ use tailtrim_model::cheng::{self, ChengParams};
 use tailtrim_model::chisel::{ChiselParams, LinearCost, Objective, PlanGrid};
 use tailtrim_model::cliff::{self, DEFAULT_KNEE_SLOPE, DEFAULT_LEVEL_DELTA, PAPER_TABLE_4};
 use tailtrim_model::evaluate::{cheng_sweep, ChiselReport};
-use tailtrim_model::plan::{plan, PlanRequest, DEFAULT_MAX_SERVERS};
+use tailtrim_model::plan::{plan, plan_with_split, Plan, PlanRequest, DEFAULT_MAX_SERVERS};
 use tailtrim_model::tier::{predict, ServiceCost, TierPrediction, TierShape, WorkloadProfile};
 use tailtrim_model::Seconds;
 
@@ -26,7 +27,8 @@ use crate::report::model::{
     cheng_table, chisel_table, cliff_table, plot_sweep, sweep_table, ChiselInputs,
 };
 use crate::report::model_plan::{
-    plan_table, profile_from_bench, profile_from_stats, MeasuredProfile,
+    plan_table, profile_from_bench, profile_from_stats, MeasuredProfile, RingSplit,
+    RING_DEFAULT_FIRST_SERVER, RING_DEFAULT_HASH,
 };
 
 /// The subcommands of `tailtrim model`.
@@ -88,6 +90,17 @@ pub struct PlanArgs {
     /// The most loaded server's share of the keys over the mean share (>= 1; 1: balanced).
     #[arg(long, default_value_t = 1.0)]
     pub imbalance: f64,
+    /// Take each server count's imbalance from the ketama ring the proxy builds over that
+    /// many servers, named as a tier names them by default (127.0.0.1:11211, :11212, …).
+    #[arg(long, conflicts_with = "imbalance")]
+    pub ring: bool,
+    /// The ring's servers in pool order, comma separated, each `host:port[:weight] [name]`;
+    /// counts past the list go on at the last one's host and the following ports. Implies --ring.
+    #[arg(long, value_name = "LIST", conflicts_with = "imbalance")]
+    pub ring_servers: Option<String>,
+    /// The ring's key hash (the pool's `hash`).
+    #[arg(long, value_name = "NAME", default_value = RING_DEFAULT_HASH)]
+    pub ring_hash: String,
     /// Largest server count searched.
     #[arg(long, default_value_t = DEFAULT_MAX_SERVERS)]
     pub max_servers: u32,
@@ -492,32 +505,78 @@ struct PlanOutput<'a> {
     measured: &'a MeasuredProfile,
     /// The tier of `--servers`, predicted.
     current: Option<TierPrediction>,
-    plan: &'a tailtrim_model::plan::Plan,
+    plan: &'a Plan,
+    /// Planned on rings: the recommended count's servers, in pool order.
+    ring_servers: Option<Vec<String>>,
+}
+
+/// The plan on each count's ring: the ring's imbalance in place of the profile's.
+fn plan_on_rings(request: &PlanRequest, ring: &RingSplit) -> Result<Plan, String> {
+    let mut failure = None;
+    let mut imbalance_at = |servers: u32| {
+        ring.imbalance(servers).unwrap_or_else(|error| {
+            failure.get_or_insert(error);
+            f64::NAN
+        })
+    };
+    let planned = plan_with_split(request, &mut imbalance_at);
+    if let Some(error) = failure {
+        return Err(error);
+    }
+    planned.map_err(|error| error.to_string())
 }
 
 fn run_plan(out: &mut String, flags: &PlanArgs) -> Result<(), String> {
     let measured = measured_profile(flags)?;
     let request = plan_request(flags, &measured)?;
+    let ring = match (&flags.ring_servers, flags.ring) {
+        (Some(servers), _) => Some(RingSplit::parse(servers, &flags.ring_hash)?),
+        (None, true) => Some(RingSplit::parse(
+            RING_DEFAULT_FIRST_SERVER,
+            &flags.ring_hash,
+        )?),
+        (None, false) => None,
+    };
     let current = match flags.servers {
         Some(servers) => {
             let shape = TierShape {
                 servers,
                 threads: request.thread_options[0],
             };
-            Some(predict(&request.profile, shape).map_err(|error| error.to_string())?)
+            let profile = match &ring {
+                Some(ring) => WorkloadProfile {
+                    imbalance: ring.imbalance(servers)?,
+                    ..request.profile
+                },
+                None => request.profile,
+            };
+            Some(predict(&profile, shape).map_err(|error| error.to_string())?)
         }
         None => None,
     };
-    let plan = plan(&request).map_err(|error| error.to_string())?;
+    let plan = match &ring {
+        Some(ring) => plan_on_rings(&request, ring)?,
+        None => plan(&request).map_err(|error| error.to_string())?,
+    };
     if flags.json {
+        let ring_servers = match &ring {
+            Some(ring) => Some(
+                ring.servers(plan.recommended.servers)?
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect(),
+            ),
+            None => None,
+        };
         out.push_str(&to_json(&PlanOutput {
             measured: &measured,
             current,
             plan: &plan,
+            ring_servers,
         })?);
         return Ok(());
     }
-    out.push_str(&plan_table(&plan, &measured));
+    out.push_str(&plan_table(&plan, &measured, ring.as_ref()));
     if let Some(current) = current {
         out.push_str(&format!(
             "at {} servers x {} threads: ρ {:.3}, p50 {:.0} µs, p99 {:.0} µs\n",
@@ -536,6 +595,9 @@ mod tests {
     use clap::Parser;
 
     use super::{parse_range, render, ModelCommand};
+
+    /// An objective (µs) the even split meets at 3 testbed servers and the default ring does not.
+    const RING_TEST_SLO_US: &str = "33930";
 
     #[derive(Parser)]
     struct TestCli {
@@ -593,6 +655,70 @@ mod tests {
         assert_eq!(report["batching"]["chunks"], 1);
     }
 
+    /// `model plan` for the model-loop testbed (720 requests/s of 4-key gets, 2.5 ms of a
+    /// thread per key, the bench's 64 connections read in order by the proxy).
+    fn testbed_plan(extra: &[&str]) -> Result<String, String> {
+        let mut arguments = vec![
+            "plan",
+            "--rate",
+            "720",
+            "--keys",
+            "4",
+            "--service-us",
+            "0",
+            "--per-key-us",
+            "2500",
+            "--client-connections",
+            "64",
+        ];
+        arguments.extend_from_slice(extra);
+        output(&arguments)
+    }
+
+    #[test]
+    fn the_ring_of_the_recommended_count_can_move_the_plan() {
+        // Between the even split's p99 at 3 servers (33.9 ms) and that of the ketama ring of
+        // 3 servers named as a tier names them (the heaviest 1.049x the mean share).
+        let objective = ["--slo-p99", RING_TEST_SLO_US];
+        let even = testbed_plan(&objective).unwrap_or_else(|error| panic!("{error}"));
+        assert!(
+            even.contains("recommended: 3 servers x 4 threads"),
+            "{even}"
+        );
+        let on_rings = testbed_plan(&[&objective[..], &["--ring"]].concat())
+            .unwrap_or_else(|error| panic!("{error}"));
+        assert!(
+            on_rings.contains("recommended: 4 servers x 4 threads"),
+            "{on_rings}"
+        );
+        assert!(
+            on_rings.contains("ketama ring (md5, servers from 127.0.0.1:11211:1)"),
+            "{on_rings}"
+        );
+        assert!(on_rings.contains("no     1.049x"), "{on_rings}");
+        // The pool's own servers, and the recommended count's in the JSON.
+        let named = testbed_plan(&[
+            "--slo-p99",
+            "40000",
+            "--ring-servers",
+            "127.0.0.1:11211",
+            "--json",
+        ])
+        .unwrap_or_else(|error| panic!("{error}"));
+        let value: serde_json::Value =
+            serde_json::from_str(&named).unwrap_or_else(|error| panic!("{error}: {named}"));
+        assert_eq!(
+            value["ring_servers"],
+            serde_json::json!([
+                "127.0.0.1:11211:1",
+                "127.0.0.1:11212:1",
+                "127.0.0.1:11213:1"
+            ])
+        );
+        assert!(testbed_plan(&["--slo-p99", "40000", "--ring", "--imbalance", "1.1"]).is_err());
+        assert!(testbed_plan(&["--slo-p99", "40000", "--ring", "--ring-hash", "crc32"]).is_err());
+    }
+
     #[test]
     fn plan_from_flags_and_its_errors() {
         let value = json(&[
@@ -625,23 +751,8 @@ mod tests {
         .unwrap_or_else(|error| panic!("{error}"));
         assert!(table.contains("recommended:"), "{table}");
         assert!(table.contains("at 3 servers x 4 threads"), "{table}");
-        // The model-loop testbed: the bench's 64 connections read in order by the proxy.
-        let testbed = output(&[
-            "plan",
-            "--rate",
-            "720",
-            "--keys",
-            "4",
-            "--service-us",
-            "0",
-            "--per-key-us",
-            "2500",
-            "--client-connections",
-            "64",
-            "--slo-p99",
-            "40000",
-        ])
-        .unwrap_or_else(|error| panic!("{error}"));
+        let testbed =
+            testbed_plan(&["--slo-p99", "40000"]).unwrap_or_else(|error| panic!("{error}"));
         assert!(
             testbed.contains(
                 "recommended: 3 servers x 4 threads (p99 33875 µs: a measured p99 up to 1.18x"
