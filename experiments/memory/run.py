@@ -32,6 +32,11 @@ HEADER = 59
 BATCH_SETS = 100
 BATCH_BYTES = 256 * 1024
 
+# Scenarios whose phases after the first each start with a `flush_all`.
+FLUSHED = {"flush"}
+# Scenarios that count how many of the last phase's keys are held.
+COUNTED = {"shift", "flush"}
+
 SCENARIOS = {
     "8B": [[8]],
     "32B": [[32]],
@@ -40,6 +45,7 @@ SCENARIOS = {
     "100KB": [[100_000]],
     "1MB": [[1_000_000]],
     "shift": [[32], [100]],
+    "flush": [[32], [100]],
     "mix": [[8, 32, 100], [32, 100, 1000, 8], [1000, 100_000, 32], [8, 32]],
 }
 
@@ -150,6 +156,10 @@ def run_scenario(command, name, phases, limit_mib=LIMIT_MIB):
                   "phases": []}
         for number, sizes in enumerate(phases):
             phase = f"p{number}"
+            if name in FLUSHED and number > 0:
+                sock.sendall(b"flush_all\r\n")
+                if read_until(sock, b"\r\n") != b"OK\r\n":
+                    raise RuntimeError("flush_all failed")
             total, refused = fill(sock, phase, sizes, limit)
             figures = stats(sock)
             entry = {
@@ -160,7 +170,9 @@ def run_scenario(command, name, phases, limit_mib=LIMIT_MIB):
                 "curr_items": int(figures["curr_items"]),
                 "bytes": int(figures["bytes"]),
             }
-            if name == "shift" and number == len(phases) - 1:
+            if name in COUNTED and number > 0:
+                entry["flushed_before"] = name in FLUSHED
+            if name in COUNTED and number == len(phases) - 1:
                 entry["held_of_this_phase"] = count_held(sock, phase, total)
             record["phases"].append(entry)
         record["max_rss_kib"] = max(p["rss_kib"] for p in record["phases"])

@@ -169,6 +169,22 @@ pub struct ItemView {
     pub binary_key: bool,
 }
 
+/// An item as a read sees it in place, under its shard's lock ([`crate::Store::get_with`]):
+/// the value is borrowed from the store, so a reply can be composed from it with one copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ItemRef<'a> {
+    /// The value, borrowed.
+    pub value: &'a [u8],
+    /// Client flags (opaque 32-bit).
+    pub flags: u32,
+    /// CAS unique of the item as stored.
+    pub cas: u64,
+    /// When the item expires.
+    pub expiry: Expiry,
+    /// The key was stored base64-encoded (`ms … b`); meta `k` returns it encoded.
+    pub binary_key: bool,
+}
+
 /// Values this long or longer get a memory mapping of their own: freeing
 /// one returns its pages to the kernel at once, so large values never leave holes in the
 /// allocator's heap that small items would then pin.

@@ -146,7 +146,7 @@ mod tests;
 pub use crate::class::{class_chunk_sizes, size_class, LARGEST_CHUNK, SIZE_CLASS_LIMIT};
 pub use crate::error::StoreError;
 pub use crate::item::{
-    inline_header_len, item_footprint, item_size, malloc_chunk, ItemView,
+    inline_header_len, item_footprint, item_size, malloc_chunk, ItemRef, ItemView,
     EXTERNAL_VALUE_BOOKKEEPING_BYTES, EXTERNAL_VALUE_MIN, INLINE_HEADER_BYTES,
     ITEM_BOOKKEEPING_BYTES, ITEM_FLAGS_BYTES, ITEM_HEADER_BYTES, KEY_MAX_LEN, MAPPED_VALUE_MIN,
 };

@@ -33,8 +33,8 @@ use bytes::Bytes;
 use crate::class::{size_class, SIZE_CLASS_LIMIT};
 use crate::index::KeyIndex;
 use crate::item::{
-    external_copy, inline_header_len, item_footprint, item_size, Item, EXTERNAL_VALUE_MIN,
-    INLINE_HEADER_BYTES, STATE_EXTERNAL_VALUE, STATE_FETCHED,
+    external_copy, inline_header_len, item_footprint, item_size, Item, ItemRef, ItemView,
+    EXTERNAL_VALUE_MIN, INLINE_HEADER_BYTES, STATE_BINARY_KEY, STATE_EXTERNAL_VALUE, STATE_FETCHED,
 };
 use crate::ops::{ClassStats, StoreStats};
 use crate::segment::Segment;
@@ -312,6 +312,11 @@ pub(crate) struct ShardState {
     front_evicting: bool,
     /// Where the expiry crawler resumes: segment number and offset.
     crawl_cursor: (usize, usize),
+    /// The record the last age scan ([`ShardState::oldest_access`]) looked at last
+    /// (segment number and offset), when it stopped before the shard's last stored record;
+    /// `None` when it looked at every one (or has not run). Reading an item after it cannot
+    /// change the scan's answer.
+    age_scan_end: Option<(usize, usize)>,
     /// Sum of `item_size` over the items in this shard.
     pub bytes: u64,
     /// Sum of `item_footprint` over the items in this shard.
@@ -343,6 +348,7 @@ impl ShardState {
             evict_cursor: (usize::MAX, 0),
             front_evicting: false,
             crawl_cursor: (0, 0),
+            age_scan_end: None,
             bytes: 0,
             footprint: 0,
             counters: StoreStats::default(),
@@ -498,15 +504,9 @@ impl ShardState {
     /// an external one.
     pub fn item(&self, location: u32) -> Item {
         let header = self.header(location);
-        let data = self.data(location);
-        let value = if data[OFFSET_STATE] & STATE_EXTERNAL_VALUE != 0 {
-            self.external_value(data).cloned().unwrap_or_default()
-        } else {
-            Bytes::copy_from_slice(&data[value_start(data)..])
-        };
         Item {
             key_len: header.key_len,
-            value,
+            value: self.value(location),
             flags: header.flags,
             expiry: header.expiry,
             cas: header.cas,
@@ -515,17 +515,74 @@ impl ShardState {
         }
     }
 
+    /// The value of the item at `location`: a copy of an inline value, a shared handle on an
+    /// external one.
+    fn value(&self, location: u32) -> Bytes {
+        let data = self.data(location);
+        if data[OFFSET_STATE] & STATE_EXTERNAL_VALUE != 0 {
+            self.external_value(data).cloned().unwrap_or_default()
+        } else {
+            Bytes::copy_from_slice(&data[value_start(data)..])
+        }
+    }
+
+    /// What a read of the item at `location` hands back, its value copied out once (shared,
+    /// when external).
+    pub fn view(&self, location: u32) -> ItemView {
+        let lent = self.item_ref(location);
+        let value = if lent.value.len() >= EXTERNAL_VALUE_MIN {
+            self.value(location)
+        } else {
+            Bytes::copy_from_slice(lent.value)
+        };
+        ItemView {
+            value,
+            flags: lent.flags,
+            cas: lent.cas,
+            expiry: lent.expiry,
+            binary_key: lent.binary_key,
+        }
+    }
+
+    /// The item at `location` borrowed in place, value included (no copy).
+    pub fn item_ref(&self, location: u32) -> ItemRef<'_> {
+        let data = self.data(location);
+        let value = if data[OFFSET_STATE] & STATE_EXTERNAL_VALUE != 0 {
+            self.external_value(data)
+                .map_or(&[][..], |value| &value[..])
+        } else {
+            &data[value_start(data)..]
+        };
+        ItemRef {
+            value,
+            flags: flags_of(data),
+            cas: read_u64(data, OFFSET_CAS),
+            expiry: decode_expiry(read_u32(data, OFFSET_EXPIRY)),
+            binary_key: data[OFFSET_STATE] & STATE_BINARY_KEY != 0,
+        }
+    }
+
     /// Last access second of the item eviction would take next — the first not accessed
     /// since written among the next [`AGE_SCAN_RECORDS`] (accessed ones get a second
     /// chance), else the first — `u64::MAX` when empty. Published to other threads so
-    /// eviction can pick the shard whose oldest item is oldest.
-    pub fn oldest_access(&self) -> u64 {
-        let (mut first, mut unaccessed) = (None, None);
-        self.walk_from_evict_cursor(
+    /// eviction can pick the shard whose oldest item is oldest. Notes where the scan stopped
+    /// ([`ShardState::beyond_age_scan`]).
+    pub fn oldest_access(&mut self) -> u64 {
+        let (oldest, scan_end) = self.scan_oldest_access();
+        self.age_scan_end = scan_end;
+        oldest
+    }
+
+    /// [`ShardState::oldest_access`]'s scan: the second, and where it stopped (segment number
+    /// and offset of the last record it looked at) unless that was the last stored record.
+    pub fn scan_oldest_access(&self) -> (u64, Option<(usize, usize)>) {
+        let (mut first, mut unaccessed, mut last_seen) = (None, None, None);
+        let stopped = self.walk_from_evict_cursor(
             |shard, location| {
                 let data = shard.data(location);
                 let access = u64::from(read_u32(data, OFFSET_ACCESS));
                 first.get_or_insert(access);
+                last_seen = Some(location);
                 if data[OFFSET_STATE] & STATE_ACCESSED == 0 {
                     unaccessed = Some(access);
                 }
@@ -533,7 +590,26 @@ impl ShardState {
             },
             AGE_SCAN_RECORDS,
         );
-        unaccessed.or(first).unwrap_or(u64::MAX)
+        let scan_end = last_seen
+            .filter(|_| stopped)
+            .map(|location| self.split(location));
+        (unaccessed.or(first).unwrap_or(u64::MAX), scan_end)
+    }
+
+    /// True if marking the item at `location` read (accessed, at a new second) cannot change
+    /// what [`ShardState::oldest_access`] last returned, nothing else having changed since:
+    /// the record lies past where that scan stopped, in eviction order.
+    pub fn beyond_age_scan(&self, location: u32) -> bool {
+        let Some((scan_number, scan_offset)) = self.age_scan_end else {
+            return false;
+        };
+        let (number, offset) = self.split(location);
+        if number == scan_number {
+            offset > scan_offset
+        } else {
+            // Every other segment comes after the oldest one.
+            self.fifo.front() == Some(&scan_number)
+        }
     }
 
     /// Marks the item read at `now`: fetched, and accessed (it gets a second chance when
@@ -1037,12 +1113,13 @@ impl ShardState {
     }
 
     /// Calls `visit` on up to `limit` stored records from the eviction cursor on, in the
-    /// order eviction reaches them, while it returns true.
+    /// order eviction reaches them, while it returns true. True if it stopped before the
+    /// last stored record (at `limit`, or told to by `visit`).
     fn walk_from_evict_cursor(
         &self,
         mut visit: impl FnMut(&ShardState, u32) -> bool,
         limit: usize,
-    ) {
+    ) -> bool {
         let mut seen = 0;
         let mut first = true;
         for &number in &self.fifo {
@@ -1054,11 +1131,12 @@ impl ShardState {
             first = false;
             while let Some(location) = self.next_live_in(number, &mut offset) {
                 if seen >= limit || !visit(self, location) {
-                    return;
+                    return true;
                 }
                 seen += 1;
             }
         }
+        false
     }
 
     /// Calls `visit` on the locations of the stored items, oldest segment first, in the

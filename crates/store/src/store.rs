@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use crate::class::{size_class, SIZE_CLASS_LIMIT};
 use crate::error::StoreError;
 use crate::item::{
-    item_size, Item, ItemView, KEY_MAX_LEN, STATE_BINARY_KEY, STATE_FETCHED, STATE_STALE,
+    item_size, Item, ItemRef, ItemView, KEY_MAX_LEN, STATE_BINARY_KEY, STATE_FETCHED, STATE_STALE,
     STATE_WIN_TOKEN_SENT,
 };
 use crate::ops::{
@@ -95,7 +95,7 @@ struct Shard {
 }
 
 impl Shard {
-    fn publish(&self, state: &ShardState) {
+    fn publish(&self, state: &mut ShardState) {
         let oldest = state.oldest_access();
         if self.oldest_access.load(Ordering::Relaxed) != oldest {
             self.oldest_access.store(oldest, Ordering::Relaxed);
@@ -497,7 +497,7 @@ impl Store {
             }
             self.release(item.footprint());
         }
-        shard.publish(&state);
+        shard.publish(&mut state);
         // `-M`: nothing dead where eviction looks and live items are not evicted.
         taken.is_some() || self.evict_to_free
     }
@@ -626,7 +626,7 @@ impl Store {
                     result
                 }
             };
-            shard.publish(&state);
+            shard.publish(&mut state);
             return Ok(result);
         }
     }
@@ -658,18 +658,35 @@ impl Store {
     pub fn get(&self, key: &[u8], now: UnixSecs) -> Option<ItemView> {
         self.with_live_item(key, now, |state, slot| {
             state.bump(slot, now);
-            state.item(slot).view()
+            (state.view(slot), slot)
         })
     }
 
-    /// Runs `read` on the live item under `key` (its location) with its shard locked, and
-    /// publishes the shard's oldest access afterwards; `None` for an invalid key or no live
-    /// item.
+    /// `get`/`gets` without copying the value out: the live item, marked fetched and
+    /// accessed, is handed to `read` in place, with its shard locked (so `read` should only
+    /// copy it, e.g. into a reply being composed). An invalid key is simply a miss.
+    pub fn get_with<R>(
+        &self,
+        key: &[u8],
+        now: UnixSecs,
+        read: impl FnOnce(ItemRef<'_>) -> R,
+    ) -> Option<R> {
+        self.with_live_item(key, now, |state, slot| {
+            state.bump(slot, now);
+            (read(state.item_ref(slot)), slot)
+        })
+    }
+
+    /// Runs `read` on the live item under `key` (its location) with its shard locked; `read`
+    /// returns the item's location afterwards. Publishes the shard's oldest access unless
+    /// nothing that could change it happened: no dead item removed, and the item read stayed
+    /// where it was, past where the last age scan stopped. `None` for an invalid key or no
+    /// live item.
     fn with_live_item<R>(
         &self,
         key: &[u8],
         now: UnixSecs,
-        read: impl FnOnce(&mut ShardState, u32) -> R,
+        read: impl FnOnce(&mut ShardState, u32) -> (R, u32),
     ) -> Option<R> {
         if validate_key(key).is_err() {
             return None;
@@ -677,11 +694,18 @@ impl Store {
         let shard = &self.shards[self.shard_index(key)];
         let mut state = shard.state.lock();
         let flush = self.flush_mark();
-        let found = self
-            .live_slot(&mut state, key, now, &flush)
-            .map(|slot| read(&mut state, slot));
-        shard.publish(&state);
-        found
+        let items_before = state.len();
+        let Some(slot) = self.live_slot(&mut state, key, now, &flush) else {
+            if state.len() != items_before {
+                shard.publish(&mut state);
+            }
+            return None;
+        };
+        let (result, slot_after) = read(&mut state, slot);
+        if slot_after != slot || !state.beyond_age_scan(slot) {
+            shard.publish(&mut state);
+        }
+        Some(result)
     }
 
     /// The live item without bumping it or marking it fetched (for
@@ -694,7 +718,7 @@ impl Store {
         let state = shard.state.lock();
         let flush = self.flush_mark();
         let slot = state.lookup(key)?;
-        is_live(&state.header(slot), now, &flush).then(|| state.item(slot).view())
+        is_live(&state.header(slot), now, &flush).then(|| state.view(slot))
     }
 
     /// `touch`: sets a new expiry on a live item and bumps it. Returns false
@@ -710,7 +734,7 @@ impl Store {
             item.expiry = expiry;
             let slot = state.write_back(slot, &item);
             state.bump(slot, now);
-            item.view()
+            (item.view(), slot)
         })
     }
 
@@ -1172,7 +1196,7 @@ impl Store {
                     report.reclaimed += 1;
                 }
             }
-            shard.publish(&state);
+            shard.publish(&mut state);
         }
         self.trim_allocator_if_due();
         report
@@ -1338,6 +1362,11 @@ impl Store {
         for shard in self.shards.iter() {
             let state = shard.state.lock();
             state.check_invariants();
+            assert_eq!(
+                shard.oldest_access.load(Ordering::Relaxed),
+                state.scan_oldest_access().0,
+                "the published oldest access is the one a scan finds now"
+            );
             footprint += state.footprint;
         }
         assert!(footprint <= self.max_bytes);

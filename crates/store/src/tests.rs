@@ -54,6 +54,13 @@ fn set(store: &Store, key: &str, value: &str, exptime: i64, now: UnixSecs) -> u6
     outcome.cas
 }
 
+/// Sets `key` to `value` (flags 0, no expiry) at `now`.
+fn set_bytes(store: &Store, key: &str, value: &Bytes, now: UnixSecs) {
+    store
+        .set(key.as_bytes(), value.clone(), 0, Expiry::Never, now)
+        .expect("set succeeds");
+}
+
 fn counter(outcome: Result<ArithOutcome, StoreError>) -> u64 {
     match outcome {
         Ok(ArithOutcome::Updated(item)) | Ok(ArithOutcome::Created(item)) => item.value,
@@ -505,25 +512,11 @@ fn eviction_across_shards_takes_the_globally_oldest() {
     let s = store_with(per_item * 20, 16);
     let value = Bytes::from(vec![b'v'; 1000]);
     for i in 0..20u64 {
-        s.set(
-            format!("k{i:02}").as_bytes(),
-            value.clone(),
-            0,
-            Expiry::Never,
-            at(i),
-        )
-        .unwrap();
+        set_bytes(&s, &format!("k{i:02}"), &value, at(i));
     }
     assert!(s.get(b"k00", at(100)).is_some());
     for i in 0..5u64 {
-        s.set(
-            format!("n{i:02}").as_bytes(),
-            value.clone(),
-            0,
-            Expiry::Never,
-            at(200 + i),
-        )
-        .unwrap();
+        set_bytes(&s, &format!("n{i:02}"), &value, at(200 + i));
     }
     // k01..k05 were oldest; k00 was read recently.
     assert!(s.peek(b"k00", at(300)).is_some());
@@ -540,6 +533,106 @@ fn eviction_across_shards_takes_the_globally_oldest() {
         );
     }
     s.check_invariants();
+}
+
+#[test]
+fn reads_past_the_age_scan_leave_eviction_taking_the_globally_oldest() {
+    // Two shards of about 20 items each (16 KiB segments of 15 items): reading a shard's
+    // next victim changes what it publishes, reading its newest items (past the eight
+    // records the age scan looks at) does not; eviction must still take the oldest items
+    // not read, in order, whichever shard holds them.
+    let per_item = item_footprint(3, 1000, 0);
+    let s = store_with(per_item * 40, 2);
+    let value = Bytes::from(vec![b'v'; 1000]);
+    let key = |i: u64| format!("k{i:02}");
+    for i in 0..40u64 {
+        set_bytes(&s, &key(i), &value, at(i));
+    }
+    for i in (0..3).chain(30..40) {
+        assert!(s.get(key(i).as_bytes(), at(100)).is_some());
+        s.check_invariants();
+    }
+    for i in 0..5u64 {
+        set_bytes(&s, &format!("n{i:02}"), &value, at(200 + i));
+        s.check_invariants();
+    }
+    let held: Vec<u64> = (0..40)
+        .filter(|&i| s.peek(key(i).as_bytes(), at(300)).is_some())
+        .collect();
+    let expected: Vec<u64> = (0..3).chain(8..40).collect();
+    assert_eq!(held, expected);
+}
+
+#[test]
+fn the_published_oldest_access_stays_exact_under_reads() {
+    // The store republishes a shard's oldest access after a read only when the item read
+    // lies within the age scan's reach; after every operation the published second must be
+    // the one a fresh scan finds.
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(29);
+    let s = store_with(24 * 1024, 3);
+    let key = |i: u32| format!("key{i:03}");
+    for step in 0..6_000u64 {
+        let now = at(step / 7);
+        let k = key(rng.gen_range(0..600));
+        match rng.gen_range(0..10) {
+            0..=2 => {
+                let value = Bytes::from(vec![b'x'; rng.gen_range(1..300)]);
+                let exptime = if rng.gen_bool(0.2) {
+                    rng.gen_range(1..40)
+                } else {
+                    0
+                };
+                let expiry = Expiry::from_protocol(exptime, now);
+                let _ = s.set(k.as_bytes(), value, 0, expiry, now);
+            }
+            3 => {
+                let _ = s.get_and_touch(k.as_bytes(), Expiry::Never, now);
+            }
+            4 => {
+                s.delete(k.as_bytes(), now);
+            }
+            5 => {
+                let _ = s.get_with(k.as_bytes(), now, |item| item.value.len());
+            }
+            _ => {
+                let _ = s.get(k.as_bytes(), now);
+            }
+        }
+        s.check_invariants();
+    }
+    let stats = s.stats();
+    assert!(stats.evictions > 100, "{} evictions", stats.evictions);
+}
+
+#[test]
+fn get_with_lends_the_item_a_get_would_return_and_marks_it_read() {
+    let s = store();
+    let long = Bytes::from(vec![b'L'; crate::EXTERNAL_VALUE_MIN + 1]);
+    for (key, value, flags) in [("short", b("v"), 0), ("long", long, 7)] {
+        let cas = s
+            .set(key.as_bytes(), value.clone(), flags, Expiry::Never, T0)
+            .unwrap()
+            .cas;
+        let lent = s.get_with(key.as_bytes(), at(1), |item| {
+            (item.value.to_vec(), item.flags, item.cas, item.expiry)
+        });
+        assert_eq!(lent, Some((value.to_vec(), flags, cas, Expiry::Never)));
+        let request = MetaGetRequest::default();
+        let hit = s
+            .meta_get(key.as_bytes(), &request, at(2))
+            .unwrap()
+            .unwrap();
+        assert!(hit.hit_before, "{key}: marked fetched");
+        assert_eq!(hit.secs_since_access, 1, "{key}: last access set");
+        let viewed = s.get(key.as_bytes(), at(2)).unwrap();
+        assert_eq!(
+            (viewed.value, viewed.flags, viewed.cas),
+            (value, flags, cas)
+        );
+    }
+    assert_eq!(s.get_with(b"absent", T0, |item| item.flags), None);
+    assert_eq!(s.get_with(b"", T0, |item| item.flags), None);
 }
 
 #[test]
