@@ -74,9 +74,11 @@ const CLASSES: [Class; 5] = [
 const DEFAULT_SERVICE: &str = "const=1ms,key=200us,byte=40ns,dist=exp";
 /// Default emulated network time of every reply.
 const DEFAULT_NETWORK: &str = "const=200us";
-/// Default planner of the "everything" tier: the best fixed planner measured so far
-/// (experiments/tailx-testbed: strict Rein-SBF 0.85x batch's p99).
-const DEFAULT_PLANNER: &str = "rein-sbf";
+/// Default planner of the "everything" tier: the automatic planner, as issue 33 names it.
+/// At 16 servers on a quiet host strict Rein-SBF made the tier 1.2-1.3x worse than the
+/// memcached-like one (experiments/tier/emulated-16-quiet), `auto` kept it within the
+/// baseline's own spread (experiments/tier/emulated-16-auto).
+const DEFAULT_PLANNER: &str = "auto";
 /// The tailtrim proxy's threads in loopback mode: one event loop, as nutcracker's, so that
 /// the two proxies' CPU per request compares the same design at 800 requests/s (a second
 /// runtime thread there costs its wake-ups and work stealing, nothing in latency).
