@@ -69,18 +69,7 @@ impl ReplyBuf {
 
     /// Appends a decimal number.
     pub fn push_u64(&mut self, n: u64) {
-        let mut digits = [0u8; 20];
-        let mut i = digits.len();
-        let mut v = n;
-        loop {
-            i -= 1;
-            digits[i] = b'0' + (v % 10) as u8;
-            v /= 10;
-            if v == 0 {
-                break;
-            }
-        }
-        self.push(&digits[i..]);
+        self.push(itoa::Buffer::new().format(n).as_bytes());
     }
 
     /// Appends a signed decimal number.
@@ -98,11 +87,19 @@ impl ReplyBuf {
         }
     }
 
-    /// Appends everything queued in `other`, keeping order. A small reply held in
-    /// `other`'s scratch alone is copied behind the scratch bytes already queued, so a
-    /// connection's run of small replies stays one contiguous piece, without a chunk (and
-    /// its allocation) per reply.
+    /// Appends everything queued in `other`, keeping order, and leaves `other` empty. An empty
+    /// buffer takes `other`'s buffers whole (no copy; `other` gets the emptied ones). Else a
+    /// small reply held in `other`'s scratch alone is copied behind the scratch bytes already
+    /// queued, so a connection's run of small replies stays one contiguous piece, without a
+    /// chunk (and its allocation) per reply.
     pub fn append(&mut self, other: &mut ReplyBuf) {
+        if self.is_empty() && self.chunks.is_empty() {
+            // Nothing queued here: take `other`'s buffers instead of copying its bytes; `other`
+            // keeps this one's emptied buffers for its next use.
+            std::mem::swap(self, other);
+            other.clear();
+            return;
+        }
         if other.chunks.is_empty() && other.scratch.len() <= ZERO_COPY_THRESHOLD {
             self.scratch.extend_from_slice(&other.scratch);
             self.len += other.len;
