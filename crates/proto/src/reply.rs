@@ -87,19 +87,11 @@ impl ReplyBuf {
         }
     }
 
-    /// Appends everything queued in `other`, keeping order, and leaves `other` empty. An empty
-    /// buffer takes `other`'s buffers whole (no copy; `other` gets the emptied ones). Else a
-    /// small reply held in `other`'s scratch alone is copied behind the scratch bytes already
-    /// queued, so a connection's run of small replies stays one contiguous piece, without a
-    /// chunk (and its allocation) per reply.
+    /// Appends everything queued in `other`, keeping order. A small reply held in
+    /// `other`'s scratch alone is copied behind the scratch bytes already queued, so a
+    /// connection's run of small replies stays one contiguous piece, without a chunk (and
+    /// its allocation) per reply.
     pub fn append(&mut self, other: &mut ReplyBuf) {
-        if self.is_empty() && self.chunks.is_empty() {
-            // Nothing queued here: take `other`'s buffers instead of copying its bytes; `other`
-            // keeps this one's emptied buffers for its next use.
-            std::mem::swap(self, other);
-            other.clear();
-            return;
-        }
         if other.chunks.is_empty() && other.scratch.len() <= ZERO_COPY_THRESHOLD {
             self.scratch.extend_from_slice(&other.scratch);
             self.len += other.len;
