@@ -69,18 +69,7 @@ impl ReplyBuf {
 
     /// Appends a decimal number.
     pub fn push_u64(&mut self, n: u64) {
-        let mut digits = [0u8; 20];
-        let mut i = digits.len();
-        let mut v = n;
-        loop {
-            i -= 1;
-            digits[i] = b'0' + (v % 10) as u8;
-            v /= 10;
-            if v == 0 {
-                break;
-            }
-        }
-        self.push(&digits[i..]);
+        self.push(itoa::Buffer::new().format(n).as_bytes());
     }
 
     /// Appends a signed decimal number.
