@@ -161,11 +161,26 @@ const U64_DIGITS: usize = 20;
 
 /// `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n`
 pub fn value(out: &mut ReplyBuf, key: &[u8], flags: u32, data: &Bytes, cas: Option<u64>) {
+    value_header(out, key, flags, data.len(), cas);
+    out.push_value(data);
+    out.push(b"\r\n");
+}
+
+/// [`value`] for a value lent in place (e.g. by the store under its lock): always copied,
+/// so meant for values shorter than [`ZERO_COPY_THRESHOLD`].
+pub fn value_copied(out: &mut ReplyBuf, key: &[u8], flags: u32, data: &[u8], cas: Option<u64>) {
+    value_header(out, key, flags, data.len(), cas);
+    out.push(data);
+    out.push(b"\r\n");
+}
+
+/// `VALUE <key> <flags> <bytes>[ <cas>]\r\n`, with room reserved for a copied value.
+fn value_header(out: &mut ReplyBuf, key: &[u8], flags: u32, len: usize, cas: Option<u64>) {
     // The header's longest form, and a copied value's bytes with their line end: one growth.
     let header = b"VALUE ".len() + key.len() + 1 + U32_DIGITS + 1 + U64_DIGITS + 2;
     let cas_room = cas.map_or(0, |_| 1 + U64_DIGITS);
-    let copied = if data.len() < ZERO_COPY_THRESHOLD {
-        data.len() + 2
+    let copied = if len < ZERO_COPY_THRESHOLD {
+        len + 2
     } else {
         0
     };
@@ -175,13 +190,11 @@ pub fn value(out: &mut ReplyBuf, key: &[u8], flags: u32, data: &Bytes, cas: Opti
     out.push(b" ");
     out.push_u64(u64::from(flags));
     out.push(b" ");
-    out.push_u64(data.len() as u64);
+    out.push_u64(len as u64);
     if let Some(cas) = cas {
         out.push(b" ");
         out.push_u64(cas);
     }
-    out.push(b"\r\n");
-    out.push_value(data);
     out.push(b"\r\n");
 }
 

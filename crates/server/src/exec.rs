@@ -138,6 +138,33 @@ fn get(
         if let Some(hotkeys) = &ctx.shared.hotkeys {
             hotkeys.offer(key);
         }
+        // A plain get of a small value nobody watches: composed in place under the
+        // shard's lock, one copy (a large value is shared with the reply instead).
+        if expiry.is_none() && !ctx.shared.watchers.fetchers() {
+            let composed = store.get_with(key, ctx.now, |item| {
+                if item.value.len() >= reply::ZERO_COPY_THRESHOLD {
+                    return None;
+                }
+                let cas = with_cas.then_some(shown_cas(item.cas, ctx));
+                reply::value_copied(out, key, item.flags, item.value, cas);
+                Some(tailtrim_store::item_size(
+                    key.len(),
+                    item.value.len(),
+                    item.flags,
+                ))
+            });
+            match composed {
+                Some(Some(size)) => {
+                    count_get_hit(size, ctx);
+                    continue;
+                }
+                None => {
+                    count_lookup(key, None, false, ctx);
+                    continue;
+                }
+                Some(None) => {}
+            }
+        }
         // memcached counts a gat/gats key as a touch only, a get/gets key as a get.
         let found = match expiry {
             Some(expiry) => store.get_and_touch(key, expiry, ctx.now),
@@ -197,11 +224,7 @@ fn count_lookup(
             bump(&c.touch_hits);
             bump_class(&c.slabs.touch_hits, view_size(key, item));
         }
-        (Some(item), false) => {
-            bump(&c.cmd_get);
-            bump(&c.get_hits);
-            bump_class(&c.slabs.get_hits, view_size(key, item));
-        }
+        (Some(item), false) => count_get_hit(view_size(key, item), ctx),
         (None, true) => {
             bump(&c.cmd_touch);
             bump(&c.touch_misses);
@@ -211,6 +234,14 @@ fn count_lookup(
             bump(&c.get_misses);
         }
     }
+}
+
+/// Counts a get that hit an item of accounted `size`: `cmd_get`, `get_hits` and its class.
+fn count_get_hit(size: u64, ctx: &ExecContext<'_>) {
+    let c = ctx.counters;
+    bump(&c.cmd_get);
+    bump(&c.get_hits);
+    bump_class(&c.slabs.get_hits, size);
 }
 
 /// Accounted size of the item `view` read under `key` (its size class counts the hit).
