@@ -62,6 +62,10 @@ const READ_CHUNK: usize = 16 * 1024;
 pub const MAX_KEYS_PER_ROUND: usize = 128;
 /// Segments handed to one `writev` at most (below the kernel's `IOV_MAX`, 1024).
 const MAX_SEGMENTS_PER_WRITE: usize = 64;
+/// A round of several segments up to this size is copied into one buffer and written at once
+/// (small items cost less to copy than to hand over one by one, and a reply of more segments
+/// than one `writev` takes would leave in several writes); larger rounds go out as segments.
+const COALESCE_LIMIT: usize = 64 * 1024;
 /// `END\r\n`, closing a multiget's reply.
 const END_LINE: &[u8] = b"END\r\n";
 /// Bound on a client's TLS handshake when no idle timeout is set.
@@ -278,8 +282,9 @@ async fn serve<S: ClientStream>(mut stream: S, shared: &Shared) -> std::io::Resu
     let mut last_command = tokio::time::Instant::now();
     // The clock is read for the idle timeout only.
     let idle_clock = shared.idle_timeout.is_some();
-    // Reused across reads: the parsed requests.
+    // Reused across reads: the parsed requests and the coalesced replies.
     let mut batch: Vec<Work> = Vec::new();
+    let mut out: Vec<u8> = Vec::new();
     // With -Y, the connection is read by memcached's authentication rules until it logs in.
     let mut auth_state = AuthState::default();
     auth_state.authenticated = shared.auth.is_none();
@@ -389,7 +394,7 @@ async fn serve<S: ClientStream>(mut stream: S, shared: &Shared) -> std::io::Resu
             // The common case, one request per read: no round bookkeeping, no copy.
             if let Some(work) = batch.pop() {
                 let reply = run_one(shared, work).await;
-                write_replies(&mut stream, std::slice::from_ref(&reply)).await?;
+                write_replies(&mut stream, std::slice::from_ref(&reply), &mut out).await?;
                 if idle_clock {
                     last_command = tokio::time::Instant::now();
                 }
@@ -398,7 +403,7 @@ async fn serve<S: ClientStream>(mut stream: S, shared: &Shared) -> std::io::Resu
         while !batch.is_empty() {
             let rest = batch.split_off(round_len(&batch));
             let replies = run_in_order(shared, std::mem::replace(&mut batch, rest)).await;
-            write_replies(&mut stream, &replies).await?;
+            write_replies(&mut stream, &replies, &mut out).await?;
             // Time spent waiting for the client to take its replies is not idleness.
             if idle_clock {
                 last_command = tokio::time::Instant::now();
@@ -436,8 +441,23 @@ fn round_len(batch: &[Work]) -> usize {
 /// Writes a round's replies in order, their segments gathered into `writev`s of up to
 /// [`MAX_SEGMENTS_PER_WRITE`]: at once while the socket takes them (the common case, without
 /// the write future's machinery), else the segment the socket stopped in when it is writable
-/// (TLS: every segment through the buffered write, then a flush).
-async fn write_replies<S: ClientStream>(stream: &mut S, replies: &[Reply]) -> std::io::Result<()> {
+/// (TLS: every segment through the buffered write, then a flush). Several segments of at most
+/// [`COALESCE_LIMIT`] bytes in all are copied into `out` (reused) and written as one.
+async fn write_replies<S: ClientStream>(
+    stream: &mut S,
+    replies: &[Reply],
+    out: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    let segments: usize = replies.iter().map(|reply| reply.parts().len()).sum();
+    if segments > 1 && replies.iter().map(Reply::len).sum::<usize>() <= COALESCE_LIMIT {
+        out.clear();
+        for reply in replies {
+            for part in reply.parts() {
+                out.extend_from_slice(part);
+            }
+        }
+        return write_whole(stream, out).await;
+    }
     let mut at = WritePosition::default();
     at.advance(replies, 0);
     let mut waited = false;
@@ -459,6 +479,21 @@ async fn write_replies<S: ClientStream>(stream: &mut S, replies: &[Reply]) -> st
         at.advance(replies, current.len());
     }
     if waited {
+        // TLS holds records until flushed; plain TCP has nothing to flush.
+        stream.flush().await?;
+    }
+    Ok(())
+}
+
+/// Writes `data`: at once when the socket takes it all, else the rest when it is writable.
+async fn write_whole<S: ClientStream>(stream: &mut S, data: &[u8]) -> std::io::Result<()> {
+    let written = match stream.write_now(&[IoSlice::new(data)]) {
+        Ok(written) => written,
+        Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => 0,
+        Err(error) => return Err(error),
+    };
+    if written < data.len() {
+        stream.write_all(&data[written..]).await?;
         // TLS holds records until flushed; plain TCP has nothing to flush.
         stream.flush().await?;
     }
