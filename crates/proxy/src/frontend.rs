@@ -10,10 +10,11 @@
 //!   (the next round, and the next read, wait until the client has taken them)
 //! ```
 //!
-//! A reply is written as the segments it was received in ([`Reply`]): a multiget's `VALUE`
-//! items are the slices of the backends' read buffers, followed by `END`, and a round's
-//! replies leave in one `writev` without being copied into one buffer first (a 100-key get
-//! with large values used to copy every value once more).
+//! A reply is kept as the segments it was received in (`Reply`): a multiget's `VALUE` items
+//! are slices of the backends' read buffers, followed by `END`. A round of replies larger than
+//! `COALESCE_LIMIT` leaves in `writev`s of those segments, without being copied into one buffer
+//! first (a 100-key get with large values used to copy every value once more); a smaller round
+//! is copied into one buffer and written at once.
 //!
 //! Without `[[routes]]` the tree is its leaf alone, and reads, writes and multigets call the
 //! cluster (the leaf's own calls) directly: no trait-object call and no boxed future, whose
