@@ -268,7 +268,8 @@ impl Backend {
     /// [`Priorities::Client`]) until a connection succeeds.
     pub async fn detect_priorities(&self) -> Priorities {
         if self.settings.detect_priorities && self.priorities() == Priorities::Undetected {
-            let _ = self.connection(0).await;
+            // Boxed: connecting is rare, and its state would weigh on every caller's future.
+            let _ = Box::pin(self.connection(0)).await;
         }
         self.priorities()
     }
@@ -487,11 +488,17 @@ impl Backend {
     ) -> Result<RawReply, ClientError> {
         let slot = self.slot(class);
         // A live connection is ready at once; the timer is only armed while connecting.
+        // Connecting is boxed: the dial's state (TCP connect, TLS handshake, login) is
+        // kilobytes, and held inline it made every request's future as large, copied whole
+        // whenever a request started.
         let connection = match slot.live() {
             Some(connection) => connection,
-            None => tokio::time::timeout(self.settings.timeout, self.connect(slot))
-                .await
-                .map_err(|_| self.timeout_error())??,
+            None => Box::pin(tokio::time::timeout(
+                self.settings.timeout,
+                self.connect(slot),
+            ))
+            .await
+            .map_err(|_| self.timeout_error())??,
         };
         // If this future is dropped (timeout) mid-write or mid-wait, the guard kills the
         // connection so a torn write or a late reply can never reach a later request.

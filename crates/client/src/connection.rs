@@ -43,7 +43,8 @@ use std::task::{Context, Poll, Waker};
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
-use tailtrim_proto::{parse_response, Parsed, Response};
+use tailtrim_proto::number::parse_u64;
+use tailtrim_proto::{parse_response, tokens, Parsed, Response};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
@@ -54,6 +55,9 @@ use crate::error::ClientError;
 
 /// Read buffer growth step.
 const READ_CHUNK: usize = 16 * 1024;
+/// Room made in the read buffer at most at once for the rest of a value whose header has
+/// arrived (a larger value grows the buffer as it comes).
+const MAX_READ_AHEAD: usize = 4 * 1024 * 1024;
 /// A write buffer grown past this (a batch of large values) is not kept for reuse.
 const KEEP_WRITE_BUFFER: usize = 256 * 1024;
 
@@ -650,6 +654,29 @@ impl ReplyProgress {
         }
     }
 
+    /// Bytes still missing from the item being received, when its header line (`VALUE … <bytes>`
+    /// or `VA <bytes> …`) has arrived and says how many: the read buffer makes room for the
+    /// whole value at once instead of growing (and copying what it holds) a chunk at a time.
+    fn missing(&self, buf: &[u8]) -> usize {
+        let rest = &buf[self.offset.min(buf.len())..];
+        let size_token = if rest.starts_with(b"VALUE ") {
+            3
+        } else if rest.starts_with(b"VA ") {
+            1
+        } else {
+            return 0;
+        };
+        let Some(line_end) = rest.windows(2).position(|pair| pair == b"\r\n") else {
+            return 0;
+        };
+        let size = tokens(&rest[..line_end])
+            .nth(size_token)
+            .and_then(parse_u64)
+            .and_then(|size| usize::try_from(size).ok())
+            .unwrap_or(0);
+        (line_end + 2 + size + 2).saturating_sub(rest.len())
+    }
+
     fn advance(&mut self, buf: &[u8]) -> Step {
         loop {
             let rest = &buf[self.offset..];
@@ -826,8 +853,12 @@ async fn read_loop(socket: Arc<TcpStream>, shared: Arc<Shared>) {
         if let Some(reason) = stop {
             break reason.to_string();
         }
-        if buf.capacity() - buf.len() < READ_CHUNK / 4 {
-            buf.reserve(READ_CHUNK);
+        let missing = current
+            .as_ref()
+            .map_or(0, |progress| progress.missing(&buf))
+            .min(MAX_READ_AHEAD);
+        if buf.capacity() - buf.len() < missing.max(READ_CHUNK / 4) {
+            buf.reserve(missing.max(READ_CHUNK));
         }
         if let Err(error) = socket.readable().await {
             break error.to_string();
@@ -1035,6 +1066,24 @@ mod tests {
             assert_eq!(&reply.values[1].value()[..], b"xyz");
             assert!(!reply.error_line);
         }
+    }
+
+    #[test]
+    fn a_value_whose_header_arrived_says_how_many_bytes_are_missing() {
+        let mut progress = ReplyProgress::new(ReplyShape::UntilEnd);
+        assert_eq!(
+            progress.missing(b"VALUE a 0 100000"),
+            0,
+            "header not complete"
+        );
+        assert_eq!(progress.missing(b"VALUE a 0 100000\r\nxy"), 100_000);
+        assert_eq!(progress.missing(b"VALUE a 0 10 77\r\n0123456789\r"), 1);
+        assert_eq!(progress.missing(b"VA 7 f0\r\nabc"), 6);
+        assert_eq!(progress.missing(b"END\r\n"), 0);
+        // Past a finished item, the next one's header counts.
+        let first: &[u8] = b"VALUE a 0 1\r\nx\r\nVALUE b 0 50\r\n";
+        assert!(matches!(progress.advance(first), Step::NeedMore));
+        assert_eq!(progress.missing(first), 52);
     }
 
     #[test]

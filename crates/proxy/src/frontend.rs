@@ -10,6 +10,12 @@
 //!   (the next round, and the next read, wait until the client has taken them)
 //! ```
 //!
+//! A reply is kept as the segments it was received in (`Reply`): a multiget's `VALUE` items
+//! are slices of the backends' read buffers, followed by `END`. A round of replies larger than
+//! `COALESCE_LIMIT` leaves in `writev`s of those segments, without being copied into one buffer
+//! first (a 100-key get with large values used to copy every value once more); a smaller round
+//! is copied into one buffer and written at once.
+//!
 //! Without `[[routes]]` the tree is its leaf alone, and reads, writes and multigets call the
 //! cluster (the leaf's own calls) directly: no trait-object call and no boxed future, whose
 //! allocation and copy of the whole multiget's state were the largest user-space cost of a
@@ -24,15 +30,14 @@
 //! requests read or executed while its replies wait); no complete command for
 //! `idle_timeout_secs` closes it. Connections past `max_connections` are refused at accept.
 
+use std::io::IoSlice;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::future::join_all;
-use tailtrim_client::{
-    ClientError, Cluster, KeyResult, MultigetKind, RawReply, ReplyShape, Route, ValueItem,
-};
+use tailtrim_client::{ClientError, Cluster, KeyResult, MultigetKind, RawReply, ReplyShape, Route};
 use tailtrim_proto::auth::{AuthState, Outcome, Step};
 use tailtrim_proto::{parse_request_frame, FrameScratch, Limits, Parsed, ProtoError, Request};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -56,9 +61,14 @@ const READ_CHUNK: usize = 16 * 1024;
 /// reads holds at most one round of replies in the proxy (plus one request's, if a single
 /// request names more keys).
 pub const MAX_KEYS_PER_ROUND: usize = 128;
-/// Replies of a round up to this size are concatenated into one write; larger ones are
-/// written one by one, without a copy.
+/// Segments handed to one `writev` at most (below the kernel's `IOV_MAX`, 1024).
+const MAX_SEGMENTS_PER_WRITE: usize = 64;
+/// A round of several segments up to this size is copied into one buffer and written at once
+/// (small items cost less to copy than to hand over one by one, and a reply of more segments
+/// than one `writev` takes would leave in several writes); larger rounds go out as segments.
 const COALESCE_LIMIT: usize = 64 * 1024;
+/// `END\r\n`, closing a multiget's reply.
+const END_LINE: &[u8] = b"END\r\n";
 /// Bound on a client's TLS handshake when no idle timeout is set.
 const TLS_HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
 /// memcached's reply to a connection past its limit.
@@ -149,10 +159,13 @@ impl Shared {
         }
     }
 
-    /// A multi-key read through the route tree: one outcome per key.
+    /// A multi-key read through the route tree: one outcome per key. The cluster's multiget
+    /// is boxed: its state (up to four fetches joined in place) is tens of kilobytes, and held
+    /// inline it made every request's future that large, single-key gets included, copied
+    /// whole each time a request started (most of a single get's user-space instructions).
     async fn multiget(&self, keys: &[Bytes], kind: MultigetKind) -> Vec<KeyResult> {
         match self.leaf_only {
-            true => self.pool.multiget_each(keys, kind).await,
+            true => Box::pin(self.pool.multiget_each(keys, kind)).await,
             false => self.routes.multiget(keys, kind).await,
         }
     }
@@ -204,6 +217,38 @@ enum Access {
     Write,
 }
 
+/// The reply to one request, as the segments it is written in.
+enum Reply {
+    /// One piece: a backend's reply forwarded whole, or a reply made here.
+    Whole(Bytes),
+    /// A multiget's found items as the backends sent them, then `END`: written with one
+    /// `writev`, never copied into one buffer.
+    Items(Vec<Bytes>),
+}
+
+impl Reply {
+    /// An empty reply (`noreply`, quiet requests): nothing is written.
+    fn none() -> Reply {
+        Reply::Whole(Bytes::new())
+    }
+
+    /// Its segments, in order.
+    fn parts(&self) -> &[Bytes] {
+        match self {
+            Reply::Whole(bytes) => std::slice::from_ref(bytes),
+            Reply::Items(items) => items,
+        }
+    }
+
+    /// Its length in bytes.
+    fn len(&self) -> usize {
+        match self {
+            Reply::Whole(bytes) => bytes.len(),
+            Reply::Items(items) => items.iter().map(Bytes::len).sum(),
+        }
+    }
+}
+
 /// What one parsed request turns into.
 enum Work {
     /// A reply known without asking a backend.
@@ -214,19 +259,19 @@ enum Work {
 
 /// A client connection: plain TCP or TLS.
 trait ClientStream: AsyncRead + AsyncWrite + Unpin {
-    /// Writes what the connection takes at once without waiting (plain TCP; TLS takes
-    /// nothing this way and goes through the buffered write).
-    fn write_now(&mut self, data: &[u8]) -> std::io::Result<usize>;
+    /// Writes what the connection takes at once of `parts`, in order, without waiting (plain
+    /// TCP, one `writev`; TLS takes nothing this way and goes through the buffered write).
+    fn write_now(&mut self, parts: &[IoSlice<'_>]) -> std::io::Result<usize>;
 }
 
 impl ClientStream for TcpStream {
-    fn write_now(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        self.try_write(data)
+    fn write_now(&mut self, parts: &[IoSlice<'_>]) -> std::io::Result<usize> {
+        self.try_write_vectored(parts)
     }
 }
 
 impl ClientStream for &mut TlsStream<TcpStream> {
-    fn write_now(&mut self, _data: &[u8]) -> std::io::Result<usize> {
+    fn write_now(&mut self, _parts: &[IoSlice<'_>]) -> std::io::Result<usize> {
         Ok(0)
     }
 }
@@ -350,9 +395,7 @@ async fn serve<S: ClientStream>(mut stream: S, shared: &Shared) -> std::io::Resu
             // The common case, one request per read: no round bookkeeping, no copy.
             if let Some(work) = batch.pop() {
                 let reply = run_one(shared, work).await;
-                if !reply.is_empty() {
-                    write_reply(&mut stream, &reply).await?;
-                }
+                write_replies(&mut stream, std::slice::from_ref(&reply), &mut out).await?;
                 if idle_clock {
                     last_command = tokio::time::Instant::now();
                 }
@@ -361,7 +404,7 @@ async fn serve<S: ClientStream>(mut stream: S, shared: &Shared) -> std::io::Resu
         while !batch.is_empty() {
             let rest = batch.split_off(round_len(&batch));
             let replies = run_in_order(shared, std::mem::replace(&mut batch, rest)).await;
-            write_replies(&mut stream, replies, &mut out).await?;
+            write_replies(&mut stream, &replies, &mut out).await?;
             // Time spent waiting for the client to take its replies is not idleness.
             if idle_clock {
                 last_command = tokio::time::Instant::now();
@@ -396,48 +439,125 @@ fn round_len(batch: &[Work]) -> usize {
     batch.len()
 }
 
-/// Writes a round's replies in order: small rounds as one write (through the connection's
-/// reused buffer `out`), large replies each on their own (no copy), each dropped once written.
+/// Writes a round's replies in order, their segments gathered into `writev`s of up to
+/// [`MAX_SEGMENTS_PER_WRITE`]: at once while the socket takes them (the common case, without
+/// the write future's machinery), else the segment the socket stopped in when it is writable
+/// (TLS: every segment through the buffered write, then a flush). Several segments of at most
+/// [`COALESCE_LIMIT`] bytes in all are copied into `out` (reused) and written as one.
 async fn write_replies<S: ClientStream>(
     stream: &mut S,
-    replies: Vec<Bytes>,
+    replies: &[Reply],
     out: &mut Vec<u8>,
 ) -> std::io::Result<()> {
-    let total: usize = replies.iter().map(Bytes::len).sum();
-    if total == 0 {
-        return Ok(());
-    }
-    if let [reply] = &replies[..] {
-        // One request's reply (the unpipelined case): written as it is, not copied first.
-        return write_reply(stream, reply).await;
-    }
-    if total <= COALESCE_LIMIT {
+    let segments: usize = replies.iter().map(|reply| reply.parts().len()).sum();
+    if segments > 1 && replies.iter().map(Reply::len).sum::<usize>() <= COALESCE_LIMIT {
         out.clear();
-        for reply in &replies {
-            out.extend_from_slice(reply);
+        for reply in replies {
+            for part in reply.parts() {
+                out.extend_from_slice(part);
+            }
         }
-        return write_reply(stream, out).await;
+        return write_whole(stream, out).await;
     }
-    for reply in replies {
-        if !reply.is_empty() {
-            write_reply(stream, &reply).await?;
+    let mut at = WritePosition::default();
+    at.advance(replies, 0);
+    let mut waited = false;
+    while let Some(current) = at.segment(replies) {
+        let mut slices = [IoSlice::new(&[]); MAX_SEGMENTS_PER_WRITE];
+        let count = at.gather(replies, &mut slices);
+        let written = match stream.write_now(&slices[..count]) {
+            Ok(written) => written,
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => 0,
+            Err(error) => return Err(error),
+        };
+        if written > 0 {
+            at.advance(replies, written);
+            continue;
         }
+        // Not writable now (or TLS): the current segment's rest through the async write.
+        stream.write_all(current).await?;
+        waited = true;
+        at.advance(replies, current.len());
+    }
+    if waited {
+        // TLS holds records until flushed; plain TCP has nothing to flush.
+        stream.flush().await?;
     }
     Ok(())
 }
 
-/// Writes `data` to the client: at once when the socket takes it all (the common case, without
-/// the write future's machinery), else the rest when it is writable.
-async fn write_reply<S: ClientStream>(stream: &mut S, data: &[u8]) -> std::io::Result<()> {
-    let written = match stream.write_now(data) {
-        Ok(written) if written == data.len() => return Ok(()),
+/// Writes `data`: at once when the socket takes it all, else the rest when it is writable.
+async fn write_whole<S: ClientStream>(stream: &mut S, data: &[u8]) -> std::io::Result<()> {
+    let written = match stream.write_now(&[IoSlice::new(data)]) {
         Ok(written) => written,
         Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => 0,
         Err(error) => return Err(error),
     };
-    stream.write_all(&data[written..]).await?;
-    // TLS holds records until flushed; plain TCP has nothing to flush.
-    stream.flush().await
+    if written < data.len() {
+        stream.write_all(&data[written..]).await?;
+        // TLS holds records until flushed; plain TCP has nothing to flush.
+        stream.flush().await?;
+    }
+    Ok(())
+}
+
+/// How far the write of a round's replies has come: the reply, its segment, and the bytes of
+/// that segment already written. Kept at a segment with bytes left, or past the last reply.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct WritePosition {
+    reply: usize,
+    part: usize,
+    offset: usize,
+}
+
+impl WritePosition {
+    /// The rest of the current segment (`None` once everything is written).
+    fn segment<'a>(&self, replies: &'a [Reply]) -> Option<&'a [u8]> {
+        let part = replies.get(self.reply)?.parts().get(self.part)?;
+        Some(&part[self.offset..])
+    }
+
+    /// Fills `slices` with the segments from here on (the current one's rest first), skipping
+    /// empty ones; returns how many it filled.
+    fn gather<'a>(&self, replies: &'a [Reply], slices: &mut [IoSlice<'a>]) -> usize {
+        let mut count = 0;
+        let mut offset = self.offset;
+        let mut skip = self.part;
+        for reply in replies.iter().skip(self.reply) {
+            for segment in reply.parts().iter().skip(skip) {
+                if count == slices.len() {
+                    return count;
+                }
+                let rest = &segment[offset..];
+                offset = 0;
+                if !rest.is_empty() {
+                    slices[count] = IoSlice::new(rest);
+                    count += 1;
+                }
+            }
+            skip = 0;
+        }
+        count
+    }
+
+    /// Moves past `written` bytes, and past any empty segments after them.
+    fn advance(&mut self, replies: &[Reply], mut written: usize) {
+        while let Some(reply) = replies.get(self.reply) {
+            let Some(part) = reply.parts().get(self.part) else {
+                self.reply += 1;
+                self.part = 0;
+                continue;
+            };
+            let left = part.len() - self.offset;
+            if written < left {
+                self.offset += written;
+                return;
+            }
+            written -= left;
+            self.part += 1;
+            self.offset = 0;
+        }
+    }
 }
 
 /// True for work that neither changes backend state nor depends on earlier writes beyond what
@@ -460,7 +580,7 @@ fn is_read(work: &Work) -> bool {
 /// Executes a batch with the semantics of one memcached connection: a write completes before
 /// anything after it starts, and runs of reads between writes go out concurrently (replies are
 /// still collected in request order).
-async fn run_in_order(shared: &Shared, batch: Vec<Work>) -> Vec<Bytes> {
+async fn run_in_order(shared: &Shared, batch: Vec<Work>) -> Vec<Reply> {
     let mut replies = Vec::with_capacity(batch.len());
     let mut reads: Vec<Work> = Vec::new();
     for work in batch {
@@ -479,7 +599,7 @@ async fn run_in_order(shared: &Shared, batch: Vec<Work>) -> Vec<Bytes> {
     replies
 }
 
-async fn run_concurrently(shared: &Shared, mut works: Vec<Work>) -> Vec<Bytes> {
+async fn run_concurrently(shared: &Shared, mut works: Vec<Work>) -> Vec<Reply> {
     if works.len() == 1 {
         if let Some(work) = works.pop() {
             return vec![run_one(shared, work).await];
@@ -530,23 +650,21 @@ async fn run_concurrently(shared: &Shared, mut works: Vec<Work>) -> Vec<Bytes> {
     if others.is_empty() {
         // Gets only (the pipelined case): the merged read alone, its replies in request
         // order, without a join around the whole multiget's state.
-        let outcomes = shared.multiget(&merged_keys, MultigetKind::Get).await;
-        return merged_replies(shared, &merged, &outcomes, started)
-            .map(|(_, reply)| reply)
-            .collect();
+        let mut outcomes = shared.multiget(&merged_keys, MultigetKind::Get).await;
+        return merged_replies(shared, &merged, &mut outcomes, started);
     }
     let merged_reads = async {
         // Per-key outcomes: a backend failure only fails the requests that needed it.
-        let outcomes = shared.multiget(&merged_keys, MultigetKind::Get).await;
-        merged_replies(shared, &merged, &outcomes, started).collect::<Vec<_>>()
+        let mut outcomes = shared.multiget(&merged_keys, MultigetKind::Get).await;
+        merged_replies(shared, &merged, &mut outcomes, started)
     };
     let positions: Vec<usize> = others.iter().map(|(position, _)| *position).collect();
     let other_reads = join_all(others.into_iter().map(|(_, work)| run_one(shared, work)));
     let (merged_replies, other_replies) =
         futures_util::future::join(merged_reads, other_reads).await;
-    let mut replies: Vec<Bytes> = vec![Bytes::new(); total];
-    for (position, reply) in merged_replies {
-        replies[position] = reply;
+    let mut replies: Vec<Reply> = (0..total).map(|_| Reply::none()).collect();
+    for ((position, _, _), reply) in merged.iter().zip(merged_replies) {
+        replies[*position] = reply;
     }
     for (position, reply) in positions.into_iter().zip(other_replies) {
         replies[position] = reply;
@@ -554,27 +672,33 @@ async fn run_concurrently(shared: &Shared, mut works: Vec<Work>) -> Vec<Bytes> {
     replies
 }
 
-/// Each merged get's reply from the merged read's per-key `outcomes`, with its position in
-/// the batch; every reply's latency (the merged read's, read from the clock once) goes into
-/// its class.
-fn merged_replies<'a>(
-    shared: &'a Shared,
-    merged: &'a [(usize, std::ops::Range<usize>, Bytes)],
-    outcomes: &'a [KeyResult],
+/// Each merged get's reply (in `merged`'s order) from the merged read's per-key `outcomes`,
+/// whose items it takes; every reply's latency (the merged read's, read from the clock once)
+/// goes into its class.
+fn merged_replies(
+    shared: &Shared,
+    merged: &[(usize, std::ops::Range<usize>, Bytes)],
+    mut outcomes: &mut [KeyResult],
     started: Instant,
-) -> impl Iterator<Item = (usize, Bytes)> + 'a {
+) -> Vec<Reply> {
     let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-    merged.iter().map(move |(position, range, _)| {
-        let reply = outcomes_reply(shared, &outcomes[range.clone()]);
-        let class = shared.classes.classify(range.len(), reply.len());
-        shared.classes.histogram(class).record_micros(micros);
-        (*position, reply)
-    })
+    merged
+        .iter()
+        .map(|(_, range, _)| {
+            // The ranges follow each other from the start: each takes the next outcomes.
+            let (own, rest) = std::mem::take(&mut outcomes).split_at_mut(range.len());
+            outcomes = rest;
+            let reply = outcomes_reply(shared, own);
+            let class = shared.classes.classify(range.len(), reply.len());
+            shared.classes.histogram(class).record_micros(micros);
+            reply
+        })
+        .collect()
 }
 
-async fn run_one(shared: &Shared, work: Work) -> Bytes {
+async fn run_one(shared: &Shared, work: Work) -> Reply {
     match work {
-        Work::Ready(bytes) => bytes,
+        Work::Ready(bytes) => Reply::Whole(bytes),
         Work::Forward(request, raw) => {
             let read_keys = ClassLatency::read_keys(&request);
             let started = Instant::now();
@@ -620,9 +744,9 @@ fn with_noop(raw: Bytes, quiet: bool) -> (Bytes, ReplyShape) {
     }
 }
 
-async fn execute(shared: &Shared, request: Request, raw: Bytes) -> Bytes {
+async fn execute(shared: &Shared, request: Request, raw: Bytes) -> Reply {
     let pool = &shared.routes;
-    match request {
+    Reply::Whole(match request {
         Request::Get { keys, .. }
             if keys.len() == 1 && !shared.pool.current().plans_each_read() =>
         {
@@ -651,7 +775,7 @@ async fn execute(shared: &Shared, request: Request, raw: Bytes) -> Bytes {
             } else {
                 MultigetKind::Get
             };
-            multiget(shared, &keys, kind).await
+            return multiget(shared, &keys, kind).await;
         }
         Request::GetAndTouch {
             exptime,
@@ -663,7 +787,7 @@ async fn execute(shared: &Shared, request: Request, raw: Bytes) -> Bytes {
             } else {
                 MultigetKind::Gat(exptime)
             };
-            multiget(shared, &keys, kind).await
+            return multiget(shared, &keys, kind).await;
         }
         Request::Store(command) => {
             let (bytes, shape) = with_noop(raw, command.noreply);
@@ -717,7 +841,7 @@ async fn execute(shared: &Shared, request: Request, raw: Bytes) -> Bytes {
             let (bytes, shape) = with_noop(raw, noreply);
             let results = pool.broadcast(bytes, shape).await;
             if noreply {
-                return Bytes::new();
+                return Reply::none();
             }
             match results.into_iter().find_map(|result| match result {
                 Err(error) => Some(Err(error)),
@@ -747,41 +871,102 @@ async fn execute(shared: &Shared, request: Request, raw: Bytes) -> Bytes {
             }
         }
         Request::Stats { args } => {
-            Bytes::from(metrics::stats_reply(shared.metrics_view(), &args).await)
+            Bytes::from(Box::pin(metrics::stats_reply(shared.metrics_view(), &args)).await)
         }
         Request::Quit => Bytes::new(),
         // A backend's item dump and log stream have no meaning across a pool.
         Request::Metadump { .. } | Request::Watch { .. } => Bytes::from_static(b"ERROR\r\n"),
-    }
+    })
 }
 
-async fn multiget(shared: &Shared, keys: &[Bytes], kind: MultigetKind) -> Bytes {
-    outcomes_reply(shared, &shared.multiget(keys, kind).await)
+async fn multiget(shared: &Shared, keys: &[Bytes], kind: MultigetKind) -> Reply {
+    outcomes_reply(shared, &mut shared.multiget(keys, kind).await)
 }
 
-/// The reply to a multiget from its keys' outcomes: the first failure's `SERVER_ERROR …` (a
-/// multiget fails as a whole), else `VALUE … END` for the found items, in order.
-fn outcomes_reply(shared: &Shared, outcomes: &[KeyResult]) -> Bytes {
-    match outcomes.iter().find_map(|outcome| outcome.as_ref().err()) {
-        Some(error) => server_error(shared, error),
-        None => values_reply(
-            outcomes
-                .iter()
-                .filter_map(|outcome| outcome.as_ref().ok().and_then(Option::as_ref)),
-        ),
+/// The reply to a multiget from its keys' outcomes, whose items it takes: the first failure's
+/// `SERVER_ERROR …` (a multiget fails as a whole), else the found items, in order, then `END`.
+fn outcomes_reply(shared: &Shared, outcomes: &mut [KeyResult]) -> Reply {
+    if let Some(error) = outcomes.iter().find_map(|outcome| outcome.as_ref().err()) {
+        return Reply::Whole(server_error(shared, error));
     }
+    found_items(outcomes)
 }
 
-/// `VALUE … END` for the found items, in order.
-fn values_reply<'a>(items: impl Iterator<Item = &'a ValueItem> + Clone) -> Bytes {
-    let size: usize = items.clone().map(|item| item.item.len()).sum();
-    if size == 0 {
-        return Bytes::from_static(b"END\r\n");
+/// The found items of a multiget's outcomes, taken from them, then `END` (`END` alone when
+/// none was found).
+fn found_items(outcomes: &mut [KeyResult]) -> Reply {
+    let found = outcomes
+        .iter()
+        .filter(|outcome| matches!(outcome, Ok(Some(_))))
+        .count();
+    if found == 0 {
+        return Reply::Whole(Bytes::from_static(END_LINE));
     }
-    let mut out = Vec::with_capacity(size + 5);
-    for item in items {
-        out.extend_from_slice(&item.item);
+    let mut parts = Vec::with_capacity(found + 1);
+    parts.extend(
+        outcomes
+            .iter_mut()
+            .filter_map(|outcome| outcome.as_mut().ok().and_then(Option::take))
+            .map(|item| item.item),
+    );
+    parts.push(Bytes::from_static(END_LINE));
+    Reply::Items(parts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tailtrim_client::ValueItem;
+
+    fn item(reply: &Bytes, at: std::ops::Range<usize>) -> KeyResult {
+        Ok(Some(ValueItem {
+            key_at: 6..7,
+            flags: 0,
+            cas: None,
+            data: 13..at.len() - 2,
+            item: reply.slice(at),
+        }))
     }
-    out.extend_from_slice(b"END\r\n");
-    Bytes::from(out)
+
+    fn future_size<'a, F: std::future::Future>(_: impl Fn(&'a Shared, Work) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    /// Every request's future holds `execute`'s, which held a multiget's whole state inline
+    /// (tens of KB), copied each time any request started, a single-key get included.
+    #[test]
+    fn a_requests_future_stays_small() {
+        let size = future_size(run_one);
+        eprintln!("run_one's future: {size} bytes");
+        assert!(size <= 4096, "run_one's future is {size} bytes");
+    }
+
+    /// A multiget's future is boxed once per multiget (moved into the box whole); the rare
+    /// connect and its dial are boxed inside it, so it is not as large as they are.
+    #[test]
+    fn a_multigets_future_holds_no_connect() {
+        fn size<'a, F: std::future::Future>(
+            _: impl Fn(&'a Cluster, &'a [Bytes], MultigetKind) -> F,
+        ) -> usize {
+            std::mem::size_of::<F>()
+        }
+        let size = size(Cluster::multiget_each);
+        eprintln!("the cluster's multiget future: {size} bytes");
+        assert!(size <= 16384, "the multiget future is {size} bytes");
+    }
+
+    #[test]
+    fn a_multigets_items_are_forwarded_from_the_backends_buffers_not_copied() {
+        let first = Bytes::from_static(b"VALUE a 0 5\r\nhello\r\nEND\r\n");
+        let second = Bytes::from_static(b"VALUE b 0 5\r\nworld\r\nEND\r\n");
+        let mut outcomes = vec![item(&second, 0..20), Ok(None), item(&first, 0..20)];
+        let reply = found_items(&mut outcomes);
+        let parts = reply.parts();
+        assert_eq!(parts.len(), 3);
+        assert_eq!(parts[0].as_ptr(), second.as_ptr(), "the item was copied");
+        assert_eq!(parts[1].as_ptr(), first.as_ptr(), "the item was copied");
+        assert_eq!(parts[2].as_ref(), END_LINE);
+        assert_eq!(reply.len(), 45);
+        assert!(matches!(found_items(&mut [Ok(None)]), Reply::Whole(end) if end == END_LINE));
+    }
 }

@@ -177,6 +177,65 @@ fn multiget_reassembles_in_client_key_order_across_backends() {
     }
 }
 
+/// Large values in pipelined multigets, read by a client that lets the proxy's socket fill
+/// first: the replies leave as gathered segments (each value as the backend sent it), so the
+/// writes stop part-way through segments; every byte must still arrive once, in order.
+#[test]
+fn large_multiget_values_reach_a_slow_reader_whole_and_in_order() {
+    if !require_binary("memcached") {
+        return;
+    }
+    const SIZE: usize = 300_000;
+    let harness = start(Options::default());
+    let mut stream = connect(harness.address);
+    let keys: Vec<String> = (0..24).map(|i| format!("large:{i}")).collect();
+    let value_of = |index: usize| vec![b'a' + (index % 26) as u8; SIZE - index];
+    for (index, key) in keys.iter().enumerate() {
+        let value = value_of(index);
+        let mut set = format!("set {key} 0 0 {}\r\n", value.len()).into_bytes();
+        set.extend_from_slice(&value);
+        set.extend_from_slice(b"\r\n");
+        assert_eq!(exchange(&mut stream, &set), b"STORED\r\n");
+    }
+    // Two gets in one write (merged into one planned read) and a third of every key.
+    let (first, second) = keys.split_at(10);
+    let request = format!(
+        "get {}\r\nget {} missing\r\nget {}\r\n",
+        first.join(" "),
+        second.join(" "),
+        keys.join(" ")
+    );
+    let mut expected = Vec::new();
+    for asked in [first, second, &keys[..]] {
+        for key in asked {
+            let index = keys
+                .iter()
+                .position(|k| k == key)
+                .expect("a key of the test");
+            let value = value_of(index);
+            expected.extend_from_slice(format!("VALUE {key} 0 {}\r\n", value.len()).as_bytes());
+            expected.extend_from_slice(&value);
+            expected.extend_from_slice(b"\r\n");
+        }
+        expected.extend_from_slice(b"END\r\n");
+    }
+    stream.write_all(request.as_bytes()).expect("write");
+    // Several MB of replies against the sockets' buffers: the proxy blocks part-way.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let mut reply = vec![0u8; expected.len()];
+    stream.read_exact(&mut reply).expect("the whole reply");
+    if let Some(at) = reply
+        .iter()
+        .zip(&expected)
+        .position(|(got, want)| got != want)
+    {
+        panic!(
+            "the reply differs from the values set at byte {at} of {}",
+            expected.len()
+        );
+    }
+}
+
 #[test]
 fn stats_and_prometheus_report_per_backend_counters() {
     if !require_binary("memcached") {
