@@ -401,6 +401,10 @@ pub struct Results {
     tiers: Vec<TierSummary>,
     /// |p99(baseline A/A) / p99(baseline) − 1|, every request.
     aa_gauge: Option<f64>,
+    /// The same gauge per class (`all`, `small`, …): a class's ratio to the baseline is read
+    /// against its own class's gauge (empty in results kept before it was recorded).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    aa_gauge_by_class: BTreeMap<String, f64>,
     verdict: Vec<Verdict>,
 }
 
@@ -822,16 +826,44 @@ fn verdict_line(line: &str, value: Option<f64>, bound: f64) -> Verdict {
     }
 }
 
+/// The baseline tier's summary and its A/A copy's, where both ran.
+fn baseline_and_twin(
+    mode: Mode,
+    summaries: &[TierSummary],
+) -> (Option<&TierSummary>, Option<&TierSummary>) {
+    let baseline_name = match mode {
+        Mode::Emulated => MEMCACHED_LIKE,
+        Mode::Loopback => MEMCACHED_NUTCRACKER,
+    };
+    let find = |name: &str| summaries.iter().find(|summary| summary.tier == name);
+    (
+        find(baseline_name),
+        find(&format!("{baseline_name}{AA_SUFFIX}")),
+    )
+}
+
+/// |p99(baseline A/A) / p99(baseline) − 1| for every class both copies saw.
+fn aa_gauge_by_class(mode: Mode, summaries: &[TierSummary]) -> BTreeMap<String, f64> {
+    let (Some(baseline), Some(twin)) = baseline_and_twin(mode, summaries) else {
+        return BTreeMap::new();
+    };
+    CLASSES
+        .iter()
+        .filter_map(|class| {
+            let gauge = ratio(p99(twin, class.name()), p99(baseline, class.name()))?;
+            Some((class.name().to_string(), (gauge - 1.0).abs()))
+        })
+        .collect()
+}
+
 /// The A/A gauge and the acceptance lines (issue 33) from the tiers' summaries.
 fn verdict(mode: Mode, summaries: &[TierSummary]) -> (Option<f64>, Vec<Verdict>) {
     let baseline_name = match mode {
         Mode::Emulated => MEMCACHED_LIKE,
         Mode::Loopback => MEMCACHED_NUTCRACKER,
     };
-    let find = |name: &str| summaries.iter().find(|summary| summary.tier == name);
-    let baseline = find(baseline_name);
-    let twin = find(&format!("{baseline_name}{AA_SUFFIX}"));
-    let everything = find(EVERYTHING);
+    let (baseline, twin) = baseline_and_twin(mode, summaries);
+    let everything = summaries.iter().find(|summary| summary.tier == EVERYTHING);
     let aa_gauge = ratio(
         twin.and_then(|twin| p99(twin, "all")),
         baseline.and_then(|baseline| p99(baseline, "all")),
@@ -938,6 +970,7 @@ impl Experiment for TierExperiment {
         });
         let tiers = summarise_tiers(settings, &runs);
         let (aa_gauge, verdict) = verdict(settings.mode, &tiers);
+        let aa_gauge_by_class = aa_gauge_by_class(settings.mode, &tiers);
         Ok(Results {
             experiment: "tier".to_string(),
             metadata: Metadata {
@@ -952,6 +985,7 @@ impl Experiment for TierExperiment {
             runs,
             tiers,
             aa_gauge,
+            aa_gauge_by_class,
             verdict,
         })
     }
@@ -989,8 +1023,26 @@ impl Experiment for TierExperiment {
                 if line.met { "met" } else { "not met" }
             ));
         }
+        if !results.aa_gauge_by_class.is_empty() {
+            text.push_str(&format!(
+                "A/A gauge per class: {}\n",
+                gauge_by_class(&results.aa_gauge_by_class)
+            ));
+        }
         text
     }
+}
+
+/// `class gauge, …` in the order of [`CLASSES`].
+fn gauge_by_class(gauges: &BTreeMap<String, f64>) -> String {
+    CLASSES
+        .iter()
+        .filter_map(|class| {
+            let gauge = gauges.get(class.name())?;
+            Some(format!("{} {gauge:.3}", class.name()))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn number(value: f64) -> String {
@@ -1062,6 +1114,14 @@ fn markdown(results: &Results) -> String {
         ]);
     }
     text.push_str(&verdicts.render());
+    if !results.aa_gauge_by_class.is_empty() {
+        text.push_str(&format!(
+            "\nA/A gauge per class (|p99 of the baseline's copy / the baseline's − 1|; a class's \
+             ratio is resolved only where it differs from 1 by more than its class's gauge): \
+             {}.\n",
+            gauge_by_class(&results.aa_gauge_by_class)
+        ));
+    }
     text.push_str("\nLatency per class, µs (pooled over rounds):\n\n");
     let mut columns = vec![("tier".to_string(), Align::Left)];
     for class in CLASSES {
@@ -1254,7 +1314,9 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{misses, tiers, verdict, Mode, Percentiles, TierSummary, EVERYTHING};
+    use super::{
+        aa_gauge_by_class, misses, tiers, verdict, Mode, Percentiles, TierSummary, EVERYTHING,
+    };
     use std::collections::BTreeMap;
     use tailtrim_bench::cacheaside::{CacheAsideReport, WindowSample};
 
@@ -1320,6 +1382,22 @@ mod tests {
         assert_eq!(met("elephant"), Some(true));
         assert_eq!(met("miss spike"), Some(true));
         assert_eq!(met("A/A"), Some(true));
+    }
+
+    #[test]
+    fn the_aa_gauge_is_read_per_class_from_the_baselines_two_copies() {
+        let summaries = vec![
+            summary("memcached+nutcracker", 1000.0, 400.0, 0.0),
+            summary("memcached+nutcracker-aa", 1100.0, 300.0, 0.0),
+            summary(EVERYTHING, 500.0, 100.0, 0.0),
+        ];
+        let gauges = aa_gauge_by_class(Mode::Loopback, &summaries);
+        let gauge = |class: &str| gauges.get(class).copied().unwrap_or(f64::NAN);
+        assert!((gauge("all") - 0.1).abs() < 1e-9);
+        assert!((gauge("small") - 0.25).abs() < 1e-9);
+        assert!((gauge("elephant") - 0.1).abs() < 1e-9);
+        // The emulated mode's baseline did not run: no gauge.
+        assert!(aa_gauge_by_class(Mode::Emulated, &summaries).is_empty());
     }
 
     #[test]
