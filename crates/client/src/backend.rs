@@ -5,7 +5,8 @@
 //!     ├─ health.try_acquire(now)? ── no ──► Err(BackendDown)          (fail fast)
 //!     ├─ window set: gate.admit(class) ≤ timeout (strict/aged/DRR, see sched) ─ else Err(Overloaded)
 //!     │     (skipped when the backend serves the classes itself: `priorities strict|drr`)
-//!     ├─ slot = next round-robin connection, or the class's own connection when the backend
+//!     ├─ slot = the connection with the fewest requests in flight (ties round robin,
+//!     │  `tailtrim_policy::lanes`), among the class's own connections when the backend
 //!     │  serves the classes; connect lazily (connect_timeout; TLS and the `-Y` login when the
 //!     │  pool has them, a refusal failing like a connect error); a new connection asks
 //!     │  `stats settings` whether the server announces `priorities strict` or `drr` (when
@@ -99,6 +100,15 @@ impl Slot {
             .as_ref()
             .filter(|connection| connection.is_alive())
             .cloned()
+    }
+
+    /// Requests in flight on the slot's connection (0 when it has none alive).
+    fn in_flight(&self) -> usize {
+        self.current
+            .lock()
+            .as_ref()
+            .filter(|connection| connection.is_alive())
+            .map_or(0, Connection::in_flight)
     }
 }
 
@@ -291,20 +301,25 @@ impl Backend {
         self.priorities.store(found as u8, Ordering::Relaxed);
     }
 
-    /// The slot for a request in `class`: the class's own slot when the backend serves the
-    /// classes (so a backlog of one class never sits in front of another on one connection;
-    /// slots `class + k·CLASSES` round robin), else the next of the configured connections
-    /// round robin.
+    /// The slot for a request in `class`: among the class's own slots when the backend serves
+    /// the classes (so a backlog of one class never sits in front of another on one
+    /// connection; slots `class + k·CLASSES`), else among the configured connections — the
+    /// one with the fewest requests in flight, ties round robin
+    /// ([`tailtrim_policy::lanes::least_loaded`]): a request does not queue behind a slow one
+    /// on its connection while another connection is idle.
     fn slot(&self, class: usize) -> &Slot {
-        let index = if self.priorities() == Priorities::Backend {
+        let (first, stride, count) = if self.priorities() == Priorities::Backend {
             // Slots class, class + CLASSES, … belong to the class (at least one each).
             let class = class.min(CLASSES - 1);
-            let own = (self.slots.len() - class).div_ceil(CLASSES);
-            class + CLASSES * (self.next_slot.fetch_add(1, Ordering::Relaxed) % own)
+            (class, CLASSES, (self.slots.len() - class).div_ceil(CLASSES))
         } else {
-            self.next_slot.fetch_add(1, Ordering::Relaxed) % self.settings.connections.max(1)
+            (0, 1, self.settings.connections.max(1))
         };
-        &self.slots[index]
+        let start = self.next_slot.fetch_add(1, Ordering::Relaxed);
+        let chosen = tailtrim_policy::lanes::least_loaded(start, count, |k| {
+            self.slots[first + stride * k].in_flight()
+        });
+        &self.slots[first + stride * chosen]
     }
 
     /// The connection for a request in `class` ([`Backend::slot`]), connecting it if needed.

@@ -457,6 +457,11 @@ impl Connection {
         }
     }
 
+    /// Requests queued or waiting for their reply on this connection.
+    pub fn in_flight(&self) -> usize {
+        self.shared.in_flight.load(Ordering::Relaxed)
+    }
+
     /// False once the connection failed or was killed.
     pub fn is_alive(&self) -> bool {
         self.shared.alive.load(Ordering::Acquire)

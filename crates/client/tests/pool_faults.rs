@@ -459,3 +459,61 @@ async fn a_connection_times_out_its_oldest_request_without_a_caller_timer() {
     assert!(!connection.is_alive());
     silent.abort();
 }
+
+/// A request does not queue behind a slow one on the same connection while another of the
+/// backend's connections is idle: the memcached protocol answers a connection's requests in
+/// order, so round robin would put every second request behind the slow reply. The fake
+/// backend never answers `get slow`; round robin sends the third request to the slow one's
+/// connection (it waits for the timeout), the least-loaded choice to the idle one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_takes_an_idle_connection_rather_than_queue_behind_a_slow_one() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    let backend = tokio::spawn(async move {
+        loop {
+            let Ok((socket, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let (read, mut write) = socket.into_split();
+                let mut lines = BufReader::new(read).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if line == "get slow" {
+                        // Never answered: everything behind it on this connection waits.
+                        std::future::pending::<()>().await;
+                    }
+                    if write.write_all(b"END\r\n").await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let mut config = PoolConfig::new(
+        "lanes",
+        vec![ServerSpec::parse(&format!("{address}:1")).expect("spec")],
+    );
+    config.timeout = Duration::from_secs(20);
+    config.connections_per_backend = 2;
+    let pool = std::sync::Arc::new(Pool::new(config).expect("pool"));
+    let slow = {
+        let pool = pool.clone();
+        tokio::spawn(async move { pool.get(b"slow").await })
+    };
+    // The slow request is queued on its connection before the others start.
+    let queued = Instant::now();
+    while pool.backends()[0].outstanding() == 0 && queued.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for key in [&b"a"[..], b"b", b"c"] {
+        let reply = tokio::time::timeout(Duration::from_secs(10), pool.get(key))
+            .await
+            .unwrap_or_else(|_| panic!("{key:?} waited behind the slow request"));
+        assert!(matches!(reply, Ok(None)), "{reply:?}");
+    }
+    slow.abort();
+    backend.abort();
+}

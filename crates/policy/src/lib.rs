@@ -14,6 +14,7 @@
 //!   chisel: elephants split into chunks (chisel), mice merged into shared queries
 //!           (chisel_merge: who joins, each member's share of the reply)
 //!
+//!   a backend's connections' requests in flight ──► lanes::least_loaded ──► next connection
 //!   reads ──► hotkeys (sampled space-saving top-k) ─┐
 //!   old owners' key listings (moved keys) ──► warmup::CopyPlanner (bounded) ──► copies
 //!   membership change ──► warmup::WarmupProgress (hit ratios) ──► warm-up over?
@@ -47,6 +48,7 @@ pub mod drr;
 pub mod error;
 pub mod health;
 pub mod hotkeys;
+pub mod lanes;
 pub mod planner;
 pub mod rein;
 pub mod ring;

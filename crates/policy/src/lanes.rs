@@ -1,0 +1,65 @@
+//! Which of a backend's connections carries the next request.
+//!
+//! ```text
+//!   connections 0 … n−1, each with its requests in flight
+//!   start = rotating counter mod n ──► scan n from start ──► first with the fewest in flight
+//!                                      (an idle one ends the scan at once)
+//! ```
+//!
+//! The memcached protocol answers a connection's requests in the order they were sent, so a
+//! request queued behind a slow one (a large value, a large multiget) waits for it even when
+//! the server serves it at once — and where a server pins each connection to a worker, the
+//! connection's worker is busy with the slow one too. Round robin puts a request on such a
+//! connection once in n; the least-loaded choice avoids it whenever another connection is
+//! idler. Ties go round robin from the rotating start, so connections equally idle share the
+//! load as round robin would.
+
+/// The connection, of `count`, with the fewest requests in flight (`in_flight(k)`); the scan
+/// starts at `start % count` and ends at the first idle connection, ties going to the first
+/// met. `count` 0 gives 0.
+pub fn least_loaded(start: usize, count: usize, in_flight: impl Fn(usize) -> usize) -> usize {
+    if count <= 1 {
+        return 0;
+    }
+    let mut best = start % count;
+    let mut best_load = in_flight(best);
+    for step in 1..count {
+        if best_load == 0 {
+            break;
+        }
+        let candidate = (start + step) % count;
+        let load = in_flight(candidate);
+        if load < best_load {
+            best = candidate;
+            best_load = load;
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::least_loaded;
+
+    #[test]
+    fn an_idle_connection_is_taken_before_a_busy_one() {
+        let loads = [1, 0, 0, 2];
+        assert_eq!(least_loaded(0, 4, |k| loads[k]), 1);
+        assert_eq!(least_loaded(3, 4, |k| loads[k]), 1);
+        assert_eq!(least_loaded(6, 4, |k| loads[k]), 2);
+    }
+
+    #[test]
+    fn equally_loaded_connections_take_turns() {
+        let chosen: Vec<usize> = (0..6).map(|start| least_loaded(start, 3, |_| 4)).collect();
+        assert_eq!(chosen, vec![0, 1, 2, 0, 1, 2]);
+    }
+
+    #[test]
+    fn the_fewest_in_flight_wins_when_none_is_idle() {
+        let loads = [3, 5, 2, 4];
+        assert_eq!(least_loaded(1, 4, |k| loads[k]), 2);
+        assert_eq!(least_loaded(0, 1, |_| 9), 0);
+        assert_eq!(least_loaded(5, 0, |_| 9), 0);
+    }
+}
