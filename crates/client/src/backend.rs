@@ -4,7 +4,9 @@
 //!   call_in(bytes, shape, class) / call_with(shape, class, started, write)
 //!     ├─ health.try_acquire(now)? ── no ──► Err(BackendDown)          (fail fast)
 //!     ├─ window set: gate.admit(class) ≤ timeout (strict/aged/DRR, see sched) ─ else Err(Overloaded)
-//!     │     (skipped when the backend serves the classes itself: `priorities strict|drr`)
+//!     │     (skipped when the backend serves the classes itself: `priorities strict|drr`;
+//!     │     a free slot taken without a timer; a multiget fetch without a priority counted
+//!     │     in the window but not held)
 //!     ├─ slot = the connection with the fewest requests in flight (ties round robin,
 //!     │  `tailtrim_policy::lanes`), among the class's own connections when the backend
 //!     │  serves the classes; connect lazily (connect_timeout; TLS and the `-Y` login when the
@@ -398,17 +400,20 @@ impl Backend {
         started: Instant,
         write: impl Fn(&mut Vec<u8>),
     ) -> (Result<RawReply, ClientError>, Duration) {
-        self.call_reserved(self.reserve(), shape, class, started, write)
+        self.call_reserved(self.reserve(), shape, class, true, started, write)
             .await
     }
 
     /// As [`Backend::call_with`], counted as outstanding by `reservation` (taken when the
-    /// request was planned) until its verdict.
+    /// request was planned) until its verdict. `held`: whether the gate may hold the request
+    /// back by its `class` (false for a request whose planner set no priority: counted in the
+    /// window, never queued, see [`Gate::enter`]).
     pub async fn call_reserved(
         &self,
         reservation: Reservation<'_>,
         shape: ReplyShape,
         class: usize,
+        held: bool,
         started: Instant,
         write: impl Fn(&mut Vec<u8>),
     ) -> (Result<RawReply, ClientError>, Duration) {
@@ -426,24 +431,28 @@ impl Backend {
             Priorities::Backend => None,
             Priorities::Undetected | Priorities::Client => self.gate.as_ref(),
         };
-        let _permit = match gate {
-            None => None,
-            Some(gate) => {
-                match tokio::time::timeout(self.settings.timeout, gate.admit(class)).await {
-                    Ok(permit) => Some(permit),
-                    Err(_) => {
-                        self.stats.errors.incr();
-                        self.health.lock().record_abandoned(self.clock.now());
-                        return (
-                            Err(ClientError::Overloaded {
-                                backend: self.address.clone(),
-                                limit: gate.window(),
-                            }),
-                            started.elapsed(),
-                        );
+        let _permit = match (gate, held) {
+            (None, _) => None,
+            (Some(gate), false) => Some(gate.enter()),
+            (Some(gate), true) => match gate.try_admit(class) {
+                Some(permit) => Some(permit),
+                None => {
+                    match tokio::time::timeout(self.settings.timeout, gate.admit(class)).await {
+                        Ok(permit) => Some(permit),
+                        Err(_) => {
+                            self.stats.errors.incr();
+                            self.health.lock().record_abandoned(self.clock.now());
+                            return (
+                                Err(ClientError::Overloaded {
+                                    backend: self.address.clone(),
+                                    limit: gate.window(),
+                                }),
+                                started.elapsed(),
+                            );
+                        }
                     }
                 }
-            }
+            },
         };
         self.stats.requests.incr();
         let mut in_flight = InFlight::new(self);

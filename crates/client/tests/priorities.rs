@@ -83,6 +83,61 @@ async fn a_high_priority_request_overtakes_a_queued_low_priority_backlog() {
     assert_eq!(gate.queued[4].get(), 20);
 }
 
+/// A multiget whose planner sets no priority (batch) is not held by the window: there is no
+/// order for the queue to apply. It still counts in the window, so that a classed request
+/// behind it waits. (Before: held like a class-0 request, one per slot.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multiget_without_a_priority_is_counted_in_the_window_but_not_held() {
+    if !require_binary("memcached") {
+        return;
+    }
+    let backend = start_memcached();
+    let pool = Arc::new(pool_over(
+        std::slice::from_ref(&backend),
+        PlannerKind::Batch,
+        Some(1),
+    ));
+    assert!(pool.set(b"k", 0, 0, b"v").await.expect("set"));
+    backend.signal("STOP");
+    let gate = || pool.backends()[0].gate().expect("a window makes a gate");
+    let first_pool = pool.clone();
+    let first = tokio::spawn(async move {
+        first_pool.backends()[0]
+            .call_in(Bytes::from_static(b"get k\r\n"), ReplyShape::UntilEnd, 0)
+            .await
+            .expect("get")
+    });
+    while gate().in_flight() < 1 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let multiget_pool = pool.clone();
+    let multiget = tokio::spawn(async move {
+        let keys = [Bytes::from_static(b"k"), Bytes::from_static(b"absent")];
+        multiget_pool.get_many(&keys).await.expect("multiget")
+    });
+    while gate().in_flight() + gate().waiting() < 2 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!((gate().in_flight(), gate().waiting()), (2, 0));
+    // A classed request finds the window full and waits.
+    let classed_pool = pool.clone();
+    let classed = tokio::spawn(async move {
+        classed_pool.backends()[0]
+            .call_in(Bytes::from_static(b"get k\r\n"), ReplyShape::UntilEnd, 0)
+            .await
+            .expect("get")
+    });
+    while gate().waiting() < 1 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    backend.signal("CONT");
+    assert_eq!(first.await.expect("task").values.len(), 1);
+    let values = multiget.await.expect("task");
+    assert!(values[0].is_some() && values[1].is_none());
+    assert_eq!(classed.await.expect("task").values.len(), 1);
+    assert_eq!((gate().in_flight(), gate().waiting()), (0, 0));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multigets_through_every_planner_return_the_stored_values() {
     if !require_binary("memcached") {

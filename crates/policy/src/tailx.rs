@@ -184,6 +184,9 @@ impl LargeKeyFilter {
 #[derive(Debug, Clone)]
 pub struct DecayingHistogram<const BUCKETS: usize> {
     counts: [u64; BUCKETS],
+    /// The sum of `counts`, kept so that a quantile is read without summing every bucket
+    /// (the proxy reads the median once per value it sees).
+    total: u64,
     samples: u64,
     since_halving: u64,
     half_life: u64,
@@ -194,6 +197,7 @@ impl<const BUCKETS: usize> DecayingHistogram<BUCKETS> {
     pub fn new(half_life: u64) -> Self {
         DecayingHistogram {
             counts: [0; BUCKETS],
+            total: 0,
             samples: 0,
             since_halving: 0,
             half_life,
@@ -203,6 +207,7 @@ impl<const BUCKETS: usize> DecayingHistogram<BUCKETS> {
     /// Counts one sample in `bucket` (the last bucket if beyond it).
     pub fn observe(&mut self, bucket: usize) {
         self.counts[bucket.min(BUCKETS - 1)] += 1;
+        self.total += 1;
         self.samples += 1;
         self.since_halving += 1;
         if self.since_halving >= self.half_life {
@@ -210,6 +215,7 @@ impl<const BUCKETS: usize> DecayingHistogram<BUCKETS> {
             for count in &mut self.counts {
                 *count /= 2;
             }
+            self.total = self.counts.iter().sum();
         }
     }
 
@@ -223,7 +229,7 @@ impl<const BUCKETS: usize> DecayingHistogram<BUCKETS> {
         if self.samples < min_samples {
             return None;
         }
-        let total: u64 = self.counts.iter().sum();
+        let total = self.total;
         let wanted = quantile.clamp(0.0, 1.0) * total as f64;
         let mut seen = 0;
         for (bucket, &count) in self.counts.iter().enumerate() {
@@ -490,6 +496,24 @@ pub(crate) mod tests {
     use super::*;
     use crate::health::Timestamp;
     use crate::planner::base::tests::{keys, view};
+
+    /// The kept total is the sum of the counts through halvings, so the quantiles read from
+    /// it are those of the counts.
+    #[test]
+    fn a_decaying_histograms_total_follows_its_counts_through_halvings() {
+        let mut histogram = DecayingHistogram::<8>::new(7);
+        for sample in 0..100usize {
+            histogram.observe(sample * 7 % 11);
+            assert_eq!(histogram.total, histogram.counts.iter().sum::<u64>());
+        }
+        // 100 samples, halved every 7: far fewer counted than seen.
+        assert!(histogram.total < 20);
+        let counts = histogram.counts;
+        let total: u64 = counts.iter().sum();
+        let median = (0..counts.len()).find(|&b| 2 * counts[..=b].iter().sum::<u64>() >= total);
+        assert_eq!(histogram.median_bucket(1), median);
+        assert!(histogram.median_bucket(101).is_none());
+    }
 
     /// A timed fetch of `keys` small keys from backend 0, shared with cost-sbf's tests.
     pub(crate) fn observation(keys: u32, latency_nanos: u64) -> Observation {

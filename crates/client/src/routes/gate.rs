@@ -148,14 +148,41 @@ impl Gate {
         self.state.lock().in_flight
     }
 
+    /// A slot at once if one is free and nobody waits (what [`Gate::admit`] does first), so
+    /// that a caller bounding the wait arms no timer when there is none.
+    pub fn try_admit(&self, class: usize) -> Option<Permit<'_>> {
+        let mut state = self.state.lock();
+        self.grant_if_free(&mut state, class.min(CLASSES - 1))
+            .then(|| Permit { gate: self })
+    }
+
+    /// Takes a slot for `class` if one is free and nobody waits.
+    fn grant_if_free(&self, state: &mut GateState, class: usize) -> bool {
+        if state.in_flight < self.window && state.waiting.is_empty() {
+            state.in_flight += 1;
+            self.admitted[class].incr();
+            return true;
+        }
+        false
+    }
+
+    /// Counts a request that carries no priority class (its planner set none) in the window
+    /// without holding it: with no class there is no order for the queue to apply, and the
+    /// backend serves a connection's requests in arrival order anyway. Counted, so that
+    /// classed requests that come later (a planner switching to priorities) still find the
+    /// window's true occupancy; the slot it takes is passed on when it ends.
+    pub fn enter(&self) -> Permit<'_> {
+        self.state.lock().in_flight += 1;
+        self.admitted[0].incr();
+        Permit { gate: self }
+    }
+
     /// Waits for a slot; `class` 0 is the highest priority (larger values are the lowest).
     pub async fn admit(&self, class: usize) -> Permit<'_> {
         let class = class.min(CLASSES - 1);
         let receiver = {
             let mut state = self.state.lock();
-            if state.in_flight < self.window && state.waiting.is_empty() {
-                state.in_flight += 1;
-                self.admitted[class].incr();
+            if self.grant_if_free(&mut state, class) {
                 return Permit { gate: self };
             }
             let (sender, receiver) = oneshot::channel();

@@ -8,7 +8,8 @@
 //!                        failed fetches: their keys are planned again without that backend
 //!                        Unavailable: fail fast (NoBackend)
 //!                        not_before: wait in the delay queue; priority: the backend gate's class,
-//!                        or, to a backend that serves classes itself, `mg … p<class>` requests
+//!                        or, to a backend that serves classes itself, `mg … p<class>` requests;
+//!                        no priority: counted in the gate's window, never held back
 //!   fetch ─► shaping (query slots, injected setup, Chisel's merging of mice) ─► query
 //! ```
 
@@ -109,6 +110,8 @@ impl Pool {
     ) -> Result<Fetched, ClientError> {
         let backend = fetch.backend;
         let class = usize::from(fetch.priority.unwrap_or(0)).min(CLASSES - 1);
+        // A fetch without a priority has no order for the gate to apply: not held back.
+        let held = fetch.priority.is_some();
         if let Some(start_at) = fetch.not_before {
             let wait = start_at.nanos_since(self.clock.now());
             self.delay.hold(std::time::Duration::from_nanos(wait)).await;
@@ -123,7 +126,7 @@ impl Pool {
             }
             let refs: Inline<&[u8]> = positions.iter().map(|&i| keys[i].as_ref()).collect();
             return self
-                .query(backend, reservation, &refs, kind, class)
+                .query(backend, reservation, &refs, kind, class, held)
                 .await
                 .map(Fetched::Items);
         }
@@ -156,7 +159,10 @@ impl Pool {
         }
         let own = keys.len();
         let refs: Vec<&[u8]> = sealed.keys.iter().map(Bytes::as_ref).collect();
-        match self.query(backend, reservation, &refs, kind, class).await {
+        match self
+            .query(backend, reservation, &refs, kind, class, held)
+            .await
+        {
             Ok(items) => {
                 let mut values = vec![None; refs.len()];
                 match_values(refs.iter().copied(), items, |at, item| values[at] = item);
@@ -183,6 +189,7 @@ impl Pool {
         keys: &[&[u8]],
         kind: MultigetKind,
         class: usize,
+        held: bool,
     ) -> Result<Vec<ValueItem>, ClientError> {
         let classed = self.backends[backend].detect_priorities().await == Priorities::Backend;
         self.stats.queries.incr();
@@ -195,6 +202,7 @@ impl Pool {
                 reservation,
                 ReplyShape::UntilMetaNoop,
                 class,
+                held,
                 sent,
                 write,
             );
@@ -205,6 +213,7 @@ impl Pool {
                 reservation,
                 ReplyShape::UntilEnd,
                 class,
+                held,
                 sent,
                 write,
             );
