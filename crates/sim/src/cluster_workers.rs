@@ -15,7 +15,7 @@
 //! A small opset never waits behind a large one: the small workers never take the large
 //! queue (unless every worker is small), and a large opset never enters the input while a
 //! large worker exists. The split follows the measured large share of the work
-//! ([`SplitBy::Busy`](tailtrim_policy::sizeaware::SplitBy::Busy), the busy time of each class's
+//! ([`SplitBy::Busy`], the busy time of each class's
 //! opsets), not Minos's packets: the simulator's service costs are per key and per byte, not
 //! per packet. The server's small worker that reads and looks up a request before handing it
 //! off is not modelled (the opset's reply size is known when it arrives).
