@@ -320,6 +320,7 @@ pub fn scenario(
         query_threads: setup.query_threads,
         query_setup: setup_spec,
         online_analysis: None,
+        size_aware: None,
         seed: setup.seed,
     })
 }

@@ -15,6 +15,8 @@
 //!        │ (≤ query_threads, FIFO) ─► query_setup ─► sealed ─► network (request bytes) ─►
 //!        ▼
 //!  server s: `workers_per_server` workers, one queue ordered by (priority, arrival);
+//!            or size-aware (`size_aware`, `cluster_workers`): large opsets to a large queue
+//!            served by a measured share of the workers, small ones never behind them;
 //!            service = service.sample(query keys, reply bytes)
 //!        │ network (reply bytes) ─► slot freed ─► Planner::observe(Observation) ─►
 //!        ▼ each member fetch ─► client thread: client_recv cost
@@ -46,8 +48,10 @@ use tailtrim_policy::planner::{
     Action, ClusterView, Observation, PlanRequest, Planner, PlannerKind, QueryShape, RequestDone,
 };
 use tailtrim_policy::ring::{Ring, RingOptions, RingServer};
-use tailtrim_policy::serverq::{Discipline, PriorityQueue};
+use tailtrim_policy::serverq::Discipline;
 
+pub use crate::cluster_workers::{SizeAwareReport, SizeAwareServers};
+use crate::cluster_workers::{SizeAwareServer, Waiting, NO_PRIORITY};
 use crate::events::EventQueue;
 use crate::stats::{LatencyRecorder, LatencySummary};
 use crate::time::Nanos;
@@ -214,6 +218,11 @@ pub struct ClusterScenario {
     /// have a query shape).
     #[serde(default)]
     pub online_analysis: Option<OnlineAnalysis>,
+    /// Size-aware workers in every server (Minos inside the server: large opsets served by a
+    /// subset of its workers sized from the measured large share of the work); `None`: the
+    /// workers share one queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_aware: Option<SizeAwareServers>,
     /// Seed of every random stream.
     pub seed: u64,
 }
@@ -261,6 +270,7 @@ impl Default for ClusterScenario {
             query_threads: 0,
             query_setup: CostSpec::ZERO,
             online_analysis: None,
+            size_aware: None,
             seed: 1,
         }
     }
@@ -312,6 +322,9 @@ impl ClusterScenario {
             if !(analysis.epoch_secs.is_finite() && analysis.epoch_secs > 0.0) {
                 return fail("the analyzer's epoch must be positive");
             }
+        }
+        if let Some(size_aware) = &self.size_aware {
+            size_aware.validate()?;
         }
         Ok(())
     }
@@ -451,6 +464,9 @@ pub struct ClusterResult {
     /// ([`ClusterRunOptions::small_tail_decomposition`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub small_tail: Option<SmallTail>,
+    /// What the size-aware servers did ([`ClusterScenario::size_aware`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_aware: Option<SizeAwareReport>,
 }
 
 /// Mean times of a set of requests without a large value, split along their slowest opset
@@ -592,6 +608,8 @@ enum Event {
     Reply(u32),
     /// The online analyzer decides.
     Epoch,
+    /// The size-aware servers' controllers decide.
+    SizeEpoch,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -625,9 +643,6 @@ struct OpsetTimes {
 fn state_thread(state: &RequestState) -> usize {
     state.thread as usize
 }
-
-/// Marks a fetch without a priority.
-const NO_PRIORITY: u8 = u8::MAX;
 
 struct FetchState {
     request: u32,
@@ -664,6 +679,10 @@ struct QueryState {
     /// The server's large-work clock then ([`ServerState::large_clock`]).
     large_clock_at_arrival: f64,
     times: OpsetTimes,
+    /// The worker serving it.
+    worker: u32,
+    /// Size-aware servers: classified large (served by the large workers).
+    large_class: bool,
 }
 
 /// The online analyzer and its epoch counters.
@@ -683,10 +702,10 @@ struct Analysis {
 
 struct ServerState {
     idle_workers: usize,
-    /// Queries without a priority.
-    fifo: VecDeque<u32>,
-    /// Prioritized queries, in the discipline's order.
-    prioritized: PriorityQueue<u32>,
+    /// Queries waiting for a worker (size-aware: the small ones), in the discipline's order.
+    waiting: Waiting,
+    /// Size-aware workers: the controller, the large queue, each worker's state.
+    size_aware: Option<SizeAwareServer>,
     busy_ns: u128,
     /// Workers serving a query that holds a large value.
     large_busy: usize,
@@ -705,11 +724,12 @@ impl ServerState {
         self.large_clock_at = now;
     }
 
-    fn pop(&mut self) -> Option<u32> {
-        if let Some(fetch) = self.fifo.pop_front() {
-            return Some(fetch);
+    /// The next query worker `worker` serves (`None`: it goes idle).
+    fn next_for(&mut self, worker: usize) -> Option<u32> {
+        match &mut self.size_aware {
+            None => self.waiting.pop(),
+            Some(size_aware) => size_aware.next_for(worker, &mut self.waiting),
         }
-        self.prioritized.pop()
     }
 }
 
@@ -1030,16 +1050,28 @@ impl<'s> Sim<'s> {
             merged_fetches: 0,
             analysis,
             servers: (0..scenario.servers)
-                .map(|_| ServerState {
-                    idle_workers: scenario.workers_per_server,
-                    fifo: VecDeque::new(),
-                    prioritized: PriorityQueue::new(discipline),
-                    busy_ns: 0,
-                    large_busy: 0,
-                    large_clock: 0.0,
-                    large_clock_at: Nanos::ZERO,
+                .map(|_| {
+                    Ok(ServerState {
+                        idle_workers: scenario.workers_per_server,
+                        waiting: Waiting::new(discipline),
+                        size_aware: scenario
+                            .size_aware
+                            .as_ref()
+                            .map(|settings| {
+                                SizeAwareServer::new(
+                                    settings,
+                                    scenario.workers_per_server,
+                                    discipline,
+                                )
+                            })
+                            .transpose()?,
+                        busy_ns: 0,
+                        large_busy: 0,
+                        large_clock: 0.0,
+                        large_clock_at: Nanos::ZERO,
+                    })
                 })
-                .collect(),
+                .collect::<Result<_, SimError>>()?,
             clients: (0..scenario.client_threads)
                 .map(|_| ClientThread {
                     busy: false,
@@ -1094,8 +1126,14 @@ impl<'s> Sim<'s> {
         if let Some(analysis) = &self.analysis {
             self.queue.push(analysis.epoch, Event::Epoch);
         }
+        if let Some(size_aware) = &self.scenario.size_aware {
+            self.queue
+                .push(Nanos::from_f64(size_aware.epoch_us * 1e3), Event::SizeEpoch);
+        }
         while let Some((at, event)) = self.queue.pop() {
-            if matches!(event, Event::Epoch) && self.completed == self.scenario.requests {
+            if matches!(event, Event::Epoch | Event::SizeEpoch)
+                && self.completed == self.scenario.requests
+            {
                 continue;
             }
             self.now = at;
@@ -1108,6 +1146,7 @@ impl<'s> Sim<'s> {
                 Event::Served(query) => self.served(query),
                 Event::Reply(query) => self.reply(query),
                 Event::Epoch => self.epoch(),
+                Event::SizeEpoch => self.size_epoch(),
             }
         }
         if self.completed != self.generated {
@@ -1362,6 +1401,8 @@ impl<'s> Sim<'s> {
             at_server: self.now,
             large_clock_at_arrival: 0.0,
             times: OpsetTimes::default(),
+            worker: 0,
+            large_class: false,
         };
         let id = match self.free_queries.pop() {
             Some(id) => {
@@ -1437,13 +1478,28 @@ impl<'s> Sim<'s> {
         server.advance_large_clock(now, workers);
         state.at_server = now;
         state.large_clock_at_arrival = server.large_clock;
-        if self.servers[backend].idle_workers > 0 {
-            self.servers[backend].idle_workers -= 1;
-            self.start_service(query);
-        } else if priority == NO_PRIORITY {
-            self.servers[backend].fifo.push_back(query);
-        } else {
-            self.servers[backend].prioritized.push(priority, query);
+        match &mut server.size_aware {
+            None => {
+                if server.idle_workers > 0 {
+                    server.idle_workers -= 1;
+                    self.start_service(query);
+                } else {
+                    server.waiting.push(priority, query);
+                }
+            }
+            Some(size_aware) => {
+                let large = size_aware.classify(state.reply_bytes);
+                state.large_class = large;
+                match size_aware.claim_worker(large) {
+                    Some(worker) => {
+                        server.idle_workers -= 1;
+                        state.worker = worker as u32;
+                        self.start_service(query);
+                    }
+                    None if large => size_aware.push_large(priority, query),
+                    None => server.waiting.push(priority, query),
+                }
+            }
         }
     }
 
@@ -1466,6 +1522,9 @@ impl<'s> Sim<'s> {
             server.large_busy += 1;
             self.large_work_ns += u128::from(time.0);
         }
+        if let Some(size_aware) = &mut server.size_aware {
+            size_aware.charge(state.large_class, time.0);
+        }
         server.busy_ns += u128::from(time.0);
         self.queue.push(self.now + time, Event::Served(query));
     }
@@ -1479,16 +1538,49 @@ impl<'s> Sim<'s> {
         };
         let delay = sample(&self.scenario.network, units, &mut self.network_rng);
         self.queue.push(self.now + delay, Event::Reply(query));
-        let holds_large = state.holds_large;
+        let (holds_large, worker) = (state.holds_large, state.worker);
         let server = &mut self.servers[backend];
         server.advance_large_clock(self.now, self.scenario.workers_per_server);
         if holds_large {
             server.large_busy -= 1;
         }
-        match server.pop() {
-            Some(next) => self.start_service(next),
+        match server.next_for(worker as usize) {
+            Some(next) => {
+                self.queries[next as usize].worker = worker;
+                self.start_service(next);
+            }
             None => server.idle_workers += 1,
         }
+    }
+
+    /// The size-aware controllers' epoch: every server decides; an idle worker the new split
+    /// lets take waiting opsets starts one.
+    fn size_epoch(&mut self) {
+        let Some(settings) = self.scenario.size_aware else {
+            return;
+        };
+        for backend in 0..self.servers.len() {
+            let server = &mut self.servers[backend];
+            let Some(size_aware) = &mut server.size_aware else {
+                continue;
+            };
+            size_aware.end_epoch();
+            let mut starts = Vec::new();
+            for worker in size_aware.idle_workers() {
+                if let Some(next) = server.next_for(worker) {
+                    server.idle_workers -= 1;
+                    starts.push((worker, next));
+                }
+            }
+            for (worker, next) in starts {
+                self.queries[next as usize].worker = worker as u32;
+                self.start_service(next);
+            }
+        }
+        self.queue.push(
+            self.now + Nanos::from_f64(settings.epoch_us * 1e3),
+            Event::SizeEpoch,
+        );
     }
 
     fn reply(&mut self, query: u32) {
@@ -1730,8 +1822,22 @@ impl<'s> Sim<'s> {
             .options
             .small_tail_decomposition
             .then(|| self.small_tail());
+        let size_aware = self.scenario.size_aware.map(|_| {
+            let mut report = SizeAwareReport::default();
+            for server in &self.servers {
+                if let Some(size_aware) = &server.size_aware {
+                    report.opsets += size_aware.opsets;
+                    report.handoffs += size_aware.handoffs;
+                    let decision = size_aware.decision();
+                    report.final_small_workers.push(decision.small_workers());
+                    report.final_threshold_bytes.push(decision.threshold());
+                }
+            }
+            report
+        });
         ClusterResult {
             small_tail,
+            size_aware,
             planner_gauges,
             planner: self.planner.name().to_string(),
             offered_rps: self.scenario.rate_rps,

@@ -41,6 +41,7 @@
 
 pub mod chisel;
 pub mod cluster;
+pub mod cluster_workers;
 pub mod cost;
 pub mod decide;
 pub mod engine;

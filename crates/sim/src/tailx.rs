@@ -39,7 +39,8 @@ use tailtrim_policy::tailx::TailxSettings;
 use crate::chisel::gain;
 use crate::cluster::{
     run_cluster_with, ArrivalProcess, ClassResult, ClosedLoop, ClusterResult, ClusterRunOptions,
-    ClusterScenario, ClusterWorkload, LargeKeys, ServerQueue, SmallTail,
+    ClusterScenario, ClusterWorkload, LargeKeys, ServerQueue, SizeAwareReport, SizeAwareServers,
+    SmallTail,
 };
 use crate::SimError;
 
@@ -47,6 +48,21 @@ use crate::SimError;
 pub const PLANNERS: [&str; 8] = [
     "batch", "rein-sbf", "rein-sds", "rein-drr", "tailx", "cost-sbf", "cost-rel", "size-rel",
 ];
+/// Planners run on size-aware servers (Minos inside each server,
+/// [`ClusterScenario::size_aware`]): a planner of [`PLANNERS`] and [`SIZE_AWARE_SUFFIX`]. Run
+/// only when asked for by name.
+pub const SIZE_AWARE_PLANNERS: [&str; 2] = ["batch+minos", "cost-rel+minos"];
+/// The suffix of a planner's name that puts it on size-aware servers.
+pub const SIZE_AWARE_SUFFIX: &str = "+minos";
+
+/// A planner's name without [`SIZE_AWARE_SUFFIX`], and whether it had it.
+pub fn split_size_aware(name: &str) -> (&str, bool) {
+    match name.strip_suffix(SIZE_AWARE_SUFFIX) {
+        Some(base) => (base, true),
+        None => (name, false),
+    }
+}
+
 /// The baseline the reductions are taken against.
 pub const BASELINE: &str = "rein-sbf";
 
@@ -130,6 +146,9 @@ pub struct Setup {
     /// ([`PlannerOutcome::small_tail`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub small_tail_decomposition: bool,
+    /// The servers of the planners named with [`SIZE_AWARE_SUFFIX`] (`None`: none was run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_aware: Option<SizeAwareServers>,
 }
 
 // Fields added after results were first kept are left out of a file when they hold their
@@ -210,6 +229,7 @@ impl Default for Setup {
             server_queue: ServerQueue::Planner,
             planner_knows_sizes: false,
             small_tail_decomposition: false,
+            size_aware: None,
         }
     }
 }
@@ -448,14 +468,19 @@ pub fn scenario(
         query_threads: 0,
         query_setup: CostSpec::ZERO,
         online_analysis: None,
+        size_aware: split_size_aware(planner)
+            .1
+            .then(|| setup.size_aware.unwrap_or_default()),
         seed: setup.seed,
     })
 }
 
 /// A planner by name, TailX with the setup's smallest delay, `cost-sbf` and `cost-rel` with
 /// their ageing (and `cost-rel`'s spread).
+/// A name with [`SIZE_AWARE_SUFFIX`] is its planner's (the servers are the scenario's).
 pub fn planner(setup: &Setup, name: &str) -> Result<Box<dyn Planner>, SimError> {
-    let kind = PlannerKind::from_name(name).map_err(|e| SimError::Config(e.to_string()))?;
+    let kind = PlannerKind::from_name(split_size_aware(name).0)
+        .map_err(|e| SimError::Config(e.to_string()))?;
     Ok(kind.build_with(&PlannerSettings {
         tailx: TailxSettings {
             min_delay_nanos: (setup.tailx_min_delay_us * 1e3).round() as u64,
@@ -639,6 +664,9 @@ pub struct PlannerOutcome {
     /// [`Setup::small_tail_decomposition`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub small_tail: Option<SmallTail>,
+    /// What the size-aware servers did (planners named with [`SIZE_AWARE_SUFFIX`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_aware: Option<SizeAwareReport>,
 }
 
 /// The requests of one priority class (the lowest among a request's fetches).
@@ -740,6 +768,7 @@ impl PlannerOutcome {
                 })
                 .collect(),
             small_tail: result.small_tail,
+            size_aware: result.size_aware.clone(),
         }
     }
 }

@@ -2,14 +2,15 @@
 //! them (strict priority) beat batching where Rein should, the rare-elephant mix; `cost-rel`
 //! keeps that gain and, in a mix of near-equal requests, demotes no more than its budget;
 //! `size-rel` takes the large values out of the way of the requests without one, which the
-//! small-tail decomposition shows.
+//! small-tail decomposition shows; size-aware servers (Minos inside each server) take away
+//! what no order can, a large value already in service.
 
 use tailtrim_bench::dist::Distribution;
 use tailtrim_policy::costspec::CostSpec;
 use tailtrim_policy::planner::PlannerKind;
 use tailtrim_sim::cluster::{
     run_cluster, run_cluster_with_options, ClusterResult, ClusterRunOptions, ClusterScenario,
-    ClusterWorkload, LargeKeys,
+    ClusterWorkload, LargeKeys, SizeAwareServers,
 };
 
 /// `servers` × 4 workers, uniform keys, service `const=20us,key=5us,dist=exp`.
@@ -170,4 +171,57 @@ fn the_small_tail_splits_into_waits_behind_large_and_small_work_and_size_rel_rem
     let plain = large_values("batch", 0.0).small_tail.expect("decomposed");
     assert_eq!(plain.all.wait_behind_large_us, 0.0);
     assert_eq!(plain.large_opset_work_share, 0.0);
+}
+
+/// 8 servers × 2 workers, 4-key multigets of 1 KB values, 20 % of them with one 128 KB value
+/// (`byte=2.5ns`: a large opset ≈ 16 × an ordinary one, about half the work), load ≈ 0.75.
+fn two_workers(size_aware: Option<SizeAwareServers>) -> ClusterResult {
+    let scenario = ClusterScenario {
+        servers: 8,
+        workers_per_server: 2,
+        planner: "batch".to_string(),
+        workload: ClusterWorkload {
+            keyspace: 1_000_000,
+            keys_per_request: Distribution::Fixed { value: 4.0 },
+            value_bytes: Distribution::Fixed { value: 1_000.0 },
+            large_value_bytes: 1_000,
+            large_keys: Some(LargeKeys {
+                keyspace: 10_000,
+                value_bytes: 128_000,
+                request_share: 0.2,
+                key_share: 0.25,
+            }),
+            ..ClusterWorkload::default()
+        },
+        rate_rps: 60_000.0,
+        requests: 8_000,
+        service: CostSpec::parse("const=20us,key=5us,byte=2.5ns,dist=exp").unwrap(),
+        size_aware,
+        seed: 7,
+        ..ClusterScenario::default()
+    };
+    run_cluster(&scenario).unwrap()
+}
+
+#[test]
+fn size_aware_servers_keep_the_small_requests_out_from_behind_large_values() {
+    let shared = two_workers(None);
+    assert!(shared.size_aware.is_none());
+    let minos = two_workers(Some(SizeAwareServers {
+        threshold_bytes: Some(64 * 1024),
+        ..SizeAwareServers::default()
+    }));
+    let report = minos.size_aware.clone().expect("size-aware servers report");
+    // One opset in ~20 holds the large value; only those are handed off.
+    let share = report.handoffs as f64 / report.opsets as f64;
+    assert!((0.03..0.1).contains(&share), "{report:?}");
+    assert!(report.final_small_workers.iter().all(|&small| small == 1));
+    // With a worker kept for large values, a small opset never waits behind one: the small
+    // requests' tail falls well below the shared queue's.
+    assert!(
+        minos.small.summary.p99_us < 0.7 * shared.small.summary.p99_us,
+        "small p99 {} vs shared {}",
+        minos.small.summary.p99_us,
+        shared.small.summary.p99_us
+    );
 }

@@ -23,7 +23,8 @@ use serde::{Deserialize, Serialize};
 use tailtrim_sim::cluster::{run_cluster_with_options, ClosedLoop, ClusterResult, ServerQueue};
 use tailtrim_sim::tailx::{
     calibrate, extra_experiments, paper_experiments, planner, reductions, scenario, short_count,
-    Calibration, Experiment, PlannerOutcome, Reduction, Setup, BASELINE, PLANNERS,
+    split_size_aware, Calibration, Experiment, PlannerOutcome, Reduction, Setup, BASELINE,
+    PLANNERS, SIZE_AWARE_PLANNERS,
 };
 
 use crate::experiment::{
@@ -32,6 +33,7 @@ use crate::experiment::{
 use crate::figures::{draw_bars, drawing_failed};
 use crate::histogram::Encoded;
 use crate::meta::{Recorder, SeededMetadata};
+use crate::report::sim_cluster::MinosArgs;
 use crate::results::write_text;
 use crate::tables::{Align, Table};
 
@@ -183,9 +185,14 @@ pub struct Args {
     #[arg(long, default_value_t = 2)]
     server_connections: usize,
     /// Only these planners (batch, rein-sbf, rein-sds, rein-drr, tailx, cost-sbf, cost-rel,
-    /// size-rel); default all in the simulator, the paper's four on the testbed.
+    /// size-rel; in the simulator also batch+minos, cost-rel+minos: the planner on servers
+    /// with size-aware workers); default all but the +minos ones in the simulator, the
+    /// paper's four on the testbed.
     #[arg(long, value_delimiter = ',')]
     planners: Vec<String>,
+    /// The servers of the +minos planners.
+    #[command(flatten)]
+    minos: MinosArgs,
     /// Testbed: a sweep of offered loads (shares of the simulated capacity) instead of
     /// `--load`, each measured and simulated (e.g. 0.2,0.4,0.6,0.8,1.0,1.2).
     #[arg(long, value_delimiter = ',')]
@@ -402,22 +409,31 @@ fn simulate(args: &Args, progress: ProgressFn<'_>) -> Result<Report, String> {
         server_queue,
         planner_knows_sizes: args.planner_knows_sizes,
         small_tail_decomposition: args.decompose_small_tail,
+        size_aware: args
+            .planners
+            .iter()
+            .any(|p| split_size_aware(p).1)
+            .then(|| args.minos.servers()),
         ..Setup::default()
     };
+    let known = || PLANNERS.into_iter().chain(SIZE_AWARE_PLANNERS);
     if let Some(unknown) = args
         .planners
         .iter()
-        .find(|p| !PLANNERS.contains(&p.as_str()))
+        .find(|p| !known().any(|q| q == p.as_str()))
     {
         return Err(format!(
             "unknown planner {unknown:?} (one of {})",
-            PLANNERS.join(", ")
+            known().collect::<Vec<_>>().join(", ")
         ));
     }
-    let planners: Vec<&str> = PLANNERS
-        .into_iter()
-        .filter(|p| args.planners.is_empty() || args.planners.iter().any(|q| q == p))
-        .collect();
+    let planners: Vec<&str> = if args.planners.is_empty() {
+        PLANNERS.to_vec()
+    } else {
+        known()
+            .filter(|p| args.planners.iter().any(|q| q == p))
+            .collect()
+    };
     let mut all = paper_experiments(&args.a_requests, args.b_requests);
     if args.extra_requests > 0 {
         all.extend(extra_experiments(args.extra_requests));
@@ -468,11 +484,15 @@ fn simulate(args: &Args, progress: ProgressFn<'_>) -> Result<Report, String> {
                         )
                         .map_err(|e| e.to_string())?;
                         Ok(Timed {
-                            outcome: PlannerOutcome::of(
-                                &result,
-                                setup.workers_per_server,
-                                experiment.mix.mice_max_keys(),
-                            ),
+                            outcome: PlannerOutcome {
+                                // `batch+minos` is `batch`'s planner on other servers.
+                                planner: name.to_string(),
+                                ..PlannerOutcome::of(
+                                    &result,
+                                    setup.workers_per_server,
+                                    experiment.mix.mice_max_keys(),
+                                )
+                            },
                             wall_secs: began.elapsed().as_secs_f64(),
                             histograms: kept_histograms(&result)?,
                         })

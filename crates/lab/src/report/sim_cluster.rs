@@ -7,8 +7,39 @@ use tailtrim_bench::workload::Popularity;
 use tailtrim_policy::costspec::CostSpec;
 use tailtrim_sim::cluster::{
     parse_distribution, ArrivalProcess, ClosedLoop, ClusterScenario, ClusterWorkload, ServerQueue,
-    DEFAULT_LARGE_VALUE_BYTES, DEFAULT_WARMUP_FRACTION,
+    SizeAwareServers, DEFAULT_LARGE_VALUE_BYTES, DEFAULT_WARMUP_FRACTION,
 };
+
+/// The size-aware servers' settings (Minos inside each server), shared by `sim cluster
+/// --minos` and `experiment tailx`'s `+minos` planners.
+#[derive(clap::Args, Debug, Clone)]
+pub struct MinosArgs {
+    /// Size-aware servers: simulated µs between their controllers' decisions.
+    #[arg(long, default_value_t = SizeAwareServers::default().epoch_us)]
+    pub minos_epoch_us: f64,
+    /// Size-aware servers: percentile of the opsets' reply sizes that becomes the threshold.
+    #[arg(long, default_value_t = SizeAwareServers::default().percentile)]
+    pub minos_percentile: f64,
+    /// Size-aware servers: a fixed threshold (reply bytes) instead of the percentile.
+    #[arg(long)]
+    pub minos_threshold_bytes: Option<u64>,
+    /// Size-aware servers: large workers serve large opsets only (Minos as published),
+    /// instead of taking small ones while the large queue is empty.
+    #[arg(long)]
+    pub minos_no_help: bool,
+}
+
+impl MinosArgs {
+    /// The servers' settings.
+    pub fn servers(&self) -> SizeAwareServers {
+        SizeAwareServers {
+            epoch_us: self.minos_epoch_us,
+            percentile: self.minos_percentile,
+            threshold_bytes: self.minos_threshold_bytes,
+            large_workers_help: !self.minos_no_help,
+        }
+    }
+}
 
 /// Arguments of `tailtrim sim cluster`.
 #[derive(clap::Args, Debug)]
@@ -95,6 +126,13 @@ pub struct ClusterArgs {
     /// Print JSON (scenario and one result per rate) instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Size-aware workers in every server (Minos inside the server: large opsets go to a
+    /// subset of its workers sized from the measured large share of the work).
+    #[arg(long)]
+    pub minos: bool,
+    /// The size-aware servers' settings.
+    #[command(flatten)]
+    pub minos_settings: MinosArgs,
 }
 
 impl ClusterArgs {
@@ -143,6 +181,7 @@ impl ClusterArgs {
             query_threads: self.query_threads,
             query_setup: spec(&self.query_setup)?,
             online_analysis: None,
+            size_aware: self.minos.then(|| self.minos_settings.servers()),
             seed: self.seed,
         })
     }
