@@ -30,7 +30,7 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use crate::class::{size_class, SIZE_CLASS_LIMIT};
+use crate::class::size_class;
 use crate::index::KeyIndex;
 use crate::item::{
     external_copy, inline_header_len, item_footprint, item_size, Item, ItemRef, ItemView,
@@ -324,8 +324,11 @@ pub(crate) struct ShardState {
     /// The event counters of `stats` (`total_items`, `evictions` … `get_flushed`) for this
     /// shard, summed by `Store::stats`; its other fields stay 0.
     pub counters: StoreStats,
-    /// Per size class ([`size_class`]) figures, indexed by class id.
-    pub classes: [ClassStats; SIZE_CLASS_LIMIT],
+    /// Per size class ([`size_class`]) figures, indexed by class id, up to the largest
+    /// class the shard has counted anything in (grown by [`ShardState::class_of`]): a
+    /// shard starts with none, so 64 shards of a store that writes one size hold one
+    /// class's figures each, not [`crate::SIZE_CLASS_LIMIT`] (5.5 KiB a shard).
+    pub classes: Vec<ClassStats>,
 }
 
 impl ShardState {
@@ -352,7 +355,7 @@ impl ShardState {
             bytes: 0,
             footprint: 0,
             counters: StoreStats::default(),
-            classes: [ClassStats::default(); SIZE_CLASS_LIMIT],
+            classes: Vec::new(),
         }
     }
 
@@ -996,7 +999,7 @@ impl ShardState {
     fn account_added(&mut self, size: u64, footprint: u64) {
         self.bytes += size;
         self.footprint += footprint;
-        let class = &mut self.classes[size_class(size)];
+        let class = self.class_of(size);
         class.number += 1;
         class.mem_requested += size;
     }
@@ -1005,7 +1008,7 @@ impl ShardState {
         let size = header.size();
         self.bytes -= size;
         self.footprint -= header.footprint();
-        let class = &mut self.classes[size_class(size)];
+        let class = self.class_of(size);
         class.number -= 1;
         class.mem_requested -= size;
     }
@@ -1208,7 +1211,11 @@ impl ShardState {
 
     /// The figures of the size class of an item of accounted size `size`.
     pub fn class_of(&mut self, size: u64) -> &mut ClassStats {
-        &mut self.classes[size_class(size)]
+        let id = size_class(size);
+        if id >= self.classes.len() {
+            self.classes.resize(id + 1, ClassStats::default());
+        }
+        &mut self.classes[id]
     }
 
     /// Zeroes the counters (`stats reset`); what the shard holds stays counted.

@@ -932,7 +932,7 @@ impl Store {
         });
         if let Err(StoreError::OutOfMemory { .. }) = result {
             let mut state = self.shards[self.shard_index(key)].state.lock();
-            state.classes[size_class(size)].outofmemory += 1;
+            state.class_of(size).outofmemory += 1;
         }
         result
     }
@@ -1388,6 +1388,15 @@ impl Store {
                     count + state.segment_count(),
                 )
             })
+    }
+
+    /// Size classes' figures the shards hold, summed over shards (tests only).
+    #[cfg(test)]
+    pub(crate) fn class_figures_held(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| shard.state.lock().classes.len())
+            .sum()
     }
 
     /// Bytes appended to the shards' segments and not yet given back (tests only).

@@ -1106,6 +1106,23 @@ fn lookups_count_expired_and_flushed_items_as_memcached_does() {
     assert_eq!(stats.curr_items, 0);
 }
 
+/// A shard holds figures only for the size classes up to the largest it has counted in: a
+/// store of 64 shards that writes one small size holds a few classes' figures a shard, not
+/// all 64 (which took 352 KiB before any item was stored).
+#[test]
+fn shards_hold_figures_only_up_to_the_classes_they_count() {
+    let s = store_with(1 << 20, 64);
+    assert_eq!(s.class_figures_held(), 0);
+    for index in 0..640 {
+        set(&s, &format!("key{index}"), "value", 0, T0);
+    }
+    let largest_class = size_class(item_size(6, 5, 0));
+    assert!(s.class_figures_held() <= 64 * (largest_class + 1));
+    let counted: u64 = s.class_stats(T0).iter().map(|class| class.number).sum();
+    assert_eq!(counted, 640);
+    s.check_invariants();
+}
+
 #[test]
 fn class_stats_follow_items_and_reset_keeps_what_is_held() {
     let s = store();
