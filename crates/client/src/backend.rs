@@ -52,6 +52,8 @@ pub struct BackendSettings {
     pub connect_timeout: Duration,
     /// Connections to open (lazily).
     pub connections: usize,
+    /// Which connection carries the next request.
+    pub connection_choice: tailtrim_policy::lanes::ConnectionChoice,
     /// Queue bound per connection.
     pub queue_limit: usize,
     /// Down-host tracking.
@@ -77,6 +79,7 @@ impl BackendSettings {
             timeout: config.timeout,
             connect_timeout: config.connect_timeout,
             connections: config.connections_per_backend,
+            connection_choice: config.connection_choice,
             queue_limit: config.queue_limit,
             health: config.health,
             ewma_alpha: config.ewma_alpha,
@@ -308,7 +311,8 @@ impl Backend {
     /// connection; slots `class + k·CLASSES`), else among the configured connections — the
     /// one with the fewest requests in flight, ties round robin
     /// ([`tailtrim_policy::lanes::least_loaded`]): a request does not queue behind a slow one
-    /// on its connection while another connection is idle.
+    /// on its connection while another connection is idle (or round robin, when the pool
+    /// says so).
     fn slot(&self, class: usize) -> &Slot {
         let (first, stride, count) = if self.priorities() == Priorities::Backend {
             // Slots class, class + CLASSES, … belong to the class (at least one each).
@@ -318,9 +322,10 @@ impl Backend {
             (0, 1, self.settings.connections.max(1))
         };
         let start = self.next_slot.fetch_add(1, Ordering::Relaxed);
-        let chosen = tailtrim_policy::lanes::least_loaded(start, count, |k| {
-            self.slots[first + stride * k].in_flight()
-        });
+        let chosen = self
+            .settings
+            .connection_choice
+            .choose(start, count, |k| self.slots[first + stride * k].in_flight());
         &self.slots[first + stride * chosen]
     }
 

@@ -123,6 +123,9 @@ pub struct PoolConfig {
     pub connect_timeout: Duration,
     /// Connections per backend; requests are spread round-robin and pipelined on each.
     pub connections_per_backend: usize,
+    /// Which of a backend's connections carries the next request (default: the one with the
+    /// fewest requests in flight).
+    pub connection_choice: tailtrim_policy::lanes::ConnectionChoice,
     /// Requests queued per connection before failing fast.
     pub queue_limit: usize,
     /// Down-host tracking.
@@ -182,6 +185,7 @@ impl PoolConfig {
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             connections_per_backend: DEFAULT_CONNECTIONS_PER_BACKEND,
+            connection_choice: tailtrim_policy::lanes::ConnectionChoice::LeastLoaded,
             queue_limit: DEFAULT_QUEUE_LIMIT,
             health: HealthSettings {
                 failure_limit: DEFAULT_FAILURE_LIMIT,

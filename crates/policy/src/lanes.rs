@@ -14,6 +14,48 @@
 //! idler. Ties go round robin from the rotating start, so connections equally idle share the
 //! load as round robin would.
 
+/// How a backend's connection is chosen for the next request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConnectionChoice {
+    /// The connection with the fewest requests in flight, ties round robin (default).
+    #[default]
+    LeastLoaded,
+    /// The next connection round robin, whatever it carries (twemproxy's way).
+    RoundRobin,
+}
+
+impl ConnectionChoice {
+    /// The names `parse` accepts, in the order of the variants.
+    pub const NAMES: [&'static str; 2] = ["least-loaded", "round-robin"];
+
+    /// `least-loaded` or `round-robin`.
+    pub fn parse(name: &str) -> Result<Self, String> {
+        match name {
+            "least-loaded" => Ok(ConnectionChoice::LeastLoaded),
+            "round-robin" => Ok(ConnectionChoice::RoundRobin),
+            other => Err(format!(
+                "connection choice {other:?}: expected \"least-loaded\" or \"round-robin\""
+            )),
+        }
+    }
+
+    /// The name `parse` reads back.
+    pub fn name(self) -> &'static str {
+        match self {
+            ConnectionChoice::LeastLoaded => "least-loaded",
+            ConnectionChoice::RoundRobin => "round-robin",
+        }
+    }
+
+    /// The connection, of `count`, for the request whose rotating counter is `start`.
+    pub fn choose(self, start: usize, count: usize, in_flight: impl Fn(usize) -> usize) -> usize {
+        match self {
+            ConnectionChoice::LeastLoaded => least_loaded(start, count, in_flight),
+            ConnectionChoice::RoundRobin => start % count.max(1),
+        }
+    }
+}
+
 /// The connection, of `count`, with the fewest requests in flight (`in_flight(k)`); the scan
 /// starts at `start % count` and ends at the first idle connection, ties going to the first
 /// met. `count` 0 gives 0.
@@ -39,7 +81,21 @@ pub fn least_loaded(start: usize, count: usize, in_flight: impl Fn(usize) -> usi
 
 #[cfg(test)]
 mod tests {
-    use super::least_loaded;
+    use super::{least_loaded, ConnectionChoice};
+
+    #[test]
+    fn round_robin_ignores_what_a_connection_carries() {
+        let loads = [9, 0, 0];
+        let chosen: Vec<usize> = (0..4)
+            .map(|start| ConnectionChoice::RoundRobin.choose(start, 3, |k| loads[k]))
+            .collect();
+        assert_eq!(chosen, vec![0, 1, 2, 0]);
+        assert_eq!(ConnectionChoice::LeastLoaded.choose(3, 3, |k| loads[k]), 1);
+        for name in ConnectionChoice::NAMES {
+            assert_eq!(ConnectionChoice::parse(name).map(|c| c.name()), Ok(name));
+        }
+        assert!(ConnectionChoice::parse("random").is_err());
+    }
 
     #[test]
     fn an_idle_connection_is_taken_before_a_busy_one() {

@@ -381,6 +381,10 @@ pub struct PoolSection {
     pub connect_timeout_ms: u64,
     /// Connections per backend.
     pub server_connections: usize,
+    /// Which of a backend's connections carries the next request: `least-loaded` (the one
+    /// with the fewest requests in flight, so a request does not queue behind a slow reply
+    /// while another connection is idle) or `round-robin` (twemproxy's way).
+    pub connection_choice: String,
     /// Consecutive failures that mark a backend down.
     pub server_failure_limit: u32,
     /// Wait before a down backend is probed again (ms).
@@ -450,6 +454,7 @@ impl Default for PoolSection {
             timeout_ms: DEFAULT_TIMEOUT_MS,
             connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
             server_connections: DEFAULT_SERVER_CONNECTIONS,
+            connection_choice: "least-loaded".to_string(),
             server_failure_limit: DEFAULT_SERVER_FAILURE_LIMIT,
             server_retry_timeout_ms: DEFAULT_SERVER_RETRY_TIMEOUT_MS,
             queue_limit: DEFAULT_QUEUE_LIMIT,
@@ -637,6 +642,9 @@ impl ProxyConfig {
         config.timeout = Duration::from_millis(pool.timeout_ms);
         config.connect_timeout = Duration::from_millis(pool.connect_timeout_ms);
         config.connections_per_backend = pool.server_connections.max(1);
+        config.connection_choice =
+            tailtrim_policy::lanes::ConnectionChoice::parse(&pool.connection_choice)
+                .map_err(bad)?;
         config.queue_limit = pool.queue_limit.max(1);
         config.health = HealthSettings {
             failure_limit: pool.server_failure_limit.max(1),

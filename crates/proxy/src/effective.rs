@@ -114,6 +114,12 @@ pub struct ProxyArgs {
     /// Pipelined connections per backend.
     #[arg(long = "server-connections")]
     pub server_connections: Option<usize>,
+    /// Which of a backend's connections carries the next request: least-loaded (fewest
+    /// requests in flight) or round-robin (twemproxy's way). Overrides `[pool]
+    /// connection_choice`; default: least-loaded.
+    #[arg(long = "connection-choice", value_name = "CHOICE",
+          value_parser = tailtrim_policy::lanes::ConnectionChoice::NAMES)]
+    pub connection_choice: Option<String>,
     /// Consecutive failures that mark a backend down.
     #[arg(long = "server-failure-limit")]
     pub server_failure_limit: Option<u32>,
@@ -277,6 +283,9 @@ pub fn effective_config(
     }
     if let Some(connections) = args.server_connections {
         config.pool.server_connections = connections;
+    }
+    if let Some(choice) = &args.connection_choice {
+        config.pool.connection_choice = choice.clone();
     }
     if let Some(limit) = args.server_failure_limit {
         config.pool.server_failure_limit = limit;

@@ -788,7 +788,7 @@ fn settings_reply(view: MetricsView<'_>, out: &mut String) {
         .hash_tag
         .map(|[open, close]| format!("{}{}", open as char, close as char))
         .unwrap_or_default();
-    let settings: [(&str, String); 11] = [
+    let settings: [(&str, String); 12] = [
         ("pool", config.name.clone()),
         ("servers", servers.join(",")),
         ("hash", config.ring.hash.name().to_string()),
@@ -800,6 +800,10 @@ fn settings_reply(view: MetricsView<'_>, out: &mut String) {
         (
             "server_connections",
             config.connections_per_backend.to_string(),
+        ),
+        (
+            "connection_choice",
+            config.connection_choice.name().to_string(),
         ),
         ("queue_limit", config.queue_limit.to_string()),
         ("num_threads", view.threads.to_string()),

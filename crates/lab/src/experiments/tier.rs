@@ -191,6 +191,9 @@ pub struct Tier {
     /// Warm-up mode of the join (`cold`, `preemptive+fallback`); none: no join.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub join_warmup: Option<String>,
+    /// `--connection-choice` of a tailtrim proxy (none: its default, `least-loaded`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection_choice: Option<String>,
 }
 
 impl Tier {
@@ -203,11 +206,19 @@ impl Tier {
             planner: Some(planner.to_string()),
             priority_order: None,
             join_warmup: join.map(str::to_string),
+            connection_choice: None,
         }
     }
 
     fn strict(mut self) -> Self {
         self.priority_order = Some("strict".to_string());
+        self
+    }
+
+    /// Round robin over a backend's connections, as twemproxy does (the memcached-like
+    /// baseline and the single mechanisms other than the connection choice itself).
+    fn round_robin(mut self) -> Self {
+        self.connection_choice = Some("round-robin".to_string());
         self
     }
 }
@@ -219,17 +230,21 @@ pub fn tiers(mode: Mode, planner: &str) -> Vec<Tier> {
     let warm = Some("preemptive+fallback");
     match mode {
         Mode::Emulated => vec![
-            Tier::tailtrim(MEMCACHED_LIKE, "pinned", "batch", cold),
+            Tier::tailtrim(MEMCACHED_LIKE, "pinned", "batch", cold).round_robin(),
             Tier::tailtrim(
                 &format!("{MEMCACHED_LIKE}{AA_SUFFIX}"),
                 "pinned",
                 "batch",
                 cold,
-            ),
-            Tier::tailtrim("size-aware", "size-aware", "batch", cold),
-            Tier::tailtrim("chisel", "pinned", "chisel", cold),
-            Tier::tailtrim("rein-sbf", "late-binding", "rein-sbf", cold).strict(),
-            Tier::tailtrim("warm-up", "pinned", "batch", warm),
+            )
+            .round_robin(),
+            Tier::tailtrim("size-aware", "size-aware", "batch", cold).round_robin(),
+            Tier::tailtrim("chisel", "pinned", "chisel", cold).round_robin(),
+            Tier::tailtrim("rein-sbf", "late-binding", "rein-sbf", cold)
+                .strict()
+                .round_robin(),
+            Tier::tailtrim("warm-up", "pinned", "batch", warm).round_robin(),
+            Tier::tailtrim("least-loaded", "pinned", "batch", cold),
             Tier::tailtrim(EVERYTHING, "size-aware", planner, warm).strict(),
         ],
         Mode::Loopback => {
@@ -241,6 +256,7 @@ pub fn tiers(mode: Mode, planner: &str) -> Vec<Tier> {
                 planner: None,
                 priority_order: None,
                 join_warmup: None,
+                connection_choice: None,
             };
             vec![
                 stock(MEMCACHED_NUTCRACKER.to_string()),
@@ -593,6 +609,9 @@ fn proxy_launch(
     }
     if let Some(order) = &tier.priority_order {
         extra.extend(["--priority-order".to_string(), order.clone()]);
+    }
+    if let Some(choice) = &tier.connection_choice {
+        extra.extend(["--connection-choice".to_string(), choice.clone()]);
     }
     if let Some(threads) = settings.proxy_threads {
         extra.extend(["-t".to_string(), threads.to_string()]);
@@ -1175,7 +1194,7 @@ fn markdown(results: &Results) -> String {
     text.push_str("\nTiers:\n\n");
     for tier in &settings.tiers {
         text.push_str(&format!(
-            "- `{}`: {} servers{}, {} proxy{}{}{}, join: {}\n",
+            "- `{}`: {} servers{}, {} proxy{}{}{}{}, join: {}\n",
             tier.name,
             tier.server,
             tier.dispatch
@@ -1195,6 +1214,11 @@ fn markdown(results: &Results) -> String {
                 .as_ref()
                 .map_or(String::new(), |order| format!(
                     " `--priority-order {order}`"
+                )),
+            tier.connection_choice
+                .as_ref()
+                .map_or(String::new(), |choice| format!(
+                    " `--connection-choice {choice}`"
                 )),
             tier.join_warmup.as_deref().unwrap_or("none"),
         ));
@@ -1355,6 +1379,16 @@ mod tests {
         );
         assert_eq!(emulated[0].dispatch.as_deref(), Some("pinned"));
         assert_eq!(emulated[0].join_warmup.as_deref(), Some("cold"));
+        // The baseline spreads over a backend's connections as twemproxy does; the
+        // everything tier takes the proxy's default (least-loaded).
+        assert_eq!(
+            emulated[0].connection_choice.as_deref(),
+            Some("round-robin")
+        );
+        assert_eq!(
+            everything.and_then(|tier| tier.connection_choice.as_deref()),
+            None
+        );
         assert!(tiers(Mode::Loopback, "batch")
             .iter()
             .all(|tier| tier.join_warmup.is_none()));
