@@ -15,8 +15,8 @@
 //! enter the latency histograms (every request is counted). On a loopback
 //! connection a `recvmsg` with the stamp costs about 300 ns of kernel time
 //! more than a `recv` (`experiments/throughput/syscall-costs/`), and turning
-//! it into an [`std::time::Instant`] and recording it some 400 instructions
-//! more: together about 7 % of an unpipelined request's CPU.
+//! it into an [`std::time::Instant`] and recording it costs user-space work
+//! besides (`experiments/throughput/sampled-stamps/`).
 //!
 //! ```text
 //!   read n of a connection ─ n % SAMPLE_EVERY == 0 ─► recvmsg + SO_TIMESTAMPNS ─► Arrival { at: stamp, sampled }
