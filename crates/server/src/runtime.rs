@@ -51,7 +51,7 @@ use crate::policies::{
 };
 use crate::rxtime::Arrival;
 use crate::session::{Admit, Conn, Job, PendingJob, ReadSide};
-use crate::shared::{unix_now, DispatchView, Shared};
+use crate::shared::{unix_now, unix_now_coarse, DispatchView, Shared};
 use crate::stats::bump;
 
 pub use crate::policies::host::{Charge, FlushMode};
@@ -218,8 +218,11 @@ pub struct Runtime {
     /// ([`crate::rxtime::SAMPLE_EVERY`]; every read of an emulating server, whose
     /// histograms are what it is run for).
     sample_every: u32,
-    /// Origin of the connections' `last_command_ms` clock.
-    clock: Instant,
+    /// Origin of the connections' `last_command_ms` clock (coarse monotonic ms).
+    clock_origin_ms: u64,
+    /// The runtime's start: the start a request's `Charge` carries where no
+    /// emulated service reads it (no clock read for it).
+    started: Instant,
 }
 
 /// The emulated network stage: draws per worker, and the timer queue of
@@ -429,7 +432,8 @@ impl Runtime {
             latency: ClassLatency::new(workers),
             udp,
             shared,
-            clock: Instant::now(),
+            clock_origin_ms: crate::rxtime::monotonic_coarse_ms(),
+            started: Instant::now(),
         };
         for (index, socket) in runtime.udp.iter().enumerate() {
             let epoll = &runtime.epolls[index % runtime.epolls.len()];
@@ -544,13 +548,7 @@ impl Runtime {
 
     /// Milliseconds since the runtime started (the idle timeout's clock).
     fn clock_ms(&self) -> u64 {
-        self.clock_ms_at(Instant::now())
-    }
-
-    /// Milliseconds from the runtime's start to `at` (a request's arrival: a command's time
-    /// without reading the clock again).
-    fn clock_ms_at(&self, at: Instant) -> u64 {
-        at.saturating_duration_since(self.clock).as_millis() as u64
+        crate::rxtime::monotonic_coarse_ms().saturating_sub(self.clock_origin_ms)
     }
 
     /// Closes every connection that has completed no command for `idle` and has nothing
@@ -805,8 +803,8 @@ impl Runtime {
     pub(crate) fn record_latency(&self, worker: usize, large: bool, since: Arrival) {
         // Only a sampled request reads the clock for its latency.
         let micros = since
-            .sampled
-            .then(|| since.at.elapsed().as_micros().min(u128::from(u64::MAX)) as u64);
+            .at
+            .map(|at| at.elapsed().as_micros().min(u128::from(u64::MAX)) as u64);
         self.latency.record(worker, large, micros);
     }
 
@@ -972,7 +970,11 @@ impl Runtime {
                 }
             };
             // The read's own clock reading gives the second requests execute at.
-            let ctx = self.ctx_at(worker, conn.fd(), wall_clock.unwrap_or_else(unix_now));
+            let ctx = self.ctx_at(
+                worker,
+                conn.fd(),
+                wall_clock.unwrap_or_else(unix_now_coarse),
+            );
             match self.process(conn, &mut read, worker, &ctx, receiving) {
                 Next::HandedOff => return, // the large worker owns reading now
                 Next::Closed => return,
@@ -1113,7 +1115,7 @@ impl Runtime {
                         }
                         arrived_at
                     } else {
-                        Arrival::unsampled_now()
+                        Arrival::UNSAMPLED
                     };
                     read.latest_at = Some(arrived_at);
                     if was_empty || read.arrived_at.is_none() {
@@ -1195,14 +1197,14 @@ impl Runtime {
             if read.input.is_empty() {
                 return Next::Continue;
             }
-            let arrived_at = read.arrived_at.unwrap_or_else(Arrival::unsampled_now);
+            let arrived_at = read.arrived_at.unwrap_or_default();
             // Splits a complete request's frame off the input; its keys are slices of it.
             let ReadSide { input, scratch, .. } = &mut *read;
             let parsed = parse_request_frame(input, &self.limits, scratch);
             if !matches!(parsed, Parsed::Incomplete) {
                 // The next request starts in bytes of the latest read.
                 read.arrived_at = read.latest_at;
-                conn.touch(self.clock_ms_at(arrived_at.at));
+                conn.touch(self.clock_ms());
             }
             match parsed {
                 Parsed::Incomplete => return Next::Continue,
@@ -1365,9 +1367,9 @@ impl Runtime {
             Request::Get { .. } | Request::GetAndTouch { .. } | Request::MetaGet { .. }
         );
         // The start only matters to emulated service time (`Charge`): without it, the
-        // arrival stands in and the clock is not read again.
+        // arrival (or the runtime's start) stands in and the clock is not read again.
         let started = if self.service.is_empty() {
-            arrived_at.at
+            arrived_at.at.unwrap_or(self.started)
         } else {
             Instant::now()
         };

@@ -32,43 +32,48 @@ use std::time::{Duration, Instant};
 /// (docs/emulation.md) samples every read.
 pub const SAMPLE_EVERY: u32 = 16;
 
-/// When a request's first bytes reached the server.
-#[derive(Debug, Clone, Copy)]
+/// When a request's first bytes reached the server, for the requests of a
+/// sampled read; the others are not timed and read no clock for it.
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Arrival {
-    /// The kernel's receipt for a sampled read (the read itself when the
-    /// kernel gave no stamp); the moment of the read otherwise.
-    pub at: Instant,
-    /// The read was sampled: the request's latency is recorded.
-    pub sampled: bool,
+    /// The kernel's receipt of a sampled read's bytes (the read itself when
+    /// the kernel gave no stamp); `None` for a read that was not sampled.
+    pub at: Option<Instant>,
 }
 
 impl Arrival {
-    /// Arrival at the moment of a read that was not sampled.
-    pub fn unsampled_now() -> Arrival {
-        Arrival {
-            at: Instant::now(),
-            sampled: false,
-        }
-    }
+    /// A read that was not sampled.
+    pub const UNSAMPLED: Arrival = Arrival { at: None };
 
     /// Arrival of a sampled read's bytes stamped `stamp` (realtime ns; `None`:
     /// timed from now), and the wall clock (realtime ns) read to convert it.
     pub fn sampled(stamp: Option<u64>) -> (Arrival, Option<u64>) {
         let now = Instant::now();
         let Some(arrived_ns) = stamp else {
-            return (
-                Arrival {
-                    at: now,
-                    sampled: true,
-                },
-                None,
-            );
+            return (Arrival { at: Some(now) }, None);
         };
         let wall_ns = realtime_now_ns();
         let waited = wall_ns.saturating_sub(arrived_ns);
         let at = now.checked_sub(Duration::from_nanos(waited)).unwrap_or(now);
-        (Arrival { at, sampled: true }, Some(wall_ns))
+        (Arrival { at: Some(at) }, Some(wall_ns))
     }
+}
+
+/// A coarse clock (`clock_gettime` of `clock`, a `_COARSE` one: the kernel's
+/// tick, read from the vDSO without the time counter), in ms.
+fn coarse_ms(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    timespec_ns(&ts) / 1_000_000
+}
+
+/// `CLOCK_MONOTONIC_COARSE` in ms (a tick's resolution: the idle timeout's clock).
+pub fn monotonic_coarse_ms() -> u64 {
+    coarse_ms(libc::CLOCK_MONOTONIC_COARSE)
 }
 
 /// Counts a connection's reads down to its next sampled one.
