@@ -51,7 +51,7 @@ use crate::policies::{
 };
 use crate::rxtime::Arrival;
 use crate::session::{Admit, Conn, Job, PendingJob, ReadSide};
-use crate::shared::{unix_now, unix_now_coarse, DispatchView, Shared};
+use crate::shared::{unix_now, DispatchView, Shared};
 use crate::stats::bump;
 
 pub use crate::policies::host::{Charge, FlushMode};
@@ -970,11 +970,7 @@ impl Runtime {
                 }
             };
             // The read's own clock reading gives the second requests execute at.
-            let ctx = self.ctx_at(
-                worker,
-                conn.fd(),
-                wall_clock.unwrap_or_else(unix_now_coarse),
-            );
+            let ctx = self.ctx_at(worker, conn.fd(), wall_clock.unwrap_or_else(unix_now));
             match self.process(conn, &mut read, worker, &ctx, receiving) {
                 Next::HandedOff => return, // the large worker owns reading now
                 Next::Closed => return,

@@ -287,20 +287,6 @@ impl Shared {
     }
 }
 
-/// The current Unix second from the coarse realtime clock (`CLOCK_REALTIME_COARSE`: the
-/// kernel's tick, read from the vDSO without the time counter; it trails the precise clock
-/// by at most a tick, where memcached's own clock is a second-granular timer): the clock a
-/// request executes at when its read took no receive stamp.
-pub fn unix_now_coarse() -> UnixSecs {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
-    UnixSecs(ts.tv_sec.max(0) as u64)
-}
-
 /// The current Unix second (the one clock read of the server runtime).
 pub fn unix_now() -> UnixSecs {
     UnixSecs(
