@@ -337,10 +337,11 @@ fn dispatch_samples(samples: &mut Samples, shared: &Shared) {
         let name = shared.config.workers.dispatch.name().to_string();
         return samples.shown(&DISPATCH, vec![], name, None);
     };
-    for (name, value) in runtime.stats() {
-        if let Some((_, metric)) = DISPATCH_FIGURES.iter().find(|(figure, _)| *figure == name) {
+    let stats = runtime.stats();
+    for (name, value) in &stats {
+        if let Some((_, metric)) = DISPATCH_FIGURES.iter().find(|(figure, _)| figure == name) {
             let number = value.parse::<f64>().ok();
-            samples.shown(metric, vec![], value, number);
+            samples.shown(metric, vec![], value.clone(), number);
         }
     }
     for (name, histogram) in runtime.histograms() {
@@ -349,10 +350,15 @@ fn dispatch_samples(samples: &mut Samples, shared: &Shared) {
             "large_latency_us" => "large",
             _ => continue,
         };
+        // The histogram holds the sampled requests; the count is every request's.
+        let served = stats
+            .iter()
+            .find(|(figure, _)| *figure == format!("{class}_requests"))
+            .and_then(|(_, value)| value.parse::<u64>().ok());
         samples.distribution(
             &DISPATCH_REQUEST_LATENCY,
             vec![("class", class.to_string())],
-            distribution(&histogram),
+            distribution(&histogram, served),
         );
     }
 }
@@ -899,17 +905,19 @@ tailtrim_metrics::metrics! {
     pub summary DISPATCH_REQUEST_LATENCY = "dispatch_request_latency_us" in Microseconds, page_only;
 }
 
-/// An HDR histogram in microseconds, read at the summaries' quantiles (the sum is the
-/// histogram's estimate: its mean times its count).
-fn distribution(histogram: &hdrhistogram::Histogram<u64>) -> Distribution {
+/// An HDR histogram in microseconds, read at the summaries' quantiles, of a sample of
+/// `count` observations (`None`: the histogram holds them all); the sum is an estimate:
+/// the histogram's mean times the count.
+fn distribution(histogram: &hdrhistogram::Histogram<u64>, count: Option<u64>) -> Distribution {
+    let count = count.unwrap_or_else(|| histogram.len());
     Distribution {
-        count: histogram.len(),
+        count,
         quantiles: QUANTILES
             .iter()
             .map(|(quantile, _)| histogram.value_at_quantile(*quantile))
             .collect(),
         max: histogram.max(),
-        sum: histogram.mean() * histogram.len() as f64,
+        sum: histogram.mean() * count as f64,
     }
 }
 

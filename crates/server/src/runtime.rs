@@ -8,10 +8,10 @@
 //!     (per-worker epolls: pinned, early-binding, stealing; one shared: size-aware, late-binding)
 //!
 //!  worker i ─► policy.worker_step ─► poll_and_serve(epoll) ─► serve_conn
-//!     serve_conn: recvmsg (kernel receive stamp) ─► swallow ─► parse ─► seq
+//!     serve_conn: recv (1 read in 16: recvmsg + kernel receive stamp) ─► swallow ─► parse ─► seq
 //!        ─► policy.place(key) ─ Inline ─► execute ─► policy.finish_inline ─► reply slot
 //!                             └ Worker(i) / AnyWorker ─► ExecQueue ─► policy.release ─► run_job
-//!     reply slots complete in any order; output leaves in request order (one writev per batch)
+//!     reply slots complete in any order; output leaves in request order (one send/writev per batch)
 //!  UDP: one SO_REUSEPORT socket per worker, one-shot in an epoll like a connection (udp.rs)
 //!
 //!  emulation (experimental, off by default; docs/emulation.md), in `complete`, for every policy:
@@ -49,6 +49,7 @@ use crate::exec::{count_read, count_written, execute, unlink_too_large, ExecCont
 use crate::policies::{
     Completion, EpollLayout, Executed, InlineReply, Placement, Policy, WorkerHost,
 };
+use crate::rxtime::Arrival;
 use crate::session::{Admit, Conn, Job, PendingJob, ReadSide};
 use crate::shared::{unix_now, DispatchView, Shared};
 use crate::stats::bump;
@@ -77,17 +78,29 @@ const MAX_IOVECS: usize = 64;
 const MISS_REPLY_MAX: u64 = 5;
 
 /// Per-class server-side latency (µs), recorded from the kernel's receipt of
-/// the request's bytes ([`crate::rxtime`]) to its reply queued for writing.
+/// the request's bytes ([`crate::rxtime`]) to its reply queued for writing, for
+/// the requests of sampled reads; and every request's class, counted.
 ///
-/// One histogram pair per worker: a worker records into its own (its lock is
+/// One slot per worker: a worker records into its own (its lock is
 /// uncontended except while `stats` merges them), so no lock is shared by every
 /// worker on the request path.
 pub struct ClassLatency {
-    /// Per worker: (small, large) histograms.
-    per_worker: Vec<Mutex<WorkerLatency>>,
+    /// Per worker: histograms and counts.
+    per_worker: Vec<WorkerSlot>,
 }
 
-/// One worker's latency histograms and counts.
+/// One worker's histograms and counts (a cache line of its own: workers count
+/// side by side).
+#[repr(align(128))]
+struct WorkerSlot {
+    histograms: Mutex<WorkerLatency>,
+    /// Small requests served, sampled or not.
+    small: AtomicU64,
+    /// Large requests served, sampled or not.
+    large: AtomicU64,
+}
+
+/// One worker's latency histograms.
 struct WorkerLatency {
     small: hdrhistogram::Histogram<u64>,
     large: hdrhistogram::Histogram<u64>,
@@ -95,10 +108,14 @@ struct WorkerLatency {
 
 /// Merged view of every worker's latency, for `stats`.
 pub struct LatencySnapshot {
-    /// Small requests.
+    /// Small requests' latency (those of sampled reads).
     pub small: hdrhistogram::Histogram<u64>,
-    /// Large requests.
+    /// Large requests' latency (those of sampled reads).
     pub large: hdrhistogram::Histogram<u64>,
+    /// Small requests served.
+    pub small_count: u64,
+    /// Large requests served.
+    pub large_count: u64,
 }
 
 fn new_histogram() -> hdrhistogram::Histogram<u64> {
@@ -110,21 +127,29 @@ impl ClassLatency {
     fn new(workers: usize) -> Self {
         ClassLatency {
             per_worker: (0..workers.max(1))
-                .map(|_| {
-                    Mutex::new(WorkerLatency {
+                .map(|_| WorkerSlot {
+                    histograms: Mutex::new(WorkerLatency {
                         small: new_histogram(),
                         large: new_histogram(),
-                    })
+                    }),
+                    small: AtomicU64::new(0),
+                    large: AtomicU64::new(0),
                 })
                 .collect(),
         }
     }
 
-    /// Records `micros` for `worker` (an out-of-range worker, e.g. a helper
-    /// thread, records into the last slot).
-    fn record(&self, worker: usize, large: bool, micros: u64) {
-        let slot = worker.min(self.per_worker.len() - 1);
-        let mut mine = self.per_worker[slot].lock();
+    /// Counts a request for `worker` and records its latency `micros` if it
+    /// was sampled (an out-of-range worker, e.g. a helper thread, records into
+    /// the last slot).
+    fn record(&self, worker: usize, large: bool, micros: Option<u64>) {
+        let slot = &self.per_worker[worker.min(self.per_worker.len() - 1)];
+        let count = if large { &slot.large } else { &slot.small };
+        count.fetch_add(1, Ordering::Relaxed);
+        let Some(micros) = micros else {
+            return;
+        };
+        let mut mine = slot.histograms.lock();
         let histogram = if large {
             &mut mine.large
         } else {
@@ -138,20 +163,26 @@ impl ClassLatency {
         let mut merged = LatencySnapshot {
             small: new_histogram(),
             large: new_histogram(),
+            small_count: 0,
+            large_count: 0,
         };
-        for worker in &self.per_worker {
-            let worker = worker.lock();
+        for slot in &self.per_worker {
+            let worker = slot.histograms.lock();
             let _ = merged.small.add(&worker.small);
             let _ = merged.large.add(&worker.large);
+            merged.small_count += slot.small.load(Ordering::Relaxed);
+            merged.large_count += slot.large.load(Ordering::Relaxed);
         }
         merged
     }
 
     fn reset(&self) {
-        for worker in &self.per_worker {
-            let mut worker = worker.lock();
+        for slot in &self.per_worker {
+            let mut worker = slot.histograms.lock();
             worker.small.reset();
             worker.large.reset();
+            slot.small.store(0, Ordering::Relaxed);
+            slot.large.store(0, Ordering::Relaxed);
         }
     }
 }
@@ -183,8 +214,15 @@ pub struct Runtime {
     holds: HoldStats,
     /// Emulated network time (`None` when off).
     network: Option<NetworkEmulation>,
-    /// Origin of the connections' `last_command_ms` clock.
-    clock: Instant,
+    /// One read in this many of a connection is sampled for latency
+    /// ([`crate::rxtime::SAMPLE_EVERY`]; every read of an emulating server, whose
+    /// histograms are what it is run for).
+    sample_every: u32,
+    /// Origin of the connections' `last_command_ms` clock (coarse monotonic ms).
+    clock_origin_ms: u64,
+    /// The runtime's start: the start a request's `Charge` carries where no
+    /// emulated service reads it (no clock read for it).
+    started: Instant,
 }
 
 /// The emulated network stage: draws per worker, and the timer queue of
@@ -301,8 +339,11 @@ enum Next {
     Closed,
 }
 
-/// Writes `out` to `sink` with vectored writes until it is empty or the
-/// sink would block; `written` is told each write's size.
+/// Writes `out` to `sink` until it is empty or the sink would block; `written`
+/// is told each write's size. One piece (the usual reply, or a run of small ones)
+/// goes by a plain write — for a socket `send(2)`, about 150 ns cheaper in the
+/// kernel than a one-slice `writev(2)` (`experiments/throughput/syscall-costs/`);
+/// several pieces go by one vectored write.
 pub fn write_out(
     mut sink: impl Write,
     out: &mut ReplyBuf,
@@ -313,7 +354,7 @@ pub fn write_out(
             let mut chunks = out.chunks();
             match (chunks.next(), chunks.next()) {
                 // One piece (a run of small replies): no slice array to fill.
-                (Some(only), None) => sink.write_vectored(&[IoSlice::new(only)]),
+                (Some(only), None) => sink.write(only),
                 _ => {
                     let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
                     let mut count = 0;
@@ -363,7 +404,13 @@ impl Runtime {
         let service = config.emulation.service_spec().map_err(io::Error::other)?;
         let network = config.emulation.network_spec().map_err(io::Error::other)?;
         let network_draws = emulators(network, workers, 0x6E65_7477_6F72_6B00);
+        let emulating = !service.is_zero() || !network_draws.is_empty();
         let runtime = Runtime {
+            sample_every: if emulating {
+                1
+            } else {
+                crate::rxtime::SAMPLE_EVERY
+            },
             service: emulators(service, workers, 0x7365_7276_6963_6500),
             holds: HoldStats::new(),
             network: (!network_draws.is_empty()).then(|| NetworkEmulation {
@@ -385,7 +432,8 @@ impl Runtime {
             latency: ClassLatency::new(workers),
             udp,
             shared,
-            clock: Instant::now(),
+            clock_origin_ms: crate::rxtime::monotonic_coarse_ms(),
+            started: Instant::now(),
         };
         for (index, socket) in runtime.udp.iter().enumerate() {
             let epoll = &runtime.epolls[index % runtime.epolls.len()];
@@ -500,13 +548,7 @@ impl Runtime {
 
     /// Milliseconds since the runtime started (the idle timeout's clock).
     fn clock_ms(&self) -> u64 {
-        self.clock_ms_at(Instant::now())
-    }
-
-    /// Milliseconds from the runtime's start to `at` (a request's arrival: a command's time
-    /// without reading the clock again).
-    fn clock_ms_at(&self, at: Instant) -> u64 {
-        at.saturating_duration_since(self.clock).as_millis() as u64
+        crate::rxtime::monotonic_coarse_ms().saturating_sub(self.clock_origin_ms)
     }
 
     /// Closes every connection that has completed no command for `idle` and has nothing
@@ -758,8 +800,11 @@ impl Runtime {
     }
 
     /// Records a request's server-side latency in its class.
-    pub(crate) fn record_latency(&self, worker: usize, large: bool, since: Instant) {
-        let micros = since.elapsed().as_micros().min(u128::from(u64::MAX)) as u64;
+    pub(crate) fn record_latency(&self, worker: usize, large: bool, since: Arrival) {
+        // Only a sampled request reads the clock for its latency.
+        let micros = since
+            .at
+            .map(|at| at.elapsed().as_micros().min(u128::from(u64::MAX)) as u64);
         self.latency.record(worker, large, micros);
     }
 
@@ -1049,17 +1094,25 @@ impl Runtime {
                 std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<u8>(), spare.len())
             };
             let was_empty = read.input.is_empty();
+            let sampled = read.sampler.next_read(self.sample_every);
             let received = match &conn.tls {
+                // Most reads take no stamp: a plain recv (crate::rxtime).
+                None if !sampled => crate::rxtime::recv_plain(conn.fd(), target).map(|n| (n, None)),
                 None => crate::rxtime::recv_with_arrival(conn.fd(), target),
                 Some(tls) => tls.lock().recv(conn.fd(), target, &self.shared),
             };
             match received {
                 Ok((0, _)) => return Ok((true, wall_clock)),
                 Ok((n, arrival)) => {
-                    let (arrived_at, now_ns) = arrival_instant(arrival);
-                    if let Some(now_ns) = now_ns {
-                        wall_clock = Some(UnixSecs(now_ns / 1_000_000_000));
-                    }
+                    let arrived_at = if sampled {
+                        let (arrived_at, now_ns) = Arrival::sampled(arrival);
+                        if let Some(now_ns) = now_ns {
+                            wall_clock = Some(UnixSecs(now_ns / 1_000_000_000));
+                        }
+                        arrived_at
+                    } else {
+                        Arrival::UNSAMPLED
+                    };
                     read.latest_at = Some(arrived_at);
                     if was_empty || read.arrived_at.is_none() {
                         read.arrived_at = Some(arrived_at);
@@ -1140,14 +1193,14 @@ impl Runtime {
             if read.input.is_empty() {
                 return Next::Continue;
             }
-            let arrived_at = read.arrived_at.unwrap_or_else(Instant::now);
+            let arrived_at = read.arrived_at.unwrap_or_default();
             // Splits a complete request's frame off the input; its keys are slices of it.
             let ReadSide { input, scratch, .. } = &mut *read;
             let parsed = parse_request_frame(input, &self.limits, scratch);
             if !matches!(parsed, Parsed::Incomplete) {
                 // The next request starts in bytes of the latest read.
                 read.arrived_at = read.latest_at;
-                conn.touch(self.clock_ms_at(arrived_at));
+                conn.touch(self.clock_ms());
             }
             match parsed {
                 Parsed::Incomplete => return Next::Continue,
@@ -1310,9 +1363,9 @@ impl Runtime {
             Request::Get { .. } | Request::GetAndTouch { .. } | Request::MetaGet { .. }
         );
         // The start only matters to emulated service time (`Charge`): without it, the
-        // arrival stands in and the clock is not read again.
+        // arrival (or the runtime's start) stands in and the clock is not read again.
         let started = if self.service.is_empty() {
-            arrived_at
+            arrived_at.at.unwrap_or(self.started)
         } else {
             Instant::now()
         };
@@ -1458,8 +1511,11 @@ impl Runtime {
             ("epochs".into(), state.epochs.to_string()),
         ];
         let latency = self.latency.snapshot();
-        for (name, h) in [("small", &latency.small), ("large", &latency.large)] {
-            out.push((format!("{name}_requests"), h.len().to_string()));
+        for (name, h, count) in [
+            ("small", &latency.small, latency.small_count),
+            ("large", &latency.large, latency.large_count),
+        ] {
+            out.push((format!("{name}_requests"), count.to_string()));
             for (label, q) in [("p50", 0.5), ("p99", 0.99), ("p999", 0.999)] {
                 out.push((
                     format!("{name}_{label}_us"),
@@ -1521,7 +1577,7 @@ impl WorkerHost for Runtime {
         Runtime::complete(self, conn, worker, done)
     }
 
-    fn record_latency(&self, worker: usize, large: bool, since: Instant) {
+    fn record_latency(&self, worker: usize, large: bool, since: Arrival) {
         Runtime::record_latency(self, worker, large, since)
     }
 }
@@ -1620,7 +1676,7 @@ struct Parsed1 {
     seq: u64,
     request: Request,
     frame: Bytes,
-    arrived_at: Instant,
+    arrived_at: Arrival,
 }
 
 /// `-vv`: logs a command (its frame's first line) and the reply composed for it.
@@ -1636,19 +1692,6 @@ fn receive_incomplete(read: &ReadSide) -> bool {
     read.swallow > 0
         || tailtrim_proto::request::declared_total(&read.input)
             .is_some_and(|total| total > read.input.len())
-}
-
-/// The [`Instant`] at which the kernel received input stamped `arrival` (realtime ns; now
-/// for input that came unstamped), and the wall clock (realtime ns) read to convert it.
-fn arrival_instant(arrival: Option<u64>) -> (Instant, Option<u64>) {
-    let now = Instant::now();
-    let Some(arrived_ns) = arrival else {
-        return (now, None);
-    };
-    let wall_ns = crate::rxtime::realtime_now_ns();
-    let waited = wall_ns.saturating_sub(arrived_ns);
-    let arrived_at = now.checked_sub(Duration::from_nanos(waited)).unwrap_or(now);
-    (arrived_at, Some(wall_ns))
 }
 
 #[cfg(test)]
@@ -1702,6 +1745,46 @@ mod tests {
             WriteOutcome::Failed
         );
         assert_eq!(total, 4);
+    }
+
+    /// Records which write each call was.
+    #[derive(Default)]
+    struct Calls {
+        plain: usize,
+        vectored: usize,
+    }
+
+    impl Write for Calls {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.plain += 1;
+            Ok(buf.len())
+        }
+
+        fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+            self.vectored += 1;
+            Ok(bufs.iter().map(|b| b.len()).sum())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn one_piece_goes_by_a_plain_write_several_by_one_vectored_write() {
+        let mut calls = Calls::default();
+        let mut out = queued(b"STORED\r\n");
+        assert_eq!(write_out(&mut calls, &mut out, |_| {}), WriteOutcome::Done);
+        assert_eq!((calls.plain, calls.vectored), (1, 0));
+        // A large value goes by reference: header, value and trailer are three pieces.
+        let mut out = queued(b"VALUE k 0 4096\r\n");
+        out.push_value(&Bytes::from(vec![
+            b'x';
+            tailtrim_proto::reply::ZERO_COPY_THRESHOLD
+        ]));
+        out.push(b"\r\nEND\r\n");
+        assert_eq!(write_out(&mut calls, &mut out, |_| {}), WriteOutcome::Done);
+        assert_eq!((calls.plain, calls.vectored), (1, 1));
     }
 
     #[test]

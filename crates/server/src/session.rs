@@ -27,6 +27,7 @@ use tailtrim_proto::reply::{ReplyBuf, ZERO_COPY_THRESHOLD};
 use tailtrim_proto::{ProtoError, Request};
 
 use crate::epoll::Epoll;
+use crate::rxtime::{Arrival, Sampler};
 
 /// A connection shared by the threads that read it and complete its replies.
 pub struct Conn {
@@ -97,13 +98,16 @@ pub struct ReadSide {
     pub(crate) swallow: usize,
     pub(crate) next_seq: u64,
     pub(crate) eof: bool,
-    /// Kernel receive time of the request at the front of `input`: the read
-    /// that brought its first bytes (converted to an [`Instant`] once per read).
-    pub(crate) arrived_at: Option<Instant>,
-    /// Kernel receive time of the latest read: the requests after the front
-    /// one came with it (or earlier, if reads stopped to process: then this
-    /// under-reports their wait).
-    pub(crate) latest_at: Option<Instant>,
+    /// Arrival of the request at the front of `input`: the read that brought
+    /// its first bytes (its kernel receive time if that read was sampled,
+    /// converted to an [`Instant`] once per read).
+    pub(crate) arrived_at: Option<Arrival>,
+    /// Arrival of the latest read: the requests after the front one came with
+    /// it (or earlier, if reads stopped to process: then this under-reports
+    /// their wait).
+    pub(crate) latest_at: Option<Arrival>,
+    /// Which of the connection's reads take the kernel's receive stamp.
+    pub(crate) sampler: Sampler,
     /// The parser's scratch: the last request's frame, its keys' places.
     pub(crate) scratch: tailtrim_proto::FrameScratch,
     /// Authentication (`-Y`): until it succeeds, input is read by
@@ -420,8 +424,8 @@ pub enum Job {
         request: Request,
         /// The bytes it was parsed from.
         frame: Bytes,
-        /// When its bytes reached the kernel.
-        arrived_at: Instant,
+        /// When its bytes reached the server (sampled or not).
+        arrived_at: Arrival,
         /// Its priority class and ageing (`mg … p<class>[a<overtakes>]`; class 0 without the
         /// flag).
         priority: Priority,
@@ -436,8 +440,8 @@ pub enum Job {
         reply: ReplyBuf,
         /// What it costs in emulated service time.
         units: tailtrim_policy::costspec::Units,
-        /// When its bytes reached the kernel.
-        arrived_at: Instant,
+        /// When its bytes reached the server (sampled or not).
+        arrived_at: Arrival,
     },
     /// Receive the rest of a large value and keep reading the connection (size-aware).
     Receive {

@@ -250,3 +250,33 @@ fn stats_histograms_are_the_ones_behind_the_reported_percentiles() {
         handle.shutdown();
     }
 }
+
+/// Without emulation the latency histograms hold a sample: a connection's first read and one
+/// read in `SAMPLE_EVERY` after it take the kernel's receive stamp and are timed, while every
+/// request is counted (`small_requests`). One worker, one request per read: exact.
+#[test]
+fn without_emulation_one_read_in_sample_every_is_timed_and_every_request_counted() {
+    use tailtrim_server::rxtime::SAMPLE_EVERY;
+    let handle = server(DispatchPolicy::Pinned, 1, "off", "off");
+    let mut conn = connect(&handle);
+    set(&mut conn, "k", b"value");
+    // Reads 0 (the set) .. 2 × SAMPLE_EVERY: three of them are sampled.
+    for _ in 0..2 * SAMPLE_EVERY {
+        conn.write_all(b"get k\r\n").expect("write");
+        read_until(&mut conn, b"END\r\n");
+    }
+    let stats = stats_group(&mut conn, "sizeaware");
+    let histograms = stats_group(&mut conn, "histograms");
+    let requests = &stats
+        .iter()
+        .find(|(n, _)| n == "small_requests")
+        .expect("count")
+        .1;
+    assert_eq!(requests, &(2 * SAMPLE_EVERY + 1).to_string());
+    let small = histograms
+        .iter()
+        .find(|(n, _)| n == "small_latency_us")
+        .expect("histogram");
+    assert_eq!(decoded(&small.1).len(), 3);
+    handle.shutdown();
+}

@@ -9,6 +9,7 @@ use std::time::Instant;
 use tailtrim_policy::costspec::Units;
 use tailtrim_proto::reply::ReplyBuf;
 
+use crate::rxtime::Arrival;
 use crate::session::{Conn, Job};
 
 /// What a request costs in emulated service time: its units, from the
@@ -82,6 +83,7 @@ pub trait WorkerHost: Sync {
     /// (`done.mode`), the worker first held for the `done.charge`d emulated cost, if any.
     fn complete(&self, conn: &Arc<Conn>, worker: usize, done: Completion);
 
-    /// Records a request's server-side latency (since `since`) in its class.
-    fn record_latency(&self, worker: usize, large: bool, since: Instant);
+    /// Counts a request in its class and, if its read was sampled, records its
+    /// server-side latency (since `since.at`).
+    fn record_latency(&self, worker: usize, large: bool, since: Arrival);
 }

@@ -56,8 +56,8 @@ pub struct InlineReply {
     pub executed: Executed,
     /// A large worker took the connection over to receive a value.
     pub receiving: bool,
-    /// When the request arrived.
-    pub arrived_at: std::time::Instant,
+    /// When the request arrived (and whether its latency is sampled).
+    pub arrived_at: crate::rxtime::Arrival,
     /// The worker that executed it.
     pub worker: usize,
 }
