@@ -83,6 +83,20 @@ NOT_MEASUREMENTS = (
      "computed, not measured"),
     ("soak/*/*/target.json", "scripts/soak.sh's target settings (rate, minutes, memory), "
      "written before the load"),
+    ("proxy/unheld-fetches/profile.json", "callgrind and strace counts per request gathered by "
+     "the folder's profile.sh and self-costs.py (counts, not a timed run); host and builds in "
+     "the file, command in the README"),
+    ("proxy/unheld-fetches/ratios.json", "ratios derived from the folder's results.json"),
+    ("throughput/sampled-stamps/callgrind.json", "callgrind instruction counts per request "
+     "(experiments/throughput/callgrind.sh), not a timed run; command and builds in the README"),
+    ("throughput/sampled-stamps/strace.json", "strace -c system-call counts per request, not a "
+     "timed run; command in the README"),
+    ("throughput/syscall-costs/results.json", "per-call kernel costs from the folder's "
+     "syscalls.c micro-benchmark (medians of rounds); command and host in the README"),
+    ("memory/fixed-overhead/idle.json", "an idle server's /proc/PID/smaps breakdown (no load, "
+     "nothing timed); command in the file"),
+    ("memory/frequency/results.json", "hit ratios of the store alone (hit_ratio.rs) under a "
+     "frequency filter not kept; base commit and command in the file, the patch beside it"),
 )
 
 # Measurements of something other than latency, by path pattern with the reason: they carry the
