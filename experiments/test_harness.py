@@ -86,6 +86,9 @@ NOT_MEASUREMENTS = (
     ("proxy/unheld-fetches/profile.json", "callgrind and strace counts per request gathered by "
      "the folder's profile.sh and self-costs.py (counts, not a timed run); host and builds in "
      "the file, command in the README"),
+    ("proxy/backend-kind/bench-cpu.json", "the proxy's CPU per request from /proc over the "
+     "folder's cpu.sh rounds and its traced read counts (no latency recorded); host and command "
+     "in the file"),
     ("proxy/unheld-fetches/ratios.json", "ratios derived from the folder's results.json"),
     ("throughput/sampled-stamps/callgrind.json", "callgrind instruction counts per request "
      "(experiments/throughput/callgrind.sh), not a timed run; command and builds in the README"),
