@@ -7,8 +7,9 @@
 //!     │     (skipped when the backend serves the classes itself: `priorities strict|drr`;
 //!     │     a free slot taken without a timer; a multiget fetch without a priority counted
 //!     │     in the window but not held)
-//!     ├─ slot = the connection with the fewest requests in flight (ties round robin,
-//!     │  `tailtrim_policy::lanes`), among the class's own connections when the backend
+//!     ├─ slot = the next connection round robin, or the one with the fewest requests in
+//!     │  flight (`connection_choice`, `tailtrim_policy::lanes`), among the class's own
+//!     │  connections when the backend
 //!     │  serves the classes; connect lazily (connect_timeout; TLS and the `-Y` login when the
 //!     │  pool has them, a refusal failing like a connect error); a new connection asks
 //!     │  `stats settings` whether the server announces `priorities strict` or `drr` (when
@@ -309,10 +310,8 @@ impl Backend {
     /// The slot for a request in `class`: among the class's own slots when the backend serves
     /// the classes (so a backlog of one class never sits in front of another on one
     /// connection; slots `class + k·CLASSES`), else among the configured connections — the
-    /// one with the fewest requests in flight, ties round robin
-    /// ([`tailtrim_policy::lanes::least_loaded`]): a request does not queue behind a slow one
-    /// on its connection while another connection is idle (or round robin, when the pool
-    /// says so).
+    /// next round robin, or with `connection_choice` least-loaded the one with the fewest
+    /// requests in flight ([`tailtrim_policy::lanes`]).
     fn slot(&self, class: usize) -> &Slot {
         let (first, stride, count) = if self.priorities() == Priorities::Backend {
             // Slots class, class + CLASSES, … belong to the class (at least one each).

@@ -123,8 +123,7 @@ pub struct PoolConfig {
     pub connect_timeout: Duration,
     /// Connections per backend; requests are spread round-robin and pipelined on each.
     pub connections_per_backend: usize,
-    /// Which of a backend's connections carries the next request (default: the one with the
-    /// fewest requests in flight).
+    /// Which of a backend's connections carries the next request (default: round robin).
     pub connection_choice: tailtrim_policy::lanes::ConnectionChoice,
     /// Requests queued per connection before failing fast.
     pub queue_limit: usize,
@@ -185,7 +184,7 @@ impl PoolConfig {
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             connections_per_backend: DEFAULT_CONNECTIONS_PER_BACKEND,
-            connection_choice: tailtrim_policy::lanes::ConnectionChoice::LeastLoaded,
+            connection_choice: tailtrim_policy::lanes::ConnectionChoice::RoundRobin,
             queue_limit: DEFAULT_QUEUE_LIMIT,
             health: HealthSettings {
                 failure_limit: DEFAULT_FAILURE_LIMIT,

@@ -463,8 +463,8 @@ async fn a_connection_times_out_its_oldest_request_without_a_caller_timer() {
 /// A request does not queue behind a slow one on the same connection while another of the
 /// backend's connections is idle: the memcached protocol answers a connection's requests in
 /// order, so round robin would put every second request behind the slow reply. The fake
-/// backend never answers `get slow`; round robin sends the third request to the slow one's
-/// connection (it waits for the timeout), the least-loaded choice to the idle one.
+/// backend never answers `get slow`; round robin (the default) sends the third request to the
+/// slow one's connection (it waits for the timeout), the least-loaded choice to the idle one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_takes_an_idle_connection_rather_than_queue_behind_a_slow_one() {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -498,6 +498,7 @@ async fn a_request_takes_an_idle_connection_rather_than_queue_behind_a_slow_one(
     );
     config.timeout = Duration::from_secs(20);
     config.connections_per_backend = 2;
+    config.connection_choice = tailtrim_policy::lanes::ConnectionChoice::LeastLoaded;
     let pool = std::sync::Arc::new(Pool::new(config).expect("pool"));
     let slow = {
         let pool = pool.clone();

@@ -12,15 +12,19 @@
 //! connection's worker is busy with the slow one too. Round robin puts a request on such a
 //! connection once in n; the least-loaded choice avoids it whenever another connection is
 //! idler. Ties go round robin from the rotating start, so connections equally idle share the
-//! load as round robin would.
+//! load as round robin would. Round robin stays the default: under a saturating closed loop
+//! the requests it stacks on one connection share writes and reads, and least-loaded, which
+//! spreads them, carried less (`experiments/proxy/connection-choice/`).
 
 /// How a backend's connection is chosen for the next request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ConnectionChoice {
-    /// The connection with the fewest requests in flight, ties round robin (default).
-    #[default]
+    /// The connection with the fewest requests in flight, ties round robin: a request does not
+    /// wait behind a slow reply while another connection is idle, at the price of the
+    /// batching a busy connection gives (several requests in one write and one read).
     LeastLoaded,
-    /// The next connection round robin, whatever it carries (twemproxy's way).
+    /// The next connection round robin, whatever it carries (twemproxy's way; default).
+    #[default]
     RoundRobin,
 }
 

@@ -381,9 +381,9 @@ pub struct PoolSection {
     pub connect_timeout_ms: u64,
     /// Connections per backend.
     pub server_connections: usize,
-    /// Which of a backend's connections carries the next request: `least-loaded` (the one
-    /// with the fewest requests in flight, so a request does not queue behind a slow reply
-    /// while another connection is idle) or `round-robin` (twemproxy's way).
+    /// Which of a backend's connections carries the next request: `round-robin` (twemproxy's
+    /// way, default) or `least-loaded` (the one with the fewest requests in flight, so a
+    /// request does not queue behind a slow reply while another connection is idle).
     pub connection_choice: String,
     /// Consecutive failures that mark a backend down.
     pub server_failure_limit: u32,
@@ -454,7 +454,7 @@ impl Default for PoolSection {
             timeout_ms: DEFAULT_TIMEOUT_MS,
             connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
             server_connections: DEFAULT_SERVER_CONNECTIONS,
-            connection_choice: "least-loaded".to_string(),
+            connection_choice: "round-robin".to_string(),
             server_failure_limit: DEFAULT_SERVER_FAILURE_LIMIT,
             server_retry_timeout_ms: DEFAULT_SERVER_RETRY_TIMEOUT_MS,
             queue_limit: DEFAULT_QUEUE_LIMIT,

@@ -221,6 +221,12 @@ impl Tier {
         self.connection_choice = Some("round-robin".to_string());
         self
     }
+
+    /// The connection with the fewest requests in flight (the proxy's `least-loaded`).
+    fn least_loaded(mut self) -> Self {
+        self.connection_choice = Some("least-loaded".to_string());
+        self
+    }
 }
 
 /// The tiers of `mode`, the "everything" tier running `planner`.
@@ -244,8 +250,10 @@ pub fn tiers(mode: Mode, planner: &str) -> Vec<Tier> {
                 .strict()
                 .round_robin(),
             Tier::tailtrim("warm-up", "pinned", "batch", warm).round_robin(),
-            Tier::tailtrim("least-loaded", "pinned", "batch", cold),
-            Tier::tailtrim(EVERYTHING, "size-aware", planner, warm).strict(),
+            Tier::tailtrim("least-loaded", "pinned", "batch", cold).least_loaded(),
+            Tier::tailtrim(EVERYTHING, "size-aware", planner, warm)
+                .strict()
+                .least_loaded(),
         ],
         Mode::Loopback => {
             let stock = |name: String| Tier {
@@ -262,7 +270,9 @@ pub fn tiers(mode: Mode, planner: &str) -> Vec<Tier> {
                 stock(MEMCACHED_NUTCRACKER.to_string()),
                 stock(format!("{MEMCACHED_NUTCRACKER}{AA_SUFFIX}")),
                 Tier::tailtrim(MEMCACHED_LIKE, "pinned", "batch", None),
-                Tier::tailtrim(EVERYTHING, "size-aware", planner, None).strict(),
+                Tier::tailtrim(EVERYTHING, "size-aware", planner, None)
+                    .strict()
+                    .least_loaded(),
                 // One tailtrim half each: which of the two a difference comes from.
                 Tier {
                     proxy: "tailtrim".to_string(),
@@ -1380,14 +1390,14 @@ mod tests {
         assert_eq!(emulated[0].dispatch.as_deref(), Some("pinned"));
         assert_eq!(emulated[0].join_warmup.as_deref(), Some("cold"));
         // The baseline spreads over a backend's connections as twemproxy does; the
-        // everything tier takes the proxy's default (least-loaded).
+        // everything tier takes the connection with the fewest requests in flight.
         assert_eq!(
             emulated[0].connection_choice.as_deref(),
             Some("round-robin")
         );
         assert_eq!(
             everything.and_then(|tier| tier.connection_choice.as_deref()),
-            None
+            Some("least-loaded")
         );
         assert!(tiers(Mode::Loopback, "batch")
             .iter()
