@@ -37,8 +37,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", default=os.path.join(HERE, "..", "missratio",
                                                           "results-lean.json"))
-    parser.add_argument("--bin", default=os.path.join(HERE, "..", "..", "..", "target",
-                                                      "release", "tailtrim-missratio-bound"))
+    parser.add_argument("--bin", default=os.path.join(HERE, "target", "release",
+                                                      "tailtrim-missratio-bound"))
     parser.add_argument("--item-overhead", type=int, default=28)
     parser.add_argument("--idle-kib", type=int, default=12268,
                         help="the idle server's RSS (../fixed-overhead/idle.json, suite build)")
