@@ -348,6 +348,9 @@ impl Backend {
             },
             || self.ewma_nanos(),
         );
+        if choice.reads_ages() && chosen != start % count {
+            self.stats.stuck_skips.incr();
+        }
         &self.slots[first + stride * chosen]
     }
 

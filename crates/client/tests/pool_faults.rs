@@ -532,6 +532,12 @@ async fn requests_pass_a_never_answered_get(choice: tailtrim_policy::lanes::Conn
             .unwrap_or_else(|_| panic!("{key:?} waited behind the slow request ({choice:?})"));
         assert!(matches!(reply, Ok(None)), "{reply:?}");
     }
+    // Only avoid-slow counts the requests it sent off round robin's connection.
+    let skips = pool.backends()[0].stats().stuck_skips.get();
+    match choice {
+        tailtrim_policy::lanes::ConnectionChoice::AvoidSlow => assert!(skips >= 1, "{skips}"),
+        _ => assert_eq!(skips, 0),
+    }
     slow.abort();
     backend.abort();
 }
