@@ -7,8 +7,9 @@
 //!     │     (skipped when the backend serves the classes itself: `priorities strict|drr`;
 //!     │     a free slot taken without a timer; a multiget fetch without a priority counted
 //!     │     in the window but not held)
-//!     ├─ slot = the next connection round robin, or the one with the fewest requests in
-//!     │  flight (`connection_choice`, `tailtrim_policy::lanes`), among the class's own
+//!     ├─ slot = the next connection round robin, the one with the fewest requests in
+//!     │  flight, or round robin skipping one whose oldest request is late
+//!     │  (`connection_choice`, `tailtrim_policy::lanes`), among the class's own
 //!     │  connections when the backend
 //!     │  serves the classes; connect lazily (connect_timeout; TLS and the `-Y` login when the
 //!     │  pool has them, a refusal failing like a connect error); a new connection asks
@@ -43,6 +44,7 @@ use tailtrim_policy::drr::CLASSES;
 use tailtrim_policy::health::{
     BackendLoad, Ewma, HealthSettings, HealthTracker, HealthTransition, LatencyEstimate, Timestamp,
 };
+use tailtrim_policy::lanes::Lane;
 
 /// Settings shared by the backends of a pool.
 #[derive(Debug, Clone)]
@@ -108,13 +110,23 @@ impl Slot {
             .cloned()
     }
 
-    /// Requests in flight on the slot's connection (0 when it has none alive).
-    fn in_flight(&self) -> usize {
-        self.current
-            .lock()
-            .as_ref()
-            .filter(|connection| connection.is_alive())
-            .map_or(0, Connection::in_flight)
+    /// Requests in flight on the slot's connection (0 when it has none alive) and, when
+    /// `ages` and some are, how long the oldest has waited at `now()`.
+    fn lane(&self, ages: bool, now: impl FnOnce() -> tokio::time::Instant) -> Lane {
+        let current = self.current.lock();
+        let Some(connection) = current.as_ref().filter(|connection| connection.is_alive()) else {
+            return Lane::default();
+        };
+        let in_flight = connection.in_flight();
+        let oldest_age_nanos = if ages && in_flight > 0 {
+            u64::try_from(connection.oldest_age(now()).as_nanos()).unwrap_or(u64::MAX)
+        } else {
+            0
+        };
+        Lane {
+            in_flight,
+            oldest_age_nanos,
+        }
     }
 }
 
@@ -309,9 +321,11 @@ impl Backend {
 
     /// The slot for a request in `class`: among the class's own slots when the backend serves
     /// the classes (so a backlog of one class never sits in front of another on one
-    /// connection; slots `class + k·CLASSES`), else among the configured connections — the
-    /// next round robin, or with `connection_choice` least-loaded the one with the fewest
-    /// requests in flight ([`tailtrim_policy::lanes`]).
+    /// connection; slots `class + k·CLASSES`), else among the configured connections, by
+    /// `connection_choice` ([`tailtrim_policy::lanes`]): the next round robin, the one with
+    /// the fewest requests in flight (`least-loaded`), or the next round robin unless its
+    /// oldest request in flight is older than 4 typical response times of the backend (its
+    /// reply-latency EWMA), at least 1 ms (`avoid-slow`).
     fn slot(&self, class: usize) -> &Slot {
         let (first, stride, count) = if self.priorities() == Priorities::Backend {
             // Slots class, class + CLASSES, … belong to the class (at least one each).
@@ -321,10 +335,22 @@ impl Backend {
             (0, 1, self.settings.connections.max(1))
         };
         let start = self.next_slot.fetch_add(1, Ordering::Relaxed);
-        let chosen = self
-            .settings
-            .connection_choice
-            .choose(start, count, |k| self.slots[first + stride * k].in_flight());
+        let choice = self.settings.connection_choice;
+        // The clock is read once per choice at most, and only by `avoid-slow` on a busy slot.
+        let now = std::cell::OnceCell::new();
+        let chosen = choice.choose(
+            start,
+            count,
+            |k| {
+                self.slots[first + stride * k].lane(choice.reads_ages(), || {
+                    *now.get_or_init(tokio::time::Instant::now)
+                })
+            },
+            || self.ewma_nanos(),
+        );
+        if choice.reads_ages() && chosen != start % count {
+            self.stats.stuck_skips.incr();
+        }
         &self.slots[first + stride * chosen]
     }
 

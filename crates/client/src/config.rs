@@ -123,7 +123,8 @@ pub struct PoolConfig {
     pub connect_timeout: Duration,
     /// Connections per backend; requests are spread round-robin and pipelined on each.
     pub connections_per_backend: usize,
-    /// Which of a backend's connections carries the next request (default: round robin).
+    /// Which of a backend's connections carries the next request (default: round robin;
+    /// `least-loaded` and `avoid-slow` dodge slow replies, see [`tailtrim_policy::lanes`]).
     pub connection_choice: tailtrim_policy::lanes::ConnectionChoice,
     /// Requests queued per connection before failing fast.
     pub queue_limit: usize,

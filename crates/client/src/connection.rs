@@ -462,6 +462,15 @@ impl Connection {
         self.shared.in_flight.load(Ordering::Relaxed)
     }
 
+    /// How long, at `now`, the oldest request still waiting for its reply has waited (zero
+    /// when none): its deadline less the timeout, read under the connection's lock.
+    pub fn oldest_age(&self, now: Instant) -> Duration {
+        let io = self.shared.io.lock();
+        io.pending.front().map_or(Duration::ZERO, |job| {
+            (now + self.shared.timeout).saturating_duration_since(job.deadline)
+        })
+    }
+
     /// False once the connection failed or was killed.
     pub fn is_alive(&self) -> bool {
         self.shared.alive.load(Ordering::Acquire)

@@ -143,6 +143,9 @@ pub struct BackendStats {
     pub revived: Counter,
     /// `backend_connects`: TCP connections opened.
     pub connects: Counter,
+    /// `backend_stuck_skips`: requests that `avoid-slow` sent elsewhere than round robin's
+    /// connection, whose oldest request in flight was late.
+    pub stuck_skips: Counter,
     /// `backend_latency`: reply latency of successful requests.
     pub latency: LatencyHistogram,
 }

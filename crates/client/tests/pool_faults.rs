@@ -467,6 +467,21 @@ async fn a_connection_times_out_its_oldest_request_without_a_caller_timer() {
 /// slow one's connection (it waits for the timeout), the least-loaded choice to the idle one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_takes_an_idle_connection_rather_than_queue_behind_a_slow_one() {
+    requests_pass_a_never_answered_get(tailtrim_policy::lanes::ConnectionChoice::LeastLoaded).await;
+}
+
+/// As above with `avoid-slow`, which keeps round robin's pick until the slow request is older
+/// than its threshold (the 1 ms floor here: the backend answers the others at once): once it
+/// is, the third request, which round robin sends behind it, takes the other connection.
+/// Fails with `round-robin` (the third request waits for the 20 s timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn avoid_slow_skips_a_connection_whose_oldest_request_is_late() {
+    requests_pass_a_never_answered_get(tailtrim_policy::lanes::ConnectionChoice::AvoidSlow).await;
+}
+
+/// Two connections to a fake backend that never answers `get slow`: the slow request goes
+/// out first, and once it is well past `avoid-slow`'s floor three more must be answered.
+async fn requests_pass_a_never_answered_get(choice: tailtrim_policy::lanes::ConnectionChoice) {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -498,22 +513,30 @@ async fn a_request_takes_an_idle_connection_rather_than_queue_behind_a_slow_one(
     );
     config.timeout = Duration::from_secs(20);
     config.connections_per_backend = 2;
-    config.connection_choice = tailtrim_policy::lanes::ConnectionChoice::LeastLoaded;
+    config.connection_choice = choice;
     let pool = std::sync::Arc::new(Pool::new(config).expect("pool"));
     let slow = {
         let pool = pool.clone();
         tokio::spawn(async move { pool.get(b"slow").await })
     };
-    // The slow request is queued on its connection before the others start.
+    // The slow request is queued on its connection before the others start, and older than
+    // avoid-slow's 1 ms floor (its submission follows its reservation by microseconds).
     let queued = Instant::now();
     while pool.backends()[0].outstanding() == 0 && queued.elapsed() < Duration::from_secs(10) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    tokio::time::sleep(Duration::from_millis(20)).await;
     for key in [&b"a"[..], b"b", b"c"] {
         let reply = tokio::time::timeout(Duration::from_secs(10), pool.get(key))
             .await
-            .unwrap_or_else(|_| panic!("{key:?} waited behind the slow request"));
+            .unwrap_or_else(|_| panic!("{key:?} waited behind the slow request ({choice:?})"));
         assert!(matches!(reply, Ok(None)), "{reply:?}");
+    }
+    // Only avoid-slow counts the requests it sent off round robin's connection.
+    let skips = pool.backends()[0].stats().stuck_skips.get();
+    match choice {
+        tailtrim_policy::lanes::ConnectionChoice::AvoidSlow => assert!(skips >= 1, "{skips}"),
+        _ => assert_eq!(skips, 0),
     }
     slow.abort();
     backend.abort();

@@ -14,7 +14,8 @@
 //!   chisel: elephants split into chunks (chisel), mice merged into shared queries
 //!           (chisel_merge: who joins, each member's share of the reply)
 //!
-//!   a backend's connections' requests in flight ──► lanes::least_loaded ──► next connection
+//!   a backend's connections' requests in flight (and their oldest's age)
+//!       ──► lanes::ConnectionChoice (round robin, least-loaded, avoid-slow) ──► next connection
 //!   reads ──► hotkeys (sampled space-saving top-k) ─┐
 //!   old owners' key listings (moved keys) ──► warmup::CopyPlanner (bounded) ──► copies
 //!   membership change ──► warmup::WarmupProgress (hit ratios) ──► warm-up over?

@@ -382,8 +382,10 @@ pub struct PoolSection {
     /// Connections per backend.
     pub server_connections: usize,
     /// Which of a backend's connections carries the next request: `round-robin` (twemproxy's
-    /// way, default) or `least-loaded` (the one with the fewest requests in flight, so a
-    /// request does not queue behind a slow reply while another connection is idle).
+    /// way, default), `least-loaded` (the one with the fewest requests in flight, so a
+    /// request does not queue behind a slow reply while another connection is idle) or
+    /// `avoid-slow` (round robin, skipping a connection whose oldest request in flight is
+    /// older than 4 typical response times of the backend, at least 1 ms).
     pub connection_choice: String,
     /// Consecutive failures that mark a backend down.
     pub server_failure_limit: u32,

@@ -115,8 +115,9 @@ pub struct ProxyArgs {
     #[arg(long = "server-connections")]
     pub server_connections: Option<usize>,
     /// Which of a backend's connections carries the next request: round-robin (twemproxy's
-    /// way) or least-loaded (fewest requests in flight). Overrides `[pool]
-    /// connection_choice`; default: round-robin.
+    /// way), least-loaded (fewest requests in flight) or avoid-slow (round robin, skipping a
+    /// connection stuck behind a late reply). Overrides `[pool] connection_choice`; default:
+    /// round-robin.
     #[arg(long = "connection-choice", value_name = "CHOICE",
           value_parser = tailtrim_policy::lanes::ConnectionChoice::NAMES)]
     pub connection_choice: Option<String>,

@@ -218,6 +218,8 @@ tailtrim_metrics::metrics! {
     pub counter BACKEND_REVIVED = "backend_revived";
     /// Connections opened.
     pub counter BACKEND_CONNECTS = "backend_connects";
+    /// Requests `avoid-slow` sent off round robin's connection, stuck behind a late reply.
+    pub counter BACKEND_STUCK_SKIPS = "backend_stuck_skips";
     /// Requests in flight.
     pub gauge BACKEND_OUTSTANDING = "backend_outstanding";
     /// Requests queued in the proxy for a slot in the backend's window.
@@ -356,6 +358,7 @@ fn backend_samples(pool: &Pool, backend: &Backend, samples: &mut Samples) {
         (&BACKEND_MARKED_DOWN, stats.marked_down.get()),
         (&BACKEND_REVIVED, stats.revived.get()),
         (&BACKEND_CONNECTS, stats.connects.get()),
+        (&BACKEND_STUCK_SKIPS, stats.stuck_skips.get()),
         (&BACKEND_OUTSTANDING, u64::from(backend.outstanding())),
     ] {
         samples.count(metric, labels.clone(), value);

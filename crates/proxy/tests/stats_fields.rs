@@ -32,11 +32,11 @@ cluster_copies cluster_copy_misses cluster_fallback_reads cluster_fallback_hits
 cluster_fenced_writes cluster_former_owner_deletes cluster_leftovers_deleted
 cluster_history_gaps
 backend_requests:B0 backend_errors:B0 backend_timeouts:B0 backend_fail_fast:B0
-backend_marked_down:B0 backend_revived:B0 backend_connects:B0 backend_outstanding:B0
-backend_serves_priorities:B0 backend_up:B0
+backend_marked_down:B0 backend_revived:B0 backend_connects:B0 backend_stuck_skips:B0
+backend_outstanding:B0 backend_serves_priorities:B0 backend_up:B0
 backend_requests:B1 backend_errors:B1 backend_timeouts:B1 backend_fail_fast:B1
-backend_marked_down:B1 backend_revived:B1 backend_connects:B1 backend_outstanding:B1
-backend_serves_priorities:B1 backend_up:B1
+backend_marked_down:B1 backend_revived:B1 backend_connects:B1 backend_stuck_skips:B1
+backend_outstanding:B1 backend_serves_priorities:B1 backend_up:B1
 HISTOGRAMS
 ";
 

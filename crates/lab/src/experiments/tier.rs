@@ -191,7 +191,7 @@ pub struct Tier {
     /// Warm-up mode of the join (`cold`, `preemptive+fallback`); none: no join.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub join_warmup: Option<String>,
-    /// `--connection-choice` of a tailtrim proxy (none: its default, `least-loaded`).
+    /// `--connection-choice` of a tailtrim proxy (none: its default, `round-robin`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connection_choice: Option<String>,
 }
@@ -227,6 +227,14 @@ impl Tier {
         self.connection_choice = Some("least-loaded".to_string());
         self
     }
+
+    /// Round robin, skipping a connection stuck behind a late reply (the proxy's
+    /// `avoid-slow`): the everything tier's choice in both modes, which keeps round robin's
+    /// batching on loopback and dodges the slow replies of the emulated testbed.
+    fn avoid_slow(mut self) -> Self {
+        self.connection_choice = Some("avoid-slow".to_string());
+        self
+    }
 }
 
 /// The tiers of `mode`, the "everything" tier running `planner`.
@@ -253,7 +261,7 @@ pub fn tiers(mode: Mode, planner: &str) -> Vec<Tier> {
             Tier::tailtrim("least-loaded", "pinned", "batch", cold).least_loaded(),
             Tier::tailtrim(EVERYTHING, "size-aware", planner, warm)
                 .strict()
-                .least_loaded(),
+                .avoid_slow(),
         ],
         Mode::Loopback => {
             let stock = |name: String| Tier {
@@ -272,7 +280,7 @@ pub fn tiers(mode: Mode, planner: &str) -> Vec<Tier> {
                 Tier::tailtrim(MEMCACHED_LIKE, "pinned", "batch", None),
                 Tier::tailtrim(EVERYTHING, "size-aware", planner, None)
                     .strict()
-                    .least_loaded(),
+                    .avoid_slow(),
                 // One tailtrim half each: which of the two a difference comes from.
                 Tier {
                     proxy: "tailtrim".to_string(),
@@ -1390,15 +1398,26 @@ mod tests {
         assert_eq!(emulated[0].dispatch.as_deref(), Some("pinned"));
         assert_eq!(emulated[0].join_warmup.as_deref(), Some("cold"));
         // The baseline spreads over a backend's connections as twemproxy does; the
-        // everything tier takes the connection with the fewest requests in flight.
+        // everything tier skips a connection stuck behind a late reply, in both modes.
         assert_eq!(
             emulated[0].connection_choice.as_deref(),
             Some("round-robin")
         );
         assert_eq!(
             everything.and_then(|tier| tier.connection_choice.as_deref()),
-            Some("least-loaded")
+            Some("avoid-slow")
         );
+        let loopback = tiers(Mode::Loopback, "batch");
+        assert_eq!(
+            loopback
+                .iter()
+                .find(|tier| tier.name == EVERYTHING)
+                .and_then(|tier| tier.connection_choice.as_deref()),
+            Some("avoid-slow")
+        );
+        assert!(emulated
+            .iter()
+            .any(|tier| tier.connection_choice.as_deref() == Some("least-loaded")));
         assert!(tiers(Mode::Loopback, "batch")
             .iter()
             .all(|tier| tier.join_warmup.is_none()));
