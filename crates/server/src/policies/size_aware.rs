@@ -35,7 +35,7 @@ use tailtrim_proto::request::declared_total;
 use super::help_bell::HelpBell;
 use super::host::{Completion, FlushMode, WorkerHost};
 use super::measure::EpochMeasure;
-use super::strategy::{EpollLayout, InlineReply, Policy, PolicyStats, IDLE_WAIT_MS};
+use super::strategy::{EpollLayout, InlineReply, Policy, PolicyStats, Registration, IDLE_WAIT_MS};
 use crate::config::{DispatchPolicy, ServerConfig};
 use crate::priority::ClassQueue;
 use crate::session::{Conn, Job, ReadSide};
@@ -228,6 +228,12 @@ impl Policy for SizeAware {
 
     fn layout(&self) -> EpollLayout {
         EpollLayout::Shared
+    }
+
+    /// Edge-triggered: no re-arm per request on the shared epoll (one-shot cost one
+    /// `epoll_ctl` per request, pinned's armed registrations none).
+    fn registration(&self) -> Registration {
+        Registration::EdgeTriggered
     }
 
     fn workers(&self) -> usize {
