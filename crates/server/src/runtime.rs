@@ -4,8 +4,9 @@
 //! request runs and what a worker does; this module does all the I/O.
 //!
 //! ```text
-//!  acceptor ─► adopt(conn) ─► registered EPOLLONESHOT in the home epoll
+//!  acceptor ─► adopt(conn) ─► registered in the home epoll as the policy's `Registration` says
 //!     (per-worker epolls: pinned, early-binding, stealing; one shared: size-aware, late-binding)
+//!     one-shot (re-armed per turn) │ armed, level (pinned) │ armed, edge + ReadOwner (size-aware)
 //!
 //!  worker i ─► policy.worker_step ─► poll_and_serve(epoll) ─► serve_conn
 //!     serve_conn: recv (1 read in 16: recvmsg + kernel receive stamp) ─► swallow ─► parse ─► seq
