@@ -8,9 +8,26 @@
 //! Where only one thread ever waits on an epoll (`pinned`), connections stay
 //! armed instead ([`Epoll::add_armed`]) and the interest changes only when it
 //! must (output to write, reading paused): no `epoll_ctl` per request.
+//!
+//! Where several threads wait on one epoll and a re-arm per request is too dear
+//! (`size-aware`), connections are registered edge-triggered and stay armed
+//! ([`Epoll::add_edge`]); one reader at a time is then kept by the connection's
+//! [`ReadOwner`], not by the registration:
+//!
+//! ```text
+//!  event ─► claim: idle ─► owned (serve) ─► release: owned ─► idle ... done
+//!                │                                 └ more ─► owned: serve again
+//!                └ owned ─► more (the owner reads again before it lets go)
+//! ```
+//!
+//! An edge announces only what arrives after it, so an owner reads until the socket is
+//! empty (a short read) and whatever re-enables an event without new input (reading
+//! resumed, output to write, a large receive handed back) changes the registration
+//! ([`Epoll::modify_edge`]), which reports at once what is already ready.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// Readable (and peer hang-up).
 pub const READABLE: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
@@ -75,6 +92,28 @@ impl Epoll {
         self.ctl(libc::EPOLL_CTL_MOD, fd, token, interest)
     }
 
+    /// Registers `fd` edge-triggered with `interest`, armed until changed: for an epoll
+    /// several threads wait on, with the connection's [`ReadOwner`] keeping one reader.
+    pub fn add_edge(&self, fd: RawFd, token: u64, interest: u32) -> io::Result<()> {
+        self.ctl(
+            libc::EPOLL_CTL_ADD,
+            fd,
+            token,
+            interest | libc::EPOLLET as u32,
+        )
+    }
+
+    /// Changes the interest of a registration made by [`Epoll::add_edge`]; what is ready
+    /// for the new interest is reported at once, as by a fresh edge.
+    pub fn modify_edge(&self, fd: RawFd, token: u64, interest: u32) -> io::Result<()> {
+        self.ctl(
+            libc::EPOLL_CTL_MOD,
+            fd,
+            token,
+            interest | libc::EPOLLET as u32,
+        )
+    }
+
     /// Re-arms a one-shot registration.
     pub fn rearm(&self, fd: RawFd, token: u64, interest: u32) -> io::Result<()> {
         self.ctl(
@@ -112,6 +151,59 @@ impl Epoll {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// Who reads an edge-triggered connection: one thread at a time, and none lost of the
+/// events that come while it reads (see the module's diagram).
+#[derive(Debug, Default)]
+pub struct ReadOwner(AtomicU8);
+
+const IDLE: u8 = 0;
+const OWNED: u8 = 1;
+/// Owned, and an event came meanwhile: the owner reads again before it lets go.
+const MORE: u8 = 2;
+
+impl ReadOwner {
+    /// An event for the connection: true if the caller now owns reading; false if a
+    /// reader owns it already (it is told to read again).
+    pub fn claim(&self) -> bool {
+        let mut state = self.0.load(Ordering::Acquire);
+        loop {
+            let next = match state {
+                IDLE => OWNED,
+                OWNED => MORE,
+                _ => return false,
+            };
+            match self
+                .0
+                .compare_exchange_weak(state, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return state == IDLE,
+                Err(now) => state = now,
+            }
+        }
+    }
+
+    /// The owner has read what it found: true if it let go; false if an event came while
+    /// it read (it still owns the connection and reads again).
+    pub fn release(&self) -> bool {
+        match self
+            .0
+            .compare_exchange(OWNED, IDLE, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => true,
+            Err(_) => {
+                self.0.store(OWNED, Ordering::Release);
+                false
+            }
+        }
+    }
+
+    /// Lets go whatever came meanwhile: for an owner that hands reading back to the event
+    /// loop by changing the registration (which reports what is ready at once).
+    pub fn hand_back(&self) {
+        self.0.store(IDLE, Ordering::Release);
     }
 }
 
@@ -163,4 +255,67 @@ pub fn wait_fd(fd: RawFd, events: libc::c_short, timeout_ms: i32) -> bool {
     // SAFETY: one valid pollfd.
     let rc = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
     rc > 0
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use super::ReadOwner;
+
+    #[test]
+    fn one_reader_at_a_time_and_an_event_while_it_reads_makes_it_read_again() {
+        let owner = ReadOwner::default();
+        assert!(owner.claim(), "an idle connection is claimed");
+        assert!(!owner.claim(), "an owned one is not");
+        assert!(!owner.claim(), "nor one already told to read again");
+        assert!(!owner.release(), "an event came: the owner reads again");
+        assert!(owner.release(), "none came since: it lets go");
+        assert!(owner.claim());
+        owner.hand_back();
+        assert!(owner.claim(), "handed back: the next event claims it");
+    }
+
+    /// Threads deliver events while owners read: every event is followed by a read that
+    /// started after it (none is lost), and no two threads read at once.
+    #[test]
+    fn no_event_is_lost_and_no_two_threads_read_at_once() {
+        let owner = Arc::new(ReadOwner::default());
+        let events = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::new(AtomicUsize::new(0));
+        let reading = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let (owner, events, seen, reading) = (
+                    Arc::clone(&owner),
+                    Arc::clone(&events),
+                    Arc::clone(&seen),
+                    Arc::clone(&reading),
+                );
+                std::thread::spawn(move || {
+                    for _ in 0..20_000 {
+                        // New input, then its edge.
+                        events.fetch_add(1, Ordering::SeqCst);
+                        if !owner.claim() {
+                            continue;
+                        }
+                        loop {
+                            assert_eq!(reading.fetch_add(1, Ordering::SeqCst), 0);
+                            // A read takes everything that arrived before it.
+                            seen.store(events.load(Ordering::SeqCst), Ordering::SeqCst);
+                            reading.fetch_sub(1, Ordering::SeqCst);
+                            if owner.release() {
+                                break;
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().expect("reader");
+        }
+        assert_eq!(seen.load(Ordering::SeqCst), events.load(Ordering::SeqCst));
+    }
 }

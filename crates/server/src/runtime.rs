@@ -4,8 +4,9 @@
 //! request runs and what a worker does; this module does all the I/O.
 //!
 //! ```text
-//!  acceptor ─► adopt(conn) ─► registered EPOLLONESHOT in the home epoll
+//!  acceptor ─► adopt(conn) ─► registered in the home epoll as the policy's `Registration` says
 //!     (per-worker epolls: pinned, early-binding, stealing; one shared: size-aware, late-binding)
+//!     one-shot (re-armed per turn) │ armed, level (pinned) │ armed, edge + ReadOwner (size-aware)
 //!
 //!  worker i ─► policy.worker_step ─► poll_and_serve(epoll) ─► serve_conn
 //!     serve_conn: recv (1 read in 16: recvmsg + kernel receive stamp) ─► swallow ─► parse ─► seq
@@ -47,7 +48,7 @@ use crate::emulate::{set_min_timer_slack, Emulator};
 use crate::epoll::{wait_fd, Epoll, READABLE, WRITABLE};
 use crate::exec::{count_read, count_written, execute, unlink_too_large, ExecContext};
 use crate::policies::{
-    Completion, EpollLayout, Executed, InlineReply, Placement, Policy, WorkerHost,
+    Completion, EpollLayout, Executed, InlineReply, Placement, Policy, Registration, WorkerHost,
 };
 use crate::rxtime::Arrival;
 use crate::session::{Admit, Conn, Job, PendingJob, ReadSide};
@@ -203,6 +204,9 @@ pub struct Runtime {
     /// Sessions by registration token (ahash: the map is looked up on every event).
     conns: RwLock<HashMap<u64, Arc<Conn>, ahash::RandomState>>,
     next_id: AtomicU64,
+    /// `epoll_ctl` calls that changed (or re-armed) a connection's registration
+    /// (`stats sizeaware`: `epoll_rearms`).
+    rearms: AtomicU64,
     next_home: AtomicUsize,
     /// Server-side latency per class.
     pub latency: ClassLatency,
@@ -323,6 +327,15 @@ fn emulators(spec: CostSpec, workers: usize, salt: u64) -> Vec<Mutex<Emulator>> 
         .collect()
 }
 
+/// What serving a ready connection ended with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Served {
+    /// The reader is done with it (re-armed, or closed).
+    Done,
+    /// A large worker took reading over ([`Next::HandedOff`]).
+    HandedOff,
+}
+
 /// What serving a connection's buffered input ended with.
 enum Next {
     /// Everything complete was processed; the rest needs more input.
@@ -428,6 +441,7 @@ impl Runtime {
             epolls,
             conns: RwLock::new(HashMap::with_hasher(ahash::RandomState::new())),
             next_id: AtomicU64::new(1),
+            rearms: AtomicU64::new(0),
             next_home: AtomicUsize::new(0),
             latency: ClassLatency::new(workers),
             udp,
@@ -513,11 +527,16 @@ impl Runtime {
             tracing::trace!("<{} new client connection from {peer}", conn.fd());
         }
         self.conns.write().insert(id, Arc::clone(&conn));
-        let registered = if self.policy.keeps_connections_armed() {
-            conn.write.lock().armed_interest = READABLE;
-            conn.epoll.add_armed(conn.fd(), id, READABLE)
-        } else {
-            conn.epoll.add_oneshot(conn.fd(), id, READABLE)
+        let registered = match self.policy.registration() {
+            Registration::OneShot => conn.epoll.add_oneshot(conn.fd(), id, READABLE),
+            Registration::Armed => {
+                conn.write.lock().armed_interest = READABLE;
+                conn.epoll.add_armed(conn.fd(), id, READABLE)
+            }
+            Registration::EdgeTriggered => {
+                conn.write.lock().armed_interest = READABLE;
+                conn.epoll.add_edge(conn.fd(), id, READABLE)
+            }
         };
         if registered.is_err() {
             self.close(&conn);
@@ -608,6 +627,13 @@ impl Runtime {
     /// Re-arms the connection for reading (and writing if output is pending);
     /// where registrations stay armed, changes the interest if it must.
     fn rearm(&self, conn: &Conn) {
+        self.rearm_with(conn, false);
+    }
+
+    /// [`Runtime::rearm`]; `force`: an edge-triggered registration is changed even with
+    /// its interest the same, so that what is ready now is reported (a reader handing the
+    /// connection back to the event loop with input it did not read).
+    fn rearm_with(&self, conn: &Conn, force: bool) {
         if conn.is_closed() {
             return;
         }
@@ -635,11 +661,32 @@ impl Runtime {
         if !write.out.is_empty() || reader_may_resume || tls_output {
             interest |= WRITABLE;
         }
-        if !self.policy.keeps_connections_armed() {
-            let _ = conn.epoll.rearm(conn.fd(), conn.id, interest);
-        } else if interest != write.armed_interest {
-            write.armed_interest = interest;
-            let _ = conn.epoll.modify_armed(conn.fd(), conn.id, interest);
+        match self.policy.registration() {
+            Registration::OneShot => {
+                bump(&self.rearms);
+                let _ = conn.epoll.rearm(conn.fd(), conn.id, interest);
+            }
+            Registration::Armed if interest != write.armed_interest => {
+                bump(&self.rearms);
+                write.armed_interest = interest;
+                let _ = conn.epoll.modify_armed(conn.fd(), conn.id, interest);
+            }
+            Registration::Armed => {}
+            // Armed for reading alone, as before, and the socket read empty: the next
+            // input's edge reports it. Any other interest is set again even if unchanged:
+            // `EPOLLOUT` asked for here means "report now" (output to write, a reader to
+            // bring back), which an edge already taken would not. A TLS session may leave
+            // records in the socket after a short read: re-armed as one-shot would be.
+            Registration::EdgeTriggered
+                if !force
+                    && interest == READABLE
+                    && write.armed_interest == READABLE
+                    && conn.tls.is_none() => {}
+            Registration::EdgeTriggered => {
+                bump(&self.rearms);
+                write.armed_interest = interest;
+                let _ = conn.epoll.modify_edge(conn.fd(), conn.id, interest);
+            }
         }
     }
 
@@ -915,6 +962,12 @@ impl Runtime {
             }
             Job::Receive { conn } => {
                 self.serve_conn(&conn, worker, true);
+                if self.policy.registration() == Registration::EdgeTriggered {
+                    // The small reader handed reading over with the connection owned;
+                    // back to the event loop, with what came meanwhile reported now.
+                    conn.owner.hand_back();
+                    self.rearm_with(&conn, true);
+                }
             }
             Job::Reject { conn, seq, error } => {
                 let ctx = self.ctx(worker, conn.fd());
@@ -924,19 +977,36 @@ impl Runtime {
         }
     }
 
-    /// Reads and serves one ready connection. `receiving` is set when a large
-    /// worker took the connection over to receive a large value.
-    fn serve_conn(&self, conn: &Arc<Conn>, worker: usize, receiving: bool) {
-        if conn.is_closed() {
+    /// Serves a ready edge-triggered connection if this worker claims it
+    /// ([`crate::epoll::ReadOwner`]): reads again while events come as it reads, and
+    /// lets go unless it handed reading to a large worker (which hands it back).
+    fn serve_owned(&self, conn: &Arc<Conn>, worker: usize) {
+        if !conn.owner.claim() {
             return;
         }
-        let Some(mut read) = (if receiving {
+        loop {
+            if self.serve_conn(conn, worker, false) == Served::HandedOff || conn.owner.release() {
+                return;
+            }
+        }
+    }
+
+    /// Reads and serves one ready connection. `receiving` is set when a large
+    /// worker took the connection over to receive a large value.
+    fn serve_conn(&self, conn: &Arc<Conn>, worker: usize, receiving: bool) -> Served {
+        if conn.is_closed() {
+            return Served::Done;
+        }
+        // Edge-triggered, the caller owns reading (`serve_owned`): another holder of the
+        // read side only looks (`stats conns`, the idle check) and lets go at once.
+        let owned = self.policy.registration() == Registration::EdgeTriggered;
+        let Some(mut read) = (if receiving || owned {
             Some(conn.read.lock())
         } else {
             conn.read.try_lock()
         }) else {
             // Another thread is reading it; it re-arms when done.
-            return;
+            return Served::Done;
         };
         // Output left from before (or TLS's own) is written first; with none, the
         // write side is locked once, not once to try a write and again to clear the flag.
@@ -946,7 +1016,7 @@ impl Runtime {
             if self.flush(conn, worker, false) && conn.write.lock().out.len() > OUTPUT_HIGH_WATER {
                 drop(read);
                 self.rearm(conn);
-                return;
+                return Served::Done;
             }
             write = conn.write.lock();
         }
@@ -954,7 +1024,7 @@ impl Runtime {
             drop(write);
             // Back for output the client had not read yet.
             self.end_of_input(conn, read, worker);
-            return;
+            return Served::Done;
         }
         // Whoever woke this reader (a finished backlog, released held
         // output) has done so; it is set again if the reader stops again.
@@ -966,14 +1036,14 @@ impl Runtime {
                 Err(_) => {
                     drop(read);
                     self.close(conn);
-                    return;
+                    return Served::Done;
                 }
             };
             // The read's own clock reading gives the second requests execute at.
             let ctx = self.ctx_at(worker, conn.fd(), wall_clock.unwrap_or_else(unix_now));
             match self.process(conn, &mut read, worker, &ctx, receiving) {
-                Next::HandedOff => return, // the large worker owns reading now
-                Next::Closed => return,
+                Next::HandedOff => return Served::HandedOff, // the large worker owns reading now
+                Next::Closed => return Served::Done,
                 // Re-armed without reading interest below; `finish` brings a reader back.
                 Next::Backlogged => break,
                 Next::OutputFull => {
@@ -995,16 +1065,16 @@ impl Runtime {
                 Next::Continue => {}
             }
             if conn.is_closed() {
-                return;
+                return Served::Done;
             }
             if eof {
                 self.end_of_input(conn, read, worker);
-                return;
+                return Served::Done;
             }
             if read.input.len() >= self.max_buffer {
                 drop(read);
                 self.close(conn);
-                return;
+                return Served::Done;
             }
             // Keep going while reads stopped early to process; stop when the
             // socket is drained or output must drain first (locked only to ask that).
@@ -1017,6 +1087,7 @@ impl Runtime {
         drop(read);
         self.flush(conn, worker, false);
         self.rearm(conn);
+        Served::Done
     }
 
     /// The client closed its side. A half-closed client may still read: its
@@ -1509,6 +1580,10 @@ impl Runtime {
             ("handoffs".into(), state.handoffs.to_string()),
             ("steals".into(), state.steals.to_string()),
             ("epochs".into(), state.epochs.to_string()),
+            (
+                "epoll_rearms".into(),
+                self.rearms.load(Ordering::Relaxed).to_string(),
+            ),
         ];
         let latency = self.latency.snapshot();
         for (name, h, count) in [
@@ -1562,7 +1637,11 @@ impl WorkerHost for Runtime {
                 continue;
             }
             if let Some(conn) = self.lookup(token) {
-                self.serve_conn(&conn, worker, false);
+                if self.policy.registration() == Registration::EdgeTriggered {
+                    self.serve_owned(&conn, worker);
+                } else {
+                    self.serve_conn(&conn, worker, false);
+                }
                 served = true;
             }
         }

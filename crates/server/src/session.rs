@@ -40,6 +40,8 @@ pub struct Conn {
     pub(crate) write: Mutex<WriteSide>,
     pub(crate) exec: Mutex<ExecQueue<PendingJob>>,
     pub(crate) closed: AtomicBool,
+    /// Who reads it, where it is registered edge-triggered (`Registration::EdgeTriggered`).
+    pub(crate) owner: crate::epoll::ReadOwner,
     /// When the connection last completed a command (or was adopted), in ms of the
     /// runtime's clock: the idle timeout's measure.
     pub(crate) last_command_ms: AtomicU64,
@@ -68,6 +70,7 @@ impl Conn {
             write: Mutex::new(WriteSide::default()),
             exec: Mutex::new(ExecQueue::default()),
             closed: AtomicBool::new(false),
+            owner: crate::epoll::ReadOwner::default(),
             last_command_ms: AtomicU64::new(0),
             watch: Mutex::new(None),
             tls: tls.map(Mutex::new),

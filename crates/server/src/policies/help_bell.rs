@@ -8,7 +8,8 @@
 //!  small worker takes events ─► took_events: busy += 1 ─► busy == small workers? ─► ring
 //!  small worker's turn ends  ─► turn_over:   busy −= 1
 //!  large job queued          ─────────────────────────────────────────────────────► ring
-//!  helping large worker, nothing to do ─► park (up to a small worker's wait) ◄── ring
+//!  helping large worker, nothing to do ─► park (up to a second) ◄── ring
+//!  the server stops, the split moves    ─────────────────────────► ring_all
 //! ```
 //!
 //! The small workers' busy count is kept per worker ([`HelpBell::took_events`],
@@ -83,6 +84,13 @@ impl HelpBell {
         self.bell.notify_one();
     }
 
+    /// Wakes every parked large worker (the server stops, or the split moved: a parked
+    /// worker may have to serve as a small one).
+    pub(super) fn ring_all(&self) {
+        *self.rung.lock() = true;
+        self.bell.notify_all();
+    }
+
     /// Parks a helping large worker until a ring or `timeout`, unless `has_work` (asked after
     /// it counts itself parked, so a job queued meanwhile is seen here or rings). True when a
     /// ring (or work found) ended the wait.
@@ -134,6 +142,25 @@ mod tests {
             "work queued ends the wait"
         );
         assert_eq!(bell.wakeups(), 1);
+    }
+
+    #[test]
+    fn ring_all_wakes_every_parked_large_worker() {
+        let bell = std::sync::Arc::new(HelpBell::new(4));
+        let parked: Vec<_> = (0..2)
+            .map(|_| {
+                let bell = std::sync::Arc::clone(&bell);
+                std::thread::spawn(move || bell.park(Duration::from_secs(30), || false))
+            })
+            .collect();
+        // Rings until both have parked and woken (bounds a hang, not a time).
+        while !parked.iter().all(|worker| worker.is_finished()) {
+            bell.ring_all();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for worker in parked {
+            worker.join().expect("large worker");
+        }
     }
 
     #[test]

@@ -44,7 +44,9 @@ mod same_decisions;
 
 pub use host::{Charge, Completion, FlushMode, WorkerHost};
 pub(crate) use strategy::IDLE_WAIT_MS;
-pub use strategy::{EpollLayout, Executed, InlineReply, Placement, Policy, PolicyStats};
+pub use strategy::{
+    EpollLayout, Executed, InlineReply, Placement, Policy, PolicyStats, Registration,
+};
 
 use crate::config::{DispatchPolicy, ServerConfig};
 

@@ -6,7 +6,7 @@
 //! ```
 
 use super::host::WorkerHost;
-use super::strategy::{EpollLayout, Policy, IDLE_WAIT_MS, STATS_CLASS_THRESHOLD};
+use super::strategy::{EpollLayout, Policy, Registration, IDLE_WAIT_MS, STATS_CLASS_THRESHOLD};
 use crate::config::DispatchPolicy;
 
 /// The pinned policy (no state of its own but the worker count).
@@ -28,8 +28,8 @@ impl Policy for Pinned {
         16
     }
 
-    fn keeps_connections_armed(&self) -> bool {
-        true
+    fn registration(&self) -> Registration {
+        Registration::Armed
     }
 
     fn workers(&self) -> usize {

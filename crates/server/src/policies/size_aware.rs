@@ -10,8 +10,8 @@
 //!  large workers ◄──────────────────── queue ◄────────────────────────────────────┘
 //!        └─ large_workers_help: with the queue empty, serve the shared epoll as a small one,
 //!           then wait on the queue 1 ms, doubling to 16 ms while neither side has work; then
-//!           park on the help bell (help_bell.rs) until a large job is queued or every small
-//!           worker is busy serving (or a small worker's 100 ms wait passes); woken, it looks
+//!           park on the help bell (help_bell.rs) until a large job is queued, every small
+//!           worker is busy serving, the server stops or the split moves; woken, it looks
 //!           at the connections once and parks again unless it finds work there
 //!  at rest every thread blocks (small workers 100 ms per epoll wait, as pinned's do), so an
 //!  idle size-aware server wakes about as seldom as a pinned one, and at low load the
@@ -35,7 +35,7 @@ use tailtrim_proto::request::declared_total;
 use super::help_bell::HelpBell;
 use super::host::{Completion, FlushMode, WorkerHost};
 use super::measure::EpochMeasure;
-use super::strategy::{EpollLayout, InlineReply, Policy, PolicyStats, IDLE_WAIT_MS};
+use super::strategy::{EpollLayout, InlineReply, Policy, PolicyStats, Registration, IDLE_WAIT_MS};
 use crate::config::{DispatchPolicy, ServerConfig};
 use crate::priority::ClassQueue;
 use crate::session::{Conn, Job, ReadSide};
@@ -55,6 +55,13 @@ const HELP_POLL_MAX_MS: u32 = 16;
 
 /// [`SizeAware::help_wait_ms`] of a helping large worker parked on the bell.
 const HELP_PARKED: u32 = u32::MAX;
+
+/// The longest a helping large worker stays parked on the bell without a ring: the server's
+/// stop and a moved split ring every parked worker ([`HelpBell::ring_all`]), so this only
+/// bounds a ring lost in a race. Parked for a small worker's 100 ms wait instead, the two
+/// large workers woke 20 times a second at rest: 0.08 wake-ups per request at the tier
+/// experiment's per-server load (`experiments/tier/loopback-size-aware-edge/`).
+const HELP_PARK_MS: u64 = 1000;
 
 /// How long a small worker blocks on the shared epoll when it takes no large jobs: pinned's
 /// wait (the split, re-read after each wait, moves at most once an epoch).
@@ -160,13 +167,14 @@ impl SizeAware {
             self.measure.large_job_done();
             true
         } else if help_wait.load(Ordering::Relaxed) == HELP_PARKED {
-            // Nothing has needed it for a while: sleep until a large job or a call for help
-            // (every small worker busy), as long as a small worker's wait at most. Woken, one
-            // look at the connections: only what it finds there keeps it polling (a large job
-            // is taken on the next turn); otherwise it parks again, and the bell rings again
-            // while the small workers stay busy.
-            let wait = Duration::from_millis(SMALL_WAIT_MS as u64);
-            self.help_bell.park(wait, || !self.queue.is_empty())
+            // Nothing has needed it for a while: sleep until a large job, a call for help
+            // (every small worker busy), the stop or a moved split ([`HELP_PARK_MS`] at
+            // most). Woken, one look at the connections: only what it finds there keeps it
+            // polling (a large job is taken on the next turn); otherwise it parks again, and
+            // the bell rings again while the small workers stay busy.
+            let wait = Duration::from_millis(HELP_PARK_MS);
+            self.help_bell
+                .park(wait, || rt.stopping() || !self.queue.is_empty())
                 && self.serve_small(rt, worker, tokens)
         } else if self.serve_small(rt, worker, tokens) {
             true
@@ -216,8 +224,13 @@ impl SizeAware {
         };
         let (sizes, busy) = self.measure.take();
         let decision = driver.tick(&sizes, busy);
-        self.decision.store(driver.published().0, Ordering::Release);
+        let before = self.decision();
+        let next = driver.published();
+        self.decision.store(next.0, Ordering::Release);
         *self.last_decision.lock() = decision.stats();
+        if next.small_workers() != before.small_workers() {
+            self.help_bell.ring_all();
+        }
     }
 }
 
@@ -228,6 +241,12 @@ impl Policy for SizeAware {
 
     fn layout(&self) -> EpollLayout {
         EpollLayout::Shared
+    }
+
+    /// Edge-triggered: no re-arm per request on the shared epoll (one-shot cost one
+    /// `epoll_ctl` per request, pinned's armed registrations none).
+    fn registration(&self) -> Registration {
+        Registration::EdgeTriggered
     }
 
     fn workers(&self) -> usize {
@@ -308,6 +327,8 @@ impl Policy for SizeAware {
                 self.end_epoch();
             }
         }
+        // Parked large workers see the stop (they ask `stopping` before they park).
+        self.help_bell.ring_all();
     }
 
     fn wants_large_receive(&self, read: &ReadSide) -> bool {
@@ -409,6 +430,7 @@ impl Policy for SizeAware {
             .decision()
             .with_small_workers(small.clamp(1, self.workers.max(1)));
         self.decision.store(next.0, Ordering::Release);
+        self.help_bell.ring_all();
     }
 }
 

@@ -26,6 +26,21 @@ pub enum EpollLayout {
     Shared,
 }
 
+/// How a connection is registered in its epoll, and so what keeps one reader at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Registration {
+    /// Level-triggered one-shot: an event disarms the connection until its reader re-arms
+    /// it (an `epoll_ctl` per request); works whoever waits on the epoll.
+    OneShot,
+    /// Level-triggered and armed until the interest changes: only the connection's home
+    /// worker ever waits on its epoll and reads it (no re-arm per request).
+    Armed,
+    /// Edge-triggered and armed until the interest changes, on an epoll several workers
+    /// wait on: the connection's `ReadOwner` keeps one reader at a time
+    /// (no re-arm per request; `crate::epoll`).
+    EdgeTriggered,
+}
+
 /// Where a parsed request runs (the policy crate's, shared with the simulator; a
 /// [`Placement::Worker`] runs in order with the connection's other requests through
 /// [`crate::session::ExecQueue`]).
@@ -76,11 +91,9 @@ pub trait Policy: Send + Sync {
         1
     }
 
-    /// Only the connection's home worker ever waits on its epoll and reads it,
-    /// so its registration can stay armed (level-triggered, no one-shot): no
-    /// re-arm per request.
-    fn keeps_connections_armed(&self) -> bool {
-        false
+    /// How connections are registered in their epoll ([`Registration`]).
+    fn registration(&self) -> Registration {
+        Registration::OneShot
     }
 
     /// Workers the policy dispatches over.
