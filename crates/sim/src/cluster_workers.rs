@@ -370,7 +370,7 @@ impl SizeAwareReport {
 
 #[cfg(test)]
 mod tests {
-    use super::{SizeAwareServer, SizeAwareServers, Waiting, NO_PRIORITY};
+    use super::{SizeAwareReport, SizeAwareServer, SizeAwareServers, Waiting, NO_PRIORITY};
     use tailtrim_policy::serverq::Discipline;
 
     fn server(help: bool) -> SizeAwareServer {
@@ -447,5 +447,19 @@ mod tests {
         server.end_epoch(0);
         assert_eq!(server.decision().small_workers(), 2);
         assert_eq!(server.handoffs, 10);
+        // The report: one epoch that ended at two small workers, a change from three, the
+        // work by class (worker 0 is small).
+        let mut report = SizeAwareReport::default();
+        report.add(&server);
+        report.finish();
+        assert_eq!(report.epochs_by_small_workers, vec![0, 0, 1, 0, 0]);
+        assert_eq!(report.split_changes, 1);
+        assert_eq!(report.large_class_us, 100.0);
+        assert_eq!(report.small_class_us_on_small_workers, 100.0);
+        assert_eq!(report.small_class_us_on_large_workers, 0.0);
+        assert_eq!(
+            (report.large_queue_mean, report.input_queue_mean),
+            (0.0, 0.0)
+        );
     }
 }
