@@ -40,7 +40,10 @@
 //!    (or, with [`SplitBy::Busy`], the small workers' share of the busy time all workers
 //!    measured over the window: see [`controller`]);
 //!    `small_workers = ⌈small share × workers⌉`, clamped to `[1, workers − 1]` while the window
-//!    holds a large request (so one large worker exists), `workers` when it holds none.
+//!    holds a large request (so one large worker exists), `workers` when it holds none. When
+//!    the large workers help the small ones (`large_workers_help`), the large side rounds up
+//!    instead: `small_workers = workers − ⌈large share × workers⌉`, clamped the same way
+//!    ([`small_workers_for_share_helped`]).
 //!    Workers `[0, small_workers)` are small, the rest large.
 //! 5. **Hysteresis** (see [`HysteresisConfig`]): the split changes only when the candidate has
 //!    differed from the current split for `H` consecutive epochs, or the small share moved more
@@ -67,10 +70,10 @@ pub mod packed;
 pub use class::{classify, packet_cost, Epoch, SizeClass, PACKET_BYTES};
 
 pub use controller::{
-    small_workers_for_share, Decision, DecisionInputs, DecisionReason, HysteresisConfig, RoleBusy,
-    SizeAwareConfig, SizeAwareController, SplitBy, DEFAULT_HYSTERESIS_EPOCHS,
-    DEFAULT_INITIAL_THRESHOLD_BYTES, DEFAULT_PERCENTILE, DEFAULT_SHARE_MARGIN,
-    DEFAULT_WINDOW_EPOCHS, DEFAULT_WORKERS,
+    small_workers_for_share, small_workers_for_share_helped, Decision, DecisionInputs,
+    DecisionReason, HysteresisConfig, RoleBusy, SizeAwareConfig, SizeAwareController, SplitBy,
+    DEFAULT_HYSTERESIS_EPOCHS, DEFAULT_INITIAL_THRESHOLD_BYTES, DEFAULT_PERCENTILE,
+    DEFAULT_SHARE_MARGIN, DEFAULT_WINDOW_EPOCHS, DEFAULT_WORKERS,
 };
 pub use driver::EpochDriver;
 pub use error::SizeAwareError;

@@ -1490,6 +1490,9 @@ impl<'s> Sim<'s> {
             Some(size_aware) => {
                 let large = size_aware.classify(state.reply_bytes);
                 state.large_class = large;
+                let trace = &mut size_aware.trace;
+                trace.handed_off_without_large_value += u64::from(large && !state.holds_large);
+                trace.kept_with_large_value += u64::from(!large && state.holds_large);
                 match size_aware.claim_worker(large) {
                     Some(worker) => {
                         server.idle_workers -= 1;
@@ -1523,7 +1526,7 @@ impl<'s> Sim<'s> {
             self.large_work_ns += u128::from(time.0);
         }
         if let Some(size_aware) = &mut server.size_aware {
-            size_aware.charge(state.large_class, time.0);
+            size_aware.charge(state.large_class, state.worker as usize, time.0);
         }
         server.busy_ns += u128::from(time.0);
         self.queue.push(self.now + time, Event::Served(query));
@@ -1564,7 +1567,7 @@ impl<'s> Sim<'s> {
             let Some(size_aware) = &mut server.size_aware else {
                 continue;
             };
-            size_aware.end_epoch();
+            size_aware.end_epoch(server.waiting.len());
             let mut starts = Vec::new();
             for worker in size_aware.idle_workers() {
                 if let Some(next) = server.next_for(worker) {
@@ -1826,13 +1829,10 @@ impl<'s> Sim<'s> {
             let mut report = SizeAwareReport::default();
             for server in &self.servers {
                 if let Some(size_aware) = &server.size_aware {
-                    report.opsets += size_aware.opsets;
-                    report.handoffs += size_aware.handoffs;
-                    let decision = size_aware.decision();
-                    report.final_small_workers.push(decision.small_workers());
-                    report.final_threshold_bytes.push(decision.threshold());
+                    report.add(size_aware);
                 }
             }
+            report.finish();
             report
         });
         ClusterResult {

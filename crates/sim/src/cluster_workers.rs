@@ -111,6 +111,10 @@ impl Waiting {
     pub(crate) fn pop(&mut self) -> Option<u32> {
         self.fifo.pop_front().or_else(|| self.prioritized.pop())
     }
+
+    pub(crate) fn len(&self) -> usize {
+        self.fifo.len() + self.prioritized.len()
+    }
 }
 
 /// One server's size-aware state: its controller, the decision in force, the large queue and
@@ -126,6 +130,25 @@ pub(crate) struct SizeAwareServer {
     /// Opsets classified, and those handed to the large side.
     pub(crate) opsets: u64,
     pub(crate) handoffs: u64,
+    /// What the server did over the run, for the report.
+    pub(crate) trace: SizeAwareTrace,
+}
+
+/// One server's record of its decisions, queues and busy time ([`SizeAwareReport`]).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SizeAwareTrace {
+    epochs_by_small_workers: Vec<u64>,
+    split_changes: u64,
+    large_queue_sum: u64,
+    large_queue_max: u64,
+    input_queue_sum: u64,
+    input_queue_max: u64,
+    small_class_ns_on_small_workers: u128,
+    small_class_ns_on_large_workers: u128,
+    large_class_ns: u128,
+    /// Opsets handed off without holding a large value, and kept though holding one.
+    pub(crate) handed_off_without_large_value: u64,
+    pub(crate) kept_with_large_value: u64,
 }
 
 impl SizeAwareServer {
@@ -146,6 +169,10 @@ impl SizeAwareServer {
             busy: RoleBusy::default(),
             opsets: 0,
             handoffs: 0,
+            trace: SizeAwareTrace {
+                epochs_by_small_workers: vec![0; workers + 1],
+                ..SizeAwareTrace::default()
+            },
         })
     }
 
@@ -203,8 +230,16 @@ impl SizeAwareServer {
         next
     }
 
-    /// A served opset's busy time, by its class.
-    pub(crate) fn charge(&mut self, large: bool, nanos: u64) {
+    /// A served opset's busy time, by its class (`worker` serves it).
+    pub(crate) fn charge(&mut self, large: bool, worker: usize, nanos: u64) {
+        let trace = &mut self.trace;
+        if large {
+            trace.large_class_ns += u128::from(nanos);
+        } else if worker < self.decision.small_workers() {
+            trace.small_class_ns_on_small_workers += u128::from(nanos);
+        } else {
+            trace.small_class_ns_on_large_workers += u128::from(nanos);
+        }
         if large {
             self.busy.large_ns = self.busy.large_ns.saturating_add(nanos);
             self.busy.large_jobs += 1;
@@ -213,11 +248,24 @@ impl SizeAwareServer {
         }
     }
 
-    /// Ends an epoch: the controller decides from the epoch's sizes and busy time.
-    pub(crate) fn end_epoch(&mut self) {
+    /// Ends an epoch: the controller decides from the epoch's sizes and busy time
+    /// (`input_len`: small opsets waiting, recorded with the large queue's length).
+    pub(crate) fn end_epoch(&mut self, input_len: usize) {
         let busy = std::mem::take(&mut self.busy);
+        let before = self.decision.small_workers();
         self.decision = decide::end_epoch(&mut self.driver, &self.histogram, busy);
         self.histogram.clear();
+        let trace = &mut self.trace;
+        let small = self.decision.small_workers();
+        if let Some(epochs) = trace.epochs_by_small_workers.get_mut(small) {
+            *epochs += 1;
+        }
+        trace.split_changes += u64::from(small != before);
+        let (large_len, input_len) = (self.large.len() as u64, input_len as u64);
+        trace.large_queue_sum += large_len;
+        trace.large_queue_max = trace.large_queue_max.max(large_len);
+        trace.input_queue_sum += input_len;
+        trace.input_queue_max = trace.input_queue_max.max(input_len);
     }
 
     /// Idle workers, for the caller to offer waiting opsets after a decision moved.
@@ -244,11 +292,85 @@ pub struct SizeAwareReport {
     pub final_small_workers: Vec<usize>,
     /// Each server's threshold at the end of the run, bytes.
     pub final_threshold_bytes: Vec<u64>,
+    /// Epochs (summed over the servers) that ended with each number of small workers,
+    /// indexed by it: the split over the run.
+    #[serde(default)]
+    pub epochs_by_small_workers: Vec<u64>,
+    /// Epochs at whose end a server's split changed.
+    #[serde(default)]
+    pub split_changes: u64,
+    /// The large queue's length at the epochs' ends: mean over servers and epochs, and max.
+    #[serde(default)]
+    pub large_queue_mean: f64,
+    #[serde(default)]
+    pub large_queue_max: u64,
+    /// The small opsets waiting (the input) at the epochs' ends: mean and max.
+    #[serde(default)]
+    pub input_queue_mean: f64,
+    #[serde(default)]
+    pub input_queue_max: u64,
+    /// Service time started (all servers, µs): small opsets on small workers, small opsets
+    /// on large workers that helped, large opsets.
+    #[serde(default)]
+    pub small_class_us_on_small_workers: f64,
+    #[serde(default)]
+    pub small_class_us_on_large_workers: f64,
+    #[serde(default)]
+    pub large_class_us: f64,
+    /// Opsets handed off that hold no large value (the threshold inside the small sizes),
+    /// and opsets kept small that hold one.
+    #[serde(default)]
+    pub handed_off_without_large_value: u64,
+    #[serde(default)]
+    pub kept_with_large_value: u64,
+}
+
+impl SizeAwareReport {
+    /// Adds one server's counts.
+    pub(crate) fn add(&mut self, server: &SizeAwareServer) {
+        let trace = &server.trace;
+        self.opsets += server.opsets;
+        self.handoffs += server.handoffs;
+        let decision = server.decision();
+        self.final_small_workers.push(decision.small_workers());
+        self.final_threshold_bytes.push(decision.threshold());
+        if self.epochs_by_small_workers.len() < trace.epochs_by_small_workers.len() {
+            self.epochs_by_small_workers
+                .resize(trace.epochs_by_small_workers.len(), 0);
+        }
+        for (sum, epochs) in self
+            .epochs_by_small_workers
+            .iter_mut()
+            .zip(&trace.epochs_by_small_workers)
+        {
+            *sum += epochs;
+        }
+        // Means over every server's epochs: the sums are divided once all are in.
+        self.split_changes += trace.split_changes;
+        self.large_queue_mean += trace.large_queue_sum as f64;
+        self.large_queue_max = self.large_queue_max.max(trace.large_queue_max);
+        self.input_queue_mean += trace.input_queue_sum as f64;
+        self.input_queue_max = self.input_queue_max.max(trace.input_queue_max);
+        self.small_class_us_on_small_workers += trace.small_class_ns_on_small_workers as f64 / 1e3;
+        self.small_class_us_on_large_workers += trace.small_class_ns_on_large_workers as f64 / 1e3;
+        self.large_class_us += trace.large_class_ns as f64 / 1e3;
+        self.handed_off_without_large_value += trace.handed_off_without_large_value;
+        self.kept_with_large_value += trace.kept_with_large_value;
+    }
+
+    /// Turns the queue sums [`add`](Self::add) kept into means over the epochs.
+    pub(crate) fn finish(&mut self) {
+        let epochs: u64 = self.epochs_by_small_workers.iter().sum();
+        if epochs > 0 {
+            self.large_queue_mean /= epochs as f64;
+            self.input_queue_mean /= epochs as f64;
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{SizeAwareServer, SizeAwareServers, Waiting, NO_PRIORITY};
+    use super::{SizeAwareReport, SizeAwareServer, SizeAwareServers, Waiting, NO_PRIORITY};
     use tailtrim_policy::serverq::Discipline;
 
     fn server(help: bool) -> SizeAwareServer {
@@ -318,12 +440,26 @@ mod tests {
         // Half the work large: two small workers, two large.
         for _ in 0..10 {
             let large = server.classify(100_000);
-            server.charge(large, 10_000);
+            server.charge(large, 0, 10_000);
             let small = server.classify(1_000);
-            server.charge(small, 10_000);
+            server.charge(small, 0, 10_000);
         }
-        server.end_epoch();
+        server.end_epoch(0);
         assert_eq!(server.decision().small_workers(), 2);
         assert_eq!(server.handoffs, 10);
+        // The report: one epoch that ended at two small workers, a change from three, the
+        // work by class (worker 0 is small).
+        let mut report = SizeAwareReport::default();
+        report.add(&server);
+        report.finish();
+        assert_eq!(report.epochs_by_small_workers, vec![0, 0, 1, 0, 0]);
+        assert_eq!(report.split_changes, 1);
+        assert_eq!(report.large_class_us, 100.0);
+        assert_eq!(report.small_class_us_on_small_workers, 100.0);
+        assert_eq!(report.small_class_us_on_large_workers, 0.0);
+        assert_eq!(
+            (report.large_queue_mean, report.input_queue_mean),
+            (0.0, 0.0)
+        );
     }
 }

@@ -284,7 +284,8 @@ pub struct DecisionInputs {
     pub split_by: SplitBy,
     /// Busy time by role over the window (zero unless the caller reports it).
     pub window_busy: RoleBusy,
-    /// `⌈share × workers⌉` after clamping, before hysteresis (`None` when empty).
+    /// `⌈share × workers⌉` (with helping large workers `workers − ⌈large share × workers⌉`)
+    /// after clamping, before hysteresis (`None` when empty).
     pub candidate_small_workers: Option<usize>,
     /// Epochs in a row the candidate has differed from the current split.
     pub hysteresis_streak: u32,
@@ -471,6 +472,36 @@ pub fn small_workers_for_share(small: u64, total: u64, large_exist: bool, worker
     proportional.clamp(1, upper)
 }
 
+/// The split when large workers help ([`SizeAwareConfig::large_workers_help`]): the large
+/// side rounds up, `workers − ⌈(total − small) × workers / total⌉`, clamped as
+/// [`small_workers_for_share`] clamps. An idle helping large worker serves small requests, so
+/// capacity the large side does not use is not lost, while capacity it lacks cannot be lent
+/// (small workers never take the large queue). Rounding the small side up instead leaves the
+/// large side `⌊large share × workers⌋` workers, less than its work whenever that share is not
+/// a multiple of `1 / workers`: at 4 workers and a 32 % large share that is one worker for
+/// 1.15 workers' work at load 0.9, and the large queue grows without bound. Integer arithmetic.
+pub fn small_workers_for_share_helped(
+    small: u64,
+    total: u64,
+    large_exist: bool,
+    workers: usize,
+) -> usize {
+    let workers = workers.max(1);
+    let proportional = if total == 0 {
+        workers
+    } else {
+        let large = u128::from(total - small.min(total));
+        let large_workers = (large * workers as u128).div_ceil(u128::from(total));
+        workers.saturating_sub(large_workers.min(workers as u128) as usize)
+    };
+    let upper = if large_exist && workers >= 2 {
+        workers - 1
+    } else {
+        workers
+    };
+    proportional.clamp(1, upper)
+}
+
 /// The size-aware controller. Owns the hysteresis state; everything else comes in per call.
 #[derive(Debug, Clone)]
 pub struct SizeAwareController {
@@ -586,19 +617,29 @@ impl SizeAwareController {
             }
             _ => None,
         };
+        let split_share = if self.config.large_workers_help {
+            small_workers_for_share_helped
+        } else {
+            small_workers_for_share
+        };
         let (split_by, share, candidate) = match large_demand {
             Some(large) => {
                 let total = window_busy.small_ns.saturating_add(large);
                 (
                     SplitBy::Busy,
                     Some(window_busy.small_ns as f64 / total as f64),
-                    small_workers_for_share(window_busy.small_ns, total, large_exist, workers),
+                    split_share(window_busy.small_ns, total, large_exist, workers),
                 )
             }
             None => (
                 SplitBy::Packets,
                 split.small_share(),
-                small_workers_for(&split, workers),
+                split_share(
+                    split.small_packets,
+                    split.total_packets(),
+                    large_exist,
+                    workers,
+                ),
             ),
         };
 
@@ -761,6 +802,57 @@ mod tests {
             Some("3000")
         );
         assert_eq!(stat("sizeaware_window_large_jobs").as_deref(), Some("5"));
+    }
+
+    #[test]
+    fn helping_large_workers_round_the_large_side_up() {
+        // The b-10pct mix at 4 workers: large opsets are 32 % of the work. Rounding the small
+        // side up (⌈0.68 × 4⌉ = 3) leaves one large worker for 1.28 workers' share: at load
+        // 0.9 that is 1.15 workers of large work on one, and the large queue never drains.
+        // With helping large workers the large side rounds up (⌈0.32 × 4⌉ = 2): the second
+        // large worker serves small opsets whenever the large queue is empty.
+        let window = window_with(&[(1_000, 900), (128_000, 100)]);
+        let busy = RoleBusy {
+            small_ns: 68 * MS,
+            large_ns: 32 * MS,
+            large_jobs: 100,
+        };
+        let config = |help| SizeAwareConfig {
+            fixed_threshold_bytes: Some(65_536),
+            large_workers_help: help,
+            ..busy_config(4)
+        };
+        let mut minos = controller(config(false));
+        let decision = minos.on_epoch_with_busy(&window, busy);
+        assert_eq!(decision.inputs.small_cost_share, Some(0.68));
+        assert_eq!((decision.small_workers, decision.large_workers), (3, 1));
+        let mut helped = controller(config(true));
+        let decision = helped.on_epoch_with_busy(&window, busy);
+        assert_eq!(decision.inputs.candidate_small_workers, Some(2));
+        assert_eq!((decision.small_workers, decision.large_workers), (2, 2));
+    }
+
+    #[test]
+    fn the_helped_split_gives_the_large_side_at_least_its_share() {
+        use super::small_workers_for_share_helped as helped;
+        assert_eq!(helped(68, 100, true, 4), 2); // 1.28 large → 2
+        assert_eq!(helped(75, 100, true, 4), 3); // exactly 1 large
+        assert_eq!(helped(995, 1_000, true, 4), 3); // a sliver still gets its one worker
+        assert_eq!(helped(1, 1_000, true, 4), 1); // at least one small
+        assert_eq!(helped(10, 10, false, 8), 8); // no large request: every worker small
+        assert_eq!(helped(0, 0, false, 3), 3);
+        for workers in 2..=16usize {
+            for small in 0..=100u64 {
+                let small_workers = helped(small, 100, true, workers);
+                let large_workers = (workers - small_workers) as f64;
+                let large_share = (100 - small) as f64 / 100.0;
+                assert!(
+                    small_workers == 1 || large_workers >= large_share * workers as f64 - 1e-9,
+                    "{small}/100 of {workers}: {small_workers} small"
+                );
+                assert!((1..workers).contains(&small_workers));
+            }
+        }
     }
 
     #[test]
