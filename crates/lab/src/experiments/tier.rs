@@ -440,6 +440,102 @@ pub struct Results {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     aa_gauge_by_class: BTreeMap<String, f64>,
     verdict: Vec<Verdict>,
+    /// CPU per request's own A/A gauge and the per-round ratios (loopback; absent in results
+    /// kept before it was recorded, and derived from their runs when redrawn).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cpu_reading: Option<CpuReading>,
+}
+
+/// How far the CPU line can be read (loopback): the A/A gauge of CPU per request and
+/// `everything`'s CPU over the baseline's round by round. Derived from the runs (results kept
+/// before it was recorded get it when redrawn).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CpuReading {
+    /// |CPU per request of the baseline's A/A copy / the baseline's − 1|, on the medians over
+    /// rounds: the run's own CPU noise, against which the CPU line's margin is read.
+    pub aa_gauge: Option<f64>,
+    /// `everything`'s CPU per request over the baseline's in the same round, by round.
+    pub everything_over_baseline_by_round: Vec<f64>,
+    /// The median of those ratios.
+    pub everything_over_baseline_median: Option<f64>,
+}
+
+/// The [`CpuReading`] of `runs` (`(tier, round, CPU µs per request)`), `None` where the mode's
+/// baseline or `everything` did not run.
+fn cpu_reading<'a>(
+    mode: Mode,
+    runs: impl Iterator<Item = (&'a str, usize, f64)> + Clone,
+) -> Option<CpuReading> {
+    let baseline = match mode {
+        Mode::Emulated => MEMCACHED_LIKE,
+        Mode::Loopback => MEMCACHED_NUTCRACKER,
+    };
+    let twin = format!("{baseline}{AA_SUFFIX}");
+    let of = |tier: &str| -> Vec<(usize, f64)> {
+        runs.clone()
+            .filter(|(name, _, _)| *name == tier)
+            .map(|(_, round, cpu)| (round, cpu))
+            .collect()
+    };
+    let (base, copy, every) = (of(baseline), of(&twin), of(EVERYTHING));
+    if base.is_empty() || every.is_empty() {
+        return None;
+    }
+    let median_cpu = |runs: &[(usize, f64)]| median_of(runs.iter().map(|(_, cpu)| *cpu));
+    let aa_gauge = (!copy.is_empty())
+        .then(|| ratio(Some(median_cpu(&copy)), Some(median_cpu(&base))))
+        .flatten()
+        .map(|ratio| (ratio - 1.0).abs());
+    let by_round: Vec<f64> = every
+        .iter()
+        .filter_map(|(round, cpu)| {
+            let (_, base_cpu) = base.iter().find(|(other, _)| other == round)?;
+            ratio(Some(*cpu), Some(*base_cpu))
+        })
+        .collect();
+    let median_ratio = (!by_round.is_empty()).then(|| median_of(by_round.iter().copied()));
+    Some(CpuReading {
+        aa_gauge,
+        everything_over_baseline_by_round: by_round,
+        everything_over_baseline_median: median_ratio,
+    })
+}
+
+impl Results {
+    /// The CPU reading kept, or derived from the runs for results kept before it was.
+    fn cpu_reading(&self) -> Option<CpuReading> {
+        if self.settings.mode != Mode::Loopback {
+            return None;
+        }
+        self.cpu_reading.clone().or_else(|| {
+            cpu_reading(
+                self.settings.mode,
+                self.runs
+                    .iter()
+                    .map(|run| (run.tier.as_str(), run.round, run.cpu_us_per_request)),
+            )
+        })
+    }
+}
+
+/// `A/A gauge of CPU per request …` for people, or nothing.
+fn cpu_reading_text(reading: Option<&CpuReading>) -> Option<String> {
+    let reading = reading?;
+    let rounds: Vec<String> = reading
+        .everything_over_baseline_by_round
+        .iter()
+        .map(|ratio| format!("{ratio:.3}"))
+        .collect();
+    Some(format!(
+        "CPU per request: A/A gauge {}; everything over the baseline by round {} (median {})",
+        reading
+            .aa_gauge
+            .map_or("—".to_string(), |gauge| format!("{gauge:.3}")),
+        rounds.join(", "),
+        reading
+            .everything_over_baseline_median
+            .map_or("—".to_string(), |median| format!("{median:.3}")),
+    ))
 }
 
 /// The experiment with its settings.
@@ -1008,6 +1104,14 @@ impl Experiment for TierExperiment {
         let tiers = summarise_tiers(settings, &runs);
         let (aa_gauge, verdict) = verdict(settings.mode, &tiers);
         let aa_gauge_by_class = aa_gauge_by_class(settings.mode, &tiers);
+        let cpu_reading = match settings.mode {
+            Mode::Loopback => cpu_reading(
+                settings.mode,
+                runs.iter()
+                    .map(|run| (run.tier.as_str(), run.round, run.cpu_us_per_request)),
+            ),
+            Mode::Emulated => None,
+        };
         Ok(Results {
             experiment: "tier".to_string(),
             metadata: Metadata {
@@ -1024,6 +1128,7 @@ impl Experiment for TierExperiment {
             aa_gauge,
             aa_gauge_by_class,
             verdict,
+            cpu_reading,
         })
     }
 
@@ -1065,6 +1170,10 @@ impl Experiment for TierExperiment {
                 "A/A gauge per class: {}\n",
                 gauge_by_class(&results.aa_gauge_by_class)
             ));
+        }
+        if let Some(line) = cpu_reading_text(results.cpu_reading().as_ref()) {
+            text.push_str(&line);
+            text.push('\n');
         }
         text
     }
@@ -1157,6 +1266,12 @@ fn markdown(results: &Results) -> String {
              ratio is resolved only where it differs from 1 by more than its class's gauge): \
              {}.\n",
             gauge_by_class(&results.aa_gauge_by_class)
+        ));
+    }
+    if let Some(line) = cpu_reading_text(results.cpu_reading().as_ref()) {
+        text.push_str(&format!(
+            "\n{line}: the CPU line's ratio is resolved only where it differs from 1 by more \
+             than the CPU gauge.\n"
         ));
     }
     text.push_str("\nLatency per class, µs (pooled over rounds):\n\n");
@@ -1357,7 +1472,8 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
 #[cfg(test)]
 mod tests {
     use super::{
-        aa_gauge_by_class, misses, tiers, verdict, Mode, Percentiles, TierSummary, EVERYTHING,
+        aa_gauge_by_class, cpu_reading, misses, tiers, verdict, Mode, Percentiles, TierSummary,
+        EVERYTHING,
     };
     use std::collections::BTreeMap;
     use tailtrim_bench::cacheaside::{CacheAsideReport, WindowSample};
@@ -1445,6 +1561,32 @@ mod tests {
         assert_eq!(met("elephant"), Some(true));
         assert_eq!(met("miss spike"), Some(true));
         assert_eq!(met("A/A"), Some(true));
+    }
+
+    #[test]
+    fn the_cpu_reading_gauges_the_baselines_copies_and_pairs_rounds() {
+        let runs = [
+            ("memcached+nutcracker", 0, 100.0),
+            ("memcached+nutcracker-aa", 0, 130.0),
+            (EVERYTHING, 0, 110.0),
+            ("memcached+nutcracker", 1, 200.0),
+            ("memcached+nutcracker-aa", 1, 150.0),
+            (EVERYTHING, 1, 180.0),
+            ("memcached+nutcracker", 2, 150.0),
+            ("memcached+nutcracker-aa", 2, 170.0),
+            (EVERYTHING, 2, 300.0),
+        ];
+        let reading = cpu_reading(Mode::Loopback, runs.iter().copied()).expect("both ran");
+        // Medians over rounds: copy 150, baseline 150.
+        assert_eq!(reading.aa_gauge, Some(0.0));
+        assert_eq!(
+            reading.everything_over_baseline_by_round,
+            vec![1.1, 0.9, 2.0]
+        );
+        assert_eq!(reading.everything_over_baseline_median, Some(1.1));
+        let without_everything = runs.iter().copied().filter(|run| run.0 != EVERYTHING);
+        assert!(cpu_reading(Mode::Loopback, without_everything).is_none());
+        assert!(cpu_reading(Mode::Emulated, runs.iter().copied()).is_none());
     }
 
     #[test]
