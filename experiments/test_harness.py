@@ -152,7 +152,7 @@ def unrecorded_measurements(root=HERE):
     without its records."""
     found, summaries, recorded_dirs = [], [], set()
     for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        dirs[:] = sorted(d for d in dirs if d not in ("__pycache__", "target"))
         for name in sorted(files):
             if not name.endswith(".json"):
                 continue
