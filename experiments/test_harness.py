@@ -96,6 +96,15 @@ NOT_MEASUREMENTS = (
      "timed run; command in the README"),
     ("throughput/syscall-costs/results.json", "per-call kernel costs from the folder's "
      "syscalls.c micro-benchmark (medians of rounds); command and host in the README"),
+    ("proxy/connection-choice/avoid-slow/callgrind.json", "callgrind instruction counts per "
+     "request by connection choice (the folder's callgrind.sh), not a timed run; command in the "
+     "README"),
+    ("proxy/connection-choice/avoid-slow/syscalls.json", "strace -c system-call counts per "
+     "request by connection choice (the folder's syscalls.py), not a timed run"),
+    ("proxy/connection-choice/avoid-slow/skips-debug.json", "the proxy's avoid-slow skip "
+     "counters read from its stats (the folder's skips.py), a count, not a timed run"),
+    ("tier/loopback-size-aware-edge/counts*.json", "strace -c counts and wake-ups per request "
+     "of one server (the folder's count.py): counts, not a timed run; command in the README"),
     ("memory/fixed-overhead/idle.json", "an idle server's /proc/PID/smaps breakdown (no load, "
      "nothing timed); command in the file"),
     ("memory/frequency/results.json", "hit ratios of the store alone (hit_ratio.rs) under a "
