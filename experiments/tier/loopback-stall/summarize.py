@@ -35,6 +35,21 @@ def runs_of(results):
     return out
 
 
+def hiccups(path, name):
+    """The late wake-ups (ms) in the folder's hiccup logs called `name`, and the steal ticks
+    at the last one logged (or at the meter's end)."""
+    gaps, steal = [], 0
+    for log in glob.glob(os.path.join(path, "**", name), recursive=True):
+        for line in open(log):
+            words = line.split()
+            if words[0] == "gap":
+                gaps.append(float(words[2]))
+                steal = max(steal, int(words[4]))
+            elif words[0] == "done":
+                steal = max(steal, int(words[4]))
+    return gaps, steal
+
+
 def folder(path):
     runs, probes, slow, persist, counters = [], 0, [], set(), {}
     for results in sorted(glob.glob(os.path.join(path, "**", "results.json"), recursive=True)):
@@ -56,14 +71,8 @@ def folder(path):
             words = line.split()
             if words and words[0] in COUNTERS:
                 counters[words[0]] = counters.get(words[0], 0) + int(words[1])
-    gaps, steal = [], 0
-    for log in glob.glob(os.path.join(path, "**", "hiccup.log"), recursive=True):
-        for line in open(log):
-            words = line.split()
-            if words[0] == "gap":
-                gaps.append(float(words[2]))
-            elif words[0] == "done":
-                steal += int(words[4])
+    gaps, steal = hiccups(path, "hiccup.log")
+    rt_gaps, _ = hiccups(path, "hiccup-rt.log")
     trims = []
     for log in glob.glob(os.path.join(path, "**", "trim", "*.log"), recursive=True):
         trims += [float(line.split()[2]) for line in open(log)]
@@ -73,15 +82,21 @@ def folder(path):
         "runs": runs,
         "tailtrim_runs": len(tailtrim),
         "tailtrim_runs_over_100ms": sum(1 for run in tailtrim if run["over_100ms"]),
+        "runs_total": len(runs),
+        "runs_over_50ms": sum(1 for run in runs if run["max_ms"] > 50),
         "tailtrim_runs_over_20ms": sum(1 for run in tailtrim if run["over_20ms"]),
         "max_ms": max(run["max_ms"] for run in runs),
         "server_probe_connections": probes,
         "probe_answers_over_15ms": len(slow),
         "probe_slowest_ms": max(slow, default=0.0),
         "persist_timer_connections": len(persist),
+        "host_hiccups_over_20ms": len(gaps),
         "host_hiccups_over_50ms": sum(1 for gap in gaps if gap > 50),
         "host_hiccup_max_ms": max(gaps, default=0.0),
         "host_steal_ticks": steal,
+        "rt_meter": bool(glob.glob(os.path.join(path, "**", "hiccup-rt.log"), recursive=True)),
+        "rt_hiccups_over_20ms": len(rt_gaps),
+        "rt_hiccup_max_ms": max(rt_gaps, default=0.0),
         "tcp_counters": counters,
         "allocator_trims": len(trims),
         "allocator_trim_max_ms": max(trims, default=0.0),
