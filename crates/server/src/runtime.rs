@@ -1052,7 +1052,12 @@ impl Runtime {
                     let pending = self.flush(conn, worker, false);
                     let mut write = conn.write.lock();
                     if pending && write.out.len() > OUTPUT_HIGH_WATER {
-                        break; // re-armed with EPOLLOUT below
+                        // Re-armed with EPOLLOUT below. The flush after the loop may yet
+                        // drain every reply, and the requests still buffered here would then
+                        // wait for the client's next bytes (a client that sent its whole batch
+                        // would wait for ever): the reader is brought back by EPOLLOUT either way.
+                        write.wake_reader = true;
+                        break;
                     }
                     if write.pending_len() > OUTPUT_HIGH_WATER {
                         // Held by the emulated network: its timer brings a
