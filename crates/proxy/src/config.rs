@@ -55,9 +55,14 @@ pub const DEFAULT_PLANNER: &str = "batch";
 pub const DEFAULT_TIMEOUT_MS: u64 = 500;
 /// Default connect timeout in milliseconds.
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 300;
-/// Default connections per backend.
-pub const DEFAULT_SERVER_CONNECTIONS: usize =
-    tailtrim_client::config::DEFAULT_CONNECTIONS_PER_BACKEND;
+/// Default connections per backend: one, as twemproxy's `server_connections`. With two, round
+/// robin put every other fetch of a backend on its other connection, so a memcached woken once
+/// found both readable and read each, and the proxy had two readers per backend to wake: in
+/// the saturated 10-key closed loop, more system calls per request at the backends and at the
+/// proxy than with one connection (`experiments/proxy/one-connection/`). More
+/// connections (`--server-connections`) are for backends whose slow replies would hold the
+/// ones queued behind them (`connection_choice`).
+pub const DEFAULT_SERVER_CONNECTIONS: usize = 1;
 /// Default consecutive failures before a backend is marked down.
 pub const DEFAULT_SERVER_FAILURE_LIMIT: u32 = tailtrim_policy::health::DEFAULT_FAILURE_LIMIT;
 /// Default wait before probing a down backend, in milliseconds.

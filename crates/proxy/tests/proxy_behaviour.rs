@@ -283,3 +283,34 @@ fn stats_and_prometheus_report_per_backend_counters() {
     missing.read_to_string(&mut body).expect("read");
     assert!(body.starts_with("HTTP/1.1 404"));
 }
+
+/// With the default config a backend gets one connection, as in twemproxy: the fetches of
+/// several clients' multigets to one backend share it (one read for what arrived together at
+/// memcached, one reader at the proxy), where two connections round robin split them.
+#[test]
+fn a_backend_gets_one_connection_by_default() {
+    if !require_binary("memcached") {
+        return;
+    }
+    let harness = start(Options::default());
+    let mut clients: Vec<_> = (0..3).map(|_| connect(harness.address)).collect();
+    for (i, client) in clients.iter_mut().enumerate() {
+        for j in 0..4 {
+            let keys: Vec<String> = (0..10).map(|k| format!("c{i}r{j}k{k}")).collect();
+            let reply = exchange(client, format!("get {}\r\n", keys.join(" ")).as_bytes());
+            assert_eq!(reply, b"END\r\n");
+        }
+    }
+    let pool = harness.shared.pool.current();
+    for backend in pool.backends() {
+        assert!(
+            backend.stats().requests.get() >= 2,
+            "every backend was asked twice or more"
+        );
+        assert_eq!(
+            backend.stats().connects.get(),
+            1,
+            "connections opened to a backend"
+        );
+    }
+}
