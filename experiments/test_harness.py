@@ -103,6 +103,8 @@ NOT_MEASUREMENTS = (
      "request by connection choice (the folder's syscalls.py), not a timed run"),
     ("proxy/connection-choice/avoid-slow/skips-debug.json", "the proxy's avoid-slow skip "
      "counters read from its stats (the folder's skips.py), a count, not a timed run"),
+    ("proxy/one-connection/syscalls.json", "system-call counts per request by connection "
+     "count (connection-choice/avoid-slow/syscalls.py), not a timed run; command in the README"),
     ("tier/loopback-size-aware-edge/counts*.json", "strace -c counts and wake-ups per request "
      "of one server (the folder's count.py): counts, not a timed run; command in the README"),
     ("memory/fixed-overhead/idle.json", "an idle server's /proc/PID/smaps breakdown (no load, "
