@@ -13,6 +13,11 @@
 //!   for an item read since it was (re)queued (the store's segment order, in one queue);
 //! * `lfu`: perfect LFU, the key's requests over all the past (kept for keys not held too);
 //!   `lfu_per_byte`: that count over the key's bytes;
+//! * implementable approximations of `lfu_per_byte`: `sampled_per_byte` evicts the smallest
+//!   count over bytes among 64 held items drawn at random (exact counts), `sketch_per_byte`
+//!   the same with counts from a count-min sketch (two u8 counters a key, conservative
+//!   update, one counter per 128 bytes of budget, every counter halved after eight
+//!   increments per counter), as a store could keep them;
 //! * `belady`: the item whose next request is farthest (MIN; optimal for equal sizes, a
 //!   standard approximation with sizes); `belady_size`: the largest (distance to the next
 //!   request × bytes) among 64 held items drawn at random (seeded), as Belady-Size is run.
@@ -30,15 +35,23 @@ use std::collections::{BinaryHeap, VecDeque};
 use serde_json::{json, Map, Value};
 use tailtrim_bench::trace::{Trace, TraceSpec};
 
-const POLICIES: [&str; 7] = [
+const POLICIES: [&str; 9] = [
     "fifo",
     "lru",
     "clock",
     "lfu",
     "lfu_per_byte",
+    "sampled_per_byte",
+    "sketch_per_byte",
     "belady",
     "belady_size",
 ];
+/// The policies that evict by drawing held items at random.
+const SAMPLED: [&str; 3] = ["sampled_per_byte", "sketch_per_byte", "belady_size"];
+/// The sketch's bytes of budget per counter (`sketch_per_byte`).
+const BYTES_PER_COUNTER: u64 = 128;
+/// Increments per counter after which every counter is halved.
+const INCREMENTS_PER_COUNTER: u64 = 8;
 /// No further request of the key.
 const NEVER: u32 = u32::MAX;
 /// Held items drawn per eviction by `belady_size`.
@@ -139,6 +152,8 @@ struct Outcome {
     gets: u64,
     misses: u64,
     evictions: u64,
+    /// Measured requests that were their key's first: the misses no policy avoids.
+    cold: u64,
     items_at_end: usize,
     held_bytes_at_end: u64,
 }
@@ -163,6 +178,56 @@ struct Cache<'a> {
     list: Vec<u32>,
     place: Vec<u32>,
     rng: u64,
+    sketch: Sketch,
+}
+
+/// A count-min sketch of requests: two u8 counters a key, halved periodically.
+struct Sketch {
+    counters: Vec<u8>,
+    increments: u64,
+}
+
+impl Sketch {
+    fn new(budget: u64) -> Sketch {
+        let width = (budget / BYTES_PER_COUNTER).max(64).next_power_of_two() as usize;
+        Sketch {
+            counters: vec![0; width],
+            increments: 0,
+        }
+    }
+
+    fn slots(&self, key: usize) -> [usize; 2] {
+        let mut hash = (key as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        hash ^= hash >> 29;
+        hash = hash.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        hash ^= hash >> 32;
+        let mask = self.counters.len() as u64 - 1;
+        [(hash & mask) as usize, ((hash >> 32) & mask) as usize]
+    }
+
+    fn estimate(&self, key: usize) -> u8 {
+        let [a, b] = self.slots(key);
+        self.counters[a].min(self.counters[b])
+    }
+
+    fn count(&mut self, key: usize) {
+        let least = self.estimate(key);
+        if least == u8::MAX {
+            return;
+        }
+        for slot in self.slots(key) {
+            if self.counters[slot] == least {
+                self.counters[slot] += 1;
+            }
+        }
+        self.increments += 1;
+        if self.increments >= INCREMENTS_PER_COUNTER * self.counters.len() as u64 {
+            self.increments = 0;
+            for counter in &mut self.counters {
+                *counter /= 2;
+            }
+        }
+    }
 }
 
 impl<'a> Cache<'a> {
@@ -183,6 +248,7 @@ impl<'a> Cache<'a> {
             list: Vec::new(),
             place: vec![0; keys],
             rng: 0x9e37_79b9_7f4a_7c15,
+            sketch: Sketch::new(budget),
         }
     }
 
@@ -202,7 +268,7 @@ impl<'a> Cache<'a> {
         self.stamp[key] = now;
         match policy {
             "clock" => self.queue.push_back((key as u32, now)),
-            "belady_size" => {}
+            policy if SAMPLED.contains(&policy) => {}
             _ => {
                 let priority = self.priority(policy, key, now);
                 self.heap.push(Reverse((priority, now, key as u32)));
@@ -233,7 +299,8 @@ impl<'a> Cache<'a> {
                 }
                 return key;
             },
-            "belady_size" => {
+            policy if SAMPLED.contains(&policy) => {
+                // The largest score goes: distance × bytes, or bytes over the count.
                 let mut best = (0u128, usize::MAX);
                 for _ in 0..SAMPLE.min(self.list.len()) {
                     self.rng ^= self.rng << 13;
@@ -243,8 +310,18 @@ impl<'a> Cache<'a> {
                     if key == keep {
                         continue;
                     }
-                    let distance = u128::from(self.next_of[key] - now);
-                    let score = distance * u128::from(self.work.size[key]);
+                    let score = match policy {
+                        "belady_size" => {
+                            u128::from(self.next_of[key] - now) * u128::from(self.work.size[key])
+                        }
+                        "sampled_per_byte" => {
+                            (u128::from(self.work.size[key]) << 32) / u128::from(self.count[key])
+                        }
+                        _ => {
+                            let count = u128::from(self.sketch.estimate(key)).max(1);
+                            (u128::from(self.work.size[key]) << 32) / count
+                        }
+                    };
                     if best.1 == usize::MAX || score > best.0 {
                         best = (score, key);
                     }
@@ -281,7 +358,7 @@ impl<'a> Cache<'a> {
         self.held_bytes += self.work.size[key];
         self.items += 1;
         self.read[key] = false;
-        if policy == "belady_size" {
+        if SAMPLED.contains(&policy) {
             self.place[key] = self.list.len() as u32;
             self.list.push(key as u32);
         }
@@ -290,13 +367,18 @@ impl<'a> Cache<'a> {
 
 fn replay(work: &Workload, policy: &str, budget: u64) -> Outcome {
     let mut cache = Cache::new(work, budget);
-    let (mut gets, mut misses, mut evictions) = (0u64, 0u64, 0u64);
+    let (mut gets, mut misses, mut evictions, mut cold) = (0u64, 0u64, 0u64, 0u64);
     for (at, &key) in work.keys.iter().enumerate() {
         let (key, now) = (key as usize, at as u32);
         cache.count[key] += 1;
+        if policy == "sketch_per_byte" {
+            cache.sketch.count(key);
+        }
         cache.next_of[key] = work.next[at];
         let measured = at >= work.warmup;
         gets += u64::from(measured);
+        // The key's first request ever: a miss for every policy.
+        cold += u64::from(measured && cache.count[key] == 1);
         if cache.held[key] {
             match policy {
                 "fifo" => {}
@@ -322,6 +404,7 @@ fn replay(work: &Workload, policy: &str, budget: u64) -> Outcome {
         gets,
         misses,
         evictions,
+        cold,
         items_at_end: cache.items,
         held_bytes_at_end: cache.held_bytes,
     }
@@ -343,6 +426,8 @@ fn main() {
                     "misses": outcome.misses,
                     "miss_ratio": outcome.misses as f64 / outcome.gets.max(1) as f64,
                     "evictions": outcome.evictions,
+                    "cold_misses": outcome.cold,
+                    "cold_miss_ratio": outcome.cold as f64 / outcome.gets.max(1) as f64,
                     "items_at_end": outcome.items_at_end,
                     "held_bytes_at_end": outcome.held_bytes_at_end,
                 })
