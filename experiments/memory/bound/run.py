@@ -125,8 +125,8 @@ def replay_online(args, measured, points, summary):
             "--seed", str(trace["seed"]), "--max-value-bytes", str(trace["max_value_bytes"]),
             "--warmup", str(trace["warmup"]), "--requests", str(trace["requests"])]
 
-    def run(overhead, budgets, policies=()):
-        command = base + ["--overhead", str(overhead)]
+    def run(overhead, budgets, policies=(), draws=64):
+        command = base + ["--overhead", str(overhead), "--draws", str(draws)]
         for budget in budgets:
             command += ["--budget", str(budget)]
         for policy in policies:
@@ -177,7 +177,17 @@ def replay_online(args, measured, points, summary):
                for policy, results in memcached["policies"].items()},
         }
     summary["memcached_calibration"] = calibration
-    return {"store": store, "memcached": memcached}
+    # Fewer held items drawn per eviction (a store would look at a few, not 64).
+    held = [point["held_bytes"] for point in points]
+    fewer = {draws: run(args.item_overhead, held, ("sketch_per_byte",), draws)
+             for draws in (4, 16)}
+    for at, point in enumerate(points):
+        summary[str(point["limit_mib"])]["sketch_per_byte_draws"] = {
+            str(draws): round(result["policies"]["sketch_per_byte"][at]["miss_ratio"]
+                              / point["memcached_miss_ratio_at_rss"], 3)
+            for draws, result in fewer.items()}
+    return {"store": store, "memcached": memcached,
+            "fewer_draws": {str(draws): result for draws, result in fewer.items()}}
 
 
 if __name__ == "__main__":

@@ -17,10 +17,13 @@
 //!   count over bytes among 64 held items drawn at random (exact counts), `sketch_per_byte`
 //!   the same with counts from a count-min sketch (two u8 counters a key, conservative
 //!   update, one counter per 128 bytes of budget, every counter halved after eight
-//!   increments per counter), as a store could keep them;
+//!   increments per counter), as a store could keep them; `queue_sketch_per_byte` keeps
+//!   the store's queue instead of drawing: the item at its head is requeued (up to 8 a
+//!   eviction) when its sketch count per byte is above the new key's, TinyLFU's comparison
+//!   per byte, and otherwise evicted;
 //! * `belady`: the item whose next request is farthest (MIN; optimal for equal sizes, a
 //!   standard approximation with sizes); `belady_size`: the largest (distance to the next
-//!   request × bytes) among 64 held items drawn at random (seeded), as Belady-Size is run.
+//!   request × bytes) among 64 held items drawn at random (seeded; `--draws`), as Belady-Size is run.
 //!
 //! ```sh
 //! tailtrim-missratio-online --warmup 3000000 --requests 2000000 --overhead 28 \
@@ -35,7 +38,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use serde_json::{json, Map, Value};
 use tailtrim_bench::trace::{Trace, TraceSpec};
 
-const POLICIES: [&str; 9] = [
+const POLICIES: [&str; 10] = [
     "fifo",
     "lru",
     "clock",
@@ -43,6 +46,7 @@ const POLICIES: [&str; 9] = [
     "lfu_per_byte",
     "sampled_per_byte",
     "sketch_per_byte",
+    "queue_sketch_per_byte",
     "belady",
     "belady_size",
 ];
@@ -54,8 +58,8 @@ const BYTES_PER_COUNTER: u64 = 128;
 const INCREMENTS_PER_COUNTER: u64 = 8;
 /// No further request of the key.
 const NEVER: u32 = u32::MAX;
-/// Held items drawn per eviction by `belady_size`.
-const SAMPLE: usize = 64;
+/// Held items drawn per eviction by the sampled policies (`--draws` changes it).
+const DRAWS: usize = 64;
 
 struct Args {
     spec: TraceSpec,
@@ -64,6 +68,7 @@ struct Args {
     overhead: u64,
     budgets: Vec<u64>,
     policies: Vec<String>,
+    draws: usize,
 }
 
 fn parse_args() -> Args {
@@ -79,6 +84,7 @@ fn parse_args() -> Args {
         overhead: 28,
         budgets: Vec::new(),
         policies: Vec::new(),
+        draws: DRAWS,
     };
     let mut words = std::env::args().skip(1);
     while let Some(flag) = words.next() {
@@ -93,6 +99,7 @@ fn parse_args() -> Args {
             "--warmup" => args.warmup = number(&flag, &value),
             "--requests" => args.requests = number(&flag, &value),
             "--overhead" => args.overhead = number(&flag, &value),
+            "--draws" => args.draws = number(&flag, &value),
             "--budget" => args.budgets.push(number(&flag, &value)),
             "--policy" if POLICIES.contains(&value.as_str()) => args.policies.push(value),
             _ => panic!("unknown flag or policy: {flag} {value}"),
@@ -178,6 +185,7 @@ struct Cache<'a> {
     list: Vec<u32>,
     place: Vec<u32>,
     rng: u64,
+    draws: usize,
     sketch: Sketch,
 }
 
@@ -231,7 +239,7 @@ impl Sketch {
 }
 
 impl<'a> Cache<'a> {
-    fn new(work: &'a Workload, budget: u64) -> Cache<'a> {
+    fn new(work: &'a Workload, budget: u64, draws: usize) -> Cache<'a> {
         let keys = work.size.len();
         Cache {
             work,
@@ -248,6 +256,7 @@ impl<'a> Cache<'a> {
             list: Vec::new(),
             place: vec![0; keys],
             rng: 0x9e37_79b9_7f4a_7c15,
+            draws,
             sketch: Sketch::new(budget),
         }
     }
@@ -267,7 +276,7 @@ impl<'a> Cache<'a> {
     fn push(&mut self, policy: &str, key: usize, now: u32) {
         self.stamp[key] = now;
         match policy {
-            "clock" => self.queue.push_back((key as u32, now)),
+            "clock" | "queue_sketch_per_byte" => self.queue.push_back((key as u32, now)),
             policy if SAMPLED.contains(&policy) => {}
             _ => {
                 let priority = self.priority(policy, key, now);
@@ -286,6 +295,25 @@ impl<'a> Cache<'a> {
     /// The held key to evict (not `keep`).
     fn victim(&mut self, policy: &str, keep: usize, now: u32) -> usize {
         match policy {
+            "queue_sketch_per_byte" => {
+                let density = |cache: &Self, key: usize| {
+                    f64::from(cache.sketch.estimate(key)) / cache.work.size[key] as f64
+                };
+                let mut passes = 0;
+                loop {
+                    let (key, at) = self.queue.pop_front().expect("something is held");
+                    let key = key as usize;
+                    if !self.held[key] || self.stamp[key] != at || key == keep {
+                        continue;
+                    }
+                    if passes < 8 && density(self, key) > density(self, keep) {
+                        passes += 1;
+                        self.push(policy, key, now);
+                        continue;
+                    }
+                    return key;
+                }
+            }
             "clock" => loop {
                 let (key, at) = self.queue.pop_front().expect("something is held");
                 let key = key as usize;
@@ -302,7 +330,7 @@ impl<'a> Cache<'a> {
             policy if SAMPLED.contains(&policy) => {
                 // The largest score goes: distance × bytes, or bytes over the count.
                 let mut best = (0u128, usize::MAX);
-                for _ in 0..SAMPLE.min(self.list.len()) {
+                for _ in 0..self.draws.min(self.list.len()) {
                     self.rng ^= self.rng << 13;
                     self.rng ^= self.rng >> 7;
                     self.rng ^= self.rng << 17;
@@ -365,13 +393,13 @@ impl<'a> Cache<'a> {
     }
 }
 
-fn replay(work: &Workload, policy: &str, budget: u64) -> Outcome {
-    let mut cache = Cache::new(work, budget);
+fn replay(work: &Workload, policy: &str, budget: u64, draws: usize) -> Outcome {
+    let mut cache = Cache::new(work, budget, draws);
     let (mut gets, mut misses, mut evictions, mut cold) = (0u64, 0u64, 0u64, 0u64);
     for (at, &key) in work.keys.iter().enumerate() {
         let (key, now) = (key as usize, at as u32);
         cache.count[key] += 1;
-        if policy == "sketch_per_byte" {
+        if policy.starts_with("sketch") || policy.starts_with("queue_sketch") {
             cache.sketch.count(key);
         }
         cache.next_of[key] = work.next[at];
@@ -381,7 +409,7 @@ fn replay(work: &Workload, policy: &str, budget: u64) -> Outcome {
         cold += u64::from(measured && cache.count[key] == 1);
         if cache.held[key] {
             match policy {
-                "fifo" => {}
+                "fifo" | "queue_sketch_per_byte" => {}
                 "clock" => cache.read[key] = true,
                 _ => cache.push(policy, key, now),
             }
@@ -419,7 +447,7 @@ fn main() {
             .budgets
             .iter()
             .map(|&budget| {
-                let outcome = replay(&work, policy, budget);
+                let outcome = replay(&work, policy, budget, args.draws);
                 json!({
                     "budget_bytes": budget,
                     "gets": outcome.gets,
@@ -445,6 +473,7 @@ fn main() {
             "requests": args.requests,
         },
         "overhead": args.overhead,
+        "draws": args.draws,
         "policies": policies,
     });
     println!("{report}");
