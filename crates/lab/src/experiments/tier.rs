@@ -101,6 +101,8 @@ const WINDOWS_PER_RUN: u64 = 40;
 /// `experiments/tier/loopback-stall/`'s metered runs without a hole over 20 ms had no request
 /// over 20 ms; the two with one (43 and 83 ms) stalled.
 const DEFAULT_DISTURBED_HOLE_MS: f64 = 20.0;
+/// Default `--rerun-disturbed`: one extra round at most (why, `docs/tier-hiccups.md`).
+const DEFAULT_RERUN_DISTURBED: usize = 1;
 
 /// Which testbed the tiers run on.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -189,9 +191,9 @@ pub struct Args {
     #[arg(long, default_value_t = DEFAULT_DISTURBED_HOLE_MS)]
     disturbed_hole_ms: f64,
     /// Rounds run again, in all, because a run of theirs was disturbed (the disturbed round
-    /// is kept, marked; `--quick`: 0).
-    #[arg(long, default_value_t = 1)]
-    rerun_disturbed: usize,
+    /// is kept, marked) [default: 1; with `--quick`, 0].
+    #[arg(long)]
+    rerun_disturbed: Option<usize>,
 }
 
 /// One tier: the servers, the proxy and what happens at the join.
@@ -712,7 +714,11 @@ fn settings_of(args: &Args) -> Result<Settings, String> {
         meter: Some(MeterSettings {
             hole_threshold_ms: args.hole_threshold_ms,
             disturbed_hole_ms: args.disturbed_hole_ms,
-            rerun_disturbed: if args.quick { 0 } else { args.rerun_disturbed },
+            rerun_disturbed: args.rerun_disturbed.unwrap_or(if args.quick {
+                0
+            } else {
+                DEFAULT_RERUN_DISTURBED
+            }),
             slow_over_p99_ms: hiccup::SLOW_OVER_P99.as_secs_f64() * 1e3,
         }),
     };
@@ -1710,9 +1716,9 @@ fn host_table(results: &Results) -> String {
     }
     let disturbed = results.runs.iter().filter(|run| run.disturbed).count();
     format!(
-        "\nThe host during each run (hiccup meter: a thread at {} priority sleeping 1 ms, a \
-         wake-up later than {threshold} ms recorded as a hole; steal over all CPUs from \
-         /proc/stat; slow: latency over the run's own p99 by {} ms, counted by whether its span \
+        "\nThe host during each run (hiccup meter: threads sleeping 1 ms, {}; a wake-up later \
+         than {threshold} ms recorded as a hole, the CPUs' holes merged; steal over all CPUs \
+         from /proc/stat; slow: latency over the run's own p99 by {} ms, counted by whether its span \
          meets a hole; disturbed: a hole longer than {} ms): {disturbed} of {} runs \
          disturbed.\n\n{}",
         results.meter_priority.as_deref().unwrap_or("unknown"),

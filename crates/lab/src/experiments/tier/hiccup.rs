@@ -1,10 +1,12 @@
 //! The host's scheduling holes beside every run of `experiment tier`.
 //!
 //! ```text
-//!  meter thread (SCHED_FIFO 50 if permitted, else normal):
+//!  one meter thread per CPU the process may run on, pinned to it (SCHED_FIFO 50 if
+//!  permitted, else normal):
 //!     loop { sleep 1 ms; wake at t } ─► HoleDetector: t − previous wake − 1 ms > threshold?
 //!                                        └► Hole { start: previous wake + 1 ms, length }
-//!  per run: holes overlapping its measured window, /proc/stat steal over it
+//!  per run: the union of every CPU's holes overlapping its measured window (a hole of one
+//!           vCPU holds off whatever ran there), /proc/stat steal over it
 //!           slow requests (latency > own p99 + 20 ms) counted by overlap with a hole
 //!           disturbed  ⇔  longest hole > --disturbed-hole-ms
 //! ```
@@ -14,13 +16,15 @@
 //! its late wake-ups are holes in which no process of the tier ran either
 //! (`experiments/tier/loopback-stall/` traced the tier's 100–180 ms stalls to them).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tailtrim_bench::cacheaside::RequestTime;
+
+use crate::experiments::common::pin_current_thread;
 
 /// The meter's sleep.
 pub const PERIOD: Duration = Duration::from_millis(1);
@@ -64,6 +68,14 @@ impl HoleDetector {
         }
     }
 
+    /// The hole still open at `now_ns` (the meter has not woken since it was due by more
+    /// than the threshold): it is not over, so [`HoleDetector::wake`] has not reported it.
+    #[cfg(test)]
+    #[must_use]
+    pub fn open_at(&self, now_ns: u64) -> Option<Hole> {
+        open_hole(self.last_ns?, now_ns, self.period_ns, self.threshold_ns)
+    }
+
     /// The meter woke at `at_ns` (non-decreasing): the hole before it, if any.
     pub fn wake(&mut self, at_ns: u64) -> Option<Hole> {
         let previous = self.last_ns.replace(at_ns)?;
@@ -76,6 +88,17 @@ impl HoleDetector {
     }
 }
 
+/// The hole open at `now_ns` of a meter last awake at `last_ns`, if it is late by more than
+/// the threshold.
+fn open_hole(last_ns: u64, now_ns: u64, period_ns: u64, threshold_ns: u64) -> Option<Hole> {
+    let due = last_ns + period_ns;
+    let late = now_ns.saturating_sub(due);
+    (late > threshold_ns).then_some(Hole {
+        start_ns: due,
+        length_ns: late,
+    })
+}
+
 /// Every hole in a series of wake-up times.
 #[cfg(test)]
 #[must_use]
@@ -85,6 +108,24 @@ pub fn holes_in(wakes_ns: &[u64], period: Duration, threshold: Duration) -> Vec<
         .iter()
         .filter_map(|&at| detector.wake(at))
         .collect()
+}
+
+/// The union of `holes` (from any number of meters, in any order), sorted: overlapping or
+/// touching holes become one.
+#[must_use]
+pub fn merged(holes: &[Hole]) -> Vec<Hole> {
+    let mut sorted = holes.to_vec();
+    sorted.sort_unstable_by_key(|hole| hole.start_ns);
+    let mut union: Vec<Hole> = Vec::with_capacity(sorted.len());
+    for hole in sorted {
+        match union.last_mut() {
+            Some(last) if hole.start_ns <= last.end_ns() => {
+                last.length_ns = last.end_ns().max(hole.end_ns()) - last.start_ns;
+            }
+            _ => union.push(hole),
+        }
+    }
+    union
 }
 
 /// The holes overlapping `[from_ns, to_ns)`, re-timed from `from_ns` and clipped to it.
@@ -200,14 +241,33 @@ impl HostReading {
     }
 }
 
-/// The meter thread: started once per experiment, holes read per run.
+/// The meter threads: started once per experiment, holes read per run.
 pub struct HiccupMeter {
     epoch: Instant,
     holes: Arc<Mutex<Vec<Hole>>>,
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-    /// `real-time (SCHED_FIFO 50)` or `normal (…why not real-time)`.
+    threads: Vec<JoinHandle<()>>,
+    /// Each meter's last wake-up, ns after the epoch: a hole still open when a run is read
+    /// counts up to then.
+    last_wakes: Vec<Arc<AtomicU64>>,
+    threshold_ns: u64,
+    /// `real-time (SCHED_FIFO 50), one pinned to each of CPUs 0, 1` or `normal (…)`.
     pub priority: String,
+}
+
+/// The CPUs the calling thread may run on (none where the mask cannot be read).
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: an all-zero cpu_set_t is a valid empty set; the size passed is its size.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let result =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if result != 0 {
+        return Vec::new();
+    }
+    // SAFETY: `set` was filled by sched_getaffinity; the index is below CPU_SETSIZE.
+    (0..libc::CPU_SETSIZE as usize)
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect()
 }
 
 /// Asks for real-time priority for the calling thread: its description.
@@ -226,22 +286,36 @@ fn try_realtime() -> String {
 }
 
 impl HiccupMeter {
-    /// Starts the meter, recording holes longer than `threshold`.
+    /// Starts the meters, one pinned to each CPU (one unpinned where the CPUs cannot be
+    /// read), recording holes longer than `threshold`.
     pub fn start(threshold: Duration) -> Result<Self, String> {
         let epoch = Instant::now();
         let holes = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
+        let cpus = allowed_cpus();
+        let pins: Vec<Option<usize>> = if cpus.is_empty() {
+            vec![None]
+        } else {
+            cpus.iter().copied().map(Some).collect()
+        };
         let (tell, told) = mpsc::channel();
-        let thread = {
-            let (holes, stop) = (Arc::clone(&holes), Arc::clone(&stop));
-            std::thread::Builder::new()
+        let mut threads = Vec::new();
+        let mut last_wakes = Vec::new();
+        for pin in &pins {
+            let (holes, stop, tell, pin) =
+                (Arc::clone(&holes), Arc::clone(&stop), tell.clone(), *pin);
+            let last_wake = Arc::new(AtomicU64::new(epoch.elapsed().as_nanos() as u64));
+            last_wakes.push(Arc::clone(&last_wake));
+            let thread = std::thread::Builder::new()
                 .name("hiccup-meter".to_string())
                 .spawn(move || {
-                    let _ = tell.send(try_realtime());
+                    let pinned = pin.map(|cpu| pin_current_thread(&[cpu]).is_ok());
+                    let _ = tell.send((try_realtime(), pinned));
                     let mut detector = HoleDetector::new(PERIOD, threshold);
                     while !stop.load(Ordering::Relaxed) {
                         std::thread::sleep(PERIOD);
                         let at = epoch.elapsed().as_nanos() as u64;
+                        last_wake.store(at, Ordering::Relaxed);
                         if let Some(hole) = detector.wake(at) {
                             let mut kept = holes.lock().unwrap_or_else(|e| e.into_inner());
                             if kept.len() < MAX_HOLES {
@@ -250,33 +324,70 @@ impl HiccupMeter {
                         }
                     }
                 })
-                .map_err(|error| format!("hiccup meter thread: {error}"))?
+                .map_err(|error| format!("hiccup meter thread: {error}"))?;
+            threads.push(thread);
+        }
+        let mut priorities = Vec::new();
+        let mut unpinned = 0;
+        for _ in &pins {
+            let (priority, pinned) = told
+                .recv()
+                .map_err(|_| "hiccup meter thread ended at its start".to_string())?;
+            priorities.push(priority);
+            unpinned += usize::from(pinned != Some(true));
+        }
+        priorities.sort();
+        priorities.dedup();
+        let placement = if cpus.is_empty() {
+            "one meter, unpinned (the CPU mask could not be read)".to_string()
+        } else {
+            format!(
+                "one meter pinned to each of CPUs {}{}",
+                cpus.iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if unpinned > 0 {
+                    format!(" ({unpinned} could not be pinned)")
+                } else {
+                    String::new()
+                }
+            )
         };
-        let priority = told
-            .recv()
-            .map_err(|_| "hiccup meter thread ended at its start".to_string())?;
         Ok(Self {
             epoch,
             holes,
             stop,
-            thread: Some(thread),
-            priority,
+            threads,
+            last_wakes,
+            threshold_ns: threshold.as_nanos() as u64,
+            priority: format!("{}; {placement}", priorities.join(" / ")),
         })
     }
 
-    /// The holes overlapping `[from, to)`, timed from `from`.
+    /// The union of every meter's holes overlapping `[from, to)`, timed from `from`, with
+    /// the holes still open now (a meter held off since before `to`).
     #[must_use]
     pub fn holes_between(&self, from: Instant, to: Instant) -> Vec<Hole> {
         let at = |instant: Instant| instant.saturating_duration_since(self.epoch).as_nanos() as u64;
-        let holes = self.holes.lock().unwrap_or_else(|e| e.into_inner());
-        holes_within(&holes, at(from), at(to))
+        let now = at(Instant::now());
+        let mut holes = self.holes.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        holes.extend(self.last_wakes.iter().filter_map(|last| {
+            open_hole(
+                last.load(Ordering::Relaxed),
+                now,
+                PERIOD.as_nanos() as u64,
+                self.threshold_ns,
+            )
+        }));
+        holes_within(&merged(&holes), at(from), at(to))
     }
 }
 
 impl Drop for HiccupMeter {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
+        for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
     }
@@ -308,6 +419,18 @@ mod tests {
             ]
         );
         assert!(holes_in(&wakes[..3], PERIOD, Duration::from_millis(5)).is_empty());
+        // A meter held off since its last wake-up: the hole is open, reported up to now.
+        let mut detector = HoleDetector::new(PERIOD, Duration::from_millis(5));
+        assert_eq!(detector.open_at(0), None);
+        detector.wake(10 * MS);
+        assert_eq!(detector.open_at(15 * MS), None);
+        assert_eq!(
+            detector.open_at(31 * MS),
+            Some(Hole {
+                start_ns: 11 * MS,
+                length_ns: 20 * MS
+            })
+        );
     }
 
     #[test]
@@ -340,6 +463,18 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn two_meters_holes_merge_into_their_union() {
+        let hole = |start_ms: u64, length_ms: u64| Hole {
+            start_ns: start_ms * MS,
+            length_ns: length_ms * MS,
+        };
+        // CPU 1's hole inside CPU 0's, one overlapping its end, one apart.
+        let holes = [hole(100, 40), hole(300, 10), hole(110, 10), hole(130, 20)];
+        assert_eq!(merged(&holes), vec![hole(100, 50), hole(300, 10)]);
+        assert!(merged(&[]).is_empty());
     }
 
     #[test]
