@@ -28,8 +28,8 @@
 //! The "everything" tier's planner is a setting (`--planner`), so a planner chosen by the
 //! workload (`auto`) is one name away.
 //!
-//! Beside every run a hiccup meter ([`hiccup`]) records the host's scheduling holes and steal
-//! time; a round in which a run saw a hole longer than `--disturbed-hole-ms` is *disturbed*:
+//! Beside every run a hiccup meter (`tier/hiccup.rs`) records the host's scheduling holes and
+//! steal time; a round in which a run saw a hole longer than `--disturbed-hole-ms` is *disturbed*:
 //! kept and marked, run again up to `--rerun-disturbed` times in all, and the acceptance lines
 //! are reported both over every round and without the disturbed ones
 //! (`docs/tier-hiccups.md`).
@@ -1718,8 +1718,8 @@ fn host_table(results: &Results) -> String {
     format!(
         "\nThe host during each run (hiccup meter: threads sleeping 1 ms, {}; a wake-up later \
          than {threshold} ms recorded as a hole, the CPUs' holes merged; steal over all CPUs \
-         from /proc/stat; slow: latency over the run's own p99 by {} ms, counted by whether its span \
-         meets a hole; disturbed: a hole longer than {} ms): {disturbed} of {} runs \
+         from /proc/stat; slow: latency over the run's own p99 by {} ms, counted by whether its \
+         span meets a hole; disturbed: a hole longer than {} ms): {disturbed} of {} runs \
          disturbed.\n\n{}",
         results.meter_priority.as_deref().unwrap_or("unknown"),
         meter.map_or(0.0, |meter| meter.slow_over_p99_ms),
