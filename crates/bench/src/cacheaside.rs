@@ -620,6 +620,15 @@ pub struct EventRecord {
     pub answer: String,
 }
 
+/// One request of the measured window: when it was scheduled and how long it took.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequestTime {
+    /// Scheduled time, nanoseconds after the window's start.
+    pub scheduled_ns: u64,
+    /// Completion minus the scheduled time, nanoseconds.
+    pub latency_ns: u64,
+}
+
 /// One window of the time series.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct WindowSample {
@@ -693,6 +702,15 @@ pub struct CacheAsideReport {
     /// `--json` document either.
     #[serde(skip)]
     pub class_latency_ns: Option<ClassHistograms>,
+    /// When the measured window started (the instant every request's scheduled time counts
+    /// from, plus the warm-up), to place requests against events timed by the caller; not part
+    /// of the `--json` document.
+    #[serde(skip)]
+    pub window_start: Option<Instant>,
+    /// Every request of the window in schedule order: its scheduled time after the window's
+    /// start and its latency (16 bytes a request); not part of the `--json` document.
+    #[serde(skip)]
+    pub request_times: Vec<RequestTime>,
     /// Values not equal to their key's value at any version (must be 0).
     pub wrong_values: u64,
     /// Values older than a write acknowledged before the read (must be 0).
@@ -1053,6 +1071,7 @@ pub fn run_cache_aside(
         window_start_nanos,
     );
     report.error_kinds = error_kinds;
+    report.window_start = Some(start + config.warmup);
     Ok(report)
 }
 
@@ -1170,6 +1189,14 @@ fn summarize(
         p99_us: whole_us(0.99),
         latency_ns: Some(latency_ns),
         class_latency_ns: Some(class_latency_ns),
+        window_start: None,
+        request_times: records
+            .iter()
+            .map(|record| RequestTime {
+                scheduled_ns: record.scheduled_nanos.saturating_sub(window_start_nanos),
+                latency_ns: record.latency_nanos,
+            })
+            .collect(),
         wrong_values: records.iter().map(|r| u64::from(r.wrong)).sum(),
         stale_values: records.iter().map(|r| u64::from(r.stale)).sum(),
         errors: whole.errors,

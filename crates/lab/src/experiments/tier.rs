@@ -27,6 +27,14 @@
 //!
 //! The "everything" tier's planner is a setting (`--planner`), so a planner chosen by the
 //! workload (`auto`) is one name away.
+//!
+//! Beside every run a hiccup meter (`tier/hiccup.rs`) records the host's scheduling holes and
+//! steal time; a round in which a run saw a hole longer than `--disturbed-hole-ms` is *disturbed*:
+//! kept and marked, run again up to `--rerun-disturbed` times in all, and the acceptance lines
+//! are reported both over every round and without the disturbed ones
+//! (`docs/tier-hiccups.md`).
+
+mod hiccup;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -41,6 +49,8 @@ use tailtrim_bench::dist::Distribution;
 use tailtrim_bench::workload::{OpKind, OperationSpec, Popularity};
 use tailtrim_bench::{median, WorkloadSpec};
 use tailtrim_bench::{run_cache_aside, CacheAsideConfig, CacheAsideReport, ScheduledEvent};
+
+use hiccup::{HiccupMeter, HostReading};
 
 use crate::experiment::{Experiment, Progress, ProgressFn};
 use crate::figures::{plot_panels, Line, Panel};
@@ -87,6 +97,12 @@ const LOOPBACK_PROXY_THREADS: usize = 1;
 const MEMORY_MB: u64 = 128;
 /// Windows of the per-request miss series in a run (about).
 const WINDOWS_PER_RUN: u64 = 40;
+/// Default `--disturbed-hole-ms`: the longest hole a round may hold and still decide a line.
+/// `experiments/tier/loopback-stall/`'s metered runs without a hole over 20 ms had no request
+/// over 20 ms; the two with one (43 and 83 ms) stalled.
+const DEFAULT_DISTURBED_HOLE_MS: f64 = 20.0;
+/// Default `--rerun-disturbed`: one extra round at most (why, `docs/tier-hiccups.md`).
+const DEFAULT_RERUN_DISTURBED: usize = 1;
 
 /// Which testbed the tiers run on.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -168,6 +184,16 @@ pub struct Args {
     /// Seed of the request sequence (round r uses seed + r; every tier of a round the same).
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// The hiccup meter records a wake-up of its 1 ms sleeper later than this, ms.
+    #[arg(long, default_value_t = 5.0)]
+    hole_threshold_ms: f64,
+    /// A run with a hole longer than this, ms, disturbs its round.
+    #[arg(long, default_value_t = DEFAULT_DISTURBED_HOLE_MS)]
+    disturbed_hole_ms: f64,
+    /// Rounds run again, in all, because a run of theirs was disturbed (the disturbed round
+    /// is kept, marked) [default: 1; with `--quick`, 0].
+    #[arg(long)]
+    rerun_disturbed: Option<usize>,
 }
 
 /// One tier: the servers, the proxy and what happens at the join.
@@ -322,6 +348,23 @@ struct Settings {
     large_threshold_bytes: u64,
     elephant_min_keys: u32,
     tiers: Vec<Tier>,
+    /// The hiccup meter's thresholds and the rerun protocol (absent in runs kept before the
+    /// meter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    meter: Option<MeterSettings>,
+}
+
+/// The hiccup meter's settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct MeterSettings {
+    /// Wake-ups of the 1 ms sleeper later than this are recorded as holes, ms.
+    hole_threshold_ms: f64,
+    /// A run with a hole longer than this disturbs its round, ms.
+    disturbed_hole_ms: f64,
+    /// Rounds run again in all because they were disturbed.
+    rerun_disturbed: usize,
+    /// A slow request: latency over its run's p99 by this, ms.
+    slow_over_p99_ms: f64,
 }
 
 /// One measured run of one tier.
@@ -329,6 +372,9 @@ struct Settings {
 struct Run {
     tier: String,
     round: usize,
+    /// 0, or the how-manieth rerun of a disturbed round.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    attempt: usize,
     position: usize,
     load_average_before: String,
     requests: u64,
@@ -357,6 +403,17 @@ struct Run {
     miss_series: MissSeries,
     /// Latency per class (`all`, `small`, `large`, `mice`, `elephant`), ns.
     histograms: BTreeMap<String, Encoded>,
+    /// The host's holes and steal over the run (absent in runs kept before the meter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    host: Option<HostReading>,
+    /// A hole longer than `--disturbed-hole-ms` fell in the run: its round is disturbed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    disturbed: bool,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_zero(value: &usize) -> bool {
+    *value == 0
 }
 
 /// CPU seconds of a run's window (or µs per request of a tier) by process.
@@ -444,6 +501,91 @@ pub struct Results {
     /// kept before it was recorded, and derived from their runs when redrawn).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     cpu_reading: Option<CpuReading>,
+    /// The hiccup meter's priority: `real-time (SCHED_FIFO 50)` or `normal (…)` (absent in
+    /// results kept before the meter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    meter_priority: Option<String>,
+    /// The same reading without the disturbed rounds (absent in results kept before the
+    /// meter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    undisturbed: Option<Undisturbed>,
+}
+
+/// The reading of the rounds no hole disturbed: what decides a line.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Undisturbed {
+    /// `(round, attempt)` of every round left out.
+    disturbed_rounds: Vec<(usize, usize)>,
+    tiers: Vec<TierSummary>,
+    aa_gauge: Option<f64>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    aa_gauge_by_class: BTreeMap<String, f64>,
+    verdict: Vec<Verdict>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cpu_reading: Option<CpuReading>,
+}
+
+/// `(round, attempt)` of every round in which a run was disturbed.
+fn disturbed_rounds(runs: &[Run]) -> Vec<(usize, usize)> {
+    let mut rounds: Vec<(usize, usize)> = runs
+        .iter()
+        .filter(|run| run.disturbed)
+        .map(|run| (run.round, run.attempt))
+        .collect();
+    rounds.sort_unstable();
+    rounds.dedup();
+    rounds
+}
+
+/// The summaries, gauges and verdict of `runs`.
+struct Reading {
+    tiers: Vec<TierSummary>,
+    aa_gauge: Option<f64>,
+    aa_gauge_by_class: BTreeMap<String, f64>,
+    verdict: Vec<Verdict>,
+    cpu_reading: Option<CpuReading>,
+}
+
+fn reading(mode: Mode, tiers: &[Tier], runs: &[&Run]) -> Reading {
+    let summaries = summarise_tiers(tiers, runs);
+    let (aa_gauge, verdict) = verdict(mode, &summaries);
+    Reading {
+        aa_gauge_by_class: aa_gauge_by_class(mode, &summaries),
+        cpu_reading: match mode {
+            Mode::Loopback => cpu_reading(
+                mode,
+                runs.iter().map(|run| {
+                    (
+                        run.tier.as_str(),
+                        (run.round, run.attempt),
+                        run.cpu_us_per_request,
+                    )
+                }),
+            ),
+            Mode::Emulated => None,
+        },
+        tiers: summaries,
+        aa_gauge,
+        verdict,
+    }
+}
+
+/// The reading without the rounds in which a run was disturbed.
+fn undisturbed(mode: Mode, tiers: &[Tier], runs: &[Run]) -> Undisturbed {
+    let left_out = disturbed_rounds(runs);
+    let kept: Vec<&Run> = runs
+        .iter()
+        .filter(|run| !left_out.contains(&(run.round, run.attempt)))
+        .collect();
+    let reading = reading(mode, tiers, &kept);
+    Undisturbed {
+        disturbed_rounds: left_out,
+        tiers: reading.tiers,
+        aa_gauge: reading.aa_gauge,
+        aa_gauge_by_class: reading.aa_gauge_by_class,
+        verdict: reading.verdict,
+        cpu_reading: reading.cpu_reading,
+    }
 }
 
 /// How far the CPU line can be read (loopback): the A/A gauge of CPU per request and
@@ -460,18 +602,18 @@ pub struct CpuReading {
     pub everything_over_baseline_median: Option<f64>,
 }
 
-/// The [`CpuReading`] of `runs` (`(tier, round, CPU µs per request)`), `None` where the mode's
-/// baseline or `everything` did not run.
-fn cpu_reading<'a>(
+/// The [`CpuReading`] of `runs` (`(tier, round, CPU µs per request)`, a round named by any
+/// key), `None` where the mode's baseline or `everything` did not run.
+fn cpu_reading<'a, R: PartialEq + Copy>(
     mode: Mode,
-    runs: impl Iterator<Item = (&'a str, usize, f64)> + Clone,
+    runs: impl Iterator<Item = (&'a str, R, f64)> + Clone,
 ) -> Option<CpuReading> {
     let baseline = match mode {
         Mode::Emulated => MEMCACHED_LIKE,
         Mode::Loopback => MEMCACHED_NUTCRACKER,
     };
     let twin = format!("{baseline}{AA_SUFFIX}");
-    let of = |tier: &str| -> Vec<(usize, f64)> {
+    let of = |tier: &str| -> Vec<(R, f64)> {
         runs.clone()
             .filter(|(name, _, _)| *name == tier)
             .map(|(_, round, cpu)| (round, cpu))
@@ -481,7 +623,7 @@ fn cpu_reading<'a>(
     if base.is_empty() || every.is_empty() {
         return None;
     }
-    let median_cpu = |runs: &[(usize, f64)]| median_of(runs.iter().map(|(_, cpu)| *cpu));
+    let median_cpu = |runs: &[(R, f64)]| median_of(runs.iter().map(|(_, cpu)| *cpu));
     let aa_gauge = (!copy.is_empty())
         .then(|| ratio(Some(median_cpu(&copy)), Some(median_cpu(&base))))
         .flatten()
@@ -510,9 +652,13 @@ impl Results {
         self.cpu_reading.clone().or_else(|| {
             cpu_reading(
                 self.settings.mode,
-                self.runs
-                    .iter()
-                    .map(|run| (run.tier.as_str(), run.round, run.cpu_us_per_request)),
+                self.runs.iter().map(|run| {
+                    (
+                        run.tier.as_str(),
+                        (run.round, run.attempt),
+                        run.cpu_us_per_request,
+                    )
+                }),
             )
         })
     }
@@ -565,7 +711,22 @@ fn settings_of(args: &Args) -> Result<Settings, String> {
         large_threshold_bytes: 0,
         elephant_min_keys: 0,
         tiers: tiers(args.mode, &args.planner),
+        meter: Some(MeterSettings {
+            hole_threshold_ms: args.hole_threshold_ms,
+            disturbed_hole_ms: args.disturbed_hole_ms,
+            rerun_disturbed: args.rerun_disturbed.unwrap_or(if args.quick {
+                0
+            } else {
+                DEFAULT_RERUN_DISTURBED
+            }),
+            slow_over_p99_ms: hiccup::SLOW_OVER_P99.as_secs_f64() * 1e3,
+        }),
     };
+    if !(args.hole_threshold_ms > 0.0 && args.disturbed_hole_ms >= args.hole_threshold_ms) {
+        return Err(
+            "--hole-threshold-ms must be positive and at most --disturbed-hole-ms".to_string(),
+        );
+    }
     if args.quick {
         settings.servers = 3;
         settings.workers = 2;
@@ -765,13 +926,26 @@ fn misses(report: &CacheAsideReport, join_s: Option<f64>) -> (MissSeries, Option
     (series, level.zip(peak))
 }
 
+/// Where a run stands in the experiment: its round, the round's attempt and its place in it.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    round: usize,
+    attempt: usize,
+    position: usize,
+}
+
 fn run_tier(
     tier: &Tier,
     settings: &Settings,
     workload: &Arc<WorkloadSpec>,
-    round: usize,
-    position: usize,
+    slot: Slot,
+    meter: Option<&HiccupMeter>,
 ) -> Result<Run, String> {
+    let Slot {
+        round,
+        attempt,
+        position,
+    } = slot;
     let load_average_before = load_average();
     let binary = tailtrim_binary()?;
     let joins = tier.join_warmup.is_some();
@@ -810,13 +984,37 @@ fn run_tier(
     let proxy_pid = proxy.pid();
     let window_starts = config.warmup + Duration::from_millis(20);
     let mut cpu_at_window: Option<CpuSplit> = None;
+    let mut steal_at_window: Option<f64> = None;
     let report = run_cache_aside(workload, &config, &mut |elapsed, _| {
         if cpu_at_window.is_none() && elapsed >= window_starts {
             cpu_at_window = Some(cpu_of(&server_pids, proxy_pid));
+            steal_at_window = hiccup::steal_ms();
         }
     })
     .map_err(|error| format!("tier {}: {error}", tier.name))?;
     let cpu_at_end = cpu_of(&server_pids, proxy_pid);
+    let steal = steal_at_window
+        .zip(hiccup::steal_ms())
+        .map(|(before, after)| (after - before).max(0.0));
+    let host = meter.zip(report.window_start).map(|(meter, start)| {
+        let span_ns = report
+            .request_times
+            .iter()
+            .map(|request| request.scheduled_ns + request.latency_ns)
+            .max()
+            .unwrap_or(0);
+        let holes = meter.holes_between(start, start + Duration::from_nanos(span_ns));
+        let p99_ns = report
+            .latency_ns
+            .as_ref()
+            .filter(|histogram| !histogram.is_empty())
+            .map_or(0, |histogram| histogram.value_at_quantile(0.99));
+        HostReading::of(&holes, steal, &report.request_times, p99_ns)
+    });
+    let disturbed = match (&host, &settings.meter) {
+        (Some(host), Some(meter)) => host.longest_hole_ms > meter.disturbed_hole_ms,
+        _ => false,
+    };
     let cpu_at_window = cpu_at_window.unwrap_or_default();
     let cpu_split = CpuSplit {
         servers: (cpu_at_end.servers - cpu_at_window.servers).max(0.0),
@@ -844,6 +1042,7 @@ fn run_tier(
     Ok(Run {
         tier: tier.name.clone(),
         round,
+        attempt,
         position,
         load_average_before,
         requests: report.requests,
@@ -860,6 +1059,8 @@ fn run_tier(
         miss_ratio_peak: miss_levels.map(|(_, peak)| peak),
         miss_series,
         histograms,
+        host,
+        disturbed,
     })
 }
 
@@ -885,12 +1086,15 @@ fn median_of(values: impl Iterator<Item = f64>) -> f64 {
     median(&values)
 }
 
-fn summarise_tiers(settings: &Settings, runs: &[Run]) -> Vec<TierSummary> {
-    settings
-        .tiers
+fn summarise_tiers(tiers: &[Tier], runs: &[&Run]) -> Vec<TierSummary> {
+    tiers
         .iter()
         .map(|tier| {
-            let own: Vec<&Run> = runs.iter().filter(|run| run.tier == tier.name).collect();
+            let own: Vec<&Run> = runs
+                .iter()
+                .copied()
+                .filter(|run| run.tier == tier.name)
+                .collect();
             let spikes: Vec<f64> = own
                 .iter()
                 .filter_map(|run| Some(run.miss_ratio_peak? - run.miss_ratio_before?))
@@ -1080,20 +1284,40 @@ impl Experiment for TierExperiment {
             recorder.tool("memcached", program_version("memcached"));
             recorder.tool("nutcracker", program_version("nutcracker"));
         }
-        let total = (settings.rounds * settings.tiers.len()) as u64;
-        let mut runs = Vec::new();
+        let meter = match &settings.meter {
+            Some(meter) => Some(HiccupMeter::start(Duration::from_secs_f64(
+                meter.hole_threshold_ms / 1e3,
+            ))?),
+            None => None,
+        };
+        let mut reruns_left = settings.meter.as_ref().map_or(0, |m| m.rerun_disturbed);
+        let mut total = (settings.rounds * settings.tiers.len()) as u64;
+        let mut runs: Vec<Run> = Vec::new();
         for round in 0..settings.rounds {
-            for (position, index) in interleaved_order(settings.tiers.len(), round)
-                .into_iter()
-                .enumerate()
-            {
-                let tier = &settings.tiers[index];
-                progress(Progress {
-                    stage: &tier.name,
-                    done: runs.len() as u64,
-                    total,
-                });
-                runs.push(run_tier(tier, settings, &workload, round, position)?);
+            for attempt in 0.. {
+                let first = runs.len();
+                for (position, index) in interleaved_order(settings.tiers.len(), round)
+                    .into_iter()
+                    .enumerate()
+                {
+                    let tier = &settings.tiers[index];
+                    progress(Progress {
+                        stage: &tier.name,
+                        done: runs.len() as u64,
+                        total,
+                    });
+                    let slot = Slot {
+                        round,
+                        attempt,
+                        position,
+                    };
+                    runs.push(run_tier(tier, settings, &workload, slot, meter.as_ref())?);
+                }
+                if reruns_left == 0 || !runs[first..].iter().any(|run| run.disturbed) {
+                    break;
+                }
+                reruns_left -= 1;
+                total += settings.tiers.len() as u64;
             }
         }
         progress(Progress {
@@ -1101,17 +1325,18 @@ impl Experiment for TierExperiment {
             done: total,
             total,
         });
-        let tiers = summarise_tiers(settings, &runs);
-        let (aa_gauge, verdict) = verdict(settings.mode, &tiers);
-        let aa_gauge_by_class = aa_gauge_by_class(settings.mode, &tiers);
-        let cpu_reading = match settings.mode {
-            Mode::Loopback => cpu_reading(
-                settings.mode,
-                runs.iter()
-                    .map(|run| (run.tier.as_str(), run.round, run.cpu_us_per_request)),
-            ),
-            Mode::Emulated => None,
-        };
+        let meter_priority = meter.map(|meter| meter.priority.clone());
+        let all: Vec<&Run> = runs.iter().collect();
+        let Reading {
+            tiers,
+            aa_gauge,
+            aa_gauge_by_class,
+            verdict,
+            cpu_reading,
+        } = reading(settings.mode, &settings.tiers, &all);
+        let undisturbed = meter_priority
+            .is_some()
+            .then(|| undisturbed(settings.mode, &settings.tiers, &runs));
         Ok(Results {
             experiment: "tier".to_string(),
             metadata: Metadata {
@@ -1129,11 +1354,14 @@ impl Experiment for TierExperiment {
             aa_gauge_by_class,
             verdict,
             cpu_reading,
+            meter_priority,
+            undisturbed,
         })
     }
 
     fn check(results: &Results) -> Result<usize, String> {
-        let again = summarise_tiers(&results.settings, &results.runs);
+        let runs: Vec<&Run> = results.runs.iter().collect();
+        let again = summarise_tiers(&results.settings.tiers, &runs);
         let mut checked = 0;
         for (kept, derived) in results.tiers.iter().zip(&again) {
             for (class, percentiles) in &kept.classes {
@@ -1174,6 +1402,21 @@ impl Experiment for TierExperiment {
         if let Some(line) = cpu_reading_text(results.cpu_reading().as_ref()) {
             text.push_str(&line);
             text.push('\n');
+        }
+        if let Some(undisturbed) = &results.undisturbed {
+            text.push_str(&format!(
+                "without the disturbed rounds ({} left out):\n",
+                undisturbed.disturbed_rounds.len()
+            ));
+            for line in &undisturbed.verdict {
+                text.push_str(&format!(
+                    "  {:<43} {:>8}  {}\n",
+                    line.line,
+                    line.value
+                        .map_or("—".to_string(), |value| format!("{value:.3}")),
+                    if line.met { "met" } else { "not met" }
+                ));
+            }
         }
         text
     }
@@ -1244,22 +1487,7 @@ fn markdown(results: &Results) -> String {
         settings.large_threshold_bytes,
         settings.elephant_min_keys,
     );
-    let mut verdicts = Table::new([
-        ("acceptance line", Align::Left),
-        ("measured", Align::Right),
-        ("bound", Align::Right),
-        ("", Align::Left),
-    ]);
-    for line in &results.verdict {
-        verdicts.push([
-            line.line.clone(),
-            line.value
-                .map_or("—".to_string(), |value| format!("{value:.3}")),
-            format!("{:.2}", line.bound),
-            if line.met { "met" } else { "not met" }.to_string(),
-        ]);
-    }
-    text.push_str(&verdicts.render());
+    text.push_str(&verdict_table(results));
     if !results.aa_gauge_by_class.is_empty() {
         text.push_str(&format!(
             "\nA/A gauge per class (|p99 of the baseline's copy / the baseline's − 1|; a class's \
@@ -1324,6 +1552,7 @@ fn markdown(results: &Results) -> String {
     }
     text.push_str(&other.render());
     text.push_str(&cpu_split_table(results));
+    text.push_str(&host_table(results));
     text.push_str("\nTiers:\n\n");
     for tier in &settings.tiers {
         text.push_str(&format!(
@@ -1357,6 +1586,147 @@ fn markdown(results: &Results) -> String {
         ));
     }
     text
+}
+
+/// A verdict's value and whether it was met, for a table.
+fn value_and_met(line: &Verdict) -> [String; 2] {
+    [
+        line.value
+            .map_or("—".to_string(), |value| format!("{value:.3}")),
+        if line.met { "met" } else { "not met" }.to_string(),
+    ]
+}
+
+/// The acceptance lines; with the meter, over every round and without the disturbed ones
+/// side by side.
+fn verdict_table(results: &Results) -> String {
+    let Some(undisturbed) = &results.undisturbed else {
+        let mut table = Table::new([
+            ("acceptance line", Align::Left),
+            ("measured", Align::Right),
+            ("bound", Align::Right),
+            ("", Align::Left),
+        ]);
+        for line in &results.verdict {
+            let [value, met] = value_and_met(line);
+            table.push([line.line.clone(), value, format!("{:.2}", line.bound), met]);
+        }
+        return table.render();
+    };
+    let mut table = Table::new([
+        ("acceptance line", Align::Left),
+        ("bound", Align::Right),
+        ("without disturbed rounds", Align::Right),
+        ("", Align::Left),
+        ("every round", Align::Right),
+        ("", Align::Left),
+    ]);
+    for line in &results.verdict {
+        let kept = undisturbed
+            .verdict
+            .iter()
+            .find(|other| other.line == line.line);
+        let [clean, clean_met] =
+            kept.map_or(["—".to_string(), "not met".to_string()], value_and_met);
+        let [value, met] = value_and_met(line);
+        table.push([
+            line.line.clone(),
+            format!("{:.2}", line.bound),
+            clean,
+            clean_met,
+            value,
+            met,
+        ]);
+    }
+    let rounds = &undisturbed.disturbed_rounds;
+    let left_out = if rounds.is_empty() {
+        "no round was disturbed: both columns read the same runs".to_string()
+    } else {
+        format!(
+            "left out: {}",
+            rounds
+                .iter()
+                .map(|(round, attempt)| format!("round {round} attempt {attempt}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    let mut text = format!(
+        "The lines are decided without the disturbed rounds (a round in which a run saw a host \
+         hole longer than {} ms; {left_out}); every round's reading beside it.\n\n",
+        results
+            .settings
+            .meter
+            .as_ref()
+            .map_or(DEFAULT_DISTURBED_HOLE_MS, |meter| meter.disturbed_hole_ms),
+    );
+    text.push_str(&table.render());
+    if let Some(gauge) = undisturbed.aa_gauge {
+        text.push_str(&format!(
+            "\nWithout the disturbed rounds: A/A gauge {gauge:.3}{}{}.\n",
+            if undisturbed.aa_gauge_by_class.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ", per class {}",
+                    gauge_by_class(&undisturbed.aa_gauge_by_class)
+                )
+            },
+            cpu_reading_text(undisturbed.cpu_reading.as_ref())
+                .map_or(String::new(), |line| format!("; {line}")),
+        ));
+    }
+    text
+}
+
+/// The hiccup meter's reading per run; empty for runs kept before the meter.
+fn host_table(results: &Results) -> String {
+    if results.runs.iter().all(|run| run.host.is_none()) {
+        return String::new();
+    }
+    let meter = results.settings.meter.as_ref();
+    let threshold = meter.map_or(0.0, |meter| meter.hole_threshold_ms);
+    let mut table = Table::new([
+        ("round", Align::Right),
+        ("attempt", Align::Right),
+        ("tier", Align::Left),
+        (format!("holes > {threshold} ms").as_str(), Align::Right),
+        ("longest, ms", Align::Right),
+        ("total, ms", Align::Right),
+        ("steal, ms", Align::Right),
+        ("slow requests", Align::Right),
+        ("of them in a hole", Align::Right),
+        ("", Align::Left),
+    ]);
+    for run in &results.runs {
+        let Some(host) = &run.host else { continue };
+        table.push([
+            run.round.to_string(),
+            run.attempt.to_string(),
+            run.tier.clone(),
+            host.holes.to_string(),
+            format!("{:.1}", host.longest_hole_ms),
+            format!("{:.1}", host.total_hole_ms),
+            host.steal_ms
+                .map_or("—".to_string(), |steal| format!("{steal:.0}")),
+            host.slow_requests.to_string(),
+            host.slow_in_holes.to_string(),
+            if run.disturbed { "disturbed" } else { "" }.to_string(),
+        ]);
+    }
+    let disturbed = results.runs.iter().filter(|run| run.disturbed).count();
+    format!(
+        "\nThe host during each run (hiccup meter: threads sleeping 1 ms, {}; a wake-up later \
+         than {threshold} ms recorded as a hole, the CPUs' holes merged; steal over all CPUs \
+         from /proc/stat; slow: latency over the run's own p99 by {} ms, counted by whether its \
+         span meets a hole; disturbed: a hole longer than {} ms): {disturbed} of {} runs \
+         disturbed.\n\n{}",
+        results.meter_priority.as_deref().unwrap_or("unknown"),
+        meter.map_or(0.0, |meter| meter.slow_over_p99_ms),
+        meter.map_or(DEFAULT_DISTURBED_HOLE_MS, |meter| meter.disturbed_hole_ms),
+        results.runs.len(),
+        table.render()
+    )
 }
 
 /// CPU per request by process (servers, proxy), medians over rounds; empty for runs kept
@@ -1472,11 +1842,46 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
 #[cfg(test)]
 mod tests {
     use super::{
-        aa_gauge_by_class, cpu_reading, misses, tiers, verdict, Mode, Percentiles, TierSummary,
-        EVERYTHING,
+        aa_gauge_by_class, cpu_reading, misses, reading, tiers, undisturbed, verdict, Mode,
+        Percentiles, Run, TierSummary, EVERYTHING, MEMCACHED_NUTCRACKER,
     };
+    use crate::histogram::Encoded;
     use std::collections::BTreeMap;
     use tailtrim_bench::cacheaside::{CacheAsideReport, WindowSample};
+
+    /// A run whose 100 requests all took `latency_us`.
+    fn run(tier: &str, round: usize, attempt: usize, latency_us: u64, disturbed: bool) -> Run {
+        let mut histogram =
+            hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3)
+                .unwrap_or_else(|error| panic!("{error}"));
+        histogram
+            .record_n(latency_us * 1_000, 100)
+            .unwrap_or_else(|error| panic!("{error}"));
+        let encoded = Encoded::encode(&histogram).unwrap_or_else(|error| panic!("{error}"));
+        Run {
+            tier: tier.to_string(),
+            round,
+            attempt,
+            position: 0,
+            load_average_before: String::new(),
+            requests: 100,
+            achieved_rps: 1.0,
+            hit_ratio: 1.0,
+            errors: 0,
+            wrong_values: 0,
+            stale_values: 0,
+            cpu_seconds: 0.001,
+            cpu_us_per_request: 10.0,
+            cpu_split: None,
+            join: None,
+            miss_ratio_before: None,
+            miss_ratio_peak: None,
+            miss_series: Vec::new(),
+            histograms: BTreeMap::from([("all".to_string(), encoded)]),
+            host: None,
+            disturbed,
+        }
+    }
 
     fn summary(tier: &str, all_p99: f64, small_p99: f64, spike: f64) -> TierSummary {
         let class = |p99_us: f64| Percentiles {
@@ -1561,6 +1966,57 @@ mod tests {
         assert_eq!(met("elephant"), Some(true));
         assert_eq!(met("miss spike"), Some(true));
         assert_eq!(met("A/A"), Some(true));
+    }
+
+    #[test]
+    fn a_disturbed_round_is_kept_but_decides_no_line() {
+        let twin = format!("{MEMCACHED_NUTCRACKER}-aa");
+        let tiers: Vec<_> = tiers(Mode::Loopback, "batch")
+            .into_iter()
+            .filter(|tier| [MEMCACHED_NUTCRACKER, &twin, EVERYTHING].contains(&tier.name.as_str()))
+            .collect();
+        let runs = vec![
+            // Round 0's first attempt: a hole stalled the A/A copy's run.
+            run(MEMCACHED_NUTCRACKER, 0, 0, 1_000, false),
+            run(&twin, 0, 0, 5_000, true),
+            run(EVERYTHING, 0, 0, 1_000, false),
+            // Its rerun and round 1: no hole.
+            run(MEMCACHED_NUTCRACKER, 0, 1, 1_000, false),
+            run(&twin, 0, 1, 1_000, false),
+            run(EVERYTHING, 0, 1, 1_000, false),
+            run(MEMCACHED_NUTCRACKER, 1, 0, 1_000, false),
+            run(&twin, 1, 0, 1_000, false),
+            run(EVERYTHING, 1, 0, 1_000, false),
+        ];
+        let gauge_met = |lines: &[super::Verdict]| {
+            lines
+                .iter()
+                .find(|line| line.line.starts_with("A/A"))
+                .map(|line| line.met)
+        };
+        let all: Vec<&Run> = runs.iter().collect();
+        let every_round = reading(Mode::Loopback, &tiers, &all);
+        // A third of the copy's requests at 5 ms: its pooled p99 is 5 ms, the gauge 4.
+        assert!((every_round.aa_gauge.unwrap_or(0.0) - 4.0).abs() < 0.01);
+        assert_eq!(gauge_met(&every_round.verdict), Some(false));
+        let clean = undisturbed(Mode::Loopback, &tiers, &runs);
+        assert_eq!(clean.disturbed_rounds, vec![(0, 0)]);
+        assert_eq!(clean.aa_gauge, Some(0.0));
+        assert_eq!(gauge_met(&clean.verdict), Some(true));
+        // The disturbed round's runs are left out whole (two rounds of each tier remain).
+        let requests = |summaries: &[TierSummary], tier: &str| {
+            summaries
+                .iter()
+                .find(|summary| summary.tier == tier)
+                .map(|summary| summary.classes["all"].requests)
+        };
+        assert_eq!(requests(&clean.tiers, EVERYTHING), Some(200));
+        assert_eq!(requests(&every_round.tiers, EVERYTHING), Some(300));
+        // Rounds pair by attempt in the CPU reading: three pairs, not two.
+        let cpu = every_round
+            .cpu_reading
+            .unwrap_or_else(|| panic!("loopback"));
+        assert_eq!(cpu.everything_over_baseline_by_round.len(), 3);
     }
 
     #[test]
