@@ -304,7 +304,9 @@ impl<'a> Cache<'a> {
     fn push(&mut self, policy: &str, key: usize, now: u32) {
         self.stamp[key] = now;
         match policy {
-            "clock" | "queue_sketch_per_byte" | "window_per_byte" => self.queue.push_back((key as u32, now)),
+            "clock" | "queue_sketch_per_byte" | "window_per_byte" => {
+                self.queue.push_back((key as u32, now))
+            }
             policy if SAMPLED.contains(&policy) => {}
             _ => {
                 let priority = self.priority(policy, key, now);
