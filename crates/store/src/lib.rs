@@ -137,6 +137,7 @@ mod item;
 mod ops;
 mod segment;
 mod shard;
+mod sketch;
 mod store;
 mod time;
 
