@@ -60,13 +60,12 @@
 //! drops the lock and evicts one item at a time until it does (holding the
 //! claimed bytes so concurrent writers cannot take them), then re-takes the
 //! lock and re-runs the decision on the possibly changed item. Eviction
-//! chooses by reads per byte: within a shard it looks at the next 5 items from
-//! the oldest for an expired/flushed one to *reclaim* first, else *evicts*, of
-//! the 16 oldest records and the 32 items stored last, the one with the fewest
-//! reads (a per-shard count-min sketch of `get`s, hit or miss, 0.8 % of the
-//! limit beside it) per byte of footprint, moving up to two records at the
-//! oldest end before it to the open segment. The victim shard is the one
-//! whose oldest unread item was accessed longest ago (each shard publishes that
+//! follows the segments' order (FIFO) with a second chance: within a shard it
+//! walks the oldest segment from its start, looks at the next 5 items for an
+//! expired/flushed one to *reclaim* first, else moves each item read since it
+//! was written (or last moved) to the open segment with its accessed bit
+//! cleared and *evicts* the first one not read. The victim shard is the one
+//! whose next victim was accessed longest ago (each shard publishes that
 //! second in an atomic; ties rotate over the shards), so eviction approximates
 //! a global order. Eviction takes only the victim's lock, never while holding
 //! another.
@@ -138,7 +137,6 @@ mod item;
 mod ops;
 mod segment;
 mod shard;
-mod sketch;
 mod store;
 mod time;
 

@@ -301,8 +301,6 @@ pub struct StoreStats {
     pub hash_buckets: u64,
     /// Bytes of those slots (`hash_bytes`).
     pub hash_bytes: u64,
-    /// Bytes of the shards' read sketches (eviction's counts of reads; beside the limit).
-    pub sketch_bytes: u64,
     /// Number of shards.
     pub shards: u64,
 }

@@ -21,12 +21,10 @@
 //! segment with the most dead bytes is compacted: its live records are appended to the open
 //! segment, their index entries repointed, and it is unmapped.
 //!
-//! Eviction chooses by reads per byte: among the [`EVICTION_WINDOW`] oldest records (from
-//! the eviction cursor, in the oldest segments) and the [`EVICTION_RECENT`] items stored
-//! last, it evicts the one with the lowest count in the shard's [`ReadSketch`] over its
-//! footprint (ties: the oldest); then up to [`EVICTION_MOVES`] records at the cursor before
-//! the chosen one are moved to the open segment (reinserted), so the oldest segment empties
-//! record by record and is unmapped when nothing in it is stored any more.
+//! Eviction walks the oldest segment from its start: an item read since it was written
+//! (`STATE_ACCESSED`) is moved to the open segment with the bit cleared (reinserted), the
+//! first one that was not is evicted; the oldest segment so empties record by record and
+//! is unmapped when nothing in it is stored any more.
 
 use std::collections::VecDeque;
 
@@ -40,7 +38,6 @@ use crate::item::{
 };
 use crate::ops::{ClassStats, StoreStats};
 use crate::segment::Segment;
-use crate::sketch::ReadSketch;
 use crate::time::{Expiry, UnixSecs};
 
 /// Record state bit: read (or refreshed) since written or since its last reinsertion.
@@ -73,12 +70,6 @@ const EXPIRY_NEVER: u32 = u32::MAX;
 const DEAD_FRACTION_DIVISOR: usize = 16;
 /// Records [`ShardState::oldest_access`] looks at for one that eviction would take.
 const AGE_SCAN_RECORDS: usize = 8;
-/// Oldest records eviction chooses among.
-pub(crate) const EVICTION_WINDOW: usize = 16;
-/// Items stored last that eviction also chooses among.
-pub(crate) const EVICTION_RECENT: usize = 32;
-/// Records at the eviction cursor moved to the open segment (at most) per eviction.
-pub(crate) const EVICTION_MOVES: usize = 2;
 /// Bits of a location: 32, the segment number above the offset.
 const LOCATION_BITS: u32 = 32;
 
@@ -275,15 +266,6 @@ fn record_in(segments: &[Option<Segment>], offset_bits: u32, location: u32) -> O
     Some(&data[..record_len(data)])
 }
 
-/// An item eviction looks at.
-#[derive(Debug, Clone, Copy)]
-struct Candidate {
-    location: u32,
-    count: u8,
-    bytes: u64,
-    dead: bool,
-}
-
 /// Hashes the keys of the records that locations name (what the key index re-hashes when it
 /// is resized).
 struct RecordHashes<'a> {
@@ -335,11 +317,6 @@ pub(crate) struct ShardState {
     /// `None` when it looked at every one (or has not run). Reading an item after it cannot
     /// change the scan's answer.
     age_scan_end: Option<(usize, usize)>,
-    /// Reads of each key, lately (get, gets, gat, gats, mg).
-    sketch: ReadSketch,
-    /// The locations and key hashes of the items stored last, newest last (some may be gone
-    /// since: checked against the index).
-    recent: VecDeque<(u32, u64)>,
     /// Sum of `item_size` over the items in this shard.
     pub bytes: u64,
     /// Sum of `item_footprint` over the items in this shard.
@@ -356,9 +333,8 @@ pub(crate) struct ShardState {
 
 impl ShardState {
     /// An empty shard whose segments are `segment_bytes` long: a power of two, large
-    /// enough for the longest inline item; its read sketch sized for `share_bytes` of the
-    /// limit.
-    pub fn new(hasher: ahash::RandomState, segment_bytes: usize, share_bytes: u64) -> ShardState {
+    /// enough for the longest inline item.
+    pub fn new(hasher: ahash::RandomState, segment_bytes: usize) -> ShardState {
         let segment_bytes = segment_bytes.next_power_of_two();
         ShardState {
             hasher,
@@ -376,8 +352,6 @@ impl ShardState {
             front_evicting: false,
             crawl_cursor: (0, 0),
             age_scan_end: None,
-            sketch: ReadSketch::new(share_bytes),
-            recent: VecDeque::with_capacity(EVICTION_RECENT),
             bytes: 0,
             footprint: 0,
             counters: StoreStats::default(),
@@ -455,26 +429,12 @@ impl ShardState {
         1usize << (LOCATION_BITS - self.offset_bits)
     }
 
-    pub fn key_hash(&self, key: &[u8]) -> u64 {
+    fn key_hash(&self, key: &[u8]) -> u64 {
         self.hasher.hash_one(key)
     }
 
-    /// Bytes of the read sketch.
-    pub fn sketch_bytes(&self) -> usize {
-        self.sketch.bytes()
-    }
-
-    /// Counts a read of the key of hash `hash` (for eviction's choice).
-    pub fn count_read(&mut self, hash: u64) {
-        self.sketch.count(hash);
-    }
-
     pub fn lookup(&self, key: &[u8]) -> Option<u32> {
-        self.lookup_hashed(key, self.key_hash(key))
-    }
-
-    /// [`ShardState::lookup`] with the key's hash ([`ShardState::key_hash`]) at hand.
-    pub fn lookup_hashed(&self, key: &[u8], hash: u64) -> Option<u32> {
+        let hash = self.key_hash(key);
         let (segments, bits) = (&self.segments, self.offset_bits);
         self.index.find(hash, |location| {
             record_in(segments, bits, location).is_some_and(|data| key_of(data) == key)
@@ -1069,10 +1029,6 @@ impl ShardState {
         }
         self.account_added(item.size(), item.footprint());
         self.counters.total_items += 1;
-        if self.recent.len() == EVICTION_RECENT {
-            self.recent.pop_front();
-        }
-        self.recent.push_back((location, hash));
         true
     }
 
@@ -1108,11 +1064,9 @@ impl ShardState {
 
     /// Takes the next item out for eviction: first an item among the next `search` that
     /// eviction would reach that is no longer live (`true` with its header: reclaimed);
-    /// else, when `evict_live`, the one with the fewest reads per byte among the
-    /// [`EVICTION_WINDOW`] oldest and the [`EVICTION_RECENT`] stored last (`false`:
-    /// evicted; one of those found no longer live is reclaimed instead), the records at the
-    /// cursor before it (up to [`EVICTION_MOVES`]) being reinserted at the end with their
-    /// accessed bit cleared. `None` if the shard is empty or nothing may be taken.
+    /// else, when `evict_live`, the first of them not accessed since it was written or
+    /// reinserted (`false`: evicted), the accessed ones before it being reinserted at the
+    /// end with the bit cleared. `None` if the shard is empty or nothing may be taken.
     pub fn evict_next(
         &mut self,
         now: UnixSecs,
@@ -1138,88 +1092,27 @@ impl ShardState {
         if !evict_live {
             return None;
         }
-        let (victim, heads_before) = self.choose_victim(now, flush)?;
-        let header = self.remove_uncompacted(victim.location);
-        if !victim.dead {
-            for _ in 0..heads_before.min(EVICTION_MOVES) {
-                let (number, offset) = self.evict_cursor;
-                let Some(Some(segment)) = self.segments.get(number) else {
-                    break;
-                };
-                if offset >= segment.used
-                    || self
-                        .move_record(self.location(number, offset), true)
-                        .is_none()
-                {
-                    break;
+        // At most one pass of reinsertions: then every bit met has been cleared.
+        let mut second_chances = self.len();
+        loop {
+            let (number, offset) = self.evict_cursor;
+            let segment = self.segments.get(number)?.as_ref()?;
+            if offset >= segment.used {
+                return None;
+            }
+            self.front_evicting = true;
+            let location = self.location(number, offset);
+            let accessed = self.data(location)[OFFSET_STATE] & STATE_ACCESSED != 0;
+            if accessed && second_chances > 0 {
+                second_chances -= 1;
+                if self.move_record(location, true).is_some() {
+                    continue;
                 }
             }
+            let header = self.remove_uncompacted(location);
+            self.compact_if_due();
+            return Some((header, false));
         }
-        self.front_evicting = true;
-        self.compact_if_due();
-        Some((header, victim.dead))
-    }
-
-    /// Eviction's choice: the first candidate no longer live, else the one with the fewest
-    /// reads per byte (ties: the oldest); with how many of the oldest records come before
-    /// it (all of them when it is not one of them). Drops the recent entries that are gone.
-    fn choose_victim(&mut self, now: UnixSecs, flush: &FlushMark) -> Option<(Candidate, usize)> {
-        let mut best: Option<Candidate> = None;
-        let mut position = 0;
-        let mut heads_before = EVICTION_WINDOW;
-        let consider =
-            |shard: &ShardState, location: u32, hash: u64, best: &mut Option<Candidate>| {
-                let header = shard.header(location);
-                let candidate = Candidate {
-                    location,
-                    count: shard.sketch.estimate(hash),
-                    bytes: header.footprint(),
-                    dead: !is_live(&header, now, flush),
-                };
-                let better = match best {
-                    None => true,
-                    Some(best) if best.dead => false,
-                    Some(best) => {
-                        candidate.dead
-                            || ReadSketch::denser(
-                                best.count,
-                                best.bytes,
-                                candidate.count,
-                                candidate.bytes,
-                            )
-                    }
-                };
-                if better {
-                    *best = Some(candidate);
-                }
-                better
-            };
-        self.walk_from_evict_cursor(
-            |shard, location| {
-                let hash = shard.key_hash(shard.key(location));
-                if consider(shard, location, hash, &mut best) {
-                    heads_before = position;
-                }
-                position += 1;
-                true
-            },
-            EVICTION_WINDOW,
-        );
-        let (index, segments, bits) = (&self.index, &self.segments, self.offset_bits);
-        self.recent.retain(|&(location, hash)| {
-            index.find(hash, |other| other == location).is_some()
-                && record_in(segments, bits, location).is_some()
-        });
-        for at in 0..self.recent.len() {
-            let (location, hash) = self.recent[at];
-            if best.is_some_and(|best| best.location == location) {
-                continue;
-            }
-            if consider(self, location, hash, &mut best) {
-                heads_before = EVICTION_WINDOW;
-            }
-        }
-        best.map(|best| (best, heads_before))
     }
 
     /// Calls `visit` on up to `limit` stored records from the eviction cursor on, in the

@@ -332,7 +332,6 @@ impl Store {
         let seed = config.hash_seed;
         let shard_hasher = ahash::RandomState::with_seeds(seed, seed ^ 0x5555, seed ^ 0xaaaa, 1);
         let segment_bytes = segment_bytes_for(config.max_bytes, config.shards);
-        let share_bytes = config.max_bytes / config.shards.max(1) as u64;
         let shards = (0..config.shards)
             .map(|index| Shard {
                 state: Mutex::new(ShardState::new(
@@ -343,7 +342,6 @@ impl Store {
                         2,
                     ),
                     segment_bytes,
-                    share_bytes,
                 )),
                 oldest_access: AtomicU64::new(u64::MAX),
             })
@@ -426,21 +424,16 @@ impl Store {
         }
     }
 
-    /// Looks `key` up (a read, counted for eviction's choice, when `read`); a dead (expired
-    /// or flushed) item is removed on the spot and reported as absent.
+    /// Looks `key` up; a dead (expired or flushed) item is removed on the
+    /// spot and reported as absent.
     fn live_slot(
         &self,
         state: &mut ShardState,
         key: &[u8],
         now: UnixSecs,
         flush: &FlushMark,
-        read: bool,
     ) -> Option<u32> {
-        let hash = state.key_hash(key);
-        if read {
-            state.count_read(hash);
-        }
-        let slot = state.lookup_hashed(key, hash)?;
+        let slot = state.lookup(key)?;
         let header = state.header(slot);
         if is_live(&header, now, flush) {
             return Some(slot);
@@ -547,15 +540,13 @@ impl Store {
     /// be claimed without evicting, it releases the lock, evicts (one shard
     /// lock at a time) while holding the claimed bytes, and runs `plan` again
     /// on whatever the item is then.
-    /// `read`: the request reads the key (counted once for eviction's choice).
     fn mutate<R>(
         &self,
         key: &[u8],
         now: UnixSecs,
-        read: bool,
         plan: impl FnMut(Option<&mut Item>) -> Result<Plan<R>, StoreError>,
     ) -> Result<R, StoreError> {
-        let result = self.mutate_locked(key, now, read, plan);
+        let result = self.mutate_locked(key, now, plan);
         self.trim_allocator_if_due();
         result
     }
@@ -564,7 +555,6 @@ impl Store {
         &self,
         key: &[u8],
         now: UnixSecs,
-        mut read: bool,
         mut plan: impl FnMut(Option<&mut Item>) -> Result<Plan<R>, StoreError>,
     ) -> Result<R, StoreError> {
         let home = self.shard_index(key);
@@ -573,8 +563,7 @@ impl Store {
         loop {
             let mut state = shard.state.lock();
             let flush = self.flush_mark();
-            let slot = self.live_slot(&mut state, key, now, &flush, read);
-            read = false;
+            let slot = self.live_slot(&mut state, key, now, &flush);
             let mut current = slot.map(|slot| state.item(slot));
             let decision = plan(current.as_mut())?;
             let result = match decision {
@@ -584,11 +573,7 @@ impl Store {
                         match lru {
                             LruMove::None => {}
                             LruMove::Read => state.bump(slot, now),
-                            LruMove::Write => {
-                                state.refresh(slot, now);
-                                let hash = state.key_hash(key);
-                                state.count_read(hash);
-                            }
+                            LruMove::Write => state.refresh(slot, now),
                         }
                     }
                     result
@@ -710,7 +695,7 @@ impl Store {
         let mut state = shard.state.lock();
         let flush = self.flush_mark();
         let items_before = state.len();
-        let Some(slot) = self.live_slot(&mut state, key, now, &flush, true) else {
+        let Some(slot) = self.live_slot(&mut state, key, now, &flush) else {
             if state.len() != items_before {
                 shard.publish(&mut state);
             }
@@ -770,7 +755,7 @@ impl Store {
         } else {
             LruMove::Read
         };
-        self.mutate(key, now, true, |existing| {
+        self.mutate(key, now, |existing| {
             let Some(item) = existing else {
                 let Some(expiry) = request.vivify else {
                     return Ok(Plan::Keep {
@@ -866,7 +851,7 @@ impl Store {
             result: not(status),
             lru: LruMove::None,
         };
-        let result = self.mutate(key, now, false, |existing| {
+        let result = self.mutate(key, now, |existing| {
             let cas_mode = request.compare_cas.is_some()
                 && matches!(request.mode, StoreMode::Set | StoreMode::Replace);
             let new_item = |value: Bytes, flags: u32, expiry: Expiry| {
@@ -1020,7 +1005,7 @@ impl Store {
     ) -> Result<(DeleteOutcome, u64), StoreError> {
         validate_key(key)?;
         let found_size = std::cell::Cell::new(0);
-        let outcome = self.mutate(key, now, false, |existing| {
+        let outcome = self.mutate(key, now, |existing| {
             found_size.set(existing.as_deref().map_or(0, Item::size));
             let Some(item) = existing else {
                 return Ok(Plan::Keep {
@@ -1077,7 +1062,7 @@ impl Store {
         now: UnixSecs,
     ) -> Result<ArithOutcome, StoreError> {
         validate_key(key)?;
-        self.mutate(key, now, false, |existing| {
+        self.mutate(key, now, |existing| {
             let keep = |result| {
                 Ok(Plan::Keep {
                     result,
@@ -1309,7 +1294,6 @@ impl Store {
             stats.get_flushed += state.counters.get_flushed;
             stats.hash_buckets += state.index_slots() as u64;
             stats.hash_bytes += state.index_bytes() as u64;
-            stats.sketch_bytes += state.sketch_bytes() as u64;
         }
         stats
     }
