@@ -20,7 +20,10 @@
 //!   increments per counter), as a store could keep them; `queue_sketch_per_byte` keeps
 //!   the store's queue instead of drawing: the item at its head is requeued (up to 8 a
 //!   eviction) when its sketch count per byte is above the new key's, TinyLFU's comparison
-//!   per byte, and otherwise evicted;
+//!   per byte, and otherwise evicted; `window_per_byte` is the store-shaped form: the lowest
+//!   sketch count per byte among the `--window` oldest items of the queue and the `--recent`
+//!   items stored last, then up to `--moves` items at the queue's head before the chosen one
+//!   requeued (moved, as the store moves a record);
 //! * `belady`: the item whose next request is farthest (MIN; optimal for equal sizes, a
 //!   standard approximation with sizes); `belady_size`: the largest (distance to the next
 //!   request × bytes) among 64 held items drawn at random (seeded; `--draws`), as Belady-Size is run.
@@ -38,7 +41,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use serde_json::{json, Map, Value};
 use tailtrim_bench::trace::{Trace, TraceSpec};
 
-const POLICIES: [&str; 10] = [
+const POLICIES: [&str; 11] = [
     "fifo",
     "lru",
     "clock",
@@ -47,6 +50,7 @@ const POLICIES: [&str; 10] = [
     "sampled_per_byte",
     "sketch_per_byte",
     "queue_sketch_per_byte",
+    "window_per_byte",
     "belady",
     "belady_size",
 ];
@@ -60,6 +64,12 @@ const INCREMENTS_PER_COUNTER: u64 = 8;
 const NEVER: u32 = u32::MAX;
 /// Held items drawn per eviction by the sampled policies (`--draws` changes it).
 const DRAWS: usize = 64;
+/// Oldest held items `window_per_byte` chooses among (`--window` changes it).
+const WINDOW: usize = 16;
+/// Items `window_per_byte` moves from the queue's head to its tail per eviction (`--moves`).
+const MOVES: usize = 1;
+/// Most recently stored items `window_per_byte` also chooses among (`--recent`).
+const RECENT: usize = 0;
 
 struct Args {
     spec: TraceSpec,
@@ -69,6 +79,9 @@ struct Args {
     budgets: Vec<u64>,
     policies: Vec<String>,
     draws: usize,
+    window: usize,
+    moves: usize,
+    recent: usize,
 }
 
 fn parse_args() -> Args {
@@ -85,6 +98,9 @@ fn parse_args() -> Args {
         budgets: Vec::new(),
         policies: Vec::new(),
         draws: DRAWS,
+        window: WINDOW,
+        moves: MOVES,
+        recent: RECENT,
     };
     let mut words = std::env::args().skip(1);
     while let Some(flag) = words.next() {
@@ -100,6 +116,9 @@ fn parse_args() -> Args {
             "--requests" => args.requests = number(&flag, &value),
             "--overhead" => args.overhead = number(&flag, &value),
             "--draws" => args.draws = number(&flag, &value),
+            "--window" => args.window = number(&flag, &value),
+            "--moves" => args.moves = number(&flag, &value),
+            "--recent" => args.recent = number(&flag, &value),
             "--budget" => args.budgets.push(number(&flag, &value)),
             "--policy" if POLICIES.contains(&value.as_str()) => args.policies.push(value),
             _ => panic!("unknown flag or policy: {flag} {value}"),
@@ -186,6 +205,11 @@ struct Cache<'a> {
     place: Vec<u32>,
     rng: u64,
     draws: usize,
+    window: usize,
+    moves: usize,
+    /// `window_per_byte`'s most recently stored items (key, stamp), newest last.
+    recent: VecDeque<(u32, u32)>,
+    recent_len: usize,
     sketch: Sketch,
 }
 
@@ -239,7 +263,7 @@ impl Sketch {
 }
 
 impl<'a> Cache<'a> {
-    fn new(work: &'a Workload, budget: u64, draws: usize) -> Cache<'a> {
+    fn new(work: &'a Workload, budget: u64, args: &Args) -> Cache<'a> {
         let keys = work.size.len();
         Cache {
             work,
@@ -256,7 +280,11 @@ impl<'a> Cache<'a> {
             list: Vec::new(),
             place: vec![0; keys],
             rng: 0x9e37_79b9_7f4a_7c15,
-            draws,
+            draws: args.draws,
+            window: args.window,
+            moves: args.moves,
+            recent: VecDeque::new(),
+            recent_len: args.recent,
             sketch: Sketch::new(budget),
         }
     }
@@ -276,7 +304,9 @@ impl<'a> Cache<'a> {
     fn push(&mut self, policy: &str, key: usize, now: u32) {
         self.stamp[key] = now;
         match policy {
-            "clock" | "queue_sketch_per_byte" => self.queue.push_back((key as u32, now)),
+            "clock" | "queue_sketch_per_byte" | "window_per_byte" => {
+                self.queue.push_back((key as u32, now))
+            }
             policy if SAMPLED.contains(&policy) => {}
             _ => {
                 let priority = self.priority(policy, key, now);
@@ -313,6 +343,66 @@ impl<'a> Cache<'a> {
                     }
                     return key;
                 }
+            }
+            "window_per_byte" => {
+                // The queue's stale entries (and `keep`'s, from an earlier stay) at its head go.
+                let valid = |cache: &Self, (key, at): (u32, u32)| {
+                    let key = key as usize;
+                    cache.held[key] && cache.stamp[key] == at && key != keep
+                };
+                while let Some(&entry) = self.queue.front() {
+                    if valid(self, entry) {
+                        break;
+                    }
+                    self.queue.pop_front();
+                }
+                // The lowest sketch count per byte among the oldest `window` held items;
+                // ties go to the oldest.
+                let (mut best, mut best_count, mut best_size, mut seen) = (usize::MAX, 0, 0, 0);
+                for &entry in &self.queue {
+                    if seen == self.window {
+                        break;
+                    }
+                    if !valid(self, entry) {
+                        continue;
+                    }
+                    seen += 1;
+                    let key = entry.0 as usize;
+                    let count = u64::from(self.sketch.estimate(key)).max(1);
+                    let size = self.work.size[key];
+                    if best == usize::MAX || count * best_size < best_count * size {
+                        (best, best_count, best_size) = (key, count, size);
+                    }
+                }
+                for &entry in &self.recent {
+                    if !valid(self, entry) {
+                        continue;
+                    }
+                    let key = entry.0 as usize;
+                    let count = u64::from(self.sketch.estimate(key)).max(1);
+                    let size = self.work.size[key];
+                    if best == usize::MAX || count * best_size < best_count * size {
+                        (best, best_count, best_size) = (key, count, size);
+                    }
+                }
+                assert!(best != usize::MAX, "only the new key is held");
+                // The head items not chosen go to the tail (as the store moves a record).
+                for _ in 0..self.moves {
+                    while let Some(&entry) = self.queue.front() {
+                        if valid(self, entry) {
+                            break;
+                        }
+                        self.queue.pop_front();
+                    }
+                    match self.queue.front() {
+                        Some(&(key, _)) if key as usize != best => {
+                            self.queue.pop_front();
+                            self.push(policy, key as usize, now);
+                        }
+                        _ => break,
+                    }
+                }
+                best
             }
             "clock" => loop {
                 let (key, at) = self.queue.pop_front().expect("something is held");
@@ -393,13 +483,16 @@ impl<'a> Cache<'a> {
     }
 }
 
-fn replay(work: &Workload, policy: &str, budget: u64, draws: usize) -> Outcome {
-    let mut cache = Cache::new(work, budget, draws);
+fn replay(work: &Workload, policy: &str, budget: u64, args: &Args) -> Outcome {
+    let mut cache = Cache::new(work, budget, args);
     let (mut gets, mut misses, mut evictions, mut cold) = (0u64, 0u64, 0u64, 0u64);
     for (at, &key) in work.keys.iter().enumerate() {
         let (key, now) = (key as usize, at as u32);
         cache.count[key] += 1;
-        if policy.starts_with("sketch") || policy.starts_with("queue_sketch") {
+        if policy.starts_with("sketch")
+            || policy.starts_with("queue_sketch")
+            || policy.starts_with("window")
+        {
             cache.sketch.count(key);
         }
         cache.next_of[key] = work.next[at];
@@ -409,7 +502,7 @@ fn replay(work: &Workload, policy: &str, budget: u64, draws: usize) -> Outcome {
         cold += u64::from(measured && cache.count[key] == 1);
         if cache.held[key] {
             match policy {
-                "fifo" | "queue_sketch_per_byte" => {}
+                "fifo" | "queue_sketch_per_byte" | "window_per_byte" => {}
                 "clock" => cache.read[key] = true,
                 _ => cache.push(policy, key, now),
             }
@@ -427,6 +520,12 @@ fn replay(work: &Workload, policy: &str, budget: u64, draws: usize) -> Outcome {
             evictions += 1;
         }
         cache.push(policy, key, now);
+        if cache.recent_len > 0 {
+            cache.recent.push_back((key as u32, now));
+            if cache.recent.len() > cache.recent_len {
+                cache.recent.pop_front();
+            }
+        }
     }
     Outcome {
         gets,
@@ -447,7 +546,7 @@ fn main() {
             .budgets
             .iter()
             .map(|&budget| {
-                let outcome = replay(&work, policy, budget, args.draws);
+                let outcome = replay(&work, policy, budget, &args);
                 json!({
                     "budget_bytes": budget,
                     "gets": outcome.gets,
@@ -474,6 +573,9 @@ fn main() {
         },
         "overhead": args.overhead,
         "draws": args.draws,
+        "window": args.window,
+        "moves": args.moves,
+        "recent": args.recent,
         "policies": policies,
     });
     println!("{report}");
