@@ -111,6 +111,11 @@ NOT_MEASUREMENTS = (
      "nothing timed); command in the file"),
     ("memory/frequency/results.json", "hit ratios of the store alone (hit_ratio.rs) under a "
      "frequency filter not kept; base commit and command in the file, the patch beside it"),
+    ("memory/bound/window.json", "the store-shaped eviction choices replayed by the bound's "
+     "deterministic calculator (src/bin/online.rs): computed, not measured; command in the README"),
+    ("memory/evict/results.json", "hit ratios of the store alone (hit_ratio.rs) and callgrind "
+     "instruction counts of eviction by reads per byte, not kept: counts, not a timed run; "
+     "commits and commands in the file, the patch beside it"),
 )
 
 # Measurements of something other than latency, by path pattern with the reason: they carry the
