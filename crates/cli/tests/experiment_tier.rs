@@ -41,7 +41,13 @@ fn quick_tier_run_reports_every_class_the_join_and_cpu_and_replots_identically()
         for class in ["all", "small", "large", "mice", "elephant"] {
             assert!(run["histograms"][class].is_string(), "{class}");
         }
+        // The host's hiccup meter ran beside the run and its reading was kept.
+        let host = &run["host"];
+        assert!(host["holes"].is_u64(), "{host}");
+        assert!(host["longest_hole_ms"].is_number(), "{host}");
+        assert!(host["slow_requests"].is_u64(), "{host}");
     }
+    assert!(json["settings"]["meter"]["disturbed_hole_ms"].is_number());
     let tiers = json["tiers"].as_array().cloned().unwrap_or_default();
     assert_eq!(tiers.len(), 3);
     for tier in &tiers {
