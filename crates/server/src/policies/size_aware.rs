@@ -11,8 +11,9 @@
 //!        └─ large_workers_help: with the queue empty, serve the shared epoll as a small one,
 //!           then wait on the queue 1 ms, doubling to 16 ms while neither side has work; then
 //!           park on the help bell (help_bell.rs) until a large job is queued, every small
-//!           worker is busy serving, the server stops or the split moves; woken, it looks
-//!           at the connections once and parks again unless it finds work there
+//!           worker is busy serving (a call that goes quiet for a while after wake-ups that
+//!           found nothing), the server stops or the split moves; woken, it looks at the
+//!           connections once and parks again unless it finds work there
 //!  at rest every thread blocks (small workers 100 ms per epoll wait, as pinned's do), so an
 //!  idle size-aware server wakes about as seldom as a pinned one, and at low load the
 //!  helping large workers sleep while the small workers keep up
@@ -173,9 +174,20 @@ impl SizeAware {
             // polling (a large job is taken on the next turn); otherwise it parks again, and
             // the bell rings again while the small workers stay busy.
             let wait = Duration::from_millis(HELP_PARK_MS);
-            self.help_bell
+            if self
+                .help_bell
                 .park(wait, || rt.stopping() || !self.queue.is_empty())
-                && self.serve_small(rt, worker, tokens)
+            {
+                let served = self.serve_small(rt, worker, tokens);
+                if served || !self.queue.is_empty() {
+                    self.help_bell.woke_for_work();
+                } else {
+                    self.help_bell.woke_for_nothing();
+                }
+                served
+            } else {
+                false
+            }
         } else if self.serve_small(rt, worker, tokens) {
             true
         } else {
@@ -414,6 +426,10 @@ impl Policy for SizeAware {
                         self.large_worker_serves.load(Ordering::Relaxed).to_string(),
                     ));
                     decision.push(("help_wakeups", self.help_bell.wakeups().to_string()));
+                    decision.push((
+                        "help_wakeups_idle",
+                        self.help_bell.idle_wakeups().to_string(),
+                    ));
                 }
                 decision
             },
