@@ -874,6 +874,17 @@ mod tests {
     }
 
     #[test]
+    fn spread_planners_are_their_planners_with_the_spreading_choice() {
+        let setup = small_setup();
+        for name in SPREAD_PLANNERS {
+            let base = name.strip_suffix(SPREAD_SUFFIX).unwrap();
+            assert!(PLANNERS.contains(&base), "{name}");
+            assert_eq!(planner(&setup, name).unwrap().name(), base);
+        }
+        assert!(planner(&setup, "nope+spread").is_err());
+    }
+
+    #[test]
     fn reductions_are_against_rein_sbf() {
         let outcome = |planner: &str, p99: f64| PlannerOutcome {
             planner: planner.to_string(),
