@@ -45,6 +45,7 @@ use crate::costsbf::{CostSbfPlanner, CostSbfSettings};
 use crate::drr::CLASSES;
 use crate::planner::base::{into_actions, Action, ClusterView, Observation, PlanRequest, Planner};
 use crate::serverq::Discipline;
+use crate::spread::ReplicaChoice;
 use crate::tailx::{DecayingHistogram, TailxSettings};
 
 /// Default ageing: later arrivals that may overtake an opset per class between them.
@@ -184,6 +185,12 @@ impl CostRelPlanner {
             settings,
             typical: TypicalBottleneck::default(),
         }
+    }
+
+    /// The planner with each key's replica picked by `choice` (C3's by default).
+    pub fn with_replica_choice(mut self, choice: ReplicaChoice) -> Self {
+        self.costs = self.costs.with_replica_choice(choice);
+        self
     }
 
     /// The typical bottleneck now (keys), once known.

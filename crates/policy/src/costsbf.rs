@@ -20,10 +20,11 @@
 //! the work instead), and the servers' ageing lets no class starve.
 
 use crate::planner::base::{
-    group_by_backend, into_actions, Action, ClusterView, Fetch, Observation, PlanRequest, Planner,
+    group_with, into_actions, Action, ClusterView, Fetch, Observation, PlanRequest, Planner,
 };
 use crate::rein::{class_of, sds_class};
 use crate::serverq::Discipline;
+use crate::spread::ReplicaChoice;
 use crate::tailx::{TailxPlanner, TailxSettings, DEFAULT_LARGE_COST_RATIO};
 
 /// Default ageing of the servers' order: later arrivals that may overtake an opset per class
@@ -60,6 +61,7 @@ pub struct CostSbfPlanner {
     settings: CostSbfSettings,
     /// TailX's filter, THR_L learner and cost model (its planning is not used).
     estimates: TailxPlanner,
+    choice: ReplicaChoice,
     scratch: Vec<usize>,
 }
 
@@ -75,8 +77,15 @@ impl CostSbfPlanner {
         CostSbfPlanner {
             estimates: TailxPlanner::new(settings.tailx),
             settings,
+            choice: ReplicaChoice::C3,
             scratch: Vec::new(),
         }
+    }
+
+    /// The planner with each key's replica picked by `choice` (C3's by default).
+    pub fn with_replica_choice(mut self, choice: ReplicaChoice) -> Self {
+        self.choice = choice;
+        self
     }
 
     /// T_L / T_S now (TailX's default ratio before any fetch was timed).
@@ -94,14 +103,14 @@ impl CostSbfPlanner {
         (keys - large) as f64 + large as f64 * self.large_cost_ratio()
     }
 
-    /// Batch's opsets of `request` (one per backend, replicas by C3) and the keys no replica
-    /// can serve.
+    /// Batch's opsets of `request` (one per backend, replicas by the planner's choice, C3's by
+    /// default) and the keys no replica can serve.
     pub fn group(
         &mut self,
         request: &PlanRequest<'_>,
         view: &dyn ClusterView,
     ) -> (Vec<Fetch>, Vec<u32>) {
-        group_by_backend(request, view, &mut self.scratch)
+        group_with(request, view, self.choice, &mut self.scratch)
     }
 
     /// The estimated cost of each of `fetches` in small keys ([`CostSbfPlanner::units`], the

@@ -29,7 +29,9 @@
 //! ([`planner::PlannerKind`]) sits above the planners (`chisel`, `rein`, `tailx`, `costsbf`, and
 //! `costrel` over `costsbf`'s estimates, `sizerel` over `costrel`, `auto` over `chisel` and
 //! `costrel`),
-//! which sit above their contract ([`planner::base`]); `chisel_merge` names no other module;
+//! which sit above their contract ([`planner::base`]), whose grouping picks each key's replica
+//! by [`spread::ReplicaChoice`] (C3's rule, or spread over the request's replicas) over
+//! [`health`]; `chisel_merge` names no other module;
 //! `dispatch` and `sizeaware`'s parts use
 //! the size-aware vocabulary and error ([`sizeaware::class`], [`sizeaware::error`]), and
 //! [`error`] names no other module.
@@ -56,5 +58,6 @@ pub mod ring;
 pub mod serverq;
 pub mod sizeaware;
 pub mod sizerel;
+pub mod spread;
 pub mod tailx;
 pub mod warmup;

@@ -43,6 +43,7 @@ use crate::error::PolicyError;
 use crate::rein::{ReinPlanner, ReinPolicy};
 use crate::serverq::Discipline;
 use crate::sizerel::SizeRelPlanner;
+use crate::spread::ReplicaChoice;
 use crate::tailx::{TailxPlanner, TailxSettings};
 
 /// Names accepted by [`PlannerKind::from_name`].
@@ -60,6 +61,9 @@ pub struct PlannerSettings {
     pub cost_sbf: CostSbfSettings,
     /// `cost-rel` (and `size-rel`, which orders by its classes).
     pub cost_rel: CostRelSettings,
+    /// How batch, Rein, `cost-sbf`, `cost-rel` and `size-rel` pick each key's replica within a
+    /// request's plan ([`crate::spread`]; TailX, Chisel and auto always use C3's rule).
+    pub replica_choice: ReplicaChoice,
 }
 
 /// Selectable planners.
@@ -152,15 +156,23 @@ impl PlannerKind {
 
     /// A fresh planner of this kind.
     pub fn build_with(self, settings: &PlannerSettings) -> Box<dyn Planner> {
+        let choice = settings.replica_choice;
+        let rein = |policy| Box::new(ReinPlanner::new(policy).with_replica_choice(choice));
         match self {
-            PlannerKind::Batch => Box::new(BatchPlanner::default()),
+            PlannerKind::Batch => Box::new(BatchPlanner::with_replica_choice(choice)),
             PlannerKind::Chisel => Box::new(ChiselPlanner::default()),
-            PlannerKind::ReinSbf => Box::new(ReinPlanner::new(ReinPolicy::Sbf)),
-            PlannerKind::ReinSds => Box::new(ReinPlanner::new(ReinPolicy::Sds)),
-            PlannerKind::ReinDrr => Box::new(ReinPlanner::new(ReinPolicy::SbfDrr)),
-            PlannerKind::CostSbf => Box::new(CostSbfPlanner::new(settings.cost_sbf)),
-            PlannerKind::CostRel => Box::new(CostRelPlanner::new(settings.cost_rel)),
-            PlannerKind::SizeRel => Box::new(SizeRelPlanner::new(settings.cost_rel)),
+            PlannerKind::ReinSbf => rein(ReinPolicy::Sbf),
+            PlannerKind::ReinSds => rein(ReinPolicy::Sds),
+            PlannerKind::ReinDrr => rein(ReinPolicy::SbfDrr),
+            PlannerKind::CostSbf => {
+                Box::new(CostSbfPlanner::new(settings.cost_sbf).with_replica_choice(choice))
+            }
+            PlannerKind::CostRel => {
+                Box::new(CostRelPlanner::new(settings.cost_rel).with_replica_choice(choice))
+            }
+            PlannerKind::SizeRel => {
+                Box::new(SizeRelPlanner::new(settings.cost_rel).with_replica_choice(choice))
+            }
             PlannerKind::Tailx => Box::new(TailxPlanner::new(settings.tailx)),
             PlannerKind::Auto => Box::new(AutoPlanner::new(AutoSettings {
                 scheduler: settings.cost_rel,

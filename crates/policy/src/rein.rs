@@ -18,10 +18,9 @@
 //! large request wait: they would finish early and then wait for the bottleneck anyway.
 
 use crate::drr::CLASSES;
-use crate::planner::base::{
-    group_by_backend, into_actions, Action, ClusterView, PlanRequest, Planner,
-};
+use crate::planner::base::{group_with, into_actions, Action, ClusterView, PlanRequest, Planner};
 use crate::serverq::Discipline;
+use crate::spread::ReplicaChoice;
 
 /// Upper bounds (keys) of the classes 0..=3; larger opsets are class 4.
 pub const CLASS_BOUNDS: [u64; CLASSES - 1] = [1, 5, 25, 125];
@@ -51,6 +50,7 @@ pub enum ReinPolicy {
 #[derive(Debug, Clone)]
 pub struct ReinPlanner {
     policy: ReinPolicy,
+    choice: ReplicaChoice,
     scratch: Vec<usize>,
 }
 
@@ -59,8 +59,15 @@ impl ReinPlanner {
     pub fn new(policy: ReinPolicy) -> Self {
         ReinPlanner {
             policy,
+            choice: ReplicaChoice::C3,
             scratch: Vec::new(),
         }
+    }
+
+    /// The planner with each key's replica picked by `choice` (C3's by default).
+    pub fn with_replica_choice(mut self, choice: ReplicaChoice) -> Self {
+        self.choice = choice;
+        self
     }
 }
 
@@ -90,7 +97,7 @@ impl Planner for ReinPlanner {
     }
 
     fn plan(&mut self, request: &PlanRequest<'_>, view: &dyn ClusterView) -> Vec<Action> {
-        let (mut fetches, unavailable) = group_by_backend(request, view, &mut self.scratch);
+        let (mut fetches, unavailable) = group_with(request, view, self.choice, &mut self.scratch);
         let bottleneck = fetches
             .iter()
             .map(|f| f.keys.len() as u64)
@@ -147,6 +154,67 @@ mod tests {
         assert!(five
             .iter()
             .all(|a| matches!(a, Action::Fetch(f) if f.priority <= Some(1))));
+    }
+
+    /// The backends of a plan's fetches and their priorities.
+    fn fetched(actions: &[Action]) -> Vec<(usize, Option<u8>)> {
+        actions
+            .iter()
+            .map(|a| match a {
+                Action::Fetch(f) => (f.backend, f.priority),
+                Action::Unavailable { .. } => panic!("unexpected {a:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn spreading_splits_a_two_key_request_that_c3_puts_on_one_server() {
+        // 16 servers, 3 copies of each key, equal loads: C3 sends each key to its owner, so two
+        // keys with one owner make one 2-key opset (class 1 under SBF).
+        let view = view(16, 3);
+        let candidates = keys(200);
+        let owner = |key: &Vec<u8>| view.ring.server_for(key);
+        let second = candidates[1..]
+            .iter()
+            .find(|key| owner(key) == owner(&candidates[0]))
+            .expect("two keys with one owner among 200");
+        let pair = vec![candidates[0].clone(), second.clone()];
+        let mut c3 = ReinPlanner::new(ReinPolicy::Sbf);
+        assert_eq!(
+            fetched(&plan_with(&mut c3, &view, &pair)),
+            vec![(owner(&pair[0]), Some(1))]
+        );
+        let mut spread =
+            ReinPlanner::new(ReinPolicy::Sbf).with_replica_choice(ReplicaChoice::Spread);
+        let got = fetched(&plan_with(&mut spread, &view, &pair));
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_ne!(got[0].0, got[1].0);
+        assert!(got.iter().all(|&(_, class)| class == Some(0)), "{got:?}");
+        let mut replicas = Vec::new();
+        view.ring.replicas_for(&pair[1], 3, &mut replicas);
+        assert!(replicas.contains(&got[1].0));
+    }
+
+    #[test]
+    fn spreading_evens_out_a_large_requests_opsets() {
+        let view = view(16, 3);
+        let owned = keys(500);
+        let largest = |choice| {
+            let mut planner = ReinPlanner::new(ReinPolicy::Sbf).with_replica_choice(choice);
+            plan_with(&mut planner, &view, &owned)
+                .iter()
+                .map(|a| match a {
+                    Action::Fetch(f) => f.keys.len(),
+                    Action::Unavailable { .. } => 0,
+                })
+                .max()
+                .unwrap()
+        };
+        // 500 keys over 16 servers: at least 32 on one; C3 with equal loads sends every key
+        // to its owner (ketama's shares), spreading stays near the even share.
+        let (c3, spread) = (largest(ReplicaChoice::C3), largest(ReplicaChoice::Spread));
+        assert!(spread <= 34, "spread {spread}");
+        assert!(spread < c3, "spread {spread}, c3 {c3}");
     }
 
     #[test]

@@ -27,6 +27,7 @@ use crate::costrel::{CostRelPlanner, CostRelSettings};
 use crate::drr::CLASSES;
 use crate::planner::base::{Action, ClusterView, Observation, PlanRequest, Planner, RequestDone};
 use crate::serverq::Discipline;
+use crate::spread::ReplicaChoice;
 
 /// The class of an opset of a request of class `request_class` that holds `large_keys` large
 /// values: one class lower if it holds any (at most the last class).
@@ -55,6 +56,12 @@ impl SizeRelPlanner {
             opsets: 0,
             large_opsets: 0,
         }
+    }
+
+    /// The planner with each key's replica picked by `choice` (C3's by default).
+    pub fn with_replica_choice(mut self, choice: ReplicaChoice) -> Self {
+        self.rel = self.rel.with_replica_choice(choice);
+        self
     }
 }
 

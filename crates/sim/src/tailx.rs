@@ -34,6 +34,7 @@ use tailtrim_policy::costrel::{CostRelSettings, DEFAULT_REL_OVERTAKES, DEFAULT_S
 use tailtrim_policy::costsbf::{CostSbfSettings, DEFAULT_OVERTAKES};
 use tailtrim_policy::costspec::CostSpec;
 use tailtrim_policy::planner::{Planner, PlannerKind, PlannerSettings};
+use tailtrim_policy::spread::ReplicaChoice;
 use tailtrim_policy::tailx::TailxSettings;
 
 use crate::chisel::gain;
@@ -54,6 +55,17 @@ pub const PLANNERS: [&str; 8] = [
 pub const SIZE_AWARE_PLANNERS: [&str; 2] = ["batch+minos", "cost-rel+minos"];
 /// The suffix of a planner's name that puts it on size-aware servers.
 pub const SIZE_AWARE_SUFFIX: &str = "+minos";
+/// Planners whose replica choice spreads a request's keys ([`ReplicaChoice::Spread`]): a
+/// planner of [`PLANNERS`] and [`SPREAD_SUFFIX`]. Run only when asked for by name.
+pub const SPREAD_PLANNERS: [&str; 5] = [
+    "batch+spread",
+    "rein-sbf+spread",
+    "rein-sds+spread",
+    "cost-sbf+spread",
+    "cost-rel+spread",
+];
+/// The suffix of a planner's name that makes its replica choice spread a request's keys.
+pub const SPREAD_SUFFIX: &str = "+spread";
 
 /// A planner's name without [`SIZE_AWARE_SUFFIX`], and whether it had it.
 pub fn split_size_aware(name: &str) -> (&str, bool) {
@@ -477,11 +489,17 @@ pub fn scenario(
 
 /// A planner by name, TailX with the setup's smallest delay, `cost-sbf` and `cost-rel` with
 /// their ageing (and `cost-rel`'s spread).
-/// A name with [`SIZE_AWARE_SUFFIX`] is its planner's (the servers are the scenario's).
+/// A name with [`SIZE_AWARE_SUFFIX`] is its planner's (the servers are the scenario's); with
+/// [`SPREAD_SUFFIX`], its planner's with [`ReplicaChoice::Spread`].
 pub fn planner(setup: &Setup, name: &str) -> Result<Box<dyn Planner>, SimError> {
-    let kind = PlannerKind::from_name(split_size_aware(name).0)
-        .map_err(|e| SimError::Config(e.to_string()))?;
+    let base = split_size_aware(name).0;
+    let (base, replica_choice) = match base.strip_suffix(SPREAD_SUFFIX) {
+        Some(base) => (base, ReplicaChoice::Spread),
+        None => (base, ReplicaChoice::C3),
+    };
+    let kind = PlannerKind::from_name(base).map_err(|e| SimError::Config(e.to_string()))?;
     Ok(kind.build_with(&PlannerSettings {
+        replica_choice,
         tailx: TailxSettings {
             min_delay_nanos: (setup.tailx_min_delay_us * 1e3).round() as u64,
             ..TailxSettings::default()
@@ -853,6 +871,17 @@ mod tests {
         let outcome = PlannerOutcome::of(&result, setup.workers_per_server, None);
         assert!(outcome.max_utilization < 0.9, "{outcome:?}");
         assert!(outcome.mean_utilization > 0.3, "{outcome:?}");
+    }
+
+    #[test]
+    fn spread_planners_are_their_planners_with_the_spreading_choice() {
+        let setup = small_setup();
+        for name in SPREAD_PLANNERS {
+            let base = name.strip_suffix(SPREAD_SUFFIX).unwrap();
+            assert!(PLANNERS.contains(&base), "{name}");
+            assert_eq!(planner(&setup, name).unwrap().name(), base);
+        }
+        assert!(planner(&setup, "nope+spread").is_err());
     }
 
     #[test]

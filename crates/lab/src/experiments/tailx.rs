@@ -24,7 +24,7 @@ use tailtrim_sim::cluster::{run_cluster_with_options, ClosedLoop, ClusterResult,
 use tailtrim_sim::tailx::{
     calibrate, extra_experiments, paper_experiments, planner, reductions, scenario, short_count,
     split_size_aware, Calibration, Experiment, PlannerOutcome, Reduction, Setup, BASELINE,
-    PLANNERS, SIZE_AWARE_PLANNERS,
+    PLANNERS, SIZE_AWARE_PLANNERS, SPREAD_PLANNERS,
 };
 
 use crate::experiment::{
@@ -186,7 +186,9 @@ pub struct Args {
     server_connections: usize,
     /// Only these planners (batch, rein-sbf, rein-sds, rein-drr, tailx, cost-sbf, cost-rel,
     /// size-rel; in the simulator also batch+minos, cost-rel+minos: the planner on servers
-    /// with size-aware workers); default all but the +minos ones in the simulator, the
+    /// with size-aware workers; and batch+spread, rein-sbf+spread, rein-sds+spread,
+    /// cost-sbf+spread, cost-rel+spread: the planner with its replica choice spreading each
+    /// request's keys); default all but the +minos and +spread ones in the simulator, the
     /// paper's four on the testbed.
     #[arg(long, value_delimiter = ',')]
     planners: Vec<String>,
@@ -416,7 +418,12 @@ fn simulate(args: &Args, progress: ProgressFn<'_>) -> Result<Report, String> {
             .then(|| args.minos.servers()),
         ..Setup::default()
     };
-    let known = || PLANNERS.into_iter().chain(SIZE_AWARE_PLANNERS);
+    let known = || {
+        PLANNERS
+            .into_iter()
+            .chain(SIZE_AWARE_PLANNERS)
+            .chain(SPREAD_PLANNERS)
+    };
     if let Some(unknown) = args
         .planners
         .iter()

@@ -6,6 +6,7 @@
 
 use crate::health::{choose_replica, BackendLoad, Timestamp};
 use crate::serverq::Discipline;
+use crate::spread::ReplicaChoice;
 
 /// A read of one or more keys.
 #[derive(Debug, Clone, Copy)]
@@ -142,12 +143,23 @@ pub fn route_key(key: &[u8], view: &dyn ClusterView, scratch: &mut Vec<usize>) -
     choose_replica(scratch, |backend| view.load(backend))
 }
 
-/// Batch's opsets: every key to its chosen replica, one fetch per backend (ordered by the first
-/// key that needs it, keys ascending, no start time or priority), plus the keys no replica
-/// can serve.
+/// Batch's opsets: every key to its chosen replica (C3), one fetch per backend (ordered by the
+/// first key that needs it, keys ascending, no start time or priority), plus the keys no
+/// replica can serve.
 pub fn group_by_backend(
     request: &PlanRequest<'_>,
     view: &dyn ClusterView,
+    scratch: &mut Vec<usize>,
+) -> (Vec<Fetch>, Vec<u32>) {
+    group_with(request, view, ReplicaChoice::C3, scratch)
+}
+
+/// [`group_by_backend`] with each key's replica picked by `choice` (which may look at the keys
+/// of the request already planned on each backend).
+pub fn group_with(
+    request: &PlanRequest<'_>,
+    view: &dyn ClusterView,
+    choice: ReplicaChoice,
     scratch: &mut Vec<usize>,
 ) -> (Vec<Fetch>, Vec<u32>) {
     let mut fetches: Vec<Fetch> = Vec::new();
@@ -157,7 +169,16 @@ pub fn group_by_backend(
     let mut unavailable: Vec<u32> = Vec::new();
     for (index, key) in request.keys.iter().enumerate() {
         let index = index as u32;
-        match route_key(key, view, scratch) {
+        view.replicas(key, scratch);
+        let planned_on = |backend: usize| match slot_of.get(backend) {
+            Some(&slot) if slot != u32::MAX => fetches[slot as usize].keys.len(),
+            Some(_) => 0,
+            None => fetches
+                .iter()
+                .find(|f| f.backend == backend)
+                .map_or(0, |f| f.keys.len()),
+        };
+        match choice.choose(scratch, planned_on, |backend| view.load(backend)) {
             Some(backend) => {
                 let known = match slot_of.get(backend) {
                     Some(&slot) if slot != u32::MAX => Some(slot as usize),
@@ -189,7 +210,18 @@ pub fn group_by_backend(
 /// ordered by the first key that needs them.
 #[derive(Debug, Default, Clone)]
 pub struct BatchPlanner {
+    choice: ReplicaChoice,
     scratch: Vec<usize>,
+}
+
+impl BatchPlanner {
+    /// Batch with each key's replica picked by `choice` (the default is C3's).
+    pub fn with_replica_choice(choice: ReplicaChoice) -> Self {
+        BatchPlanner {
+            choice,
+            scratch: Vec::new(),
+        }
+    }
 }
 
 impl Planner for BatchPlanner {
@@ -198,7 +230,7 @@ impl Planner for BatchPlanner {
     }
 
     fn plan(&mut self, request: &PlanRequest<'_>, view: &dyn ClusterView) -> Vec<Action> {
-        let (fetches, unavailable) = group_by_backend(request, view, &mut self.scratch);
+        let (fetches, unavailable) = group_with(request, view, self.choice, &mut self.scratch);
         into_actions(fetches, unavailable)
     }
 }
