@@ -34,6 +34,28 @@ pub enum ReplicaChoice {
 }
 
 impl ReplicaChoice {
+    /// Every choice's name, as `[pool] replica_choice` and `--replica-choice` take it.
+    pub const NAMES: [&'static str; 2] = ["c3", "spread"];
+
+    /// `c3` or `spread`.
+    pub fn parse(name: &str) -> Result<Self, String> {
+        match name {
+            "c3" => Ok(ReplicaChoice::C3),
+            "spread" => Ok(ReplicaChoice::Spread),
+            other => Err(format!(
+                "replica choice {other:?}: expected \"c3\" or \"spread\""
+            )),
+        }
+    }
+
+    /// The choice's name ([`ReplicaChoice::NAMES`]).
+    pub fn name(self) -> &'static str {
+        match self {
+            ReplicaChoice::C3 => "c3",
+            ReplicaChoice::Spread => "spread",
+        }
+    }
+
     /// The replica for one key among `candidates` (in preference order, owner first), given
     /// how many of the request's keys are already planned on each backend; `None` if no
     /// candidate is available. Ties go to the earlier candidate.
@@ -88,6 +110,14 @@ mod tests {
             Some(1),
             "the cheapest backend the request does not use"
         );
+    }
+
+    #[test]
+    fn every_name_parses_to_itself() {
+        for name in ReplicaChoice::NAMES {
+            assert_eq!(ReplicaChoice::parse(name).map(|c| c.name()), Ok(name));
+        }
+        assert!(ReplicaChoice::parse("random").is_err());
     }
 
     #[test]

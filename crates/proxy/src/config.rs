@@ -392,6 +392,13 @@ pub struct PoolSection {
     /// `avoid-slow` (round robin, skipping a connection whose oldest request in flight is
     /// older than 4 typical response times of the backend, at least 1 ms).
     pub connection_choice: String,
+    /// How batch, Rein, `cost-sbf`, `cost-rel` and `size-rel` pick each key's replica when
+    /// `replicas` > 1: `c3` (each key to its cheapest replica by C3's cost, default) or
+    /// `spread` (each key to the replica holding the fewest of the request's keys so far, ties
+    /// by C3's cost: a 2-key request is not put on one server when its keys have replicas
+    /// apart, which strict Rein-SBF's ranking by the bottleneck's key count needs;
+    /// `experiments/tailx/sim-v9-spread/`). TailX, Chisel and auto always use C3's.
+    pub replica_choice: String,
     /// Consecutive failures that mark a backend down.
     pub server_failure_limit: u32,
     /// Wait before a down backend is probed again (ms).
@@ -462,6 +469,7 @@ impl Default for PoolSection {
             connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
             server_connections: DEFAULT_SERVER_CONNECTIONS,
             connection_choice: "round-robin".to_string(),
+            replica_choice: "c3".to_string(),
             server_failure_limit: DEFAULT_SERVER_FAILURE_LIMIT,
             server_retry_timeout_ms: DEFAULT_SERVER_RETRY_TIMEOUT_MS,
             queue_limit: DEFAULT_QUEUE_LIMIT,
@@ -646,6 +654,8 @@ impl ProxyConfig {
             min_delay_nanos: pool.tailx_min_delay_us.saturating_mul(1000),
             ..TailxSettings::default()
         };
+        config.planner_settings.replica_choice =
+            tailtrim_policy::spread::ReplicaChoice::parse(&pool.replica_choice).map_err(bad)?;
         config.timeout = Duration::from_millis(pool.timeout_ms);
         config.connect_timeout = Duration::from_millis(pool.connect_timeout_ms);
         config.connections_per_backend = pool.server_connections.max(1);
@@ -903,6 +913,32 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("unknown hash"));
+    }
+
+    #[test]
+    fn the_replica_choice_reaches_the_planners_and_a_bad_one_is_explained() {
+        use tailtrim_policy::spread::ReplicaChoice;
+        let config = ProxyConfig::from_toml(
+            "[pool]\nservers = [\"127.0.0.1:1\", \"127.0.0.1:2\"]\nreplicas = 2\n\
+             replica_choice = \"spread\"\n",
+        )
+        .unwrap();
+        let pool = config.pool_config().unwrap();
+        assert_eq!(pool.planner_settings.replica_choice, ReplicaChoice::Spread);
+        let mut config = ProxyConfig::default();
+        config.pool.servers = vec!["127.0.0.1:1".to_string()];
+        assert_eq!(
+            config
+                .pool_config()
+                .unwrap()
+                .planner_settings
+                .replica_choice,
+            ReplicaChoice::C3,
+            "C3's by default"
+        );
+        config.pool.replica_choice = "nearest".to_string();
+        let error = config.pool_config().unwrap_err().to_string();
+        assert!(error.contains("replica choice \"nearest\""), "{error}");
     }
 
     #[test]

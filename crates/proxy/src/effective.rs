@@ -121,6 +121,12 @@ pub struct ProxyArgs {
     #[arg(long = "connection-choice", value_name = "CHOICE",
           value_parser = tailtrim_policy::lanes::ConnectionChoice::NAMES)]
     pub connection_choice: Option<String>,
+    /// How batch, Rein and the cost planners pick each key's replica: c3 (the cheapest by
+    /// C3's cost) or spread (the one holding the fewest of the request's keys so far).
+    /// Overrides `[pool] replica_choice`; default: c3.
+    #[arg(long = "replica-choice", value_name = "CHOICE",
+          value_parser = tailtrim_policy::spread::ReplicaChoice::NAMES)]
+    pub replica_choice: Option<String>,
     /// Consecutive failures that mark a backend down.
     #[arg(long = "server-failure-limit")]
     pub server_failure_limit: Option<u32>,
@@ -287,6 +293,9 @@ pub fn effective_config(
     }
     if let Some(choice) = &args.connection_choice {
         config.pool.connection_choice = choice.clone();
+    }
+    if let Some(choice) = &args.replica_choice {
+        config.pool.replica_choice = choice.clone();
     }
     if let Some(limit) = args.server_failure_limit {
         config.pool.server_failure_limit = limit;

@@ -791,7 +791,7 @@ fn settings_reply(view: MetricsView<'_>, out: &mut String) {
         .hash_tag
         .map(|[open, close]| format!("{}{}", open as char, close as char))
         .unwrap_or_default();
-    let settings: [(&str, String); 12] = [
+    let settings: [(&str, String); 13] = [
         ("pool", config.name.clone()),
         ("servers", servers.join(",")),
         ("hash", config.ring.hash.name().to_string()),
@@ -807,6 +807,10 @@ fn settings_reply(view: MetricsView<'_>, out: &mut String) {
         (
             "connection_choice",
             config.connection_choice.name().to_string(),
+        ),
+        (
+            "replica_choice",
+            config.planner_settings.replica_choice.name().to_string(),
         ),
         ("queue_limit", config.queue_limit.to_string()),
         ("num_threads", view.threads.to_string()),
