@@ -3,7 +3,7 @@
 experiment's per-server load (`../loopback-size-aware-cut/per-server.toml` at RATE requests/s,
 4 connections as the proxy opens them): each thread's CPU time (from /proc's schedstat, in ns)
 and voluntary context switches (wake-ups) per request over the middle of the run. Prints one
-line and, with OUT=FILE, appends the run as one JSON line to FILE. CPU times are read on
+line and, with OUT=FILE.json, adds the run to FILE.json (every run, and medians per label). CPU times are read on
 whatever host runs it; the wake-ups are counts.
 
     python3 threads.py TAILTRIM_BINARY memcached|pinned|size-aware PORT [EXTRA...]
@@ -62,12 +62,24 @@ label = os.environ.get("LABEL", kind)
 parts = " ".join(f"{c}={v[0]/1e3/reqs:.1f}/{v[1]/reqs:.2f}" for c, v in agg.items() if v[0] > 0)
 print(f"{label:22s} TOTAL {tot[0]/1e3/reqs:6.1f} us/req wake {tot[1]/reqs:5.2f} | {parts}", flush=True)
 if os.environ.get("OUT"):
-    with open(os.environ["OUT"], "a") as out:
-        out.write(json.dumps({
-            "label": label, "kind": kind, "extra": extra, "rate": rate,
-            "requests": round(reqs), "cpu_us_per_request": round(tot[0] / 1e3 / reqs, 2),
-            "wakeups_per_request": round(tot[1] / reqs, 3),
-            "stats_sizeaware_whole_run": sizeaware,
-            "threads": {c: {"cpu_us_per_request": round(v[0] / 1e3 / reqs, 2),
-                            "wakeups_per_request": round(v[1] / reqs, 3)} for c, v in agg.items()},
-        }) + "\n")
+    # OUT is a JSON file: every run, and per label the medians over its runs.
+    path = os.environ["OUT"]
+    kept = json.load(open(path)) if os.path.exists(path) else {"runs": []}
+    kept["runs"].append({
+        "label": label, "kind": kind, "extra": extra, "rate": rate,
+        "requests": round(reqs), "cpu_us_per_request": round(tot[0] / 1e3 / reqs, 2),
+        "wakeups_per_request": round(tot[1] / reqs, 3),
+        "stats_sizeaware_whole_run": sizeaware,
+        "threads": {c: {"cpu_us_per_request": round(v[0] / 1e3 / reqs, 2),
+                        "wakeups_per_request": round(v[1] / reqs, 3)} for c, v in agg.items()},
+    })
+    import statistics
+    kept["summary"] = [
+        {"label": name, "runs": len(runs),
+         "wakeups_per_request_median": statistics.median(r["wakeups_per_request"] for r in runs),
+         "cpu_us_per_request_median": statistics.median(r["cpu_us_per_request"] for r in runs)}
+        for name in dict.fromkeys(r["label"] for r in kept["runs"])
+        for runs in [[r for r in kept["runs"] if r["label"] == name]]
+    ]
+    with open(path, "w") as out:
+        json.dump(kept, out, indent=1)
