@@ -105,6 +105,11 @@ NOT_MEASUREMENTS = (
      "counters read from its stats (the folder's skips.py), a count, not a timed run"),
     ("proxy/one-connection/syscalls.json", "system-call counts per request by connection "
      "count (connection-choice/avoid-slow/syscalls.py), not a timed run; command in the README"),
+    ("tier/loopback-bell-quiet-spell/threads.json", "wake-ups and per-thread CPU time per "
+     "request of one server (the folder's threads.py; no latency recorded); host and command in "
+     "the README"),
+    ("tier/loopback-bell-quiet-spell/ab/summary.json", "ratios derived from the A/B runs' "
+     "results.json beside it (the folder's ab_summary.py)"),
     ("tier/loopback-size-aware-edge/counts*.json", "strace -c counts and wake-ups per request "
      "of one server (the folder's count.py): counts, not a timed run; command in the README"),
     ("memory/fixed-overhead/idle.json", "an idle server's /proc/PID/smaps breakdown (no load, "
