@@ -53,8 +53,13 @@ use crate::time::{Expiry, UnixSecs};
 const STATE_ACCESSED: u8 = 32;
 /// Record state bit: the record is no longer stored (removed, replaced or moved).
 const STATE_DEAD: u8 = 64;
+/// Record state bit: eviction passed the record (moved it) at read level 0 without a read
+/// since it was written or last moved; it counts no requests then (evicted first), so items
+/// never read give way to new ones after a pass however small they are. A read clears it.
+const STATE_PASSED_UNREAD: u8 = 128;
 /// The state bits an [`Item`] carries; the others belong to the record.
-const ITEM_STATE_BITS: u8 = !(STATE_EXTERNAL_VALUE | STATE_ACCESSED | STATE_DEAD);
+const ITEM_STATE_BITS: u8 =
+    !(STATE_EXTERNAL_VALUE | STATE_ACCESSED | STATE_DEAD | STATE_PASSED_UNREAD);
 
 // The header's fields, each after the one before: u8, u8, u16, u32, u32, u64, and u32 flags
 // only when they are not 0.
@@ -323,6 +328,8 @@ struct Candidate {
     location: u32,
     level: u16,
     bytes: u64,
+    /// [`STATE_PASSED_UNREAD`]: no requests.
+    passed_unread: bool,
     dead: bool,
 }
 
@@ -681,6 +688,7 @@ impl ShardState {
         dice ^= dice << 17;
         self.read_dice = dice;
         let data = self.data_mut(location);
+        data[OFFSET_STATE] &= !STATE_PASSED_UNREAD;
         let level = level_of(data);
         if level < LEVEL_MAX && dice & ((1 << level) - 1) == 0 {
             set_level(data, level + 1);
@@ -1063,8 +1071,11 @@ impl ShardState {
         if clear_accessed {
             let data = self.data_mut(to);
             if data[OFFSET_STATE] & STATE_ACCESSED == 0 {
-                // Not read for a whole pass: its reads count half.
-                set_level(data, level_of(data).saturating_sub(1));
+                // Not read for a whole pass: its reads count half, or none at level 0.
+                match level_of(data) {
+                    0 => data[OFFSET_STATE] |= STATE_PASSED_UNREAD,
+                    level => set_level(data, level - 1),
+                }
             }
             data[OFFSET_STATE] &= !STATE_ACCESSED;
         }
@@ -1232,7 +1243,9 @@ impl ShardState {
                 None => true,
                 Some(best) => {
                     candidate.dead
-                        || denser(best.level, best.bytes, candidate.level, candidate.bytes)
+                        || (candidate.passed_unread && !best.passed_unread)
+                        || (!best.passed_unread
+                            && denser(best.level, best.bytes, candidate.level, candidate.bytes))
                 }
             };
             if better {
@@ -1313,6 +1326,7 @@ impl ShardState {
         Candidate {
             location,
             level: level_of(data),
+            passed_unread: data[OFFSET_STATE] & STATE_PASSED_UNREAD != 0,
             bytes: item_footprint(
                 usize::from(data[OFFSET_KEY_LEN]),
                 value_len,

@@ -1464,3 +1464,35 @@ fn flags_take_record_bytes_only_when_not_zero() {
     assert_eq!(fetch("n"), ("420".to_owned(), 3));
     s.check_invariants();
 }
+
+#[test]
+fn after_a_shift_to_larger_values_the_new_items_take_the_memory() {
+    // No reads at all: 32-byte values fill the store, then 100-byte ones are written, twice
+    // the limit's worth. Per byte, an unread 32-byte item is worth more than an unread
+    // 100-byte one, so without the mark of a pass unread eviction took the new items and the
+    // store held the old ones to the end (no slab calcification: issue 29's ≥ 0.9x line).
+    let limit = 2 * 1024 * 1024;
+    let small = Bytes::from(vec![b's'; 32]);
+    let large = Bytes::from(vec![b'L'; 100]);
+    let s = store_with(limit, 4);
+    let per_large = item_footprint(16, 100, 0);
+    for index in 0..(2 * limit / item_footprint(16, 32, 0)) {
+        set_bytes(&s, &format!("small:{index:010}"), &small, at(1));
+    }
+    let writes = 2 * limit / per_large;
+    for index in 0..writes {
+        set_bytes(&s, &format!("large:{index:010}"), &large, at(2));
+    }
+    let held = (0..writes)
+        .filter(|index| {
+            s.peek(format!("large:{index:010}").as_bytes(), at(3))
+                .is_some()
+        })
+        .count() as u64;
+    let capacity = limit / per_large;
+    assert!(
+        held * 10 >= capacity * 9,
+        "{held} large items held of a capacity of {capacity}"
+    );
+    s.check_invariants();
+}
