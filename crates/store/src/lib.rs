@@ -63,8 +63,10 @@
 //! chooses by requests per byte: within a shard it looks at the next 5 items
 //! from the oldest for an expired/flushed one to *reclaim* first, else
 //! *evicts*, of the 8 oldest records and the 16 items stored last, the one
-//! with the fewest requests per byte of footprint, moving up to two records at
-//! the oldest end before it to the open segment. An item's requests are
+//! with the fewest requests per byte of footprint; of the records it passed
+//! over at the oldest end, those never read are marked to go first (so small
+//! items nobody reads do not hold the memory after a shift of sizes) and up to
+//! two others are moved to the open segment. An item's requests are
 //! counted in three bits of its record (a log-scale count of its reads, one
 //! level lost for each pass eviction makes over it unread), starting from a
 //! per-shard count-min sketch of the requests of keys not stored (`get`

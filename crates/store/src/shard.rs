@@ -53,9 +53,10 @@ use crate::time::{Expiry, UnixSecs};
 const STATE_ACCESSED: u8 = 32;
 /// Record state bit: the record is no longer stored (removed, replaced or moved).
 const STATE_DEAD: u8 = 64;
-/// Record state bit: eviction passed the record (moved it) at read level 0 without a read
-/// since it was written or last moved; it counts no requests then (evicted first), so items
-/// never read give way to new ones after a pass however small they are. A read clears it.
+/// Record state bit: eviction passed over the record at read level 0 without a read since
+/// it was written or last moved (marked in place when the choice passes it at the oldest
+/// end, or when a move finds it so); it counts no requests then (evicted first), so items
+/// never read give way to new ones however small they are. A read clears it.
 const STATE_PASSED_UNREAD: u8 = 128;
 /// The state bits an [`Item`] carries; the others belong to the record.
 const ITEM_STATE_BITS: u8 =
@@ -1207,17 +1208,29 @@ impl ShardState {
         let (victim, heads_before) = self.choose_victim(now, flush)?;
         let header = self.remove_uncompacted_counting(victim.location, !victim.dead);
         if !victim.dead {
-            for _ in 0..heads_before.min(EVICTION_MOVES) {
-                let (number, offset) = self.evict_cursor;
-                let Some(Some(segment)) = self.segments.get(number) else {
-                    break;
-                };
-                if offset >= segment.used
-                    || self
-                        .move_record(self.location(number, offset), true)
-                        .is_none()
-                {
-                    break;
+            // The records the choice passed over at the oldest end: those never read (level
+            // 0, not read since written or last moved) are marked to go first (a pass
+            // unread), in place; up to EVICTION_MOVES of the others are moved on.
+            let mut passed = [0u32; EVICTION_WINDOW];
+            let mut count = 0;
+            self.walk_from_evict_cursor(
+                |_, location| {
+                    passed[count] = location;
+                    count += 1;
+                    true
+                },
+                heads_before,
+            );
+            let mut moves = 0;
+            for &location in &passed[..count] {
+                let data = self.data_mut(location);
+                if data[OFFSET_STATE] & STATE_ACCESSED == 0 && level_of(data) == 0 {
+                    data[OFFSET_STATE] |= STATE_PASSED_UNREAD;
+                } else if moves < EVICTION_MOVES {
+                    moves += 1;
+                    if self.move_record(location, true).is_none() {
+                        break;
+                    }
                 }
             }
         }
