@@ -60,14 +60,20 @@
 //! drops the lock and evicts one item at a time until it does (holding the
 //! claimed bytes so concurrent writers cannot take them), then re-takes the
 //! lock and re-runs the decision on the possibly changed item. Eviction
-//! follows the segments' order (FIFO) with a second chance: within a shard it
-//! walks the oldest segment from its start, looks at the next 5 items for an
-//! expired/flushed one to *reclaim* first, else moves each item read since it
-//! was written (or last moved) to the open segment with its accessed bit
-//! cleared and *evicts* the first one not read. The victim shard is the one
-//! whose next victim was accessed longest ago (each shard publishes that
-//! second in an atomic; ties rotate over the shards), so eviction approximates
-//! a global order. Eviction takes only the victim's lock, never while holding
+//! chooses by requests per byte: within a shard it looks at the next 5 items
+//! from the oldest for an expired/flushed one to *reclaim* first, else
+//! *evicts*, of the 8 oldest records and the 16 items stored last, the one
+//! with the fewest requests per byte of footprint; of the records it passed
+//! over at the oldest end, those never read are marked to go first (so small
+//! items nobody reads do not hold the memory after a shift of sizes) and up to
+//! two others are moved to the open segment. An item's requests are
+//! counted in three bits of its record (a log-scale count of its reads, one
+//! level lost for each pass eviction makes over it unread), starting from a
+//! per-shard count-min sketch of the requests of keys not stored (`get`
+//! misses and the reads of evicted items; 1/128 of the limit beside it). The
+//! victim shard is the one holding the most bytes (each shard publishes its
+//! bytes in an atomic; ties rotate over the shards), so the shards stay
+//! equally full. Eviction takes only the victim's lock, never while holding
 //! another.
 //!
 //! # Semantics (memcached 1.6)
@@ -137,6 +143,7 @@ mod item;
 mod ops;
 mod segment;
 mod shard;
+mod sketch;
 mod store;
 mod time;
 

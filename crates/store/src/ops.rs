@@ -301,6 +301,9 @@ pub struct StoreStats {
     pub hash_buckets: u64,
     /// Bytes of those slots (`hash_bytes`).
     pub hash_bytes: u64,
+    /// Bytes of the shards' sketches of requests (eviction's counts of the keys not stored;
+    /// beside the limit, 1/128 of it).
+    pub sketch_bytes: u64,
     /// Number of shards.
     pub shards: u64,
 }

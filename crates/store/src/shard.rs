@@ -1,7 +1,7 @@
 //! One shard: items appended inline (header, key and short value together) to the shard's
-//! segments, found through a compact hash index of the records' locations, and evicted in
-//! the segments' order (FIFO) with a second chance for the items read since they were
-//! written. Everything here runs under the shard's mutex.
+//! segments, found through a compact hash index of the records' locations, and evicted by
+//! requests per byte among the oldest records and the newest. Everything here runs under
+//! the shard's mutex.
 //!
 //! ```text
 //!   index: KeyIndex          segment number << offset bits | offset of the item's record,
@@ -9,7 +9,8 @@
 //!                            record itself)
 //!   segments: [Segment]      records appended one after the other, oldest segment first
 //!                            in `fifo`:
-//!          key_len u8 · state u8 · inline_len u16 (its top bit: flags follow)
+//!          key_len u8 · state u8 · inline_len u16 (its top bit: flags follow; bits
+//!                12–14: the read level)
 //!          · expiry u32 · last_access u32 · cas u64 · [flags u32, when not 0]
 //!          · key · value (or a 4-byte external id)
 //!   external: [Bytes]        values of EXTERNAL_VALUE_MIN bytes or more, by id
@@ -21,10 +22,17 @@
 //! segment with the most dead bytes is compacted: its live records are appended to the open
 //! segment, their index entries repointed, and it is unmapped.
 //!
-//! Eviction walks the oldest segment from its start: an item read since it was written
-//! (`STATE_ACCESSED`) is moved to the open segment with the bit cleared (reinserted), the
-//! first one that was not is evicted; the oldest segment so empties record by record and
-//! is unmapped when nothing in it is stored any more.
+//! Eviction chooses by requests per byte: among the [`EVICTION_WINDOW`] oldest records (from
+//! the eviction cursor, in the oldest segments) and the [`EVICTION_RECENT`] items stored
+//! last (their locations kept in a ring; one whose record is dead is gone), it evicts the
+//! one of the fewest requests over its footprint (ties: the oldest); then up to
+//! [`EVICTION_MOVES`] records at the cursor before the chosen one are moved to the open
+//! segment (reinserted), so the oldest segment empties record by record and is unmapped
+//! when nothing in it is stored any more. An item's requests are 2^level, its record's read
+//! level (three bits; a read raises level `l` with probability 2^−`l`, a move of a record
+//! not read since the last one lowers it by one); a new record's level starts from the
+//! shard's [`ReadSketch`] of the key's requests while it was not stored. No key is hashed
+//! and no index entry looked up for a candidate.
 
 use std::collections::VecDeque;
 
@@ -38,14 +46,21 @@ use crate::item::{
 };
 use crate::ops::{ClassStats, StoreStats};
 use crate::segment::Segment;
+use crate::sketch::ReadSketch;
 use crate::time::{Expiry, UnixSecs};
 
 /// Record state bit: read (or refreshed) since written or since its last reinsertion.
 const STATE_ACCESSED: u8 = 32;
 /// Record state bit: the record is no longer stored (removed, replaced or moved).
 const STATE_DEAD: u8 = 64;
+/// Record state bit: eviction passed over the record at read level 0 without a read since
+/// it was written or last moved (marked in place when the choice passes it at the oldest
+/// end, or when a move finds it so); it counts no requests then (evicted first), so items
+/// never read give way to new ones however small they are. A read clears it.
+const STATE_PASSED_UNREAD: u8 = 128;
 /// The state bits an [`Item`] carries; the others belong to the record.
-const ITEM_STATE_BITS: u8 = !(STATE_EXTERNAL_VALUE | STATE_ACCESSED | STATE_DEAD);
+const ITEM_STATE_BITS: u8 =
+    !(STATE_EXTERNAL_VALUE | STATE_ACCESSED | STATE_DEAD | STATE_PASSED_UNREAD);
 
 // The header's fields, each after the one before: u8, u8, u16, u32, u32, u64, and u32 flags
 // only when they are not 0.
@@ -61,6 +76,15 @@ const _: () = assert!(OFFSET_FLAGS == INLINE_HEADER_BYTES);
 const INLINE_LEN_HAS_FLAGS: u16 = 0x8000;
 /// The inline length proper (an inline value is shorter than 4 KiB).
 const INLINE_LEN_MASK: u16 = 0x0fff;
+/// The inline length field's bits that count the item's reads, on a log scale (level `l`
+/// stands for 2^`l` − 1 reads: a read raises it with probability 2^−`l`, a Morris counter;
+/// eviction moving the record lowers it by one, halving the reads): what eviction weighs
+/// against the item's bytes.
+const INLINE_LEN_LEVEL_SHIFT: u32 = 12;
+/// Highest read level (127 reads).
+const LEVEL_MAX: u16 = 7;
+const _: () =
+    assert!((LEVEL_MAX << INLINE_LEN_LEVEL_SHIFT) & (INLINE_LEN_MASK | INLINE_LEN_HAS_FLAGS) == 0);
 const _: () = assert!(EXTERNAL_VALUE_MIN <= INLINE_LEN_MASK as usize + 1);
 /// Bytes of an external value's id in its record.
 const EXTERNAL_ID_BYTES: usize = 4;
@@ -68,8 +92,12 @@ const EXTERNAL_ID_BYTES: usize = 4;
 const EXPIRY_NEVER: u32 = u32::MAX;
 /// Compaction starts once dead bytes are more than this fraction of the appended bytes.
 const DEAD_FRACTION_DIVISOR: usize = 16;
-/// Records [`ShardState::oldest_access`] looks at for one that eviction would take.
-const AGE_SCAN_RECORDS: usize = 8;
+/// Oldest records eviction chooses among.
+pub(crate) const EVICTION_WINDOW: usize = 8;
+/// Items stored last that eviction also chooses among.
+pub(crate) const EVICTION_RECENT: usize = 16;
+/// Records at the eviction cursor moved to the open segment (at most) per eviction.
+pub(crate) const EVICTION_MOVES: usize = 2;
 /// Bits of a location: 32, the segment number above the offset.
 const LOCATION_BITS: u32 = 32;
 
@@ -134,6 +162,35 @@ fn value_start(data: &[u8]) -> usize {
 
 fn key_of(data: &[u8]) -> &[u8] {
     &data[key_start(data)..value_start(data)]
+}
+
+/// The read level of the record that starts `data`.
+fn level_of(data: &[u8]) -> u16 {
+    (read_u16(data, OFFSET_INLINE_LEN) >> INLINE_LEN_LEVEL_SHIFT) & LEVEL_MAX
+}
+
+/// Sets the read level of the record that starts `data` (at most [`LEVEL_MAX`]).
+fn set_level(data: &mut [u8], level: u16) {
+    let field = read_u16(data, OFFSET_INLINE_LEN) & !(LEVEL_MAX << INLINE_LEN_LEVEL_SHIFT);
+    let field = field | (level.min(LEVEL_MAX) << INLINE_LEN_LEVEL_SHIFT);
+    data[OFFSET_INLINE_LEN..OFFSET_INLINE_LEN + 2].copy_from_slice(&field.to_le_bytes());
+}
+
+/// The reads a read level stands for.
+fn reads_at_level(level: u16) -> u16 {
+    (1 << level.min(LEVEL_MAX)) - 1
+}
+
+/// The read level that stands for `reads` reads (rounded down).
+fn level_for_reads(reads: u16) -> u16 {
+    (u16::BITS - 1 - (reads.saturating_add(1)).leading_zeros()) as u16
+}
+
+/// True if an item at read level `level` with `bytes` bytes of footprint is worth more per
+/// byte than one at `other_level` with `other_bytes`: requests per byte, 2^level (its reads
+/// and the request that missed before it was stored).
+fn denser(level: u16, bytes: u64, other_level: u16, other_bytes: u64) -> bool {
+    other_bytes << level > bytes << other_level
 }
 
 /// Length of the record that starts `data`: header, key and inline value.
@@ -266,6 +323,17 @@ fn record_in(segments: &[Option<Segment>], offset_bits: u32, location: u32) -> O
     Some(&data[..record_len(data)])
 }
 
+/// An item eviction looks at.
+#[derive(Debug, Clone, Copy)]
+struct Candidate {
+    location: u32,
+    level: u16,
+    bytes: u64,
+    /// [`STATE_PASSED_UNREAD`]: no requests.
+    passed_unread: bool,
+    dead: bool,
+}
+
 /// Hashes the keys of the records that locations name (what the key index re-hashes when it
 /// is resized).
 struct RecordHashes<'a> {
@@ -312,11 +380,15 @@ pub(crate) struct ShardState {
     front_evicting: bool,
     /// Where the expiry crawler resumes: segment number and offset.
     crawl_cursor: (usize, usize),
-    /// The record the last age scan ([`ShardState::oldest_access`]) looked at last
-    /// (segment number and offset), when it stopped before the shard's last stored record;
-    /// `None` when it looked at every one (or has not run). Reading an item after it cannot
-    /// change the scan's answer.
-    age_scan_end: Option<(usize, usize)>,
+    /// Requests of keys while they were not stored (`get` misses, and the reads of the items
+    /// evicted): where a new item's count of reads starts.
+    sketch: ReadSketch,
+    /// State of the dice that decide whether a read raises a record's read level
+    /// (xorshift64).
+    read_dice: u64,
+    /// The locations of the items stored last, newest last (some may be gone since: their
+    /// records are dead; those of a segment unmapped are dropped with it).
+    recent: VecDeque<u32>,
     /// Sum of `item_size` over the items in this shard.
     pub bytes: u64,
     /// Sum of `item_footprint` over the items in this shard.
@@ -333,8 +405,9 @@ pub(crate) struct ShardState {
 
 impl ShardState {
     /// An empty shard whose segments are `segment_bytes` long: a power of two, large
-    /// enough for the longest inline item.
-    pub fn new(hasher: ahash::RandomState, segment_bytes: usize) -> ShardState {
+    /// enough for the longest inline item; its sketch of requests sized for `share_bytes`
+    /// of the limit.
+    pub fn new(hasher: ahash::RandomState, segment_bytes: usize, share_bytes: u64) -> ShardState {
         let segment_bytes = segment_bytes.next_power_of_two();
         ShardState {
             hasher,
@@ -351,7 +424,9 @@ impl ShardState {
             evict_cursor: (usize::MAX, 0),
             front_evicting: false,
             crawl_cursor: (0, 0),
-            age_scan_end: None,
+            sketch: ReadSketch::new(share_bytes),
+            read_dice: 0x9e37_79b9_7f4a_7c15,
+            recent: VecDeque::with_capacity(EVICTION_RECENT),
             bytes: 0,
             footprint: 0,
             counters: StoreStats::default(),
@@ -433,8 +508,27 @@ impl ShardState {
         self.hasher.hash_one(key)
     }
 
-    pub fn lookup(&self, key: &[u8]) -> Option<u32> {
+    /// Bytes of the sketch of requests.
+    pub fn sketch_bytes(&self) -> usize {
+        self.sketch.bytes()
+    }
+
+    /// [`ShardState::lookup`], counting a request of the key in the sketch when it misses
+    /// (for eviction: where the key's count of reads starts when it is stored).
+    pub fn lookup_counting_miss(&mut self, key: &[u8]) -> Option<u32> {
         let hash = self.key_hash(key);
+        let found = self.lookup_hashed(key, hash);
+        if found.is_none() {
+            self.sketch.count(hash);
+        }
+        found
+    }
+
+    pub fn lookup(&self, key: &[u8]) -> Option<u32> {
+        self.lookup_hashed(key, self.key_hash(key))
+    }
+
+    fn lookup_hashed(&self, key: &[u8], hash: u64) -> Option<u32> {
         let (segments, bits) = (&self.segments, self.offset_bits);
         self.index.find(hash, |location| {
             record_in(segments, bits, location).is_some_and(|data| key_of(data) == key)
@@ -565,70 +659,50 @@ impl ShardState {
         }
     }
 
-    /// Last access second of the item eviction would take next — the first not accessed
-    /// since written among the next [`AGE_SCAN_RECORDS`] (accessed ones get a second
-    /// chance), else the first — `u64::MAX` when empty. Published to other threads so
-    /// eviction can pick the shard whose oldest item is oldest. Notes where the scan stopped
-    /// ([`ShardState::beyond_age_scan`]).
-    pub fn oldest_access(&mut self) -> u64 {
-        let (oldest, scan_end) = self.scan_oldest_access();
-        self.age_scan_end = scan_end;
-        oldest
-    }
-
-    /// [`ShardState::oldest_access`]'s scan: the second, and where it stopped (segment number
-    /// and offset of the last record it looked at) unless that was the last stored record.
-    pub fn scan_oldest_access(&self) -> (u64, Option<(usize, usize)>) {
-        let (mut first, mut unaccessed, mut last_seen) = (None, None, None);
-        let stopped = self.walk_from_evict_cursor(
-            |shard, location| {
-                let data = shard.data(location);
-                let access = u64::from(read_u32(data, OFFSET_ACCESS));
-                first.get_or_insert(access);
-                last_seen = Some(location);
-                if data[OFFSET_STATE] & STATE_ACCESSED == 0 {
-                    unaccessed = Some(access);
-                }
-                unaccessed.is_none()
-            },
-            AGE_SCAN_RECORDS,
-        );
-        let scan_end = last_seen
-            .filter(|_| stopped)
-            .map(|location| self.split(location));
-        (unaccessed.or(first).unwrap_or(u64::MAX), scan_end)
-    }
-
-    /// True if marking the item at `location` read (accessed, at a new second) cannot change
-    /// what [`ShardState::oldest_access`] last returned, nothing else having changed since:
-    /// the record lies past where that scan stopped, in eviction order.
-    pub fn beyond_age_scan(&self, location: u32) -> bool {
-        let Some((scan_number, scan_offset)) = self.age_scan_end else {
-            return false;
-        };
-        let (number, offset) = self.split(location);
-        if number == scan_number {
-            offset > scan_offset
+    /// What the shard publishes for eviction to choose the shard it evicts from: the bytes
+    /// of its items (`footprint`) — eviction takes from the shard holding the most, as its
+    /// requests per byte are compared only within a shard — as `u64::MAX` less them less
+    /// one (lowest first), `u64::MAX` when empty.
+    pub fn eviction_rank(&self) -> u64 {
+        if self.len() == 0 {
+            u64::MAX
         } else {
-            // Every other segment comes after the oldest one.
-            self.fifo.front() == Some(&scan_number)
+            u64::MAX - 1 - self.footprint
         }
     }
 
-    /// Marks the item read at `now`: fetched, and accessed (it gets a second chance when
-    /// eviction reaches it).
+    /// Marks the item read at `now`: fetched, accessed, and one more read counted (what
+    /// eviction weighs against its bytes).
     pub fn bump(&mut self, location: u32, now: UnixSecs) {
         let data = self.data_mut(location);
         data[OFFSET_STATE] |= STATE_FETCHED | STATE_ACCESSED;
         write_u32(data, OFFSET_ACCESS, encode_secs(now));
+        self.count_read(location);
     }
 
-    /// Updates the item's last access and gives it a second chance without marking it
-    /// fetched (memcached's `do_item_update`, e.g. a failed add).
+    /// Counts a read in the record at `location`: its level raised with probability
+    /// 2^−level.
+    fn count_read(&mut self, location: u32) {
+        let mut dice = self.read_dice;
+        dice ^= dice << 13;
+        dice ^= dice >> 7;
+        dice ^= dice << 17;
+        self.read_dice = dice;
+        let data = self.data_mut(location);
+        data[OFFSET_STATE] &= !STATE_PASSED_UNREAD;
+        let level = level_of(data);
+        if level < LEVEL_MAX && dice & ((1 << level) - 1) == 0 {
+            set_level(data, level + 1);
+        }
+    }
+
+    /// Updates the item's last access and counts a read without marking it fetched
+    /// (memcached's `do_item_update`, e.g. a failed add).
     pub fn refresh(&mut self, location: u32, now: UnixSecs) {
         let data = self.data_mut(location);
         data[OFFSET_STATE] |= STATE_ACCESSED;
         write_u32(data, OFFSET_ACCESS, encode_secs(now));
+        self.count_read(location);
     }
 
     /// Writes `item` (same key) back over the item at `location`: in place when its record
@@ -675,6 +749,7 @@ impl ShardState {
                 data[OFFSET_STATE] & STATE_ACCESSED,
             )
         });
+        let old_reads = replacing.map_or(0, |location| level_of(self.data(location)));
         if let Some((location, old_len, old_id, accessed)) = old {
             if old_len == len && old_id.is_some() == external {
                 let id = old_id.unwrap_or(0);
@@ -690,7 +765,10 @@ impl ShardState {
                 } else {
                     STATE_ACCESSED
                 };
-                write_record(self.data_mut(location), key, item, bits, id);
+                let reads = if keep_accessed { old_reads } else { 0 };
+                let data = self.data_mut(location);
+                write_record(data, key, item, bits, id);
+                set_level(data, reads);
                 return Some(location);
             }
         }
@@ -707,9 +785,9 @@ impl ShardState {
         } else {
             0
         };
-        let bits = match old {
-            Some((_, _, _, accessed)) if keep_accessed => accessed,
-            _ => 0,
+        let (bits, reads) = match old {
+            Some((_, _, _, accessed)) if keep_accessed => (accessed, old_reads),
+            _ => (0, 0),
         };
         self.segment_used += len;
         let Some(Some(segment)) = self.segments.get_mut(number) else {
@@ -717,6 +795,7 @@ impl ShardState {
         };
         let (offset, data) = segment.append(len);
         write_record(data, key, item, bits, id);
+        set_level(data, reads);
         let new_location = self.location(number, offset);
         if let Some((location, _, old_id, _)) = old {
             if external && old_id.is_some() {
@@ -797,6 +876,9 @@ impl ShardState {
             self.front_evicting = false;
         }
         self.fifo.retain(|&other| other != number);
+        let (offset_bits, segment_number) = (self.offset_bits, number);
+        self.recent
+            .retain(|&location| (location >> offset_bits) as usize != segment_number);
         if self.open == Some(number) {
             self.open = None;
         }
@@ -988,7 +1070,15 @@ impl ShardState {
         self.segment_used += len;
         let to = self.location(number, offset);
         if clear_accessed {
-            self.data_mut(to)[OFFSET_STATE] &= !STATE_ACCESSED;
+            let data = self.data_mut(to);
+            if data[OFFSET_STATE] & STATE_ACCESSED == 0 {
+                // Not read for a whole pass: its reads count half, or none at level 0.
+                match level_of(data) {
+                    0 => data[OFFSET_STATE] |= STATE_PASSED_UNREAD,
+                    level => set_level(data, level - 1),
+                }
+            }
+            data[OFFSET_STATE] &= !STATE_ACCESSED;
         }
         self.data_mut(from)[OFFSET_STATE] &= !STATE_EXTERNAL_VALUE;
         let hash = self.key_hash(self.key(to));
@@ -1027,8 +1117,19 @@ impl ShardState {
             self.bury(location);
             return false;
         }
+        // The miss that led to this set (if any) is the one request the item already counts
+        // as stored: its record counts the ones before.
+        let requested = u16::from(self.sketch.estimate(hash));
+        set_level(
+            self.data_mut(location),
+            level_for_reads(requested.saturating_sub(1)),
+        );
         self.account_added(item.size(), item.footprint());
         self.counters.total_items += 1;
+        if self.recent.len() == EVICTION_RECENT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(location);
         true
     }
 
@@ -1053,8 +1154,18 @@ impl ShardState {
     }
 
     fn remove_uncompacted(&mut self, location: u32) -> Header {
+        self.remove_uncompacted_counting(location, false)
+    }
+
+    /// [`ShardState::remove_uncompacted`]; when `remember`, the reads the record counted are
+    /// added to the sketch (an evicted item's past, for when it is stored again).
+    fn remove_uncompacted_counting(&mut self, location: u32, remember: bool) -> Header {
         let header = self.header(location);
         let hash = self.key_hash(self.key(location));
+        if remember {
+            let reads = reads_at_level(level_of(self.data(location)));
+            self.sketch.add(hash, reads);
+        }
         let (index, hashes) = self.index_and_hashes();
         index.remove(hash, location, |other| hashes.of(other));
         self.bury(location);
@@ -1064,9 +1175,11 @@ impl ShardState {
 
     /// Takes the next item out for eviction: first an item among the next `search` that
     /// eviction would reach that is no longer live (`true` with its header: reclaimed);
-    /// else, when `evict_live`, the first of them not accessed since it was written or
-    /// reinserted (`false`: evicted), the accessed ones before it being reinserted at the
-    /// end with the bit cleared. `None` if the shard is empty or nothing may be taken.
+    /// else, when `evict_live`, the one with the fewest reads per byte among the
+    /// [`EVICTION_WINDOW`] oldest and the [`EVICTION_RECENT`] stored last (`false`:
+    /// evicted; one of those found no longer live is reclaimed instead), the records at the
+    /// cursor before it (up to [`EVICTION_MOVES`]) being reinserted at the end with their
+    /// accessed bit cleared. `None` if the shard is empty or nothing may be taken.
     pub fn evict_next(
         &mut self,
         now: UnixSecs,
@@ -1092,26 +1205,148 @@ impl ShardState {
         if !evict_live {
             return None;
         }
-        // At most one pass of reinsertions: then every bit met has been cleared.
-        let mut second_chances = self.len();
-        loop {
-            let (number, offset) = self.evict_cursor;
-            let segment = self.segments.get(number)?.as_ref()?;
-            if offset >= segment.used {
-                return None;
-            }
-            self.front_evicting = true;
-            let location = self.location(number, offset);
-            let accessed = self.data(location)[OFFSET_STATE] & STATE_ACCESSED != 0;
-            if accessed && second_chances > 0 {
-                second_chances -= 1;
-                if self.move_record(location, true).is_some() {
-                    continue;
+        let (victim, heads_before) = self.choose_victim(now, flush)?;
+        let header = self.remove_uncompacted_counting(victim.location, !victim.dead);
+        if !victim.dead {
+            // The records the choice passed over at the oldest end: those never read (level
+            // 0, not read since written or last moved) are marked to go first (a pass
+            // unread), in place; up to EVICTION_MOVES of the others are moved on.
+            let mut passed = [0u32; EVICTION_WINDOW];
+            let mut count = 0;
+            self.walk_from_evict_cursor(
+                |_, location| {
+                    passed[count] = location;
+                    count += 1;
+                    true
+                },
+                heads_before,
+            );
+            let mut moves = 0;
+            for &location in &passed[..count] {
+                let data = self.data_mut(location);
+                if data[OFFSET_STATE] & STATE_ACCESSED == 0 && level_of(data) == 0 {
+                    data[OFFSET_STATE] |= STATE_PASSED_UNREAD;
+                } else if moves < EVICTION_MOVES {
+                    moves += 1;
+                    if self.move_record(location, true).is_none() {
+                        break;
+                    }
                 }
             }
-            let header = self.remove_uncompacted(location);
-            self.compact_if_due();
-            return Some((header, false));
+        }
+        self.front_evicting = true;
+        self.compact_if_due();
+        Some((header, victim.dead))
+    }
+
+    /// Eviction's choice: the first candidate no longer live, else the one with the fewest
+    /// requests per byte (2^read level over its footprint; ties: the oldest); with how many
+    /// of the oldest records come before it (all of them when it is not one of them). Drops
+    /// the recent entries that are gone (dead records, or eviction already past them). Each
+    /// candidate's record is read once, from its bytes: no key hashed, no index looked up.
+    fn choose_victim(&mut self, now: UnixSecs, flush: &FlushMark) -> Option<(Candidate, usize)> {
+        let mut best: Option<Candidate> = None;
+        let mut heads_before = EVICTION_WINDOW;
+        let mut consider = |shard: &ShardState, location: u32, data: &[u8]| {
+            if best.is_some_and(|best| best.dead || best.location == location) {
+                return false;
+            }
+            let candidate = shard.candidate(location, data, now, flush);
+            let better = match best {
+                None => true,
+                Some(best) => {
+                    candidate.dead
+                        || (candidate.passed_unread && !best.passed_unread)
+                        || (!best.passed_unread
+                            && denser(best.level, best.bytes, candidate.level, candidate.bytes))
+                }
+            };
+            if better {
+                best = Some(candidate);
+            }
+            better
+        };
+        let mut position = 0;
+        let mut first = true;
+        'window: for &number in &self.fifo {
+            let Some(Some(segment)) = self.segments.get(number) else {
+                continue;
+            };
+            let mut offset = if first && self.evict_cursor.0 == number {
+                self.evict_cursor.1.max(segment.first)
+            } else {
+                segment.first
+            };
+            first = false;
+            while offset < segment.used {
+                if position == EVICTION_WINDOW {
+                    break 'window;
+                }
+                let data = segment.records_at(offset);
+                let data = &data[..record_len(data)];
+                let at = offset;
+                offset += data.len();
+                if data[OFFSET_STATE] & STATE_DEAD != 0 {
+                    continue;
+                }
+                if consider(self, self.location(number, at), data) {
+                    heads_before = position;
+                }
+                position += 1;
+            }
+        }
+        let front = self.fifo.front().copied();
+        let (bits, cursor) = (self.offset_bits, self.evict_cursor);
+        let mut kept = 0;
+        for at in 0..self.recent.len() {
+            let location = self.recent[at];
+            let (number, offset) = (
+                (location >> bits) as usize,
+                (location & ((1 << bits) - 1)) as usize,
+            );
+            // Before the cursor in the oldest segment every record is dead, and its pages
+            // may have been given back (they read as zeros).
+            if Some(number) == front && number == cursor.0 && offset < cursor.1 {
+                continue;
+            }
+            let Some(data) = record_in(&self.segments, bits, location) else {
+                continue;
+            };
+            if data[OFFSET_STATE] & STATE_DEAD != 0 {
+                continue;
+            }
+            if consider(self, location, data) {
+                heads_before = EVICTION_WINDOW;
+            }
+            self.recent[kept] = location;
+            kept += 1;
+        }
+        self.recent.truncate(kept);
+        best.map(|best| (best, heads_before))
+    }
+
+    /// What eviction weighs of the record `data` at `location`: its read level, its
+    /// footprint, and whether it is no longer live.
+    fn candidate(&self, location: u32, data: &[u8], now: UnixSecs, flush: &FlushMark) -> Candidate {
+        let value_len = if data[OFFSET_STATE] & STATE_EXTERNAL_VALUE != 0 {
+            self.external_value(data).map_or(0, Bytes::len)
+        } else {
+            usize::from(read_u16(data, OFFSET_INLINE_LEN) & INLINE_LEN_MASK)
+        };
+        let has_flags = read_u16(data, OFFSET_INLINE_LEN) & INLINE_LEN_HAS_FLAGS != 0;
+        let expiry = decode_expiry(read_u32(data, OFFSET_EXPIRY));
+        let last_access = UnixSecs(u64::from(read_u32(data, OFFSET_ACCESS)));
+        Candidate {
+            location,
+            level: level_of(data),
+            passed_unread: data[OFFSET_STATE] & STATE_PASSED_UNREAD != 0,
+            bytes: item_footprint(
+                usize::from(data[OFFSET_KEY_LEN]),
+                value_len,
+                u32::from(has_flags),
+            ),
+            dead: expiry.is_expired(now)
+                || flush.flushes(last_access, read_u64(data, OFFSET_CAS), now),
         }
     }
 

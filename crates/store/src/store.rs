@@ -88,17 +88,16 @@ impl Default for StoreConfig {
 #[repr(align(128))]
 struct Shard {
     state: Mutex<ShardState>,
-    /// Last-access second of the item this shard would evict next (`u64::MAX`
-    /// if empty), readable without the lock; eviction evicts from the shard
-    /// whose next victim is oldest.
-    oldest_access: AtomicU64,
+    /// [`ShardState::eviction_rank`] (`u64::MAX` if empty), readable without the
+    /// lock; eviction evicts from the shard of the lowest (the most bytes held).
+    eviction_rank: AtomicU64,
 }
 
 impl Shard {
-    fn publish(&self, state: &mut ShardState) {
-        let oldest = state.oldest_access();
-        if self.oldest_access.load(Ordering::Relaxed) != oldest {
-            self.oldest_access.store(oldest, Ordering::Relaxed);
+    fn publish(&self, state: &ShardState) {
+        let rank = state.eviction_rank();
+        if self.eviction_rank.load(Ordering::Relaxed) != rank {
+            self.eviction_rank.store(rank, Ordering::Relaxed);
         }
     }
 }
@@ -332,6 +331,7 @@ impl Store {
         let seed = config.hash_seed;
         let shard_hasher = ahash::RandomState::with_seeds(seed, seed ^ 0x5555, seed ^ 0xaaaa, 1);
         let segment_bytes = segment_bytes_for(config.max_bytes, config.shards);
+        let share_bytes = config.max_bytes / config.shards.max(1) as u64;
         let shards = (0..config.shards)
             .map(|index| Shard {
                 state: Mutex::new(ShardState::new(
@@ -342,8 +342,9 @@ impl Store {
                         2,
                     ),
                     segment_bytes,
+                    share_bytes,
                 )),
-                oldest_access: AtomicU64::new(u64::MAX),
+                eviction_rank: AtomicU64::new(u64::MAX),
             })
             .collect();
         Ok(Store {
@@ -385,7 +386,7 @@ impl Store {
         self.last_cas.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    fn shard_index(&self, key: &[u8]) -> usize {
+    pub(crate) fn shard_index(&self, key: &[u8]) -> usize {
         (self.shard_hasher.hash_one(key) % self.shards.len() as u64) as usize
     }
 
@@ -424,16 +425,21 @@ impl Store {
         }
     }
 
-    /// Looks `key` up; a dead (expired or flushed) item is removed on the
-    /// spot and reported as absent.
+    /// Looks `key` up (a miss counted for eviction when `read`); a dead (expired or
+    /// flushed) item is removed on the spot and reported as absent.
     fn live_slot(
         &self,
         state: &mut ShardState,
         key: &[u8],
         now: UnixSecs,
         flush: &FlushMark,
+        read: bool,
     ) -> Option<u32> {
-        let slot = state.lookup(key)?;
+        let slot = if read {
+            state.lookup_counting_miss(key)
+        } else {
+            state.lookup(key)
+        }?;
         let header = state.header(slot);
         if is_live(&header, now, flush) {
             return Some(slot);
@@ -449,24 +455,26 @@ impl Store {
         None
     }
 
-    /// Evicts (or reclaims) one item from the shard whose next victim is the
-    /// oldest; ties (victims last used in the same second) go round robin, so that
-    /// the shards give up their oldest items in turn. Takes exactly one shard lock
-    /// and no other. Returns false if every shard looked empty.
+    /// Evicts (or reclaims) one item from the shard holding the most bytes; ties go
+    /// round robin. Keeping the shards equally full matters because eviction compares
+    /// requests per byte only within a shard: a shard chosen by another order (the
+    /// oldest access, before) would give up items denser than another shard's least
+    /// dense. Takes exactly one shard lock and no other. Returns false if every shard
+    /// looked empty.
     fn evict_one(&self, now: UnixSecs) -> bool {
         let count = self.shards.len();
         let first = self.evict_next_shard.fetch_add(1, Ordering::Relaxed) % count;
         let mut victim = first;
-        let mut victim_age = u64::MAX;
+        let mut victim_rank = u64::MAX;
         for offset in 0..count {
             let index = (first + offset) % count;
-            let age = self.shards[index].oldest_access.load(Ordering::Relaxed);
-            if age < victim_age {
+            let rank = self.shards[index].eviction_rank.load(Ordering::Relaxed);
+            if rank < victim_rank {
                 victim = index;
-                victim_age = age;
+                victim_rank = rank;
             }
         }
-        if victim_age == u64::MAX {
+        if victim_rank == u64::MAX {
             return false;
         }
         let shard = &self.shards[victim];
@@ -497,7 +505,7 @@ impl Store {
             }
             self.release(item.footprint());
         }
-        shard.publish(&mut state);
+        shard.publish(&state);
         // `-M`: nothing dead where eviction looks and live items are not evicted.
         taken.is_some() || self.evict_to_free
     }
@@ -563,7 +571,7 @@ impl Store {
         loop {
             let mut state = shard.state.lock();
             let flush = self.flush_mark();
-            let slot = self.live_slot(&mut state, key, now, &flush);
+            let slot = self.live_slot(&mut state, key, now, &flush, false);
             let mut current = slot.map(|slot| state.item(slot));
             let decision = plan(current.as_mut())?;
             let result = match decision {
@@ -626,7 +634,7 @@ impl Store {
                     result
                 }
             };
-            shard.publish(&mut state);
+            shard.publish(&state);
             return Ok(result);
         }
     }
@@ -658,7 +666,7 @@ impl Store {
     pub fn get(&self, key: &[u8], now: UnixSecs) -> Option<ItemView> {
         self.with_live_item(key, now, |state, slot| {
             state.bump(slot, now);
-            (state.view(slot), slot)
+            state.view(slot)
         })
     }
 
@@ -673,20 +681,19 @@ impl Store {
     ) -> Option<R> {
         self.with_live_item(key, now, |state, slot| {
             state.bump(slot, now);
-            (read(state.item_ref(slot)), slot)
+            read(state.item_ref(slot))
         })
     }
 
-    /// Runs `read` on the live item under `key` (its location) with its shard locked; `read`
-    /// returns the item's location afterwards. Publishes the shard's oldest access unless
-    /// nothing that could change it happened: no dead item removed, and the item read stayed
-    /// where it was, past where the last age scan stopped. `None` for an invalid key or no
-    /// live item.
+    /// Runs `read` on the live item under `key` (its location) with its shard locked; a miss
+    /// is counted for eviction. Publishes the shard's eviction rank only if a dead item was
+    /// removed (a read leaves its bytes as they were). `None` for an invalid key or no live
+    /// item.
     fn with_live_item<R>(
         &self,
         key: &[u8],
         now: UnixSecs,
-        read: impl FnOnce(&mut ShardState, u32) -> (R, u32),
+        read: impl FnOnce(&mut ShardState, u32) -> R,
     ) -> Option<R> {
         if validate_key(key).is_err() {
             return None;
@@ -695,17 +702,13 @@ impl Store {
         let mut state = shard.state.lock();
         let flush = self.flush_mark();
         let items_before = state.len();
-        let Some(slot) = self.live_slot(&mut state, key, now, &flush) else {
+        let Some(slot) = self.live_slot(&mut state, key, now, &flush, true) else {
             if state.len() != items_before {
-                shard.publish(&mut state);
+                shard.publish(&state);
             }
             return None;
         };
-        let (result, slot_after) = read(&mut state, slot);
-        if slot_after != slot || !state.beyond_age_scan(slot) {
-            shard.publish(&mut state);
-        }
-        Some(result)
+        Some(read(&mut state, slot))
     }
 
     /// The live item without bumping it or marking it fetched (for
@@ -734,7 +737,7 @@ impl Store {
             item.expiry = expiry;
             let slot = state.write_back(slot, &item);
             state.bump(slot, now);
-            (item.view(), slot)
+            item.view()
         })
     }
 
@@ -1196,7 +1199,7 @@ impl Store {
                     report.reclaimed += 1;
                 }
             }
-            shard.publish(&mut state);
+            shard.publish(&state);
         }
         self.trim_allocator_if_due();
         report
@@ -1294,6 +1297,7 @@ impl Store {
             stats.get_flushed += state.counters.get_flushed;
             stats.hash_buckets += state.index_slots() as u64;
             stats.hash_bytes += state.index_bytes() as u64;
+            stats.sketch_bytes += state.sketch_bytes() as u64;
         }
         stats
     }
@@ -1363,9 +1367,9 @@ impl Store {
             let state = shard.state.lock();
             state.check_invariants();
             assert_eq!(
-                shard.oldest_access.load(Ordering::Relaxed),
-                state.scan_oldest_access().0,
-                "the published oldest access is the one a scan finds now"
+                shard.eviction_rank.load(Ordering::Relaxed),
+                state.eviction_rank(),
+                "the published eviction rank is the shard's own"
             );
             footprint += state.footprint;
         }
