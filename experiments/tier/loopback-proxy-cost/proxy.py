@@ -6,8 +6,13 @@ open loop through it at RATE requests/s over 128 connections. Per setting and re
 proxy's CPU (ns, from /proc's schedstat, every thread) and its context switches per request
 over the middle of the run, and the backends' CPU per request. Settings alternate inside each
 repetition, the order rotating. With STRACE=1 each run instead counts the proxy's system calls
-by name (`strace -c -f`; counts only, the times strace reports are not used). Prints a table;
-OUT=FILE.json writes every run and the medians per setting.
+by name (`strace -c -f`; counts only, the times strace reports are not used). With
+CALLGRIND=1 the proxy runs under `valgrind --tool=callgrind` (counters zeroed after the preload;
+use a low RATE) and each run reports the proxy's user-space instructions per request, the
+callgrind output kept beside OUT. Prints a table; OUT=FILE.json writes every run and the
+medians per setting (with each run's proxy CPU divided by the backends' CPU of the same run: a
+host that runs slower for a while slows both, so the ratio compares settings across runs).
+REPLOT=FILE.json recomputes FILE's medians from its runs and rewrites it.
 
     python3 proxy.py TAILTRIM_BINARY [REPS]
 """
@@ -26,11 +31,12 @@ SETTINGS = collections.OrderedDict([
                     "--connection-choice", "avoid-slow"]),
 ])
 
-binary = sys.argv[1]
+binary = sys.argv[1] if len(sys.argv) > 1 else None
 reps = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 rate = float(os.environ.get("RATE", "800"))
 duration = float(os.environ.get("DUR", "14"))
 strace = os.environ.get("STRACE") == "1"
+callgrind = os.environ.get("CALLGRIND") == "1"
 only = os.environ.get("SETTINGS")
 names = [name for name in SETTINGS if not only or name in only.split(",")]
 
@@ -89,6 +95,9 @@ def start_proxy(name, ports, scratch):
     else:
         cmd = [binary, "proxy", "-l", f"127.0.0.1:{port}", "-s", ",".join(backends)]
         cmd += COMMON + SETTINGS[name]
+    if callgrind:
+        out = os.path.splitext(os.environ.get("OUT", "proxy"))[0] + f".{name}.callgrind"
+        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"] + cmd
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(port)
     return port, proc
@@ -109,6 +118,9 @@ def one_run(name, scratch):
     port, proxy = start_proxy(name, ports, scratch)
     bench = [binary, "bench", "-s", f"127.0.0.1:{port}", "--workload-file", WORKLOAD, "-q"]
     subprocess.run(bench + ["--preload-only"], check=True, stdout=subprocess.DEVNULL)
+    if callgrind:
+        subprocess.run(["callgrind_control", "--zero", str(proxy.pid)], check=True,
+                       stdout=subprocess.DEVNULL)
     run = subprocess.Popen(bench + ["--no-preload", "-r", str(rate), "-d", str(duration),
                                     "--warmup", "1", "-c", "128"], stdout=subprocess.DEVNULL)
     time.sleep(2)
@@ -131,17 +143,51 @@ def one_run(name, scratch):
     for b in backends:
         b.terminate(); b.wait()
     requests = rate * (t1 - t0)
-    row = {
-        "setting": name,
+    row = {"setting": name}
+    if callgrind:
+        out = os.path.splitext(os.environ.get("OUT", "proxy"))[0] + f".{name}.callgrind"
+        totals = next(line for line in open(out) if line.startswith("totals:")
+                      or line.startswith("summary:"))
+        # every request of the bench's run (warm-up included) crossed the zeroed counters
+        row["instructions_per_request"] = int(totals.split()[1]) / (rate * (duration + 1))
+    row.update({
         "proxy_cpu_us_per_request": (after[0][0] - before[0][0]) / 1e3 / requests,
         "proxy_switches_per_request": (after[0][1] - before[0][1]) / requests,
         "backends_cpu_us_per_request":
             sum(a[0] - b[0] for a, b in zip(after[1], before[1])) / 1e3 / requests,
-    }
+    })
     if tracer:
         row["syscalls_per_request"] = {k: v / requests for k, v in
                                        sorted(syscalls(summary).items(), key=lambda kv: -kv[1])}
     return row
+
+
+MEDIAN_KEYS = ("proxy_cpu_us_per_request", "proxy_switches_per_request",
+               "backends_cpu_us_per_request", "proxy_over_backends")
+
+
+def summarize(rows, order):
+    """Medians per setting, in `order`."""
+    for row in rows:
+        row["proxy_over_backends"] = (row["proxy_cpu_us_per_request"]
+                                      / row["backends_cpu_us_per_request"])
+    medians = {}
+    for name in order:
+        mine = [r for r in rows if r["setting"] == name]
+        if mine:
+            keys = MEDIAN_KEYS + (("instructions_per_request",)
+                                  if "instructions_per_request" in mine[0] else ())
+            medians[name] = {key: statistics.median(r[key] for r in mine) for key in keys}
+    return medians
+
+
+def replot(path):
+    with open(path) as source:
+        result = json.load(source)
+    order = list(dict.fromkeys(r["setting"] for r in result["runs"]))
+    result["medians"] = summarize(result["runs"], [n for n in SETTINGS if n in order])
+    with open(path, "w") as out:
+        json.dump(result, out, indent=1)
 
 
 def main():
@@ -159,20 +205,18 @@ def main():
                       f"  switches {row['proxy_switches_per_request']:5.2f}"
                       f"  backends {row['backends_cpu_us_per_request']:7.1f} us"
                       + (" | " + " ".join(f"{k} {v:.2f}" for k, v in list(calls.items())[:8])
-                         if calls else ""), flush=True)
+                         if calls else "")
+                      + (f" | {row['instructions_per_request']:.0f} instructions"
+                         if callgrind else ""), flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    medians = {}
-    for name in names:
-        mine = [r for r in rows if r["setting"] == name]
-        medians[name] = {key: statistics.median(r[key] for r in mine) for key in
-                         ("proxy_cpu_us_per_request", "proxy_switches_per_request",
-                          "backends_cpu_us_per_request")}
+    medians = summarize(rows, names)
     print("\nmedians")
     for name, m in medians.items():
         print(f"{name:18} proxy {m['proxy_cpu_us_per_request']:7.1f} us  switches "
               f"{m['proxy_switches_per_request']:5.2f}  backends "
-              f"{m['backends_cpu_us_per_request']:7.1f} us")
+              f"{m['backends_cpu_us_per_request']:7.1f} us  proxy/backends "
+              f"{m['proxy_over_backends']:.3f}")
     if os.environ.get("OUT"):
         host = {"cpu_model": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
                                    if l.startswith("model name")), ""),
@@ -182,4 +226,7 @@ def main():
                        "runs": rows, "medians": medians}, out, indent=1)
 
 
-main()
+if os.environ.get("REPLOT"):
+    replot(os.environ["REPLOT"])
+else:
+    main()
