@@ -148,7 +148,7 @@ impl ServerHandle {
 
     /// Stops accepting, closes connections and joins every thread.
     pub fn shutdown(self) {
-        self.shared.shutdown.store(true, Ordering::Release);
+        self.shared.begin_shutdown();
         for waker in &self.wakers {
             let _ = waker.wake();
         }
@@ -525,16 +525,13 @@ fn listen_enabled(shared: &Shared, disabled_since: &mut Option<std::time::Instan
 fn crawl_loop(shared: &Shared) {
     let interval = Duration::from_millis(shared.config.storage.crawl_interval_ms);
     let budget = shared.config.storage.crawl_budget;
-    let tick = Duration::from_millis(50).min(interval);
-    let mut waited = Duration::ZERO;
     while !shared.stopping() {
-        std::thread::sleep(tick);
-        waited += tick;
-        if waited >= interval {
-            waited = Duration::ZERO;
-            shared.crawler_starts.fetch_add(1, Ordering::Relaxed);
-            shared.store.crawl_expired(shared::unix_now(), budget);
+        shared.crawl_alarm.sleep(interval);
+        if shared.stopping() {
+            break;
         }
+        shared.crawler_starts.fetch_add(1, Ordering::Relaxed);
+        shared.store.crawl_expired(shared::unix_now(), budget);
     }
 }
 
@@ -608,12 +605,10 @@ fn admin_thread(listener: TcpListener, shared: Arc<Shared>) {
 /// as memcached does on SIGHUP, and with `-Z` it reloads the TLS certificates.
 pub fn run_until_signal(config: ServerConfig) -> Result<(), ServerError> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
-    let term = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let hangup = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    for signal in [SIGINT, SIGTERM, SIGUSR1] {
-        signal_hook::flag::register_usize(signal, Arc::clone(&term), signal as usize)?;
-    }
-    signal_hook::flag::register(SIGHUP, Arc::clone(&hangup))?;
+    // Registered before the start, so that a signal during it is not lost; the main thread
+    // then blocks in `forever()` (a self-pipe) instead of polling flags: an idle server's
+    // main thread sleeps until a signal comes.
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGUSR1, SIGHUP])?;
     let log_file = config.process.log_file.clone();
     let handle = start(config)?;
     tracing::info!(
@@ -622,36 +617,37 @@ pub fn run_until_signal(config: ServerConfig) -> Result<(), ServerError> {
         handle.local_addr(),
         handle.shared().udp_port.load(Ordering::Relaxed)
     );
+    let mut received = signals.forever();
     let signal = loop {
-        let signal = term.load(Ordering::Relaxed);
-        if signal != 0 {
-            break signal as i32;
+        // `forever` ends only if the iterator's handle closes it, which nothing does here.
+        let Some(signal) = received.next() else {
+            break SIGTERM;
+        };
+        if signal != SIGHUP {
+            break signal;
         }
-        if hangup.swap(false, Ordering::Relaxed) {
-            if log_file.is_empty() {
-                tracing::info!("tailtrim: SIGHUP received; no log file to reopen, still running");
-            } else {
-                match process::reopen_log_file(&log_file) {
-                    Ok(()) => tracing::info!("tailtrim: SIGHUP received, reopened {log_file}"),
-                    Err(error) => tracing::error!("tailtrim: SIGHUP: {error}"),
-                }
-            }
-            match handle.reload_auth() {
-                Ok(Some(users)) => tracing::info!("tailtrim: auth file reloaded: {users} users"),
-                Ok(None) => {}
-                Err(error) => {
-                    tracing::error!("tailtrim: {error}; the users read before stay in force")
-                }
-            }
-            match handle.reload_tls() {
-                Ok(true) => tracing::info!("tailtrim: TLS certificates reloaded"),
-                Ok(false) => {}
-                Err(error) => {
-                    tracing::error!("tailtrim: {error}; the certificates in use stay")
-                }
+        if log_file.is_empty() {
+            tracing::info!("tailtrim: SIGHUP received; no log file to reopen, still running");
+        } else {
+            match process::reopen_log_file(&log_file) {
+                Ok(()) => tracing::info!("tailtrim: SIGHUP received, reopened {log_file}"),
+                Err(error) => tracing::error!("tailtrim: SIGHUP: {error}"),
             }
         }
-        std::thread::sleep(Duration::from_millis(100));
+        match handle.reload_auth() {
+            Ok(Some(users)) => tracing::info!("tailtrim: auth file reloaded: {users} users"),
+            Ok(None) => {}
+            Err(error) => {
+                tracing::error!("tailtrim: {error}; the users read before stay in force")
+            }
+        }
+        match handle.reload_tls() {
+            Ok(true) => tracing::info!("tailtrim: TLS certificates reloaded"),
+            Ok(false) => {}
+            Err(error) => {
+                tracing::error!("tailtrim: {error}; the certificates in use stay")
+            }
+        }
     };
     if signal == SIGUSR1 {
         tracing::info!("tailtrim: graceful shutdown signal (SIGUSR1) handled, shutting down");

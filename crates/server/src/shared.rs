@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tailtrim_policy::hotkeys::{HotKeyTracker, Sampler, TrackerConfig};
 use tailtrim_store::{Store, UnixSecs};
@@ -48,6 +48,8 @@ pub struct Shared {
     pub peak_connections: AtomicU64,
     /// Passes of the background expiry crawler (`lru_crawler_starts`).
     pub crawler_starts: AtomicU64,
+    /// Where the expiry crawler sleeps between runs (rung at shutdown).
+    pub crawl_alarm: Alarm,
     /// Set once to stop every thread.
     pub shutdown: AtomicBool,
     /// TCP port actually bound (differs from config when it was 0).
@@ -166,6 +168,7 @@ impl Shared {
             time_in_listen_disabled_us: AtomicU64::new(0),
             peak_connections: AtomicU64::new(0),
             crawler_starts: AtomicU64::new(0),
+            crawl_alarm: Alarm::default(),
             shutdown: AtomicBool::new(false),
             tcp_port: AtomicU64::new(u64::from(config.server.port)),
             udp_port: AtomicU64::new(u64::from(config.server.udp_port)),
@@ -239,6 +242,43 @@ impl Shared {
     /// True once shutdown has begun.
     pub fn stopping(&self) -> bool {
         self.shutdown.load(Ordering::Acquire)
+    }
+
+    /// Begins the shutdown: [`Shared::stopping`] turns true and the background threads
+    /// sleeping on an [`Alarm`] (the crawler, the logger) wake at once to see it.
+    pub fn begin_shutdown(&self) {
+        self.shutdown.store(true, Ordering::Release);
+        self.crawl_alarm.ring();
+        self.watchers.alarm.ring();
+    }
+}
+
+/// Where a background thread sleeps between its duties: a timed wait that [`Alarm::ring`]
+/// ends at once (a shutdown, new work). A ring that comes while nobody sleeps is kept for the
+/// next [`Alarm::sleep`], so a ring just before the sleep is never lost. One sleeper per
+/// alarm. The crawler and the logger wait here rather than polling every 50 ms: an idle
+/// server's threads sleep until they have something to do (`docs/server.md`, "Background
+/// threads").
+#[derive(Debug, Default)]
+pub struct Alarm {
+    rung: parking_lot::Mutex<bool>,
+    bell: parking_lot::Condvar,
+}
+
+impl Alarm {
+    /// Sleeps until rung or until `limit` has passed; true when it was rung.
+    pub fn sleep(&self, limit: Duration) -> bool {
+        let mut rung = self.rung.lock();
+        if !*rung {
+            let _ = self.bell.wait_for(&mut rung, limit);
+        }
+        std::mem::take(&mut *rung)
+    }
+
+    /// Wakes the sleeper, or the next one to sleep.
+    pub fn ring(&self) {
+        *self.rung.lock() = true;
+        self.bell.notify_one();
     }
 }
 

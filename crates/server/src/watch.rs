@@ -85,7 +85,14 @@ pub struct Watchers {
     next_gid: AtomicU64,
     queues: Mutex<Vec<Arc<WatchQueue>>>,
     adopted: Mutex<Vec<(TcpStream, Arc<WatchQueue>)>>,
+    /// Where the logger thread sleeps while nobody watches: rung when a watcher is adopted
+    /// and at shutdown.
+    pub alarm: crate::shared::Alarm,
 }
+
+/// Longest sleep of the logger thread while nobody watches (an adopted watcher or the
+/// shutdown wakes it before).
+const IDLE_LOGGER_SLEEP: Duration = Duration::from_secs(1);
 
 /// A watcher as the logger thread holds it.
 struct Watcher {
@@ -123,6 +130,7 @@ impl Watchers {
         self.queues.lock().push(Arc::clone(&queue));
         self.active.fetch_or(mask, Ordering::Relaxed);
         self.adopted.lock().push((stream, queue));
+        self.alarm.ring();
     }
 
     fn remove(&self, gone: &Arc<WatchQueue>) {
@@ -207,14 +215,12 @@ impl Watchers {
                 }
                 alive
             });
-            let nap = if wrote {
-                Duration::from_millis(1)
-            } else if watchers.is_empty() {
-                Duration::from_millis(50)
-            } else {
-                Duration::from_millis(10)
-            };
-            std::thread::sleep(nap);
+            if watchers.is_empty() {
+                // Nobody watches: sleep until a watcher is adopted or the server stops.
+                self.alarm.sleep(IDLE_LOGGER_SLEEP);
+                continue;
+            }
+            std::thread::sleep(Duration::from_millis(if wrote { 1 } else { 10 }));
         }
     }
 }
