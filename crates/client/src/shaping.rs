@@ -334,6 +334,14 @@ impl Shaper {
 
     /// Starts the analyzer on a blocking thread when an epoch has passed.
     pub fn maybe_run_epoch(&self) {
+        self.maybe_run_epoch_stretched(|| 1);
+    }
+
+    /// Like [`Shaper::maybe_run_epoch`], the epoch `stretch()` times as long: asked only once
+    /// an epoch has passed, so the request path pays for the question only then. The pool
+    /// passes its planner's `Planner::analyzer_epochs` (`auto`: 4 while Chisel is not its
+    /// choice).
+    pub fn maybe_run_epoch_stretched(&self, stretch: impl FnOnce() -> u32) {
         let Some(epoch) = self.epoch else {
             return;
         };
@@ -341,6 +349,9 @@ impl Shaper {
             let mut started = self.epoch_started.lock();
             let elapsed = started.elapsed();
             if elapsed < epoch || self.state.running.load(Ordering::Acquire) {
+                return;
+            }
+            if elapsed < epoch.saturating_mul(stretch().max(1)) {
                 return;
             }
             *started = Instant::now();
@@ -431,5 +442,49 @@ mod tests {
             assert!(started.elapsed() >= overhead, "sleep = {sleep}");
             setup_wait(Duration::ZERO, sleep).await;
         }
+    }
+
+    /// A stretched epoch runs the analyzer only after `stretch` epochs, and the stretch is
+    /// asked for only once an epoch has passed. Lower bounds of sleeps only, plus a margin of
+    /// about 3 s that only a host stalled that long would cross.
+    #[test]
+    fn a_stretched_epoch_runs_the_analyzer_after_stretch_epochs() {
+        use super::Shaper;
+        use tailtrim_policy::auto::ANALYZER_EPOCHS_OFF_CHISEL as STRETCH_OFF_CHISEL;
+        let epoch = Duration::from_secs(1);
+        let shaper = Shaper::new(
+            2,
+            0,
+            Duration::ZERO,
+            8,
+            Some(epoch),
+            tailtrim_model::chisel_online::AnalyzerConfig::default(),
+        );
+        let started = Instant::now();
+        let mut asked = 0;
+        shaper.maybe_run_epoch_stretched(|| {
+            asked += 1;
+            STRETCH_OFF_CHISEL
+        });
+        assert_eq!(asked, 0, "asked for the stretch before an epoch passed");
+        std::thread::sleep(epoch + Duration::from_millis(50));
+        shaper.maybe_run_epoch_stretched(|| {
+            asked += 1;
+            STRETCH_OFF_CHISEL
+        });
+        assert_eq!(asked, 1);
+        assert_eq!(
+            shaper.epochs.get(),
+            0,
+            "ran after one of {STRETCH_OFF_CHISEL} epochs"
+        );
+        let stretched = epoch * STRETCH_OFF_CHISEL + Duration::from_millis(50);
+        std::thread::sleep(stretched.saturating_sub(started.elapsed()));
+        shaper.maybe_run_epoch_stretched(|| STRETCH_OFF_CHISEL);
+        assert_eq!(
+            shaper.epochs.get(),
+            1,
+            "did not run after {STRETCH_OFF_CHISEL} epochs"
+        );
     }
 }

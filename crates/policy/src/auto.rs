@@ -41,6 +41,13 @@ use crate::serverq::Discipline;
 
 /// Score of a planner expected to help (and, negated, of one expected to hurt).
 const GAIN: f64 = 0.3;
+
+/// Chisel's online analyzer epochs one analysis spans while `auto` plans with batch or the
+/// scheduler ([`Planner::analyzer_epochs`]). The analyzer (a grid of model evaluations) then
+/// only feeds the "would Chisel reshape" input, which a longer span measures as well; running
+/// it every epoch was the largest part of what `auto` cost over batch on the tier's workload
+/// (`experiments/tier/loopback-proxy-cost/`). While Chisel plans: every epoch.
+pub const ANALYZER_EPOCHS_OFF_CHISEL: u32 = 4;
 /// log2 buckets by which a bottleneck must exceed the median one to be costly (8×).
 const COSTLY_KEY_OCTAVES: usize = 3;
 /// log2 buckets by which a value must exceed the median one to be large (16×).
@@ -480,6 +487,13 @@ impl Planner for AutoPlanner {
         Some(self.chosen().name())
     }
 
+    fn analyzer_epochs(&self) -> u32 {
+        match self.decider.current() {
+            Choice::Chisel => 1,
+            Choice::Batch | Choice::Scheduler => ANALYZER_EPOCHS_OFF_CHISEL,
+        }
+    }
+
     fn gauges(&self) -> Vec<(&'static str, f64)> {
         let decider = &self.decider;
         let mut gauges = vec![
@@ -730,5 +744,26 @@ mod tests {
             "batch plans until chisel is chosen"
         );
         assert!(planner.reshaping());
+    }
+
+    #[test]
+    fn the_analyzer_spans_several_epochs_unless_chisel_plans() {
+        let mut planner = AutoPlanner::new(AutoSettings {
+            epoch_nanos: 0,
+            ..AutoSettings::default()
+        });
+        assert_eq!(planner.choice(), Some("batch"));
+        assert_eq!(planner.analyzer_epochs(), ANALYZER_EPOCHS_OFF_CHISEL);
+        // The analyzer reshapes and no elephant is costly: Chisel is chosen.
+        planner.set_shape(QueryShape {
+            merge_level: 4,
+            chunk_size: 25,
+            elephant_threshold: 20,
+        });
+        drive(&mut planner, &loaded(8, 0), 5_000, 10, |_| 100);
+        assert_eq!(planner.choice(), Some("chisel"));
+        assert_eq!(planner.analyzer_epochs(), 1);
+        // Every other planner analyzes every epoch.
+        assert_eq!(BatchPlanner::default().analyzer_epochs(), 1);
     }
 }

@@ -698,6 +698,8 @@ struct Analysis {
     latency_sum: f64,
     report: AnalysisReport,
     shapes: BTreeMap<(u32, u32), u64>,
+    /// Epochs passed since the last analysis (`Planner::analyzer_epochs` of them make one).
+    spanned: u32,
 }
 
 struct ServerState {
@@ -1009,6 +1011,7 @@ impl<'s> Sim<'s> {
                     latency_sum: 0.0,
                     report: AnalysisReport::default(),
                     shapes: BTreeMap::new(),
+                    spanned: 0,
                 })
             }
         };
@@ -1653,11 +1656,20 @@ impl<'s> Sim<'s> {
     /// The analyzer's epoch: decide, apply the shape to the planner.
     fn epoch(&mut self) {
         let measuring = self.first_measured.is_some();
+        let span = self.planner.analyzer_epochs().max(1);
         let Some(analysis) = &mut self.analysis else {
             return;
         };
+        analysis.spanned += 1;
+        if analysis.spanned < span {
+            // The counters keep accumulating: the analysis covers the whole span.
+            let next = self.now + analysis.epoch;
+            self.queue.push(next, Event::Epoch);
+            return;
+        }
+        let spanned = std::mem::take(&mut analysis.spanned);
         let mut load = std::mem::take(&mut analysis.load);
-        load.seconds = analysis.epoch.as_secs_f64();
+        load.seconds = analysis.epoch.as_secs_f64() * f64::from(spanned);
         load.client_overhead = Seconds(if analysis.setups > 0 {
             analysis.setup_nanos as f64 / analysis.setups as f64 * 1e-9
         } else {

@@ -413,3 +413,64 @@ fn a_closed_loop_keeps_one_request_per_client_in_flight() {
     );
     assert!(thinking.server_utilization[0] < 0.9);
 }
+
+/// Chisel, asking the online analyzer to span four epochs (as `auto` does while Chisel is not
+/// its choice).
+struct SpanningChisel(tailtrim_policy::chisel::ChiselPlanner);
+
+impl Planner for SpanningChisel {
+    fn name(&self) -> &'static str {
+        "test-spanning-chisel"
+    }
+    fn plan(&mut self, request: &PlanRequest<'_>, view: &dyn ClusterView) -> Vec<Action> {
+        self.0.plan(request, view)
+    }
+    fn merge_limit(&self, keys: usize) -> u32 {
+        self.0.merge_limit(keys)
+    }
+    fn shape(&self) -> Option<tailtrim_policy::planner::QueryShape> {
+        self.0.shape()
+    }
+    fn set_shape(&mut self, shape: tailtrim_policy::planner::QueryShape) {
+        self.0.set_shape(shape);
+    }
+    fn analyzer_epochs(&self) -> u32 {
+        4
+    }
+}
+
+#[test]
+fn the_online_analyzer_spans_the_epochs_its_planner_asks_for() {
+    use tailtrim_policy::chisel::{ChiselPlanner, DEFAULT_SHAPE};
+    use tailtrim_sim::cluster::OnlineAnalysis;
+    // 10,000 requests at 10,000/s: about 100 analyzer epochs of 10 ms.
+    let scenario = ClusterScenario {
+        online_analysis: Some(OnlineAnalysis {
+            epoch_secs: 0.01,
+            config: Default::default(),
+        }),
+        workload: ClusterWorkload {
+            keys_per_request: Distribution::Fixed { value: 4.0 },
+            ..ClusterWorkload::default()
+        },
+        ..single_key(4, 10_000.0, 10_000)
+    };
+    let every = run_cluster_with(&scenario, Box::new(ChiselPlanner::new(DEFAULT_SHAPE)))
+        .unwrap()
+        .analysis
+        .expect("analysis")
+        .epochs;
+    let spanning = run_cluster_with(
+        &scenario,
+        Box::new(SpanningChisel(ChiselPlanner::new(DEFAULT_SHAPE))),
+    )
+    .unwrap()
+    .analysis
+    .expect("analysis")
+    .epochs;
+    assert!(every >= 80, "{every} analyses");
+    assert!(
+        spanning.abs_diff(every / 4) <= 1,
+        "{spanning} analyses spanning 4 epochs, {every} every epoch"
+    );
+}

@@ -72,7 +72,8 @@ impl Pool {
         self.stats.multiget_keys.add(keys.len() as u64);
         let started = Instant::now();
         self.shaper.request(keys.len());
-        self.shaper.maybe_run_epoch();
+        self.shaper
+            .maybe_run_epoch_stretched(|| self.planner.lock().analyzer_epochs());
         if let Some(shape) = self.shaper.take_pending(self.config.elephant_threshold) {
             self.planner.lock().set_shape(shape);
         }

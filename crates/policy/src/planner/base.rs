@@ -130,6 +130,12 @@ pub trait Planner: Send {
     fn choice(&self) -> Option<&'static str> {
         None
     }
+    /// How many of Chisel's online analyzer epochs one analysis spans for this planner (the
+    /// runtime — the proxy, the simulator — asks once an epoch has passed, and analyzes the
+    /// load of the whole span). Default: 1, every epoch.
+    fn analyzer_epochs(&self) -> u32 {
+        1
+    }
     /// The planner's current decisions and estimates as named numbers, for stats and
     /// Prometheus (names `<planner>_<what>`). Default: none.
     fn gauges(&self) -> Vec<(&'static str, f64)> {
