@@ -12,7 +12,8 @@ use a low RATE) and each run reports the proxy's user-space instructions per req
 callgrind output kept beside OUT. Prints a table; OUT=FILE.json writes every run and the
 medians per setting (with each run's proxy CPU divided by the backends' CPU of the same run: a
 host that runs slower for a while slows both, so the ratio compares settings across runs).
-REPLOT=FILE.json recomputes FILE's medians from its runs and rewrites it.
+REPLOT=FILE.json recomputes FILE's medians from its runs and rewrites it. BUILDS=A=PATH,B=PATH
+runs every tailtrim setting once per build (named SETTING@A, SETTING@B), alternated with the rest.
 
     python3 proxy.py TAILTRIM_BINARY [REPS]
 """
@@ -39,6 +40,11 @@ strace = os.environ.get("STRACE") == "1"
 callgrind = os.environ.get("CALLGRIND") == "1"
 only = os.environ.get("SETTINGS")
 names = [name for name in SETTINGS if not only or name in only.split(",")]
+builds = dict(pair.split("=", 1) for pair in os.environ["BUILDS"].split(",")) if os.environ.get(
+    "BUILDS") else {}
+if builds:
+    names = [f"{name}@{build}" if SETTINGS[name] else name for name in names
+             for build in (builds if SETTINGS[name] else [None])]
 
 
 def free_port():
@@ -85,7 +91,9 @@ def start_backends():
 def start_proxy(name, ports, scratch):
     port = free_port()
     backends = [f"127.0.0.1:{p}" for p in ports]
-    if SETTINGS[name] is None:
+    setting, _, build = name.partition("@")
+    program = builds.get(build, binary)
+    if SETTINGS[setting] is None:
         config = os.path.join(scratch, f"{name}.yml")
         with open(config, "w") as out:
             out.write(f"lab:\n  listen: 127.0.0.1:{port}\n  hash: fnv1a_64\n"
@@ -93,8 +101,8 @@ def start_proxy(name, ports, scratch):
                       "  servers:\n" + "".join(f"   - {b}:1\n" for b in backends))
         cmd = ["nutcracker", "-c", config, "-s", str(free_port()), "-a", "127.0.0.1"]
     else:
-        cmd = [binary, "proxy", "-l", f"127.0.0.1:{port}", "-s", ",".join(backends)]
-        cmd += COMMON + SETTINGS[name]
+        cmd = [program, "proxy", "-l", f"127.0.0.1:{port}", "-s", ",".join(backends)]
+        cmd += COMMON + SETTINGS[setting]
     if callgrind:
         out = os.path.splitext(os.environ.get("OUT", "proxy"))[0] + f".{name}.callgrind"
         cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"] + cmd
@@ -184,8 +192,9 @@ def summarize(rows, order):
 def replot(path):
     with open(path) as source:
         result = json.load(source)
-    order = list(dict.fromkeys(r["setting"] for r in result["runs"]))
-    result["medians"] = summarize(result["runs"], [n for n in SETTINGS if n in order])
+    order = sorted({r["setting"] for r in result["runs"]},
+                   key=lambda name: (list(SETTINGS).index(name.partition("@")[0]), name))
+    result["medians"] = summarize(result["runs"], order)
     with open(path, "w") as out:
         json.dump(result, out, indent=1)
 
