@@ -108,6 +108,15 @@ NOT_MEASUREMENTS = (
     ("tier/loopback-bell-quiet-spell/threads.json", "wake-ups and per-thread CPU time per "
      "request of one server (the folder's threads.py; no latency recorded); host and command in "
      "the README"),
+    ("tier/loopback-asleep-threads/threads.json", "wake-ups and per-thread CPU time per request "
+     "of one server (loopback-bell-quiet-spell/threads.py; no latency recorded); command in the "
+     "README"),
+    ("tier/loopback-proxy-cost/*.json", "the proxy's CPU, context switches and system-call "
+     "counts per request by setting (the folder's proxy.py; no latency recorded); host in the "
+     "file, command in the README"),
+    ("tier/loopback-proxy-cost/*/*.json", "the proxy's CPU and callgrind instruction counts per "
+     "request by setting and build (the folder's proxy.py; no latency recorded); command in the "
+     "README"),
     ("tier/loopback-bell-quiet-spell/ab/summary.json", "ratios derived from the A/B runs' "
      "results.json beside it (the folder's ab_summary.py)"),
     ("tier/loopback-size-aware-edge/counts*.json", "strace -c counts and wake-ups per request "

@@ -26,6 +26,7 @@
 //! `docs/server.md`.
 
 pub mod affinity;
+pub mod alarm;
 pub mod auth;
 pub mod buffers;
 pub mod config;

@@ -2,11 +2,12 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use tailtrim_policy::hotkeys::{HotKeyTracker, Sampler, TrackerConfig};
 use tailtrim_store::{Store, UnixSecs};
 
+use crate::alarm::Alarm;
 use crate::config::ServerConfig;
 use crate::stats::{CounterSnapshot, SlabSnapshot, WorkerCounters};
 
@@ -250,35 +251,6 @@ impl Shared {
         self.shutdown.store(true, Ordering::Release);
         self.crawl_alarm.ring();
         self.watchers.alarm.ring();
-    }
-}
-
-/// Where a background thread sleeps between its duties: a timed wait that [`Alarm::ring`]
-/// ends at once (a shutdown, new work). A ring that comes while nobody sleeps is kept for the
-/// next [`Alarm::sleep`], so a ring just before the sleep is never lost. One sleeper per
-/// alarm. The crawler and the logger wait here rather than polling every 50 ms: an idle
-/// server's threads sleep until they have something to do (`docs/server.md`, "Background
-/// threads").
-#[derive(Debug, Default)]
-pub struct Alarm {
-    rung: parking_lot::Mutex<bool>,
-    bell: parking_lot::Condvar,
-}
-
-impl Alarm {
-    /// Sleeps until rung or until `limit` has passed; true when it was rung.
-    pub fn sleep(&self, limit: Duration) -> bool {
-        let mut rung = self.rung.lock();
-        if !*rung {
-            let _ = self.bell.wait_for(&mut rung, limit);
-        }
-        std::mem::take(&mut *rung)
-    }
-
-    /// Wakes the sleeper, or the next one to sleep.
-    pub fn ring(&self) {
-        *self.rung.lock() = true;
-        self.bell.notify_one();
     }
 }
 

@@ -87,7 +87,7 @@ pub struct Watchers {
     adopted: Mutex<Vec<(TcpStream, Arc<WatchQueue>)>>,
     /// Where the logger thread sleeps while nobody watches: rung when a watcher is adopted
     /// and at shutdown.
-    pub alarm: crate::shared::Alarm,
+    pub alarm: crate::alarm::Alarm,
 }
 
 /// Longest sleep of the logger thread while nobody watches (an adopted watcher or the
