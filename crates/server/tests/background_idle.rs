@@ -14,6 +14,8 @@
 //! At rest the crawler wakes about once in a second and the logger at most once; both used
 //! to wake every 50 ms (about 20 each in a second). A busy host only makes timers fire later.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::mpsc;
@@ -36,20 +38,7 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Voluntary context switches of this process's threads named `name`.
 fn wakeups_of(name: &str) -> u64 {
-    let tasks = std::fs::read_dir("/proc/self/task").expect("/proc/self/task");
-    tasks
-        .filter_map(Result::ok)
-        .filter(|task| {
-            std::fs::read_to_string(task.path().join("comm")).is_ok_and(|comm| comm.trim() == name)
-        })
-        .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
-        .filter_map(|status| {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix("voluntary_ctxt_switches:"))
-                .and_then(|value| value.trim().parse::<u64>().ok())
-        })
-        .sum()
+    common::wakeups_of(|comm| comm == name)
 }
 
 fn server(crawl_interval_ms: u64) -> tailtrim_server::ServerHandle {

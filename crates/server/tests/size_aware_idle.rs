@@ -19,6 +19,8 @@
 //! calls for help) the helping large worker stays parked: counted over a fixed number of
 //! sequential requests, not as time.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -58,21 +60,7 @@ fn worker_wakeups() -> u64 {
 
 /// Voluntary context switches of this process's threads whose name starts with `prefix`.
 fn wakeups_of(prefix: &str) -> u64 {
-    let tasks = std::fs::read_dir("/proc/self/task").expect("/proc/self/task");
-    tasks
-        .filter_map(Result::ok)
-        .filter(|task| {
-            std::fs::read_to_string(task.path().join("comm"))
-                .is_ok_and(|name| name.starts_with(prefix))
-        })
-        .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
-        .filter_map(|status| {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix("voluntary_ctxt_switches:"))
-                .and_then(|value| value.trim().parse::<u64>().ok())
-        })
-        .sum()
+    common::wakeups_of(|name| name.starts_with(prefix))
 }
 
 /// A size-aware server of 4 workers, 3 small and 1 large that helps (the large one is

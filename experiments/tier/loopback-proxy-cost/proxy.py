@@ -17,9 +17,11 @@ runs every tailtrim setting once per build (named SETTING@A, SETTING@B), alterna
 
     python3 proxy.py TAILTRIM_BINARY [REPS]
 """
-import collections, glob, json, os, shutil, socket, statistics, subprocess, sys, tempfile, time
+import collections, glob, json, os, shutil, statistics, subprocess, sys, tempfile, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", ".."))
+from harness import free_port, wait_port  # noqa: E402  (experiments/harness.py)
 WORKLOAD = os.path.join(HERE, "tier.toml")
 COMMON = ["-t", "1", "--timeout-ms", "20000", "--server-failure-limit", "1000000000",
           "--server-connections", "4"]
@@ -45,22 +47,6 @@ builds = dict(pair.split("=", 1) for pair in os.environ["BUILDS"].split(",")) if
 if builds:
     names = [f"{name}@{build}" if SETTINGS[name] else name for name in names
              for build in (builds if SETTINGS[name] else [None])]
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_port(port):
-    for _ in range(200):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"nothing answers on {port}")
 
 
 def tasks(pid):
