@@ -23,12 +23,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", ".."))
 from harness import free_port, wait_port  # noqa: E402  (experiments/harness.py)
 WORKLOAD = os.path.join(HERE, "tier.toml")
-COMMON = ["-t", "1", "--timeout-ms", "20000", "--server-failure-limit", "1000000000",
-          "--server-connections", "4"]
+COMMON = ["-t", "1", "--timeout-ms", "20000", "--server-failure-limit", "1000000000"]
+CONNECTIONS = "4"  # per backend, as the tier runs the proxy (a setting may give its own)
 SETTINGS = collections.OrderedDict([
     ("nutcracker", None),
     ("batch", ["--planner", "batch"]),
     ("batch+avoid-slow", ["--planner", "batch", "--connection-choice", "avoid-slow"]),
+    # batch over as many connections per backend as a priority planner reserves (one per class)
+    ("batch+5conn", ["--planner", "batch", "--server-connections", "5"]),
+    ("auto", ["--planner", "auto"]),
     ("auto+strict", ["--planner", "auto", "--priority-order", "strict"]),
     ("everything", ["--planner", "auto", "--priority-order", "strict",
                     "--connection-choice", "avoid-slow"]),
@@ -89,6 +92,8 @@ def start_proxy(name, ports, scratch):
     else:
         cmd = [program, "proxy", "-l", f"127.0.0.1:{port}", "-s", ",".join(backends)]
         cmd += COMMON + SETTINGS[setting]
+        if "--server-connections" not in SETTINGS[setting]:
+            cmd += ["--server-connections", CONNECTIONS]
     if callgrind:
         out = os.path.splitext(os.environ.get("OUT", "proxy"))[0] + f".{name}.callgrind"
         cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"] + cmd
