@@ -14,6 +14,9 @@ medians per setting (with each run's proxy CPU divided by the backends' CPU of t
 host that runs slower for a while slows both, so the ratio compares settings across runs).
 REPLOT=FILE.json recomputes FILE's medians from its runs and rewrites it. BUILDS=A=PATH,B=PATH
 runs every tailtrim setting once per build (named SETTING@A, SETTING@B), alternated with the rest.
+BACKENDS=memcached,size-aware,pinned runs every setting over each kind of backend (memcached:
+Debian's, the default; size-aware or pinned: `tailtrim serve -t 4 --dispatch KIND` of the
+binary under test, as the loopback tier runs its servers), named SETTING~KIND past the first.
 
     python3 proxy.py TAILTRIM_BINARY [REPS]
 """
@@ -50,6 +53,19 @@ builds = dict(pair.split("=", 1) for pair in os.environ["BUILDS"].split(",")) if
 if builds:
     names = [f"{name}@{build}" if SETTINGS[name] else name for name in names
              for build in (builds if SETTINGS[name] else [None])]
+BACKEND_KINDS = ("memcached", "size-aware", "pinned")
+backend_kinds = os.environ.get("BACKENDS", "memcached").split(",")
+if any(kind not in BACKEND_KINDS for kind in backend_kinds):
+    sys.exit(f"BACKENDS: each of {', '.join(BACKEND_KINDS)}")
+names = [name if kind == backend_kinds[0] else f"{name}~{kind}"
+         for name in names for kind in backend_kinds]
+
+
+def parse_name(name):
+    """(setting, build, backend kind) of a run's name: SETTING[@BUILD][~KIND]."""
+    rest, _, kind = name.partition("~")
+    setting, _, build = rest.partition("@")
+    return setting, build, kind or backend_kinds[0]
 
 
 def tasks(pid):
@@ -66,12 +82,17 @@ def tasks(pid):
     return ns, switches
 
 
-def start_backends():
+def start_backends(kind):
     ports = [free_port() for _ in range(8)]
-    procs = [subprocess.Popen(["/usr/bin/memcached", "-U", "0", "-t", "4", "-m", "256", "-p",
-                               str(port), "-l", "127.0.0.1", "-u", "root"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-             for port in ports]
+    shape = ["-t", "4", "-m", "256", "-l", "127.0.0.1"]
+    if kind == "memcached":
+        commands = [["/usr/bin/memcached", "-U", "0", "-u", "root", "-p", str(port)] + shape
+                    for port in ports]
+    else:
+        commands = [[binary, "serve", "--dispatch", kind, "-p", str(port)] + shape
+                    for port in ports]
+    procs = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for command in commands]
     for port in ports:
         wait_port(port)
     return ports, procs
@@ -80,7 +101,7 @@ def start_backends():
 def start_proxy(name, ports, scratch):
     port = free_port()
     backends = [f"127.0.0.1:{p}" for p in ports]
-    setting, _, build = name.partition("@")
+    setting, build, _ = parse_name(name)
     program = builds.get(build, binary)
     if SETTINGS[setting] is None:
         config = os.path.join(scratch, f"{name}.yml")
@@ -113,7 +134,7 @@ def syscalls(path):
 
 
 def one_run(name, scratch):
-    ports, backends = start_backends()
+    ports, backends = start_backends(parse_name(name)[2])
     port, proxy = start_proxy(name, ports, scratch)
     bench = [binary, "bench", "-s", f"127.0.0.1:{port}", "--workload-file", WORKLOAD, "-q"]
     subprocess.run(bench + ["--preload-only"], check=True, stdout=subprocess.DEVNULL)
@@ -184,7 +205,7 @@ def replot(path):
     with open(path) as source:
         result = json.load(source)
     order = sorted({r["setting"] for r in result["runs"]},
-                   key=lambda name: (list(SETTINGS).index(name.partition("@")[0]), name))
+                   key=lambda name: (list(SETTINGS).index(parse_name(name)[0]), name))
     result["medians"] = summarize(result["runs"], order)
     with open(path, "w") as out:
         json.dump(result, out, indent=1)
