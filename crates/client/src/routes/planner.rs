@@ -283,12 +283,16 @@ impl Pool {
             };
             let last_error = failed.last().map(|(_, error)| error.clone());
             failed.clear();
-            let round_keys: Inline<&[u8]> = remaining.iter().map(|&i| keys[i].as_ref()).collect();
+            // The round's keys live only while planning: not kept in the future's state.
             let Plan {
                 actions,
                 reservations,
                 merge_limit: planned_merge,
-            } = self.plan_at(&round_keys, &excluded, now);
+            } = {
+                let round_keys: Inline<&[u8]> =
+                    remaining.iter().map(|&i| keys[i].as_ref()).collect();
+                self.plan_at(&round_keys, &excluded, now)
+            };
             // Only plain `get`s merge: their replies carry nothing request-specific.
             let merge_limit = if kind == MultigetKind::Get {
                 planned_merge
@@ -310,7 +314,7 @@ impl Pool {
             }
             self.stats.fetches.add(fetches.len() as u64);
             // Each fetch's keys as positions in `keys`, worked out once for sending and matching.
-            let planned: SmallVec<[Inline<usize>; 4]> = fetches
+            let planned: Vec<Inline<usize>> = fetches
                 .iter()
                 .map(|fetch| fetch.keys.iter().map(|&i| remaining[i as usize]).collect())
                 .collect();
@@ -411,56 +415,22 @@ fn meta_multiget_values(bytes: &Bytes) -> Result<Vec<ValueItem>, String> {
     Ok(values)
 }
 
-/// Awaits `count` futures concurrently, outputs in order. Up to four (a multiget over up to
-/// four backends) are joined in place: `join_all` would allocate their futures and outputs, and
-/// `futures_util`'s `join3`/`join4` move each finished future's whole slot (the size of the
-/// future, kilobytes for a fetch) to take its output; here the futures stay pinned where they
-/// are and only the outputs move.
+/// Awaits `count` futures concurrently, outputs in order. The futures live in an allocation of
+/// their own (one box, or `join_all`'s slice), not in the caller's future: held in place (up to
+/// four inline slots, as before) they made the multiget's future ~7.7 KB, which the frontend's
+/// box copied whole for every multiget — more memory traffic than the allocation saves
+/// (`experiments/proxy/future-size/`).
 async fn join_few<F: std::future::Future>(
     mut futures: impl Iterator<Item = F>,
     count: usize,
 ) -> SmallVec<[F::Output; 4]> {
-    use std::pin::pin;
-    use std::task::Poll;
-    match count {
-        0 | 1 => match futures.next() {
-            Some(one) => smallvec::smallvec![one.await],
+    if count <= 1 {
+        return match futures.next() {
+            Some(one) => smallvec::smallvec![Box::pin(one).await],
             None => SmallVec::new(),
-        },
-        2..=4 => {
-            let mut first = pin!(futures.next());
-            let mut second = pin!(futures.next());
-            let mut third = pin!((count > 2).then(|| futures.next()).flatten());
-            let mut fourth = pin!((count > 3).then(|| futures.next()).flatten());
-            let mut outputs: [Option<F::Output>; 4] = [None, None, None, None];
-            std::future::poll_fn(|context| {
-                let pinned = [
-                    first.as_mut().as_pin_mut(),
-                    second.as_mut().as_pin_mut(),
-                    third.as_mut().as_pin_mut(),
-                    fourth.as_mut().as_pin_mut(),
-                ];
-                let mut pending = false;
-                for (future, output) in pinned.into_iter().zip(outputs.iter_mut()) {
-                    let Some(future) = future.filter(|_| output.is_none()) else {
-                        continue;
-                    };
-                    match future.poll(context) {
-                        Poll::Ready(value) => *output = Some(value),
-                        Poll::Pending => pending = true,
-                    }
-                }
-                if pending {
-                    Poll::Pending
-                } else {
-                    Poll::Ready(())
-                }
-            })
-            .await;
-            outputs.into_iter().flatten().collect()
-        }
-        _ => join_all(futures).await.into(),
+        };
     }
+    SmallVec::from_vec(join_all(futures).await)
 }
 
 /// What one fetch returns.
