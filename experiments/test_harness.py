@@ -119,6 +119,10 @@ NOT_MEASUREMENTS = (
      "README"),
     ("tier/loopback-bell-quiet-spell/ab/summary.json", "ratios derived from the A/B runs' "
      "results.json beside it (the folder's ab_summary.py)"),
+    ("proxy/future-size/ratios.json", "per-repetition ratios and sign counts derived from the "
+     "results.json beside it (proxy/ratios.py)"),
+    ("proxy/future-size/callgrind-*.json", "callgrind instruction counts and simulated cache "
+     "misses per request (proxy/callgrind.sh), not a timed run; command in the README"),
     ("tier/loopback-size-aware-edge/counts*.json", "strace -c counts and wake-ups per request "
      "of one server (the folder's count.py): counts, not a timed run; command in the README"),
     ("memory/fixed-overhead/idle.json", "an idle server's /proc/PID/smaps breakdown (no load, "
@@ -228,3 +232,19 @@ def test_the_records_check_can_fail():
     # An untimed measurement (NO_LATENCY) needs its records but no histogram.
     assert missing_records({"runs": [{"rss_kib": 1}]}, timed=False) == ["no metadata"]
     assert missing_records({"metadata": dict.fromkeys(RECORD_FIELDS, "")}, timed=False) == []
+
+
+def test_ratios_count_each_side_and_resolve_only_past_the_rule():
+    from importlib import util
+    spec = util.spec_from_file_location("ratios", os.path.join(HERE, "proxy", "ratios.py"))
+    ratios = util.module_from_spec(spec)
+    spec.loader.exec_module(ratios)
+    line = ratios.sign_line([0.9, 0.95, 1.02, 0.97, 0.99, 0.98, 0.96, 0.94, 1.1, 0.93], True, 8)
+    assert line["right_side"] == 8 and line["met"] and line["resolved"]
+    line = ratios.sign_line([0.9, 1.05, 1.02, 0.97, 0.99, 0.98, 0.96, 0.94, 1.1, 0.93], True, 8)
+    assert line["right_side"] == 7 and line["met"] and not line["resolved"]
+    # A rate line: higher is the right side; seven below 1.0 is not yet resolved against it.
+    line = ratios.sign_line([0.9, 0.95, 1.02, 0.97, 0.99, 0.98, 0.96, 1.04, 1.1, 1.03], False, 8)
+    assert line["right_side"] == 4 and not line["met"] and not line["resolved"]
+    line = ratios.sign_line([0.9, 0.95, 0.92, 0.97, 0.99, 0.98, 0.96, 0.94, 1.1, 1.03], False, 8)
+    assert line["right_side"] == 2 and line["resolved"]

@@ -160,9 +160,9 @@ impl Shared {
     }
 
     /// A multi-key read through the route tree: one outcome per key. The cluster's multiget
-    /// is boxed: its state (up to four fetches joined in place) is tens of kilobytes, and held
-    /// inline it made every request's future that large, single-key gets included, copied
-    /// whole each time a request started (most of a single get's user-space instructions).
+    /// is boxed: held inline, its state (once tens of kilobytes, ~2.7 KB since its fetches
+    /// live in an allocation of their own) made every request's future that large, single-key
+    /// gets included, copied whole each time a request started.
     async fn multiget(&self, keys: &[Bytes], kind: MultigetKind) -> Vec<KeyResult> {
         match self.leaf_only {
             true => Box::pin(self.pool.multiget_each(keys, kind)).await,
