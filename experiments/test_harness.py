@@ -119,8 +119,10 @@ NOT_MEASUREMENTS = (
      "README"),
     ("tier/loopback-bell-quiet-spell/ab/summary.json", "ratios derived from the A/B runs' "
      "results.json beside it (the folder's ab_summary.py)"),
-    ("proxy/future-size/ratios.json", "per-repetition ratios and sign counts derived from the "
+    ("proxy/*/ratios.json", "per-repetition ratios and sign counts derived from the "
      "results.json beside it (proxy/ratios.py)"),
+    ("proxy/quiet-twenty/utilisation.json", "each proxy's CPU busy share derived from the "
+     "results.json of this and earlier runs (the folder's utilisation.py)"),
     ("proxy/future-size/callgrind-*.json", "callgrind instruction counts and simulated cache "
      "misses per request (proxy/callgrind.sh), not a timed run; command in the README"),
     ("tier/loopback-size-aware-edge/counts*.json", "strace -c counts and wake-ups per request "
