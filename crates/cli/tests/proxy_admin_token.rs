@@ -14,7 +14,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{free_port, require_memcached, Program, Server};
+use common::{free_port, listener_owner, require_memcached, Program, Server};
 
 /// Bounds every wait of these tests (a hang, not a performance threshold).
 const HANG_LIMIT: Duration = Duration::from_secs(60);
@@ -27,13 +27,38 @@ struct Proxy {
 
 impl Proxy {
     /// Starts the proxy over `backend` with the admin listener on `admin_host` (a free port;
-    /// called through loopback), extra `flags` and `environment`, stderr captured.
+    /// called through loopback), extra `flags` and `environment`, stderr captured. The ports
+    /// are picked before the proxy binds them, so a test started at the same moment can be
+    /// handed the same one: a proxy that cannot bind it exits, and one whose admin port another
+    /// process listens on (a request would reach that process) is stopped; either is started
+    /// again on other ports.
     fn start(
         backend: &Server,
         admin_host: &str,
         flags: &[&str],
         environment: &[(&str, &str)],
     ) -> Proxy {
+        const ATTEMPTS: usize = 5;
+        for attempt in 1..=ATTEMPTS {
+            match Proxy::try_start(backend, admin_host, flags, environment) {
+                Ok(proxy) => return proxy,
+                Err(why) if attempt < ATTEMPTS => {
+                    eprintln!("proxy start attempt {attempt} failed ({why}); retrying");
+                }
+                Err(why) => panic!("{why}"),
+            }
+        }
+        unreachable!("the last attempt panics")
+    }
+
+    /// One start on freshly picked ports; `Err` when the proxy could not bind them or another
+    /// process owns the admin listener's port.
+    fn try_start(
+        backend: &Server,
+        admin_host: &str,
+        flags: &[&str],
+        environment: &[(&str, &str)],
+    ) -> Result<Proxy, String> {
         let listen = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let admin_port = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_tailtrim"))
@@ -53,9 +78,24 @@ impl Proxy {
             admin: SocketAddr::from(([127, 0, 0, 1], admin_port)),
         };
         let deadline = Instant::now() + HANG_LIMIT;
-        while TcpStream::connect_timeout(&proxy.admin, Duration::from_millis(200)).is_err() {
+        loop {
             if let Ok(Some(status)) = proxy.child.try_wait() {
-                panic!("tailtrim proxy exited early: {status}: {}", proxy.stderr());
+                let stderr = proxy.stderr();
+                if stderr.contains("in use") {
+                    return Err(format!("a port was taken: {stderr}"));
+                }
+                panic!("tailtrim proxy exited early: {status}: {stderr}");
+            }
+            if TcpStream::connect_timeout(&proxy.admin, Duration::from_millis(200)).is_ok() {
+                match listener_owner(admin_port) {
+                    Some(owner) if owner == proxy.child.id() => return Ok(proxy),
+                    Some(owner) => {
+                        let _ = proxy.stderr();
+                        return Err(format!("port {admin_port} is held by process {owner}"));
+                    }
+                    // The listener went away between connect and lookup: look again.
+                    None => {}
+                }
             }
             assert!(
                 Instant::now() < deadline,
@@ -63,7 +103,6 @@ impl Proxy {
             );
             std::thread::sleep(Duration::from_millis(30));
         }
-        proxy
     }
 
     /// One admin request; returns the status code and the whole reply.
