@@ -122,6 +122,12 @@ run_to experiments/bench/max-rate-summary.txt \
 run_to experiments/bench/side-by-side-summary.txt \
     "$PY" experiments/bench/summarize.py experiments/bench/side-by-side
 run "$PY" experiments/emulation-accuracy/summarize.py
+# The proxy's sign-test readings (experiments/proxy/future-size/, quiet-twenty/).
+run "$PY" experiments/proxy/ratios.py experiments/proxy/future-size/results.json \
+    --pair new/base --out experiments/proxy/future-size/ratios.json
+run "$PY" experiments/proxy/ratios.py experiments/proxy/quiet-twenty/results.json --resolve 15 \
+    --out experiments/proxy/quiet-twenty/ratios.json
+run "$PY" experiments/proxy/quiet-twenty/utilisation.py
 
 # The model (experiments/model/README.md): analytic, recomputed.
 m=experiments/model
