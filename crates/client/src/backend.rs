@@ -242,6 +242,7 @@ impl Backend {
     pub fn load_at(&self, now: Timestamp) -> BackendLoad {
         BackendLoad {
             outstanding: self.outstanding(),
+            outstanding_work_nanos: None,
             ewma_nanos: self.ewma_nanos(),
             available: self.health.lock().would_accept(now),
         }

@@ -192,6 +192,7 @@ impl ClusterView for PoolView<'_> {
             .get_or_init(|| self.pool.loads_at(self.now, self.excluded));
         loads.get(backend).copied().unwrap_or(BackendLoad {
             outstanding: 0,
+            outstanding_work_nanos: None,
             ewma_nanos: None,
             available: false,
         })

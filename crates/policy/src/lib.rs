@@ -30,7 +30,8 @@
 //! `costrel` over `costsbf`'s estimates, `sizerel` over `costrel`, `auto` over `chisel` and
 //! `costrel`),
 //! which sit above their contract ([`planner::base`]), whose grouping picks each key's replica
-//! by [`spread::ReplicaChoice`] (C3's rule, or spread over the request's replicas) over
+//! by [`spread::ReplicaChoice`] (C3's rule, spread over the request's replicas, or gathered on
+//! few of them) over
 //! [`health`]; `chisel_merge` names no other module;
 //! `dispatch` and `sizeaware`'s parts use
 //! the size-aware vocabulary and error ([`sizeaware::class`], [`sizeaware::error`]), and

@@ -122,7 +122,8 @@ pub struct ProxyArgs {
           value_parser = tailtrim_policy::lanes::ConnectionChoice::NAMES)]
     pub connection_choice: Option<String>,
     /// How batch, Rein and the cost planners pick each key's replica: c3 (the cheapest by
-    /// C3's cost) or spread (the one holding the fewest of the request's keys so far).
+    /// C3's cost), spread (the one holding the fewest of the request's keys so far) or cover
+    /// (the request's keys gathered on few backends, weighed by their backlog).
     /// Overrides `[pool] replica_choice`; default: c3.
     #[arg(long = "replica-choice", value_name = "CHOICE",
           value_parser = tailtrim_policy::spread::ReplicaChoice::NAMES)]

@@ -847,6 +847,10 @@ struct View<'a> {
     buffer: &'a [u8],
     ids: &'a [u64],
     outstanding: &'a [u32],
+    /// Mean service time of each server's queries in flight, nanoseconds.
+    outstanding_work: &'a [u64],
+    /// Mean service time of a one-key query without its value bytes, nanoseconds.
+    fetch_work: f64,
     ewma: &'a [Ewma],
     servers: usize,
 }
@@ -885,10 +889,24 @@ impl ClusterView for View<'_> {
     fn load(&self, backend: usize) -> BackendLoad {
         BackendLoad {
             outstanding: self.outstanding[backend],
+            outstanding_work_nanos: Some(self.outstanding_work[backend]),
             ewma_nanos: self.ewma[backend].value(),
             available: true,
         }
     }
+
+    fn fetch_work_nanos(&self) -> Option<f64> {
+        Some(self.fetch_work)
+    }
+}
+
+/// A query's mean service time under the scenario's cost model, what the planners see of the
+/// work in flight ([`BackendLoad::outstanding_work_nanos`]).
+fn mean_work(service: &CostSpec, query: &QueryState) -> u64 {
+    service.mean_nanos(Units {
+        keys: u64::from(query.keys),
+        bytes: query.reply_bytes,
+    }) as u64
 }
 
 struct Recorders {
@@ -927,6 +945,8 @@ struct Sim<'s> {
     servers: Vec<ServerState>,
     clients: Vec<ClientThread>,
     outstanding: Vec<u32>,
+    /// Mean service time of each server's queries in flight ([`mean_work`]), nanoseconds.
+    outstanding_work: Vec<u64>,
     ewma: Vec<Ewma>,
     client_modelled: bool,
     wants_values: bool,
@@ -1083,6 +1103,7 @@ impl<'s> Sim<'s> {
                 })
                 .collect(),
             outstanding: vec![0; scenario.servers],
+            outstanding_work: vec![0; scenario.servers],
             ewma: vec![Ewma::default(); scenario.servers],
             wants_values,
             client_modelled: !(scenario.client_send.is_zero() && scenario.client_recv.is_zero()),
@@ -1289,6 +1310,11 @@ impl<'s> Sim<'s> {
             buffer: &self.key_buffer,
             ids: &self.key_ids,
             outstanding: &self.outstanding,
+            outstanding_work: &self.outstanding_work,
+            fetch_work: self
+                .scenario
+                .service
+                .mean_nanos(Units { keys: 1, bytes: 0 }),
             ewma: &self.ewma,
             servers: self.scenario.servers,
         };
@@ -1469,6 +1495,7 @@ impl<'s> Sim<'s> {
             analysis.setup_nanos += u128::from(elapsed.0);
         }
         self.outstanding[backend] += 1;
+        self.outstanding_work[backend] += mean_work(&self.scenario.service, state);
         let delay = sample(&self.scenario.network, units, &mut self.network_rng);
         self.queue.push(self.now + delay, Event::AtServer(query));
     }
@@ -1595,6 +1622,7 @@ impl<'s> Sim<'s> {
         let keys = state.keys;
         let latency = self.now.since(state.sent);
         self.outstanding[backend] -= 1;
+        self.outstanding_work[backend] -= mean_work(&self.scenario.service, state);
         self.ewma[backend].observe(latency.0 as f64);
         if let Some(analysis) = &mut self.analysis {
             analysis

@@ -66,6 +66,19 @@ pub const SPREAD_PLANNERS: [&str; 5] = [
 ];
 /// The suffix of a planner's name that makes its replica choice spread a request's keys.
 pub const SPREAD_SUFFIX: &str = "+spread";
+/// Planners whose replica choice covers a request's keys with as few backends as it can
+/// ([`ReplicaChoice::Cover`]): a planner of [`PLANNERS`] and [`COVER_SUFFIX`]. Run only when
+/// asked for by name.
+pub const COVER_PLANNERS: [&str; 5] = [
+    "batch+cover",
+    "rein-sbf+cover",
+    "cost-sbf+cover",
+    "cost-rel+cover",
+    "size-rel+cover",
+];
+/// The suffix of a planner's name that makes its replica choice cover a request's keys with
+/// few backends.
+pub const COVER_SUFFIX: &str = "+cover";
 
 /// A planner's name without [`SIZE_AWARE_SUFFIX`], and whether it had it.
 pub fn split_size_aware(name: &str) -> (&str, bool) {
@@ -495,7 +508,10 @@ pub fn planner(setup: &Setup, name: &str) -> Result<Box<dyn Planner>, SimError> 
     let base = split_size_aware(name).0;
     let (base, replica_choice) = match base.strip_suffix(SPREAD_SUFFIX) {
         Some(base) => (base, ReplicaChoice::Spread),
-        None => (base, ReplicaChoice::C3),
+        None => match base.strip_suffix(COVER_SUFFIX) {
+            Some(base) => (base, ReplicaChoice::Cover),
+            None => (base, ReplicaChoice::C3),
+        },
     };
     let kind = PlannerKind::from_name(base).map_err(|e| SimError::Config(e.to_string()))?;
     Ok(kind.build_with(&PlannerSettings {
@@ -874,14 +890,19 @@ mod tests {
     }
 
     #[test]
-    fn spread_planners_are_their_planners_with_the_spreading_choice() {
+    fn suffixed_planners_are_their_planners_with_another_replica_choice() {
         let setup = small_setup();
-        for name in SPREAD_PLANNERS {
-            let base = name.strip_suffix(SPREAD_SUFFIX).unwrap();
-            assert!(PLANNERS.contains(&base), "{name}");
-            assert_eq!(planner(&setup, name).unwrap().name(), base);
+        for (names, suffix) in [
+            (&SPREAD_PLANNERS[..], SPREAD_SUFFIX),
+            (&COVER_PLANNERS[..], COVER_SUFFIX),
+        ] {
+            for name in names {
+                let base = name.strip_suffix(suffix).unwrap();
+                assert!(PLANNERS.contains(&base), "{name}");
+                assert_eq!(planner(&setup, name).unwrap().name(), base);
+            }
+            assert!(planner(&setup, &format!("nope{suffix}")).is_err());
         }
-        assert!(planner(&setup, "nope+spread").is_err());
     }
 
     #[test]

@@ -474,3 +474,49 @@ fn the_online_analyzer_spans_the_epochs_its_planner_asks_for() {
         "{spanning} analyses spanning 4 epochs, {every} every epoch"
     );
 }
+
+#[test]
+fn covering_replica_choice_sends_fewer_fetches_and_does_less_work() {
+    use tailtrim_policy::planner::BatchPlanner;
+    use tailtrim_policy::spread::ReplicaChoice;
+    let scenario = ClusterScenario {
+        servers: 16,
+        replicas: 3,
+        workload: ClusterWorkload {
+            keyspace: 100_000,
+            popularity: "zipf:0.99".parse().unwrap(),
+            keys_per_request: Distribution::Fixed { value: 20.0 },
+            value_bytes: Distribution::Fixed { value: 1_000.0 },
+            ..ClusterWorkload::default()
+        },
+        rate_rps: 20_000.0,
+        requests: 20_000,
+        service: CostSpec::parse("const=20us,key=5us,byte=2.5ns,dist=exp").unwrap(),
+        ..ClusterScenario::default()
+    };
+    let run = |choice| {
+        let planner = Box::new(BatchPlanner::with_replica_choice(choice));
+        run_cluster_with(&scenario, planner).unwrap()
+    };
+    let (c3, cover) = (run(ReplicaChoice::C3), run(ReplicaChoice::Cover));
+    assert_eq!(cover.keys_served, cover.keys_requested);
+    let per_request = |result: &tailtrim_sim::cluster::ClusterResult| {
+        result.fetches as f64 / result.requests as f64
+    };
+    assert!(
+        per_request(&cover) < 0.9 * per_request(&c3),
+        "fetches per request: cover {:.2}, C3 {:.2}",
+        per_request(&cover),
+        per_request(&c3)
+    );
+    let busy = |result: &tailtrim_sim::cluster::ClusterResult| {
+        result.server_utilization.iter().sum::<f64>()
+    };
+    // 20 µs of fixed work saved per fetch not sent.
+    assert!(
+        busy(&cover) < 0.95 * busy(&c3),
+        "total utilisation: cover {:.3}, C3 {:.3}",
+        busy(&cover),
+        busy(&c3)
+    );
+}

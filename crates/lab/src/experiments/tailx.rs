@@ -24,7 +24,7 @@ use tailtrim_sim::cluster::{run_cluster_with_options, ClosedLoop, ClusterResult,
 use tailtrim_sim::tailx::{
     calibrate, extra_experiments, paper_experiments, planner, reductions, scenario, short_count,
     split_size_aware, Calibration, Experiment, PlannerOutcome, Reduction, Setup, BASELINE,
-    PLANNERS, SIZE_AWARE_PLANNERS, SPREAD_PLANNERS,
+    COVER_PLANNERS, PLANNERS, SIZE_AWARE_PLANNERS, SPREAD_PLANNERS,
 };
 
 use crate::experiment::{
@@ -188,8 +188,10 @@ pub struct Args {
     /// size-rel; in the simulator also batch+minos, cost-rel+minos: the planner on servers
     /// with size-aware workers; and batch+spread, rein-sbf+spread, rein-sds+spread,
     /// cost-sbf+spread, cost-rel+spread: the planner with its replica choice spreading each
-    /// request's keys); default all but the +minos and +spread ones in the simulator, the
-    /// paper's four on the testbed.
+    /// request's keys; batch+cover, rein-sbf+cover, cost-sbf+cover, cost-rel+cover,
+    /// size-rel+cover: its keys gathered on few replicas, weighed by their estimated backlog);
+    /// default all but the +minos, +spread and +cover ones in the simulator, the paper's four
+    /// on the testbed.
     #[arg(long, value_delimiter = ',')]
     planners: Vec<String>,
     /// The servers of the +minos planners.
@@ -423,6 +425,7 @@ fn simulate(args: &Args, progress: ProgressFn<'_>) -> Result<Report, String> {
             .into_iter()
             .chain(SIZE_AWARE_PLANNERS)
             .chain(SPREAD_PLANNERS)
+            .chain(COVER_PLANNERS)
     };
     if let Some(unknown) = args
         .planners

@@ -25,6 +25,11 @@ pub trait ClusterView {
     fn replicas(&self, key: &[u8], out: &mut Vec<usize>);
     /// Load and availability of `backend`.
     fn load(&self, backend: usize) -> BackendLoad;
+    /// The estimated service time of a one-key fetch, nanoseconds, where the runtime estimates
+    /// work ([`BackendLoad::outstanding_work_nanos`]); `None` by default.
+    fn fetch_work_nanos(&self) -> Option<f64> {
+        None
+    }
 }
 
 /// One request to send to one backend.
@@ -173,9 +178,30 @@ pub fn group_with(
     let mut slot_of: smallvec::SmallVec<[u32; 16]> =
         smallvec::smallvec![u32::MAX; view.backend_count()];
     let mut unavailable: Vec<u32> = Vec::new();
+    let covered = (choice == ReplicaChoice::Cover).then(|| {
+        let replicas: Vec<smallvec::SmallVec<[usize; 4]>> = request
+            .keys
+            .iter()
+            .map(|key| {
+                view.replicas(key, scratch);
+                scratch
+                    .iter()
+                    .copied()
+                    .filter(|&backend| view.load(backend).available)
+                    .collect()
+            })
+            .collect();
+        let fetch_work = view.fetch_work_nanos();
+        crate::spread::cover(&replicas, view.backend_count(), |backend| {
+            crate::spread::backlog_nanos(&view.load(backend), fetch_work)
+        })
+    });
     for (index, key) in request.keys.iter().enumerate() {
+        let chosen_by_cover = covered.as_ref().map(|assigned| assigned[index]);
         let index = index as u32;
-        view.replicas(key, scratch);
+        if chosen_by_cover.is_none() {
+            view.replicas(key, scratch);
+        }
         let planned_on = |backend: usize| match slot_of.get(backend) {
             Some(&slot) if slot != u32::MAX => fetches[slot as usize].keys.len(),
             Some(_) => 0,
@@ -184,7 +210,11 @@ pub fn group_with(
                 .find(|f| f.backend == backend)
                 .map_or(0, |f| f.keys.len()),
         };
-        match choice.choose(scratch, planned_on, |backend| view.load(backend)) {
+        let chosen = match chosen_by_cover {
+            Some(chosen) => chosen,
+            None => choice.choose(scratch, planned_on, |backend| view.load(backend)),
+        };
+        match chosen {
             Some(backend) => {
                 let known = match slot_of.get(backend) {
                     Some(&slot) if slot != u32::MAX => Some(slot as usize),
@@ -294,6 +324,7 @@ pub(crate) mod tests {
             loads: vec![
                 BackendLoad {
                     outstanding: 0,
+                    outstanding_work_nanos: None,
                     ewma_nanos: Some(100.0),
                     available: true
                 };
@@ -329,6 +360,56 @@ pub(crate) mod tests {
             now: Timestamp(0),
         };
         BatchPlanner::default().plan(&request, view)
+    }
+
+    fn fetch_count(actions: &[Action]) -> usize {
+        actions
+            .iter()
+            .filter(|action| matches!(action, Action::Fetch(_)))
+            .count()
+    }
+
+    #[test]
+    fn cover_plans_fewer_fetches_than_c3_and_still_every_key_once() {
+        let view = view(16, 3);
+        let owned = keys(20);
+        let c3 = fetch_count(&plan(&view, &owned));
+        let mut covering = BatchPlanner::with_replica_choice(ReplicaChoice::Cover);
+        let actions = plan_with(&mut covering, &view, &owned);
+        assert!(
+            fetch_count(&actions) < c3,
+            "cover {} fetches, C3 {c3}",
+            fetch_count(&actions)
+        );
+        let mut seen = vec![0u32; owned.len()];
+        for action in &actions {
+            let Action::Fetch(fetch) = action else {
+                panic!("unexpected {action:?}");
+            };
+            let mut replicas = Vec::new();
+            for &key in &fetch.keys {
+                seen[key as usize] += 1;
+                view.replicas(&owned[key as usize], &mut replicas);
+                assert!(
+                    replicas.contains(&fetch.backend),
+                    "key {key} off its replicas"
+                );
+            }
+        }
+        assert!(seen.iter().all(|&count| count == 1), "{seen:?}");
+    }
+
+    #[test]
+    fn cover_skips_unavailable_backends() {
+        let mut view = view(8, 2);
+        view.loads[3].available = false;
+        let owned = keys(40);
+        let mut covering = BatchPlanner::with_replica_choice(ReplicaChoice::Cover);
+        for action in plan_with(&mut covering, &view, &owned) {
+            if let Action::Fetch(fetch) = action {
+                assert_ne!(fetch.backend, 3);
+            }
+        }
     }
 
     #[test]
