@@ -128,6 +128,8 @@ run "$PY" experiments/proxy/ratios.py experiments/proxy/future-size/results.json
 run "$PY" experiments/proxy/ratios.py experiments/proxy/quiet-twenty/results.json --resolve 15 \
     --out experiments/proxy/quiet-twenty/ratios.json
 run "$PY" experiments/proxy/quiet-twenty/utilisation.py
+# Issue 30's lines read from the covering replica choice's runs (experiments/tailx/sim-v10-cover/).
+run "$PY" experiments/tailx/sim-v10-cover/lines.py
 
 # The model (experiments/model/README.md): analytic, recomputed.
 m=experiments/model

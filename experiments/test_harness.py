@@ -90,6 +90,8 @@ NOT_MEASUREMENTS = (
      "folder's cpu.sh rounds and its traced read counts (no latency recorded); host and command "
      "in the file"),
     ("proxy/unheld-fetches/ratios.json", "ratios derived from the folder's results.json"),
+    ("tailx/sim-v10-cover/lines.json", "issue 30's lines as ratios, derived from the folder's "
+     "results.json files by its lines.py"),
     ("throughput/sampled-stamps/callgrind.json", "callgrind instruction counts per request "
      "(experiments/throughput/callgrind.sh), not a timed run; command and builds in the README"),
     ("throughput/sampled-stamps/strace.json", "strace -c system-call counts per request, not a "
