@@ -564,6 +564,10 @@ pub struct ClusterRunOptions {
     /// its own items: [`Planner::observe_value`] for each key of the request), instead of
     /// learning sizes from replies only.
     pub planner_knows_sizes: bool,
+    /// The planner sees no estimate of the work in flight at each server
+    /// ([`BackendLoad::outstanding_work_nanos`] `None`), as the proxy does not: a replica
+    /// choice that weighs backlogs falls back on outstanding requests and latency.
+    pub hide_work: bool,
 }
 
 /// Runs `scenario` with a planner instance and `options`.
@@ -849,8 +853,9 @@ struct View<'a> {
     outstanding: &'a [u32],
     /// Mean service time of each server's queries in flight, nanoseconds.
     outstanding_work: &'a [u64],
-    /// Mean service time of a one-key query without its value bytes, nanoseconds.
-    fetch_work: f64,
+    /// Mean service time of a one-key query without its value bytes, nanoseconds (`None`: the
+    /// work in flight is hidden, [`ClusterRunOptions::hide_work`]).
+    fetch_work: Option<f64>,
     ewma: &'a [Ewma],
     servers: usize,
 }
@@ -889,14 +894,14 @@ impl ClusterView for View<'_> {
     fn load(&self, backend: usize) -> BackendLoad {
         BackendLoad {
             outstanding: self.outstanding[backend],
-            outstanding_work_nanos: Some(self.outstanding_work[backend]),
+            outstanding_work_nanos: self.fetch_work.map(|_| self.outstanding_work[backend]),
             ewma_nanos: self.ewma[backend].value(),
             available: true,
         }
     }
 
     fn fetch_work_nanos(&self) -> Option<f64> {
-        Some(self.fetch_work)
+        self.fetch_work
     }
 }
 
@@ -1311,10 +1316,11 @@ impl<'s> Sim<'s> {
             ids: &self.key_ids,
             outstanding: &self.outstanding,
             outstanding_work: &self.outstanding_work,
-            fetch_work: self
-                .scenario
-                .service
-                .mean_nanos(Units { keys: 1, bytes: 0 }),
+            fetch_work: (!self.options.hide_work).then(|| {
+                self.scenario
+                    .service
+                    .mean_nanos(Units { keys: 1, bytes: 0 })
+            }),
             ewma: &self.ewma,
             servers: self.scenario.servers,
         };

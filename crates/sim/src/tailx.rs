@@ -167,6 +167,10 @@ pub struct Setup {
     /// own items), not only the sizes of the replies they saw.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub planner_knows_sizes: bool,
+    /// Planners see no estimate of the servers' work in flight, as the proxy does not
+    /// ([`ClusterRunOptions::hide_work`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hide_work: bool,
     /// Each run splits the time of the requests without a large value
     /// ([`PlannerOutcome::small_tail`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -253,6 +257,7 @@ impl Default for Setup {
             closed_loop: None,
             server_queue: ServerQueue::Planner,
             planner_knows_sizes: false,
+            hide_work: false,
             small_tail_decomposition: false,
             size_aware: None,
         }
@@ -265,6 +270,7 @@ impl Setup {
         ClusterRunOptions {
             small_tail_decomposition: self.small_tail_decomposition,
             planner_knows_sizes: self.planner_knows_sizes,
+            hide_work: self.hide_work,
         }
     }
 }

@@ -136,6 +136,7 @@ fn large_values(planner: &str, large_request_share: f64) -> ClusterResult {
     let options = ClusterRunOptions {
         small_tail_decomposition: true,
         planner_knows_sizes: true,
+        ..ClusterRunOptions::default()
     };
     run_cluster_with_options(&scenario, kind.build(), options).unwrap()
 }

@@ -100,6 +100,10 @@ pub struct Args {
     /// knows of its own items), instead of learning sizes from the replies they saw.
     #[arg(long)]
     planner_knows_sizes: bool,
+    /// Planners see no estimate of the servers' work in flight (the proxy's view): the
+    /// `+cover` replica choice then weighs a backlog as (outstanding + 1) × latency.
+    #[arg(long)]
+    hide_work: bool,
     /// Split the time of the requests without a large value along their slowest opset
     /// (waiting behind opsets holding a large value, behind others, service, the rest).
     #[arg(long)]
@@ -412,6 +416,7 @@ fn simulate(args: &Args, progress: ProgressFn<'_>) -> Result<Report, String> {
         }),
         server_queue,
         planner_knows_sizes: args.planner_knows_sizes,
+        hide_work: args.hide_work,
         small_tail_decomposition: args.decompose_small_tail,
         size_aware: args
             .planners

@@ -59,10 +59,12 @@ use tailtrim_bench::workload::{
     Arrival, OpKind, OperationSpec, PoolSpec, Popularity, WorkloadSpec,
 };
 use tailtrim_bench::{preload, run_detailed, RunConfig};
-use tailtrim_sim::cluster::run_cluster_with;
+use tailtrim_policy::spread::ReplicaChoice;
+use tailtrim_sim::cluster::{run_cluster_with_options, ClusterRunOptions};
 use tailtrim_sim::tailx::{
     calibrate, extra_experiments, paper_experiments, planner, reductions, scenario, Calibration,
-    Experiment, Mix, PlannerOutcome, Reduction, Setup, BASELINE, PLANNERS,
+    Experiment, Mix, PlannerOutcome, Reduction, Setup, BASELINE, COVER_PLANNERS, COVER_SUFFIX,
+    PLANNERS,
 };
 
 use super::common::tailtrim_binary;
@@ -378,12 +380,18 @@ fn simulate(
     planners
         .iter()
         .map(|&name| {
-            let simulated = proxy_planner(name);
+            let simulated = twin_planner(name);
             let scenario = scenario(setup, experiment, simulated, rate, experiment.requests)
                 .map_err(|e| e.to_string())?;
-            let result = run_cluster_with(
+            // The proxies estimate no work in flight: neither does the twin.
+            let options = ClusterRunOptions {
+                hide_work: true,
+                ..ClusterRunOptions::default()
+            };
+            let result = run_cluster_with_options(
                 &scenario,
                 planner(setup, simulated).map_err(|e| e.to_string())?,
+                options,
             )
             .map_err(|e| e.to_string())?;
             Ok(PlannerOutcome {
@@ -438,17 +446,19 @@ pub const AA_GAUGE: &str = "batch-aa";
 
 /// The planners `options` selects, in [`PLANNERS`]' order (the A/A gauge right after batch).
 fn selected_planners(options: &Options) -> Result<Vec<&'static str>, String> {
+    let known = || PLANNERS.iter().chain(&COVER_PLANNERS);
     if let Some(unknown) = options
         .planners
         .iter()
-        .find(|p| !PLANNERS.contains(&p.as_str()) && p.as_str() != AA_GAUGE)
+        .find(|p| !known().any(|k| k == p) && p.as_str() != AA_GAUGE)
     {
         return Err(format!(
-            "unknown planner {unknown:?} (one of {}, {AA_GAUGE})",
-            PLANNERS.join(", ")
+            "unknown planner {unknown:?} (one of {}, {AA_GAUGE}, or one of {})",
+            PLANNERS.join(", "),
+            COVER_PLANNERS.join(", ")
         ));
     }
-    let gauged = PLANNERS.iter().flat_map(|&p| {
+    let gauged = known().flat_map(|&p| {
         let gauge = (p == "batch").then_some(AA_GAUGE);
         std::iter::once(p).chain(gauge)
     });
@@ -496,11 +506,21 @@ fn gated_bed(options: &Options) -> Result<Bed, String> {
 }
 
 /// The planner a proxy runs for a testbed name (the A/A gauge's second batch is batch).
-fn proxy_planner(name: &str) -> &str {
+/// The planner the simulator twin runs for a testbed planner's name (the A/A gauge is batch).
+fn twin_planner(name: &str) -> &str {
     if name == AA_GAUGE {
         "batch"
     } else {
         name
+    }
+}
+
+/// The proxy's `--planner` and `--replica-choice` for a testbed planner's name.
+fn proxy_planner(name: &str) -> (&str, &'static str) {
+    let name = twin_planner(name);
+    match name.strip_suffix(COVER_SUFFIX) {
+        Some(base) => (base, ReplicaChoice::Cover.name()),
+        None => (name, ReplicaChoice::C3.name()),
     }
 }
 
@@ -559,13 +579,16 @@ fn measure(bed: &Bed, progress: ProgressFn<'_>) -> Result<Report, String> {
     let backends: Vec<String> = servers.iter().map(Process::address).collect();
     let mut proxies = Vec::new();
     for &name in planners {
+        let (proxy_planner, replica_choice) = proxy_planner(name);
         let extra: Vec<String> = [
             "--admin",
             "off",
             "-r",
             &setup.replicas.min(options.servers).to_string(),
             "--planner",
-            proxy_planner(name),
+            proxy_planner,
+            "--replica-choice",
+            replica_choice,
             "-t",
             "1",
             "--backend-window",
@@ -1421,8 +1444,10 @@ mod tests {
             selected_planners(&options).expect("three"),
             vec!["batch", AA_GAUGE, "cost-sbf"]
         );
-        assert_eq!(proxy_planner(AA_GAUGE), "batch");
-        assert_eq!(proxy_planner("rein-sbf"), "rein-sbf");
+        assert_eq!(proxy_planner(AA_GAUGE), ("batch", "c3"));
+        assert_eq!(proxy_planner("rein-sbf"), ("rein-sbf", "c3"));
+        assert_eq!(proxy_planner("batch+cover"), ("batch", "cover"));
+        assert_eq!(twin_planner("batch+cover"), "batch+cover");
     }
 
     #[test]
