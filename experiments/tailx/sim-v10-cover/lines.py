@@ -9,7 +9,9 @@ import json
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODELS = ("paper-like", "default")
+# hidden-work: the paper-like model with the planners blind to the work in flight (the proxy's
+# view, `--hide-work`); no Rein-SBF run there.
+MODELS = ("paper-like", "default", "hidden-work")
 SEEDS = (1, 2, 3)
 OURS = "size-rel+cover"
 # Every class the results report: overall, requests without / with a large value, and (in the
@@ -34,7 +36,7 @@ def lines():
             for experiment in read(model, seed)["experiments"]:
                 mix = experiment["experiment"]["name"]
                 by = {o["planner"]: o for o in experiment["outcomes"]}
-                batch, rein = by["batch"], by["rein-sbf"]
+                batch, rein = by["batch"], by.get("rein-sbf", {})
                 for name, o in by.items():
                     rows.append({
                         "model": model, "seed": seed, "mix": mix, "planner": name,
