@@ -23,7 +23,8 @@
 //!     └─ outstanding -= 1
 //! ```
 //!
-//! `outstanding` counts a request from its [`Reservation`] to its verdict: `call_*` reserve on
+//! `outstanding` (and `outstanding_keys`, its keys) counts a request from its [`Reservation`]
+//! to its verdict: `call_*` reserve on
 //! entry, and a multiget reserves each fetch when the plan is made
 //! ([`crate::pool::Pool::plan_at`]), so the requests still waiting for a query slot, their
 //! setup, the delay queue or the gate already weigh on the next plan's replica choice.
@@ -176,6 +177,8 @@ pub struct Backend {
     /// Reply latency and when a reply last refreshed it.
     ewma: Mutex<(Ewma, Option<Timestamp>)>,
     outstanding: AtomicU32,
+    /// Keys of the outstanding requests.
+    outstanding_keys: AtomicU32,
     gate: Option<Gate>,
     /// A [`Priorities`] as its `u8`.
     priorities: AtomicU8,
@@ -199,6 +202,7 @@ impl Backend {
             health: Mutex::new(HealthTracker::new(settings.health)),
             ewma: Mutex::new((Ewma::new(settings.ewma_alpha), None)),
             outstanding: AtomicU32::new(0),
+            outstanding_keys: AtomicU32::new(0),
             gate: (settings.window > 0).then(|| Gate::new(settings.window, settings.gate_order)),
             priorities: AtomicU8::new(0),
             stats: BackendStats::default(),
@@ -227,6 +231,11 @@ impl Backend {
         self.outstanding.load(Ordering::Relaxed)
     }
 
+    /// Keys of the requests counted in [`Backend::outstanding`].
+    pub fn outstanding_keys(&self) -> u32 {
+        self.outstanding_keys.load(Ordering::Relaxed)
+    }
+
     /// True unless the down-host tracker has it down (or probing).
     pub fn is_up(&self) -> bool {
         self.health.lock().is_up()
@@ -242,7 +251,7 @@ impl Backend {
     pub fn load_at(&self, now: Timestamp) -> BackendLoad {
         BackendLoad {
             outstanding: self.outstanding(),
-            outstanding_work_nanos: None,
+            outstanding_work: None,
             ewma_nanos: self.ewma_nanos(),
             available: self.health.lock().would_accept(now),
         }
@@ -269,11 +278,20 @@ impl Backend {
         estimate.1 = Some(at);
     }
 
-    /// Counts one request as outstanding until the reservation is dropped; pass it to
-    /// [`Backend::call_reserved`], or drop it if the request is not sent after all.
+    /// Counts one request of one key as outstanding until the reservation is dropped; pass it
+    /// to [`Backend::call_reserved`], or drop it if the request is not sent after all.
     pub fn reserve(&self) -> Reservation<'_> {
+        self.reserve_keys(1)
+    }
+
+    /// [`Backend::reserve`] for a request of `keys` keys.
+    pub fn reserve_keys(&self, keys: u32) -> Reservation<'_> {
         self.outstanding.fetch_add(1, Ordering::Relaxed);
-        Reservation { backend: self }
+        self.outstanding_keys.fetch_add(keys, Ordering::Relaxed);
+        Reservation {
+            backend: self,
+            keys,
+        }
     }
 
     /// The ageing a classed request carries to this backend (`mg … p<class>a<overtakes>`):
@@ -588,6 +606,7 @@ impl Backend {
 #[must_use = "the request counts as outstanding only while the reservation lives"]
 pub struct Reservation<'a> {
     backend: &'a Backend,
+    keys: u32,
 }
 
 impl Reservation<'_> {
@@ -600,6 +619,9 @@ impl Reservation<'_> {
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
         self.backend.outstanding.fetch_sub(1, Ordering::Relaxed);
+        self.backend
+            .outstanding_keys
+            .fetch_sub(self.keys, Ordering::Relaxed);
     }
 }
 

@@ -19,6 +19,7 @@ use tailtrim_policy::drr::CLASSES;
 use tailtrim_policy::health::{settle_estimates, BackendLoad, LatencyEstimate, Timestamp};
 use tailtrim_policy::planner::{Action, ClusterView, PlanRequest, Planner, QueryShape};
 use tailtrim_policy::ring::Ring;
+use tailtrim_policy::spread::ReplicaChoice;
 use tailtrim_proto::compose;
 use tailtrim_proto::meta::Priority;
 
@@ -190,12 +191,29 @@ impl ClusterView for PoolView<'_> {
         let loads = self
             .loads
             .get_or_init(|| self.pool.loads_at(self.now, self.excluded));
-        loads.get(backend).copied().unwrap_or(BackendLoad {
+        let mut load = loads.get(backend).copied().unwrap_or(BackendLoad {
             outstanding: 0,
-            outstanding_work_nanos: None,
+            outstanding_work: None,
             ewma_nanos: None,
             available: false,
-        })
+        });
+        let settings = &self.pool.config.planner_settings;
+        if settings.replica_choice != ReplicaChoice::Cover {
+            return load;
+        }
+        if let Some(server) = self.pool.backends.get(backend) {
+            // Keys in flight plus a fixed cost per request, in keys: what the covering replica
+            // choice weighs backends by.
+            let per_request = settings.fetch_cost_keys;
+            load.outstanding_work = Some(
+                f64::from(load.outstanding) * per_request + f64::from(server.outstanding_keys()),
+            );
+        }
+        load
+    }
+
+    fn fetch_work(&self) -> Option<f64> {
+        Some(self.pool.config.planner_settings.fetch_cost_keys + 1.0)
     }
 }
 
@@ -389,7 +407,9 @@ impl Pool {
         let reservations = actions
             .iter()
             .filter_map(|action| match action {
-                Action::Fetch(fetch) => Some(self.backends[fetch.backend].reserve()),
+                Action::Fetch(fetch) => {
+                    Some(self.backends[fetch.backend].reserve_keys(fetch.keys.len() as u32))
+                }
                 Action::Unavailable { .. } => None,
             })
             .collect();

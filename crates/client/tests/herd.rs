@@ -371,3 +371,62 @@ fn a_planned_fetch_counts_as_outstanding_before_it_is_sent() {
         );
     }
 }
+
+#[test]
+fn a_covering_plan_weighs_backends_by_their_keys_in_flight() {
+    use tailtrim_policy::spread::ReplicaChoice;
+    let servers = (1..=BACKENDS)
+        .map(|port| ServerSpec::parse(&format!("127.0.0.1:{port}:1")).expect("server line"))
+        .collect();
+    let mut config = PoolConfig::new("cover", servers);
+    config.replicas = BACKENDS;
+    config.planner_settings.replica_choice = ReplicaChoice::Cover;
+    let pool = Pool::new(config).expect("pool");
+    let at = Timestamp::from_nanos(SECOND);
+    for backend in pool.backends() {
+        backend.observe_latency(MILLI as f64, at);
+    }
+    let keys = |range: std::ops::Range<u32>| -> Vec<Vec<u8>> {
+        range.map(|i| format!("key:{i}").into_bytes()).collect()
+    };
+    let fetches = |plan: &Plan<'_>| -> Vec<(usize, usize)> {
+        plan.actions
+            .iter()
+            .map(|action| match action {
+                Action::Fetch(fetch) => (fetch.backend, fetch.keys.len()),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect()
+    };
+    // Every backend holds every key: a 30-key request is one fetch.
+    let elephant = keys(0..30);
+    let refs: Vec<&[u8]> = elephant.iter().map(Vec::as_slice).collect();
+    let big = pool.plan_at(&refs, &[], at);
+    let [(busy, 30)] = fetches(&big)[..] else {
+        panic!("one fetch of 30 keys expected: {:?}", fetches(&big));
+    };
+    assert_eq!(pool.backends()[busy].outstanding_keys(), 30);
+    // Six one-key requests go to the other three backends, two each.
+    let mut small = Vec::new();
+    for key in keys(100..106) {
+        let plan = pool.plan_at(&[key.as_slice()], &[], at);
+        assert_ne!(
+            fetches(&plan)[0].0,
+            busy,
+            "a one-key request joined the 30 keys"
+        );
+        small.push(plan);
+    }
+    // Now `busy` has one request in flight and the others two each: counted by requests it is
+    // the least loaded, counted by keys (3 per request + its keys: 33 against 8) the most.
+    let mice = keys(200..205);
+    let refs: Vec<&[u8]> = mice.iter().map(Vec::as_slice).collect();
+    let next = pool.plan_at(&refs, &[], at);
+    assert!(
+        fetches(&next).iter().all(|&(backend, _)| backend != busy),
+        "{:?} went to the backend with 30 keys in flight",
+        fetches(&next)
+    );
+    drop((big, small, next));
+    assert!(pool.backends().iter().all(|b| b.outstanding_keys() == 0));
+}

@@ -231,10 +231,11 @@ impl Default for Ewma {
 pub struct BackendLoad {
     /// Requests sent and not yet answered.
     pub outstanding: u32,
-    /// The service time those requests are estimated to need, nanoseconds (`None`: the
-    /// runtime does not estimate it, as the proxy does not). The simulator sums each in-flight
-    /// fetch's mean service time under its cost model (an oracle of T_S and T_L).
-    pub outstanding_work_nanos: Option<u64>,
+    /// The work those requests are estimated to need, in the runtime's unit (`None`: not
+    /// estimated). The simulator sums each in-flight fetch's mean service time in nanoseconds
+    /// under its cost model (an oracle of T_S and T_L); the client and proxy count each one's
+    /// keys plus a fixed cost per fetch in keys (`[pool] fetch_cost_keys`).
+    pub outstanding_work: Option<f64>,
     /// EWMA of reply latency in nanoseconds (`None` before the first reply).
     pub ewma_nanos: Option<f64>,
     /// False when the down-host tracker says to skip it.
@@ -420,19 +421,19 @@ mod tests {
         let loads = [
             BackendLoad {
                 outstanding: 4,
-                outstanding_work_nanos: None,
+                outstanding_work: None,
                 ewma_nanos: Some(100.0),
                 available: true,
             },
             BackendLoad {
                 outstanding: 0,
-                outstanding_work_nanos: None,
+                outstanding_work: None,
                 ewma_nanos: Some(300.0),
                 available: true,
             },
             BackendLoad {
                 outstanding: 0,
-                outstanding_work_nanos: None,
+                outstanding_work: None,
                 ewma_nanos: Some(10.0),
                 available: false,
             },
@@ -443,7 +444,7 @@ mod tests {
         // Equal cost: preference order wins.
         let equal = BackendLoad {
             outstanding: 1,
-            outstanding_work_nanos: None,
+            outstanding_work: None,
             ewma_nanos: Some(50.0),
             available: true,
         };
@@ -454,7 +455,7 @@ mod tests {
     fn the_queue_term_is_cubic_so_a_cheaper_estimate_buys_only_a_short_queue() {
         let load = |outstanding, ewma| BackendLoad {
             outstanding,
-            outstanding_work_nanos: None,
+            outstanding_work: None,
             ewma_nanos: Some(ewma),
             available: true,
         };

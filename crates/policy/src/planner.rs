@@ -53,7 +53,7 @@ pub const PLANNER_NAMES: [&str; 10] = [
 ];
 
 /// Settings of the planners that have any.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PlannerSettings {
     /// `tailx`.
     pub tailx: TailxSettings,
@@ -64,6 +64,26 @@ pub struct PlannerSettings {
     /// How batch, Rein, `cost-sbf`, `cost-rel` and `size-rel` pick each key's replica within a
     /// request's plan ([`crate::spread`]; TailX, Chisel and auto always use C3's rule).
     pub replica_choice: ReplicaChoice,
+    /// The fixed cost of one fetch at a backend, in keys: the client and proxy estimate a
+    /// backend's work in flight as its keys in flight plus this much per request, which the
+    /// covering replica choice weighs backends by.
+    pub fetch_cost_keys: f64,
+}
+
+/// Default of [`PlannerSettings::fetch_cost_keys`]: a fetch's fixed cost is a few keys' (2–4 in
+/// the simulated and emulated cost models: `const=20us` against 5–7.5 µs per key).
+pub const DEFAULT_FETCH_COST_KEYS: f64 = 3.0;
+
+impl Default for PlannerSettings {
+    fn default() -> Self {
+        PlannerSettings {
+            tailx: TailxSettings::default(),
+            cost_sbf: CostSbfSettings::default(),
+            cost_rel: CostRelSettings::default(),
+            replica_choice: ReplicaChoice::default(),
+            fetch_cost_keys: DEFAULT_FETCH_COST_KEYS,
+        }
+    }
 }
 
 /// Selectable planners.

@@ -9,7 +9,8 @@
 //!   all keys of a request at once
 //!     cover:  greedy set cover: the backend b with the most unplanned keys per backlog(b)
 //!             takes them all, until every key is planned; backlog(b) = estimated work in
-//!             flight + one fetch's (simulator), or (outstanding + 1) × EWMA (proxy)
+//!             flight + one fetch's (simulator: mean service; client and proxy: keys in
+//!             flight + fetch_cost_keys per fetch), or (outstanding + 1) × EWMA
 //! ```
 //!
 //! Every fetch costs a server a fixed amount besides its keys (parsing, a system call, a
@@ -104,21 +105,21 @@ impl ReplicaChoice {
     }
 }
 
-/// What one more fetch to a backend is expected to cost, for [`cover`]'s weighing, in
-/// nanoseconds: where the runtime estimates work, the work outstanding there plus one fetch's
-/// service (`fetch_work`); otherwise C3's queue term without its cube, (outstanding + 1) × the
-/// latency estimate (1 ns before the first reply).
-pub fn backlog_nanos(load: &BackendLoad, fetch_work: Option<f64>) -> f64 {
-    match (load.outstanding_work_nanos, fetch_work) {
-        (Some(outstanding), Some(fetch)) => outstanding as f64 + fetch.max(1.0),
+/// What one more fetch to a backend is expected to cost, for [`cover`]'s weighing: where the
+/// runtime estimates work, the work outstanding there plus one fetch's (`fetch_work`, in the
+/// same unit); otherwise C3's queue term without its cube, (outstanding + 1) × the latency
+/// estimate in nanoseconds (1 ns before the first reply). Only ratios between backends matter.
+pub fn backlog(load: &BackendLoad, fetch_work: Option<f64>) -> f64 {
+    match (load.outstanding_work, fetch_work) {
+        (Some(outstanding), Some(fetch)) => outstanding + fetch.max(f64::MIN_POSITIVE),
         _ => (f64::from(load.outstanding) + 1.0) * load.ewma_nanos.unwrap_or(1.0).max(1.0),
     }
 }
 
 /// Greedy weighted set cover of one request's keys: `replicas[i]` holds key `i`'s available
 /// replicas; the answer gives each key its backend (`None`: no replica). Each round takes the
-/// backend with the most keys not yet assigned per nanosecond of `cost_of` (its backlog,
-/// [`backlog_nanos`]; ties to the lower backend id) and gives it all of them. Fewer fetches
+/// backend with the most keys not yet assigned per unit of `cost_of` (its backlog,
+/// [`backlog`]; ties to the lower backend id) and gives it all of them. Fewer fetches
 /// per request means less fixed work per request at the servers, and weighing by the backlog
 /// keeps the keys off a server busy with a large value when another copy is idle.
 pub fn cover(
@@ -170,7 +171,7 @@ mod tests {
     fn load(outstanding: u32) -> BackendLoad {
         BackendLoad {
             outstanding,
-            outstanding_work_nanos: None,
+            outstanding_work: None,
             ewma_nanos: Some(100.0),
             available: true,
         }
@@ -227,15 +228,15 @@ mod tests {
     #[test]
     fn backlog_is_estimated_work_where_known_and_c3s_linear_term_otherwise() {
         let mut busy = load(3);
-        assert_eq!(backlog_nanos(&busy, Some(25.0)), 400.0, "(3 + 1) × 100 ns");
-        busy.outstanding_work_nanos = Some(5_000);
-        assert_eq!(backlog_nanos(&busy, Some(25.0)), 5_025.0);
-        assert_eq!(backlog_nanos(&busy, None), 400.0, "no fetch estimate");
+        assert_eq!(backlog(&busy, Some(25.0)), 400.0, "(3 + 1) × 100 ns");
+        busy.outstanding_work = Some(5_000.0);
+        assert_eq!(backlog(&busy, Some(25.0)), 5_025.0);
+        assert_eq!(backlog(&busy, None), 400.0, "no fetch estimate");
         let fresh = BackendLoad {
             ewma_nanos: None,
             ..load(0)
         };
-        assert_eq!(backlog_nanos(&fresh, None), 1.0);
+        assert_eq!(backlog(&fresh, None), 1.0);
     }
 
     #[test]

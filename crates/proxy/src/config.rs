@@ -397,8 +397,14 @@ pub struct PoolSection {
     /// `spread` (each key to the replica holding the fewest of the request's keys so far, ties
     /// by C3's cost: a 2-key request is not put on one server when its keys have replicas
     /// apart, which strict Rein-SBF's ranking by the bottleneck's key count needs;
-    /// `experiments/tailx/sim-v9-spread/`). TailX, Chisel and auto always use C3's.
+    /// `experiments/tailx/sim-v9-spread/`) or `cover` (the request's keys gathered on few
+    /// backends, each weighed by its keys in flight plus `fetch_cost_keys` per request:
+    /// fewer fetches per multiget; `experiments/tailx/sim-v10-cover/`). TailX, Chisel and auto
+    /// always use C3's.
     pub replica_choice: String,
+    /// The fixed cost of one request at a backend, counted in keys, for `replica_choice =
+    /// "cover"`'s estimate of each backend's work in flight (default 3).
+    pub fetch_cost_keys: f64,
     /// Consecutive failures that mark a backend down.
     pub server_failure_limit: u32,
     /// Wait before a down backend is probed again (ms).
@@ -470,6 +476,7 @@ impl Default for PoolSection {
             server_connections: DEFAULT_SERVER_CONNECTIONS,
             connection_choice: "round-robin".to_string(),
             replica_choice: "c3".to_string(),
+            fetch_cost_keys: tailtrim_policy::planner::DEFAULT_FETCH_COST_KEYS,
             server_failure_limit: DEFAULT_SERVER_FAILURE_LIMIT,
             server_retry_timeout_ms: DEFAULT_SERVER_RETRY_TIMEOUT_MS,
             queue_limit: DEFAULT_QUEUE_LIMIT,
@@ -656,6 +663,13 @@ impl ProxyConfig {
         };
         config.planner_settings.replica_choice =
             tailtrim_policy::spread::ReplicaChoice::parse(&pool.replica_choice).map_err(bad)?;
+        if !(pool.fetch_cost_keys.is_finite() && pool.fetch_cost_keys >= 0.0) {
+            return Err(bad(format!(
+                "fetch_cost_keys {}: expected a finite number of keys ≥ 0",
+                pool.fetch_cost_keys
+            )));
+        }
+        config.planner_settings.fetch_cost_keys = pool.fetch_cost_keys;
         config.timeout = Duration::from_millis(pool.timeout_ms);
         config.connect_timeout = Duration::from_millis(pool.connect_timeout_ms);
         config.connections_per_backend = pool.server_connections.max(1);
@@ -939,6 +953,19 @@ mod tests {
         config.pool.replica_choice = "nearest".to_string();
         let error = config.pool_config().unwrap_err().to_string();
         assert!(error.contains("replica choice \"nearest\""), "{error}");
+
+        let config = ProxyConfig::from_toml(
+            "[pool]\nservers = [\"127.0.0.1:1\", \"127.0.0.1:2\"]\nreplicas = 2\n\
+             replica_choice = \"cover\"\nfetch_cost_keys = 8.5\n",
+        )
+        .unwrap();
+        let pool = config.pool_config().unwrap();
+        assert_eq!(pool.planner_settings.replica_choice, ReplicaChoice::Cover);
+        assert_eq!(pool.planner_settings.fetch_cost_keys, 8.5);
+        let mut config = config;
+        config.pool.fetch_cost_keys = -1.0;
+        let error = config.pool_config().unwrap_err().to_string();
+        assert!(error.contains("fetch_cost_keys -1"), "{error}");
     }
 
     #[test]

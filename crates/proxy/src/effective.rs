@@ -128,6 +128,10 @@ pub struct ProxyArgs {
     #[arg(long = "replica-choice", value_name = "CHOICE",
           value_parser = tailtrim_policy::spread::ReplicaChoice::NAMES)]
     pub replica_choice: Option<String>,
+    /// The fixed cost of one request at a backend, in keys, for the cover choice's estimate of
+    /// each backend's work in flight. Overrides `[pool] fetch_cost_keys`; default: 3.
+    #[arg(long = "fetch-cost-keys", value_name = "KEYS")]
+    pub fetch_cost_keys: Option<f64>,
     /// Consecutive failures that mark a backend down.
     #[arg(long = "server-failure-limit")]
     pub server_failure_limit: Option<u32>,
@@ -297,6 +301,9 @@ pub fn effective_config(
     }
     if let Some(choice) = &args.replica_choice {
         config.pool.replica_choice = choice.clone();
+    }
+    if let Some(keys) = args.fetch_cost_keys {
+        config.pool.fetch_cost_keys = keys;
     }
     if let Some(limit) = args.server_failure_limit {
         config.pool.server_failure_limit = limit;

@@ -553,8 +553,9 @@ pub fn run_cluster_with(
     run_cluster_with_options(scenario, planner, ClusterRunOptions::default())
 }
 
-/// What a run measures or lets the planner know beyond its scenario (all off by default).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What a run measures or lets the planner know beyond its scenario (all off by default; the
+/// work in flight seen as mean service times).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct ClusterRunOptions {
     /// Split the latency of the requests without a large value into their slowest opset's
     /// waiting (behind opsets holding a large value, behind others), service and the rest
@@ -564,10 +565,29 @@ pub struct ClusterRunOptions {
     /// its own items: [`Planner::observe_value`] for each key of the request), instead of
     /// learning sizes from replies only.
     pub planner_knows_sizes: bool,
-    /// The planner sees no estimate of the work in flight at each server
-    /// ([`BackendLoad::outstanding_work_nanos`] `None`), as the proxy does not: a replica
-    /// choice that weighs backlogs falls back on outstanding requests and latency.
-    pub hide_work: bool,
+    /// What the planner sees of the work in flight at each server
+    /// ([`BackendLoad::outstanding_work`]).
+    pub work_view: WorkView,
+}
+
+/// What the planners see of the work in flight at each server ([`BackendLoad::outstanding_work`]
+/// and [`ClusterView::fetch_work`]).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorkView {
+    /// Each in-flight query's mean service time under the scenario's cost model, nanoseconds:
+    /// an oracle of T_S and T_L.
+    #[default]
+    Service,
+    /// Each in-flight query's keys plus a fixed cost per query counted in keys: what the client
+    /// and the proxy count (`[pool] fetch_cost_keys`).
+    Keys {
+        /// The fixed cost of one query, in keys.
+        fetch_cost_keys: f64,
+    },
+    /// Nothing: a replica choice that weighs backlogs falls back on outstanding queries and
+    /// latency.
+    Hidden,
 }
 
 /// Runs `scenario` with a planner instance and `options`.
@@ -853,9 +873,12 @@ struct View<'a> {
     outstanding: &'a [u32],
     /// Mean service time of each server's queries in flight, nanoseconds.
     outstanding_work: &'a [u64],
-    /// Mean service time of a one-key query without its value bytes, nanoseconds (`None`: the
-    /// work in flight is hidden, [`ClusterRunOptions::hide_work`]).
-    fetch_work: Option<f64>,
+    /// Keys of each server's queries in flight.
+    outstanding_keys: &'a [u64],
+    /// What the planner sees of them.
+    work_view: WorkView,
+    /// Mean service time of a one-key query without its value bytes, nanoseconds.
+    fetch_service: f64,
     ewma: &'a [Ewma],
     servers: usize,
 }
@@ -894,19 +917,30 @@ impl ClusterView for View<'_> {
     fn load(&self, backend: usize) -> BackendLoad {
         BackendLoad {
             outstanding: self.outstanding[backend],
-            outstanding_work_nanos: self.fetch_work.map(|_| self.outstanding_work[backend]),
+            outstanding_work: match self.work_view {
+                WorkView::Service => Some(self.outstanding_work[backend] as f64),
+                WorkView::Keys { fetch_cost_keys } => Some(
+                    f64::from(self.outstanding[backend]) * fetch_cost_keys
+                        + self.outstanding_keys[backend] as f64,
+                ),
+                WorkView::Hidden => None,
+            },
             ewma_nanos: self.ewma[backend].value(),
             available: true,
         }
     }
 
-    fn fetch_work_nanos(&self) -> Option<f64> {
-        self.fetch_work
+    fn fetch_work(&self) -> Option<f64> {
+        match self.work_view {
+            WorkView::Service => Some(self.fetch_service),
+            WorkView::Keys { fetch_cost_keys } => Some(fetch_cost_keys + 1.0),
+            WorkView::Hidden => None,
+        }
     }
 }
 
 /// A query's mean service time under the scenario's cost model, what the planners see of the
-/// work in flight ([`BackendLoad::outstanding_work_nanos`]).
+/// work in flight ([`BackendLoad::outstanding_work`]).
 fn mean_work(service: &CostSpec, query: &QueryState) -> u64 {
     service.mean_nanos(Units {
         keys: u64::from(query.keys),
@@ -952,6 +986,8 @@ struct Sim<'s> {
     outstanding: Vec<u32>,
     /// Mean service time of each server's queries in flight ([`mean_work`]), nanoseconds.
     outstanding_work: Vec<u64>,
+    /// Keys of each server's queries in flight.
+    outstanding_keys: Vec<u64>,
     ewma: Vec<Ewma>,
     client_modelled: bool,
     wants_values: bool,
@@ -1109,6 +1145,7 @@ impl<'s> Sim<'s> {
                 .collect(),
             outstanding: vec![0; scenario.servers],
             outstanding_work: vec![0; scenario.servers],
+            outstanding_keys: vec![0; scenario.servers],
             ewma: vec![Ewma::default(); scenario.servers],
             wants_values,
             client_modelled: !(scenario.client_send.is_zero() && scenario.client_recv.is_zero()),
@@ -1316,11 +1353,12 @@ impl<'s> Sim<'s> {
             ids: &self.key_ids,
             outstanding: &self.outstanding,
             outstanding_work: &self.outstanding_work,
-            fetch_work: (!self.options.hide_work).then(|| {
-                self.scenario
-                    .service
-                    .mean_nanos(Units { keys: 1, bytes: 0 })
-            }),
+            outstanding_keys: &self.outstanding_keys,
+            work_view: self.options.work_view,
+            fetch_service: self
+                .scenario
+                .service
+                .mean_nanos(Units { keys: 1, bytes: 0 }),
             ewma: &self.ewma,
             servers: self.scenario.servers,
         };
@@ -1502,6 +1540,7 @@ impl<'s> Sim<'s> {
         }
         self.outstanding[backend] += 1;
         self.outstanding_work[backend] += mean_work(&self.scenario.service, state);
+        self.outstanding_keys[backend] += u64::from(state.keys);
         let delay = sample(&self.scenario.network, units, &mut self.network_rng);
         self.queue.push(self.now + delay, Event::AtServer(query));
     }
@@ -1629,6 +1668,7 @@ impl<'s> Sim<'s> {
         let latency = self.now.since(state.sent);
         self.outstanding[backend] -= 1;
         self.outstanding_work[backend] -= mean_work(&self.scenario.service, state);
+        self.outstanding_keys[backend] -= u64::from(state.keys);
         self.ewma[backend].observe(latency.0 as f64);
         if let Some(analysis) = &mut self.analysis {
             analysis

@@ -41,7 +41,7 @@ use crate::chisel::gain;
 use crate::cluster::{
     run_cluster_with, ArrivalProcess, ClassResult, ClosedLoop, ClusterResult, ClusterRunOptions,
     ClusterScenario, ClusterWorkload, LargeKeys, ServerQueue, SizeAwareReport, SizeAwareServers,
-    SmallTail,
+    SmallTail, WorkView,
 };
 use crate::SimError;
 
@@ -167,10 +167,14 @@ pub struct Setup {
     /// own items), not only the sizes of the replies they saw.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub planner_knows_sizes: bool,
-    /// Planners see no estimate of the servers' work in flight, as the proxy does not
-    /// ([`ClusterRunOptions::hide_work`]).
+    /// Planners see no estimate of the servers' work in flight ([`WorkView::Hidden`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hide_work: bool,
+    /// Planners see each server's keys in flight plus this fixed cost per fetch, in keys (what
+    /// the client and proxy count, `[pool] fetch_cost_keys`), instead of the mean service
+    /// times ([`WorkView::Keys`]); ignored with `hide_work`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work_from_keys: Option<f64>,
     /// Each run splits the time of the requests without a large value
     /// ([`PlannerOutcome::small_tail`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -258,6 +262,7 @@ impl Default for Setup {
             server_queue: ServerQueue::Planner,
             planner_knows_sizes: false,
             hide_work: false,
+            work_from_keys: None,
             small_tail_decomposition: false,
             size_aware: None,
         }
@@ -270,7 +275,11 @@ impl Setup {
         ClusterRunOptions {
             small_tail_decomposition: self.small_tail_decomposition,
             planner_knows_sizes: self.planner_knows_sizes,
-            hide_work: self.hide_work,
+            work_view: match (self.hide_work, self.work_from_keys) {
+                (true, _) => WorkView::Hidden,
+                (false, Some(fetch_cost_keys)) => WorkView::Keys { fetch_cost_keys },
+                (false, None) => WorkView::Service,
+            },
         }
     }
 }
@@ -538,6 +547,7 @@ pub fn planner(setup: &Setup, name: &str) -> Result<Box<dyn Planner>, SimError> 
             demotion_budget: setup.rel_budget,
             ..CostRelSettings::default()
         },
+        ..PlannerSettings::default()
     }))
 }
 

@@ -5,7 +5,7 @@ use tailtrim_policy::costspec::{CostSpec, Dispersion};
 use tailtrim_policy::planner::{Action, ClusterView, Fetch, PlanRequest, Planner, PLANNER_NAMES};
 use tailtrim_sim::cluster::{
     run_cluster, run_cluster_with, run_cluster_with_options, ArrivalProcess, ClosedLoop,
-    ClusterRunOptions, ClusterScenario, ClusterWorkload,
+    ClusterRunOptions, ClusterScenario, ClusterWorkload, WorkView,
 };
 
 const SERVICE_NS: f64 = 10_000.0;
@@ -495,17 +495,17 @@ fn covering_replica_choice_sends_fewer_fetches_and_does_less_work() {
         service: CostSpec::parse("const=20us,key=5us,byte=2.5ns,dist=exp").unwrap(),
         ..ClusterScenario::default()
     };
-    let run = |choice, hide_work| {
+    let run = |choice, work_view| {
         let planner = Box::new(BatchPlanner::with_replica_choice(choice));
         let options = ClusterRunOptions {
-            hide_work,
+            work_view,
             ..ClusterRunOptions::default()
         };
         run_cluster_with_options(&scenario, planner, options).unwrap()
     };
     let (c3, cover) = (
-        run(ReplicaChoice::C3, false),
-        run(ReplicaChoice::Cover, false),
+        run(ReplicaChoice::C3, WorkView::Service),
+        run(ReplicaChoice::Cover, WorkView::Service),
     );
     assert_eq!(cover.keys_served, cover.keys_requested);
     let per_request = |result: &tailtrim_sim::cluster::ClusterResult| {
@@ -529,7 +529,17 @@ fn covering_replica_choice_sends_fewer_fetches_and_does_less_work() {
     );
     // Without the work in flight (the proxy's view) the choice weighs outstanding requests
     // and latency instead: other decisions, still fewer fetches than C3's.
-    let blind = run(ReplicaChoice::Cover, true);
+    let blind = run(ReplicaChoice::Cover, WorkView::Hidden);
     assert_ne!(blind.fetches, cover.fetches);
     assert!(per_request(&blind) < 0.9 * per_request(&c3));
+    // Counting keys in flight (the client's view) is another estimate: other decisions again.
+    let counted = run(
+        ReplicaChoice::Cover,
+        WorkView::Keys {
+            fetch_cost_keys: 4.0,
+        },
+    );
+    assert_ne!(counted.fetches, cover.fetches);
+    assert_ne!(counted.fetches, blind.fetches);
+    assert!(per_request(&counted) < 0.9 * per_request(&c3));
 }

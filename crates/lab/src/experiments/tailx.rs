@@ -104,6 +104,11 @@ pub struct Args {
     /// `+cover` replica choice then weighs a backlog as (outstanding + 1) × latency.
     #[arg(long)]
     hide_work: bool,
+    /// Planners see each server's keys in flight plus this fixed cost per fetch, in keys (the
+    /// client's and proxy's view, `[pool] fetch_cost_keys`), instead of the mean service times
+    /// of the simulator's cost model.
+    #[arg(long, conflicts_with = "hide_work", value_name = "KEYS")]
+    work_from_keys: Option<f64>,
     /// Split the time of the requests without a large value along their slowest opset
     /// (waiting behind opsets holding a large value, behind others, service, the rest).
     #[arg(long)]
@@ -417,6 +422,7 @@ fn simulate(args: &Args, progress: ProgressFn<'_>) -> Result<Report, String> {
         server_queue,
         planner_knows_sizes: args.planner_knows_sizes,
         hide_work: args.hide_work,
+        work_from_keys: args.work_from_keys,
         small_tail_decomposition: args.decompose_small_tail,
         size_aware: args
             .planners

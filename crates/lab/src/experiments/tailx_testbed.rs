@@ -59,8 +59,9 @@ use tailtrim_bench::workload::{
     Arrival, OpKind, OperationSpec, PoolSpec, Popularity, WorkloadSpec,
 };
 use tailtrim_bench::{preload, run_detailed, RunConfig};
+use tailtrim_policy::planner::DEFAULT_FETCH_COST_KEYS;
 use tailtrim_policy::spread::ReplicaChoice;
-use tailtrim_sim::cluster::{run_cluster_with_options, ClusterRunOptions};
+use tailtrim_sim::cluster::{run_cluster_with_options, ClusterRunOptions, WorkView};
 use tailtrim_sim::tailx::{
     calibrate, extra_experiments, paper_experiments, planner, reductions, scenario, Calibration,
     Experiment, Mix, PlannerOutcome, Reduction, Setup, BASELINE, COVER_PLANNERS, COVER_SUFFIX,
@@ -383,9 +384,11 @@ fn simulate(
             let simulated = twin_planner(name);
             let scenario = scenario(setup, experiment, simulated, rate, experiment.requests)
                 .map_err(|e| e.to_string())?;
-            // The proxies estimate no work in flight: neither does the twin.
+            // The proxies estimate the work in flight from their keys in flight: so does the twin.
             let options = ClusterRunOptions {
-                hide_work: true,
+                work_view: WorkView::Keys {
+                    fetch_cost_keys: DEFAULT_FETCH_COST_KEYS,
+                },
                 ..ClusterRunOptions::default()
             };
             let result = run_cluster_with_options(

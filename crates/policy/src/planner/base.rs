@@ -25,9 +25,9 @@ pub trait ClusterView {
     fn replicas(&self, key: &[u8], out: &mut Vec<usize>);
     /// Load and availability of `backend`.
     fn load(&self, backend: usize) -> BackendLoad;
-    /// The estimated service time of a one-key fetch, nanoseconds, where the runtime estimates
-    /// work ([`BackendLoad::outstanding_work_nanos`]); `None` by default.
-    fn fetch_work_nanos(&self) -> Option<f64> {
+    /// The estimated work of a one-key fetch, in the unit of [`BackendLoad::outstanding_work`],
+    /// where the runtime estimates work; `None` by default.
+    fn fetch_work(&self) -> Option<f64> {
         None
     }
 }
@@ -191,9 +191,9 @@ pub fn group_with(
                     .collect()
             })
             .collect();
-        let fetch_work = view.fetch_work_nanos();
+        let fetch_work = view.fetch_work();
         crate::spread::cover(&replicas, view.backend_count(), |backend| {
-            crate::spread::backlog_nanos(&view.load(backend), fetch_work)
+            crate::spread::backlog(&view.load(backend), fetch_work)
         })
     });
     for (index, key) in request.keys.iter().enumerate() {
@@ -324,7 +324,7 @@ pub(crate) mod tests {
             loads: vec![
                 BackendLoad {
                     outstanding: 0,
-                    outstanding_work_nanos: None,
+                    outstanding_work: None,
                     ewma_nanos: Some(100.0),
                     available: true
                 };
