@@ -9,9 +9,10 @@ import json
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# hidden-work: the paper-like model with the planners blind to the work in flight (the proxy's
-# view, `--hide-work`); no Rein-SBF run there.
-MODELS = ("paper-like", "default", "hidden-work")
+# hidden-work: the paper-like model with the planners blind to the work in flight
+# (`--hide-work`); keys-work: seeing keys in flight plus 3 per fetch, the client's and proxy's
+# own estimate (`--work-from-keys 3`); no Rein-SBF run in either.
+MODELS = ("paper-like", "default", "hidden-work", "keys-work")
 SEEDS = (1, 2, 3)
 OURS = "size-rel+cover"
 # Every class the results report: overall, requests without / with a large value, and (in the
