@@ -77,7 +77,8 @@ impl ReplicaChoice {
 
     /// The replica for one key among `candidates` (in preference order, owner first), given
     /// how many of the request's keys are already planned on each backend; `None` if no
-    /// candidate is available. Ties go to the earlier candidate.
+    /// candidate is available. Ties go to the earlier candidate. `Cover` plans a request's
+    /// keys together ([`cover`]); asked for one key alone, it ranks as C3 does.
     pub fn choose(
         self,
         candidates: &[usize],
