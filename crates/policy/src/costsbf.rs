@@ -122,6 +122,11 @@ impl CostSbfPlanner {
             .collect()
     }
 
+    /// True if the Bloom filter holds `key` as large.
+    pub fn is_large(&self, key: &[u8]) -> bool {
+        self.estimates.filter().contains(key)
+    }
+
     /// Keys of `fetch` the Bloom filter holds as large.
     pub fn large_keys(&self, request: &PlanRequest<'_>, fetch: &Fetch) -> u64 {
         let filter = self.estimates.filter();

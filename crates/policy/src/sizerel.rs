@@ -15,6 +15,16 @@
 //!        theirs) later arrivals
 //! ```
 //!
+//! An opset holds at most one large value: each further large value of the keys a backend was
+//! given is a fetch of its own to that backend, in the demoted class. A server serves a fetch
+//! without interruption, so a fetch holding two large values is a block twice as long that a
+//! fetch arriving behind it cannot overtake; apart, a fetch of a higher class is served
+//! between them. It costs one fixed per-fetch cost per large value split off.
+//!
+//! ```text
+//!   opset {a, L1, b, L2, L3} at backend B ─► {a, L1, b} {L2} {L3}, all at B, class c + 1
+//! ```
+//!
 //! Why per opset and not per request: a request with one large value among 20 keys has one
 //! slow opset and a dozen ordinary ones. Demoting the whole request (`cost-rel --rel-by-cost`,
 //! `cost-sbf`) puts its ordinary opsets behind everything, and they, not the large one, then
@@ -25,7 +35,9 @@
 
 use crate::costrel::{CostRelPlanner, CostRelSettings};
 use crate::drr::CLASSES;
-use crate::planner::base::{Action, ClusterView, Observation, PlanRequest, Planner, RequestDone};
+use crate::planner::base::{
+    Action, ClusterView, Fetch, Observation, PlanRequest, Planner, RequestDone,
+};
 use crate::serverq::Discipline;
 use crate::spread::ReplicaChoice;
 
@@ -37,6 +49,34 @@ pub fn opset_class(request_class: u8, large_keys: u64) -> u8 {
     } else {
         request_class.saturating_add(1).min((CLASSES - 1) as u8)
     }
+}
+
+/// Leaves `fetch` with its first large key (by `is_large`, given each key's index) and
+/// returns a fetch to the same backend, at the same time and class, for each further one: no
+/// fetch holds two large values.
+pub fn split_large_values(fetch: &mut Fetch, mut is_large: impl FnMut(u32) -> bool) -> Vec<Fetch> {
+    let mut seen_large = false;
+    let mut apart = Vec::new();
+    fetch.keys.retain(|&index| {
+        if !is_large(index) {
+            return true;
+        }
+        let keep = !seen_large;
+        seen_large = true;
+        if !keep {
+            apart.push(index);
+        }
+        keep
+    });
+    apart
+        .into_iter()
+        .map(|index| Fetch {
+            backend: fetch.backend,
+            keys: vec![index],
+            not_before: fetch.not_before,
+            priority: fetch.priority,
+        })
+        .collect()
 }
 
 /// The `size-rel` planner.
@@ -72,6 +112,17 @@ impl Planner for SizeRelPlanner {
 
     fn plan(&mut self, request: &PlanRequest<'_>, view: &dyn ClusterView) -> Vec<Action> {
         let mut actions = self.rel.plan(request, view);
+        let estimates = self.rel.estimates();
+        let mut apart = Vec::new();
+        for action in &mut actions {
+            if let Action::Fetch(fetch) = action {
+                let split = split_large_values(fetch, |index| {
+                    estimates.is_large(request.keys[index as usize])
+                });
+                apart.extend(split.into_iter().map(Action::Fetch));
+            }
+        }
+        actions.extend(apart);
         for action in &mut actions {
             if let Action::Fetch(fetch) = action {
                 let large = self.rel.estimates().large_keys(request, fetch);
@@ -143,6 +194,53 @@ mod tests {
         // cost-rel, knowing the same, serves the whole request in one class.
         let mut rel = knowing_one_large_key(CostRelPlanner::default(), &owned[0]);
         assert!(plan(&mut rel, &owned).iter().all(|f| f.priority == Some(0)));
+    }
+
+    #[test]
+    fn split_keeps_the_first_large_value_and_sends_each_further_one_apart() {
+        let mut fetch = Fetch {
+            backend: 7,
+            keys: vec![0, 1, 2, 3, 4],
+            not_before: None,
+            priority: Some(2),
+        };
+        let apart = split_large_values(&mut fetch, |index| [1, 3, 4].contains(&index));
+        assert_eq!(fetch.keys, vec![0, 1, 2]);
+        let apart: Vec<_> = apart.iter().map(|f| (f.backend, f.keys.clone())).collect();
+        assert_eq!(apart, vec![(7, vec![3]), (7, vec![4])]);
+        let mut small = fetch.clone();
+        assert!(split_large_values(&mut small, |_| false).is_empty());
+        assert_eq!(small, fetch);
+    }
+
+    #[test]
+    fn a_fetch_never_holds_two_large_values() {
+        let owned = keys(20);
+        let shared = plan(&mut SizeRelPlanner::default(), &owned)
+            .into_iter()
+            .find(|f| f.keys.len() >= 2)
+            .expect("20 keys over 16 backends: one backend holds two");
+        let (first, second) = (shared.keys[0] as usize, shared.keys[1] as usize);
+        let mut planner = knowing_one_large_key(SizeRelPlanner::default(), &owned[first]);
+        planner.observe_value(&owned[second], 100_000);
+        let fetches = plan(&mut planner, &owned);
+        let at_shared: Vec<&Fetch> = fetches
+            .iter()
+            .filter(|f| f.backend == shared.backend)
+            .collect();
+        assert_eq!(at_shared.len(), 2, "{at_shared:?}");
+        for fetch in &at_shared {
+            let large = fetch
+                .keys
+                .iter()
+                .filter(|&&i| i as usize == first || i as usize == second)
+                .count();
+            assert_eq!(large, 1, "{fetch:?}");
+            assert_eq!(fetch.priority, Some(1), "both demoted");
+        }
+        let mut planned: Vec<u32> = fetches.iter().flat_map(|f| f.keys.clone()).collect();
+        planned.sort_unstable();
+        assert_eq!(planned, (0..20).collect::<Vec<u32>>(), "every key once");
     }
 
     #[test]
