@@ -128,8 +128,14 @@ run "$PY" experiments/proxy/ratios.py experiments/proxy/future-size/results.json
 run "$PY" experiments/proxy/ratios.py experiments/proxy/quiet-twenty/results.json --resolve 15 \
     --out experiments/proxy/quiet-twenty/ratios.json
 run "$PY" experiments/proxy/quiet-twenty/utilisation.py
-# Issue 30's lines read from the covering replica choice's runs (experiments/tailx/sim-v10-cover/).
-run "$PY" experiments/tailx/sim-v10-cover/lines.py
+# Issue 30's lines read from the covering replica choice's runs (experiments/tailx/sim-v10-cover/)
+# and from the split of large values (sim-v11-split/, which must reproduce the planners it did
+# not change).
+run "$PY" experiments/tailx/lines.py experiments/tailx/sim-v10-cover
+run "$PY" experiments/tailx/lines.py experiments/tailx/sim-v11-split \
+    --same-as experiments/tailx/sim-v10-cover \
+    --unchanged batch,rein-sbf,cost-rel,batch+cover,rein-sbf+cover,cost-rel+cover \
+    --unchanged-in size-rel:rare-elephant,size-rel+cover:rare-elephant
 
 # The model (experiments/model/README.md): analytic, recomputed.
 m=experiments/model
