@@ -23,7 +23,8 @@
 //!     └─ outstanding -= 1
 //! ```
 //!
-//! `outstanding` (and `outstanding_keys`, its keys) counts a request from its [`Reservation`]
+//! `outstanding` (and `outstanding_keys`, its keys: a multiget's fetch counts its work in small
+//! keys as its planner estimates it) counts a request from its [`Reservation`]
 //! to its verdict: `call_*` reserve on
 //! entry, and a multiget reserves each fetch when the plan is made
 //! ([`crate::pool::Pool::plan_at`]), so the requests still waiting for a query slot, their
@@ -231,7 +232,8 @@ impl Backend {
         self.outstanding.load(Ordering::Relaxed)
     }
 
-    /// Keys of the requests counted in [`Backend::outstanding`].
+    /// Keys of the requests counted in [`Backend::outstanding`] (a multiget's fetch counted as its
+    /// planner's estimate of its work in small keys, `Planner::fetch_work_keys`).
     pub fn outstanding_keys(&self) -> u32 {
         self.outstanding_keys.load(Ordering::Relaxed)
     }
@@ -284,7 +286,7 @@ impl Backend {
         self.reserve_keys(1)
     }
 
-    /// [`Backend::reserve`] for a request of `keys` keys.
+    /// [`Backend::reserve`] for a request of `keys` keys (or that much work, in small keys).
     pub fn reserve_keys(&self, keys: u32) -> Reservation<'_> {
         self.outstanding.fetch_add(1, Ordering::Relaxed);
         self.outstanding_keys.fetch_add(keys, Ordering::Relaxed);

@@ -202,8 +202,8 @@ impl ClusterView for PoolView<'_> {
             return load;
         }
         if let Some(server) = self.pool.backends.get(backend) {
-            // Keys in flight plus a fixed cost per request, in keys: what the covering replica
-            // choice weighs backends by.
+            // Keys in flight (large ones weighed by the planner's T_L / T_S) plus a fixed cost
+            // per request, in keys: what the covering replica choice weighs backends by.
             let per_request = settings.fetch_cost_keys;
             load.outstanding_work = Some(
                 f64::from(load.outstanding) * per_request + f64::from(server.outstanding_keys()),
@@ -408,7 +408,13 @@ impl Pool {
             .iter()
             .filter_map(|action| match action {
                 Action::Fetch(fetch) => {
-                    Some(self.backends[fetch.backend].reserve_keys(fetch.keys.len() as u32))
+                    // Its work in small keys, as the planner estimates it (a large value
+                    // counts as T_L / T_S keys for planners that know which keys are large).
+                    let work = planner.fetch_work_keys(&request, fetch).round();
+                    Some(
+                        self.backends[fetch.backend]
+                            .reserve_keys(work.clamp(1.0, f64::from(u32::MAX / 2)) as u32),
+                    )
                 }
                 Action::Unavailable { .. } => None,
             })
@@ -498,5 +504,47 @@ impl Pool {
             .write(key, Bytes::from(out), ReplyShape::Single)
             .await?;
         Ok(reply.bytes.as_ref() == b"DELETED\r\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{PoolConfig, ServerSpec};
+    use tailtrim_policy::health::Timestamp;
+    use tailtrim_policy::planner::PlannerKind;
+    use tailtrim_policy::spread::ReplicaChoice;
+    use tailtrim_policy::tailx::{DEFAULT_LARGE_COST_RATIO, LEARN_MIN_SAMPLES};
+
+    #[test]
+    fn a_fetch_holding_a_large_value_weighs_on_its_backend_as_many_small_keys() {
+        let servers = (1..=2)
+            .map(|port| ServerSpec::parse(&format!("127.0.0.1:{port}:1")).expect("server line"))
+            .collect();
+        let mut config = PoolConfig::new("large", servers);
+        config.planner = PlannerKind::SizeRel;
+        config.planner_settings.replica_choice = ReplicaChoice::Cover;
+        let pool = Pool::new(config).expect("pool");
+        {
+            // The planner has seen 1 KB values (its size threshold learned) and one of 100 KB.
+            let mut planner = pool.planner.lock();
+            for i in 0..LEARN_MIN_SAMPLES * 2 {
+                planner.observe_value(format!("small:{i}").as_bytes(), 1_000);
+            }
+            planner.observe_value(b"large", 100_000);
+        }
+        let at = Timestamp::from_nanos(1_000_000_000);
+        let in_flight = |plan: &Plan<'_>| match &plan.actions[..] {
+            [Action::Fetch(fetch)] => pool.backends()[fetch.backend].outstanding_keys(),
+            other => panic!("one fetch expected: {other:?}"),
+        };
+        let small = pool.plan_at(&[b"small:0".as_slice()], &[], at);
+        assert_eq!(in_flight(&small), 1);
+        drop(small);
+        // No fetch timed yet: T_L / T_S is TailX's default ratio.
+        let large = pool.plan_at(&[b"large".as_slice()], &[], at);
+        assert_eq!(in_flight(&large), DEFAULT_LARGE_COST_RATIO as u32);
+        drop(large);
+        assert!(pool.backends().iter().all(|b| b.outstanding_keys() == 0));
     }
 }

@@ -35,7 +35,8 @@ use crate::chisel::ChiselPlanner;
 use crate::costrel::{CostRelPlanner, CostRelSettings};
 use crate::health::Timestamp;
 use crate::planner::base::{
-    Action, BatchPlanner, ClusterView, Observation, PlanRequest, Planner, QueryShape, RequestDone,
+    Action, BatchPlanner, ClusterView, Fetch, Observation, PlanRequest, Planner, QueryShape,
+    RequestDone,
 };
 use crate::serverq::Discipline;
 
@@ -481,6 +482,10 @@ impl Planner for AutoPlanner {
 
     fn discipline(&self) -> Discipline {
         self.scheduler.discipline()
+    }
+
+    fn fetch_work_keys(&self, request: &PlanRequest<'_>, fetch: &Fetch) -> f64 {
+        self.chosen().fetch_work_keys(request, fetch)
     }
 
     fn choice(&self) -> Option<&'static str> {

@@ -43,7 +43,9 @@
 
 use crate::costsbf::{CostSbfPlanner, CostSbfSettings};
 use crate::drr::CLASSES;
-use crate::planner::base::{into_actions, Action, ClusterView, Observation, PlanRequest, Planner};
+use crate::planner::base::{
+    into_actions, Action, ClusterView, Fetch, Observation, PlanRequest, Planner,
+};
 use crate::serverq::Discipline;
 use crate::spread::ReplicaChoice;
 use crate::tailx::{DecayingHistogram, TailxSettings};
@@ -252,6 +254,10 @@ impl Planner for CostRelPlanner {
 
     fn observe(&mut self, observation: &Observation) {
         self.costs.observe(observation);
+    }
+
+    fn fetch_work_keys(&self, request: &PlanRequest<'_>, fetch: &Fetch) -> f64 {
+        self.costs.fetch_units(request, fetch)
     }
 
     fn discipline(&self) -> Discipline {

@@ -150,6 +150,10 @@ impl Planner for SizeRelPlanner {
         self.rel.observe_request(done);
     }
 
+    fn fetch_work_keys(&self, request: &PlanRequest<'_>, fetch: &Fetch) -> f64 {
+        self.rel.fetch_work_keys(request, fetch)
+    }
+
     fn discipline(&self) -> Discipline {
         self.rel.discipline()
     }
@@ -241,6 +245,33 @@ mod tests {
         let mut planned: Vec<u32> = fetches.iter().flat_map(|f| f.keys.clone()).collect();
         planned.sort_unstable();
         assert_eq!(planned, (0..20).collect::<Vec<u32>>(), "every key once");
+    }
+
+    #[test]
+    fn a_fetch_counts_its_large_value_as_t_l_over_t_s_small_keys() {
+        let owned = keys(20);
+        let mut planner = knowing_one_large_key(SizeRelPlanner::default(), &owned[0]);
+        let fetches = plan(&mut planner, &owned);
+        let slices: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+        let request = PlanRequest {
+            keys: &slices,
+            now: crate::health::Timestamp(0),
+        };
+        // No fetch timed yet: TailX's default T_L / T_S.
+        let ratio = crate::tailx::DEFAULT_LARGE_COST_RATIO;
+        for fetch in &fetches {
+            let keys = fetch.keys.len() as f64;
+            let expected = if fetch.keys.contains(&0) {
+                keys - 1.0 + ratio
+            } else {
+                keys
+            };
+            assert_eq!(
+                planner.fetch_work_keys(&request, fetch),
+                expected,
+                "{fetch:?}"
+            );
+        }
     }
 
     #[test]

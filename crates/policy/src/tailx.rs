@@ -365,6 +365,9 @@ pub struct TailxPlanner {
     cost: CostModel,
     /// Large values among the `observe_value` calls since the last `observe`.
     pending_large: u32,
+    /// Decayed mean bytes of the values seen at or below THR_L and above it.
+    small_value_bytes: Option<f64>,
+    large_value_bytes: Option<f64>,
     delayed: u64,
     delay_granted_nanos: u64,
     scratch: Vec<usize>,
@@ -384,6 +387,8 @@ impl TailxPlanner {
             learner: SizeLearner::default(),
             cost: CostModel::default(),
             pending_large: 0,
+            small_value_bytes: None,
+            large_value_bytes: None,
             delayed: 0,
             delay_granted_nanos: 0,
             scratch: Vec::new(),
@@ -405,6 +410,15 @@ impl TailxPlanner {
     /// The cost model.
     pub fn cost(&self) -> &CostModel {
         &self.cost
+    }
+
+    /// The mean bytes of the large values seen over those of the small ones (decayed means,
+    /// both sides of THR_L), once both were seen.
+    pub fn value_bytes_ratio(&self) -> Option<f64> {
+        match (self.small_value_bytes, self.large_value_bytes) {
+            (Some(small), Some(large)) if small >= 1.0 => Some(large / small),
+            _ => None,
+        }
     }
 
     /// opcost of an opset of `keys` keys, `large` of them large, or `None` before any timing.
@@ -453,10 +467,18 @@ impl Planner for TailxPlanner {
     fn observe_value(&mut self, key: &[u8], value_bytes: u64) {
         self.learner.observe(value_bytes);
         if let Some(threshold) = self.large_threshold() {
-            if value_bytes > threshold {
+            let large = value_bytes > threshold;
+            if large {
                 self.filter.insert(key);
                 self.pending_large += 1;
             }
+            let mean = if large {
+                &mut self.large_value_bytes
+            } else {
+                &mut self.small_value_bytes
+            };
+            let bytes = value_bytes as f64;
+            *mean = Some(mean.map_or(bytes, |old| old + COST_ALPHA * (bytes - old)));
         }
     }
 

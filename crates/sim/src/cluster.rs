@@ -579,8 +579,9 @@ pub enum WorkView {
     /// an oracle of T_S and T_L.
     #[default]
     Service,
-    /// Each in-flight query's keys plus a fixed cost per query counted in keys: what the client
-    /// and the proxy count (`[pool] fetch_cost_keys`).
+    /// Each in-flight query's keys (its work in small keys by the planner's estimate,
+    /// `Planner::fetch_work_keys`) plus a fixed cost per query counted in keys: what the
+    /// client and the proxy count (`[pool] fetch_cost_keys`).
     Keys {
         /// The fixed cost of one query, in keys.
         fetch_cost_keys: f64,
@@ -672,6 +673,8 @@ struct FetchState {
     request: u32,
     backend: u32,
     keys: u32,
+    /// Its work in small keys by the planner's estimate ([`Planner::fetch_work_keys`]).
+    work_keys: u32,
     /// Reply bytes of this fetch's own keys (with `END\r\n`).
     reply_bytes: u64,
     priority: u8,
@@ -691,6 +694,8 @@ struct QueryState {
     /// Member fetches, the leader first.
     fetches: Vec<u32>,
     keys: u32,
+    /// Its member fetches' work in small keys ([`FetchState::work_keys`]).
+    work_keys: u32,
     reply_bytes: u64,
     priority: u8,
     limit: u32,
@@ -1364,6 +1369,21 @@ impl<'s> Sim<'s> {
         };
         let actions = self.planner.plan(&plan_request, &view);
         let merge_limit = self.planner.merge_limit(count).max(1);
+        // What each fetch adds to its server's keys in flight (`WorkView::Keys`), in the
+        // planner's own estimate, as the client and the proxy count it.
+        let mut work_keys: Vec<u32> = actions
+            .iter()
+            .filter_map(|action| match action {
+                Action::Fetch(fetch) => Some(
+                    self.planner
+                        .fetch_work_keys(&plan_request, fetch)
+                        .round()
+                        .clamp(1.0, f64::from(u32::MAX)) as u32,
+                ),
+                Action::Unavailable { .. } => None,
+            })
+            .collect();
+        work_keys.reverse();
         drop(slices);
         let mut large = false;
         let mut pending = 0u32;
@@ -1387,6 +1407,7 @@ impl<'s> Sim<'s> {
                         request,
                         backend: fetch.backend as u32,
                         keys: fetch.keys.len() as u32,
+                        work_keys: work_keys.pop().unwrap_or(fetch.keys.len() as u32),
                         reply_bytes,
                         priority: fetch.priority.unwrap_or(NO_PRIORITY),
                         merge_limit,
@@ -1443,13 +1464,14 @@ impl<'s> Sim<'s> {
         let state = &self.fetches[fetch as usize];
         let (backend, limit) = (state.backend as usize, state.merge_limit);
         let (keys, own_bytes, priority) = (state.keys, state.reply_bytes - 5, state.priority);
-        let holds_large = state.holds_large;
+        let (holds_large, work_keys) = (state.holds_large, state.work_keys);
         if limit > 1 {
             if let Some(open) = self.open[backend] {
                 let query = &mut self.queries[open as usize];
                 if (query.fetches.len() as u32) < query.limit {
                     query.fetches.push(fetch);
                     query.keys += keys;
+                    query.work_keys += work_keys;
                     query.reply_bytes += own_bytes;
                     query.holds_large |= holds_large;
                     if query.fetches.len() as u32 >= query.limit {
@@ -1465,6 +1487,7 @@ impl<'s> Sim<'s> {
             backend: backend as u32,
             fetches: Vec::new(),
             keys,
+            work_keys,
             reply_bytes: 5 + own_bytes,
             priority,
             limit,
@@ -1540,7 +1563,7 @@ impl<'s> Sim<'s> {
         }
         self.outstanding[backend] += 1;
         self.outstanding_work[backend] += mean_work(&self.scenario.service, state);
-        self.outstanding_keys[backend] += u64::from(state.keys);
+        self.outstanding_keys[backend] += u64::from(state.work_keys);
         let delay = sample(&self.scenario.network, units, &mut self.network_rng);
         self.queue.push(self.now + delay, Event::AtServer(query));
     }
@@ -1668,7 +1691,7 @@ impl<'s> Sim<'s> {
         let latency = self.now.since(state.sent);
         self.outstanding[backend] -= 1;
         self.outstanding_work[backend] -= mean_work(&self.scenario.service, state);
-        self.outstanding_keys[backend] -= u64::from(state.keys);
+        self.outstanding_keys[backend] -= u64::from(state.work_keys);
         self.ewma[backend].observe(latency.0 as f64);
         if let Some(analysis) = &mut self.analysis {
             analysis

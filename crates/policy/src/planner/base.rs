@@ -126,6 +126,13 @@ pub trait Planner: Send {
     /// The size of one value a completed fetch returned; the runtime calls it for each value
     /// of a fetch just before [`Planner::observe`] for that fetch. Default: ignored.
     fn observe_value(&mut self, _key: &[u8], _value_bytes: u64) {}
+    /// The work `fetch` (one this planner planned for `request`) brings its backend, counted in
+    /// small keys: what the runtime adds to that backend's work in flight, which the covering
+    /// replica choice weighs backends by ([`crate::spread::backlog`]). Default: its keys.
+    /// Planners that know which keys are large count a large one as T_L / T_S small ones.
+    fn fetch_work_keys(&self, _request: &PlanRequest<'_>, fetch: &Fetch) -> f64 {
+        fetch.keys.len() as f64
+    }
     /// How servers (or the proxy's gate) should order this planner's prioritized fetches.
     /// Default: strict priority (planners without priorities set none, so it orders nothing).
     fn discipline(&self) -> Discipline {
