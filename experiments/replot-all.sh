@@ -136,6 +136,12 @@ run "$PY" experiments/tailx/lines.py experiments/tailx/sim-v11-split \
     --same-as experiments/tailx/sim-v10-cover \
     --unchanged batch,rein-sbf,cost-rel,batch+cover,rein-sbf+cover,cost-rel+cover \
     --unchanged-in size-rel:rare-elephant,size-rel+cover:rare-elephant
+# keys-weighed/ (large values weighed in the client's estimate) against keys-work/ (counted as
+# one key): batch and batch+cover do not weigh, and rare-elephant has no large value.
+run "$PY" experiments/tailx/lines.py experiments/tailx/sim-v11-split \
+    --same-as experiments/tailx/sim-v11-split --models keys-weighed:keys-work --only-models \
+    --unchanged batch,batch+cover \
+    --unchanged-in size-rel:rare-elephant,size-rel+cover:rare-elephant,cost-rel+cover:rare-elephant
 
 # The model (experiments/model/README.md): analytic, recomputed.
 m=experiments/model

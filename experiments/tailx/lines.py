@@ -18,7 +18,8 @@ import sys
 # --service ...` or the defaults); hidden-work: the paper-like model with the planners blind to
 # the work in flight (`--hide-work`); keys-work: seeing keys in flight plus 3 per fetch, the
 # client's and proxy's own estimate (`--work-from-keys 3`); no Rein-SBF run in either.
-MODELS = ("paper-like", "default", "hidden-work", "keys-work")
+# keys-weighed: as keys-work, a large value counted as T_L / T_S keys (`sim-v11-split`).
+MODELS = ("paper-like", "default", "hidden-work", "keys-work", "keys-weighed")
 SEEDS = (1, 2, 3)
 OURS = "size-rel+cover"
 # Every class the results report: overall, requests without / with a large value, and (in the
@@ -67,17 +68,19 @@ def lines(folder):
 SAME = ("p50_us", "p99_us", "small_p99_us", "large_p99_us", "mice_p99_us", "elephant_p99_us")
 
 
-def differences(folder, other, unchanged, unchanged_mixes):
+def differences(folder, other, unchanged, unchanged_mixes, model_map):
     """(model, seed, mix, planner, figure, ours, theirs) wherever a planner that should have
     reproduced `other`'s run did not; `unchanged_mixes` maps a changed planner to the mixes in
-    which it too must reproduce (none of the change reaches them)."""
+    which it too must reproduce (none of the change reaches them); `model_map` maps a model
+    of `folder` to the model of `other` it must reproduce (default: the same name)."""
     found, compared = [], 0
     for model in models(folder):
-        if not os.path.isdir(os.path.join(other, model)):
+        theirs_model = model_map.get(model, model)
+        if not os.path.isdir(os.path.join(other, theirs_model)):
             continue
         for seed in SEEDS:
             theirs = {e["experiment"]["name"]: {o["planner"]: o for o in e["outcomes"]}
-                      for e in read(other, model, seed)["experiments"]}
+                      for e in read(other, theirs_model, seed)["experiments"]}
             for experiment in read(folder, model, seed)["experiments"]:
                 mix = experiment["experiment"]["name"]
                 for o in experiment["outcomes"]:
@@ -103,6 +106,12 @@ def main():
                         help="planners that must reproduce it (comma-separated)")
     parser.add_argument("--unchanged-in", default="",
                         help="planner:mix pairs that must reproduce it too (comma-separated)")
+    parser.add_argument("--models", default="",
+                        help="model:other-model pairs: a model of the folder checked against "
+                        "another model of the earlier run (comma-separated; with --only-models "
+                        "the others are not checked)")
+    parser.add_argument("--only-models", action="store_true",
+                        help="check only the models named by --models")
     args = parser.parse_args()
     folder = os.path.abspath(args.folder)
     rows = lines(folder)
@@ -111,8 +120,12 @@ def main():
         for pair in filter(None, args.unchanged_in.split(",")):
             planner, mix = pair.split(":")
             pairs.setdefault(planner, set()).add(mix)
+        model_map = dict(pair.split(":") for pair in filter(None, args.models.split(",")))
+        if args.only_models:
+            model_map.update({m: "-" for m in MODELS if m not in model_map})
         found, compared = differences(folder, os.path.abspath(args.same_as),
-                                      set(filter(None, args.unchanged.split(","))), pairs)
+                                      set(filter(None, args.unchanged.split(","))), pairs,
+                                      model_map)
         print(f"reproduced {compared - len(found)} of {compared} figures of {args.same_as}")
         for difference in found:
             print("  differs:", *difference)
