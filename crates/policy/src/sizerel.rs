@@ -8,8 +8,11 @@
 //!        ─► per opset: N_L = its keys the Bloom filter holds as large (THR_L learned from
 //!           value sizes; told every size where the runtime knows them, as a server knows
 //!           its own items)
-//!           class(opset) = c                         if N_L = 0
-//!                          min(c + 1, last class)    else
+//!           own(opset) = c                           if N_L = 0
+//!                        min(c + 1, last class)      else
+//!        ─► slack: an opset that can wait (cost-rel's slack class of U − u ≥ 1, U the
+//!           request's costliest opset in small keys) joins its bottleneck's class:
+//!           class(opset) = max(own(opset), min(own(opset) + its slack class, own(bottleneck)))
 //!   Fetch{priority: class, not_before: None} ─► servers: Discipline::Aged{overtakes} (serverq),
 //!        cost-rel's ageing: a demoted opset is overtaken by at most overtakes × (its class −
 //!        theirs) later arrivals
@@ -24,6 +27,12 @@
 //! ```text
 //!   opset {a, L1, b, L2, L3} at backend B ─► {a, L1, b} {L2} {L3}, all at B, class c + 1
 //! ```
+//!
+//! Slack demotion never reaches below the request's bottleneck: a request without a large value
+//! keeps every opset in its class c (its bottleneck's), and a request holding one moves the
+//! opsets that can wait into its large opset's class c + 1, beside that opset rather than behind
+//! everything. They then leave the requests without a large value alone (the median's wait)
+//! and still finish before their request's large value does.
 //!
 //! Why per opset and not per request: a request with one large value among 20 keys has one
 //! slow opset and a dozen ordinary ones. Demoting the whole request (`cost-rel --rel-by-cost`,
@@ -49,6 +58,13 @@ pub fn opset_class(request_class: u8, large_keys: u64) -> u8 {
     } else {
         request_class.saturating_add(1).min((CLASSES - 1) as u8)
     }
+}
+
+/// The class of an opset whose own class (its request's, one lower if it holds a large value)
+/// is `own`, `slacked` with its slack demotion, in a request whose bottleneck opset's class
+/// is `bottleneck`: demoted by its slack, but never below its bottleneck nor above its own.
+pub fn joined_class(own: u8, slacked: u8, bottleneck: u8) -> u8 {
+    own.max(slacked.min(bottleneck))
 }
 
 /// Leaves `fetch` with its first large key (by `is_large`, given each key's index) and
@@ -80,7 +96,7 @@ pub fn split_large_values(fetch: &mut Fetch, mut is_large: impl FnMut(u32) -> bo
 }
 
 /// The `size-rel` planner.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct SizeRelPlanner {
     rel: CostRelPlanner,
     /// Opsets planned, and those demoted for holding a large value.
@@ -88,11 +104,22 @@ pub struct SizeRelPlanner {
     large_opsets: u64,
 }
 
+impl Default for SizeRelPlanner {
+    fn default() -> Self {
+        SizeRelPlanner::new(CostRelSettings::default())
+    }
+}
+
 impl SizeRelPlanner {
     /// A planner with `cost-rel`'s `settings`.
+    /// A planner with `cost-rel`'s `settings`; slack demotion is size-rel's own rule (always
+    /// on, never below the bottleneck's class), whatever `settings.slack_demotion` says.
     pub fn new(settings: CostRelSettings) -> Self {
         SizeRelPlanner {
-            rel: CostRelPlanner::new(settings),
+            rel: CostRelPlanner::new(CostRelSettings {
+                slack_demotion: true,
+                ..settings
+            }),
             opsets: 0,
             large_opsets: 0,
         }
@@ -123,12 +150,37 @@ impl Planner for SizeRelPlanner {
             }
         }
         actions.extend(apart);
+        let fetches: Vec<&Fetch> = actions
+            .iter()
+            .filter_map(|action| match action {
+                Action::Fetch(fetch) => Some(fetch),
+                Action::Unavailable { .. } => None,
+            })
+            .collect();
+        // The request's class is its bottleneck's (no slack): the highest among its opsets.
+        let request_class = fetches
+            .iter()
+            .filter_map(|fetch| fetch.priority)
+            .min()
+            .unwrap_or(0);
+        let bottleneck_class = fetches
+            .iter()
+            .map(|fetch| (self.rel.fetch_work_keys(request, fetch), *fetch))
+            .reduce(|most, next| if next.0 > most.0 { next } else { most })
+            .map_or(request_class, |(_, fetch)| {
+                let large = self.rel.estimates().large_keys(request, fetch);
+                opset_class(request_class, large)
+            });
         for action in &mut actions {
             if let Action::Fetch(fetch) = action {
                 let large = self.rel.estimates().large_keys(request, fetch);
                 self.opsets += 1;
                 self.large_opsets += u64::from(large > 0);
-                fetch.priority = Some(opset_class(fetch.priority.unwrap_or(0), large));
+                fetch.priority = Some(joined_class(
+                    opset_class(request_class, large),
+                    opset_class(fetch.priority.unwrap_or(request_class), large),
+                    bottleneck_class,
+                ));
             }
         }
         actions
@@ -172,7 +224,9 @@ impl Planner for SizeRelPlanner {
 mod tests {
     use super::*;
     use crate::costrel::tests::plan;
+    use crate::costrel::TYPICAL_MIN_SAMPLES;
     use crate::planner::base::tests::keys;
+    use crate::tailx::tests::observation;
     use crate::tailx::LEARN_MIN_SAMPLES;
 
     /// A planner that has seen 1 KB values (THR_L learned) and knows `large` holds 100 KB.
@@ -272,6 +326,50 @@ mod tests {
                 "{fetch:?}"
             );
         }
+    }
+
+    #[test]
+    fn slack_never_demotes_below_the_bottleneck_nor_promotes_above_the_own_class() {
+        assert_eq!(joined_class(0, 3, 1), 1, "joins its bottleneck's class");
+        assert_eq!(
+            joined_class(0, 3, 0),
+            0,
+            "a request without a large value keeps its class"
+        );
+        assert_eq!(joined_class(1, 1, 0), 1, "a large value stays demoted");
+        assert_eq!(joined_class(0, 0, 1), 0, "no slack, no demotion");
+    }
+
+    #[test]
+    fn the_opsets_that_can_wait_join_their_large_values_class() {
+        let owned = keys(20);
+        let mut planner = knowing_one_large_key(SizeRelPlanner::default(), &owned[0]);
+        // Timed fetches: 1 µs + 1 µs a small key, the large value 100 µs (T_L / T_S = 100).
+        for n in 1..=8u32 {
+            planner.observe(&observation(n, 1_000 + u64::from(n) * 1_000));
+        }
+        planner.observe_value(&owned[0], 100_000);
+        planner.observe(&Observation {
+            value_bytes: 100_000,
+            ..observation(1, 101_000)
+        });
+        // The typical bottleneck learned from requests like this one without a large value:
+        // one or two keys an opset.
+        for round in 0..TYPICAL_MIN_SAMPLES {
+            let others = keys(20 + round as usize * 20);
+            plan(&mut planner, &others[others.len() - 20..]);
+        }
+        let fetches = plan(&mut planner, &owned);
+        let (holder, others): (Vec<_>, Vec<_>) = fetches.iter().partition(|f| f.keys.contains(&0));
+        assert_eq!(holder[0].priority, Some(1));
+        // A 100-unit large value against opsets of one to three keys: every other opset can
+        // wait, and joins class 1 (slack alone would put them in the last class).
+        assert!(!others.is_empty());
+        assert!(others.iter().all(|f| f.priority == Some(1)), "{others:?}");
+        // A request without a large value keeps every opset in class 0.
+        let small = keys(40);
+        let fetches = plan(&mut planner, &small[20..]);
+        assert!(fetches.iter().all(|f| f.priority == Some(0)), "{fetches:?}");
     }
 
     #[test]
