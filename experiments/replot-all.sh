@@ -142,6 +142,12 @@ run "$PY" experiments/tailx/lines.py experiments/tailx/sim-v11-split \
     --same-as experiments/tailx/sim-v11-split --models keys-weighed:keys-work --only-models \
     --unchanged batch,batch+cover \
     --unchanged-in size-rel:rare-elephant,size-rel+cover:rare-elephant,cost-rel+cover:rare-elephant
+# sim-v12-join/ (size-rel's opsets with slack join their large value's class) against
+# sim-v11-split/: only size-rel's figures outside rare-elephant may move.
+run "$PY" experiments/tailx/lines.py experiments/tailx/sim-v12-join \
+    --same-as experiments/tailx/sim-v11-split \
+    --unchanged batch,rein-sbf,cost-rel,batch+cover,rein-sbf+cover,cost-rel+cover \
+    --unchanged-in size-rel:rare-elephant,size-rel+cover:rare-elephant
 
 # The model (experiments/model/README.md): analytic, recomputed.
 m=experiments/model
