@@ -148,6 +148,9 @@ run "$PY" experiments/tailx/lines.py experiments/tailx/sim-v12-join \
     --same-as experiments/tailx/sim-v11-split \
     --unchanged batch,rein-sbf,cost-rel,batch+cover,rein-sbf+cover,cost-rel+cover \
     --unchanged-in size-rel:rare-elephant,size-rel+cover:rare-elephant
+# The closed loop with size-rel+cover (sim-v12-closed/): ratios and the table of ranges.
+run_to experiments/tailx/sim-v12-closed/closed.txt \
+    "$PY" experiments/tailx/closed.py experiments/tailx/sim-v12-closed
 
 # The model (experiments/model/README.md): analytic, recomputed.
 m=experiments/model
