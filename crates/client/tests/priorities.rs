@@ -1,6 +1,7 @@
 //! Rein's priorities and TailX's delays in front of stock memcached: the pool queues requests
 //! by class behind a bounded window per backend, so a high-priority request overtakes a
-//! queued low-priority backlog; multigets through rein-sbf, rein-sds and tailx return the same
+//! queued low-priority backlog; multigets through rein-sbf, rein-sds, tailx, cost-rel and
+//! size-rel (which sends a backend's second large value as a fetch of its own) return the same
 //! values as batch.
 
 use std::sync::Arc;
@@ -158,6 +159,8 @@ async fn multigets_through_every_planner_return_the_stored_values() {
         PlannerKind::ReinSbf,
         PlannerKind::ReinSds,
         PlannerKind::Tailx,
+        PlannerKind::CostRel,
+        PlannerKind::SizeRel,
     ] {
         let pool = pool_over(&backends, planner, None);
         for round in 0..40 {
@@ -193,6 +196,20 @@ async fn multigets_through_every_planner_return_the_stored_values() {
             assert!(gauge("tailx_t_small_nanos") > 0.0);
             assert!(gauge("tailx_t_large_nanos") >= gauge("tailx_t_small_nanos"));
             assert!(pool.delay_queue().delayed.get() > 0);
+        }
+        if planner == PlannerKind::SizeRel {
+            // Its filter learned the 64 KB keys: the opsets holding one were demoted, and a
+            // backend's second one in a request went as a fetch of its own.
+            let gauges = pool.planner_gauges();
+            let gauge = |name: &str| {
+                gauges
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| *v)
+                    .expect(name)
+            };
+            assert!(gauge("size_rel_large_opset_share") > 0.0);
+            assert!(gauge("size_rel_large_values_apart") > 0.0);
         }
         if planner.uses_priorities() {
             assert!(pool.backends().iter().all(|b| b.gate().is_some()));

@@ -102,6 +102,8 @@ pub struct SizeRelPlanner {
     /// Opsets planned, and those demoted for holding a large value.
     opsets: u64,
     large_opsets: u64,
+    /// Large values sent as fetches of their own (an opset's second and further ones).
+    apart: u64,
 }
 
 impl Default for SizeRelPlanner {
@@ -122,6 +124,7 @@ impl SizeRelPlanner {
             }),
             opsets: 0,
             large_opsets: 0,
+            apart: 0,
         }
     }
 
@@ -146,6 +149,7 @@ impl Planner for SizeRelPlanner {
                 let split = split_large_values(fetch, |index| {
                     estimates.is_large(request.keys[index as usize])
                 });
+                self.apart += split.len() as u64;
                 apart.extend(split.into_iter().map(Action::Fetch));
             }
         }
@@ -216,6 +220,7 @@ impl Planner for SizeRelPlanner {
             "size_rel_large_opset_share",
             self.large_opsets as f64 / self.opsets.max(1) as f64,
         ));
+        gauges.push(("size_rel_large_values_apart", self.apart as f64));
         gauges
     }
 }
