@@ -177,17 +177,17 @@ async fn multigets_through_every_planner_return_the_stored_values() {
                 assert!(value.data.starts_with(key), "{planner:?}: wrong value");
             }
         }
+        let gauges = pool.planner_gauges();
+        let gauge = |name: &str| {
+            gauges
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| *v)
+                .expect(name)
+        };
         if planner == PlannerKind::Tailx {
             // 4800 values seen: THR_L learned (8 × the 100 B median's bucket), the 64 KB keys
             // in the filter, and opsets holding none of them delayed.
-            let gauges = pool.planner_gauges();
-            let gauge = |name: &str| {
-                gauges
-                    .iter()
-                    .find(|(n, _)| *n == name)
-                    .map(|(_, v)| *v)
-                    .expect(name)
-            };
             assert_eq!(gauge("tailx_large_threshold_bytes"), 8.0 * 127.0);
             assert!(gauge("tailx_filter_keys") >= 12.0);
             // T_S and T_L are learned from reply times. Which is larger on loopback is a
@@ -200,14 +200,6 @@ async fn multigets_through_every_planner_return_the_stored_values() {
         if planner == PlannerKind::SizeRel {
             // Its filter learned the 64 KB keys: the opsets holding one were demoted, and a
             // backend's second one in a request went as a fetch of its own.
-            let gauges = pool.planner_gauges();
-            let gauge = |name: &str| {
-                gauges
-                    .iter()
-                    .find(|(n, _)| *n == name)
-                    .map(|(_, v)| *v)
-                    .expect(name)
-            };
             assert!(gauge("size_rel_large_opset_share") > 0.0);
             assert!(gauge("size_rel_large_values_apart") > 0.0);
         }
