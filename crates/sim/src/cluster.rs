@@ -1471,7 +1471,7 @@ impl<'s> Sim<'s> {
                 if (query.fetches.len() as u32) < query.limit {
                     query.fetches.push(fetch);
                     query.keys += keys;
-                    query.work_keys += work_keys;
+                    query.work_keys = query.work_keys.saturating_add(work_keys);
                     query.reply_bytes += own_bytes;
                     query.holds_large |= holds_large;
                     if query.fetches.len() as u32 >= query.limit {
