@@ -151,6 +151,12 @@ run "$PY" experiments/tailx/lines.py experiments/tailx/sim-v12-join \
 # The closed loop with size-rel+cover (sim-v12-closed/): ratios and the table of ranges.
 run_to experiments/tailx/sim-v12-closed/closed.txt \
     "$PY" experiments/tailx/closed.py experiments/tailx/sim-v12-closed
+# The same scheduler with a tighter ageing (sim-v12-ageing/): batch and Rein-SBF must reproduce.
+run "$PY" experiments/tailx/lines.py experiments/tailx/sim-v12-ageing \
+    --same-as experiments/tailx/sim-v12-join --unchanged batch,rein-sbf
+run_to experiments/tailx/sim-v12-ageing/closed/closed.txt \
+    "$PY" experiments/tailx/closed.py experiments/tailx/sim-v12-ageing/closed \
+    --same-as experiments/tailx/sim-v12-closed --unchanged batch,rein-sbf
 
 # The model (experiments/model/README.md): analytic, recomputed.
 m=experiments/model

@@ -98,6 +98,10 @@ NOT_MEASUREMENTS = (
      "results.json files by experiments/tailx/lines.py"),
     ("tailx/sim-v12-closed/closed.json", "closed-loop ratios, derived from the folder's "
      "results.json files by experiments/tailx/closed.py"),
+    ("tailx/sim-v12-ageing/lines.json", "issue 30's lines as ratios, derived from the folder's "
+     "results.json files by experiments/tailx/lines.py"),
+    ("tailx/sim-v12-ageing/closed/closed.json", "closed-loop ratios, derived from the folder's "
+     "results.json files by experiments/tailx/closed.py"),
     ("throughput/sampled-stamps/callgrind.json", "callgrind instruction counts per request "
      "(experiments/throughput/callgrind.sh), not a timed run; command and builds in the README"),
     ("throughput/sampled-stamps/strace.json", "strace -c system-call counts per request, not a "

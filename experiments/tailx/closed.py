@@ -3,10 +3,12 @@
 and class p99 (the elephants' in rare-elephant, the small class's in the 20-key mixes) over
 batch's of the same seed and client count, and the planner with the lowest p99 per mix, client
 count and seed. Reads <folder>/clients<N>-seed<S>/results.json, writes <folder>/closed.json and
-prints a table of ranges over the seeds.
+prints a table of ranges over the seeds. With --same-as OTHER --unchanged a,b: also checks
+that those planners reproduce OTHER's figures exactly, and exits 1 if not.
 
     python3 experiments/tailx/closed.py experiments/tailx/sim-v12-closed
 """
+import argparse
 import json
 import os
 import re
@@ -54,9 +56,39 @@ def span(values):
     return f"{lo:.2f}" if round(hi - lo, 2) == 0 else f"{lo:.2f}–{hi:.2f}"
 
 
+def check(rows, other, unchanged):
+    """Prints how many figures of `unchanged` planners match `other`'s run; False if any
+    differs or none was compared."""
+    theirs = {(r["clients"], r["seed"], r["mix"], r["planner"]): r for r in read(other)[0]}
+    compared, differing = 0, 0
+    for row in rows:
+        if row["planner"] not in unchanged:
+            continue
+        them = theirs.get((row["clients"], row["seed"], row["mix"], row["planner"]))
+        if them is None:
+            continue
+        for figure in ("p50_us", "p99_us"):
+            compared += 1
+            if row[figure] != them[figure]:
+                differing += 1
+                print("  differs:", row["clients"], row["seed"], row["mix"], row["planner"],
+                      figure, row[figure], them[figure])
+    print(f"reproduced {compared - differing} of {compared} figures of {other}",
+          file=sys.stderr)
+    return compared > 0 and differing == 0
+
+
 def main():
-    folder = os.path.abspath(sys.argv[1])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder")
+    parser.add_argument("--same-as", help="an earlier closed-loop run folder to reproduce")
+    parser.add_argument("--unchanged", default="", help="planners that must reproduce it")
+    args = parser.parse_args()
+    folder = os.path.abspath(args.folder)
     rows, lowest = read(folder)
+    if args.same_as and not check(rows, os.path.abspath(args.same_as),
+                                  set(filter(None, args.unchanged.split(",")))):
+        sys.exit(1)
     with open(os.path.join(folder, "closed.json"), "w") as f:
         json.dump({"rows": rows, "lowest_p99": lowest}, f, indent=1)
         f.write("\n")
