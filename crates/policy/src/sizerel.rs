@@ -154,30 +154,37 @@ impl Planner for SizeRelPlanner {
             }
         }
         actions.extend(apart);
-        let fetches: Vec<&Fetch> = actions
+        // Each fetch's large values, counted once.
+        let large: Vec<u64> = actions
             .iter()
-            .filter_map(|action| match action {
-                Action::Fetch(fetch) => Some(fetch),
-                Action::Unavailable { .. } => None,
+            .map(|action| match action {
+                Action::Fetch(fetch) => estimates.large_keys(request, fetch),
+                Action::Unavailable { .. } => 0,
             })
             .collect();
-        // The request's class is its bottleneck's (no slack): the highest among its opsets.
-        let request_class = fetches
-            .iter()
-            .filter_map(|fetch| fetch.priority)
+        let fetches = || {
+            actions
+                .iter()
+                .zip(&large)
+                .filter_map(|(action, &large)| match action {
+                    Action::Fetch(fetch) => Some((fetch, large)),
+                    Action::Unavailable { .. } => None,
+                })
+        };
+        // The request's class is its bottleneck's, which has no slack: the lowest class number
+        // among its opsets.
+        let request_class = fetches()
+            .filter_map(|(fetch, _)| fetch.priority)
             .min()
             .unwrap_or(0);
-        let bottleneck_class = fetches
-            .iter()
-            .map(|fetch| (self.rel.fetch_work_keys(request, fetch), *fetch))
+        let bottleneck_class = fetches()
+            .map(|(fetch, large)| (estimates.units(fetch.keys.len() as u64, large), large))
             .reduce(|most, next| if next.0 > most.0 { next } else { most })
-            .map_or(request_class, |(_, fetch)| {
-                let large = self.rel.estimates().large_keys(request, fetch);
+            .map_or(request_class, |(_, large)| {
                 opset_class(request_class, large)
             });
-        for action in &mut actions {
+        for (action, &large) in actions.iter_mut().zip(&large) {
             if let Action::Fetch(fetch) = action {
-                let large = self.rel.estimates().large_keys(request, fetch);
                 self.opsets += 1;
                 self.large_opsets += u64::from(large > 0);
                 fetch.priority = Some(joined_class(
