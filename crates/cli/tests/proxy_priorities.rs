@@ -34,6 +34,7 @@ impl Drop for Proxy {
     }
 }
 
+/// A proxy over `backends` running `planner` (its name, then any further flags).
 fn start_proxy(backends: &[&Server], planner: &str) -> Proxy {
     let port = free_port();
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
@@ -43,7 +44,8 @@ fn start_proxy(backends: &[&Server], planner: &str) -> Proxy {
         .collect();
     let child = Command::new(env!("CARGO_BIN_EXE_tailtrim"))
         .args(["proxy", "-l", &addr.to_string(), "--admin", "off"])
-        .args(["-s", &servers.join(","), "--planner", planner, "-t", "1"])
+        .args(["-s", &servers.join(","), "-t", "1", "--planner"])
+        .args(planner.split_whitespace())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -154,8 +156,9 @@ fn mg_lines_received_from(planner: &str) -> Vec<String> {
 /// request `cost-rel` learns its classes from), the mice's lines first.
 fn mg_lines_after_mice(planner: &str, mice: usize) -> Vec<String> {
     let log = std::env::temp_dir().join(format!(
-        "tailtrim-proxy-priorities-{}-{planner}-{mice}.log",
-        std::process::id()
+        "tailtrim-proxy-priorities-{}-{}-{mice}.log",
+        std::process::id(),
+        planner.replace(' ', "_")
     ));
     let _ = std::fs::remove_file(&log);
     let log_arg = log.display().to_string();
@@ -245,5 +248,36 @@ fn cost_rel_sends_classes_relative_to_the_typical_request_with_its_ageing() {
     assert!(
         rein[..8].iter().all(|line| line.ends_with(" q p1")),
         "{rein:?}"
+    );
+}
+
+/// Each of `cost-rel` and `size-rel` sends its own ageing, `size-rel` 25 by default (tighter
+/// than cost-rel's 400), and each is set by its own flag (`[pool] cost_rel_overtakes`,
+/// `size_rel_overtakes`) without touching the other's.
+#[test]
+fn size_rel_and_cost_rel_each_carry_their_own_ageing() {
+    let ageing = |planner: &str| -> Vec<String> {
+        let lines = mg_lines_received_from(planner);
+        assert_eq!(lines.len(), 30, "{planner}: {lines:?}");
+        lines
+            .iter()
+            .map(|line| {
+                let flags = line.rsplit(' ').next().unwrap_or_default();
+                flags[flags.find('a').unwrap_or(flags.len())..].to_string()
+            })
+            .collect()
+    };
+    let all = |planner: &str, expected: &str| {
+        let got = ageing(planner);
+        assert!(got.iter().all(|a| a == expected), "{planner}: {got:?}");
+    };
+    all("size-rel", "a25");
+    all(
+        "size-rel --size-rel-overtakes 7 --cost-rel-overtakes 9",
+        "a7",
+    );
+    all(
+        "cost-rel --size-rel-overtakes 7 --cost-rel-overtakes 9",
+        "a9",
     );
 }

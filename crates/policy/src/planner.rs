@@ -42,7 +42,7 @@ use crate::costsbf::{CostSbfPlanner, CostSbfSettings};
 use crate::error::PolicyError;
 use crate::rein::{ReinPlanner, ReinPolicy};
 use crate::serverq::Discipline;
-use crate::sizerel::SizeRelPlanner;
+use crate::sizerel::{SizeRelPlanner, DEFAULT_SIZE_REL_OVERTAKES};
 use crate::spread::ReplicaChoice;
 use crate::tailx::{TailxPlanner, TailxSettings};
 
@@ -59,8 +59,11 @@ pub struct PlannerSettings {
     pub tailx: TailxSettings,
     /// `cost-sbf`.
     pub cost_sbf: CostSbfSettings,
-    /// `cost-rel` (and `size-rel`, which orders by its classes).
+    /// `cost-rel` (and `size-rel`, which orders by its classes, and `auto`).
     pub cost_rel: CostRelSettings,
+    /// `size-rel`'s ageing at the servers (its own; the rest of its settings are
+    /// `cost_rel`'s): later arrivals that may overtake a demoted opset per class.
+    pub size_rel_overtakes: u64,
     /// How batch, Rein, `cost-sbf`, `cost-rel` and `size-rel` pick each key's replica within a
     /// request's plan ([`crate::spread`]; TailX, Chisel and auto always use C3's rule).
     pub replica_choice: ReplicaChoice,
@@ -80,6 +83,7 @@ impl Default for PlannerSettings {
             tailx: TailxSettings::default(),
             cost_sbf: CostSbfSettings::default(),
             cost_rel: CostRelSettings::default(),
+            size_rel_overtakes: DEFAULT_SIZE_REL_OVERTAKES,
             replica_choice: ReplicaChoice::default(),
             fetch_cost_keys: DEFAULT_FETCH_COST_KEYS,
         }
@@ -191,7 +195,11 @@ impl PlannerKind {
                 Box::new(CostRelPlanner::new(settings.cost_rel).with_replica_choice(choice))
             }
             PlannerKind::SizeRel => {
-                Box::new(SizeRelPlanner::new(settings.cost_rel).with_replica_choice(choice))
+                let own = CostRelSettings {
+                    overtakes: settings.size_rel_overtakes,
+                    ..settings.cost_rel
+                };
+                Box::new(SizeRelPlanner::new(own).with_replica_choice(choice))
             }
             PlannerKind::Tailx => Box::new(TailxPlanner::new(settings.tailx)),
             PlannerKind::Auto => Box::new(AutoPlanner::new(AutoSettings {

@@ -14,8 +14,8 @@
 //!           request's costliest opset in small keys) joins its bottleneck's class:
 //!           class(opset) = max(own(opset), min(own(opset) + its slack class, own(bottleneck)))
 //!   Fetch{priority: class, not_before: None} ─► servers: Discipline::Aged{overtakes} (serverq),
-//!        cost-rel's ageing: a demoted opset is overtaken by at most overtakes × (its class −
-//!        theirs) later arrivals
+//!        its own ageing (default 25, cost-rel's is 400): a demoted opset is overtaken by at
+//!        most overtakes × (its class − theirs) later arrivals
 //! ```
 //!
 //! An opset holds at most one large value: each further large value of the keys a backend was
@@ -49,6 +49,14 @@ use crate::planner::base::{
 };
 use crate::serverq::Discipline;
 use crate::spread::ReplicaChoice;
+
+/// Default ageing of `size-rel`: later arrivals that may overtake an opset per class between
+/// them. Tighter than `cost-rel`'s ([`crate::costrel::DEFAULT_REL_OVERTAKES`]): size-rel
+/// demotes every opset holding a large value, and in a saturated closed loop class 0 never
+/// drains, so a demoted opset waits as long as the ageing lets it (at 400 the 20-key mixes'
+/// p99 was 2–4x batch's at 128–512 clients, at 25 0.81–1.00x, open-loop lines unchanged:
+/// `experiments/tailx/sim-v12-ageing/`).
+pub const DEFAULT_SIZE_REL_OVERTAKES: u64 = 25;
 
 /// The class of an opset of a request of class `request_class` that holds `large_keys` large
 /// values: one class lower if it holds any (at most the last class).
@@ -108,12 +116,14 @@ pub struct SizeRelPlanner {
 
 impl Default for SizeRelPlanner {
     fn default() -> Self {
-        SizeRelPlanner::new(CostRelSettings::default())
+        SizeRelPlanner::new(CostRelSettings {
+            overtakes: DEFAULT_SIZE_REL_OVERTAKES,
+            ..CostRelSettings::default()
+        })
     }
 }
 
 impl SizeRelPlanner {
-    /// A planner with `cost-rel`'s `settings`.
     /// A planner with `cost-rel`'s `settings`; slack demotion is size-rel's own rule (always
     /// on, never below the bottleneck's class), whatever `settings.slack_demotion` says.
     pub fn new(settings: CostRelSettings) -> Self {
@@ -390,10 +400,40 @@ mod tests {
         assert_eq!(opset_class(0, 1), 1);
         assert_eq!(opset_class(2, 3), 3);
         assert_eq!(opset_class((CLASSES - 1) as u8, 1), (CLASSES - 1) as u8);
-        // cost-rel's ageing: the lowest class completes under a steady stream of class 0
-        // (`costrel::tests::the_lowest_class_completes_under_a_steady_stream_of_typical_requests`).
+    }
+
+    #[test]
+    fn size_rel_ages_by_its_own_overtakes_not_cost_rels() {
+        // Aged strict priority: the lowest class completes under a steady stream of class 0
+        // (`serverq`'s and `costrel`'s starvation tests), here within 25 overtakes per class.
         assert_eq!(
             SizeRelPlanner::default().discipline(),
+            Discipline::Aged {
+                overtakes: DEFAULT_SIZE_REL_OVERTAKES
+            }
+        );
+        assert_ne!(
+            SizeRelPlanner::default().discipline(),
+            CostRelPlanner::default().discipline()
+        );
+        let settings = crate::planner::PlannerSettings {
+            size_rel_overtakes: 7,
+            ..Default::default()
+        };
+        let kind = crate::planner::PlannerKind::SizeRel;
+        assert_eq!(
+            kind.discipline(&settings),
+            Discipline::Aged { overtakes: 7 }
+        );
+        assert_eq!(
+            kind.discipline(&Default::default()),
+            Discipline::Aged {
+                overtakes: DEFAULT_SIZE_REL_OVERTAKES
+            }
+        );
+        // cost-rel keeps its own.
+        assert_eq!(
+            crate::planner::PlannerKind::CostRel.discipline(&settings),
             CostRelPlanner::default().discipline()
         );
     }

@@ -405,6 +405,14 @@ pub struct PoolSection {
     /// The fixed cost of one request at a backend, counted in keys, for `replica_choice =
     /// "cover"`'s estimate of each backend's work in flight (default 3).
     pub fetch_cost_keys: f64,
+    /// `cost-rel` and `auto`: later arrivals that may overtake a demoted request's fetch per
+    /// class between them, at the backends (`tailtrim serve` reads it from `mg … p<c>a<n>`)
+    /// and in the proxy's window queue (default 400).
+    pub cost_rel_overtakes: u64,
+    /// `size-rel`: the same, its own (default 25: it demotes every fetch holding a large
+    /// value, and a looser ageing lets a saturated class 0 hold them back;
+    /// `experiments/tailx/sim-v12-ageing/`).
+    pub size_rel_overtakes: u64,
     /// Consecutive failures that mark a backend down.
     pub server_failure_limit: u32,
     /// Wait before a down backend is probed again (ms).
@@ -477,6 +485,8 @@ impl Default for PoolSection {
             connection_choice: "round-robin".to_string(),
             replica_choice: "c3".to_string(),
             fetch_cost_keys: tailtrim_policy::planner::DEFAULT_FETCH_COST_KEYS,
+            cost_rel_overtakes: tailtrim_policy::costrel::DEFAULT_REL_OVERTAKES,
+            size_rel_overtakes: tailtrim_policy::sizerel::DEFAULT_SIZE_REL_OVERTAKES,
             server_failure_limit: DEFAULT_SERVER_FAILURE_LIMIT,
             server_retry_timeout_ms: DEFAULT_SERVER_RETRY_TIMEOUT_MS,
             queue_limit: DEFAULT_QUEUE_LIMIT,
@@ -670,6 +680,8 @@ impl ProxyConfig {
             )));
         }
         config.planner_settings.fetch_cost_keys = pool.fetch_cost_keys;
+        config.planner_settings.cost_rel.overtakes = pool.cost_rel_overtakes;
+        config.planner_settings.size_rel_overtakes = pool.size_rel_overtakes;
         config.timeout = Duration::from_millis(pool.timeout_ms);
         config.connect_timeout = Duration::from_millis(pool.connect_timeout_ms);
         config.connections_per_backend = pool.server_connections.max(1);
@@ -966,6 +978,38 @@ mod tests {
         config.pool.fetch_cost_keys = -1.0;
         let error = config.pool_config().unwrap_err().to_string();
         assert!(error.contains("fetch_cost_keys -1"), "{error}");
+    }
+
+    #[test]
+    fn each_demoting_planner_gets_its_own_ageing() {
+        use tailtrim_policy::planner::PlannerKind;
+        use tailtrim_policy::serverq::Discipline;
+        let mut config = ProxyConfig::default();
+        config.pool.servers = vec!["127.0.0.1:1".to_string()];
+        let settings = config.pool_config().unwrap().planner_settings;
+        let aged = |kind: PlannerKind, settings| kind.discipline(settings);
+        assert_eq!(
+            aged(PlannerKind::SizeRel, &settings),
+            Discipline::Aged { overtakes: 25 }
+        );
+        assert_eq!(
+            aged(PlannerKind::CostRel, &settings),
+            Discipline::Aged { overtakes: 400 }
+        );
+        let config = ProxyConfig::from_toml(
+            "[pool]\nservers = [\"127.0.0.1:1\"]\nsize_rel_overtakes = 7\n\
+             cost_rel_overtakes = 90\n",
+        )
+        .unwrap();
+        let settings = config.pool_config().unwrap().planner_settings;
+        assert_eq!(
+            aged(PlannerKind::SizeRel, &settings),
+            Discipline::Aged { overtakes: 7 }
+        );
+        assert_eq!(
+            aged(PlannerKind::CostRel, &settings),
+            Discipline::Aged { overtakes: 90 }
+        );
     }
 
     #[test]

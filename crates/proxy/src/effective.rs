@@ -132,6 +132,14 @@ pub struct ProxyArgs {
     /// each backend's work in flight. Overrides `[pool] fetch_cost_keys`; default: 3.
     #[arg(long = "fetch-cost-keys", value_name = "KEYS")]
     pub fetch_cost_keys: Option<f64>,
+    /// cost-rel and auto: later arrivals that may overtake a demoted fetch per class (their
+    /// ageing). Overrides `[pool] cost_rel_overtakes`; default: 400.
+    #[arg(long = "cost-rel-overtakes", value_name = "ARRIVALS")]
+    pub cost_rel_overtakes: Option<u64>,
+    /// size-rel: later arrivals that may overtake a demoted fetch per class (its ageing).
+    /// Overrides `[pool] size_rel_overtakes`; default: 25.
+    #[arg(long = "size-rel-overtakes", value_name = "ARRIVALS")]
+    pub size_rel_overtakes: Option<u64>,
     /// Consecutive failures that mark a backend down.
     #[arg(long = "server-failure-limit")]
     pub server_failure_limit: Option<u32>,
@@ -304,6 +312,12 @@ pub fn effective_config(
     }
     if let Some(keys) = args.fetch_cost_keys {
         config.pool.fetch_cost_keys = keys;
+    }
+    if let Some(overtakes) = args.cost_rel_overtakes {
+        config.pool.cost_rel_overtakes = overtakes;
+    }
+    if let Some(overtakes) = args.size_rel_overtakes {
+        config.pool.size_rel_overtakes = overtakes;
     }
     if let Some(limit) = args.server_failure_limit {
         config.pool.server_failure_limit = limit;

@@ -34,6 +34,7 @@ use tailtrim_policy::costrel::{CostRelSettings, DEFAULT_REL_OVERTAKES, DEFAULT_S
 use tailtrim_policy::costsbf::{CostSbfSettings, DEFAULT_OVERTAKES};
 use tailtrim_policy::costspec::CostSpec;
 use tailtrim_policy::planner::{Planner, PlannerKind, PlannerSettings};
+use tailtrim_policy::sizerel::DEFAULT_SIZE_REL_OVERTAKES;
 use tailtrim_policy::spread::ReplicaChoice;
 use tailtrim_policy::tailx::TailxSettings;
 
@@ -143,6 +144,11 @@ pub struct Setup {
         skip_serializing_if = "is_default_rel_overtakes"
     )]
     pub rel_overtakes: u64,
+    /// `size-rel`'s ageing at the servers (its own: default
+    /// [`tailtrim_policy::sizerel::DEFAULT_SIZE_REL_OVERTAKES`]). Absent in files written
+    /// before it had its own: size-rel then aged by `rel_overtakes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_rel_overtakes: Option<u64>,
     /// `cost-rel`'s spread: bottlenecks up to this many times the typical one are class 0.
     #[serde(default = "default_spread", skip_serializing_if = "is_default_spread")]
     pub rel_spread: f64,
@@ -254,6 +260,7 @@ impl Default for Setup {
             loaded_calibration_requests: 200_000,
             overtakes: DEFAULT_OVERTAKES,
             rel_overtakes: DEFAULT_REL_OVERTAKES,
+            size_rel_overtakes: Some(DEFAULT_SIZE_REL_OVERTAKES),
             rel_spread: DEFAULT_SPREAD,
             rel_no_slack: !CostRelSettings::default().slack_demotion,
             rel_by_cost: CostRelSettings::default().by_cost,
@@ -547,6 +554,7 @@ pub fn planner(setup: &Setup, name: &str) -> Result<Box<dyn Planner>, SimError> 
             demotion_budget: setup.rel_budget,
             ..CostRelSettings::default()
         },
+        size_rel_overtakes: setup.size_rel_overtakes.unwrap_or(setup.rel_overtakes),
         ..PlannerSettings::default()
     }))
 }

@@ -76,10 +76,14 @@ pub struct Args {
     /// them (ageing; no class starves).
     #[arg(long, default_value_t = Setup::default().overtakes)]
     overtakes: u64,
-    /// cost-rel: later arrivals that may overtake an opset at a server per class between
-    /// them (its ageing, tighter than cost-sbf's).
+    /// cost-rel (and auto): later arrivals that may overtake an opset at a server per class
+    /// between them (its ageing, tighter than cost-sbf's).
     #[arg(long, default_value_t = Setup::default().rel_overtakes)]
     rel_overtakes: u64,
+    /// size-rel: later arrivals that may overtake an opset at a server per class between
+    /// them (its own ageing, tighter than cost-rel's).
+    #[arg(long, default_value_t = tailtrim_policy::sizerel::DEFAULT_SIZE_REL_OVERTAKES)]
+    size_rel_overtakes: u64,
     /// cost-rel: bottlenecks up to this many times the typical one share class 0 (first come
     /// first served); each doubling beyond is one class lower.
     #[arg(long, default_value_t = Setup::default().rel_spread)]
@@ -411,6 +415,7 @@ fn simulate(args: &Args, progress: ProgressFn<'_>) -> Result<Report, String> {
         loaded_calibration_requests: args.loaded_calibration_requests,
         overtakes: args.overtakes,
         rel_overtakes: args.rel_overtakes,
+        size_rel_overtakes: Some(args.size_rel_overtakes),
         rel_spread: args.rel_spread,
         rel_no_slack: !args.rel_slack,
         rel_by_cost: args.rel_by_cost,
