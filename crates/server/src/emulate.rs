@@ -13,7 +13,8 @@
 //! A sleeping thread costs no CPU, so emulated workers and servers fit on few cores; the error
 //! of each sleep is what [`measure_accuracy`] reports. The request path uses it in
 //! `Runtime::complete` ([`crate::runtime`]): one hold per request, on the worker that completes
-//! it, for every dispatch policy.
+//! it, for every dispatch policy; a connection's batch of quiet meta commands pays the fixed
+//! cost once, at one draw ([`BatchDraw`]), as one `get` of the same keys does.
 
 use std::time::{Duration, Instant};
 
@@ -60,6 +61,40 @@ pub fn sleep_until(deadline: Instant) {
     }
 }
 
+/// A connection's pipelined batch of quiet meta commands, as emulated service time charges
+/// it: the batch's first request pays the model's fixed cost and draws the dispersion; every
+/// further one, up to and including the first request that is not a quiet meta command (the
+/// `mn` that ends a multiget sent as `mg … q` per key), pays its keys and bytes only, at the
+/// same draw. So a multiget sent as one quiet `mg` per key costs what the same keys cost in
+/// one `get`, and what the simulator charges one fetch (`const + key × n + byte × bytes`,
+/// one draw).
+///
+/// ```text
+///   mg a q ─ fixed + a, draw u      (opens: u kept)
+///   mg b q ─ b at u
+///   mn     ─ (its bytes) at u       (closes)
+///   get c d ─ fixed + c + d, new draw
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BatchDraw {
+    /// The open batch's draw, if a batch is open.
+    pub open: Option<f64>,
+}
+
+impl BatchDraw {
+    /// The draw and whether the fixed cost is charged for the next request, `fresh` drawing a
+    /// new uniform when no batch is open; the state then holds the batch on if the request is a
+    /// `quiet_meta` command, else closes it.
+    pub fn next(&mut self, quiet_meta: bool, fresh: impl FnOnce() -> f64) -> (f64, bool) {
+        let (u, fixed) = match self.open {
+            Some(u) => (u, false),
+            None => (fresh(), true),
+        };
+        self.open = quiet_meta.then_some(u);
+        (u, fixed)
+    }
+}
+
 /// Holds a thread for times drawn from a cost model.
 #[derive(Debug, Clone)]
 pub struct Emulator {
@@ -97,6 +132,33 @@ impl Emulator {
         }
         let u = self.unit();
         Duration::from_nanos(self.spec.sample_nanos(units, u) as u64)
+    }
+
+    /// The next emulated time for a request of `units` in its connection's `batch` (a quiet
+    /// meta command's keeps the batch open), and whether the fixed cost was charged
+    /// ([`BatchDraw`]).
+    pub fn draw_in_batch(
+        &mut self,
+        units: Units,
+        batch: &mut BatchDraw,
+        quiet_meta: bool,
+    ) -> (Duration, bool) {
+        if self.spec.is_zero() {
+            return (Duration::ZERO, false);
+        }
+        let (u, fixed) = batch.next(quiet_meta, || self.unit());
+        let spec = if fixed {
+            self.spec
+        } else {
+            CostSpec {
+                const_nanos: 0.0,
+                ..self.spec
+            }
+        };
+        (
+            Duration::from_nanos(spec.sample_nanos(units, u) as u64),
+            fixed,
+        )
     }
 
     /// Sleeps for the next emulated time counted from `since` (e.g. when the request started
@@ -199,5 +261,50 @@ mod tests {
             .sum::<f64>()
             / 20_000.0;
         assert!((mean - 10_000.0).abs() < 300.0, "{mean}");
+    }
+
+    #[test]
+    fn a_batch_of_quiet_meta_commands_pays_the_fixed_cost_once_at_one_draw() {
+        let spec = CostSpec::parse("const=10us,key=1us").unwrap();
+        let mut emulator = Emulator::new(spec, 3);
+        let mut batch = BatchDraw::default();
+        let one = Units { keys: 1, bytes: 0 };
+        let none = Units { keys: 0, bytes: 0 };
+        // mg a q, mg b q, mg c q, mn: 10 + 1 + 1 + 1 + 0 µs, the fixed cost once.
+        let mut charged = Vec::new();
+        for (units, quiet) in [(one, true), (one, true), (one, true), (none, false)] {
+            charged.push(emulator.draw_in_batch(units, &mut batch, quiet));
+        }
+        let total: Duration = charged.iter().map(|(time, _)| *time).sum();
+        assert_eq!(total, Duration::from_micros(13));
+        let fixed: Vec<bool> = charged.iter().map(|(_, fixed)| *fixed).collect();
+        assert_eq!(fixed, [true, false, false, false]);
+        assert_eq!(batch, BatchDraw::default(), "mn closes the batch");
+        // What a `get a b c` costs.
+        let get = Units { keys: 3, bytes: 0 };
+        assert_eq!(
+            emulator.draw_in_batch(get, &mut batch, false),
+            (Duration::from_micros(13), true)
+        );
+        // Alone, every request pays it (not quiet: each closes what it opened).
+        assert_eq!(
+            emulator.draw_in_batch(one, &mut batch, false),
+            (Duration::from_micros(11), true)
+        );
+    }
+
+    #[test]
+    fn a_batch_shares_one_dispersion_draw_as_one_fetch_does() {
+        let spec = CostSpec::parse("const=10us,key=1us,dist=exp").unwrap();
+        let mut emulator = Emulator::new(spec, 7);
+        let mut batch = BatchDraw::default();
+        let one = Units { keys: 1, bytes: 0 };
+        let (first, _) = emulator.draw_in_batch(one, &mut batch, true);
+        let u = batch.open.expect("the batch is open");
+        let (second, fixed) = emulator.draw_in_batch(one, &mut batch, true);
+        assert!(!fixed);
+        let factor = spec.dispersion.factor(u);
+        assert_eq!(first.as_nanos(), (11_000.0 * factor) as u128);
+        assert_eq!(second.as_nanos(), (1_000.0 * factor) as u128);
     }
 }

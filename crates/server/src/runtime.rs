@@ -244,6 +244,8 @@ struct HoldStats {
     /// Overshoot per hold, in nanoseconds.
     overshoot_ns: Mutex<hdrhistogram::Histogram<u64>>,
     holds: AtomicU64,
+    /// Holds that charged the model's fixed cost (a batch of quiet meta commands pays it once).
+    fixed: AtomicU64,
     /// Holds whose instant had passed before the sleep (the real work took longer).
     late: AtomicU64,
 }
@@ -253,14 +255,18 @@ impl HoldStats {
         HoldStats {
             overshoot_ns: Mutex::new(new_histogram()),
             holds: AtomicU64::new(0),
+            fixed: AtomicU64::new(0),
             late: AtomicU64::new(0),
         }
     }
 
-    fn record(&self, deadline: Instant, late: bool) {
+    fn record(&self, deadline: Instant, late: bool, fixed: bool) {
         let nanos = deadline.elapsed().as_nanos().clamp(1, 60_000_000_000) as u64;
         let _ = self.overshoot_ns.lock().record(nanos);
         self.holds.fetch_add(1, Ordering::Relaxed);
+        if fixed {
+            self.fixed.fetch_add(1, Ordering::Relaxed);
+        }
         if late {
             self.late.fetch_add(1, Ordering::Relaxed);
         }
@@ -269,6 +275,7 @@ impl HoldStats {
     fn reset(&self) {
         self.overshoot_ns.lock().reset();
         self.holds.store(0, Ordering::Relaxed);
+        self.fixed.store(0, Ordering::Relaxed);
         self.late.store(0, Ordering::Relaxed);
     }
 
@@ -280,6 +287,10 @@ impl HoldStats {
             (
                 "emulate_holds".to_string(),
                 self.holds.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "emulate_fixed_charges".to_string(),
+                self.fixed.load(Ordering::Relaxed).to_string(),
             ),
             (
                 "emulate_late_holds".to_string(),
@@ -307,6 +318,18 @@ fn wire_bytes(declared: Option<usize>, frame: &[u8], reply: &ReplyBuf) -> u64 {
 }
 
 /// Keys a request names (for the per-key cost term), without allocating.
+/// True for a quiet meta command (`mg … q` and the other meta commands with `q`): a
+/// pipelined batch goes on after it ([`crate::emulate::BatchDraw`]).
+fn quiet_meta(request: &Request) -> bool {
+    match request {
+        Request::MetaGet { flags, .. }
+        | Request::MetaSet { flags, .. }
+        | Request::MetaDelete { flags, .. }
+        | Request::MetaArithmetic { flags, .. } => flags.quiet(),
+        _ => false,
+    }
+}
+
 fn key_count(request: &Request) -> usize {
     match request {
         Request::Get { keys, .. } | Request::GetAndTouch { keys, .. } => keys.len(),
@@ -702,11 +725,16 @@ impl Runtime {
             charge,
         } = done;
         if let (Some(charge), Some(emulator)) = (charge, self.service.get(worker)) {
-            let time = emulator.lock().draw(charge.units);
+            let mut batch = *conn.emulated_batch.lock();
+            let (time, fixed) =
+                emulator
+                    .lock()
+                    .draw_in_batch(charge.units, &mut batch, charge.quiet_meta);
+            *conn.emulated_batch.lock() = batch;
             let deadline = charge.started + time;
             let late = Instant::now() > deadline;
             crate::emulate::sleep_until(deadline);
-            self.holds.record(deadline, late);
+            self.holds.record(deadline, late, fixed);
         }
         let close = match &self.network {
             None => conn.write.lock().fill(seq, reply),
@@ -913,6 +941,7 @@ impl Runtime {
                 let ctx = self.ctx(worker, conn.fd());
                 let declared = request.data_len();
                 let keys = key_count(&request);
+                let quiet = quiet_meta(&request);
                 let mut out = conn.write.lock().take_spare();
                 let _ = execute(request, &frame, &ctx, &mut out);
                 if self.log_commands {
@@ -920,7 +949,8 @@ impl Runtime {
                 }
                 let size = declared.unwrap_or(out.len()) as u64;
                 let large = size > self.policy.class_threshold();
-                let charge = Charge::new(started, keys, wire_bytes(declared, &frame, &out));
+                let charge = Charge::new(started, keys, wire_bytes(declared, &frame, &out))
+                    .quiet_meta(quiet);
                 self.complete(
                     &conn,
                     worker,
@@ -947,6 +977,7 @@ impl Runtime {
                 let charge = Charge {
                     units,
                     started: Instant::now(),
+                    quiet_meta: false,
                 };
                 self.complete(
                     &conn,
@@ -1446,6 +1477,7 @@ impl Runtime {
             Instant::now()
         };
         let keys = key_count(&request);
+        let quiet = quiet_meta(&request);
         let mut out = conn.write.lock().take_spare();
         let _ = execute(request, &frame, ctx, &mut out);
         if self.log_commands {
@@ -1456,7 +1488,8 @@ impl Runtime {
             size,
             accessed: declared.is_some() || (retrieval && size > MISS_REPLY_MAX),
             storage: declared.is_some(),
-            charge: Charge::new(started, keys, wire_bytes(declared, &frame, &out)),
+            charge: Charge::new(started, keys, wire_bytes(declared, &frame, &out))
+                .quiet_meta(quiet),
         };
         let done = InlineReply {
             seq,

@@ -51,6 +51,9 @@ pub struct Conn {
     /// The encrypting transport on a TLS listener; `None`: plain TCP. Lock order:
     /// after `read` and `write`.
     pub(crate) tls: Option<Mutex<crate::transport::TlsSession>>,
+    /// Its open batch of quiet meta commands, as emulated service time charges it (touched
+    /// only when emulating; a leaf lock, never held with another).
+    pub(crate) emulated_batch: Mutex<crate::emulate::BatchDraw>,
 }
 
 impl Conn {
@@ -74,6 +77,7 @@ impl Conn {
             last_command_ms: AtomicU64::new(0),
             watch: Mutex::new(None),
             tls: tls.map(Mutex::new),
+            emulated_batch: Mutex::new(crate::emulate::BatchDraw::default()),
         }
     }
 

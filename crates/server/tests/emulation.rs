@@ -108,6 +108,54 @@ fn every_policy_holds_the_worker_for_the_emulated_service_time() {
     }
 }
 
+/// A multiget sent as one quiet `mg` per key and an `mn` (what the proxy sends a backend that
+/// serves priority classes) is charged the emulated fixed cost once, as the same keys in one
+/// `get` are: every request is still held, but only the batch's first pays `const`.
+#[test]
+fn a_batch_of_quiet_meta_gets_pays_the_fixed_cost_once() {
+    for (policy, class) in POLICIES
+        .iter()
+        .map(|policy| (*policy, ""))
+        .chain([(DispatchPolicy::LateBinding, " p1a25")])
+    {
+        let handle = server(policy, 2, "const=1ms,key=100us", "off");
+        let mut conn = connect(&handle);
+        conn.write_all(
+            b"stats reset
+",
+        )
+        .expect("write");
+        assert_eq!(read_until(&mut conn, b"\r\n"), b"RESET\r\n");
+        for key in ["a", "b", "c"] {
+            set(&mut conn, key, b"v");
+        }
+        let batch: String = ["a", "b", "c"]
+            .iter()
+            .map(|key| format!("mg {key} v q{class}\r\n"))
+            .chain(["mn\r\n".to_string()])
+            .collect();
+        conn.write_all(batch.as_bytes()).expect("write");
+        let reply = String::from_utf8(read_until(&mut conn, b"MN\r\n")).expect("utf-8");
+        assert_eq!(reply.matches("VA 1").count(), 3, "{policy:?}: {reply}");
+        conn.write_all(b"get a b c\r\n").expect("write");
+        let reply = String::from_utf8(read_until(&mut conn, b"END\r\n")).expect("utf-8");
+        assert_eq!(reply.matches("VALUE ").count(), 3, "{policy:?}: {reply}");
+        let stats = stats_group(&mut conn, "sizeaware");
+        let stat = |name: &str| {
+            stats
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_else(|| panic!("{policy:?}: no {name} in {stats:?}"))
+        };
+        // Held: the reset, three sets, three mg and the mn, the get (9); the fixed cost: the
+        // reset, each set, the batch once, the get (6).
+        assert_eq!(stat("emulate_holds"), "9", "{policy:?}{class}");
+        assert_eq!(stat("emulate_fixed_charges"), "6", "{policy:?}{class}");
+        handle.shutdown();
+    }
+}
+
 /// One worker, two connections: the first asks for a large value whose emulated network time is
 /// long (2 µs per byte of its 200 kB reply), the second for a miss (a few µs). Were the worker
 /// held for the network time, the second reply would come after the first; it comes before.

@@ -20,10 +20,14 @@ pub struct Charge {
     pub units: Units,
     /// When the worker that completes it started on it.
     pub started: Instant,
+    /// The request is a quiet meta command (`mg … q`): its connection's batch goes on after
+    /// it, and the next request pays no fixed cost ([`crate::emulate::BatchDraw`]).
+    pub quiet_meta: bool,
 }
 
 impl Charge {
-    /// A request of `keys` keys and `bytes` bytes, started at `started`.
+    /// A request of `keys` keys and `bytes` bytes, started at `started`, not a quiet meta
+    /// command.
     pub fn new(started: Instant, keys: usize, bytes: u64) -> Charge {
         Charge {
             units: Units {
@@ -31,7 +35,13 @@ impl Charge {
                 bytes,
             },
             started,
+            quiet_meta: false,
         }
+    }
+
+    /// The same charge, for a quiet meta command if `quiet_meta`.
+    pub fn quiet_meta(self, quiet_meta: bool) -> Charge {
+        Charge { quiet_meta, ..self }
     }
 }
 
