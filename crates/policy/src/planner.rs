@@ -221,4 +221,30 @@ mod tests {
         }
         assert!(PlannerKind::from_name("nope").is_err());
     }
+
+    #[test]
+    fn size_rel_and_cost_rel_each_age_by_their_own_setting() {
+        use super::{PlannerSettings, DEFAULT_SIZE_REL_OVERTAKES};
+        use crate::costrel::DEFAULT_REL_OVERTAKES;
+        use crate::serverq::Discipline;
+        let defaults = PlannerSettings::default();
+        let aged = |overtakes| Discipline::Aged { overtakes };
+        assert_eq!(
+            PlannerKind::SizeRel.discipline(&defaults),
+            aged(DEFAULT_SIZE_REL_OVERTAKES)
+        );
+        assert_eq!(
+            PlannerKind::CostRel.discipline(&defaults),
+            aged(DEFAULT_REL_OVERTAKES)
+        );
+        let settings = PlannerSettings {
+            size_rel_overtakes: 7,
+            ..defaults
+        };
+        assert_eq!(PlannerKind::SizeRel.discipline(&settings), aged(7));
+        assert_eq!(
+            PlannerKind::CostRel.discipline(&settings),
+            aged(DEFAULT_REL_OVERTAKES)
+        );
+    }
 }

@@ -416,25 +416,10 @@ mod tests {
             SizeRelPlanner::default().discipline(),
             CostRelPlanner::default().discipline()
         );
-        let settings = crate::planner::PlannerSettings {
-            size_rel_overtakes: 7,
-            ..Default::default()
-        };
-        let kind = crate::planner::PlannerKind::SizeRel;
-        assert_eq!(
-            kind.discipline(&settings),
-            Discipline::Aged { overtakes: 7 }
-        );
-        assert_eq!(
-            kind.discipline(&Default::default()),
-            Discipline::Aged {
-                overtakes: DEFAULT_SIZE_REL_OVERTAKES
-            }
-        );
-        // cost-rel keeps its own.
-        assert_eq!(
-            crate::planner::PlannerKind::CostRel.discipline(&settings),
-            CostRelPlanner::default().discipline()
-        );
+        let own = SizeRelPlanner::new(CostRelSettings {
+            overtakes: 7,
+            ..CostRelSettings::default()
+        });
+        assert_eq!(own.discipline(), Discipline::Aged { overtakes: 7 });
     }
 }
