@@ -324,6 +324,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
             large_value_bytes: args.large_value_bytes,
             duration: args.duration,
             warmup: args.warmup,
+            first_pass: 0.0,
             repeats: args.repeats,
             window: args.window,
             sim_requests: args.sim_requests,

@@ -96,6 +96,10 @@ pub struct Options {
     pub duration: f64,
     /// Unmeasured seconds before each run.
     pub warmup: f64,
+    /// Unmeasured seconds of load through each planner's proxy, in turn, before the first
+    /// round (0: none): the first measured run after the preload was the slowest of its
+    /// planner's (`experiments/tailx-testbed/README.md`, 4b).
+    pub first_pass: f64,
     /// Rounds (each planner runs once per round, in rotated order).
     pub repeats: usize,
     /// Requests in flight per backend in each proxy (its priority window).
@@ -229,6 +233,10 @@ struct Settings {
     dilation: f64,
     duration_s: f64,
     warmup_s: f64,
+    /// The unmeasured pass through every planner before the first round, seconds each
+    /// (files written before it: none).
+    #[serde(default, skip_serializing_if = "not_measured")]
+    first_pass_s: f64,
     repeats: usize,
     window: usize,
     connections: usize,
@@ -678,6 +686,23 @@ fn measure(bed: &Bed, progress: ProgressFn<'_>) -> Result<Report, String> {
             experiment.name, calibration.rate_rps, load, calibration.capacity_rps, simulated_order
         );
         let workload = Arc::new(workload_of(&setup, experiment)?);
+        if options.first_pass > 0.0 {
+            for (index, name) in planners.iter().enumerate() {
+                let mut config = RunConfig::new(
+                    &proxies[index].address(),
+                    calibration.rate_rps,
+                    Duration::from_secs_f64(options.first_pass),
+                );
+                config.drain = Duration::from_secs(20);
+                config.connections = options.connections;
+                config.max_in_flight = 1;
+                config.seed = options.seed.wrapping_sub(1);
+                config.timeseries = false;
+                run_detailed(&workload, &config, &mut |_| {})
+                    .map_err(|e| format!("{} {name} first pass: {e}", experiment.name))?;
+                eprintln!("  first pass (unmeasured): {name}");
+            }
+        }
         let mut runs = Vec::new();
         for round in 0..options.repeats {
             for (position, index) in interleaved_order(planners.len(), round)
@@ -773,6 +798,7 @@ fn measure(bed: &Bed, progress: ProgressFn<'_>) -> Result<Report, String> {
             dilation: options.dilation,
             duration_s: options.duration,
             warmup_s: options.warmup,
+            first_pass_s: options.first_pass,
             repeats: options.repeats,
             window: options.window,
             connections: options.connections,
@@ -846,6 +872,10 @@ pub struct Args {
     /// Unmeasured seconds before each run.
     #[arg(long, default_value_t = 5.0)]
     pub warmup: f64,
+    /// Unmeasured seconds of load through each planner, in turn, before the first round
+    /// (0: none; the first measured run after the preload was the slowest of its planner's).
+    #[arg(long, default_value_t = 20.0)]
+    pub first_pass: f64,
     /// Rounds (each planner once per round, rotated order).
     #[arg(long, default_value_t = 3)]
     pub repeats: usize,
@@ -884,6 +914,7 @@ fn served_bed(args: &Args) -> Result<Bed, String> {
         large_value_bytes: Setup::default().large_value_bytes,
         duration: args.duration,
         warmup: args.warmup,
+        first_pass: args.first_pass,
         repeats: args.repeats,
         window: 0,
         sim_requests: args.sim_requests,
@@ -1131,6 +1162,12 @@ fn render_served(report: &Report) -> String {
             " Large values: {} keys of {} B; a multiget sent as quiet `mg`s and an `mn` pays \
              the emulated fixed cost once, as a `get` does.",
             s.setup.large_keyspace, s.setup.large_value_bytes,
+        ));
+    }
+    if s.first_pass_s > 0.0 {
+        out.push_str(&format!(
+            " Before the first round, an unmeasured pass of {} s through each planner.",
+            s.first_pass_s
         ));
     }
     out.push_str(&format!(
@@ -1562,6 +1599,7 @@ mod tests {
             planners: vec!["batch".into(), AA_GAUGE.into(), "rein-sbf".into()],
             duration: 1.0,
             warmup: 0.0,
+            first_pass: 0.0,
             repeats: 1,
             connections: 4,
             server_connections: 20,
@@ -1685,6 +1723,7 @@ mod tests {
             large_value_bytes: 128_000,
             duration: 1.0,
             warmup: 0.0,
+            first_pass: 0.0,
             repeats: 1,
             window: 4,
             sim_requests: 1_000,
