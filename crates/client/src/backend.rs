@@ -254,6 +254,7 @@ impl Backend {
         BackendLoad {
             outstanding: self.outstanding(),
             outstanding_work: None,
+            demoted_work: None,
             ewma_nanos: self.ewma_nanos(),
             available: self.health.lock().would_accept(now),
         }

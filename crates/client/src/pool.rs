@@ -194,6 +194,7 @@ impl ClusterView for PoolView<'_> {
         let mut load = loads.get(backend).copied().unwrap_or(BackendLoad {
             outstanding: 0,
             outstanding_work: None,
+            demoted_work: None,
             ewma_nanos: None,
             available: false,
         });

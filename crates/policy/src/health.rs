@@ -236,6 +236,13 @@ pub struct BackendLoad {
     /// under its cost model (an oracle of T_S and T_L); the client and proxy count each one's
     /// keys plus a fixed cost per fetch in keys (`[pool] fetch_cost_keys`).
     pub outstanding_work: Option<f64>,
+    /// The part of `outstanding_work` that a fetch of the first class would overtake: the
+    /// work of fetches of a lower class (priority above 0) that are not in service (not
+    /// started, or served with their reply on its way). Only the simulator's oracle view knows
+    /// it (it knows which fetch is in service); the client and the proxy say `None` (a
+    /// count of their demoted fetches in flight, all but one taken as waiting, made
+    /// `size-rel+cover` worse in the simulator: experiments/tailx, `sim-v13-first-class`).
+    pub demoted_work: Option<f64>,
     /// EWMA of reply latency in nanoseconds (`None` before the first reply).
     pub ewma_nanos: Option<f64>,
     /// False when the down-host tracker says to skip it.
@@ -422,18 +429,21 @@ mod tests {
             BackendLoad {
                 outstanding: 4,
                 outstanding_work: None,
+                demoted_work: None,
                 ewma_nanos: Some(100.0),
                 available: true,
             },
             BackendLoad {
                 outstanding: 0,
                 outstanding_work: None,
+                demoted_work: None,
                 ewma_nanos: Some(300.0),
                 available: true,
             },
             BackendLoad {
                 outstanding: 0,
                 outstanding_work: None,
+                demoted_work: None,
                 ewma_nanos: Some(10.0),
                 available: false,
             },
@@ -445,6 +455,7 @@ mod tests {
         let equal = BackendLoad {
             outstanding: 1,
             outstanding_work: None,
+            demoted_work: None,
             ewma_nanos: Some(50.0),
             available: true,
         };
@@ -456,6 +467,7 @@ mod tests {
         let load = |outstanding, ewma| BackendLoad {
             outstanding,
             outstanding_work: None,
+            demoted_work: None,
             ewma_nanos: Some(ewma),
             available: true,
         };

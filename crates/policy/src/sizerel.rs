@@ -13,6 +13,10 @@
 //!        ─► slack: an opset that can wait (cost-rel's slack class of U − u ≥ 1, U the
 //!           request's costliest opset in small keys) joins its bottleneck's class:
 //!           class(opset) = max(own(opset), min(own(opset) + its slack class, own(bottleneck)))
+//!   replica choice (`+cover`) for a request holding no large value (its opsets first class):
+//!        backlog(b) = outstanding_work − (1 − DEMOTED_WORK_WEIGHT) × demoted_work
+//!        (the lower-class work it would overtake counted at a quarter); a request holding
+//!        one weighs every backend by its whole backlog
 //!   Fetch{priority: class, not_before: None} ─► servers: Discipline::Aged{overtakes} (serverq),
 //!        its own ageing (default 25, cost-rel's is 400): a demoted opset is overtaken by at
 //!        most overtakes × (its class − theirs) later arrivals
@@ -34,6 +38,15 @@
 //! everything. They then leave the requests without a large value alone (the median's wait)
 //! and still finish before their request's large value does.
 //!
+//! A request without a large value is served in the first class: at a backend, it overtakes
+//! the demoted fetches waiting there. Weighing backends by all their work in flight (as
+//! `cover` does for every other planner) keeps such a request off a server whose queue is
+//! mostly demoted large values it would pass anyway, and spreads its keys over more fetches
+//! than needed. So `size-rel` shows the covering choice of such a request each backend's work
+//! with the demoted part not in service counted at [`DEMOTED_WORK_WEIGHT`] (a
+//! demoted fetch is overtaken at most `overtakes` times per class, so it is not weightless).
+//! A request holding a large value waits in the demoted class and sees the whole backlog.
+//!
 //! Why per opset and not per request: a request with one large value among 20 keys has one
 //! slow opset and a dozen ordinary ones. Demoting the whole request (`cost-rel --rel-by-cost`,
 //! `cost-sbf`) puts its ordinary opsets behind everything, and they, not the large one, then
@@ -44,6 +57,7 @@
 
 use crate::costrel::{CostRelPlanner, CostRelSettings};
 use crate::drr::CLASSES;
+use crate::health::BackendLoad;
 use crate::planner::base::{
     Action, ClusterView, Fetch, Observation, PlanRequest, Planner, RequestDone,
 };
@@ -57,6 +71,46 @@ use crate::spread::ReplicaChoice;
 /// p99 was 2–4x batch's at 128–512 clients, at 25 0.81–1.00x, open-loop lines unchanged:
 /// `experiments/tailx/sim-v12-ageing/`).
 pub const DEFAULT_SIZE_REL_OVERTAKES: u64 = 25;
+
+/// The share of a backend's demoted work not yet started ([`BackendLoad::demoted_work`]) that
+/// the covering replica choice counts for a request without a large value (whose fetches
+/// overtake it). Not 0: a demoted fetch overtaken `overtakes` times per class is served
+/// ahead. Chosen on one seed of the paper-like model (`experiments/tailx`, `sim-v13-first-class`:
+/// 0, 0.25 and 0.5 tried; 0 cost the 20-key mixes' p99 the most).
+pub const DEMOTED_WORK_WEIGHT: f64 = 0.25;
+
+/// The cluster as a request without a large value sees it: each backend's work in flight
+/// with the demoted part not yet started counted at [`DEMOTED_WORK_WEIGHT`].
+struct FirstClassView<'a> {
+    inner: &'a dyn ClusterView,
+}
+
+impl ClusterView for FirstClassView<'_> {
+    fn backend_count(&self) -> usize {
+        self.inner.backend_count()
+    }
+
+    fn replicas(&self, key: &[u8], out: &mut Vec<usize>) {
+        self.inner.replicas(key, out);
+    }
+
+    fn load(&self, backend: usize) -> BackendLoad {
+        first_class_load(self.inner.load(backend))
+    }
+
+    fn fetch_work(&self) -> Option<f64> {
+        self.inner.fetch_work()
+    }
+}
+
+/// `load` as a first-class fetch sees it: its work in flight less the demoted work it would
+/// overtake, that work counted at [`DEMOTED_WORK_WEIGHT`].
+pub fn first_class_load(mut load: BackendLoad) -> BackendLoad {
+    if let (Some(work), Some(demoted)) = (load.outstanding_work, load.demoted_work) {
+        load.outstanding_work = Some((work - (1.0 - DEMOTED_WORK_WEIGHT) * demoted).max(0.0));
+    }
+    load
+}
 
 /// The class of an opset of a request of class `request_class` that holds `large_keys` large
 /// values: one class lower if it holds any (at most the last class).
@@ -151,7 +205,15 @@ impl Planner for SizeRelPlanner {
     }
 
     fn plan(&mut self, request: &PlanRequest<'_>, view: &dyn ClusterView) -> Vec<Action> {
-        let mut actions = self.rel.plan(request, view);
+        let holds_large = request
+            .keys
+            .iter()
+            .any(|key| self.rel.estimates().is_large(key));
+        let mut actions = if holds_large {
+            self.rel.plan(request, view)
+        } else {
+            self.rel.plan(request, &FirstClassView { inner: view })
+        };
         let estimates = self.rel.estimates();
         let mut apart = Vec::new();
         for action in &mut actions {
@@ -274,6 +336,63 @@ mod tests {
         // cost-rel, knowing the same, serves the whole request in one class.
         let mut rel = knowing_one_large_key(CostRelPlanner::default(), &owned[0]);
         assert!(plan(&mut rel, &owned).iter().all(|f| f.priority == Some(0)));
+    }
+
+    #[test]
+    fn a_request_without_a_large_value_weighs_demoted_work_at_a_quarter() {
+        use crate::planner::base::tests::view;
+        // Every key on each of 3 backends: covering sends a request's keys to one of them.
+        let mut cluster = view(3, 3);
+        cluster.fetch_work = Some(10.0);
+        // Backend 0: 1 000 of work in flight, 900 of it demoted and not in service (a first-
+        // class fetch sees 100 + 0.25 × 900 = 325); backends 1 and 2: 500 and 600, none of
+        // it demoted.
+        for (load, (work, demoted)) in
+            cluster
+                .loads
+                .iter_mut()
+                .zip([(1_000.0, 900.0), (500.0, 0.0), (600.0, 0.0)])
+        {
+            load.outstanding_work = Some(work);
+            load.demoted_work = Some(demoted);
+        }
+        let owned = keys(6);
+        let slices: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+        let request = PlanRequest {
+            keys: &slices,
+            now: crate::health::Timestamp(0),
+        };
+        let backends = |planner: &mut dyn Planner| -> Vec<usize> {
+            planner
+                .plan(&request, &cluster)
+                .iter()
+                .filter_map(|action| match action {
+                    Action::Fetch(fetch) => Some(fetch.backend),
+                    Action::Unavailable { .. } => None,
+                })
+                .collect()
+        };
+        let covering = || SizeRelPlanner::default().with_replica_choice(ReplicaChoice::Cover);
+        assert_eq!(
+            backends(&mut covering()),
+            vec![0],
+            "all small: it overtakes the demoted work at backend 0"
+        );
+        // Holding a large value, the request waits in the demoted class: the whole backlog.
+        let mut holding = knowing_one_large_key(covering(), &owned[2]);
+        let chosen = backends(&mut holding);
+        assert!(
+            !chosen.is_empty() && chosen.iter().all(|&b| b == 1),
+            "{chosen:?}"
+        );
+        assert_eq!(
+            first_class_load(cluster.loads[0]).outstanding_work,
+            Some(100.0 + DEMOTED_WORK_WEIGHT * 900.0)
+        );
+        // Without an estimate of the demoted work (the client and the proxy), nothing changes.
+        let mut unknown = cluster.loads[0];
+        unknown.demoted_work = None;
+        assert_eq!(first_class_load(unknown), unknown);
     }
 
     #[test]

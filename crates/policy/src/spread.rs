@@ -173,6 +173,7 @@ mod tests {
         BackendLoad {
             outstanding,
             outstanding_work: None,
+            demoted_work: None,
             ewma_nanos: Some(100.0),
             available: true,
         }

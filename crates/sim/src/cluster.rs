@@ -880,6 +880,8 @@ struct View<'a> {
     outstanding_work: &'a [u64],
     /// Keys of each server's queries in flight.
     outstanding_keys: &'a [u64],
+    /// Each server's demoted queries in flight ([`Demoted`]).
+    demoted: &'a [Demoted],
     /// What the planner sees of them.
     work_view: WorkView,
     /// Mean service time of a one-key query without its value bytes, nanoseconds.
@@ -930,6 +932,7 @@ impl ClusterView for View<'_> {
                 ),
                 WorkView::Hidden => None,
             },
+            demoted_work: self.demoted[backend].seen(self.work_view),
             ewma_nanos: self.ewma[backend].value(),
             available: true,
         }
@@ -942,6 +945,33 @@ impl ClusterView for View<'_> {
             WorkView::Hidden => None,
         }
     }
+}
+
+/// One server's queries in flight of a class below the first (priority above 0): what a
+/// first-class query would overtake there ([`BackendLoad::demoted_work`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct Demoted {
+    /// Their mean service time, nanoseconds, of those not in service (not started yet, or
+    /// served and their reply on its way): the oracle.
+    work_not_in_service: u64,
+}
+
+impl Demoted {
+    /// What the planner sees of them: the work not in service under the oracle; nothing in the
+    /// client's and the proxy's view, which cannot tell which query is in service
+    /// ([`BackendLoad::demoted_work`]).
+    fn seen(&self, view: WorkView) -> Option<f64> {
+        match view {
+            WorkView::Service => Some(self.work_not_in_service as f64),
+            WorkView::Keys { .. } | WorkView::Hidden => None,
+        }
+    }
+}
+
+/// Whether a query of this priority waits behind the first class (and a first-class query
+/// overtakes it).
+fn demoted(priority: u8) -> bool {
+    priority != 0 && priority != NO_PRIORITY
 }
 
 /// A query's mean service time under the scenario's cost model, what the planners see of the
@@ -993,6 +1023,7 @@ struct Sim<'s> {
     outstanding_work: Vec<u64>,
     /// Keys of each server's queries in flight.
     outstanding_keys: Vec<u64>,
+    demoted: Vec<Demoted>,
     ewma: Vec<Ewma>,
     client_modelled: bool,
     wants_values: bool,
@@ -1151,6 +1182,7 @@ impl<'s> Sim<'s> {
             outstanding: vec![0; scenario.servers],
             outstanding_work: vec![0; scenario.servers],
             outstanding_keys: vec![0; scenario.servers],
+            demoted: vec![Demoted::default(); scenario.servers],
             ewma: vec![Ewma::default(); scenario.servers],
             wants_values,
             client_modelled: !(scenario.client_send.is_zero() && scenario.client_recv.is_zero()),
@@ -1359,6 +1391,7 @@ impl<'s> Sim<'s> {
             outstanding: &self.outstanding,
             outstanding_work: &self.outstanding_work,
             outstanding_keys: &self.outstanding_keys,
+            demoted: &self.demoted,
             work_view: self.options.work_view,
             fetch_service: self
                 .scenario
@@ -1564,6 +1597,9 @@ impl<'s> Sim<'s> {
         self.outstanding[backend] += 1;
         self.outstanding_work[backend] += mean_work(&self.scenario.service, state);
         self.outstanding_keys[backend] += u64::from(state.work_keys);
+        if demoted(state.priority) {
+            self.demoted[backend].work_not_in_service += mean_work(&self.scenario.service, state);
+        }
         let delay = sample(&self.scenario.network, units, &mut self.network_rng);
         self.queue.push(self.now + delay, Event::AtServer(query));
     }
@@ -1627,6 +1663,10 @@ impl<'s> Sim<'s> {
             size_aware.charge(state.large_class, state.worker as usize, time.0);
         }
         server.busy_ns += u128::from(time.0);
+        if demoted(state.priority) {
+            self.demoted[state.backend as usize].work_not_in_service -=
+                mean_work(&self.scenario.service, state);
+        }
         self.queue.push(self.now + time, Event::Served(query));
     }
 
@@ -1639,6 +1679,9 @@ impl<'s> Sim<'s> {
         };
         let delay = sample(&self.scenario.network, units, &mut self.network_rng);
         self.queue.push(self.now + delay, Event::Reply(query));
+        if demoted(state.priority) {
+            self.demoted[backend].work_not_in_service += mean_work(&self.scenario.service, state);
+        }
         let (holds_large, worker) = (state.holds_large, state.worker);
         let server = &mut self.servers[backend];
         server.advance_large_clock(self.now, self.scenario.workers_per_server);
@@ -1692,6 +1735,9 @@ impl<'s> Sim<'s> {
         self.outstanding[backend] -= 1;
         self.outstanding_work[backend] -= mean_work(&self.scenario.service, state);
         self.outstanding_keys[backend] -= u64::from(state.work_keys);
+        if demoted(state.priority) {
+            self.demoted[backend].work_not_in_service -= mean_work(&self.scenario.service, state);
+        }
         self.ewma[backend].observe(latency.0 as f64);
         if let Some(analysis) = &mut self.analysis {
             analysis

@@ -297,6 +297,8 @@ pub(crate) mod tests {
         pub(crate) ring: Ring,
         pub(crate) copies: usize,
         pub(crate) loads: Vec<BackendLoad>,
+        /// [`ClusterView::fetch_work`] (`None` in [`view`]).
+        pub(crate) fetch_work: Option<f64>,
     }
 
     impl ClusterView for TestView {
@@ -308,6 +310,9 @@ pub(crate) mod tests {
         }
         fn load(&self, backend: usize) -> BackendLoad {
             self.loads[backend]
+        }
+        fn fetch_work(&self) -> Option<f64> {
+            self.fetch_work
         }
     }
 
@@ -332,11 +337,13 @@ pub(crate) mod tests {
                 BackendLoad {
                     outstanding: 0,
                     outstanding_work: None,
+                    demoted_work: None,
                     ewma_nanos: Some(100.0),
                     available: true
                 };
                 servers
             ],
+            fetch_work: None,
         }
     }
 
