@@ -90,17 +90,9 @@ NOT_MEASUREMENTS = (
      "folder's cpu.sh rounds and its traced read counts (no latency recorded); host and command "
      "in the file"),
     ("proxy/unheld-fetches/ratios.json", "ratios derived from the folder's results.json"),
-    ("tailx/sim-v10-cover/lines.json", "issue 30's lines as ratios, derived from the folder's "
+    ("tailx/sim-*/lines.json", "issue 30's lines as ratios, derived from the folder's "
      "results.json files by experiments/tailx/lines.py"),
-    ("tailx/sim-v11-split/lines.json", "issue 30's lines as ratios, derived from the folder's "
-     "results.json files by experiments/tailx/lines.py"),
-    ("tailx/sim-v12-join/lines.json", "issue 30's lines as ratios, derived from the folder's "
-     "results.json files by experiments/tailx/lines.py"),
-    ("tailx/sim-v12-closed/closed.json", "closed-loop ratios, derived from the folder's "
-     "results.json files by experiments/tailx/closed.py"),
-    ("tailx/sim-v12-ageing/lines.json", "issue 30's lines as ratios, derived from the folder's "
-     "results.json files by experiments/tailx/lines.py"),
-    ("tailx/sim-v12-ageing/closed/closed.json", "closed-loop ratios, derived from the folder's "
+    ("tailx/sim-*/closed.json", "closed-loop ratios, derived from the folder's "
      "results.json files by experiments/tailx/closed.py"),
     ("throughput/sampled-stamps/callgrind.json", "callgrind instruction counts per request "
      "(experiments/throughput/callgrind.sh), not a timed run; command and builds in the README"),
