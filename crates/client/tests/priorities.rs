@@ -154,6 +154,7 @@ async fn multigets_through_every_planner_return_the_stored_values() {
         value.resize(size, b'.');
         assert!(loader.set(key, 0, 0, &value).await.expect("set"));
     }
+    let mut batch_fetches: Option<u64> = None;
     for planner in [
         PlannerKind::Batch,
         PlannerKind::ReinSbf,
@@ -197,11 +198,19 @@ async fn multigets_through_every_planner_return_the_stored_values() {
             assert!(gauge("tailx_t_large_nanos") >= gauge("tailx_t_small_nanos"));
             assert!(pool.delay_queue().delayed.get() > 0);
         }
+        // One copy of each key: every planner sends a request one fetch per backend it
+        // needs, as batch does; size-rel adds one per large value it sends apart.
+        let fetches = pool.stats().fetches.get();
+        let batch_fetches = *batch_fetches.get_or_insert(fetches);
         if planner == PlannerKind::SizeRel {
             // Its filter learned the 64 KB keys: the opsets holding one were demoted, and a
             // backend's second one in a request went as a fetch of its own.
             assert!(gauge("size_rel_large_opset_share") > 0.0);
-            assert!(gauge("size_rel_large_values_apart") > 0.0);
+            let apart = gauge("size_rel_large_values_apart");
+            assert!(apart > 0.0);
+            assert_eq!(fetches, batch_fetches + apart as u64, "{planner:?}");
+        } else {
+            assert_eq!(fetches, batch_fetches, "{planner:?}");
         }
         if planner.uses_priorities() {
             assert!(pool.backends().iter().all(|b| b.gate().is_some()));
