@@ -64,6 +64,10 @@ pub struct PlannerSettings {
     /// `size-rel`'s ageing at the servers (its own; the rest of its settings are
     /// `cost_rel`'s): later arrivals that may overtake a demoted opset per class.
     pub size_rel_overtakes: u64,
+    /// `size-rel`'s covering choice, for a request without a large value: the weight of a
+    /// backend's demoted work not in service ([`crate::sizerel::DEMOTED_WORK_WEIGHT`]; 1 weighs
+    /// it whole, as before that rule).
+    pub size_rel_demoted_weight: f64,
     /// How batch, Rein, `cost-sbf`, `cost-rel` and `size-rel` pick each key's replica within a
     /// request's plan ([`crate::spread`]; TailX, Chisel and auto always use C3's rule).
     pub replica_choice: ReplicaChoice,
@@ -84,6 +88,7 @@ impl Default for PlannerSettings {
             cost_sbf: CostSbfSettings::default(),
             cost_rel: CostRelSettings::default(),
             size_rel_overtakes: DEFAULT_SIZE_REL_OVERTAKES,
+            size_rel_demoted_weight: crate::sizerel::DEMOTED_WORK_WEIGHT,
             replica_choice: ReplicaChoice::default(),
             fetch_cost_keys: DEFAULT_FETCH_COST_KEYS,
         }
@@ -199,7 +204,11 @@ impl PlannerKind {
                     overtakes: settings.size_rel_overtakes,
                     ..settings.cost_rel
                 };
-                Box::new(SizeRelPlanner::new(own).with_replica_choice(choice))
+                Box::new(
+                    SizeRelPlanner::new(own)
+                        .with_replica_choice(choice)
+                        .with_demoted_weight(settings.size_rel_demoted_weight),
+                )
             }
             PlannerKind::Tailx => Box::new(TailxPlanner::new(settings.tailx)),
             PlannerKind::Auto => Box::new(AutoPlanner::new(AutoSettings {

@@ -72,17 +72,19 @@ use crate::spread::ReplicaChoice;
 /// `experiments/tailx/sim-v12-ageing/`).
 pub const DEFAULT_SIZE_REL_OVERTAKES: u64 = 25;
 
-/// The share of a backend's demoted work not yet started ([`BackendLoad::demoted_work`]) that
-/// the covering replica choice counts for a request without a large value (whose fetches
+/// Default share of a backend's demoted work not in service ([`BackendLoad::demoted_work`])
+/// that the covering replica choice counts for a request without a large value (whose fetches
 /// overtake it). Not 0: a demoted fetch overtaken `overtakes` times per class is served
 /// ahead. Chosen on one seed of the paper-like model (`experiments/tailx`, `sim-v13-first-class`:
 /// 0, 0.25 and 0.5 tried; 0 cost the 20-key mixes' p99 the most).
 pub const DEMOTED_WORK_WEIGHT: f64 = 0.25;
 
 /// The cluster as a request without a large value sees it: each backend's work in flight
-/// with the demoted part not yet started counted at [`DEMOTED_WORK_WEIGHT`].
+/// with the demoted part not in service counted at `weight` ([`DEMOTED_WORK_WEIGHT`] by
+/// default).
 struct FirstClassView<'a> {
     inner: &'a dyn ClusterView,
+    weight: f64,
 }
 
 impl ClusterView for FirstClassView<'_> {
@@ -95,7 +97,7 @@ impl ClusterView for FirstClassView<'_> {
     }
 
     fn load(&self, backend: usize) -> BackendLoad {
-        first_class_load(self.inner.load(backend))
+        first_class_load(self.inner.load(backend), self.weight)
     }
 
     fn fetch_work(&self) -> Option<f64> {
@@ -104,10 +106,10 @@ impl ClusterView for FirstClassView<'_> {
 }
 
 /// `load` as a first-class fetch sees it: its work in flight less the demoted work it would
-/// overtake, that work counted at [`DEMOTED_WORK_WEIGHT`].
-pub fn first_class_load(mut load: BackendLoad) -> BackendLoad {
+/// overtake, that work counted at `weight` (1: whole, as any other fetch sees it).
+pub fn first_class_load(mut load: BackendLoad, weight: f64) -> BackendLoad {
     if let (Some(work), Some(demoted)) = (load.outstanding_work, load.demoted_work) {
-        load.outstanding_work = Some((work - (1.0 - DEMOTED_WORK_WEIGHT) * demoted).max(0.0));
+        load.outstanding_work = Some((work - (1.0 - weight) * demoted).max(0.0));
     }
     load
 }
@@ -166,6 +168,8 @@ pub struct SizeRelPlanner {
     large_opsets: u64,
     /// Large values sent as fetches of their own (an opset's second and further ones).
     apart: u64,
+    /// The covering choice's weight of demoted work for a request without a large value.
+    demoted_weight: f64,
 }
 
 impl Default for SizeRelPlanner {
@@ -189,7 +193,16 @@ impl SizeRelPlanner {
             opsets: 0,
             large_opsets: 0,
             apart: 0,
+            demoted_weight: DEMOTED_WORK_WEIGHT,
         }
+    }
+
+    /// The planner with the covering choice counting a backend's demoted work not in service
+    /// at `weight` for a request without a large value (default [`DEMOTED_WORK_WEIGHT`]; 1
+    /// counts it whole, as for every other request).
+    pub fn with_demoted_weight(mut self, weight: f64) -> Self {
+        self.demoted_weight = weight;
+        self
     }
 
     /// The planner with each key's replica picked by `choice` (C3's by default).
@@ -212,7 +225,11 @@ impl Planner for SizeRelPlanner {
         let mut actions = if holds_large {
             self.rel.plan(request, view)
         } else {
-            self.rel.plan(request, &FirstClassView { inner: view })
+            let first_class = FirstClassView {
+                inner: view,
+                weight: self.demoted_weight,
+            };
+            self.rel.plan(request, &first_class)
         };
         let estimates = self.rel.estimates();
         let mut apart = Vec::new();
@@ -386,13 +403,16 @@ mod tests {
             "{chosen:?}"
         );
         assert_eq!(
-            first_class_load(cluster.loads[0]).outstanding_work,
+            first_class_load(cluster.loads[0], DEMOTED_WORK_WEIGHT).outstanding_work,
             Some(100.0 + DEMOTED_WORK_WEIGHT * 900.0)
         );
+        // Weighed whole, the request goes where there is least work in all, as before the rule.
+        let mut whole = covering().with_demoted_weight(1.0);
+        assert_eq!(backends(&mut whole), vec![1]);
         // Without an estimate of the demoted work (the client and the proxy), nothing changes.
         let mut unknown = cluster.loads[0];
         unknown.demoted_work = None;
-        assert_eq!(first_class_load(unknown), unknown);
+        assert_eq!(first_class_load(unknown, DEMOTED_WORK_WEIGHT), unknown);
     }
 
     #[test]

@@ -149,6 +149,13 @@ pub struct Setup {
     /// before it had its own: size-rel then aged by `rel_overtakes`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size_rel_overtakes: Option<u64>,
+    /// `size-rel`'s covering choice: the weight of a backend's demoted work not in service for
+    /// a request without a large value (default
+    /// [`tailtrim_policy::sizerel::DEMOTED_WORK_WEIGHT`]). Absent in files written before the
+    /// setting: `sim-v13-first-class` ran at the default, the runs before it with the work
+    /// weighed whole (1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_rel_demoted_weight: Option<f64>,
     /// `cost-rel`'s spread: bottlenecks up to this many times the typical one are class 0.
     #[serde(default = "default_spread", skip_serializing_if = "is_default_spread")]
     pub rel_spread: f64,
@@ -261,6 +268,7 @@ impl Default for Setup {
             overtakes: DEFAULT_OVERTAKES,
             rel_overtakes: DEFAULT_REL_OVERTAKES,
             size_rel_overtakes: Some(DEFAULT_SIZE_REL_OVERTAKES),
+            size_rel_demoted_weight: Some(tailtrim_policy::sizerel::DEMOTED_WORK_WEIGHT),
             rel_spread: DEFAULT_SPREAD,
             rel_no_slack: !CostRelSettings::default().slack_demotion,
             rel_by_cost: CostRelSettings::default().by_cost,
@@ -555,6 +563,9 @@ pub fn planner(setup: &Setup, name: &str) -> Result<Box<dyn Planner>, SimError> 
             ..CostRelSettings::default()
         },
         size_rel_overtakes: setup.size_rel_overtakes.unwrap_or(setup.rel_overtakes),
+        size_rel_demoted_weight: setup
+            .size_rel_demoted_weight
+            .unwrap_or(tailtrim_policy::sizerel::DEMOTED_WORK_WEIGHT),
         ..PlannerSettings::default()
     }))
 }

@@ -84,6 +84,11 @@ pub struct Args {
     /// them (its own ageing, tighter than cost-rel's).
     #[arg(long, default_value_t = tailtrim_policy::sizerel::DEFAULT_SIZE_REL_OVERTAKES)]
     size_rel_overtakes: u64,
+    /// size-rel with the covering replica choice: for a request without a large value, the
+    /// weight of a server's demoted work not in service (which its fetches overtake); 1 weighs
+    /// it whole, as before the rule (reproduces the runs before `sim-v13-first-class`).
+    #[arg(long, default_value_t = tailtrim_policy::sizerel::DEMOTED_WORK_WEIGHT)]
+    size_rel_demoted_weight: f64,
     /// cost-rel: bottlenecks up to this many times the typical one share class 0 (first come
     /// first served); each doubling beyond is one class lower.
     #[arg(long, default_value_t = Setup::default().rel_spread)]
@@ -417,6 +422,7 @@ fn simulate(args: &Args, progress: ProgressFn<'_>) -> Result<Report, String> {
         overtakes: args.overtakes,
         rel_overtakes: args.rel_overtakes,
         size_rel_overtakes: Some(args.size_rel_overtakes),
+        size_rel_demoted_weight: Some(args.size_rel_demoted_weight),
         rel_spread: args.rel_spread,
         rel_no_slack: !args.rel_slack,
         rel_by_cost: args.rel_by_cost,
