@@ -152,7 +152,7 @@ pub struct Setup {
     /// `size-rel`'s covering choice: the weight of a backend's demoted work not in service for
     /// a request without a large value (default
     /// [`tailtrim_policy::sizerel::DEMOTED_WORK_WEIGHT`]). Absent in files written before the
-    /// setting: `sim-v13-first-class` ran at the default, the runs before it with the work
+    /// setting: `sim-v13-first-class`'s own runs at 0.25, the runs before it with the work
     /// weighed whole (1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size_rel_demoted_weight: Option<f64>,
