@@ -171,6 +171,8 @@ pub struct SizeRelPlanner {
     apart: u64,
     /// The covering choice's weight of demoted work for a request without a large value.
     demoted_weight: f64,
+    /// The replica choice is `cover` (the only one that weighs work in flight).
+    covers: bool,
 }
 
 impl Default for SizeRelPlanner {
@@ -195,6 +197,7 @@ impl SizeRelPlanner {
             large_opsets: 0,
             apart: 0,
             demoted_weight: DEMOTED_WORK_WEIGHT,
+            covers: false,
         }
     }
 
@@ -209,7 +212,22 @@ impl SizeRelPlanner {
     /// The planner with each key's replica picked by `choice` (C3's by default).
     pub fn with_replica_choice(mut self, choice: ReplicaChoice) -> Self {
         self.rel = self.rel.with_replica_choice(choice);
+        self.covers = choice == ReplicaChoice::Cover;
         self
+    }
+
+    /// Whether `request` is planned in the first-class view: the choice weighs work in flight,
+    /// the runtime reports demoted work (the simulator's oracle; not the client or the proxy),
+    /// the weight changes something, and no key of the request is known to be large.
+    fn first_class(&self, request: &PlanRequest<'_>, view: &dyn ClusterView) -> bool {
+        self.covers
+            && self.demoted_weight != 1.0
+            && view.backend_count() > 0
+            && view.load(0).demoted_work.is_some()
+            && !request
+                .keys
+                .iter()
+                .any(|key| self.rel.estimates().is_large(key))
     }
 }
 
@@ -219,18 +237,14 @@ impl Planner for SizeRelPlanner {
     }
 
     fn plan(&mut self, request: &PlanRequest<'_>, view: &dyn ClusterView) -> Vec<Action> {
-        let holds_large = request
-            .keys
-            .iter()
-            .any(|key| self.rel.estimates().is_large(key));
-        let mut actions = if holds_large {
-            self.rel.plan(request, view)
-        } else {
+        let mut actions = if self.first_class(request, view) {
             let first_class = FirstClassView {
                 inner: view,
                 weight: self.demoted_weight,
             };
             self.rel.plan(request, &first_class)
+        } else {
+            self.rel.plan(request, view)
         };
         let estimates = self.rel.estimates();
         let mut apart = Vec::new();
